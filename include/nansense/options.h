@@ -1,0 +1,95 @@
+// Options for nansense::start and nansense::serve, in LibTorch's chained-setter
+// style: StartOptions().optimizer(&opt).port(8080).
+#pragma once
+
+#include <torch/arg.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "nansense/schedule.h"
+
+namespace torch::optim {
+class Optimizer;
+class LRScheduler;
+}  // namespace torch::optim
+
+namespace nansense {
+
+// Aliases so TORCH_ARG's `const T&` means a const pointer, not a pointer to const.
+using OptimizerPtr = torch::optim::Optimizer*;
+using SchedulerPtr = torch::optim::LRScheduler*;
+
+// Per-channel mean/std used to show a normalised input as the image it was
+// (x * std + mean). Either one value list for every input, or one per named
+// input layer ("input", "input_1", ...) for multi-input models.
+struct InputNormalization {
+  std::vector<double> all;
+  std::map<std::string, std::vector<double>> per_input;
+
+  bool empty() const { return all.empty() && per_input.empty(); }
+  // The values for `input`, falling back to `all`; empty when none are set.
+  const std::vector<double>& for_input(const std::string& input) const;
+};
+
+// How the UI is served.
+struct ServeOptions {
+  // TCP port. 0 picks a free port (the banner and Session::url() tell which).
+  TORCH_ARG(int, port) = 8080;
+  // Bind address. The default serves this machine only.
+  TORCH_ARG(std::string, host) = "127.0.0.1";
+  // Open the printed address in a browser tab where a desktop browser exists.
+  TORCH_ARG(bool, open_browser) = true;
+  // Print the address banner on stdout once the port is bound.
+  TORCH_ARG(bool, print_banner) = true;
+
+ public:
+  ServeOptions& input_mean(std::vector<double> all) { mean_.all = std::move(all); return *this; }
+  ServeOptions& input_mean(std::map<std::string, std::vector<double>> m) { mean_.per_input = std::move(m); return *this; }
+  ServeOptions& input_std(std::vector<double> all) { std_.all = std::move(all); return *this; }
+  ServeOptions& input_std(std::map<std::string, std::vector<double>> m) { std_.per_input = std::move(m); return *this; }
+  const InputNormalization& input_mean() const { return mean_; }
+  const InputNormalization& input_std() const { return std_; }
+
+ private:
+  InputNormalization mean_;
+  InputNormalization std_;
+};
+
+// Everything nansense::start takes.
+struct StartOptions {
+  // Total epoch count, if known up front (epochs() or set_schedule() can set it later).
+  TORCH_ARG(std::optional<int64_t>, epochs) = std::nullopt;
+  // Declare every phase and its batch count up front for exact progress and
+  // boundary stops from batch 0. Without it, phases are learned in epoch 0.
+  TORCH_ARG(std::optional<PhaseCounts>, phases) = std::nullopt;
+  // false makes the session inert: no tracing, no server, batches() is a
+  // pass-through. Keep nansense wired in and switch it off with one flag.
+  TORCH_ARG(bool, enabled) = true;
+  // When given, snapshots carry each parameter's optimizer state and its
+  // group's hyperparameters (SGD, Adam, AdamW, RMSprop, Adagrad). Not owned.
+  TORCH_ARG(OptimizerPtr, optimizer) = nullptr;
+  // When given, time travel restores the LR schedule too. Not owned.
+  TORCH_ARG(SchedulerPtr, scheduler) = nullptr;
+  // When given, the UI is served at once on this port (see ServeOptions).
+  TORCH_ARG(std::optional<int>, port) = std::nullopt;
+  TORCH_ARG(std::string, host) = "127.0.0.1";
+  TORCH_ARG(bool, open_browser) = true;
+
+ public:
+  StartOptions& input_mean(std::vector<double> all) { serve_.input_mean(std::move(all)); return *this; }
+  StartOptions& input_mean(std::map<std::string, std::vector<double>> m) { serve_.input_mean(std::move(m)); return *this; }
+  StartOptions& input_std(std::vector<double> all) { serve_.input_std(std::move(all)); return *this; }
+  StartOptions& input_std(std::map<std::string, std::vector<double>> m) { serve_.input_std(std::move(m)); return *this; }
+
+  // The ServeOptions these options imply (port, host, browser, normalisation).
+  ServeOptions serve_options() const;
+
+ private:
+  ServeOptions serve_;
+};
+
+}  // namespace nansense

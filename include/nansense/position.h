@@ -1,0 +1,44 @@
+// Where a batch sits in the run, and how training proceeds after a resume.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace nansense {
+
+// The position record carried by snapshots and Session::live_position().
+// epoch and batch_idx are 0-indexed. The is_last_* flags mark boundaries; they
+// are best effort: in a lazy schedule they stay false until the phase's batch
+// count has been learned (at the end of epoch 0).
+struct BatchPosition {
+  std::string phase;
+  int64_t epoch = 0;
+  int64_t batch_idx = 0;
+  bool is_last_in_phase = false;
+  bool is_last_in_epoch = false;
+  bool is_last_in_run = false;
+
+  // "epoch 1 | train batch 5" — the form used in error messages and logs.
+  std::string to_string() const;
+  // Same phase, epoch and batch index (the flags are derived, not compared).
+  bool same_batch(const BatchPosition& other) const {
+    return phase == other.phase && epoch == other.epoch && batch_idx == other.batch_idx;
+  }
+};
+
+// How training proceeds after a resume; each maps to a UI control.
+enum class Mode {
+  kStep,              // pause after every batch (Step Batch; the initial mode)
+  kUntilPhaseChange,  // run to the first batch of the next phase (Step phase)
+  kUntilEpochChange,  // run to the first batch of the next epoch (Step epoch)
+  kUntilPosition,     // run to an exact position (Step custom…)
+  kUntilEnd,          // run to the last batch of the run (Run)
+  kDetach,            // never pause again; capture cost drops to a flag check
+};
+
+// "step", "until_phase_change", "until_epoch_change", "until_position",
+// "until_end", "detach".
+std::string_view to_string(Mode mode);
+
+}  // namespace nansense

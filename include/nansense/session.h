@@ -1,0 +1,198 @@
+// The session: the bridge between a live training loop and the debugger.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+
+#include <chrono>
+#include <exception>
+#include <iterator>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "nansense/architecture.h"
+#include "nansense/batch_traits.h"
+#include "nansense/options.h"
+#include "nansense/position.h"
+#include "nansense/schedule.h"
+#include "nansense/snapshot.h"
+
+namespace nansense {
+
+// Where the training side of a session stands.
+enum class RunState {
+  kRunning,   // the loop is between pauses (or has not reached its first batch)
+  kPaused,    // the training thread waits in its pause loop
+  kFinished,  // close() ran
+  kLost,      // the loop threw, or ended without close()
+};
+std::string_view to_string(RunState state);  // "running", "paused", ...
+
+namespace detail {
+class SessionCore;
+// Training-thread entry points used by Batches. begin_batch returns whether
+// this batch is captured (then the item's inputs are handed over).
+bool begin_batch(SessionCore& core, const std::string& phase, std::optional<int64_t> epoch);
+void set_batch_inputs(SessionCore& core, std::vector<torch::Tensor> inputs, bool stacked);
+void end_batch(SessionCore& core);
+void end_phase(SessionCore& core, const std::string& phase, int64_t count);
+void abandon_batch(SessionCore& core, bool by_exception);
+}  // namespace detail
+
+// Iterates a loader with each item wrapped as one debugger batch. Returned by
+// Session::batches(); use it in a range-for. The batch ends (and may pause)
+// when the loop asks for the next item.
+template <class Range>
+class Batches {
+  using InnerIt = decltype(std::begin(std::declval<Range&>()));
+  using InnerEnd = decltype(std::end(std::declval<Range&>()));
+
+ public:
+  struct sentinel {};
+  class iterator {
+   public:
+    decltype(auto) operator*() const { return *it_; }
+    iterator& operator++() {
+      owner_->next(it_);
+      return *this;
+    }
+    friend bool operator!=(const iterator& a, sentinel) { return !(a.it_ == a.owner_->end_); }
+    friend bool operator==(const iterator& a, sentinel) { return a.it_ == a.owner_->end_; }
+
+   private:
+    friend class Batches;
+    iterator(Batches* owner, InnerIt it) : owner_(owner), it_(std::move(it)) {}
+    Batches* owner_;
+    InnerIt it_;
+  };
+
+  Batches(detail::SessionCore* core, Range& range, std::string phase, std::optional<int64_t> epoch)
+      : core_(core), range_(range), end_(std::end(range)), phase_(std::move(phase)), epoch_(epoch) {}
+  Batches(const Batches&) = delete;
+  Batches& operator=(const Batches&) = delete;
+  ~Batches() {
+    if (core_ && open_) {
+      detail::abandon_batch(*core_, std::uncaught_exceptions() > exceptions_);
+    }
+  }
+
+  iterator begin() {
+    exceptions_ = std::uncaught_exceptions();
+    InnerIt it = std::begin(range_);
+    open_at(it);
+    return iterator(this, std::move(it));
+  }
+  sentinel end() { return {}; }
+
+ private:
+  void open_at(const InnerIt& it) {
+    if (!core_) return;
+    if (it == end_) {
+      detail::end_phase(*core_, phase_, count_);
+      return;
+    }
+    open_ = true;
+    if (detail::begin_batch(*core_, phase_, epoch_)) {
+      using Traits = BatchTraits<std::decay_t<decltype(*it)>>;
+      constexpr bool stacked = requires { Traits::kStacked; };
+      detail::set_batch_inputs(*core_, Traits::inputs(*it), stacked);
+    }
+  }
+  void next(InnerIt& it) {
+    if (core_ && open_) {
+      open_ = false;
+      ++count_;
+      detail::end_batch(*core_);
+    }
+    ++it;
+    open_at(it);
+  }
+
+  detail::SessionCore* core_;  // null on a disabled session: a pass-through
+  Range& range_;
+  InnerEnd end_;
+  std::string phase_;
+  std::optional<int64_t> epoch_;
+  int64_t count_ = 0;
+  bool open_ = false;
+  int exceptions_ = 0;
+};
+
+class Session {
+ public:
+  Session(Session&&) noexcept;
+  Session& operator=(Session&&) noexcept;
+  // Ending the session without close() reports the loop as lost and stops the UI.
+  ~Session();
+
+  // Whether this session captures anything (set once at start()).
+  bool enabled() const;
+
+  // Wrap one phase's loader: `for (auto& batch : session.batches(loader, "train"))`.
+  // Works on torch::data loaders and any range; see BatchTraits for how the
+  // model inputs are found in an item. `epoch` is inferred when omitted (a new
+  // epoch starts when the first phase runs again). Throws ScheduleError when a
+  // declared schedule is violated.
+  template <class Range>
+  Batches<Range> batches(Range& loader, std::string phase, std::optional<int64_t> epoch = std::nullopt) {
+    return Batches<Range>(core_.get(), loader, std::move(phase), epoch);
+  }
+
+  // Re-declare the schedule mid-run (batch counters are kept); nullopt leaves
+  // that part unchanged.
+  void set_schedule(std::optional<int64_t> epochs, std::optional<PhaseCounts> phases = std::nullopt);
+  // Mark training finished: releases every waiter. The UI keeps serving the
+  // last captured state for as long as the Session object lives.
+  void close();
+
+  // The batch the training thread is on (updated on every batch).
+  std::optional<BatchPosition> live_position() const;
+  Mode mode() const;
+  RunState state() const;
+  // The last published snapshot (null before the first capture).
+  std::shared_ptr<const BatchSnapshot> snapshot() const;
+  std::shared_ptr<const Architecture> architecture() const;
+  const Schedule& schedule() const;
+
+  // Run control, callable from any thread; takes effect at the next batch
+  // boundary (or resumes a paused loop). Throw ControlError when refused.
+  void step_batch();
+  void step_phase();
+  void step_epoch();
+  void step_until_position(const BatchPosition& target);
+  void step_run();
+  void detach();
+  void stop();
+  // Capture and publish the next batch without pausing.
+  void request_snapshot();
+  // Blocks until the loop pauses, finishes or is lost, or `timeout` passes.
+  // Returns the state then. Never call it from the training thread.
+  RunState wait_until_stopped(std::chrono::milliseconds timeout) const;
+
+  // The UI's address once served ("http://127.0.0.1:8080/"), else empty.
+  std::string url() const;
+
+  detail::SessionCore* core() const { return core_.get(); }
+
+ private:
+  friend Session start(std::shared_ptr<torch::nn::Module>, StartOptions);
+  explicit Session(std::shared_ptr<detail::SessionCore> core);
+  std::shared_ptr<detail::SessionCore> core_;
+};
+
+// Create a session for `model`; serves the UI at once when options.port is set.
+Session start(std::shared_ptr<torch::nn::Module> model, StartOptions options = {});
+
+template <class Impl>
+Session start(const torch::nn::ModuleHolder<Impl>& model, StartOptions options = {}) {
+  return start(std::static_pointer_cast<torch::nn::Module>(model.ptr()), std::move(options));
+}
+
+// Serve the UI and the HTTP API for `session`. A no-op on a disabled session.
+// Returns false (after printing one line saying why) when the port cannot be
+// bound; training goes on without the UI.
+bool serve(Session& session, ServeOptions options = {});
+
+}  // namespace nansense

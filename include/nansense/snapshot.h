@@ -1,0 +1,44 @@
+// An immutable, CPU-resident copy of everything one captured batch produced.
+#pragma once
+
+#include <torch/types.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nansense/architecture.h"
+#include "nansense/position.h"
+
+namespace nansense {
+
+// Published atomically by the training thread at the end of a capture batch;
+// other threads read it through shared_ptr<const BatchSnapshot> without ever
+// blocking training. Every tensor is an independent CPU copy.
+//
+// Weights, weight gradients and optimizer state are read at the end of the
+// batch, i.e. after the user's optimizer step.
+struct BatchSnapshot {
+  BatchPosition position;
+  uint64_t sequence = 0;  // increases with every published snapshot
+  std::shared_ptr<const Architecture> architecture;
+
+  // Keyed by layer name (Architecture names). A gradient is absent when the
+  // batch had no backward through that layer (eval phases, inputs).
+  std::map<std::string, torch::Tensor> activations;
+  std::map<std::string, torch::Tensor> activation_gradients;
+  // Keyed by parameter name as in model->named_parameters().
+  std::map<std::string, torch::Tensor> weights;
+  std::map<std::string, torch::Tensor> weight_gradients;
+  // Parameter name -> state key -> tensor (scalars such as Adam's step are
+  // 0-dim tensors). Empty without an optimizer in StartOptions.
+  std::map<std::string, std::map<std::string, torch::Tensor>> optimizer_state;
+  // Parameter name -> the numeric hyperparameters of its param group (lr,
+  // momentum, betas as beta1/beta2, ...), read at the same instant.
+  std::map<std::string, std::map<std::string, double>> optimizer_hyperparams;
+  // The model input(s) of the batch, in input-layer order.
+  std::vector<torch::Tensor> inputs;
+};
+
+}  // namespace nansense

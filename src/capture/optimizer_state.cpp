@@ -1,0 +1,91 @@
+#include "capture/optimizer_state.h"
+
+#include <unordered_map>
+
+namespace nansense::capture {
+
+namespace {
+
+using State = std::map<std::string, torch::Tensor>;
+using Hyper = std::map<std::string, double>;
+
+torch::Tensor cpu(const torch::Tensor& t) { return t.detach().to(torch::kCPU, false, true); }
+torch::Tensor scalar(int64_t v) { return torch::tensor(v, torch::kInt64); }
+
+void put(State& s, const char* key, const torch::Tensor& t) {
+  if (t.defined()) s[key] = cpu(t);
+}
+
+State read_state(const torch::optim::OptimizerParamState& base) {
+  State s;
+  if (auto* st = dynamic_cast<const torch::optim::SGDParamState*>(&base)) {
+    put(s, "momentum_buffer", st->momentum_buffer());
+  } else if (auto* st = dynamic_cast<const torch::optim::AdamParamState*>(&base)) {
+    s["step"] = scalar(st->step());
+    put(s, "exp_avg", st->exp_avg());
+    put(s, "exp_avg_sq", st->exp_avg_sq());
+    put(s, "max_exp_avg_sq", st->max_exp_avg_sq());
+  } else if (auto* st = dynamic_cast<const torch::optim::AdamWParamState*>(&base)) {
+    s["step"] = scalar(st->step());
+    put(s, "exp_avg", st->exp_avg());
+    put(s, "exp_avg_sq", st->exp_avg_sq());
+    put(s, "max_exp_avg_sq", st->max_exp_avg_sq());
+  } else if (auto* st = dynamic_cast<const torch::optim::RMSpropParamState*>(&base)) {
+    s["step"] = scalar(st->step());
+    put(s, "square_avg", st->square_avg());
+    put(s, "momentum_buffer", st->momentum_buffer());
+    put(s, "grad_avg", st->grad_avg());
+  } else if (auto* st = dynamic_cast<const torch::optim::AdagradParamState*>(&base)) {
+    s["step"] = scalar(st->step());
+    put(s, "sum", st->sum());
+  }
+  return s;
+}
+
+Hyper read_hyper(const torch::optim::OptimizerOptions& base) {
+  Hyper h;
+  if (auto* o = dynamic_cast<const torch::optim::SGDOptions*>(&base)) {
+    h = {{"lr", o->lr()}, {"momentum", o->momentum()}, {"dampening", o->dampening()},
+         {"weight_decay", o->weight_decay()}, {"nesterov", o->nesterov() ? 1.0 : 0.0}};
+  } else if (auto* o = dynamic_cast<const torch::optim::AdamOptions*>(&base)) {
+    h = {{"lr", o->lr()}, {"beta1", std::get<0>(o->betas())}, {"beta2", std::get<1>(o->betas())},
+         {"eps", o->eps()}, {"weight_decay", o->weight_decay()}, {"amsgrad", o->amsgrad() ? 1.0 : 0.0}};
+  } else if (auto* o = dynamic_cast<const torch::optim::AdamWOptions*>(&base)) {
+    h = {{"lr", o->lr()}, {"beta1", std::get<0>(o->betas())}, {"beta2", std::get<1>(o->betas())},
+         {"eps", o->eps()}, {"weight_decay", o->weight_decay()}, {"amsgrad", o->amsgrad() ? 1.0 : 0.0}};
+  } else if (auto* o = dynamic_cast<const torch::optim::RMSpropOptions*>(&base)) {
+    h = {{"lr", o->lr()}, {"alpha", o->alpha()}, {"eps", o->eps()}, {"weight_decay", o->weight_decay()},
+         {"momentum", o->momentum()}, {"centered", o->centered() ? 1.0 : 0.0}};
+  } else if (auto* o = dynamic_cast<const torch::optim::AdagradOptions*>(&base)) {
+    h = {{"lr", o->lr()}, {"lr_decay", o->lr_decay()}, {"weight_decay", o->weight_decay()},
+         {"initial_accumulator_value", o->initial_accumulator_value()}, {"eps", o->eps()}};
+  } else {
+    h = {{"lr", base.get_lr()}};
+  }
+  return h;
+}
+
+}  // namespace
+
+OptimizerView read_optimizer(torch::optim::Optimizer& optimizer, const torch::nn::Module& model) {
+  torch::NoGradGuard no_grad;
+  std::unordered_map<const c10::TensorImpl*, std::string> names;
+  for (const auto& p : model.named_parameters()) names[p.value().unsafeGetTensorImpl()] = p.key();
+
+  OptimizerView view;
+  auto& states = optimizer.state();
+  for (auto& group : optimizer.param_groups()) {
+    Hyper hyper = read_hyper(group.options());
+    for (auto& p : group.params()) {
+      auto name = names.find(p.unsafeGetTensorImpl());
+      if (name == names.end()) continue;  // a parameter outside the debugged model
+      view.hyperparams[name->second] = hyper;
+      // LibTorch keys optimizer state by the parameter's TensorImpl address.
+      auto it = states.find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+      if (it != states.end() && it->second) view.state[name->second] = read_state(*it->second);
+    }
+  }
+  return view;
+}
+
+}  // namespace nansense::capture

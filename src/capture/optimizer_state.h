@@ -1,0 +1,24 @@
+// Reads LibTorch optimizers' per-parameter state and hyperparameters.
+// The one place that knows the optimizer classes' internals (they change
+// between LibTorch versions).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <map>
+#include <string>
+
+namespace nansense::capture {
+
+struct OptimizerView {
+  // parameter name -> state key -> CPU tensor (scalars as 0-dim tensors)
+  std::map<std::string, std::map<std::string, torch::Tensor>> state;
+  // parameter name -> hyperparameter -> value
+  std::map<std::string, std::map<std::string, double>> hyperparams;
+};
+
+// Reads SGD, Adam, AdamW, RMSprop and Adagrad; for another optimizer the
+// state is empty and only the learning rate is reported.
+OptimizerView read_optimizer(torch::optim::Optimizer& optimizer, const torch::nn::Module& model);
+
+}  // namespace nansense::capture

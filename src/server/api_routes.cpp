@@ -1,0 +1,168 @@
+#include "server/api_routes.h"
+
+#include <functional>
+#include <map>
+#include <set>
+
+namespace nansense::server {
+
+namespace {
+
+constexpr double kMaxWaitSeconds = 300;
+
+// A JSON request body with its fields checked against what a route accepts.
+class Body {
+ public:
+  Body(const std::string& text, std::set<std::string> accepted) {
+    if (text.find_first_not_of(" \t\r\n") != std::string::npos) {
+      try {
+        value_ = json::parse(text);
+      } catch (const json::parse_error& e) {
+        throw ControllerError(ControllerError::Kind::kInvalidArgument,
+                              std::string("malformed JSON body: ") + e.what());
+      }
+    } else {
+      value_ = json::object();
+    }
+    if (!value_.is_object()) {
+      throw ControllerError(ControllerError::Kind::kInvalidArgument, "the request body must be a JSON object");
+    }
+    accepted.insert("wait_seconds");
+    for (const auto& [key, _] : value_.items()) {
+      if (!accepted.count(key)) {
+        std::string list;
+        for (const auto& a : accepted) list += (list.empty() ? "" : ", ") + a;
+        throw ControllerError(ControllerError::Kind::kInvalidArgument,
+                              "unknown field \"" + key + "\"; accepted fields: " + list);
+      }
+    }
+  }
+
+  std::optional<std::string> string(const std::string& key) const {
+    if (!value_.contains(key)) return std::nullopt;
+    if (!value_[key].is_string()) bad(key, "a string");
+    return value_[key].get<std::string>();
+  }
+  std::optional<bool> boolean(const std::string& key) const {
+    if (!value_.contains(key)) return std::nullopt;
+    if (!value_[key].is_boolean()) bad(key, "true or false");
+    return value_[key].get<bool>();
+  }
+  std::optional<int64_t> integer(const std::string& key) const {
+    if (!value_.contains(key)) return std::nullopt;
+    if (!value_[key].is_number_integer()) bad(key, "an integer");
+    return value_[key].get<int64_t>();
+  }
+  int64_t required_integer(const std::string& key) const {
+    auto v = integer(key);
+    if (!v) missing(key);
+    return *v;
+  }
+  std::string required_string(const std::string& key) const {
+    auto v = string(key);
+    if (!v) missing(key);
+    return *v;
+  }
+  Controller::Wait wait() const {
+    if (!value_.contains("wait_seconds")) return std::nullopt;
+    const auto& w = value_["wait_seconds"];
+    if (!w.is_number() || w.get<double>() < 0 || w.get<double>() > kMaxWaitSeconds) {
+      bad("wait_seconds", "a number of seconds from 0 to 300");
+    }
+    return std::chrono::milliseconds(static_cast<int64_t>(w.get<double>() * 1000));
+  }
+
+ private:
+  [[noreturn]] static void bad(const std::string& key, const std::string& expected) {
+    throw ControllerError(ControllerError::Kind::kInvalidArgument, "field \"" + key + "\" must be " + expected);
+  }
+  [[noreturn]] static void missing(const std::string& key) {
+    throw ControllerError(ControllerError::Kind::kInvalidArgument, "missing required field \"" + key + "\"");
+  }
+  json value_;
+};
+
+struct Route {
+  std::string method;
+  std::function<json(Controller&, const HttpRequest&)> handle;
+};
+
+const std::map<std::string, Route>& routes() {
+  static const std::map<std::string, Route> table = {
+      {"/api/status", {"GET", [](Controller& c, const HttpRequest&) { return c.get_status(); }}},
+      {"/api/architecture", {"GET", [](Controller& c, const HttpRequest&) { return c.get_architecture(); }}},
+      {"/api/snapshot", {"GET", [](Controller& c, const HttpRequest&) { return c.get_snapshot(); }}},
+      {"/api/step",
+       {"POST",
+        [](Controller& c, const HttpRequest& r) {
+          Body body(r.body, {"unit"});
+          return c.step(body.string("unit").value_or("batch"), body.wait());
+        }}},
+      {"/api/run",
+       {"POST",
+        [](Controller& c, const HttpRequest& r) {
+          Body body(r.body, {"detach"});
+          return c.run(body.boolean("detach").value_or(false), body.wait());
+        }}},
+      {"/api/pause",
+       {"POST",
+        [](Controller& c, const HttpRequest& r) {
+          Body body(r.body, {});
+          return c.pause(body.wait());
+        }}},
+      {"/api/run_until",
+       {"POST",
+        [](Controller& c, const HttpRequest& r) {
+          Body body(r.body, {"phase", "epoch", "batch"});
+          return c.run_until(body.required_string("phase"), body.required_integer("epoch"),
+                             body.required_integer("batch"), body.wait());
+        }}},
+      {"/api/refresh",
+       {"POST",
+        [](Controller& c, const HttpRequest& r) {
+          Body body(r.body, {});
+          return c.refresh(body.wait());
+        }}},
+  };
+  return table;
+}
+
+unsigned status_for(ControllerError::Kind kind) {
+  switch (kind) {
+    case ControllerError::Kind::kInvalidArgument: return 400;
+    case ControllerError::Kind::kNotFound: return 404;
+    case ControllerError::Kind::kConflict: return 409;
+  }
+  return 400;
+}
+
+}  // namespace
+
+HttpResponse error_response(unsigned status, const std::string& message) {
+  HttpResponse res;
+  res.status = status;
+  res.body = json{{"error", message}}.dump();
+  return res;
+}
+
+HttpResponse handle_api(Controller& controller, const HttpRequest& request) {
+  auto it = routes().find(request.path);
+  if (it == routes().end()) {
+    return error_response(404, "no API route " + request.path + "; see GET / for the list");
+  }
+  const Route& route = it->second;
+  if (request.method != route.method) {
+    auto res = error_response(405, request.path + " accepts " + route.method + ", not " + request.method);
+    res.headers.emplace_back("Allow", route.method);
+    return res;
+  }
+  try {
+    HttpResponse res;
+    res.body = route.handle(controller, request).dump();
+    return res;
+  } catch (const ControllerError& e) {
+    return error_response(status_for(e.kind()), e.what());
+  }
+}
+
+}  // namespace nansense::server

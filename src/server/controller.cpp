@@ -1,0 +1,162 @@
+#include "server/controller.h"
+
+#include "nansense/errors.h"
+#include "session/session_core.h"
+
+namespace nansense::server {
+
+namespace {
+
+const char* hint(RunState state) {
+  switch (state) {
+    case RunState::kPaused: return "paused: inspect the layers, then step or run";
+    case RunState::kRunning: return "running: pause to stop at the next batch";
+    case RunState::kFinished: return "training finished: the last captured batch stays available";
+    case RunState::kLost: return "the training loop exited without close(): see lost_reason";
+  }
+  return "";
+}
+
+}  // namespace
+
+json Controller::get_status() const {
+  const auto state = core_.control().state();
+  auto snap = core_.snapshot();
+  json status = {{"state", std::string(to_string(state))},
+                 {"mode", std::string(to_string(core_.control().mode()))},
+                 {"live_position", to_json(core_.live_position())},
+                 {"snapshot_position", snap ? to_json(snap->position) : json(nullptr)},
+                 {"snapshot_sequence", snap ? snap->sequence : 0},
+                 {"schedule", to_json(core_.schedule())},
+                 {"hint", hint(state)}};
+  if (state == RunState::kLost) status["lost_reason"] = core_.control().lost_reason();
+  auto errors = core_.internal_errors();
+  if (!errors.empty()) status["internal_errors"] = errors;
+  return status;
+}
+
+json Controller::get_architecture() const {
+  auto arch = core_.architecture();
+  if (!arch) {
+    return {{"captured", false},
+            {"reason", "no batch has been captured yet: the graph appears once the first batch pauses"},
+            {"layers", json::array()},
+            {"edges", json::array()},
+            {"inputs", json::array()}};
+  }
+  json out = to_json(*arch);
+  out["captured"] = true;
+  return out;
+}
+
+json Controller::get_snapshot() const {
+  auto snap = core_.snapshot();
+  if (!snap) {
+    throw ControllerError(ControllerError::Kind::kNotFound,
+                          "no snapshot yet: the first captured batch publishes one (the run pauses there)");
+  }
+  {
+    std::lock_guard lock(cache_mu_);
+    if (cached_snapshot_ && cached_sequence_ == snap->sequence) return *cached_snapshot_;
+  }
+  json layers = json::array();
+  for (const auto& layer : snap->architecture->layers) {
+    json entry = {{"name", layer.name}, {"kind", layer.kind}};
+    auto a = snap->activations.find(layer.name);
+    entry["activation"] = a != snap->activations.end() ? tensor_summary(a->second) : json(nullptr);
+    auto g = snap->activation_gradients.find(layer.name);
+    entry["gradient"] = g != snap->activation_gradients.end() ? tensor_summary(g->second) : json(nullptr);
+    layers.push_back(std::move(entry));
+  }
+  json params = json::array();
+  for (const auto& [name, w] : snap->weights) {
+    auto g = snap->weight_gradients.find(name);
+    json entry = {{"name", name},
+                  {"weight", tensor_summary(w)},
+                  {"gradient", g != snap->weight_gradients.end() ? tensor_summary(g->second) : json(nullptr)}};
+    if (auto st = snap->optimizer_state.find(name); st != snap->optimizer_state.end()) {
+      json state = json::object();
+      for (const auto& [key, t] : st->second) {
+        state[key] = t.dim() == 0 ? number(t.item<double>()) : tensor_summary(t);
+      }
+      entry["optimizer_state"] = state;
+    }
+    if (auto hp = snap->optimizer_hyperparams.find(name); hp != snap->optimizer_hyperparams.end()) {
+      json hyper = json::object();
+      for (const auto& [key, v] : hp->second) hyper[key] = number(v);
+      entry["hyperparameters"] = hyper;
+    }
+    params.push_back(std::move(entry));
+  }
+  auto out = std::make_shared<const json>(json{{"position", to_json(snap->position)},
+                                               {"sequence", snap->sequence},
+                                               {"layers", layers},
+                                               {"parameters", params}});
+  std::lock_guard lock(cache_mu_);
+  cached_sequence_ = snap->sequence;
+  cached_snapshot_ = out;
+  return *out;
+}
+
+template <class F>
+json Controller::command(F&& apply, Wait wait) {
+  const auto state = core_.control().state();
+  if (state == RunState::kFinished || state == RunState::kLost) {
+    throw ControllerError(ControllerError::Kind::kConflict,
+                          state == RunState::kFinished
+                              ? "training has finished: nothing left to run; the last captured batch stays available"
+                              : "the training loop was lost (" + core_.control().lost_reason() +
+                                    "): nothing left to control");
+  }
+  try {
+    apply();
+  } catch (const ControlError& e) {
+    throw ControllerError(ControllerError::Kind::kInvalidArgument, e.what());
+  }
+  if (wait) core_.control().wait_until_stopped(*wait);
+  return get_status();
+}
+
+json Controller::step(const std::string& unit, Wait wait) {
+  auto& control = core_.control();
+  if (unit == "batch") return command([&] { control.step_batch(); }, wait);
+  if (unit == "phase") return command([&] { control.step_phase(); }, wait);
+  if (unit == "epoch") return command([&] { control.step_epoch(); }, wait);
+  throw ControllerError(ControllerError::Kind::kInvalidArgument,
+                        "unit must be \"batch\", \"phase\" or \"epoch\", got \"" + unit + "\"");
+}
+
+json Controller::run(bool detach, Wait wait) {
+  auto& control = core_.control();
+  // A detached run never pauses again: there is nothing to wait for.
+  if (detach) return command([&] { control.detach(); }, std::nullopt);
+  return command([&] { control.step_run(); }, wait);
+}
+
+json Controller::pause(Wait wait) {
+  return command([&] { core_.control().stop(); }, wait);
+}
+
+json Controller::run_until(const std::string& phase, int64_t epoch, int64_t batch, Wait wait) {
+  BatchPosition target;
+  target.phase = phase;
+  target.epoch = epoch;
+  target.batch_idx = batch;
+  return command([&] { core_.control().step_until_position(target); }, wait);
+}
+
+json Controller::refresh(Wait wait) {
+  const auto before = core_.snapshot();
+  const uint64_t seq = before ? before->sequence : 0;
+  json status = command([&] { core_.control().request_snapshot(); }, std::nullopt);
+  if (!wait || core_.control().state() != RunState::kRunning) {
+    status["refreshed"] = false;
+    return status;
+  }
+  bool refreshed = core_.wait_for_snapshot_after(seq, *wait);
+  status = get_status();
+  status["refreshed"] = refreshed;
+  return status;
+}
+
+}  // namespace nansense::server

@@ -1,0 +1,61 @@
+// The one command/query layer every UI and MCP action goes through. Named
+// like the original's MCP tools; transports only parse and format.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include "server/json_views.h"
+
+namespace nansense::detail {
+class SessionCore;
+}
+
+namespace nansense::server {
+
+// A refused request. The message says what to do; kind picks the status a
+// transport reports (HTTP 400/404/409, an MCP error result).
+class ControllerError : public std::runtime_error {
+ public:
+  enum class Kind { kInvalidArgument, kNotFound, kConflict };
+  ControllerError(Kind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}
+  Kind kind() const { return kind_; }
+
+ private:
+  Kind kind_;
+};
+
+class Controller {
+ public:
+  explicit Controller(detail::SessionCore& core) : core_(core) {}
+
+  // --- queries ---
+  json get_status() const;
+  json get_architecture() const;
+  // Per-layer summary of the last captured batch.
+  json get_snapshot() const;
+
+  // --- commands: each returns get_status() once applied (or waited for) ---
+  // `wait`: block until the loop pauses, finishes or is lost, at most this long.
+  using Wait = std::optional<std::chrono::milliseconds>;
+  json step(const std::string& unit, Wait wait = std::nullopt);
+  json run(bool detach, Wait wait = std::nullopt);
+  json pause(Wait wait = std::nullopt);
+  json run_until(const std::string& phase, int64_t epoch, int64_t batch, Wait wait = std::nullopt);
+  json refresh(Wait wait = std::nullopt);
+
+ private:
+  template <class F>
+  json command(F&& apply, Wait wait);
+
+  detail::SessionCore& core_;
+  mutable std::mutex cache_mu_;
+  mutable uint64_t cached_sequence_ = 0;
+  mutable std::shared_ptr<const json> cached_snapshot_;
+};
+
+}  // namespace nansense::server

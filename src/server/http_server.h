@@ -1,0 +1,63 @@
+// A small HTTP/1.1 server on Boost.Beast: async I/O threads that never run
+// handlers, and a worker pool that does (handlers may block on waits).
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace nansense::server {
+
+struct HttpRequest {
+  std::string method;  // "GET", "POST", ...
+  std::string path;    // decoded path without the query
+  std::map<std::string, std::string> query;
+  std::map<std::string, std::string> headers;  // lower-case names
+  std::string body;
+
+  // The header's value, or "" when absent.
+  const std::string& header(const std::string& lower_name) const;
+};
+
+struct HttpResponse {
+  unsigned status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;
+};
+
+using HttpHandler = std::function<HttpResponse(const HttpRequest&)>;
+
+struct HttpServerLimits {
+  size_t body_limit = 1 << 20;  // larger bodies get 413
+  int io_threads = 2;
+  int worker_threads = 8;
+};
+
+class HttpServer {
+ public:
+  HttpServer(HttpHandler handler, HttpServerLimits limits = {});
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Binds and starts serving. Throws std::runtime_error naming the address and
+  // the reason when the port cannot be bound. Port 0 picks a free port.
+  void start(const std::string& host, int port);
+  int port() const;
+  void stop();
+
+  struct Impl;  // the Beast machinery, defined in http_server.cpp
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// Percent-decoding for paths and query values ('+' is a space in queries).
+std::string url_decode(const std::string& s, bool plus_is_space);
+
+}  // namespace nansense::server

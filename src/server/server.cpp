@@ -1,0 +1,161 @@
+#include "server/server.h"
+
+#include <iostream>
+#include <random>
+
+#include "server/api_routes.h"
+#include "server/banner.h"
+#include "session/session_core.h"
+
+namespace nansense::server {
+
+namespace {
+
+// "localhost:8080" -> "localhost", "[::1]:8080" -> "::1"
+std::string host_without_port(const std::string& host) {
+  if (!host.empty() && host.front() == '[') {
+    auto close = host.find(']');
+    return close == std::string::npos ? host : host.substr(1, close - 1);
+  }
+  auto colon = host.rfind(':');
+  if (colon != std::string::npos && host.find(':') == colon) return host.substr(0, colon);
+  return host;
+}
+
+// "http://localhost:8080" -> "localhost:8080"
+std::string origin_authority(const std::string& origin) {
+  auto scheme = origin.find("://");
+  return scheme == std::string::npos ? origin : origin.substr(scheme + 3);
+}
+
+std::string random_token() {
+  std::random_device rd;
+  std::string token;
+  const char* hex = "0123456789abcdef";
+  for (int i = 0; i < 32; ++i) token += hex[rd() % 16];
+  return token;
+}
+
+std::string cookie_value(const std::string& cookies, const std::string& name) {
+  size_t pos = 0;
+  while (pos < cookies.size()) {
+    size_t end = cookies.find(';', pos);
+    if (end == std::string::npos) end = cookies.size();
+    std::string part = cookies.substr(pos, end - pos);
+    part.erase(0, part.find_first_not_of(' '));
+    if (part.rfind(name + "=", 0) == 0) return part.substr(name.size() + 1);
+    pos = end + 1;
+  }
+  return "";
+}
+
+const char* kIndexPage = R"(<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>nansense</title>
+<style>body{font:15px system-ui,sans-serif;margin:2em;color:#222}code{background:#f3f3f3;padding:1px 4px}</style>
+</head><body>
+<h1>nansense</h1>
+<p>This training debugger serves a JSON API on this port:</p>
+<ul>
+<li><code>GET /api/status</code> — run state, mode, positions, schedule</li>
+<li><code>GET /api/architecture</code> — discovered layers and edges</li>
+<li><code>GET /api/snapshot</code> — per-layer summary of the last captured batch</li>
+<li><code>POST /api/step</code> <code>{"unit":"batch"|"phase"|"epoch"}</code></li>
+<li><code>POST /api/run</code> <code>{"detach":false}</code></li>
+<li><code>POST /api/pause</code></li>
+<li><code>POST /api/run_until</code> <code>{"phase":"train","epoch":0,"batch":10}</code></li>
+<li><code>POST /api/refresh</code></li>
+</ul>
+<p>Commands accept <code>"wait_seconds"</code> to return once the loop has paused again.</p>
+</body></html>
+)";
+
+}  // namespace
+
+bool is_loopback_host(const std::string& host) {
+  const std::string h = host_without_port(host);
+  return h == "localhost" || h == "::1" || h.rfind("127.", 0) == 0;
+}
+
+Server::Server(detail::SessionCore& core)
+    : controller_(core), http_([this](const HttpRequest& r) { return handle(r); }) {}
+
+Server::~Server() { http_.stop(); }
+
+bool Server::start(const ServeOptions& options) {
+  host_ = options.host();
+  loopback_ = is_loopback_host(host_);
+  if (!loopback_) token_ = random_token();
+  try {
+    http_.start(host_ == "localhost" ? "127.0.0.1" : host_, options.port());
+  } catch (const std::exception& e) {
+    std::cerr << "[nansense] " << e.what() << " — training continues without the UI\n";
+    return false;
+  }
+  port_ = http_.port();
+  if (options.print_banner()) print_banner(url());
+  if (options.open_browser()) open_browser(url());
+  return true;
+}
+
+std::string Server::url() const {
+  // A wildcard bind is reachable on loopback; show the address that works here.
+  std::string shown = (host_ == "0.0.0.0" || host_ == "::") ? "127.0.0.1" : host_;
+  if (shown.find(':') != std::string::npos) shown = "[" + shown + "]";
+  std::string url = "http://" + shown + ":" + std::to_string(port_) + "/";
+  if (!token_.empty()) url += "?token=" + token_;
+  return url;
+}
+
+std::optional<HttpResponse> Server::refuse(const HttpRequest& request) const {
+  const std::string& host = request.header("host");
+  const std::string& origin = request.header("origin");
+  if (loopback_) {
+    if (!host.empty() && !is_loopback_host(host)) {
+      return error_response(403, "Host \"" + host + "\" refused: this server answers loopback names only "
+                                 "(DNS-rebinding protection); use " + url());
+    }
+    if (!origin.empty() && origin != "null" && !is_loopback_host(origin_authority(origin))) {
+      return error_response(403, "Origin \"" + origin + "\" refused: only pages served from this machine may call it");
+    }
+    return std::nullopt;
+  }
+  if (!origin.empty() && origin != "null" && origin_authority(origin) != host) {
+    return error_response(403, "Origin \"" + origin + "\" refused: cross-site requests are not allowed");
+  }
+  std::string presented;
+  if (auto q = request.query.find("token"); q != request.query.end()) presented = q->second;
+  if (presented.empty()) {
+    const std::string& auth = request.header("authorization");
+    if (auth.rfind("Bearer ", 0) == 0) presented = auth.substr(7);
+  }
+  if (presented.empty()) presented = cookie_value(request.header("cookie"), "nansense_token");
+  if (presented != token_) {
+    return error_response(401, "a token is required on a non-loopback bind: open the URL printed in the "
+                               "training log (it ends with ?token=...)");
+  }
+  return std::nullopt;
+}
+
+HttpResponse Server::handle(const HttpRequest& request) {
+  if (auto refused = refuse(request)) return *refused;
+  HttpResponse res;
+  if (request.path.rfind("/api/", 0) == 0) {
+    res = handle_api(controller_, request);
+  } else if (request.path == "/" || request.path == "/index.html") {
+    if (request.method != "GET" && request.method != "HEAD") {
+      res = error_response(405, "/ accepts GET");
+      res.headers.emplace_back("Allow", "GET");
+    } else {
+      res.content_type = "text/html; charset=utf-8";
+      res.body = kIndexPage;
+    }
+  } else {
+    res = error_response(404, "not found: " + request.path);
+  }
+  if (!token_.empty() && request.query.count("token")) {
+    res.headers.emplace_back("Set-Cookie", "nansense_token=" + token_ + "; Path=/; HttpOnly; SameSite=Strict");
+  }
+  return res;
+}
+
+}  // namespace nansense::server

@@ -1,0 +1,46 @@
+// The session's web server: HTTP transport, access checks, the REST API and
+// the page, wired to one Controller.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "nansense/options.h"
+#include "server/controller.h"
+#include "server/http_server.h"
+
+namespace nansense::detail {
+class SessionCore;
+}
+
+namespace nansense::server {
+
+class Server {
+ public:
+  explicit Server(detail::SessionCore& core);
+  ~Server();
+
+  // Binds, prints the banner and opens a browser as the options say. On a bind
+  // failure prints one line saying why and returns false.
+  bool start(const ServeOptions& options);
+  // "http://127.0.0.1:8080/" (with ?token=... on a non-loopback bind).
+  std::string url() const;
+  Controller& controller() { return controller_; }
+
+ private:
+  HttpResponse handle(const HttpRequest& request);
+  // Host/Origin checks against DNS rebinding, and the token on remote binds.
+  std::optional<HttpResponse> refuse(const HttpRequest& request) const;
+
+  Controller controller_;
+  HttpServer http_;
+  std::string host_;
+  bool loopback_ = true;
+  std::string token_;
+  int port_ = 0;
+};
+
+// Whether `host` (an address or host name, no port) names this machine only.
+bool is_loopback_host(const std::string& host);
+
+}  // namespace nansense::server

@@ -1,0 +1,197 @@
+#include "session/run_control.h"
+
+#include <exception>
+#include <iostream>
+
+#include "nansense/errors.h"
+
+namespace nansense::detail {
+
+BoundaryDecision RunControl::decide(const BatchPosition& pos) {
+  std::lock_guard lock(mu_);
+  BoundaryDecision d;
+  if (finished_ || lost_) return d;
+  switch (mode_) {
+    case Mode::kStep: d.pause_after = true; break;
+    case Mode::kUntilPhaseChange: d.pause_after = pos.phase != ref_.phase || pos.epoch != ref_.epoch; break;
+    case Mode::kUntilEpochChange: d.pause_after = pos.epoch != ref_.epoch; break;
+    case Mode::kUntilPosition:
+      // Also stop if the target was skipped (a phase shorter than expected).
+      d.pause_after = !target_ || pos.same_batch(*target_) || schedule_.before(*target_, pos);
+      break;
+    case Mode::kUntilEnd: d.pause_after = pos.is_last_in_run; break;
+    case Mode::kDetach: d.pause_after = false; break;
+  }
+  d.capture = d.pause_after || snapshot_requested_;
+  if (d.capture) snapshot_requested_ = false;
+  return d;
+}
+
+void RunControl::pause_at(const BatchPosition& pos) {
+  std::unique_lock lock(mu_);
+  if (finished_ || lost_) return;
+  paused_at_ = pos;
+  mode_ = Mode::kStep;
+  target_.reset();
+  resume_ = false;
+  cv_.notify_all();
+  while (true) {
+    cv_.wait(lock, [&] { return resume_ || finished_ || lost_ || !work_.empty(); });
+    if (!work_.empty()) {
+      auto work = std::move(work_.front());
+      work_.pop_front();
+      lock.unlock();
+      try {
+        work();
+      } catch (const std::exception& e) {
+        // Queued work reports its own results; a throw must not end training.
+        std::cerr << "[nansense] work queued for the training thread failed: " << e.what() << "\n";
+      } catch (...) {
+        std::cerr << "[nansense] work queued for the training thread failed\n";
+      }
+      lock.lock();
+      continue;
+    }
+    break;
+  }
+  paused_at_.reset();
+  resume_ = false;
+  cv_.notify_all();
+}
+
+void RunControl::require_live() const {
+  if (lost_) throw ControlError("the training loop was lost (" + lost_reason_ + "); restart the program to train again");
+  if (finished_) throw ControlError("training has finished; the last captured batch stays available for inspection");
+}
+
+BatchPosition RunControl::reference() const {
+  if (paused_at_) return *paused_at_;
+  if (auto cur = schedule_.current()) return *cur;
+  return BatchPosition{};
+}
+
+void RunControl::resume_with(Mode mode, std::unique_lock<std::mutex>& lock) {
+  require_live();
+  ref_ = reference();
+  mode_ = mode;
+  if (paused_at_) resume_ = true;
+  cv_.notify_all();
+}
+
+void RunControl::step_batch() {
+  std::unique_lock lock(mu_);
+  resume_with(Mode::kStep, lock);
+}
+
+void RunControl::step_phase() {
+  std::unique_lock lock(mu_);
+  resume_with(Mode::kUntilPhaseChange, lock);
+}
+
+void RunControl::step_epoch() {
+  std::unique_lock lock(mu_);
+  resume_with(Mode::kUntilEpochChange, lock);
+}
+
+void RunControl::step_run() {
+  std::unique_lock lock(mu_);
+  resume_with(Mode::kUntilEnd, lock);
+}
+
+void RunControl::detach() {
+  std::unique_lock lock(mu_);
+  resume_with(Mode::kDetach, lock);
+}
+
+void RunControl::step_until_position(const BatchPosition& target) {
+  std::unique_lock lock(mu_);
+  require_live();
+  auto order = schedule_.phase_order();
+  if (!schedule_.phase_index(target.phase)) {
+    std::string known;
+    for (const auto& p : order) known += (known.empty() ? "" : ", ") + p;
+    throw ControlError("unknown phase '" + target.phase + "'; known phases: " + (known.empty() ? "(none yet)" : known));
+  }
+  if (target.epoch < 0 || target.batch_idx < 0) throw ControlError("epoch and batch must not be negative");
+  if (auto epochs = schedule_.epochs(); epochs && target.epoch >= *epochs) {
+    throw ControlError("epoch " + std::to_string(target.epoch) + " is out of range: the run has " +
+                       std::to_string(*epochs) + " epochs (0.." + std::to_string(*epochs - 1) + ")");
+  }
+  if (auto count = schedule_.phase_count(target.phase); count && target.batch_idx >= *count) {
+    throw ControlError("batch " + std::to_string(target.batch_idx) + " is out of range: phase '" + target.phase +
+                       "' has " + std::to_string(*count) + " batches (0.." + std::to_string(*count - 1) + ")");
+  }
+  BatchPosition ref = reference();
+  if (!ref.phase.empty() && !schedule_.before(ref, target)) {
+    throw ControlError("target " + target.to_string() + " is not after the current position " + ref.to_string() +
+                       "; choose a later batch (time travel rewinds)");
+  }
+  target_ = schedule_.with_flags(target);
+  resume_with(Mode::kUntilPosition, lock);
+}
+
+void RunControl::stop() {
+  std::lock_guard lock(mu_);
+  if (finished_ || lost_ || paused_at_) return;
+  mode_ = Mode::kStep;
+  target_.reset();
+}
+
+void RunControl::request_snapshot() {
+  std::lock_guard lock(mu_);
+  if (!finished_ && !lost_ && !paused_at_) snapshot_requested_ = true;
+}
+
+void RunControl::close() {
+  std::lock_guard lock(mu_);
+  finished_ = true;
+  cv_.notify_all();
+}
+
+void RunControl::mark_lost(const std::string& reason) {
+  std::lock_guard lock(mu_);
+  if (finished_ || lost_) return;
+  lost_ = true;
+  lost_reason_ = reason;
+  cv_.notify_all();
+}
+
+void RunControl::post(std::function<void()> work) {
+  std::lock_guard lock(mu_);
+  require_live();
+  work_.push_back(std::move(work));
+  cv_.notify_all();
+}
+
+RunState RunControl::state() const {
+  std::lock_guard lock(mu_);
+  if (lost_) return RunState::kLost;
+  if (finished_) return RunState::kFinished;
+  if (paused_at_) return RunState::kPaused;
+  return RunState::kRunning;
+}
+
+Mode RunControl::mode() const {
+  std::lock_guard lock(mu_);
+  return mode_;
+}
+
+std::optional<BatchPosition> RunControl::paused_at() const {
+  std::lock_guard lock(mu_);
+  return paused_at_;
+}
+
+std::string RunControl::lost_reason() const {
+  std::lock_guard lock(mu_);
+  return lost_reason_;
+}
+
+RunState RunControl::wait_until_stopped(std::chrono::milliseconds timeout) const {
+  std::unique_lock lock(mu_);
+  cv_.wait_for(lock, timeout, [&] { return paused_at_.has_value() || finished_ || lost_; });
+  if (lost_) return RunState::kLost;
+  if (finished_) return RunState::kFinished;
+  return paused_at_ ? RunState::kPaused : RunState::kRunning;
+}
+
+}  // namespace nansense::detail

@@ -1,0 +1,78 @@
+// Run control: the mode state machine, the pause loop and the queue of work
+// that must run on the training thread.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "nansense/position.h"
+#include "nansense/schedule.h"
+#include "nansense/session.h"
+
+namespace nansense::detail {
+
+// What happens at one batch boundary, decided in one place so it stays a
+// small value (a future distributed run broadcasts it from rank 0).
+struct BoundaryDecision {
+  bool capture = false;      // trace this batch and publish a snapshot
+  bool pause_after = false;  // pause once the batch's body has run
+};
+
+class RunControl {
+ public:
+  explicit RunControl(const Schedule& schedule) : schedule_(schedule) {}
+
+  // --- training thread ---
+  BoundaryDecision decide(const BatchPosition& pos);
+  // Blocks in the pause loop, running queued work, until a command resumes
+  // the run or the session closes.
+  void pause_at(const BatchPosition& pos);
+
+  // --- any thread ---
+  void step_batch();
+  void step_phase();
+  void step_epoch();
+  void step_until_position(const BatchPosition& target);
+  void step_run();
+  void detach();
+  void stop();
+  void request_snapshot();
+  void close();
+  void mark_lost(const std::string& reason);
+  // Queues `work` for the training thread; it runs at the current or next pause.
+  void post(std::function<void()> work);
+
+  RunState state() const;
+  Mode mode() const;
+  std::optional<BatchPosition> paused_at() const;
+  std::string lost_reason() const;
+  RunState wait_until_stopped(std::chrono::milliseconds timeout) const;
+
+ private:
+  void resume_with(Mode mode, std::unique_lock<std::mutex>& lock);
+  // Both expect mu_ held.
+  void require_live() const;
+  BatchPosition reference() const;
+
+  const Schedule& schedule_;
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  Mode mode_ = Mode::kStep;
+  BatchPosition ref_;                    // where the current command was given
+  std::optional<BatchPosition> target_;  // kUntilPosition
+  std::optional<BatchPosition> paused_at_;
+  bool resume_ = false;
+  bool snapshot_requested_ = false;
+  bool finished_ = false;
+  bool lost_ = false;
+  std::string lost_reason_;
+  std::deque<std::function<void()>> work_;
+};
+
+}  // namespace nansense::detail

@@ -1,0 +1,236 @@
+#include <iostream>
+
+#include "nansense/errors.h"
+#include "nansense/session.h"
+#include "capture/snapshot_builder.h"
+#include "server/server.h"
+#include "session/session_core.h"
+
+namespace nansense {
+
+std::string_view to_string(RunState state) {
+  switch (state) {
+    case RunState::kRunning: return "running";
+    case RunState::kPaused: return "paused";
+    case RunState::kFinished: return "finished";
+    case RunState::kLost: return "lost";
+  }
+  return "running";
+}
+
+const std::vector<double>& InputNormalization::for_input(const std::string& input) const {
+  auto it = per_input.find(input);
+  return it != per_input.end() ? it->second : all;
+}
+
+ServeOptions StartOptions::serve_options() const {
+  ServeOptions s = serve_;
+  s.port(port_.value_or(8080)).host(host_).open_browser(open_browser_);
+  return s;
+}
+
+namespace detail {
+
+SessionCore::SessionCore(std::shared_ptr<torch::nn::Module> model, const StartOptions& options)
+    : model_(std::move(model)),
+      optimizer_(options.optimizer()),
+      display_(options.serve_options()),
+      schedule_(options.epochs(), options.phases()) {
+  if (!model_) throw UsageError("nansense::start needs a model, got a null module");
+}
+
+SessionCore::~SessionCore() {
+  control_.close();
+  server_.reset();
+}
+
+bool SessionCore::begin_batch(const std::string& phase, std::optional<int64_t> epoch) {
+  if (closed_) throw UsageError("batches() was used after session.close()");
+  pos_ = schedule_.advance(phase, epoch);
+  decision_ = control_.decide(pos_);
+  if (!decision_.capture || capture_disabled_) return false;
+  try {
+    tracer_ = std::make_unique<capture::Tracer>(*model_);
+  } catch (const std::exception& e) {
+    report_internal_error(std::string("capture disabled: ") + e.what());
+    return false;
+  }
+  return true;
+}
+
+void SessionCore::set_batch_inputs(std::vector<torch::Tensor> inputs, bool stacked) {
+  if (!tracer_) return;
+  try {
+    tracer_->set_inputs(inputs, stacked);
+  } catch (const std::exception& e) {
+    report_internal_error(std::string("input capture failed: ") + e.what());
+  }
+}
+
+void SessionCore::end_batch() {
+  if (tracer_) {
+    try {
+      auto trace = tracer_->finish();
+      tracer_.reset();
+      auto pos = schedule_.with_flags(pos_);
+      auto snap = capture::build_snapshot(pos, ++sequence_, *trace, *model_, optimizer_);
+      if (!snap->architecture->layers.empty()) architecture_.store(snap->architecture);
+      {
+        std::lock_guard lock(publish_mu_);
+        snapshot_.store(std::move(snap));
+      }
+      published_.notify_all();
+    } catch (const std::exception& e) {
+      tracer_.reset();
+      report_internal_error(std::string("snapshot failed: ") + e.what());
+    }
+  }
+  if (decision_.pause_after) control_.pause_at(schedule_.with_flags(pos_));
+  decision_ = {};
+}
+
+void SessionCore::end_phase(const std::string& phase, int64_t count) { schedule_.end_phase(phase, count); }
+
+void SessionCore::abandon_batch(bool by_exception) {
+  if (!by_exception) {
+    end_batch();
+    return;
+  }
+  tracer_.reset();
+  mark_lost("the training loop threw an exception during " + pos_.to_string());
+}
+
+void SessionCore::close() {
+  tracer_.reset();
+  closed_ = true;
+  control_.close();
+  std::lock_guard lock(publish_mu_);
+  published_.notify_all();
+}
+
+void SessionCore::mark_lost(const std::string& reason) {
+  if (closed_) return;
+  control_.mark_lost(reason);
+  std::lock_guard lock(publish_mu_);
+  published_.notify_all();
+}
+
+bool SessionCore::wait_for_snapshot_after(uint64_t sequence, std::chrono::milliseconds timeout) const {
+  std::unique_lock lock(publish_mu_);
+  auto newer = [&] {
+    auto snap = snapshot_.load();
+    return snap && snap->sequence > sequence;
+  };
+  published_.wait_for(lock, timeout, [&] {
+    return newer() || control_.state() == RunState::kFinished || control_.state() == RunState::kLost;
+  });
+  return newer();
+}
+
+void SessionCore::report_internal_error(const std::string& what) {
+  capture_disabled_ = true;
+  std::cerr << "[nansense] " << what << " (training continues without it)\n";
+  std::lock_guard lock(errors_mu_);
+  internal_errors_.push_back(what);
+}
+
+std::vector<std::string> SessionCore::internal_errors() const {
+  std::lock_guard lock(errors_mu_);
+  return internal_errors_;
+}
+
+bool SessionCore::serve(const ServeOptions& options) {
+  if (server_) {
+    std::cerr << "[nansense] the UI is already served at " << server_->url() << "\n";
+    return true;
+  }
+  display_ = options;
+  auto server = std::make_unique<server::Server>(*this);
+  if (!server->start(options)) return false;
+  server_ = std::move(server);
+  return true;
+}
+
+std::string SessionCore::url() const { return server_ ? server_->url() : std::string(); }
+
+bool begin_batch(SessionCore& core, const std::string& phase, std::optional<int64_t> epoch) {
+  return core.begin_batch(phase, epoch);
+}
+void set_batch_inputs(SessionCore& core, std::vector<torch::Tensor> inputs, bool stacked) {
+  core.set_batch_inputs(std::move(inputs), stacked);
+}
+void end_batch(SessionCore& core) { core.end_batch(); }
+void end_phase(SessionCore& core, const std::string& phase, int64_t count) { core.end_phase(phase, count); }
+void abandon_batch(SessionCore& core, bool by_exception) { core.abandon_batch(by_exception); }
+
+}  // namespace detail
+
+Session::Session(std::shared_ptr<detail::SessionCore> core) : core_(std::move(core)) {}
+Session::Session(Session&&) noexcept = default;
+Session& Session::operator=(Session&& other) noexcept {
+  if (this != &other) {
+    if (core_ && !core_->closed()) core_->mark_lost("the session was replaced without calling close()");
+    core_ = std::move(other.core_);
+  }
+  return *this;
+}
+Session::~Session() {
+  if (core_ && !core_->closed()) core_->mark_lost("the training loop ended without calling session.close()");
+}
+
+namespace {
+const Schedule& empty_schedule() {
+  static const Schedule schedule;
+  return schedule;
+}
+}  // namespace
+
+bool Session::enabled() const { return core_ != nullptr; }
+
+void Session::set_schedule(std::optional<int64_t> epochs, std::optional<PhaseCounts> phases) {
+  if (core_) core_->schedule().set(epochs, std::move(phases));
+}
+
+void Session::close() {
+  if (core_) core_->close();
+}
+
+std::optional<BatchPosition> Session::live_position() const {
+  return core_ ? core_->live_position() : std::nullopt;
+}
+Mode Session::mode() const { return core_ ? core_->control().mode() : Mode::kDetach; }
+RunState Session::state() const { return core_ ? core_->control().state() : RunState::kRunning; }
+std::shared_ptr<const BatchSnapshot> Session::snapshot() const { return core_ ? core_->snapshot() : nullptr; }
+std::shared_ptr<const Architecture> Session::architecture() const {
+  return core_ ? core_->architecture() : nullptr;
+}
+const Schedule& Session::schedule() const { return core_ ? core_->schedule() : empty_schedule(); }
+
+void Session::step_batch() { if (core_) core_->control().step_batch(); }
+void Session::step_phase() { if (core_) core_->control().step_phase(); }
+void Session::step_epoch() { if (core_) core_->control().step_epoch(); }
+void Session::step_until_position(const BatchPosition& target) {
+  if (core_) core_->control().step_until_position(target);
+}
+void Session::step_run() { if (core_) core_->control().step_run(); }
+void Session::detach() { if (core_) core_->control().detach(); }
+void Session::stop() { if (core_) core_->control().stop(); }
+void Session::request_snapshot() { if (core_) core_->control().request_snapshot(); }
+RunState Session::wait_until_stopped(std::chrono::milliseconds timeout) const {
+  return core_ ? core_->control().wait_until_stopped(timeout) : RunState::kRunning;
+}
+std::string Session::url() const { return core_ ? core_->url() : std::string(); }
+
+Session start(std::shared_ptr<torch::nn::Module> model, StartOptions options) {
+  if (!options.enabled()) return Session(nullptr);
+  Session session(std::make_shared<detail::SessionCore>(std::move(model), options));
+  if (options.port()) serve(session, options.serve_options());
+  return session;
+}
+
+bool serve(Session& session, ServeOptions options) {
+  if (!session.core()) return false;
+  return session.core()->serve(options);
+}
+
+}  // namespace nansense

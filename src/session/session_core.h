@@ -1,0 +1,88 @@
+// The engine behind a Session handle: schedule, run control, capture and the
+// published snapshot. Training-thread entry points and thread-safe queries.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "capture/tracer.h"
+#include "nansense/options.h"
+#include "nansense/schedule.h"
+#include "nansense/session.h"
+#include "nansense/snapshot.h"
+#include "session/run_control.h"
+
+namespace nansense::server {
+class Server;
+}
+
+namespace nansense::detail {
+
+class SessionCore {
+ public:
+  SessionCore(std::shared_ptr<torch::nn::Module> model, const StartOptions& options);
+  ~SessionCore();
+
+  // --- training thread ---
+  bool begin_batch(const std::string& phase, std::optional<int64_t> epoch);
+  void set_batch_inputs(std::vector<torch::Tensor> inputs, bool stacked);
+  void end_batch();
+  void end_phase(const std::string& phase, int64_t count);
+  void abandon_batch(bool by_exception);
+  void close();
+  void mark_lost(const std::string& reason);
+
+  // --- any thread ---
+  Schedule& schedule() { return schedule_; }
+  const Schedule& schedule() const { return schedule_; }
+  RunControl& control() { return control_; }
+  const RunControl& control() const { return control_; }
+  std::shared_ptr<const BatchSnapshot> snapshot() const { return snapshot_.load(); }
+  std::shared_ptr<const Architecture> architecture() const { return architecture_.load(); }
+  std::optional<BatchPosition> live_position() const { return schedule_.current(); }
+  bool closed() const { return closed_.load(); }
+  // Blocks until a snapshot newer than `sequence` is published (true), or the
+  // timeout passes, or the loop stops running (false).
+  bool wait_for_snapshot_after(uint64_t sequence, std::chrono::milliseconds timeout) const;
+  // Errors of nansense's own machinery that disabled a part (shown in status).
+  std::vector<std::string> internal_errors() const;
+  const ServeOptions& display_options() const { return display_; }
+
+  bool serve(const ServeOptions& options);
+  std::string url() const;
+
+ private:
+  void report_internal_error(const std::string& what);
+
+  std::shared_ptr<torch::nn::Module> model_;
+  torch::optim::Optimizer* optimizer_;
+  ServeOptions display_;
+  Schedule schedule_;
+  RunControl control_{schedule_};
+
+  // Training-thread state of the batch in progress.
+  BatchPosition pos_;
+  BoundaryDecision decision_;
+  std::unique_ptr<capture::Tracer> tracer_;
+  uint64_t sequence_ = 0;
+  bool capture_disabled_ = false;
+
+  std::atomic<std::shared_ptr<const BatchSnapshot>> snapshot_;
+  std::atomic<std::shared_ptr<const Architecture>> architecture_;
+  std::atomic<bool> closed_{false};
+  mutable std::mutex publish_mu_;
+  mutable std::condition_variable published_;
+  mutable std::mutex errors_mu_;
+  std::vector<std::string> internal_errors_;
+
+  std::unique_ptr<server::Server> server_;
+};
+
+}  // namespace nansense::detail
