@@ -58,12 +58,13 @@ class Batches {
       owner_->next(it_);
       return *this;
     }
-    friend bool operator!=(const iterator& a, sentinel) { return !(a.it_ == a.owner_->end_); }
-    friend bool operator==(const iterator& a, sentinel) { return a.it_ == a.owner_->end_; }
+    friend bool operator!=(const iterator& a, sentinel) { return !a.at_end(); }
+    friend bool operator==(const iterator& a, sentinel) { return a.at_end(); }
 
    private:
     friend class Batches;
     iterator(Batches* owner, InnerIt it) : owner_(owner), it_(std::move(it)) {}
+    bool at_end() const { return it_ == owner_->end_; }
     Batches* owner_;
     InnerIt it_;
   };

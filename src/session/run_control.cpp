@@ -7,21 +7,26 @@
 
 namespace nansense::detail {
 
+bool RunControl::pauses_at(const BatchPosition& pos) const {
+  switch (mode_) {
+    case Mode::kStep: return true;
+    case Mode::kUntilPhaseChange: return pos.phase != ref_.phase || pos.epoch != ref_.epoch;
+    case Mode::kUntilEpochChange: return pos.epoch != ref_.epoch;
+    case Mode::kUntilPosition:
+      // Also stop if the target was skipped (a phase shorter than expected).
+      return !target_ || pos.same_batch(*target_) || schedule_.before(*target_, pos);
+    case Mode::kUntilEnd: return pos.is_last_in_run;
+    case Mode::kDetach: return false;
+  }
+  return false;
+}
+
 BoundaryDecision RunControl::decide(const BatchPosition& pos) {
   std::lock_guard lock(mu_);
   BoundaryDecision d;
   if (finished_ || lost_) return d;
-  switch (mode_) {
-    case Mode::kStep: d.pause_after = true; break;
-    case Mode::kUntilPhaseChange: d.pause_after = pos.phase != ref_.phase || pos.epoch != ref_.epoch; break;
-    case Mode::kUntilEpochChange: d.pause_after = pos.epoch != ref_.epoch; break;
-    case Mode::kUntilPosition:
-      // Also stop if the target was skipped (a phase shorter than expected).
-      d.pause_after = !target_ || pos.same_batch(*target_) || schedule_.before(*target_, pos);
-      break;
-    case Mode::kUntilEnd: d.pause_after = pos.is_last_in_run; break;
-    case Mode::kDetach: d.pause_after = false; break;
-  }
+  d.pause_after = pauses_at(pos);
+  commands_at_decision_ = commands_;
   d.capture = d.pause_after || snapshot_requested_;
   if (d.capture) snapshot_requested_ = false;
   return d;
@@ -30,6 +35,9 @@ BoundaryDecision RunControl::decide(const BatchPosition& pos) {
 void RunControl::pause_at(const BatchPosition& pos) {
   std::unique_lock lock(mu_);
   if (finished_ || lost_) return;
+  // A command given while this batch ran (run, detach, step phase...) decides
+  // instead of the mode this batch started under.
+  if (commands_ != commands_at_decision_ && !pauses_at(pos)) return;
   paused_at_ = pos;
   mode_ = Mode::kStep;
   target_.reset();
@@ -74,7 +82,13 @@ void RunControl::resume_with(Mode mode, std::unique_lock<std::mutex>& lock) {
   require_live();
   ref_ = reference();
   mode_ = mode;
-  if (paused_at_) resume_ = true;
+  ++commands_;
+  if (paused_at_) {
+    // Running from now on: a wait_until_stopped() after this command must
+    // wait for the next pause, not return on this one.
+    paused_at_.reset();
+    resume_ = true;
+  }
   cv_.notify_all();
 }
 
@@ -135,6 +149,7 @@ void RunControl::stop() {
   if (finished_ || lost_ || paused_at_) return;
   mode_ = Mode::kStep;
   target_.reset();
+  ++commands_;
 }
 
 void RunControl::request_snapshot() {

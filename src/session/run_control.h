@@ -56,9 +56,10 @@ class RunControl {
 
  private:
   void resume_with(Mode mode, std::unique_lock<std::mutex>& lock);
-  // Both expect mu_ held.
+  // These expect mu_ held.
   void require_live() const;
   BatchPosition reference() const;
+  bool pauses_at(const BatchPosition& pos) const;
 
   const Schedule& schedule_;
   mutable std::mutex mu_;
@@ -68,6 +69,10 @@ class RunControl {
   std::optional<BatchPosition> target_;  // kUntilPosition
   std::optional<BatchPosition> paused_at_;
   bool resume_ = false;
+  // Counts commands that change the mode; decide() notes the count so that a
+  // command given while the batch ran can still cancel the pause it decided.
+  uint64_t commands_ = 0;
+  uint64_t commands_at_decision_ = 0;
   bool snapshot_requested_ = false;
   bool finished_ = false;
   bool lost_ = false;

@@ -1,0 +1,351 @@
+// The HTTP API over loopback, driving a real training loop on its own thread.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <nansense/nansense.h>
+
+#include <thread>
+
+#include "integration/http_client.h"
+
+namespace {
+
+using nansense::testing::http_request;
+using nansense::testing::Reply;
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+struct TinyNetImpl : torch::nn::Module {
+  TinyNetImpl() {
+    fc1 = register_module("fc1", torch::nn::Linear(4, 8));
+    fc2 = register_module("fc2", torch::nn::Linear(8, 3));
+  }
+  torch::Tensor forward(torch::Tensor x) { return torch::log_softmax(fc2(torch::relu(fc1(x))), 1); }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+};
+TORCH_MODULE(TinyNet);
+
+int port_of(const std::string& url) {
+  auto colon = url.rfind(':');
+  return std::stoi(url.substr(colon + 1));
+}
+
+// A session serving on a free port, with a training loop of `epochs` x
+// (train: train_batches, val: val_batches) on its own thread.
+class ApiTest : public ::testing::Test {
+ protected:
+  void start(int64_t epochs = 2, int64_t train_batches = 4, int64_t val_batches = 2, bool throw_midway = false) {
+    torch::manual_seed(0);
+    model_ = TinyNet();
+    optimizer_ = std::make_unique<torch::optim::SGD>(model_->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+    for (int64_t i = 0; i < train_batches; ++i) train_.emplace_back(torch::randn({5, 4}), torch::randint(0, 3, {5}));
+    for (int64_t i = 0; i < val_batches; ++i) val_.emplace_back(torch::randn({5, 4}), torch::randint(0, 3, {5}));
+    session_ = std::make_unique<nansense::Session>(nansense::start(
+        model_, nansense::StartOptions()
+                    .optimizer(optimizer_.get())
+                    .epochs(epochs)
+                    .phases(nansense::PhaseCounts{{"train", train_batches}, {"val", val_batches}})));
+    ASSERT_TRUE(nansense::serve(*session_, nansense::ServeOptions().port(0).open_browser(false).print_banner(false)));
+    port_ = port_of(session_->url());
+    trainer_ = std::thread([this, epochs, throw_midway] {
+      try {
+        for (int64_t e = 0; e < epochs; ++e) {
+          for (auto& batch : session_->batches(train_, "train")) {
+            optimizer_->zero_grad();
+            auto loss = torch::nll_loss(model_->forward(batch.first), batch.second);
+            loss.backward();
+            optimizer_->step();
+            if (throw_midway && e == 0) throw std::runtime_error("boom");
+          }
+          torch::NoGradGuard no_grad;
+          for (auto& batch : session_->batches(val_, "val")) model_->forward(batch.first);
+        }
+        session_->close();
+      } catch (const std::exception&) {
+        // The session reports the loop as lost.
+      }
+    });
+  }
+
+  void TearDown() override {
+    if (session_ && trainer_.joinable()) {
+      // Let a paused or running loop finish so the thread can be joined.
+      try {
+        session_->detach();
+      } catch (const std::exception&) {
+      }
+    }
+    if (trainer_.joinable()) trainer_.join();
+    session_.reset();
+  }
+
+  Reply get(const std::string& target) { return http_request(port_, "GET", target); }
+  Reply post(const std::string& target, const json& body) { return http_request(port_, "POST", target, body.dump()); }
+  json wait_paused() {
+    EXPECT_EQ(session_->wait_until_stopped(20s), nansense::RunState::kPaused);
+    return get("/api/status").json();
+  }
+
+  TinyNet model_{nullptr};
+  std::unique_ptr<torch::optim::SGD> optimizer_;
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> train_, val_;
+  std::unique_ptr<nansense::Session> session_;
+  std::thread trainer_;
+  int port_ = 0;
+};
+
+TEST_F(ApiTest, StatusShowsTheFirstBatchPaused) {
+  start();
+  json status = wait_paused();
+  EXPECT_EQ(status["state"], "paused");
+  EXPECT_EQ(status["mode"], "step");
+  EXPECT_EQ(status["live_position"]["phase"], "train");
+  EXPECT_EQ(status["live_position"]["batch_idx"], 0);
+  EXPECT_EQ(status["snapshot_position"]["batch_idx"], 0);
+  EXPECT_EQ(status["schedule"]["epochs"], 2);
+  ASSERT_EQ(status["schedule"]["phases"].size(), 2u);
+  EXPECT_EQ(status["schedule"]["phases"][1]["name"], "val");
+  EXPECT_EQ(status["schedule"]["phases"][1]["batches"], 2);
+}
+
+TEST_F(ApiTest, ArchitectureListsLayersEdgesAndInputs) {
+  start();
+  wait_paused();
+  json arch = get("/api/architecture").json();
+  EXPECT_TRUE(arch["captured"].get<bool>());
+  std::vector<std::string> names;
+  for (const auto& l : arch["layers"]) names.push_back(l["name"]);
+  EXPECT_EQ(names, (std::vector<std::string>{"input", "fc1", "relu", "fc2", "log_softmax"}));
+  EXPECT_EQ(arch["inputs"], json::array({"input"}));
+  EXPECT_EQ(arch["layers"][1]["kind"], "Linear");
+  EXPECT_EQ(arch["layers"][1]["output_shape"], json::array({5, 8}));
+  EXPECT_EQ(arch["layers"][1]["parameters"], json::array({"fc1.weight", "fc1.bias"}));
+  json expected_edges = json::array({json{{"from", "input"}, {"to", "fc1"}}, json{{"from", "fc1"}, {"to", "relu"}},
+                                      json{{"from", "relu"}, {"to", "fc2"}},
+                                      json{{"from", "fc2"}, {"to", "log_softmax"}}});
+  EXPECT_EQ(arch["edges"], expected_edges);
+}
+
+TEST_F(ApiTest, SnapshotSummaryMatchesTheCapturedTensors) {
+  start();
+  wait_paused();
+  json snap = get("/api/snapshot").json();
+  auto captured = session_->snapshot();
+  ASSERT_TRUE(captured);
+  const auto& fc1 = captured->activations.at("fc1");
+  json layer;
+  for (const auto& l : snap["layers"]) {
+    if (l["name"] == "fc1") layer = l;
+  }
+  ASSERT_FALSE(layer.is_null());
+  EXPECT_EQ(layer["activation"]["shape"], json::array({5, 8}));
+  EXPECT_EQ(layer["activation"]["dtype"], "Float");
+  EXPECT_EQ(layer["activation"]["non_finite"], 0);
+  EXPECT_NEAR(layer["activation"]["min"].get<double>(), fc1.min().item<double>(), 1e-5);
+  EXPECT_NEAR(layer["activation"]["max"].get<double>(), fc1.max().item<double>(), 1e-5);
+  EXPECT_NEAR(layer["activation"]["mean"].get<double>(), fc1.mean().item<double>(), 1e-5);
+  EXPECT_FALSE(layer["gradient"].is_null());
+  bool found_momentum = false;
+  for (const auto& p : snap["parameters"]) {
+    if (p["name"] == "fc1.weight") {
+      found_momentum = p["optimizer_state"].contains("momentum_buffer");
+      EXPECT_DOUBLE_EQ(p["hyperparameters"]["lr"].get<double>(), 0.1);
+    }
+  }
+  EXPECT_TRUE(found_momentum);
+}
+
+TEST_F(ApiTest, StepCommandsMoveThePausePosition) {
+  start();
+  wait_paused();
+  json status = post("/api/step", {{"unit", "batch"}, {"wait_seconds", 20}}).json();
+  EXPECT_EQ(status["state"], "paused");
+  EXPECT_EQ(status["live_position"]["batch_idx"], 1);
+  EXPECT_EQ(status["snapshot_position"]["batch_idx"], 1);
+
+  status = post("/api/step", {{"unit", "phase"}, {"wait_seconds", 20}}).json();
+  EXPECT_EQ(status["live_position"]["phase"], "val");
+  EXPECT_EQ(status["live_position"]["batch_idx"], 0);
+
+  status = post("/api/step", {{"unit", "epoch"}, {"wait_seconds", 20}}).json();
+  EXPECT_EQ(status["live_position"]["epoch"], 1);
+  EXPECT_EQ(status["live_position"]["phase"], "train");
+  EXPECT_EQ(status["live_position"]["batch_idx"], 0);
+
+  status = post("/api/run_until", {{"phase", "train"}, {"epoch", 1}, {"batch", 2}, {"wait_seconds", 20}}).json();
+  EXPECT_EQ(status["live_position"]["batch_idx"], 2);
+
+  status = post("/api/run", {{"detach", false}, {"wait_seconds", 20}}).json();
+  EXPECT_EQ(status["state"], "paused");
+  EXPECT_TRUE(status["live_position"]["is_last_in_run"].get<bool>());
+  EXPECT_EQ(status["live_position"]["phase"], "val");
+
+  status = post("/api/step", {{"unit", "batch"}, {"wait_seconds", 20}}).json();
+  EXPECT_EQ(status["state"], "finished");
+  Reply refused = post("/api/step", {{"unit", "batch"}});
+  EXPECT_EQ(refused.status, 409u);
+  EXPECT_NE(refused.json()["error"].get<std::string>().find("finished"), std::string::npos);
+}
+
+TEST_F(ApiTest, RunUntilRejectsThePastAndUnknownPhases) {
+  start();
+  wait_paused();
+  post("/api/step", {{"unit", "batch"}, {"wait_seconds", 20}});
+  Reply past = post("/api/run_until", {{"phase", "train"}, {"epoch", 0}, {"batch", 0}});
+  EXPECT_EQ(past.status, 400u);
+  EXPECT_NE(past.json()["error"].get<std::string>().find("not after the current position"), std::string::npos);
+  Reply unknown = post("/api/run_until", {{"phase", "test"}, {"epoch", 1}, {"batch", 0}});
+  EXPECT_EQ(unknown.status, 400u);
+  const std::string message = unknown.json()["error"];
+  EXPECT_NE(message.find("'test'"), std::string::npos);
+  EXPECT_NE(message.find("train, val"), std::string::npos);
+  Reply out_of_range = post("/api/run_until", {{"phase", "val"}, {"epoch", 0}, {"batch", 7}});
+  EXPECT_EQ(out_of_range.status, 400u);
+  Reply missing = post("/api/run_until", {{"phase", "val"}, {"epoch", 0}});
+  EXPECT_EQ(missing.status, 400u);
+  EXPECT_NE(missing.json()["error"].get<std::string>().find("\"batch\""), std::string::npos);
+  // Still paused where it was.
+  EXPECT_EQ(get("/api/status").json()["live_position"]["batch_idx"], 1);
+}
+
+TEST_F(ApiTest, BadRequestsGetClearErrorsAndTrainingGoesOn) {
+  start();
+  wait_paused();
+  auto expect_error = [](const Reply& r, unsigned status, const std::string& fragment) {
+    EXPECT_EQ(r.status, status) << r.body;
+    auto body = json::parse(r.body);
+    ASSERT_TRUE(body.contains("error")) << r.body;
+    EXPECT_NE(body["error"].get<std::string>().find(fragment), std::string::npos) << r.body;
+  };
+  expect_error(http_request(port_, "POST", "/api/step", "{not json"), 400, "malformed JSON");
+  expect_error(http_request(port_, "POST", "/api/step", "[1,2]"), 400, "JSON object");
+  expect_error(post("/api/step", {{"unit", "fortnight"}}), 400, "unit must be");
+  expect_error(post("/api/step", {{"unit", 3}}), 400, "must be a string");
+  expect_error(post("/api/step", {{"units", "batch"}}), 400, "unknown field \"units\"");
+  expect_error(post("/api/run", {{"detach", "yes"}}), 400, "true or false");
+  expect_error(post("/api/step", {{"wait_seconds", -1}}), 400, "wait_seconds");
+  expect_error(http_request(port_, "GET", "/api/step"), 405, "accepts POST");
+  expect_error(http_request(port_, "DELETE", "/api/status"), 405, "accepts GET");
+  expect_error(get("/api/nothing"), 404, "no API route");
+  expect_error(http_request(port_, "GET", "/api/status", "", {{"Host", "evil.example:80"}}), 403, "DNS-rebinding");
+  expect_error(http_request(port_, "GET", "/api/status", "", {{"Origin", "http://evil.example"}}), 403, "Origin");
+  // A loopback origin is fine.
+  EXPECT_EQ(http_request(port_, "GET", "/api/status", "", {{"Origin", "http://localhost:5173"}}).status, 200u);
+
+  // The server and the loop are unharmed: a step still works.
+  json status = post("/api/step", {{"unit", "batch"}, {"wait_seconds", 20}}).json();
+  EXPECT_EQ(status["live_position"]["batch_idx"], 1);
+}
+
+TEST_F(ApiTest, OversizedBodyIsRefusedWith413) {
+  start();
+  wait_paused();
+  std::string huge = "{\"unit\":\"" + std::string(2 << 20, 'a') + "\"}";
+  Reply reply;
+  try {
+    reply = http_request(port_, "POST", "/api/step", huge);
+  } catch (const std::exception&) {
+    // The server may close before the client finished writing; the status is
+    // then checked on a fresh connection below instead.
+  }
+  if (reply.status != 0) {
+    EXPECT_EQ(reply.status, 413u);
+    EXPECT_NE(reply.body.find("too large"), std::string::npos);
+  }
+  EXPECT_EQ(get("/api/status").status, 200u);
+  EXPECT_EQ(get("/api/status").json()["live_position"]["batch_idx"], 0);
+}
+
+TEST_F(ApiTest, PauseStopsARunningLoopAtTheNextBatch) {
+  start(/*epochs=*/1000, /*train_batches=*/4, /*val_batches=*/2);
+  wait_paused();
+  json status = post("/api/run", {{"detach", false}}).json();
+  EXPECT_EQ(status["mode"], "until_end");
+  status = post("/api/pause", {{"wait_seconds", 20}}).json();
+  EXPECT_EQ(status["state"], "paused");
+  EXPECT_LT(status["live_position"]["epoch"].get<int64_t>(), 999);
+  EXPECT_EQ(status["snapshot_position"], status["live_position"]);
+}
+
+TEST_F(ApiTest, RefreshPublishesASnapshotWithoutPausing) {
+  start(/*epochs=*/1000, /*train_batches=*/4, /*val_batches=*/2);
+  wait_paused();
+  post("/api/run", {{"detach", true}});
+  json status = post("/api/refresh", {{"wait_seconds", 20}}).json();
+  EXPECT_TRUE(status["refreshed"].get<bool>());
+  EXPECT_GT(status["snapshot_sequence"].get<int64_t>(), 1);
+  EXPECT_EQ(status["mode"], "detach");
+}
+
+TEST_F(ApiTest, ALoopThatThrowsIsReportedLost) {
+  // The body of the first batch throws, before the batch could end and pause.
+  start(2, 4, 2, /*throw_midway=*/true);
+  EXPECT_EQ(session_->wait_until_stopped(20s), nansense::RunState::kLost);
+  trainer_.join();
+  json status = get("/api/status").json();
+  EXPECT_EQ(status["state"], "lost");
+  EXPECT_NE(status["lost_reason"].get<std::string>().find("exception"), std::string::npos);
+  EXPECT_NE(status["lost_reason"].get<std::string>().find("train batch 0"), std::string::npos);
+  EXPECT_EQ(post("/api/step", {{"unit", "batch"}}).status, 409u);
+}
+
+TEST_F(ApiTest, APortAlreadyTakenLeavesTrainingRunning) {
+  start();
+  wait_paused();
+  auto model = TinyNet();
+  auto second = nansense::start(model, nansense::StartOptions());
+  testing::internal::CaptureStderr();
+  bool served = nansense::serve(second, nansense::ServeOptions().port(port_).open_browser(false).print_banner(false));
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_FALSE(served);
+  EXPECT_NE(err.find("already in use"), std::string::npos) << err;
+  EXPECT_NE(err.find("training continues"), std::string::npos) << err;
+  EXPECT_EQ(second.url(), "");
+  // The second session trains on, detached, without a server.
+  second.detach();
+  std::vector<torch::Tensor> data = {torch::randn({2, 4}), torch::randn({2, 4})};
+  int ran = 0;
+  for (auto& x : second.batches(data, "train")) {
+    model->forward(x);
+    ++ran;
+  }
+  EXPECT_EQ(ran, 2);
+  second.close();
+}
+
+TEST(ApiRemoteTest, NonLoopbackBindRequiresTheToken) {
+  auto model = TinyNet();
+  auto session = nansense::start(model, nansense::StartOptions());
+  ASSERT_TRUE(nansense::serve(session, nansense::ServeOptions().host("0.0.0.0").port(0).open_browser(false).print_banner(false)));
+  const std::string url = session.url();
+  auto token_at = url.find("?token=");
+  ASSERT_NE(token_at, std::string::npos) << url;
+  const std::string token = url.substr(token_at + 7);
+  const int port = port_of(url.substr(0, token_at - 1));
+  EXPECT_EQ(http_request(port, "GET", "/api/status").status, 401u);
+  EXPECT_EQ(http_request(port, "GET", "/api/status?token=wrong").status, 401u);
+  EXPECT_EQ(http_request(port, "GET", "/api/status?token=" + token).status, 200u);
+  EXPECT_EQ(http_request(port, "GET", "/api/status", "", {{"Authorization", "Bearer " + token}}).status, 200u);
+  Reply page = http_request(port, "GET", "/?token=" + token);
+  EXPECT_NE(page.headers["Set-Cookie"].find("nansense_token=" + token), std::string::npos);
+  EXPECT_EQ(http_request(port, "GET", "/api/status", "", {{"Cookie", "nansense_token=" + token}}).status, 200u);
+  session.close();
+}
+
+TEST(ApiDisabledTest, DisabledSessionServesNothing) {
+  auto model = TinyNet();
+  auto session = nansense::start(model, nansense::StartOptions().enabled(false).port(0));
+  EXPECT_FALSE(session.enabled());
+  EXPECT_FALSE(nansense::serve(session, nansense::ServeOptions().port(0)));
+  EXPECT_EQ(session.url(), "");
+  std::vector<torch::Tensor> data = {torch::randn({2, 4})};
+  int ran = 0;
+  for (auto& x : session.batches(data, "train")) {
+    model->forward(x);
+    ++ran;
+  }
+  EXPECT_EQ(ran, 1);
+  EXPECT_EQ(session.snapshot(), nullptr);
+}
+
+}  // namespace
