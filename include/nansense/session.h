@@ -66,7 +66,8 @@ class Batches {
     iterator(Batches* owner, InnerIt it) : owner_(owner), it_(std::move(it)) {}
     bool at_end() const { return it_ == owner_->end_; }
     Batches* owner_;
-    InnerIt it_;
+    // torch::data's iterators dereference only through non-const access.
+    mutable InnerIt it_;
   };
 
   Batches(detail::SessionCore* core, Range& range, std::string phase, std::optional<int64_t> epoch)
@@ -88,7 +89,7 @@ class Batches {
   sentinel end() { return {}; }
 
  private:
-  void open_at(const InnerIt& it) {
+  void open_at(InnerIt& it) {
     if (!core_) return;
     if (it == end_) {
       detail::end_phase(*core_, phase_, count_);
