@@ -95,8 +95,9 @@ class Batches {
       detail::end_phase(*core_, phase_, count_);
       return;
     }
+    const bool capture = detail::begin_batch(*core_, phase_, epoch_);
     open_ = true;
-    if (detail::begin_batch(*core_, phase_, epoch_)) {
+    if (capture) {
       using Traits = BatchTraits<std::decay_t<decltype(*it)>>;
       constexpr bool stacked = requires { Traits::kStacked; };
       detail::set_batch_inputs(*core_, Traits::inputs(*it), stacked);
@@ -145,8 +146,9 @@ class Session {
   // Re-declare the schedule mid-run (batch counters are kept); nullopt leaves
   // that part unchanged.
   void set_schedule(std::optional<int64_t> epochs, std::optional<PhaseCounts> phases = std::nullopt);
-  // Mark training finished: releases every waiter. The UI keeps serving the
-  // last captured state for as long as the Session object lives.
+  // Mark training finished: releases every waiter. Call it from the training
+  // thread once the loop is done. The UI keeps serving the last captured state
+  // for as long as the Session object lives.
   void close();
 
   // The batch the training thread is on (updated on every batch).

@@ -152,6 +152,7 @@ void Tracer::set_inputs(const std::vector<torch::Tensor>& inputs, bool stacked) 
     bool same_shape = std::all_of(inputs.begin(), inputs.end(),
                                   [&](const auto& t) { return t.sizes() == inputs[0].sizes(); });
     int idx = add_input(fresh_name("input"), same_shape ? torch::stack(inputs) : inputs[0]);
+    stacked_input_ = idx;
     for (const auto& t : inputs) {
       producer_[t.unsafeGetTensorImpl()] = idx;
       keep_alive_.push_back(t);
@@ -233,7 +234,11 @@ void Tracer::record_op(const std::string& op, const std::vector<torch::Tensor>& 
   }
   if (!activation) return;  // indices, masks, shapes: not layers
 
-  if (!owner && is_transparent_op(op)) {
+  // The loop stacking a batch's examples builds the input layer itself.
+  const bool stacks_examples = stacked_input_ >= 0 && (op == "stack" || op == "cat") &&
+                               std::all_of(producers.begin(), producers.end(),
+                                           [&](int p) { return p == stacked_input_; });
+  if (!owner && (is_transparent_op(op) || stacks_examples)) {
     for (const auto& out : outputs) {
       producer_[out.unsafeGetTensorImpl()] = producers.front();
       keep_alive_.push_back(out);

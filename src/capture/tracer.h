@@ -82,6 +82,7 @@ class Tracer {
   int depth_ = 0;
   int64_t op_seq_ = 0;
   int last_layer_ = -1;
+  int stacked_input_ = -1;  // the input layer of a stacked batch, if any
   bool forward_done_ = false;
   bool installed_ = false;
   uint64_t handle_ = 0;

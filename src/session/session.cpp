@@ -46,7 +46,12 @@ SessionCore::~SessionCore() {
 
 bool SessionCore::begin_batch(const std::string& phase, std::optional<int64_t> epoch) {
   if (closed_) throw UsageError("batches() was used after session.close()");
-  pos_ = schedule_.advance(phase, epoch);
+  try {
+    pos_ = schedule_.advance(phase, epoch);
+  } catch (const ScheduleError& e) {
+    mark_lost(std::string("the loop broke its declared schedule: ") + e.what());
+    throw;
+  }
   decision_ = control_.decide(pos_);
   if (!decision_.capture || capture_disabled_) return false;
   try {
@@ -101,7 +106,6 @@ void SessionCore::abandon_batch(bool by_exception) {
 }
 
 void SessionCore::close() {
-  tracer_.reset();
   closed_ = true;
   control_.close();
   std::lock_guard lock(publish_mu_);

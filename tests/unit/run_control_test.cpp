@@ -1,0 +1,453 @@
+// Run control driven from the test thread against a real training thread.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <atomic>
+#include <future>
+#include <map>
+#include <string>
+#include <thread>
+
+#include "nansense/nansense.h"
+#include "session/session_core.h"
+#include "test_models.h"
+
+namespace nansense {
+namespace {
+
+using test::Gate;
+using test::kWait;
+using test::message_of;
+using test::TrainingThread;
+
+BatchPosition at(std::string phase, int64_t epoch, int64_t batch) {
+  BatchPosition p;
+  p.phase = std::move(phase);
+  p.epoch = epoch;
+  p.batch_idx = batch;
+  return p;
+}
+
+// A small MLP trained on random batches; `phases` run in order every epoch.
+// Epochs are inferred by the schedule (no explicit epoch argument).
+struct Trainer {
+  Trainer(PhaseCounts phases_, int64_t epochs_)
+      : phases(std::move(phases_)), epochs(epochs_), opt(model->parameters(), 0.05) {
+    for (const auto& [name, n] : phases) data[name] = test::make_batches(n);
+  }
+
+  void run(Session& session) {
+    for (int64_t e = 0; e < epochs; ++e) {
+      for (const auto& [name, n] : phases) {
+        for (auto& batch : session.batches(data[name], name)) {
+          if (name == "train") {
+            test::train_step(model, opt, batch.first, batch.second);
+          } else {
+            torch::NoGradGuard no_grad;
+            model->forward(batch.first);
+          }
+          body_thread = std::this_thread::get_id();
+          int index = bodies++;
+          if (on_body) on_body(index);
+        }
+      }
+    }
+    session.close();
+  }
+
+  int64_t total() const {
+    int64_t n = 0;
+    for (const auto& p : phases) n += p.second;
+    return n * epochs;
+  }
+
+  PhaseCounts phases;
+  int64_t epochs;
+  test::Mlp model;
+  torch::optim::SGD opt;
+  std::map<std::string, std::vector<test::Batch>> data;
+  std::atomic<int> bodies{0};
+  std::atomic<std::thread::id> body_thread{};
+  std::function<void(int)> on_body;  // runs on the training thread after each body
+};
+
+void expect_paused_at(const Session& s, const BatchPosition& want) {
+  ASSERT_EQ(s.wait_until_stopped(kWait), RunState::kPaused) << "expected a pause at " << want.to_string();
+  auto live = s.live_position();
+  ASSERT_TRUE(live);
+  EXPECT_TRUE(live->same_batch(want)) << "paused at " << live->to_string() << ", expected " << want.to_string();
+  EXPECT_EQ(s.state(), RunState::kPaused);
+}
+
+TEST(RunControl, FirstBatchPauses) {
+  Trainer t({{"train", 4}}, 1);
+  auto session = start(t.model);
+  TrainingThread thread(session, [&] { t.run(session); });
+
+  expect_paused_at(session, at("train", 0, 0));
+  EXPECT_EQ(t.bodies.load(), 1) << "the first batch's body runs, then the loop pauses";
+  EXPECT_EQ(session.mode(), Mode::kStep);
+  auto snap = session.snapshot();
+  ASSERT_TRUE(snap) << "the paused batch is captured";
+  EXPECT_TRUE(snap->position.same_batch(at("train", 0, 0)));
+  // Waiting again on a paused loop returns at once with the same position.
+  expect_paused_at(session, at("train", 0, 0));
+}
+
+TEST(RunControl, StepBatchAdvancesExactlyOneBatch) {
+  Trainer t({{"train", 5}}, 1);
+  auto session = start(t.model);
+  TrainingThread thread(session, [&] { t.run(session); });
+
+  expect_paused_at(session, at("train", 0, 0));
+  for (int i = 1; i < 4; ++i) {
+    session.step_batch();
+    expect_paused_at(session, at("train", 0, i));
+    EXPECT_EQ(t.bodies.load(), i + 1);
+    ASSERT_TRUE(session.snapshot());
+    EXPECT_EQ(session.snapshot()->position.batch_idx, i);
+    EXPECT_EQ(session.snapshot()->sequence, static_cast<uint64_t>(i + 1));
+  }
+}
+
+TEST(RunControl, StateIsRunningAsSoonAsAResumeIsAccepted) {
+  // A client that resumes and then waits must wait for the next pause, even
+  // when the training thread has not woken up yet. Queued work keeps the
+  // training thread busy inside the pause loop while the command arrives.
+  Trainer t({{"train", 3}}, 1);
+  auto session = start(t.model);
+  TrainingThread thread(session, [&] { t.run(session); });
+  expect_paused_at(session, at("train", 0, 0));
+
+  Gate in_work, release;
+  session.core()->control().post([&] {
+    in_work.open();
+    release.wait();
+  });
+  ASSERT_TRUE(in_work.wait());
+  session.step_batch();
+  EXPECT_EQ(session.state(), RunState::kRunning);
+  EXPECT_EQ(session.wait_until_stopped(std::chrono::milliseconds(50)), RunState::kRunning)
+      << "the old pause must not satisfy a wait that follows a step";
+  release.open();
+  expect_paused_at(session, at("train", 0, 1));
+}
+
+TEST(RunControl, CommandGivenWhileABatchRunsIsNotLost) {
+  // Step batch, then detach while that batch is still running: the pause the
+  // step asked for is superseded, and the run goes to the end.
+  Trainer t({{"train", 4}}, 1);
+  Gate reached, go;
+  t.on_body = [&](int i) {
+    if (i == 1) {
+      reached.open();
+      go.wait();
+    }
+  };
+  auto session = start(t.model);
+  TrainingThread thread(session, [&] { t.run(session); });
+  expect_paused_at(session, at("train", 0, 0));
+
+  session.step_batch();
+  ASSERT_TRUE(reached.wait());
+  session.detach();
+  go.open();
+  EXPECT_EQ(session.wait_until_stopped(kWait), RunState::kFinished);
+  EXPECT_EQ(t.bodies.load(), 4);
+}
+
+TEST(RunControl, StepPhaseStopsAtTheFirstBatchOfTheNextPhase) {
+  Trainer t({{"train", 4}, {"val", 2}}, 2);
+  auto session = start(t.model);
+  TrainingThread thread(session, [&] { t.run(session); });
+  expect_paused_at(session, at("train", 0, 0));
+
+  session.step_phase();
+  expect_paused_at(session, at("val", 0, 0));
+  EXPECT_EQ(t.bodies.load(), 5);
+  session.step_phase();
+  expect_paused_at(session, at("train", 1, 0));
+  EXPECT_EQ(t.bodies.load(), 7);
+  ASSERT_TRUE(session.snapshot());
+  EXPECT_TRUE(session.snapshot()->position.same_batch(at("train", 1, 0)));
+}
+
+TEST(RunControl, StepEpochStopsAtBatchZeroOfTheNextEpoch) {
+  Trainer t({{"train", 3}, {"val", 2}}, 3);
+  auto session = start(t.model);
+  TrainingThread thread(session, [&] { t.run(session); });
+  expect_paused_at(session, at("train", 0, 0));
+
+  session.step_batch();
+  expect_paused_at(session, at("train", 0, 1));
+  session.step_epoch();
+  expect_paused_at(session, at("train", 1, 0));
+  EXPECT_EQ(t.bodies.load(), 6);
+  session.step_epoch();
+  expect_paused_at(session, at("train", 2, 0));
+  EXPECT_EQ(t.bodies.load(), 11);
+}
+
+TEST(RunControl, StepUntilPositionStopsExactlyAtTheTarget) {
+  Trainer t({{"train", 4}, {"val", 2}}, 2);
+  auto session = start(t.model, StartOptions().epochs(2).phases(PhaseCounts{{"train", 4}, {"val", 2}}));
+  TrainingThread thread(session, [&] { t.run(session); });
+  expect_paused_at(session, at("train", 0, 0));
+
+  session.step_until_position(at("train", 0, 2));
+  expect_paused_at(session, at("train", 0, 2));
+  EXPECT_EQ(t.bodies.load(), 3);
+  session.step_until_position(at("val", 1, 0));
+  expect_paused_at(session, at("val", 1, 0));
+  EXPECT_EQ(t.bodies.load(), 6 + 4 + 1);
+  ASSERT_TRUE(session.snapshot());
+  EXPECT_TRUE(session.snapshot()->position.same_batch(at("val", 1, 0)));
+}
+
+TEST(RunControl, StepUntilPositionRefusesImpossibleTargets) {
+  Trainer t({{"train", 4}, {"val", 2}}, 2);
+  auto session = start(t.model, StartOptions().epochs(2).phases(PhaseCounts{{"train", 4}, {"val", 2}}));
+  TrainingThread thread(session, [&] { t.run(session); });
+  expect_paused_at(session, at("train", 0, 0));
+  session.step_until_position(at("train", 0, 2));
+  expect_paused_at(session, at("train", 0, 2));
+
+  auto past = message_of<ControlError>([&] { session.step_until_position(at("train", 0, 1)); });
+  EXPECT_NE(past.find("epoch 0 | train batch 1"), std::string::npos) << past;
+  EXPECT_NE(past.find("epoch 0 | train batch 2"), std::string::npos) << "names the current position: " << past;
+  auto here = message_of<ControlError>([&] { session.step_until_position(at("train", 0, 2)); });
+  EXPECT_NE(here.find("not after"), std::string::npos) << here;
+
+  auto phase = message_of<ControlError>([&] { session.step_until_position(at("test", 0, 0)); });
+  EXPECT_NE(phase.find("'test'"), std::string::npos) << phase;
+  EXPECT_NE(phase.find("train, val"), std::string::npos) << "lists the known phases: " << phase;
+
+  auto batch = message_of<ControlError>([&] { session.step_until_position(at("val", 0, 2)); });
+  EXPECT_NE(batch.find("batch 2"), std::string::npos) << batch;
+  EXPECT_NE(batch.find("2 batches"), std::string::npos) << batch;
+
+  auto epoch = message_of<ControlError>([&] { session.step_until_position(at("train", 2, 0)); });
+  EXPECT_NE(epoch.find("epoch 2"), std::string::npos) << epoch;
+  EXPECT_NE(epoch.find("2 epochs"), std::string::npos) << epoch;
+
+  EXPECT_THROW(session.step_until_position(at("train", 0, -1)), ControlError);
+
+  // A refused command leaves the loop where it was.
+  expect_paused_at(session, at("train", 0, 2));
+  EXPECT_EQ(t.bodies.load(), 3);
+}
+
+TEST(RunControl, StepRunPausesAtTheLastBatchOfTheRun) {
+  Trainer t({{"train", 3}, {"val", 2}}, 2);
+  auto session = start(t.model, StartOptions().epochs(2).phases(PhaseCounts{{"train", 3}, {"val", 2}}));
+  TrainingThread thread(session, [&] { t.run(session); });
+  expect_paused_at(session, at("train", 0, 0));
+
+  session.step_run();
+  expect_paused_at(session, at("val", 1, 1));
+  EXPECT_TRUE(session.live_position()->is_last_in_run);
+  EXPECT_EQ(t.bodies.load(), 10);
+  ASSERT_TRUE(session.snapshot());
+  EXPECT_TRUE(session.snapshot()->position.is_last_in_run);
+
+  // Stepping past the last batch ends the run; the loop's close() finishes it.
+  session.step_batch();
+  EXPECT_EQ(session.wait_until_stopped(kWait), RunState::kFinished);
+  EXPECT_EQ(session.state(), RunState::kFinished);
+  auto msg = message_of<ControlError>([&] { session.step_batch(); });
+  EXPECT_NE(msg.find("finished"), std::string::npos) << msg;
+  EXPECT_THROW(session.step_until_position(at("val", 1, 1)), ControlError);
+  EXPECT_THROW(session.detach(), ControlError);
+}
+
+TEST(RunControl, DetachRunsToCompletionWithoutPausing) {
+  Trainer t({{"train", 6}, {"val", 2}}, 3);
+  auto session = start(t.model);
+  TrainingThread thread(session, [&] { t.run(session); });
+  expect_paused_at(session, at("train", 0, 0));
+
+  session.detach();
+  EXPECT_EQ(session.mode(), Mode::kDetach);
+  ASSERT_EQ(session.wait_until_stopped(kWait), RunState::kFinished);
+  thread.join();
+  EXPECT_EQ(t.bodies.load(), t.total());
+  ASSERT_TRUE(session.snapshot());
+  EXPECT_EQ(session.snapshot()->sequence, 1u) << "a detached run captures nothing more";
+  EXPECT_TRUE(session.live_position()->same_batch(at("val", 2, 1)));
+}
+
+TEST(RunControl, StopWhileRunningPausesAtTheNextBoundary) {
+  Trainer t({{"train", 40}}, 1);
+  Gate reached, go;
+  t.on_body = [&](int i) {
+    if (i == 5) {
+      reached.open();
+      go.wait();
+    }
+  };
+  auto session = start(t.model);
+  TrainingThread thread(session, [&] { t.run(session); });
+  expect_paused_at(session, at("train", 0, 0));
+
+  session.detach();
+  ASSERT_TRUE(reached.wait());  // the loop is inside batch 5
+  EXPECT_EQ(session.state(), RunState::kRunning);
+  session.stop();
+  go.open();
+  ASSERT_EQ(session.wait_until_stopped(kWait), RunState::kPaused);
+  auto live = session.live_position();
+  ASSERT_TRUE(live);
+  // Batch 5's boundary decision was taken before stop(): the pause comes at
+  // the end of batch 5 or, at the latest, of batch 6 — never near the end.
+  EXPECT_GE(live->batch_idx, 5);
+  EXPECT_LE(live->batch_idx, 6);
+  EXPECT_EQ(t.bodies.load(), live->batch_idx + 1);
+  EXPECT_EQ(session.mode(), Mode::kStep);
+  ASSERT_TRUE(session.snapshot());
+  EXPECT_TRUE(session.snapshot()->position.same_batch(*live)) << "the batch paused on is the one captured";
+
+  // stop() on a paused loop changes nothing.
+  session.stop();
+  expect_paused_at(session, *live);
+}
+
+TEST(RunControl, SteppingPastTheLastBatchFinishes) {
+  Trainer t({{"train", 3}}, 1);
+  auto session = start(t.model, StartOptions().epochs(1));
+  TrainingThread thread(session, [&] { t.run(session); });
+  expect_paused_at(session, at("train", 0, 0));
+  session.step_batch();
+  expect_paused_at(session, at("train", 0, 1));
+  session.step_batch();
+  expect_paused_at(session, at("train", 0, 2));
+  session.step_batch();
+  ASSERT_EQ(session.wait_until_stopped(kWait), RunState::kFinished);
+  thread.join();
+  EXPECT_EQ(t.bodies.load(), 3);
+  EXPECT_EQ(session.state(), RunState::kFinished);
+}
+
+TEST(RunControl, CloseReleasesAWaiter) {
+  Trainer t({{"train", 4}}, 1);
+  Gate reached, go;
+  t.on_body = [&](int i) {
+    if (i == 2) {
+      reached.open();
+      go.wait();
+    }
+  };
+  auto session = start(t.model);
+  TrainingThread thread(session, [&] { t.run(session); });
+  expect_paused_at(session, at("train", 0, 0));
+  session.detach();
+  ASSERT_TRUE(reached.wait());
+
+  // A waiter blocked while the loop runs; only close() can release it.
+  std::promise<RunState> result;
+  auto released = result.get_future();
+  auto began = std::chrono::steady_clock::now();
+  std::thread waiter([&] { result.set_value(session.wait_until_stopped(std::chrono::seconds(60))); });
+  go.open();
+  ASSERT_EQ(released.wait_for(kWait), std::future_status::ready) << "close() did not release the waiter";
+  waiter.join();
+  EXPECT_EQ(released.get(), RunState::kFinished);
+  EXPECT_LT(std::chrono::steady_clock::now() - began, std::chrono::seconds(30));
+}
+
+TEST(RunControl, ALoopThatThrowsIsLost) {
+  Trainer t({{"train", 5}}, 1);
+  t.on_body = [&](int i) {
+    if (i == 2) throw std::runtime_error("boom");
+  };
+  auto session = start(t.model);
+  TrainingThread thread(session, [&] { t.run(session); });
+  expect_paused_at(session, at("train", 0, 0));
+  session.step_batch();
+  expect_paused_at(session, at("train", 0, 1));
+  session.step_batch();
+
+  ASSERT_EQ(session.wait_until_stopped(kWait), RunState::kLost);
+  EXPECT_EQ(session.state(), RunState::kLost);
+  thread.join();
+  ASSERT_TRUE(thread.error()) << "the user's exception reaches the user's code";
+  EXPECT_THROW(std::rethrow_exception(thread.error()), std::runtime_error);
+  auto reason = session.core()->control().lost_reason();
+  EXPECT_NE(reason.find("epoch 0 | train batch 2"), std::string::npos) << reason;
+
+  auto msg = message_of<ControlError>([&] { session.step_batch(); });
+  EXPECT_NE(msg.find("lost"), std::string::npos) << msg;
+  // close() after the loss keeps reporting the loss.
+  session.close();
+  EXPECT_EQ(session.state(), RunState::kLost);
+  EXPECT_EQ(session.wait_until_stopped(kWait), RunState::kLost);
+}
+
+TEST(RunControl, AScheduleViolationReachesTheLoopAndLosesTheRun) {
+  Trainer t({{"train", 3}}, 1);
+  auto session = start(t.model, StartOptions().phases(PhaseCounts{{"train", 2}}));
+  TrainingThread thread(session, [&] { t.run(session); });
+  expect_paused_at(session, at("train", 0, 0));
+  session.detach();
+  ASSERT_EQ(session.wait_until_stopped(kWait), RunState::kLost);
+  thread.join();
+  ASSERT_TRUE(thread.error());
+  auto msg = message_of<ScheduleError>([&] { std::rethrow_exception(thread.error()); });
+  EXPECT_NE(msg.find("'train'"), std::string::npos) << msg;
+  EXPECT_NE(session.core()->control().lost_reason().find("declared schedule"), std::string::npos)
+      << session.core()->control().lost_reason();
+  EXPECT_EQ(t.bodies.load(), 2);
+}
+
+TEST(RunControl, PostRunsWorkOnTheTrainingThread) {
+  Trainer t({{"train", 4}}, 1);
+  auto session = start(t.model);
+  TrainingThread thread(session, [&] { t.run(session); });
+  expect_paused_at(session, at("train", 0, 0));
+  auto& control = session.core()->control();
+
+  // Work queued while paused runs at once, inside the pause.
+  std::promise<std::thread::id> ran_on;
+  auto ran = ran_on.get_future();
+  control.post([&] { ran_on.set_value(std::this_thread::get_id()); });
+  ASSERT_EQ(ran.wait_for(kWait), std::future_status::ready);
+  EXPECT_EQ(ran.get(), t.body_thread.load());
+  EXPECT_NE(t.body_thread.load(), std::this_thread::get_id());
+  expect_paused_at(session, at("train", 0, 0));
+
+  // Work that throws is reported, not propagated into training; later work still runs.
+  control.post([] { throw std::runtime_error("experiment failed"); });
+  std::promise<int> next;
+  auto next_ran = next.get_future();
+  control.post([&] { next.set_value(t.bodies.load()); });
+  ASSERT_EQ(next_ran.wait_for(kWait), std::future_status::ready);
+  EXPECT_EQ(next_ran.get(), 1) << "the loop stayed paused while work ran";
+  expect_paused_at(session, at("train", 0, 0));
+
+  // The work can use the model: it runs where the model lives.
+  std::promise<double> weight_sum;
+  auto summed = weight_sum.get_future();
+  control.post([&] {
+    torch::NoGradGuard no_grad;
+    weight_sum.set_value(t.model->net[0]->as<torch::nn::Linear>()->weight.sum().item<double>());
+  });
+  ASSERT_EQ(summed.wait_for(kWait), std::future_status::ready);
+  EXPECT_TRUE(std::isfinite(summed.get()));
+
+  session.detach();
+  EXPECT_EQ(session.wait_until_stopped(kWait), RunState::kFinished);
+  EXPECT_THROW(control.post([] {}), ControlError) << "no training thread is left to run it";
+}
+
+TEST(RunControl, DisabledSessionIsAPassThrough) {
+  Trainer t({{"train", 3}}, 2);
+  auto session = start(t.model, StartOptions().enabled(false));
+  EXPECT_FALSE(session.enabled());
+  t.run(session);  // on this thread: nothing may pause
+  EXPECT_EQ(t.bodies.load(), 6);
+  EXPECT_FALSE(session.snapshot());
+  EXPECT_FALSE(session.live_position());
+  EXPECT_NO_THROW(session.step_batch());
+}
+
+}  // namespace
+}  // namespace nansense
