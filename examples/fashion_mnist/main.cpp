@@ -1,6 +1,6 @@
 // Fashion-MNIST training with the nansense debugger attached.
 //
-// The run pauses before its first batch; open the printed address to step
+// The run pauses once its first batch has run; open the printed address to step
 // through it. --detach trains straight through with the UI still live.
 
 #include <CLI/CLI.hpp>

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The demo end to end: it pauses before its first batch, a step moves it one
+# The demo end to end: it pauses at its first batch, a step moves it one
 # batch on, a detached run finishes training, and Ctrl-C exits cleanly.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -47,8 +47,8 @@ post() {
 }
 
 wait_for_status '.state == "paused" and .live_position.phase == "train" and .live_position.batch_idx == 0' \
-  "the pause before train batch 0"
-pass "paused before the first batch"
+  "the pause at train batch 0"
+pass "paused at the first batch"
 
 post /api/step '{"unit":"batch"}'
 wait_for_status '.state == "paused" and .live_position.batch_idx == 1' "the pause at train batch 1"
