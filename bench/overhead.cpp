@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -37,6 +38,22 @@ void train_step(FashionCnn& model, torch::optim::Optimizer& optimizer, const Bat
   optimizer.step();
 }
 
+// CPU time of the calling thread: on a shared, noisy machine it leaves out the
+// time the thread was descheduled, which wall-clock time does not. With one
+// torch thread every variant's work (and nansense's) runs on this thread.
+struct ThreadCpuClock {
+  using duration = std::chrono::nanoseconds;
+  using rep = duration::rep;
+  using period = duration::period;
+  using time_point = std::chrono::time_point<ThreadCpuClock>;
+  static constexpr bool is_steady = true;
+  static time_point now() {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return time_point(duration(static_cast<rep>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec));
+  }
+};
+
 enum class Variant { kPlain, kDisabled, kDetach, kCaptureEveryBatch };
 
 // One timed pass over `batches`; returns milliseconds per batch. Model,
@@ -45,7 +62,7 @@ double measure(Variant variant, std::vector<Batch>& batches) {
   torch::manual_seed(0);
   FashionCnn model;
   torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(1e-3));
-  using Clock = std::chrono::steady_clock;
+  using Clock = ThreadCpuClock;
   Clock::time_point begin, end;
 
   if (variant == Variant::kPlain) {
@@ -89,11 +106,13 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int64_t batch_count = 200;
-  int rounds = 3;
+  int64_t batch_count = 30;
+  int rounds = 15;
   CLI::App app{"nansense overhead on the Fashion-MNIST demo's CNN (synthetic data)."};
   app.add_option("--batches", batch_count, "Batches per timed pass")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--rounds", rounds, "Interleaved rounds; the median is reported")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--rounds", rounds, "Rounds; each times every variant once, in rotating order")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
 
   torch::set_num_threads(1);
@@ -105,41 +124,52 @@ int main(int argc, char** argv) {
     const char* name;
     const char* target;  // nullptr: reported, no target
     double max_ratio;
-    std::vector<double> samples;
+    std::vector<double> ms;      // per round
+    std::vector<double> ratios;  // per round, against that round's plain loop
   };
   std::vector<Row> rows = {
-      {Variant::kPlain, "plain loop", nullptr, 0, {}},
-      {Variant::kDisabled, "enabled(false)", "<= 1.01", 1.01, {}},
-      {Variant::kDetach, "DETACH", "<= 1.02", 1.02, {}},
-      {Variant::kCaptureEveryBatch, "capture every batch", nullptr, 0, {}},
+      {Variant::kPlain, "plain loop", nullptr, 0, {}, {}},
+      {Variant::kDisabled, "enabled(false)", "<= 1.01", 1.01, {}, {}},
+      {Variant::kDetach, "DETACH", "<= 1.02", 1.02, {}, {}},
+      {Variant::kCaptureEveryBatch, "capture every batch", nullptr, 0, {}, {}},
   };
 
-  std::printf("nansense overhead: demo CNN, %lld synthetic batches of 64 [1x28x28], %d rounds, median\n",
-              static_cast<long long>(batch_count), rounds);
+  std::printf("nansense overhead: demo CNN, %d rounds of %lld synthetic batches of 64 [1x28x28]\n", rounds,
+              static_cast<long long>(batch_count));
   std::printf("torch threads: 1 (torch::set_num_threads(1), for stable timings)\n");
+  std::printf("times are the training thread's CPU time; ratio = median over rounds of (variant / plain loop of the same round)\n");
   std::fflush(stdout);
 
   measure(Variant::kPlain, batches);  // warm-up: allocator, kernels, page faults
   for (int r = 0; r < rounds; ++r) {
-    for (auto& row : rows) row.samples.push_back(measure(row.variant, batches));
+    // Rotating the order keeps a slow stretch of the machine from always
+    // landing on the same variant.
+    std::vector<double> ms(rows.size());
+    for (size_t k = 0; k < rows.size(); ++k) {
+      const size_t i = (k + static_cast<size_t>(r)) % rows.size();
+      ms[i] = measure(rows[i].variant, batches);
+    }
+    for (size_t i = 0; i < rows.size(); ++i) {
+      rows[i].ms.push_back(ms[i]);
+      rows[i].ratios.push_back(ms[i] / ms[0]);
+    }
   }
 
-  const double plain = median(rows.front().samples);
-  // The spread (half the min-max range, relative to the median) shows how much
-  // of a ratio is noise.
-  std::printf("\n%-22s %10s %8s %8s  %s\n", "variant", "ms/batch", "spread", "ratio", "target");
-  for (const auto& row : rows) {
-    const double ms = median(row.samples);
-    const double ratio = ms / plain;
+  // The interquartile range of the per-round ratios shows how much is noise.
+  std::printf("\n%-22s %10s %8s %16s  %s\n", "variant", "ms/batch", "ratio", "ratio IQR", "target");
+  for (auto& row : rows) {
+    const double ratio = median(row.ratios);
+    std::sort(row.ratios.begin(), row.ratios.end());
+    const double q1 = row.ratios[row.ratios.size() / 4];
+    const double q3 = row.ratios[(row.ratios.size() * 3) / 4];
     std::string verdict = "reported";
     if (row.variant == Variant::kPlain) {
       verdict = "baseline";
     } else if (row.target) {
       verdict = std::string(row.target) + (ratio <= row.max_ratio ? "  met" : "  MISSED");
     }
-    const auto [lo, hi] = std::minmax_element(row.samples.begin(), row.samples.end());
-    const double spread = (*hi - *lo) / 2 / ms * 100;
-    std::printf("%-22s %10.3f %7.1f%% %8.3f  %s\n", row.name, ms, spread, ratio, verdict.c_str());
+    std::printf("%-22s %10.3f %8.3f   [%5.3f, %5.3f]  %s\n", row.name, median(row.ms), ratio, q1, q3,
+                verdict.c_str());
   }
   return 0;
 }
