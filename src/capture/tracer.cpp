@@ -181,12 +181,20 @@ int Tracer::add_layer(LayerInfo info) {
   return static_cast<int>(layers_.size()) - 1;
 }
 
+void Tracer::end_forward() {
+  forward_done_ = true;
+  // Backward and the optimizer step then run without the observer's cost
+  // (boxing every op's inputs); ops already in flight keep their own copy of
+  // the callback list, so the depth count stays balanced.
+  at::disableCallback(handle_);
+}
+
 void Tracer::on_op_start(const at::RecordFunction& fn) {
   ++depth_;
   if (depth_ != 1 || forward_done_) return;
   if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION ||
       std::string_view(fn.name()).rfind("autograd::", 0) == 0) {
-    forward_done_ = true;  // backward started: the forward is over
+    end_forward();  // backward started: the forward is over
     return;
   }
   pending_inputs_.clear();
@@ -208,7 +216,7 @@ void Tracer::record_op(const std::string& op, const std::vector<torch::Tensor>& 
                        const std::vector<torch::Tensor>& outputs) {
   const int64_t seq = op_seq_++;
   if (is_loss_op(op)) {
-    forward_done_ = true;
+    end_forward();
     return;
   }
   const Owner* owner = nullptr;

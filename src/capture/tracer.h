@@ -65,6 +65,7 @@ class Tracer {
     std::string param_name;    // qualified name
   };
 
+  void end_forward();
   int add_layer(LayerInfo info);
   void record_op(const std::string& op, const std::vector<torch::Tensor>& inputs,
                  const std::vector<torch::Tensor>& outputs);
