@@ -145,7 +145,80 @@ HttpResponse error_response(unsigned status, const std::string& message) {
   return res;
 }
 
+namespace {
+
+int64_t query_integer(const HttpRequest& request, const std::string& key, int64_t fallback) {
+  auto it = request.query.find(key);
+  if (it == request.query.end()) return fallback;
+  try {
+    size_t used = 0;
+    int64_t v = std::stoll(it->second, &used);
+    if (used == it->second.size()) return v;
+  } catch (const std::exception&) {
+  }
+  throw ControllerError(ControllerError::Kind::kInvalidArgument,
+                        "query parameter \"" + key + "\" must be an integer, got \"" + it->second + "\"");
+}
+
+bool query_bool(const HttpRequest& request, const std::string& key) {
+  auto it = request.query.find(key);
+  if (it == request.query.end() || it->second == "false" || it->second == "0") return false;
+  if (it->second == "true" || it->second == "1" || it->second.empty()) return true;
+  throw ControllerError(ControllerError::Kind::kInvalidArgument,
+                        "query parameter \"" + key + "\" must be true or false, got \"" + it->second + "\"");
+}
+
+// GET /api/render/layer?layer=&kind=activation|gradient&sample=&average=&values=
+HttpResponse render_layer(Controller& controller, const HttpRequest& request) {
+  static const std::set<std::string> kAccepted = {"layer", "kind", "sample", "average", "values", "token"};
+  for (const auto& [key, _] : request.query) {
+    if (!kAccepted.count(key)) {
+      throw ControllerError(ControllerError::Kind::kInvalidArgument,
+                            "unknown query parameter \"" + key + "\"; accepted: layer, kind, sample, average, values");
+    }
+  }
+  auto layer = request.query.find("layer");
+  if (layer == request.query.end() || layer->second.empty()) {
+    throw ControllerError(ControllerError::Kind::kInvalidArgument, "missing query parameter \"layer\"");
+  }
+  render::StripOptions options;
+  options.sample = query_integer(request, "sample", 0);
+  options.average = query_bool(request, "average");
+  if (auto v = request.query.find("values"); v != request.query.end()) {
+    try {
+      options.values = render::parse_values(v->second);
+    } catch (const std::invalid_argument& e) {
+      throw ControllerError(ControllerError::Kind::kInvalidArgument, e.what());
+    }
+  }
+  auto kind = request.query.find("kind");
+  auto image = controller.render_layer(layer->second, kind == request.query.end() ? "activation" : kind->second,
+                                       options);
+  HttpResponse res;
+  res.content_type = "image/png";
+  res.body = image->png;
+  res.headers.emplace_back("X-Nansense-Render", image->info.dump());
+  // A rendered pause never changes: the URL's snapshot is implicit, so only
+  // the browser's revalidation on the next pause keeps it fresh.
+  res.headers.emplace_back("Cache-Control", "no-cache");
+  return res;
+}
+
+}  // namespace
+
 HttpResponse handle_api(Controller& controller, const HttpRequest& request) {
+  if (request.path == "/api/render/layer") {
+    if (request.method != "GET") {
+      auto res = error_response(405, request.path + " accepts GET, not " + request.method);
+      res.headers.emplace_back("Allow", "GET");
+      return res;
+    }
+    try {
+      return render_layer(controller, request);
+    } catch (const ControllerError& e) {
+      return error_response(status_for(e.kind()), e.what());
+    }
+  }
   auto it = routes().find(request.path);
   if (it == routes().end()) {
     return error_response(404, "no API route " + request.path + "; see GET / for the list");

@@ -98,6 +98,65 @@ json Controller::get_snapshot() const {
   return *out;
 }
 
+std::shared_ptr<const Controller::RenderedImage> Controller::render_layer(
+    const std::string& layer, const std::string& kind, const render::StripOptions& options) const {
+  if (kind != "activation" && kind != "gradient") {
+    throw ControllerError(ControllerError::Kind::kInvalidArgument,
+                          "kind must be \"activation\" or \"gradient\", got \"" + kind + "\"");
+  }
+  auto snap = core_.snapshot();
+  if (!snap) {
+    throw ControllerError(ControllerError::Kind::kNotFound,
+                          "no snapshot yet: the first captured batch publishes one (the run pauses there)");
+  }
+  if (!snap->architecture->find(layer)) {
+    std::string known;
+    for (const auto& l : snap->architecture->layers) known += (known.empty() ? "" : ", ") + l.name;
+    throw ControllerError(ControllerError::Kind::kNotFound, "unknown layer \"" + layer + "\"; layers: " + known);
+  }
+  const std::string key = std::to_string(snap->sequence) + "|" + layer + "|" + kind + "|" +
+                          std::to_string(options.sample) + "|" + (options.average ? "avg" : "all") + "|" +
+                          std::string(render::to_string(options.values));
+  if (auto hit = render_cache_.find(key)) return hit;
+  const auto& tensors = kind == "activation" ? snap->activations : snap->activation_gradients;
+  auto it = tensors.find(layer);
+  if (it == tensors.end()) {
+    throw ControllerError(ControllerError::Kind::kNotFound,
+                          "layer \"" + layer + "\" has no " + kind + " in the batch at " + snap->position.to_string() +
+                              (kind == "gradient" ? " (no backward ran through it)" : ""));
+  }
+  render::Strip strip;
+  try {
+    strip = render::render_strip(it->second, options);
+  } catch (const std::invalid_argument& e) {
+    throw ControllerError(ControllerError::Kind::kInvalidArgument, e.what());
+  }
+  const auto& i = strip.info;
+  auto out = std::make_shared<RenderedImage>();
+  out->png = render::encode_png(strip.image);
+  out->info = {{"layer", layer},
+               {"kind", kind},
+               {"position", to_json(snap->position)},
+               {"sequence", snap->sequence},
+               {"sample", options.sample},
+               {"batch_size", i.batch_size},
+               {"average", options.average},
+               {"values", std::string(render::to_string(options.values))},
+               {"layout", i.layout},
+               {"tiles", i.tiles},
+               {"tile_width", i.tile_width},
+               {"tile_height", i.tile_height},
+               {"width", strip.image.width},
+               {"height", strip.image.height},
+               {"scale", i.diverging ? "diverging" : "sequential"},
+               {"scale_max", number(i.scale_max)},
+               {"nan", i.nan},
+               {"pos_inf", i.pos_inf},
+               {"neg_inf", i.neg_inf}};
+  render_cache_.put(key, out);
+  return out;
+}
+
 template <class F>
 json Controller::command(F&& apply, Wait wait) {
   const auto state = core_.control().state();

@@ -9,6 +9,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "render/render_cache.h"
+#include "render/strip.h"
 #include "server/json_views.h"
 
 namespace nansense::detail {
@@ -39,6 +41,15 @@ class Controller {
   // Per-layer summary of the last captured batch.
   json get_snapshot() const;
 
+  // A layer's activation or gradient strip for one sample of the last captured
+  // batch, as PNG, with what it shows (scale, layout, non-finite counts).
+  struct RenderedImage {
+    std::string png;
+    json info;
+  };
+  std::shared_ptr<const RenderedImage> render_layer(const std::string& layer, const std::string& kind,
+                                                    const render::StripOptions& options) const;
+
   // --- commands: each returns get_status() once applied (or waited for) ---
   // `wait`: block until the loop pauses, finishes or is lost, at most this long.
   using Wait = std::optional<std::chrono::milliseconds>;
@@ -56,6 +67,7 @@ class Controller {
   mutable std::mutex cache_mu_;
   mutable uint64_t cached_sequence_ = 0;
   mutable std::shared_ptr<const json> cached_snapshot_;
+  mutable render::RenderCache<RenderedImage> render_cache_{256};
 };
 
 }  // namespace nansense::server

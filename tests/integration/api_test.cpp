@@ -155,6 +155,38 @@ TEST_F(ApiTest, SnapshotSummaryMatchesTheCapturedTensors) {
   EXPECT_TRUE(found_momentum);
 }
 
+TEST_F(ApiTest, RenderLayerServesPngStrips) {
+  start();
+  wait_paused();
+  Reply image = get("/api/render/layer?layer=fc1&kind=activation&sample=2");
+  ASSERT_EQ(image.status, 200u) << image.body;
+  EXPECT_EQ(image.headers["Content-Type"], "image/png");
+  EXPECT_EQ(image.body.substr(1, 3), "PNG");
+  json info = json::parse(image.headers["X-Nansense-Render"]);
+  EXPECT_EQ(info["layout"], "features");
+  EXPECT_EQ(info["width"], 8);
+  EXPECT_EQ(info["sample"], 2);
+  EXPECT_EQ(info["batch_size"], 5);
+  const double expected_max = session_->snapshot()->activations.at("fc1")[2].abs().max().item<double>();
+  EXPECT_NEAR(info["scale_max"].get<double>(), expected_max, 1e-5);
+  // The same request again is served from the cache, byte for byte.
+  EXPECT_EQ(get("/api/render/layer?layer=fc1&kind=activation&sample=2").body, image.body);
+
+  Reply gradient = get("/api/render/layer?layer=relu&kind=gradient&average=true&values=abs");
+  ASSERT_EQ(gradient.status, 200u) << gradient.body;
+  EXPECT_EQ(json::parse(gradient.headers["X-Nansense-Render"])["scale"], "sequential");
+
+  EXPECT_EQ(get("/api/render/layer?layer=nope").status, 404u);
+  EXPECT_NE(get("/api/render/layer?layer=nope").body.find("fc1"), std::string::npos);
+  EXPECT_EQ(get("/api/render/layer?layer=fc1&sample=9").status, 400u);
+  EXPECT_EQ(get("/api/render/layer?layer=fc1&sample=x").status, 400u);
+  EXPECT_EQ(get("/api/render/layer?layer=fc1&values=log").status, 400u);
+  EXPECT_EQ(get("/api/render/layer?layer=fc1&kind=weights").status, 400u);
+  EXPECT_EQ(get("/api/render/layer?layer=fc1&colour=red").status, 400u);
+  EXPECT_EQ(get("/api/render/layer").status, 400u);
+  EXPECT_EQ(http_request(port_, "POST", "/api/render/layer?layer=fc1").status, 405u);
+}
+
 TEST_F(ApiTest, StepCommandsMoveThePausePosition) {
   start();
   wait_paused();

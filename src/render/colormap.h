@@ -1,0 +1,21 @@
+// Colours for tensor values: a diverging blue-white-red scale centred on zero,
+// a sequential white-red scale for magnitudes, and marks for non-finite values
+// that no scale colour can be mistaken for.
+#pragma once
+
+#include "render/image.h"
+
+namespace nansense::render {
+
+// v in [-1, 1]: blue (negative) through white (0) to red (positive).
+Rgba diverging(double v);
+// v in [0, 1]: white (0) to red (1).
+Rgba sequential(double v);
+
+// NaN: a magenta/black checkerboard (x, y pick the square); +Inf: yellow;
+// -Inf: green. None of them lies on either scale.
+Rgba nan_mark(int x, int y);
+Rgba pos_inf_mark();
+Rgba neg_inf_mark();
+
+}  // namespace nansense::render
