@@ -16,20 +16,31 @@ void put(State& s, const char* key, const torch::Tensor& t) {
   if (t.defined()) s[key] = cpu(t);
 }
 
+// Adam and AdamW keep the same state and hyperparameters under different types.
+template <class ParamState>
+State adam_state(const ParamState& st) {
+  State s;
+  s["step"] = scalar(st.step());
+  put(s, "exp_avg", st.exp_avg());
+  put(s, "exp_avg_sq", st.exp_avg_sq());
+  put(s, "max_exp_avg_sq", st.max_exp_avg_sq());
+  return s;
+}
+
+template <class Options>
+Hyper adam_hyper(const Options& o) {
+  return {{"lr", o.lr()}, {"beta1", std::get<0>(o.betas())}, {"beta2", std::get<1>(o.betas())},
+          {"eps", o.eps()}, {"weight_decay", o.weight_decay()}, {"amsgrad", o.amsgrad() ? 1.0 : 0.0}};
+}
+
 State read_state(const torch::optim::OptimizerParamState& base) {
   State s;
   if (auto* st = dynamic_cast<const torch::optim::SGDParamState*>(&base)) {
     put(s, "momentum_buffer", st->momentum_buffer());
   } else if (auto* st = dynamic_cast<const torch::optim::AdamParamState*>(&base)) {
-    s["step"] = scalar(st->step());
-    put(s, "exp_avg", st->exp_avg());
-    put(s, "exp_avg_sq", st->exp_avg_sq());
-    put(s, "max_exp_avg_sq", st->max_exp_avg_sq());
+    s = adam_state(*st);
   } else if (auto* st = dynamic_cast<const torch::optim::AdamWParamState*>(&base)) {
-    s["step"] = scalar(st->step());
-    put(s, "exp_avg", st->exp_avg());
-    put(s, "exp_avg_sq", st->exp_avg_sq());
-    put(s, "max_exp_avg_sq", st->max_exp_avg_sq());
+    s = adam_state(*st);
   } else if (auto* st = dynamic_cast<const torch::optim::RMSpropParamState*>(&base)) {
     s["step"] = scalar(st->step());
     put(s, "square_avg", st->square_avg());
@@ -48,11 +59,9 @@ Hyper read_hyper(const torch::optim::OptimizerOptions& base) {
     h = {{"lr", o->lr()}, {"momentum", o->momentum()}, {"dampening", o->dampening()},
          {"weight_decay", o->weight_decay()}, {"nesterov", o->nesterov() ? 1.0 : 0.0}};
   } else if (auto* o = dynamic_cast<const torch::optim::AdamOptions*>(&base)) {
-    h = {{"lr", o->lr()}, {"beta1", std::get<0>(o->betas())}, {"beta2", std::get<1>(o->betas())},
-         {"eps", o->eps()}, {"weight_decay", o->weight_decay()}, {"amsgrad", o->amsgrad() ? 1.0 : 0.0}};
+    h = adam_hyper(*o);
   } else if (auto* o = dynamic_cast<const torch::optim::AdamWOptions*>(&base)) {
-    h = {{"lr", o->lr()}, {"beta1", std::get<0>(o->betas())}, {"beta2", std::get<1>(o->betas())},
-         {"eps", o->eps()}, {"weight_decay", o->weight_decay()}, {"amsgrad", o->amsgrad() ? 1.0 : 0.0}};
+    h = adam_hyper(*o);
   } else if (auto* o = dynamic_cast<const torch::optim::RMSpropOptions*>(&base)) {
     h = {{"lr", o->lr()}, {"alpha", o->alpha()}, {"eps", o->eps()}, {"weight_decay", o->weight_decay()},
          {"momentum", o->momentum()}, {"centered", o->centered() ? 1.0 : 0.0}};
