@@ -76,7 +76,10 @@ class Batches {
   Batches& operator=(const Batches&) = delete;
   ~Batches() {
     if (core_ && open_) {
-      detail::abandon_batch(*core_, std::uncaught_exceptions() > exceptions_);
+      const bool by_exception = std::uncaught_exceptions() > exceptions_;
+      detail::abandon_batch(*core_, by_exception);
+      // A loop left early ends its phase; 0 batches: its length stays unlearned.
+      if (!by_exception) detail::end_phase(*core_, phase_, 0);
     }
   }
 

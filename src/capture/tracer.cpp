@@ -21,6 +21,21 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
   if (t_active) t_active->on_op_end(fn);
 }
 
+// The tracer's own failures stay out of the user's ops: the first one is kept
+// for the session to report, and tracing stops.
+template <class F>
+void guarded(TraceResult& result, bool& stopped, F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    if (result.error.empty()) result.error = std::string("tracing failed: ") + e.what();
+    stopped = true;
+  } catch (...) {
+    if (result.error.empty()) result.error = "tracing failed";
+    stopped = true;
+  }
+}
+
 // "aten::relu_" -> "relu"
 std::string short_op_name(std::string_view full) {
   auto pos = full.rfind("::");
@@ -192,6 +207,10 @@ void Tracer::end_forward() {
 void Tracer::on_op_start(const at::RecordFunction& fn) {
   ++depth_;
   if (depth_ != 1 || forward_done_) return;
+  guarded(*result_, forward_done_, [&] { start_op(fn); });
+}
+
+void Tracer::start_op(const at::RecordFunction& fn) {
   if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION ||
       std::string_view(fn.name()).rfind("autograd::", 0) == 0) {
     end_forward();  // backward started: the forward is over
@@ -204,6 +223,10 @@ void Tracer::on_op_start(const at::RecordFunction& fn) {
 void Tracer::on_op_end(const at::RecordFunction& fn) {
   --depth_;
   if (depth_ != 0 || forward_done_) return;
+  guarded(*result_, forward_done_, [&] { end_op(fn); });
+}
+
+void Tracer::end_op(const at::RecordFunction& fn) {
   at::DisableRecordFunctionGuard no_record;
   std::vector<torch::Tensor> outputs;
   for (const auto& v : fn.outputs()) collect_tensors(v, outputs);
@@ -321,7 +344,12 @@ void Tracer::capture_activation(int layer, const torch::Tensor& out, int64_t op_
       at::DisableRecordFunctionGuard no_record;
       std::lock_guard lock(result->grad_mu);
       if (result->final_op[layer] != op_seq) return;
-      result->gradients[result->layer_names[layer]] = cpu_copy(grad);
+      try {
+        result->gradients[result->layer_names[layer]] = cpu_copy(grad);
+      } catch (const std::exception& e) {
+        // Never into the user's backward(): the snapshot goes without it.
+        if (result->error.empty()) result->error = std::string("gradient capture failed: ") + e.what();
+      }
     });
   }
 }

@@ -28,6 +28,8 @@ struct TraceResult {
   // gradient hook only records when it belongs to that final op.
   std::vector<std::string> layer_names;
   std::vector<int64_t> final_op;
+  // Set when tracing failed part-way: the result must not be published.
+  std::string error;
 };
 
 // One capture batch's tracer. Lives on the training thread, from the start of
@@ -66,6 +68,8 @@ class Tracer {
   };
 
   void end_forward();
+  void start_op(const at::RecordFunction& fn);
+  void end_op(const at::RecordFunction& fn);
   int add_layer(LayerInfo info);
   void record_op(const std::string& op, const std::vector<torch::Tensor>& inputs,
                  const std::vector<torch::Tensor>& outputs);

@@ -141,7 +141,7 @@ unsigned status_for(ControllerError::Kind kind) {
 HttpResponse error_response(unsigned status, const std::string& message) {
   HttpResponse res;
   res.status = status;
-  res.body = json{{"error", message}}.dump();
+  res.body = json{{"error", message}}.dump(-1, ' ', false, json::error_handler_t::replace);
   return res;
 }
 
@@ -231,7 +231,7 @@ HttpResponse handle_api(Controller& controller, const HttpRequest& request) {
   }
   try {
     HttpResponse res;
-    res.body = route.handle(controller, request).dump();
+    res.body = route.handle(controller, request).dump(-1, ' ', false, json::error_handler_t::replace);
     return res;
   } catch (const ControllerError& e) {
     return error_response(status_for(e.kind()), e.what());

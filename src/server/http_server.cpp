@@ -2,6 +2,7 @@
 
 #include <boost/asio.hpp>
 #include <boost/beast.hpp>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <iostream>
@@ -21,12 +22,7 @@ namespace {
 const std::string kEmpty;
 
 std::string json_error(const std::string& message) {
-  std::string escaped;
-  for (char c : message) {
-    if (c == '"' || c == '\\') escaped += '\\';
-    escaped += c;
-  }
-  return "{\"error\":\"" + escaped + "\"}";
+  return nlohmann::json{{"error", message}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 HttpRequest to_request(const http::request<http::string_body>& req) {
@@ -127,6 +123,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
                                     " bytes", 11);
     }
     if (ec) return respond_error(400, "malformed HTTP request: " + ec.message(), 11);
+    // The handler may wait (up to 300 s): no timer runs until the reply is written.
+    stream_.expires_never();
     auto req = parser_->release();
     auto request = std::make_shared<HttpRequest>(to_request(req));
     const bool keep_alive = req.keep_alive();
@@ -168,6 +166,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     msg->body() = std::move(res.body);
     msg->prepare_payload();
     auto self = shared_from_this();
+    stream_.expires_after(std::chrono::seconds(30));
     http::async_write(stream_, *msg, [self, msg](beast::error_code ec, size_t) {
       if (ec || !msg->keep_alive()) return self->close();
       self->read();
@@ -231,14 +230,12 @@ int HttpServer::port() const { return impl_->port; }
 void HttpServer::stop() {
   if (!impl_ || !impl_->running) return;
   impl_->running = false;
-  asio::post(impl_->ioc, [this] {
-    beast::error_code ec;
-    impl_->acceptor->close(ec);
-  });
   impl_->work.reset();
   impl_->ioc.stop();
   for (auto& t : impl_->threads) t.join();
   impl_->threads.clear();
+  beast::error_code ec;
+  impl_->acceptor->close(ec);  // free the port now, not when the server is destroyed
   impl_->workers.join();
 }
 

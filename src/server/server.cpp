@@ -1,5 +1,7 @@
 #include "server/server.h"
 
+#include <boost/asio/ip/address.hpp>
+
 #include <iostream>
 #include <random>
 
@@ -73,7 +75,11 @@ const char* kIndexPage = R"(<!doctype html>
 
 bool is_loopback_host(const std::string& host) {
   const std::string h = host_without_port(host);
-  return h == "localhost" || h == "::1" || h.rfind("127.", 0) == 0;
+  if (h == "localhost") return true;
+  // An address, not a name: "127.attacker.example" must not pass as loopback.
+  boost::system::error_code ec;
+  auto address = boost::asio::ip::make_address(h, ec);
+  return !ec && address.is_loopback();
 }
 
 Server::Server(detail::SessionCore& core)
@@ -114,14 +120,18 @@ std::optional<HttpResponse> Server::refuse(const HttpRequest& request) const {
       return error_response(403, "Host \"" + host + "\" refused: this server answers loopback names only "
                                  "(DNS-rebinding protection); use " + url());
     }
-    if (!origin.empty() && origin != "null" && !is_loopback_host(origin_authority(origin))) {
+    if (!origin.empty() && !is_loopback_host(origin_authority(origin))) {
       return error_response(403, "Origin \"" + origin + "\" refused: only pages served from this machine may call it");
     }
-    return std::nullopt;
-  }
-  if (!origin.empty() && origin != "null" && origin_authority(origin) != host) {
+  } else if (!origin.empty() && origin_authority(origin) != host) {
     return error_response(403, "Origin \"" + origin + "\" refused: cross-site requests are not allowed");
   }
+  // A cross-site form or sandboxed frame can POST text/plain without a CORS
+  // preflight; a JSON content type cannot be sent that way.
+  if (request.method == "POST" && request.header("content-type").rfind("application/json", 0) != 0) {
+    return error_response(415, "POST requests must have Content-Type: application/json");
+  }
+  if (loopback_) return std::nullopt;
   std::string presented;
   if (auto q = request.query.find("token"); q != request.query.end()) presented = q->second;
   if (presented.empty()) {

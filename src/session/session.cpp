@@ -77,6 +77,7 @@ void SessionCore::end_batch() {
     try {
       auto trace = tracer_->finish();
       tracer_.reset();
+      if (!trace->error.empty()) throw std::runtime_error(trace->error);
       auto pos = schedule_.with_flags(pos_);
       auto snap = capture::build_snapshot(pos, ++sequence_, *trace, *model_, optimizer_);
       if (!snap->architecture->layers.empty()) architecture_.store(snap->architecture);
@@ -90,7 +91,15 @@ void SessionCore::end_batch() {
       report_internal_error(std::string("snapshot failed: ") + e.what());
     }
   }
-  if (decision_.pause_after) control_.pause_at(schedule_.with_flags(pos_));
+  if (decision_.pause_after) {
+    if (!server_ && !warned_no_ui_) {
+      warned_no_ui_ = true;
+      std::cerr << "[nansense] paused at " << pos_.to_string()
+                << " with no UI served: nansense::serve(session) or StartOptions().port(...) serves one, "
+                   "and session.detach() trains without pausing\n";
+    }
+    control_.pause_at(schedule_.with_flags(pos_));
+  }
   decision_ = {};
 }
 
@@ -150,7 +159,11 @@ bool SessionCore::serve(const ServeOptions& options) {
   }
   display_ = options;
   auto server = std::make_unique<server::Server>(*this);
-  if (!server->start(options)) return false;
+  if (!server->start(options)) {
+    // Nothing could resume a pause without the UI: train on instead.
+    if (control_.state() == RunState::kRunning) control_.detach();
+    return false;
+  }
   server_ = std::move(server);
   return true;
 }

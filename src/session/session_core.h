@@ -73,6 +73,7 @@ class SessionCore {
   std::unique_ptr<capture::Tracer> tracer_;
   uint64_t sequence_ = 0;
   bool capture_disabled_ = false;
+  bool warned_no_ui_ = false;
 
   std::atomic<std::shared_ptr<const BatchSnapshot>> snapshot_;
   std::atomic<std::shared_ptr<const Architecture>> architecture_;

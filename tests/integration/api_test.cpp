@@ -261,6 +261,12 @@ TEST_F(ApiTest, BadRequestsGetClearErrorsAndTrainingGoesOn) {
   expect_error(get("/api/nothing"), 404, "no API route");
   expect_error(http_request(port_, "GET", "/api/status", "", {{"Host", "evil.example:80"}}), 403, "DNS-rebinding");
   expect_error(http_request(port_, "GET", "/api/status", "", {{"Origin", "http://evil.example"}}), 403, "Origin");
+  expect_error(http_request(port_, "GET", "/api/status", "", {{"Host", "127.attacker.example:80"}}), 403,
+               "DNS-rebinding");
+  expect_error(http_request(port_, "POST", "/api/step", "{}", {{"Origin", "null"}}), 403, "Origin");
+  expect_error(http_request(port_, "POST", "/api/step", "{\"unit\":\"batch\"}", {{"Content-Type", "text/plain"}}),
+               415, "application/json");
+  expect_error(http_request(port_, "GET", "/%FF%FE"), 404, "not found");
   // A loopback origin is fine.
   EXPECT_EQ(http_request(port_, "GET", "/api/status", "", {{"Origin", "http://localhost:5173"}}).status, 200u);
 
@@ -333,8 +339,8 @@ TEST_F(ApiTest, APortAlreadyTakenLeavesTrainingRunning) {
   EXPECT_NE(err.find("already in use"), std::string::npos) << err;
   EXPECT_NE(err.find("training continues"), std::string::npos) << err;
   EXPECT_EQ(second.url(), "");
-  // The second session trains on, detached, without a server.
-  second.detach();
+  // The second session trains on without a server: nothing could resume a pause.
+  EXPECT_EQ(second.mode(), nansense::Mode::kDetach);
   std::vector<torch::Tensor> data = {torch::randn({2, 4}), torch::randn({2, 4})};
   int ran = 0;
   for (auto& x : second.batches(data, "train")) {

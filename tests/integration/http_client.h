@@ -29,10 +29,8 @@ inline Reply http_request(int port, const std::string& method, const std::string
   http::request<http::string_body> req(http::string_to_verb(method), target, 11);
   req.set(http::field::host, "127.0.0.1:" + std::to_string(port));
   for (const auto& [k, v] : headers) req.set(k, v);
-  if (!body.empty()) {
-    req.set(http::field::content_type, "application/json");
-    req.body() = body;
-  }
+  if (method == "POST" && !headers.count("Content-Type")) req.set(http::field::content_type, "application/json");
+  req.body() = body;
   req.prepare_payload();
   http::write(stream, req);
   beast::flat_buffer buffer;

@@ -451,3 +451,25 @@ TEST(RunControl, DisabledSessionIsAPassThrough) {
 
 }  // namespace
 }  // namespace nansense
+
+TEST(RunControl, BreakingOutOfALoopEndsItsPhase) {
+  auto model = torch::nn::Linear(2, 2);
+  auto session = nansense::start(model, nansense::StartOptions());
+  session.detach();
+  std::vector<torch::Tensor> data = {torch::randn({1, 2}), torch::randn({1, 2}), torch::randn({1, 2})};
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    int seen = 0;
+    for (auto& x : session.batches(data, "train")) {
+      model->forward(x);
+      if (++seen == 2) break;
+    }
+  }
+  // The second loop is a new epoch (one phase, no epoch argument), not batches 2 and 3.
+  auto pos = session.live_position();
+  ASSERT_TRUE(pos);
+  EXPECT_EQ(pos->epoch, 1);
+  EXPECT_EQ(pos->batch_idx, 1);
+  // A phase left early has no learned length.
+  EXPECT_FALSE(session.schedule().phase_count("train"));
+  session.close();
+}
