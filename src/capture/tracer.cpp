@@ -254,7 +254,19 @@ void Tracer::record_op(const std::string& op, const std::vector<torch::Tensor>& 
       producers.push_back(pit->second);
     }
   }
-  if (!owner && producers.empty()) return;  // not part of the model's data flow
+  if (producers.empty()) {
+    if (!owner) return;  // not part of the model's data flow
+    if (owner->module_path.empty()) {
+      // Only the root module's parameters (a functional model's weight.t()):
+      // a parameter transform that the consuming op will show, not a layer.
+      const Owner derived = *owner;
+      for (const auto& out : outputs) {
+        owners_.emplace(out.unsafeGetTensorImpl(), derived);
+        keep_alive_.push_back(out);
+      }
+      return;
+    }
+  }
 
   const torch::Tensor* activation = nullptr;
   for (const auto& out : outputs) {

@@ -473,3 +473,59 @@ TEST(RunControl, BreakingOutOfALoopEndsItsPhase) {
   EXPECT_FALSE(session.schedule().phase_count("train"));
   session.close();
 }
+
+namespace {
+// Eight random 3-feature examples with labels, as a torch::data dataset.
+struct RandomExamples : torch::data::datasets::Dataset<RandomExamples> {
+  torch::data::Example<> get(size_t index) override {
+    return {torch::full({3}, static_cast<float>(index)), torch::tensor(static_cast<int64_t>(index % 2))};
+  }
+  torch::optional<size_t> size() const override { return 8; }
+};
+}  // namespace
+
+TEST(Batches, DriveTorchDataLoadersDirectly) {
+  auto model = torch::nn::Linear(3, 2);
+  auto session = nansense::start(model, nansense::StartOptions());
+  auto stacked = torch::data::make_data_loader<torch::data::samplers::SequentialSampler>(
+      RandomExamples().map(torch::data::transforms::Stack<>()), torch::data::DataLoaderOptions().batch_size(4));
+  std::thread trainer([&] {
+    for (auto& batch : session.batches(*stacked, "train")) model->forward(batch.data);
+    session.close();
+  });
+  ASSERT_EQ(session.wait_until_stopped(std::chrono::seconds(20)), nansense::RunState::kPaused);
+  auto snap = session.snapshot();
+  ASSERT_TRUE(snap);
+  ASSERT_EQ(snap->inputs.size(), 1u);
+  EXPECT_EQ(snap->inputs[0].sizes(), (std::vector<int64_t>{4, 3}));
+  // A root Linear runs t(weight) then addmm: the transpose is no layer of its own.
+  ASSERT_EQ(snap->architecture->layers.size(), 2u);
+  EXPECT_EQ(snap->architecture->layers[0].name, "input");
+  EXPECT_EQ(snap->architecture->layers[1].name, "addmm");
+  EXPECT_EQ(snap->architecture->layers[1].parameters, (std::vector<std::string>{"bias", "weight"}));
+  session.detach();
+  trainer.join();
+  EXPECT_EQ(session.schedule().phase_count("train"), 2);
+}
+
+TEST(Batches, UnstackedExampleBatchesAreOneInputLayer) {
+  auto model = torch::nn::Linear(3, 2);
+  auto session = nansense::start(model, nansense::StartOptions());
+  auto loader = torch::data::make_data_loader<torch::data::samplers::SequentialSampler>(
+      RandomExamples(), torch::data::DataLoaderOptions().batch_size(4));
+  std::thread trainer([&] {
+    for (auto& examples : session.batches(*loader, "train")) {
+      std::vector<torch::Tensor> rows;
+      for (auto& e : examples) rows.push_back(e.data);
+      model->forward(torch::stack(rows));
+    }
+    session.close();
+  });
+  ASSERT_EQ(session.wait_until_stopped(std::chrono::seconds(20)), nansense::RunState::kPaused);
+  auto arch = session.architecture();
+  ASSERT_TRUE(arch);
+  EXPECT_EQ(arch->inputs, (std::vector<std::string>{"input"}));
+  EXPECT_EQ(session.snapshot()->inputs[0].sizes(), (std::vector<int64_t>{4, 3}));
+  session.detach();
+  trainer.join();
+}
