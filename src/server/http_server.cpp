@@ -129,6 +129,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     auto request = std::make_shared<HttpRequest>(to_request(req));
     const bool keep_alive = req.keep_alive();
     const unsigned version = req.version();
+    head_ = req.method() == http::verb::head;
     auto self = shared_from_this();
     asio::post(server_.workers, [self, request, keep_alive, version] {
       HttpResponse res;
@@ -165,6 +166,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
     msg->keep_alive(keep_alive);
     msg->body() = std::move(res.body);
     msg->prepare_payload();
+    if (head_) {
+      // A HEAD reply announces the body's length but sends none.
+      const auto length = msg->body().size();
+      msg->body().clear();
+      msg->content_length(length);
+    }
     auto self = shared_from_this();
     stream_.expires_after(std::chrono::seconds(30));
     http::async_write(stream_, *msg, [self, msg](beast::error_code ec, size_t) {
@@ -181,6 +188,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   beast::tcp_stream stream_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
+  bool head_ = false;  // the request being answered is a HEAD
   HttpServer::Impl& server_;
 };
 

@@ -267,6 +267,10 @@ TEST_F(ApiTest, BadRequestsGetClearErrorsAndTrainingGoesOn) {
   expect_error(http_request(port_, "POST", "/api/step", "{\"unit\":\"batch\"}", {{"Content-Type", "text/plain"}}),
                415, "application/json");
   expect_error(http_request(port_, "GET", "/%FF%FE"), 404, "not found");
+  Reply head = http_request(port_, "HEAD", "/");
+  EXPECT_EQ(head.status, 200u);
+  EXPECT_TRUE(head.body.empty());
+  EXPECT_EQ(head.headers["Content-Length"], std::to_string(http_request(port_, "GET", "/").body.size()));
   // A loopback origin is fine.
   EXPECT_EQ(http_request(port_, "GET", "/api/status", "", {{"Origin", "http://localhost:5173"}}).status, 200u);
 
