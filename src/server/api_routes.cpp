@@ -84,45 +84,53 @@ class Body {
 
 struct Route {
   std::string method;
-  std::function<json(Controller&, const HttpRequest&)> handle;
+  std::function<HttpResponse(Controller&, const HttpRequest&)> handle;
 };
+
+HttpResponse render_layer(Controller& controller, const HttpRequest& request);
+
+// A route whose answer is the JSON its handler returns.
+template <class F>
+std::function<HttpResponse(Controller&, const HttpRequest&)> json_route(F handle) {
+  return [handle](Controller& c, const HttpRequest& r) {
+    HttpResponse res;
+    res.body = handle(c, r).dump(-1, ' ', false, json::error_handler_t::replace);
+    return res;
+  };
+}
 
 const std::map<std::string, Route>& routes() {
   static const std::map<std::string, Route> table = {
-      {"/api/status", {"GET", [](Controller& c, const HttpRequest&) { return c.get_status(); }}},
-      {"/api/architecture", {"GET", [](Controller& c, const HttpRequest&) { return c.get_architecture(); }}},
-      {"/api/snapshot", {"GET", [](Controller& c, const HttpRequest&) { return c.get_snapshot(); }}},
+      {"/api/status", {"GET", json_route([](Controller& c, const HttpRequest&) { return c.get_status(); })}},
+      {"/api/architecture", {"GET", json_route([](Controller& c, const HttpRequest&) { return c.get_architecture(); })}},
+      {"/api/snapshot", {"GET", json_route([](Controller& c, const HttpRequest&) { return c.get_snapshot(); })}},
       {"/api/step",
-       {"POST",
-        [](Controller& c, const HttpRequest& r) {
+       {"POST", json_route([](Controller& c, const HttpRequest& r) {
           Body body(r.body, {"unit"});
           return c.step(body.string("unit").value_or("batch"), body.wait());
-        }}},
+        })}},
       {"/api/run",
-       {"POST",
-        [](Controller& c, const HttpRequest& r) {
+       {"POST", json_route([](Controller& c, const HttpRequest& r) {
           Body body(r.body, {"detach"});
           return c.run(body.boolean("detach").value_or(false), body.wait());
-        }}},
+        })}},
       {"/api/pause",
-       {"POST",
-        [](Controller& c, const HttpRequest& r) {
+       {"POST", json_route([](Controller& c, const HttpRequest& r) {
           Body body(r.body, {});
           return c.pause(body.wait());
-        }}},
+        })}},
       {"/api/run_until",
-       {"POST",
-        [](Controller& c, const HttpRequest& r) {
+       {"POST", json_route([](Controller& c, const HttpRequest& r) {
           Body body(r.body, {"phase", "epoch", "batch"});
           return c.run_until(body.required_string("phase"), body.required_integer("epoch"),
                              body.required_integer("batch"), body.wait());
-        }}},
+        })}},
       {"/api/refresh",
-       {"POST",
-        [](Controller& c, const HttpRequest& r) {
+       {"POST", json_route([](Controller& c, const HttpRequest& r) {
           Body body(r.body, {});
           return c.refresh(body.wait());
-        }}},
+        })}},
+      {"/api/render/layer", {"GET", render_layer}},
   };
   return table;
 }
@@ -207,18 +215,6 @@ HttpResponse render_layer(Controller& controller, const HttpRequest& request) {
 }  // namespace
 
 HttpResponse handle_api(Controller& controller, const HttpRequest& request) {
-  if (request.path == "/api/render/layer") {
-    if (request.method != "GET") {
-      auto res = error_response(405, request.path + " accepts GET, not " + request.method);
-      res.headers.emplace_back("Allow", "GET");
-      return res;
-    }
-    try {
-      return render_layer(controller, request);
-    } catch (const ControllerError& e) {
-      return error_response(status_for(e.kind()), e.what());
-    }
-  }
   auto it = routes().find(request.path);
   if (it == routes().end()) {
     return error_response(404, "no API route " + request.path + "; see GET / for the list");
@@ -230,9 +226,7 @@ HttpResponse handle_api(Controller& controller, const HttpRequest& request) {
     return res;
   }
   try {
-    HttpResponse res;
-    res.body = route.handle(controller, request).dump(-1, ' ', false, json::error_handler_t::replace);
-    return res;
+    return route.handle(controller, request);
   } catch (const ControllerError& e) {
     return error_response(status_for(e.kind()), e.what());
   }

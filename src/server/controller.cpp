@@ -49,12 +49,17 @@ json Controller::get_architecture() const {
   return out;
 }
 
-json Controller::get_snapshot() const {
+std::shared_ptr<const BatchSnapshot> Controller::require_snapshot() const {
   auto snap = core_.snapshot();
   if (!snap) {
     throw ControllerError(ControllerError::Kind::kNotFound,
                           "no snapshot yet: the first captured batch publishes one (the run pauses there)");
   }
+  return snap;
+}
+
+json Controller::get_snapshot() const {
+  auto snap = require_snapshot();
   {
     std::lock_guard lock(cache_mu_);
     if (cached_snapshot_ && cached_sequence_ == snap->sequence) return *cached_snapshot_;
@@ -104,11 +109,7 @@ std::shared_ptr<const Controller::RenderedImage> Controller::render_layer(
     throw ControllerError(ControllerError::Kind::kInvalidArgument,
                           "kind must be \"activation\" or \"gradient\", got \"" + kind + "\"");
   }
-  auto snap = core_.snapshot();
-  if (!snap) {
-    throw ControllerError(ControllerError::Kind::kNotFound,
-                          "no snapshot yet: the first captured batch publishes one (the run pauses there)");
-  }
+  auto snap = require_snapshot();
   if (!snap->architecture->find(layer)) {
     std::string known;
     for (const auto& l : snap->architecture->layers) known += (known.empty() ? "" : ", ") + l.name;

@@ -11,6 +11,7 @@
 
 #include "render/render_cache.h"
 #include "render/strip.h"
+#include "nansense/snapshot.h"
 #include "server/json_views.h"
 
 namespace nansense::detail {
@@ -62,6 +63,8 @@ class Controller {
  private:
   template <class F>
   json command(F&& apply, Wait wait);
+  // The last published snapshot; kNotFound before the first capture.
+  std::shared_ptr<const BatchSnapshot> require_snapshot() const;
 
   detail::SessionCore& core_;
   mutable std::mutex cache_mu_;
