@@ -23,6 +23,10 @@ struct LayerInfo {
   std::vector<int64_t> output_shape;     // shape of its activation
   std::string dtype;                     // dtype of its activation
   std::vector<std::string> parameters;   // qualified parameter names it used
+  // Its hyperparameters as a person reads them: the module's own printout
+  // ("Conv2d(1, 16, kernel_size=[3, 3], ...)") or the op's literal arguments
+  // ("max_pool2d(·, [2, 2], ...)", · standing for a tensor).
+  std::string description;
 };
 
 struct Architecture {

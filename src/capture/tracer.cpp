@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <set>
+#include <sstream>
 #include <string_view>
 
 namespace nansense::capture {
@@ -92,6 +93,41 @@ torch::Tensor cpu_copy(const torch::Tensor& t) {
   return t.detach().to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
 }
 
+// "Conv2d(1, 16, kernel_size=[3, 3], stride=[1, 1])": the module's printout
+// without the namespace.
+std::string describe(const torch::nn::Module& module) {
+  std::ostringstream out;
+  module.pretty_print(out);
+  std::string text = out.str();
+  for (const std::string prefix : {"torch::nn::"}) {
+    for (size_t at; (at = text.find(prefix)) != std::string::npos;) text.erase(at, prefix.size());
+  }
+  return text;
+}
+
+// "(·, [2, 2], [2, 2], [0, 0], [1, 1], False)": literal arguments, tensors as ·.
+std::string describe_args(c10::ArrayRef<const c10::IValue> inputs) {
+  std::ostringstream out;
+  out << "(";
+  bool first = true;
+  for (const auto& v : inputs) {
+    if (!first) out << ", ";
+    first = false;
+    if (v.isTensor() || v.isTensorList()) {
+      out << "·";
+    } else if (v.isNone()) {
+      out << "None";
+    } else if (v.isInt() || v.isDouble() || v.isBool() || v.isIntList() || v.isDoubleList() || v.isBoolList() ||
+               v.isString()) {
+      out << v;
+    } else {
+      out << "…";
+    }
+  }
+  out << ")";
+  return out.str();
+}
+
 }  // namespace
 
 Tracer::Tracer(const torch::nn::Module& model) : result_(std::make_shared<TraceResult>()) {
@@ -108,6 +144,7 @@ Tracer::Tracer(const torch::nn::Module& model) : result_(std::make_shared<TraceR
     };
     for (const auto& p : module.named_parameters(/*recurse=*/false)) add(p.key(), p.value());
     for (const auto& b : module.named_buffers(/*recurse=*/false)) add(b.key(), b.value());
+    if (!module.named_parameters(/*recurse=*/false).is_empty()) module_descriptions_[path] = describe(module);
   }
   t_active = this;
   handle_ = at::addThreadLocalCallback(at::RecordFunctionCallback(&on_start, &on_end)
@@ -218,6 +255,7 @@ void Tracer::start_op(const at::RecordFunction& fn) {
   }
   pending_inputs_.clear();
   for (const auto& v : fn.inputs()) collect_tensors(v, pending_inputs_);
+  pending_args_ = describe_args(fn.inputs());
 }
 
 void Tracer::on_op_end(const at::RecordFunction& fn) {
@@ -304,6 +342,9 @@ void Tracer::record_op(const std::string& op, const std::vector<torch::Tensor>& 
       info.role = LayerInfo::Role::kModule;
       info.kind = owner->module_kind;
       info.module = owner->module_path;
+      if (auto d = module_descriptions_.find(owner->module_path); d != module_descriptions_.end()) {
+        info.description = d->second;
+      }
       layer = add_layer(std::move(info));
       open_module_call_[owner->module_path] = layer;
     }
@@ -312,6 +353,7 @@ void Tracer::record_op(const std::string& op, const std::vector<torch::Tensor>& 
     info.name = fresh_name(op);
     info.role = LayerInfo::Role::kOp;
     info.kind = op;
+    info.description = op + pending_args_;
     layer = add_layer(std::move(info));
   }
 

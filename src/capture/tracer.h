@@ -67,6 +67,11 @@ class Tracer {
     std::string param_name;    // qualified name
   };
 
+  // The literal arguments of the op starting, for an op layer's description.
+  std::string pending_args_;
+  // Module path -> its printout, for module layers' descriptions.
+  std::map<std::string, std::string> module_descriptions_;
+
   void end_forward();
   void start_op(const at::RecordFunction& fn);
   void end_op(const at::RecordFunction& fn);

@@ -1,6 +1,7 @@
 #include "server/controller.h"
 
 #include "nansense/errors.h"
+#include "render/input_image.h"
 #include "session/session_core.h"
 
 namespace nansense::server {
@@ -29,6 +30,13 @@ json Controller::get_status() const {
                  {"snapshot_sequence", snap ? snap->sequence : 0},
                  {"schedule", to_json(core_.schedule())},
                  {"hint", hint(state)}};
+  if (auto since = core_.control().paused_since()) {
+    status["paused_at_ms"] =
+        std::chrono::duration_cast<std::chrono::milliseconds>(since->time_since_epoch()).count();
+  }
+  status["time_travel"] = {{"available", false},
+                           {"reason", "time travel needs the epoch loop session.epochs(n, body), which "
+                                      "checkpoints every epoch start; this run does not use it"}};
   if (state == RunState::kLost) status["lost_reason"] = core_.control().lost_reason();
   auto errors = core_.internal_errors();
   if (!errors.empty()) status["internal_errors"] = errors;
@@ -93,8 +101,20 @@ json Controller::get_snapshot() const {
     }
     params.push_back(std::move(entry));
   }
+  json inputs = json::array();
+  for (size_t i = 0; i < snap->inputs.size(); ++i) {
+    const auto& t = snap->inputs[i];
+    const auto& names = snap->architecture->inputs;
+    inputs.push_back({{"index", i},
+                      {"name", i < names.size() ? names[i] : "input_" + std::to_string(i)},
+                      {"shape", t.sizes().vec()},
+                      {"dtype", std::string(c10::toString(t.scalar_type()))}});
+  }
+  const int64_t batch_size = !snap->inputs.empty() && snap->inputs[0].dim() > 0 ? snap->inputs[0].size(0) : 0;
   auto out = std::make_shared<const json>(json{{"position", to_json(snap->position)},
                                                {"sequence", snap->sequence},
+                                               {"batch_size", batch_size},
+                                               {"inputs", inputs},
                                                {"layers", layers},
                                                {"parameters", params}});
   std::lock_guard lock(cache_mu_);
@@ -157,6 +177,62 @@ std::shared_ptr<const Controller::RenderedImage> Controller::render_layer(
   render_cache_.put(key, out);
   return out;
 }
+
+std::shared_ptr<const Controller::RenderedImage> Controller::render_input(int64_t input, int64_t sample) const {
+  auto snap = require_snapshot();
+  const auto count = static_cast<int64_t>(snap->inputs.size());
+  if (count == 0) {
+    throw ControllerError(ControllerError::Kind::kNotFound,
+                          "the batch at " + snap->position.to_string() + " recorded no tensor input");
+  }
+  if (input < 0 || input >= count) {
+    throw ControllerError(ControllerError::Kind::kInvalidArgument,
+                          "input " + std::to_string(input) + " is out of range: the model has " + std::to_string(count) +
+                              " input" + (count == 1 ? "" : "s") + " (0.." + std::to_string(count - 1) + ")");
+  }
+  const auto& names = snap->architecture->inputs;
+  const std::string name =
+      static_cast<size_t>(input) < names.size() ? names[static_cast<size_t>(input)] : "input_" + std::to_string(input);
+  const std::string key = std::to_string(snap->sequence) + "|input|" + std::to_string(input) + "|" +
+                          std::to_string(sample);
+  if (auto hit = render_cache_.find(key)) return hit;
+  const auto& display = core_.display_options();
+  render::InputImageOptions options;
+  options.sample = sample;
+  options.mean = display.input_mean().for_input(name);
+  options.std = display.input_std().for_input(name);
+  options.transform = display.input_transform().for_input(name);
+  render::InputImage image;
+  try {
+    image = render::render_input(snap->inputs[static_cast<size_t>(input)], options);
+  } catch (const std::invalid_argument& e) {
+    throw ControllerError(ControllerError::Kind::kInvalidArgument, e.what());
+  } catch (const std::exception& e) {
+    // The user's transform threw: say so instead of failing the request.
+    throw ControllerError(ControllerError::Kind::kInvalidArgument,
+                          "the input transform for \"" + name + "\" failed: " + e.what());
+  }
+  auto out = std::make_shared<RenderedImage>();
+  out->png = render::encode_png(image.image);
+  out->info = {{"input", input},
+               {"name", name},
+               {"position", to_json(snap->position)},
+               {"sequence", snap->sequence},
+               {"sample", sample},
+               {"batch_size", image.batch_size},
+               {"layout", image.layout},
+               {"width", image.image.width},
+               {"height", image.image.height}};
+  if (!image.hint.empty()) out->info["hint"] = image.hint;
+  render_cache_.put(key, out);
+  return out;
+}
+
+uint64_t Controller::wait_for_change(uint64_t seen, std::chrono::milliseconds timeout) const {
+  return core_.control().wait_for_change(seen, timeout);
+}
+
+void Controller::wake_watchers() { core_.control().notify_changed(); }
 
 template <class F>
 json Controller::command(F&& apply, Wait wait) {

@@ -4,7 +4,9 @@
 #include <boost/beast.hpp>
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <chrono>
+#include <deque>
 #include <iostream>
 #include <optional>
 #include <stdexcept>
@@ -15,6 +17,7 @@ namespace nansense::server {
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
+namespace websocket = beast::websocket;
 using tcp = asio::ip::tcp;
 
 namespace {
@@ -58,6 +61,15 @@ HttpRequest to_request(const http::request<http::string_body>& req) {
 
 }  // namespace
 
+bool is_websocket_upgrade(const HttpRequest& request) {
+  auto lower = [](std::string v) {
+    for (auto& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return v;
+  };
+  return request.method == "GET" && lower(request.header("upgrade")).find("websocket") != std::string::npos &&
+         lower(request.header("connection")).find("upgrade") != std::string::npos;
+}
+
 const std::string& HttpRequest::header(const std::string& lower_name) const {
   auto it = headers.find(lower_name);
   return it == headers.end() ? kEmpty : it->second;
@@ -83,6 +95,7 @@ std::string url_decode(const std::string& s, bool plus_is_space) {
 
 struct HttpServer::Impl {
   HttpHandler handler;
+  WebSocketHandler on_websocket;
   HttpServerLimits limits;
   asio::io_context ioc;
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
@@ -92,13 +105,96 @@ struct HttpServer::Impl {
   int port = 0;
   bool running = false;
 
-  Impl(HttpHandler h, HttpServerLimits l)
-      : handler(std::move(h)), limits(l), workers(static_cast<size_t>(std::max(1, l.worker_threads))) {}
+  Impl(HttpHandler h, WebSocketHandler ws, HttpServerLimits l)
+      : handler(std::move(h)), on_websocket(std::move(ws)), limits(l), workers(static_cast<size_t>(std::max(1, l.worker_threads))) {}
 
   void accept();
 };
 
 namespace {
+
+// An accepted WebSocket: a write queue on the connection's strand, and a read
+// loop that only notices when the peer goes away (clients send nothing).
+class WebSocketSession : public WebSocketPeer, public std::enable_shared_from_this<WebSocketSession> {
+ public:
+  // Frames queued beyond this mean the peer stopped reading.
+  static constexpr size_t kMaxQueued = 64;
+
+  WebSocketSession(beast::tcp_stream stream, HttpServer::Impl& server) : ws_(std::move(stream)), server_(server) {}
+
+  void accept(std::shared_ptr<http::request<http::string_body>> upgrade, std::shared_ptr<HttpRequest> request) {
+    // The WebSocket's own timeouts (pings on idle, close on a dead peer)
+    // replace the HTTP ones.
+    beast::get_lowest_layer(ws_).expires_never();
+    ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
+    ws_.set_option(websocket::stream_base::decorator(
+        [](websocket::response_type& res) { res.set(http::field::server, "nansense"); }));
+    ws_.read_message_max(64 * 1024);
+    auto self = shared_from_this();
+    ws_.async_accept(*upgrade, [self, upgrade, request](beast::error_code ec) {
+      if (ec) return;
+      self->open_ = true;
+      if (self->server_.on_websocket) {
+        try {
+          self->server_.on_websocket(self, *request);
+        } catch (const std::exception& e) {
+          std::cerr << "[nansense] WebSocket handler failed: " << e.what() << "\n";
+          self->close();
+          return;
+        }
+      }
+      self->read();
+    });
+  }
+
+  void send(std::string text) override {
+    auto self = shared_from_this();
+    asio::post(ws_.get_executor(), [self, text = std::move(text)]() mutable {
+      if (!self->open_) return;
+      if (self->queue_.size() >= kMaxQueued) return self->close();
+      self->queue_.push_back(std::move(text));
+      if (self->queue_.size() == 1) self->write();
+    });
+  }
+
+  bool is_open() const override { return open_; }
+
+ private:
+  void read() {
+    ws_.async_read(buffer_, [self = shared_from_this()](beast::error_code ec, size_t) {
+      if (ec) {
+        self->open_ = false;
+        return;
+      }
+      self->buffer_.consume(self->buffer_.size());
+      self->read();
+    });
+  }
+
+  void write() {
+    ws_.text(true);
+    ws_.async_write(asio::buffer(queue_.front()), [self = shared_from_this()](beast::error_code ec, size_t) {
+      if (ec) {
+        self->open_ = false;
+        return;
+      }
+      self->queue_.pop_front();
+      if (!self->queue_.empty()) self->write();
+    });
+  }
+
+  void close() {
+    open_ = false;
+    queue_.clear();
+    ws_.async_close(websocket::close_code::try_again_later, [self = shared_from_this()](beast::error_code) {});
+  }
+
+  websocket::stream<beast::tcp_stream> ws_;
+  HttpServer::Impl& server_;
+  beast::flat_buffer buffer_;
+  std::deque<std::string> queue_;  // touched on the strand only
+  std::atomic<bool> open_{false};
+};
 
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
@@ -125,13 +221,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (ec) return respond_error(400, "malformed HTTP request: " + ec.message(), 11);
     // The handler may wait (up to 300 s): no timer runs until the reply is written.
     stream_.expires_never();
-    auto req = parser_->release();
-    auto request = std::make_shared<HttpRequest>(to_request(req));
-    const bool keep_alive = req.keep_alive();
-    const unsigned version = req.version();
-    head_ = req.method() == http::verb::head;
+    auto req = std::make_shared<http::request<http::string_body>>(parser_->release());
+    auto request = std::make_shared<HttpRequest>(to_request(*req));
+    const bool keep_alive = req->keep_alive();
+    const unsigned version = req->version();
+    head_ = req->method() == http::verb::head;
+    const bool upgrade = websocket::is_upgrade(*req);
     auto self = shared_from_this();
-    asio::post(server_.workers, [self, request, keep_alive, version] {
+    asio::post(server_.workers, [self, req, request, keep_alive, version, upgrade] {
       HttpResponse res;
       try {
         res = self->server_.handler(*request);
@@ -141,6 +238,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
       } catch (...) {
         res.status = 500;
         res.body = json_error("internal error");
+      }
+      if (upgrade && res.accept_websocket) {
+        asio::post(self->stream_.get_executor(), [self, req, request] {
+          std::make_shared<WebSocketSession>(std::move(self->stream_), self->server_)->accept(req, request);
+        });
+        return;
       }
       asio::post(self->stream_.get_executor(), [self, res = std::move(res), keep_alive, version]() mutable {
         self->write(std::move(res), keep_alive, version);
@@ -202,8 +305,8 @@ void HttpServer::Impl::accept() {
   });
 }
 
-HttpServer::HttpServer(HttpHandler handler, HttpServerLimits limits)
-    : impl_(std::make_unique<Impl>(std::move(handler), limits)) {}
+HttpServer::HttpServer(HttpHandler handler, WebSocketHandler on_websocket, HttpServerLimits limits)
+    : impl_(std::make_unique<Impl>(std::move(handler), std::move(on_websocket), limits)) {}
 
 HttpServer::~HttpServer() { stop(); }
 

@@ -28,9 +28,27 @@ struct HttpResponse {
   std::string content_type = "application/json";
   std::string body;
   std::vector<std::pair<std::string, std::string>> headers;
+  // Set by a handler that accepts a WebSocket upgrade request: the connection
+  // becomes a WebSocket instead of carrying this response.
+  bool accept_websocket = false;
 };
 
+// The server's side of an open WebSocket. Safe to use from any thread.
+class WebSocketPeer {
+ public:
+  virtual ~WebSocketPeer() = default;
+  // Queues a text frame; never blocks. A peer too slow to keep up is closed
+  // (its page reconnects and starts from a fresh state).
+  virtual void send(std::string text) = 0;
+  virtual bool is_open() const = 0;
+};
+
+// Whether a request asks to become a WebSocket.
+bool is_websocket_upgrade(const HttpRequest& request);
+
 using HttpHandler = std::function<HttpResponse(const HttpRequest&)>;
+// Called once a WebSocket accepted by the handler is open.
+using WebSocketHandler = std::function<void(std::shared_ptr<WebSocketPeer>, const HttpRequest&)>;
 
 struct HttpServerLimits {
   size_t body_limit = 1 << 20;  // larger bodies get 413
@@ -40,7 +58,7 @@ struct HttpServerLimits {
 
 class HttpServer {
  public:
-  HttpServer(HttpHandler handler, HttpServerLimits limits = {});
+  HttpServer(HttpHandler handler, WebSocketHandler on_websocket = {}, HttpServerLimits limits = {});
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;

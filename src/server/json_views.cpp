@@ -48,7 +48,8 @@ json to_json(const Architecture& arch) {
                       {"ops", l.ops},
                       {"output_shape", l.output_shape},
                       {"dtype", l.dtype},
-                      {"parameters", l.parameters}});
+                      {"parameters", l.parameters},
+                      {"description", l.description}});
   }
   json edges = json::array();
   for (const auto& [from, to] : arch.edges) edges.push_back({{"from", from}, {"to", to}});

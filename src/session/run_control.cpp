@@ -39,10 +39,11 @@ void RunControl::pause_at(const BatchPosition& pos) {
   // instead of the mode this batch started under.
   if (commands_ != commands_at_decision_ && !pauses_at(pos)) return;
   paused_at_ = pos;
+  paused_since_ = std::chrono::system_clock::now();
   mode_ = Mode::kStep;
   target_.reset();
   resume_ = false;
-  cv_.notify_all();
+  changed();
   while (true) {
     cv_.wait(lock, [&] { return resume_ || finished_ || lost_ || !work_.empty(); });
     if (!work_.empty()) {
@@ -64,7 +65,7 @@ void RunControl::pause_at(const BatchPosition& pos) {
   }
   paused_at_.reset();
   resume_ = false;
-  cv_.notify_all();
+  changed();
 }
 
 void RunControl::require_live() const {
@@ -89,7 +90,7 @@ void RunControl::resume_with(Mode mode, std::unique_lock<std::mutex>& lock) {
     paused_at_.reset();
     resume_ = true;
   }
-  cv_.notify_all();
+  changed();
 }
 
 void RunControl::step_batch() {
@@ -150,6 +151,7 @@ void RunControl::stop() {
   mode_ = Mode::kStep;
   target_.reset();
   ++commands_;
+  changed();
 }
 
 void RunControl::request_snapshot() {
@@ -160,7 +162,7 @@ void RunControl::request_snapshot() {
 void RunControl::close() {
   std::lock_guard lock(mu_);
   finished_ = true;
-  cv_.notify_all();
+  changed();
 }
 
 void RunControl::mark_lost(const std::string& reason) {
@@ -168,7 +170,7 @@ void RunControl::mark_lost(const std::string& reason) {
   if (finished_ || lost_) return;
   lost_ = true;
   lost_reason_ = reason;
-  cv_.notify_all();
+  changed();
 }
 
 void RunControl::post(std::function<void()> work) {
@@ -199,6 +201,28 @@ std::optional<BatchPosition> RunControl::paused_at() const {
 std::string RunControl::lost_reason() const {
   std::lock_guard lock(mu_);
   return lost_reason_;
+}
+
+void RunControl::changed() {
+  ++version_;
+  cv_.notify_all();
+}
+
+void RunControl::notify_changed() {
+  std::lock_guard lock(mu_);
+  changed();
+}
+
+uint64_t RunControl::wait_for_change(uint64_t seen, std::chrono::milliseconds timeout) const {
+  std::unique_lock lock(mu_);
+  cv_.wait_for(lock, timeout, [&] { return version_ > seen; });
+  return version_;
+}
+
+std::optional<std::chrono::system_clock::time_point> RunControl::paused_since() const {
+  std::lock_guard lock(mu_);
+  if (!paused_at_) return std::nullopt;
+  return paused_since_;
 }
 
 RunState RunControl::wait_until_stopped(std::chrono::milliseconds timeout) const {

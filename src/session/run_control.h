@@ -53,9 +53,20 @@ class RunControl {
   std::optional<BatchPosition> paused_at() const;
   std::string lost_reason() const;
   RunState wait_until_stopped(std::chrono::milliseconds timeout) const;
+  // When the current pause began (wall clock), if paused.
+  std::optional<std::chrono::system_clock::time_point> paused_since() const;
+
+  // A counter of changes to the state, the mode or the pause. A watcher (the
+  // push channel) sleeps in wait_for_change() instead of polling; it returns
+  // the counter once it passes `seen` or the timeout ends.
+  uint64_t wait_for_change(uint64_t seen, std::chrono::milliseconds timeout) const;
+  // Counts a change made outside run control (a published snapshot).
+  void notify_changed();
 
  private:
   void resume_with(Mode mode, std::unique_lock<std::mutex>& lock);
+  // Expects mu_ held: counts a change and wakes every waiter.
+  void changed();
   // These expect mu_ held.
   void require_live() const;
   BatchPosition reference() const;
@@ -68,6 +79,8 @@ class RunControl {
   BatchPosition ref_;                    // where the current command was given
   std::optional<BatchPosition> target_;  // kUntilPosition
   std::optional<BatchPosition> paused_at_;
+  std::chrono::system_clock::time_point paused_since_;
+  uint64_t version_ = 0;
   bool resume_ = false;
   // Counts commands that change the mode; decide() notes the count so that a
   // command given while the batch ran can still cancel the pause it decided.

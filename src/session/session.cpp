@@ -23,9 +23,14 @@ const std::vector<double>& InputNormalization::for_input(const std::string& inpu
   return it != per_input.end() ? it->second : all;
 }
 
+const InputTransform& InputTransforms::for_input(const std::string& input) const {
+  auto it = per_input.find(input);
+  return it != per_input.end() ? it->second : all;
+}
+
 ServeOptions StartOptions::serve_options() const {
   ServeOptions s = serve_;
-  s.port(port_.value_or(8080)).host(host_).open_browser(open_browser_);
+  s.port(port_.value_or(8080)).host(host_).open_browser(open_browser_).mcp(mcp_);
   return s;
 }
 
@@ -86,6 +91,7 @@ void SessionCore::end_batch() {
         snapshot_.store(std::move(snap));
       }
       published_.notify_all();
+      control_.notify_changed();
     } catch (const std::exception& e) {
       tracer_.reset();
       report_internal_error(std::string("snapshot failed: ") + e.what());

@@ -1,0 +1,98 @@
+// A real LibTorch training loop on its own thread, served on a free loopback
+// port: the fixture every transport's integration test drives.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <nansense/nansense.h>
+
+#include <thread>
+
+#include "integration/http_client.h"
+
+namespace nansense::testing {
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+struct TinyNetImpl : torch::nn::Module {
+  TinyNetImpl() {
+    fc1 = register_module("fc1", torch::nn::Linear(4, 8));
+    fc2 = register_module("fc2", torch::nn::Linear(8, 3));
+  }
+  torch::Tensor forward(torch::Tensor x) { return torch::log_softmax(fc2(torch::relu(fc1(x))), 1); }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+};
+TORCH_MODULE(TinyNet);
+
+inline int port_of(const std::string& url) {
+  auto colon = url.rfind(':');
+  return std::stoi(url.substr(colon + 1));
+}
+
+// A session serving on a free port, with a training loop of `epochs` x
+// (train: train_batches, val: val_batches) on its own thread.
+class TrainingServerTest : public ::testing::Test {
+ protected:
+  void start(int64_t epochs = 2, int64_t train_batches = 4, int64_t val_batches = 2, bool throw_midway = false) {
+    torch::manual_seed(0);
+    model_ = TinyNet();
+    optimizer_ = std::make_unique<torch::optim::SGD>(model_->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+    for (int64_t i = 0; i < train_batches; ++i) train_.emplace_back(torch::randn({5, 4}), torch::randint(0, 3, {5}));
+    for (int64_t i = 0; i < val_batches; ++i) val_.emplace_back(torch::randn({5, 4}), torch::randint(0, 3, {5}));
+    session_ = std::make_unique<nansense::Session>(nansense::start(
+        model_, nansense::StartOptions()
+                    .optimizer(optimizer_.get())
+                    .epochs(epochs)
+                    .phases(nansense::PhaseCounts{{"train", train_batches}, {"val", val_batches}})));
+    ASSERT_TRUE(nansense::serve(*session_, nansense::ServeOptions().port(0).open_browser(false).print_banner(false)));
+    port_ = port_of(session_->url());
+    trainer_ = std::thread([this, epochs, throw_midway] {
+      try {
+        for (int64_t e = 0; e < epochs; ++e) {
+          for (auto& batch : session_->batches(train_, "train")) {
+            optimizer_->zero_grad();
+            auto loss = torch::nll_loss(model_->forward(batch.first), batch.second);
+            loss.backward();
+            optimizer_->step();
+            if (throw_midway && e == 0) throw std::runtime_error("boom");
+          }
+          torch::NoGradGuard no_grad;
+          for (auto& batch : session_->batches(val_, "val")) model_->forward(batch.first);
+        }
+        session_->close();
+      } catch (const std::exception&) {
+        // The session reports the loop as lost.
+      }
+    });
+  }
+
+  void TearDown() override {
+    if (session_ && trainer_.joinable()) {
+      // Let a paused or running loop finish so the thread can be joined.
+      try {
+        session_->detach();
+      } catch (const std::exception&) {
+      }
+    }
+    if (trainer_.joinable()) trainer_.join();
+    session_.reset();
+  }
+
+  Reply get(const std::string& target) { return http_request(port_, "GET", target); }
+  Reply post(const std::string& target, const json& body) { return http_request(port_, "POST", target, body.dump()); }
+  json wait_paused() {
+    EXPECT_EQ(session_->wait_until_stopped(20s), nansense::RunState::kPaused);
+    return get("/api/status").json();
+  }
+
+  TinyNet model_{nullptr};
+  std::unique_ptr<torch::optim::SGD> optimizer_;
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> train_, val_;
+  std::unique_ptr<nansense::Session> session_;
+  std::thread trainer_;
+  int port_ = 0;
+};
+
+}  // namespace nansense::testing
