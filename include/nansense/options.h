@@ -3,8 +3,10 @@
 #pragma once
 
 #include <torch/arg.h>
+#include <torch/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -35,6 +37,20 @@ struct InputNormalization {
   const std::vector<double>& for_input(const std::string& input) const;
 };
 
+// Maps one input sample [C,H,W] (a CPU copy, already denormalised) to a
+// displayable [1,H,W] or [3,H,W] image in 0..1, for inputs that are not gray
+// or RGB images. Runs on a server thread: keep it a pure function.
+using InputTransform = std::function<torch::Tensor(const torch::Tensor&)>;
+
+// One transform for every input, or one per named input layer.
+struct InputTransforms {
+  InputTransform all;
+  std::map<std::string, InputTransform> per_input;
+
+  // The transform for `input`, falling back to `all`; empty when none is set.
+  const InputTransform& for_input(const std::string& input) const;
+};
+
 // How the UI is served.
 struct ServeOptions {
   // TCP port. 0 picks a free port (the banner and Session::url() tell which).
@@ -45,18 +61,26 @@ struct ServeOptions {
   TORCH_ARG(bool, open_browser) = true;
   // Print the address banner on stdout once the port is bound.
   TORCH_ARG(bool, print_banner) = true;
+  // Serve the MCP endpoint at /mcp on the same port, so a coding agent can
+  // drive and inspect the run the browser shows (same access checks). false
+  // answers /mcp with 404.
+  TORCH_ARG(bool, mcp) = true;
 
  public:
   ServeOptions& input_mean(std::vector<double> all) { mean_.all = std::move(all); return *this; }
   ServeOptions& input_mean(std::map<std::string, std::vector<double>> m) { mean_.per_input = std::move(m); return *this; }
   ServeOptions& input_std(std::vector<double> all) { std_.all = std::move(all); return *this; }
   ServeOptions& input_std(std::map<std::string, std::vector<double>> m) { std_.per_input = std::move(m); return *this; }
+  ServeOptions& input_transform(InputTransform all) { transform_.all = std::move(all); return *this; }
+  ServeOptions& input_transform(std::map<std::string, InputTransform> m) { transform_.per_input = std::move(m); return *this; }
   const InputNormalization& input_mean() const { return mean_; }
   const InputNormalization& input_std() const { return std_; }
+  const InputTransforms& input_transform() const { return transform_; }
 
  private:
   InputNormalization mean_;
   InputNormalization std_;
+  InputTransforms transform_;
 };
 
 // Everything nansense::start takes.
@@ -78,12 +102,16 @@ struct StartOptions {
   TORCH_ARG(std::optional<int>, port) = std::nullopt;
   TORCH_ARG(std::string, host) = "127.0.0.1";
   TORCH_ARG(bool, open_browser) = true;
+  // See ServeOptions::mcp.
+  TORCH_ARG(bool, mcp) = true;
 
  public:
   StartOptions& input_mean(std::vector<double> all) { serve_.input_mean(std::move(all)); return *this; }
   StartOptions& input_mean(std::map<std::string, std::vector<double>> m) { serve_.input_mean(std::move(m)); return *this; }
   StartOptions& input_std(std::vector<double> all) { serve_.input_std(std::move(all)); return *this; }
   StartOptions& input_std(std::map<std::string, std::vector<double>> m) { serve_.input_std(std::move(m)); return *this; }
+  StartOptions& input_transform(InputTransform all) { serve_.input_transform(std::move(all)); return *this; }
+  StartOptions& input_transform(std::map<std::string, InputTransform> m) { serve_.input_transform(std::move(m)); return *this; }
 
   // The ServeOptions these options imply (port, host, browser, normalisation).
   ServeOptions serve_options() const;

@@ -88,6 +88,9 @@ struct Route {
 };
 
 HttpResponse render_layer(Controller& controller, const HttpRequest& request);
+HttpResponse render_input(Controller& controller, const HttpRequest& request);
+json layer_stats(Controller& controller, const HttpRequest& request);
+json weight_stats(Controller& controller, const HttpRequest& request);
 
 // A route whose answer is the JSON its handler returns.
 template <class F>
@@ -131,6 +134,9 @@ const std::map<std::string, Route>& routes() {
           return c.refresh(body.wait());
         })}},
       {"/api/render/layer", {"GET", render_layer}},
+      {"/api/render/input", {"GET", render_input}},
+      {"/api/layer_stats", {"GET", json_route(layer_stats)}},
+      {"/api/weight_stats", {"GET", json_route(weight_stats)}},
   };
   return table;
 }
@@ -177,14 +183,36 @@ bool query_bool(const HttpRequest& request, const std::string& key) {
 }
 
 // GET /api/render/layer?layer=&kind=activation|gradient&sample=&average=&values=
-HttpResponse render_layer(Controller& controller, const HttpRequest& request) {
-  static const std::set<std::string> kAccepted = {"layer", "kind", "sample", "average", "values", "token"};
+// Refuses query parameters a route does not know (a typo must not be ignored).
+// `seq` is accepted everywhere: pages add it to make URLs unique per snapshot.
+void check_query(const HttpRequest& request, const std::set<std::string>& accepted) {
   for (const auto& [key, _] : request.query) {
-    if (!kAccepted.count(key)) {
-      throw ControllerError(ControllerError::Kind::kInvalidArgument,
-                            "unknown query parameter \"" + key + "\"; accepted: layer, kind, sample, average, values");
-    }
+    if (accepted.count(key) || key == "token" || key == "seq") continue;
+    std::string list;
+    for (const auto& a : accepted) list += (list.empty() ? "" : ", ") + a;
+    throw ControllerError(ControllerError::Kind::kInvalidArgument,
+                          "unknown query parameter \"" + key + "\"; accepted: " + list);
   }
+}
+
+HttpResponse png_response(const Controller::RenderedImage& image) {
+  HttpResponse res;
+  res.content_type = "image/png";
+  res.body = image.png;
+  res.headers.emplace_back("X-Nansense-Render", image.info.dump(-1, ' ', false, json::error_handler_t::replace));
+  // The URL does not name the snapshot: the browser must revalidate.
+  res.headers.emplace_back("Cache-Control", "no-cache");
+  return res;
+}
+
+// GET /api/render/input?input=&sample=
+HttpResponse render_input(Controller& controller, const HttpRequest& request) {
+  check_query(request, {"input", "sample"});
+  return png_response(*controller.render_input(query_integer(request, "input", 0), query_integer(request, "sample", 0)));
+}
+
+HttpResponse render_layer(Controller& controller, const HttpRequest& request) {
+  check_query(request, {"layer", "kind", "sample", "average", "values"});
   auto layer = request.query.find("layer");
   if (layer == request.query.end() || layer->second.empty()) {
     throw ControllerError(ControllerError::Kind::kInvalidArgument, "missing query parameter \"layer\"");
@@ -200,16 +228,43 @@ HttpResponse render_layer(Controller& controller, const HttpRequest& request) {
     }
   }
   auto kind = request.query.find("kind");
-  auto image = controller.render_layer(layer->second, kind == request.query.end() ? "activation" : kind->second,
-                                       options);
-  HttpResponse res;
-  res.content_type = "image/png";
-  res.body = image->png;
-  res.headers.emplace_back("X-Nansense-Render", image->info.dump());
-  // A rendered pause never changes: the URL's snapshot is implicit, so only
-  // the browser's revalidation on the next pause keeps it fresh.
-  res.headers.emplace_back("Cache-Control", "no-cache");
-  return res;
+  return png_response(*controller.render_layer(
+      layer->second, kind == request.query.end() ? "activation" : kind->second, options));
+}
+
+// "a,b,,c" -> {"a", "b", "c"}; absent or empty -> {}.
+std::vector<std::string> query_list(const HttpRequest& request, const std::string& key) {
+  std::vector<std::string> out;
+  auto it = request.query.find(key);
+  if (it == request.query.end()) return out;
+  size_t start = 0;
+  while (start <= it->second.size()) {
+    size_t end = it->second.find(',', start);
+    if (end == std::string::npos) end = it->second.size();
+    if (end > start) out.push_back(it->second.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+// GET /api/layer_stats?layers=a,b&histogram=true&bins=32&channel=3
+json layer_stats(Controller& controller, const HttpRequest& request) {
+  check_query(request, {"layers", "histogram", "bins", "channel"});
+  Controller::LayerStatsOptions options;
+  options.histogram = query_bool(request, "histogram");
+  options.bins = query_integer(request, "bins", options.bins);
+  if (request.query.count("channel")) options.channel = query_integer(request, "channel", 0);
+  return controller.get_layer_stats(query_list(request, "layers"), options);
+}
+
+// GET /api/weight_stats?layer=features.0&parameters=weight,bias
+json weight_stats(Controller& controller, const HttpRequest& request) {
+  check_query(request, {"layer", "parameters"});
+  auto layer = request.query.find("layer");
+  if (layer == request.query.end() || layer->second.empty()) {
+    throw ControllerError(ControllerError::Kind::kInvalidArgument, "missing query parameter \"layer\"");
+  }
+  return controller.get_weight_stats(layer->second, query_list(request, "parameters"));
 }
 
 }  // namespace

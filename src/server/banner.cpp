@@ -16,15 +16,28 @@ extern char** environ;
 
 namespace nansense::server {
 
-void print_banner(const std::string& url) {
+namespace {
+
+// Terminal columns of UTF-8 text (every code point one column).
+size_t columns(const std::string& s) {
+  return static_cast<size_t>(std::count_if(s.begin(), s.end(), [](char c) { return (c & 0xC0) != 0x80; }));
+}
+
+}  // namespace
+
+void print_banner(const std::string& url, const std::string& mcp_install) {
   std::vector<std::string> lines = {"nansense is serving the training debugger at", url};
+  if (!mcp_install.empty()) {
+    lines.insert(lines.end(), {"", "Coding agents (MCP) — add the endpoint to Claude Code:", mcp_install,
+                               "Any other MCP client: the same URL, Streamable HTTP transport."});
+  }
   size_t width = 0;
-  for (const auto& l : lines) width = std::max(width, l.size());
+  for (const auto& l : lines) width = std::max(width, columns(l));
   std::ostringstream os;
   std::string bar;
   for (size_t i = 0; i < width + 2; ++i) bar += "─";
   os << "╭" << bar << "╮\n";
-  for (const auto& l : lines) os << "│ " << l << std::string(width - l.size(), ' ') << " │\n";
+  for (const auto& l : lines) os << "│ " << l << std::string(width - columns(l), ' ') << " │\n";
   os << "╰" << bar << "╯\n";
   std::cout << os.str() << std::flush;
 }

@@ -8,6 +8,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "render/render_cache.h"
 #include "render/strip.h"
@@ -42,6 +43,23 @@ class Controller {
   // Per-layer summary of the last captured batch.
   json get_snapshot() const;
 
+  // Statistics of layers in the last captured batch (controller_stats.cpp):
+  // per activation and gradient the shape, finite/NaN/Inf counts, min, max,
+  // mean, population std, median, zero fraction and dead channels (dim 1
+  // all zero over the batch); optionally a histogram of the finite values and
+  // one channel's statistics. An empty `layers` means every layer.
+  struct LayerStatsOptions {
+    bool histogram = false;
+    int64_t bins = 32;               // 2..512
+    std::optional<int64_t> channel;  // an index along dim 1
+  };
+  json get_layer_stats(const std::vector<std::string>& layers, const LayerStatsOptions& options) const;
+  // A layer's parameters in the last captured batch: value and gradient
+  // statistics (with L2 norms), optimizer state and the param group's
+  // hyperparameters, with a note where optimizer state is missing and why.
+  // An empty `parameters` means all; names are qualified or short ("weight").
+  json get_weight_stats(const std::string& layer, const std::vector<std::string>& parameters) const;
+
   // A layer's activation or gradient strip for one sample of the last captured
   // batch, as PNG, with what it shows (scale, layout, non-finite counts).
   struct RenderedImage {
@@ -50,6 +68,16 @@ class Controller {
   };
   std::shared_ptr<const RenderedImage> render_layer(const std::string& layer, const std::string& kind,
                                                     const render::StripOptions& options) const;
+  // One sample of model input `input` (index into the snapshot's inputs) as
+  // the image it was (input_mean/std, input_transform) or a colour strip.
+  std::shared_ptr<const RenderedImage> render_input(int64_t input, int64_t sample) const;
+
+  // --- change feed for push transports ---
+  // Sleeps until the run's state, mode or snapshot changes after `seen`, or
+  // the timeout passes; returns the new change count.
+  uint64_t wait_for_change(uint64_t seen, std::chrono::milliseconds timeout) const;
+  // Wakes every wait_for_change() (a transport shutting down).
+  void wake_watchers();
 
   // --- commands: each returns get_status() once applied (or waited for) ---
   // `wait`: block until the loop pauses, finishes or is lost, at most this long.

@@ -7,6 +7,7 @@
 
 #include "server/api_routes.h"
 #include "server/banner.h"
+#include "server/static_assets.h"
 #include "session/session_core.h"
 
 namespace nansense::server {
@@ -51,25 +52,6 @@ std::string cookie_value(const std::string& cookies, const std::string& name) {
   return "";
 }
 
-const char* kIndexPage = R"(<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>nansense</title>
-<style>body{font:15px system-ui,sans-serif;margin:2em;color:#222}code{background:#f3f3f3;padding:1px 4px}</style>
-</head><body>
-<h1>nansense</h1>
-<p>This training debugger serves a JSON API on this port:</p>
-<ul>
-<li><code>GET /api/status</code> — run state, mode, positions, schedule</li>
-<li><code>GET /api/architecture</code> — discovered layers and edges</li>
-<li><code>GET /api/snapshot</code> — per-layer summary of the last captured batch</li>
-<li><code>POST /api/step</code> <code>{"unit":"batch"|"phase"|"epoch"}</code></li>
-<li><code>POST /api/run</code> <code>{"detach":false}</code></li>
-<li><code>POST /api/pause</code></li>
-<li><code>POST /api/run_until</code> <code>{"phase":"train","epoch":0,"batch":10}</code></li>
-<li><code>POST /api/refresh</code></li>
-</ul>
-<p>Commands accept <code>"wait_seconds"</code> to return once the loop has paused again.</p>
-</body></html>
-)";
 
 }  // namespace
 
@@ -83,7 +65,10 @@ bool is_loopback_host(const std::string& host) {
 }
 
 Server::Server(detail::SessionCore& core)
-    : controller_(core), http_([this](const HttpRequest& r) { return handle(r); }) {}
+    : controller_(core),
+      http_([this](const HttpRequest& r) { return handle(r); },
+            [this](std::shared_ptr<WebSocketPeer> peer, const HttpRequest&) { push_.add(std::move(peer)); }),
+      push_(controller_) {}
 
 Server::~Server() { http_.stop(); }
 
@@ -91,6 +76,7 @@ bool Server::start(const ServeOptions& options) {
   host_ = options.host();
   loopback_ = is_loopback_host(host_);
   if (!loopback_) token_ = random_token();
+  if (options.mcp()) mcp_ = std::make_unique<mcp::Endpoint>(controller_);
   try {
     http_.start(host_ == "localhost" ? "127.0.0.1" : host_, options.port());
   } catch (const std::exception& e) {
@@ -98,7 +84,7 @@ bool Server::start(const ServeOptions& options) {
     return false;
   }
   port_ = http_.port();
-  if (options.print_banner()) print_banner(url());
+  if (options.print_banner()) print_banner(url(), mcp_ ? mcp_install_line() : "");
   if (options.open_browser()) open_browser(url());
   return true;
 }
@@ -110,6 +96,14 @@ std::string Server::url() const {
   std::string url = "http://" + shown + ":" + std::to_string(port_) + "/";
   if (!token_.empty()) url += "?token=" + token_;
   return url;
+}
+
+std::string Server::mcp_install_line() const {
+  std::string endpoint = url();
+  endpoint = endpoint.substr(0, endpoint.find('?')) + "mcp";
+  std::string line = "claude mcp add --transport http nansense " + endpoint;
+  if (!token_.empty()) line += " --header \"Authorization: Bearer " + token_ + "\"";
+  return line;
 }
 
 std::optional<HttpResponse> Server::refuse(const HttpRequest& request) const {
@@ -151,14 +145,21 @@ HttpResponse Server::handle(const HttpRequest& request) {
   HttpResponse res;
   if (request.path.rfind("/api/", 0) == 0) {
     res = handle_api(controller_, request);
-  } else if (request.path == "/" || request.path == "/index.html") {
-    if (request.method != "GET" && request.method != "HEAD") {
-      res = error_response(405, "/ accepts GET");
-      res.headers.emplace_back("Allow", "GET");
+  } else if (request.path == "/mcp") {
+    res = mcp_ ? mcp_->handle(request)
+               : error_response(404, "the MCP endpoint is switched off for this session (ServeOptions().mcp(false))");
+  } else if (request.path == "/ws") {
+    if (is_websocket_upgrade(request)) {
+      res.accept_websocket = true;
     } else {
-      res.content_type = "text/html; charset=utf-8";
-      res.body = kIndexPage;
+      res = error_response(426, "/ws is the UI's WebSocket push channel: connect with a WebSocket client");
+      res.headers.emplace_back("Upgrade", "websocket");
     }
+  } else if (auto file = serve_web_file(request)) {
+    res = std::move(*file);
+  } else if (request.method != "GET" && request.method != "HEAD") {
+    res = error_response(405, request.path + " accepts GET");
+    res.headers.emplace_back("Allow", "GET");
   } else {
     res = error_response(404, "not found: " + request.path);
   }

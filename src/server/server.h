@@ -8,6 +8,8 @@
 #include "nansense/options.h"
 #include "server/controller.h"
 #include "server/http_server.h"
+#include "server/mcp/mcp_endpoint.h"
+#include "server/push_channel.h"
 
 namespace nansense::detail {
 class SessionCore;
@@ -25,6 +27,8 @@ class Server {
   bool start(const ServeOptions& options);
   // "http://127.0.0.1:8080/" (with ?token=... on a non-loopback bind).
   std::string url() const;
+  // The command that adds this session's /mcp endpoint to Claude Code.
+  std::string mcp_install_line() const;
   Controller& controller() { return controller_; }
 
  private:
@@ -33,7 +37,10 @@ class Server {
   std::optional<HttpResponse> refuse(const HttpRequest& request) const;
 
   Controller controller_;
+  std::unique_ptr<mcp::Endpoint> mcp_;  // null with ServeOptions().mcp(false)
   HttpServer http_;
+  // Destroyed before http_: its peers live on http_'s I/O context.
+  PushChannel push_;
   std::string host_;
   bool loopback_ = true;
   std::string token_;

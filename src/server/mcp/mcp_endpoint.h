@@ -1,0 +1,54 @@
+// MCP over streamable HTTP at /mcp: JSON-RPC 2.0 in POST bodies, replies as
+// application/json (or a one-event SSE stream for clients that accept only
+// that), sessions issued at initialize, protocol revisions negotiated per
+// session. The Server's Host/Origin/token checks run before this sees a request.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "server/controller.h"
+#include "server/http_server.h"
+#include "server/mcp/mcp_tools.h"
+
+namespace nansense::server::mcp {
+
+// Newest first; an unknown requested revision is answered with the first.
+extern const std::vector<std::string> kProtocolVersions;
+
+class Endpoint {
+ public:
+  explicit Endpoint(Controller& controller);
+
+  // Any request to /mcp: POST carries messages, DELETE ends a session, other
+  // methods get 405 (no server-initiated stream is offered on GET).
+  HttpResponse handle(const HttpRequest& request);
+
+  size_t session_count() const;
+
+ private:
+  struct Session {
+    std::string protocol_version;
+    std::chrono::steady_clock::time_point last_used;
+  };
+
+  HttpResponse post(const HttpRequest& request);
+  HttpResponse end_session(const HttpRequest& request);
+  // A new session for an initialize request, and its reply.
+  HttpResponse initialize(const json& message, bool sse);
+  // The reply to one message, or null for a notification or a response.
+  json dispatch(const json& message, const std::string& protocol_version);
+  json call_method(const std::string& method, const json& params, const std::string& protocol_version);
+  // The session's negotiated revision, or a refusal (400 missing, 404 unknown).
+  std::variant<std::string, HttpResponse> session_version(const HttpRequest& request);
+
+  Tools tools_;
+  mutable std::mutex mu_;
+  std::map<std::string, Session> sessions_;
+};
+
+}  // namespace nansense::server::mcp
