@@ -1,0 +1,125 @@
+// The official MCP TypeScript SDK's Streamable HTTP client against a running
+// demo: connect, list tools, read status and architecture, step, get stats and
+// a layer picture that decodes as PNG. Usage: node sdk_client.mjs URL
+import { inflateSync } from 'node:zlib';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+
+const url = process.argv[2];
+const deadline = setTimeout(() => fail('timed out after 120 s'), 120_000);
+
+function fail(message) {
+  console.log(`FAIL sdk_client: ${message}`);
+  process.exit(1);
+}
+function check(condition, message, detail) {
+  if (!condition) fail(`${message}${detail === undefined ? '' : ` (got ${JSON.stringify(detail).slice(0, 400)})`}`);
+  console.log(`PASS sdk_client: ${message}`);
+}
+
+// Width and height from the IHDR, after checking the signature, every chunk
+// and that the inflated IDAT holds exactly one filtered row per line.
+function decodePng(bytes) {
+  const signature = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
+  if (!bytes.subarray(0, 8).equals(signature)) throw new Error('no PNG signature');
+  let offset = 8;
+  let width = 0, height = 0, channels = 0, depth = 0;
+  const idat = [];
+  while (offset < bytes.length) {
+    const length = bytes.readUInt32BE(offset);
+    const type = bytes.toString('ascii', offset + 4, offset + 8);
+    const data = bytes.subarray(offset + 8, offset + 8 + length);
+    if (type === 'IHDR') {
+      width = data.readUInt32BE(0);
+      height = data.readUInt32BE(4);
+      depth = data[8];
+      channels = { 0: 1, 2: 3, 4: 2, 6: 4 }[data[9]];
+    } else if (type === 'IDAT') {
+      idat.push(data);
+    } else if (type === 'IEND') {
+      break;
+    }
+    offset += 12 + length;
+  }
+  if (!width || !height || depth !== 8 || !channels) throw new Error('unsupported or missing IHDR');
+  const raw = inflateSync(Buffer.concat(idat));
+  if (raw.length !== height * (1 + width * channels)) {
+    throw new Error(`pixel data is ${raw.length} bytes, expected ${height * (1 + width * channels)}`);
+  }
+  return { width, height };
+}
+
+const json = (result) => JSON.parse(result.content.find((c) => c.type === 'text').text);
+
+try {
+  const client = new Client({ name: 'nansense-sdk-test', version: '1.0.0' });
+  const transport = new StreamableHTTPClientTransport(new URL(url));
+  await client.connect(transport);
+  check(client.getServerVersion()?.name === 'nansense', 'initialize: server is nansense', client.getServerVersion());
+  check(transport.sessionId && transport.sessionId.length >= 16, 'initialize: a session id was issued');
+  check(client.getInstructions()?.includes('get_status'), 'initialize: instructions say where to start');
+
+  const { tools } = await client.listTools();
+  const names = tools.map((t) => t.name);
+  for (const name of ['get_status', 'get_architecture', 'get_layer_stats', 'get_weight_stats', 'step', 'run',
+                      'run_until', 'pause', 'refresh', 'render_layer', 'render_input']) {
+    if (!names.includes(name)) fail(`tools/list lacks ${name}: ${names}`);
+  }
+  check(tools.every((t) => t.inputSchema?.type === 'object' && t.description.length > 40),
+        `tools/list: ${tools.length} tools with schemas and descriptions`);
+
+  const status = await client.callTool({ name: 'get_status', arguments: {} });
+  check(!status.isError && status.structuredContent?.state === 'paused', 'get_status: paused', status.structuredContent);
+  check(json(status).live_position.batch_idx === 0, 'get_status: at the first batch', json(status).live_position);
+
+  const arch = json(await client.callTool({ name: 'get_architecture', arguments: {} }));
+  const layers = arch.layers.map((l) => l.name);
+  check(arch.captured && layers.includes('features.0'), 'get_architecture: layers traced', layers);
+
+  const stepped = await client.callTool({ name: 'step', arguments: { unit: 'batch', timeout_seconds: 60 } });
+  const after = json(stepped);
+  check(after.state === 'paused' && after.live_position.batch_idx === 1, 'step: paused again at batch 1', after);
+
+  const stats = json(await client.callTool({
+    name: 'get_layer_stats', arguments: { layers: ['features.0'], include_histogram: true, bins: 16 } }));
+  const act = stats.layers[0].activation;
+  check(stats.position.batch_idx === 1 && act.finite === act.numel && act.histogram.pairs.length > 0,
+        'get_layer_stats: the new batch, finite, with a histogram', act);
+
+  const weights = json(await client.callTool({ name: 'get_weight_stats', arguments: { layer: 'features.0' } }));
+  check(weights.parameters.length > 0 && typeof weights.parameters[0].hyperparameters?.lr === 'number',
+        'get_weight_stats: parameters with the learning rate', weights.parameters[0]);
+
+  const picture = await client.callTool({
+    name: 'render_layer', arguments: { layers: ['features.0'], strips: 'both', sample: 0 } });
+  const images = picture.content.filter((c) => c.type === 'image');
+  check(!picture.isError && images.length === 2, 'render_layer: activation and gradient images', picture.content.length);
+  images.forEach((image, i) => {
+    const info = picture.structuredContent.images[i];
+    const { width, height } = decodePng(Buffer.from(image.data, 'base64'));
+    check(image.mimeType === 'image/png' && width === info.sent_width && height === info.sent_height &&
+          Math.max(width, height) <= 1568, `render_layer: ${info.kind} PNG decodes at ${width}x${height}`, info);
+  });
+
+  const input = await client.callTool({ name: 'render_input', arguments: { sample: 0 } });
+  const inputImage = input.content.find((c) => c.type === 'image');
+  const inputSize = inputImage && decodePng(Buffer.from(inputImage.data, 'base64'));
+  const inputInfo = input.structuredContent;
+  check(!input.isError && inputInfo.layout === 'image' && inputInfo.width === 28 && inputInfo.height === 28 &&
+        inputSize.width === inputInfo.sent_width && inputSize.height === inputInfo.sent_height,
+        `render_input: the 28x28 Fashion-MNIST sample as a ${inputSize.width}x${inputSize.height} PNG`, inputInfo);
+
+  const refused = await client.callTool({ name: 'render_layer', arguments: { layers: ['no_such_layer'] } });
+  check(refused.isError && refused.content[0].text.includes('unknown layer'), 'render_layer: unknown layer is a tool error',
+        refused.content);
+  const badType = await client.callTool({ name: 'step', arguments: { unit: 3 } });
+  check(badType.isError && badType.content[0].text.includes('"unit" must be a string'),
+        'step: a wrong argument type is a tool error', badType.content);
+
+  await transport.terminateSession();
+  await client.close();
+  check(true, 'session ended');
+  clearTimeout(deadline);
+} catch (error) {
+  fail(error?.stack ?? String(error));
+}
