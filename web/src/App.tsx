@@ -1,0 +1,23 @@
+// The main page: top bar and banners over three panes.
+import { CardsPane } from './cards/CardsPane';
+import { ConfirmLastBatch } from './dialogs/ConfirmLastBatch';
+import { CustomStepDialogHost } from './dialogs/CustomStepDialog';
+import { Toasts } from './dialogs/Toasts';
+import { GraphPane } from './graph/GraphPane';
+import { InputPane } from './input/InputPane';
+import { Panes } from './layout/Panes';
+import { Banners } from './topbar/Banners';
+import { TopBar } from './topbar/TopBar';
+
+export function App() {
+  return (
+    <div class="app">
+      <TopBar />
+      <Banners />
+      <Panes left={<GraphPane />} centre={<CardsPane />} right={<InputPane />} />
+      <CustomStepDialogHost />
+      <ConfirmLastBatch />
+      <Toasts />
+    </div>
+  );
+}

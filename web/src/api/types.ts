@@ -1,0 +1,162 @@
+// The server's JSON shapes (see the HTTP API contract). Fields the server
+// adds later are optional here so the page keeps working across versions.
+
+export type RunState = 'running' | 'paused' | 'finished' | 'lost';
+
+export interface Position {
+  phase: string;
+  epoch: number;
+  batch_idx: number;
+  is_last_in_phase: boolean;
+  is_last_in_epoch: boolean;
+  is_last_in_run: boolean;
+  text: string;
+}
+
+export interface PhaseSchedule {
+  name: string;
+  batches: number | null;
+}
+
+export interface Schedule {
+  epochs: number | null;
+  declared: boolean;
+  phases: PhaseSchedule[];
+}
+
+export interface TimeTravelStatus {
+  available: boolean;
+  reason?: string;
+}
+
+export interface Status {
+  state: RunState;
+  mode: string;
+  live_position: Position | null;
+  snapshot_position: Position | null;
+  snapshot_sequence: number;
+  schedule: Schedule;
+  hint: string;
+  lost_reason?: string;
+  internal_errors?: string[];
+  time_travel?: TimeTravelStatus;
+  paused_at_ms?: number;
+}
+
+export type LayerRole = 'input' | 'module' | 'op';
+
+export interface Layer {
+  name: string;
+  role: LayerRole;
+  kind: string;
+  module: string;
+  ops: string[];
+  output_shape: number[];
+  dtype: string;
+  // The names of the parameter tensors this layer owns.
+  parameters: string[];
+  description?: string;
+}
+
+export interface Edge {
+  from: string;
+  to: string;
+}
+
+export interface Architecture {
+  captured: boolean;
+  reason?: string;
+  layers: Layer[];
+  edges: Edge[];
+  inputs: string[];
+}
+
+// A number the server could not write as JSON: NaN and the infinities.
+export type Num = number | 'nan' | 'inf' | '-inf';
+
+export interface TensorSummary {
+  shape: number[];
+  dtype: string;
+  numel: number;
+  min?: Num | null;
+  max?: Num | null;
+  mean?: Num | null;
+  non_finite: number;
+}
+
+export interface SnapshotLayer {
+  name: string;
+  kind: string;
+  activation: TensorSummary | null;
+  gradient: TensorSummary | null;
+}
+
+export interface SnapshotInput {
+  name: string;
+  shape: number[];
+  dtype: string;
+}
+
+export interface SnapshotParameter {
+  name: string;
+  weight: TensorSummary;
+  gradient: TensorSummary | null;
+}
+
+export interface Snapshot {
+  position: Position;
+  sequence: number;
+  batch_size?: number;
+  inputs?: SnapshotInput[];
+  layers: SnapshotLayer[];
+  parameters: SnapshotParameter[];
+}
+
+export type StripKind = 'activation' | 'gradient';
+export type Values = 'unchanged' | 'abs' | 'square';
+
+// The X-Nansense-Render header of a layer strip.
+export interface LayerRenderInfo {
+  layer: string;
+  kind: StripKind;
+  sequence: number;
+  sample: number;
+  batch_size: number;
+  average: boolean;
+  values: Values;
+  layout: string;
+  tiles: number;
+  tile_width: number;
+  tile_height: number;
+  width: number;
+  height: number;
+  scale: 'diverging' | 'sequential';
+  scale_max: Num;
+  nan: number;
+  pos_inf: number;
+  neg_inf: number;
+}
+
+// The X-Nansense-Render header of an input image.
+export interface InputRenderInfo {
+  input: number;
+  name: string;
+  sample: number;
+  batch_size: number;
+  layout: 'image' | 'strip';
+  width: number;
+  height: number;
+  hint?: string;
+}
+
+// Pushed over /ws.
+export type PushMessage =
+  | { type: 'status'; status: Status }
+  | {
+      type: 'snapshot';
+      sequence: number;
+      position: Position;
+      architecture_changed: boolean;
+      // Optional: lets the page clamp the selected sample before the JSON.
+      batch_size?: number;
+    };

@@ -1,0 +1,160 @@
+// The right pane: the batch's input as the model saw it (denormalised by the
+// server), which input of a multi-input model, and which sample every strip
+// on the page shows.
+import { useEffect, useState } from 'preact/hooks';
+import { renderInput } from '../api/client';
+import type { InputRenderInfo, Snapshot } from '../api/types';
+import { batchSize, sampleExists, setSample, store } from '../state/app';
+import { useSelector } from '../state/store';
+
+interface Picture {
+  key: string;
+  url: string;
+  info: InputRenderInfo;
+}
+
+interface InputEntry {
+  name: string;
+  shape: number[];
+}
+
+function inputsOf(snapshot: Snapshot | null, architectureInputs: string[]): InputEntry[] {
+  if (snapshot?.inputs?.length) return snapshot.inputs;
+  return architectureInputs.map((name) => ({
+    name,
+    shape: snapshot?.layers.find((l) => l.name === name)?.activation?.shape ?? [],
+  }));
+}
+
+// Width over height of the picture the server will draw, known before it
+// arrives so the pane never jumps: [N,C,H,W] and [N,H,W] are images, the
+// rest a one-row strip.
+function aspect(shape: number[]): number {
+  if (shape.length === 4) return shape[3]! / shape[2]!;
+  if (shape.length === 3) return shape[2]! / shape[1]!;
+  return 8;
+}
+
+export function InputPane() {
+  const generation = useSelector(store, (s) => s.generation);
+  const sequence = useSelector(store, (s) => s.sequence);
+  const snapshot = useSelector(store, (s) => s.snapshot);
+  const architectureInputs = useSelector(store, (s) => s.architecture?.inputs ?? []);
+  const sample = useSelector(store, (s) => s.sample);
+  const selected = useSelector(store, (s) => s.input);
+  const sampleOk = useSelector(store, sampleExists);
+  const [picture, setPicture] = useState<Picture | null>(null);
+  const [error, setError] = useState<{ key: string; message: string } | null>(null);
+
+  const inputs = inputsOf(snapshot, architectureInputs);
+  const input = Math.min(selected, Math.max(0, inputs.length - 1));
+  const n = batchSize(snapshot);
+  const key = `${generation}|${sequence}|${input}|${sample}`;
+  const ready = snapshot != null && sequence > 0 && sampleOk;
+
+  useEffect(() => {
+    if (!ready || picture?.key === key) return;
+    let cancelled = false;
+    renderInput(input, sample).then(
+      async ({ blob, info }) => {
+        const url = URL.createObjectURL(blob);
+        const probe = new Image();
+        probe.src = url;
+        await probe.decode().catch(() => undefined);
+        if (cancelled) return URL.revokeObjectURL(url);
+        setPicture({ key, url, info });
+        setError(null);
+      },
+      (e: unknown) => {
+        if (!cancelled) setError({ key, message: e instanceof Error ? e.message : String(e) });
+      },
+    );
+    return () => {
+      cancelled = true;
+    };
+  }, [key, ready]);
+
+  useEffect(() => {
+    const url = picture?.url;
+    return () => {
+      if (url) URL.revokeObjectURL(url);
+    };
+  }, [picture?.url]);
+
+  const shape = inputs[input]?.shape ?? [];
+  const info = picture?.info;
+  const ratio = info ? info.width / info.height : aspect(shape);
+
+  return (
+    <div class="pane input-pane">
+      <div class="pane-toolbar">
+        <span class="pane-title pane-title-input">Input</span>
+        <span class="muted mono">{shape.length ? `[${shape.join(', ')}]` : ''}</span>
+      </div>
+      <div class="input-body">
+        {inputs.length > 1 && (
+          <label class="field">
+            <span>Input</span>
+            <select
+              data-testid="input-select"
+              value={String(input)}
+              onChange={(e) => store.set({ input: Number(e.currentTarget.value) })}
+            >
+              {inputs.map((x, i) => (
+                <option key={x.name} value={String(i)}>
+                  {x.name}
+                </option>
+              ))}
+            </select>
+          </label>
+        )}
+        <div class={`input-frame ${info?.layout === 'strip' ? 'is-strip' : ''}`} style={{ aspectRatio: String(ratio) }}>
+          {picture && (
+            <img
+              data-testid="input-image"
+              data-sample={picture.info.sample}
+              src={picture.url}
+              alt={`input ${picture.info.name}, sample ${picture.info.sample}`}
+              draggable={false}
+            />
+          )}
+          {!picture && !error && <span class="muted">{ready ? 'Loading…' : 'No batch captured yet.'}</span>}
+        </div>
+        {error?.key === key && <div class="error-text" data-testid="input-error">{error.message}</div>}
+        {info?.hint && (
+          <div class="hint-amber" data-testid="input-hint">
+            {info.hint}
+          </div>
+        )}
+        <label class="field">
+          <span>Select sample in batch ({n}):</span>
+          <input
+            type="number"
+            data-testid="sample-input"
+            min={0}
+            max={Math.max(0, n - 1)}
+            step={1}
+            value={sample}
+            disabled={n === 0}
+            onInput={(e) => {
+              const field = e.currentTarget;
+              if (Number.isNaN(field.valueAsNumber)) return;
+              setSample(field.valueAsNumber);
+              const clamped = store.get().sample;
+              if (clamped !== field.valueAsNumber) field.value = String(clamped);
+            }}
+            onBlur={(e) => {
+              // Shows the clamped value if the typed one was out of range.
+              e.currentTarget.value = String(store.get().sample);
+            }}
+          />
+        </label>
+        {snapshot && (
+          <div class="input-meta mono" data-testid="snapshot-position">
+            snapshot #{snapshot.sequence} · {snapshot.position.text}
+          </div>
+        )}
+      </div>
+    </div>
+  );
+}

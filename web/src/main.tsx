@@ -1,0 +1,8 @@
+import { render } from 'preact';
+import { App } from './App';
+import './state/rendered';
+import { startSync } from './state/sync';
+import './styles/index.css';
+
+render(<App />, document.getElementById('app')!);
+startSync();

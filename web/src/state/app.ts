@@ -1,0 +1,171 @@
+// The page's state: what the server last told us, and what the user chose.
+import type { Architecture, Snapshot, Status, Values } from '../api/types';
+import { createStore } from './store';
+
+export type Connection = 'connecting' | 'open' | 'closed';
+
+export interface Toast {
+  id: number;
+  message: string;
+  tone: 'error' | 'info';
+}
+
+// A request to bring a layer into view in one pane; `nonce` makes a repeated
+// request for the same layer fire again.
+export interface FocusRequest {
+  layer: string;
+  pane: 'cards' | 'graph';
+  nonce: number;
+}
+
+export interface AppState {
+  connection: Connection;
+  // Counts connections: a reconnect may reach a restarted server whose
+  // snapshot sequences start over, so caches key on (generation, sequence).
+  generation: number;
+  status: Status | null;
+  architecture: Architecture | null;
+  // Latest snapshot sequence the server announced; `snapshot` may lag it
+  // while its JSON is in flight.
+  sequence: number;
+  snapshot: Snapshot | null;
+  // The batch size of snapshot `sequence` when the push announcing it said
+  // so, before its JSON is in.
+  announcedBatchSize: number | null;
+  // Layers with a card, in the order they were shown.
+  shown: string[];
+  hovered: string | null;
+  sample: number;
+  input: number;
+  average: boolean;
+  values: Values;
+  toasts: Toast[];
+  focus: FocusRequest | null;
+  customDialogOpen: boolean;
+  // A command waiting for "Step over the last batch?".
+  confirmLastBatch: (() => void) | null;
+}
+
+const savedOptions = (() => {
+  try {
+    return JSON.parse(localStorage.getItem('nansense.render') ?? '{}') as { average?: unknown; values?: unknown };
+  } catch {
+    return {};
+  }
+})();
+
+export const store = createStore<AppState>({
+  connection: 'connecting',
+  generation: 0,
+  status: null,
+  architecture: null,
+  sequence: 0,
+  snapshot: null,
+  announcedBatchSize: null,
+  shown: [],
+  hovered: null,
+  sample: 0,
+  input: 0,
+  average: savedOptions.average === true,
+  values: savedOptions.values === 'abs' || savedOptions.values === 'square' ? savedOptions.values : 'unchanged',
+  toasts: [],
+  focus: null,
+  customDialogOpen: false,
+  confirmLastBatch: null,
+});
+
+export function setRenderOptions(patch: { average?: boolean; values?: Values }): void {
+  store.set(patch);
+  const { average, values } = store.get();
+  localStorage.setItem('nansense.render', JSON.stringify({ average, values }));
+}
+
+let toastId = 0;
+const TOAST_MS = 6000;
+
+export function toast(message: string, tone: Toast['tone'] = 'error'): void {
+  const id = ++toastId;
+  store.set((s) => ({ toasts: [...s.toasts.slice(-3), { id, message, tone }] }));
+  setTimeout(() => dismissToast(id), TOAST_MS);
+}
+
+export function dismissToast(id: number): void {
+  store.set((s) => ({ toasts: s.toasts.filter((t) => t.id !== id) }));
+}
+
+// The samples a snapshot holds: the contract's batch_size, else the leading
+// dimension of an input's (or any layer's) activation.
+export function batchSize(snapshot: Snapshot | null): number {
+  if (!snapshot) return 0;
+  if (typeof snapshot.batch_size === 'number') return snapshot.batch_size;
+  const input = snapshot.inputs?.[0]?.shape[0];
+  if (typeof input === 'number') return input;
+  for (const l of snapshot.layers) if (l.activation?.shape.length) return l.activation.shape[0] ?? 0;
+  return 0;
+}
+
+// The batch size of the latest snapshot, if the page knows it yet.
+function currentBatchSize(s: AppState): number | null {
+  if (s.snapshot && s.snapshot.sequence === s.sequence) return batchSize(s.snapshot);
+  return s.announcedBatchSize;
+}
+
+// Whether the selected sample exists in the latest snapshot, so images of it
+// may be asked for. A batch is smaller than the last only at a phase's end;
+// until the page knows the new size, only sample 0 is sure to exist (asking
+// for more would be refused).
+export function sampleExists(s: AppState): boolean {
+  const n = currentBatchSize(s);
+  return n != null ? s.sample < n : s.sample === 0;
+}
+
+export function setSample(sample: number): void {
+  const n = currentBatchSize(store.get()) ?? batchSize(store.get().snapshot);
+  const clamped = Math.max(0, Math.min(Number.isFinite(sample) ? Math.trunc(sample) : 0, Math.max(0, n - 1)));
+  if (clamped !== store.get().sample) store.set({ sample: clamped });
+}
+
+let focusNonce = 0;
+export function requestFocus(layer: string, pane: FocusRequest['pane']): void {
+  store.set({ focus: { layer, pane, nonce: ++focusNonce } });
+}
+
+export function setHovered(layer: string | null): void {
+  if (store.get().hovered !== layer) store.set({ hovered: layer });
+}
+
+// Click on a diagram node: show (and scroll to) or hide its card.
+export function toggleShown(layer: string): void {
+  const { shown } = store.get();
+  if (shown.includes(layer)) {
+    store.set({ shown: shown.filter((l) => l !== layer) });
+  } else {
+    store.set({ shown: [...shown, layer] });
+    requestFocus(layer, 'cards');
+  }
+}
+
+export function hideLayer(layer: string): void {
+  store.set((s) => ({ shown: s.shown.filter((l) => l !== layer) }));
+}
+
+export function showAll(): void {
+  const arch = store.get().architecture;
+  if (arch) store.set({ shown: arch.layers.map((l) => l.name) });
+}
+
+export function hideAll(): void {
+  store.set({ shown: [] });
+}
+
+const DEFAULT_SHOWN = 8;
+
+// Keeps the user's choice across architecture changes, dropping vanished
+// layers; the first architecture shows the first few non-input layers.
+export function shownFor(next: Architecture, previous: Architecture | null, shown: string[]): string[] {
+  const names = new Set(next.layers.map((l) => l.name));
+  if (!previous?.captured) {
+    return next.layers.filter((l) => l.role !== 'input').slice(0, DEFAULT_SHOWN).map((l) => l.name);
+  }
+  return shown.filter((l) => names.has(l));
+}

@@ -1,0 +1,119 @@
+// The bar on every page: run controls, where the loop is, and the link state.
+import type { Status } from '../api/types';
+import { detach, runToEnd, stepBy, stop } from '../state/commands';
+import { store, type Connection } from '../state/app';
+import { positionLabel } from '../state/position';
+import { useSelector } from '../state/store';
+import { StepButton } from './StepButton';
+
+export interface Controls {
+  run: boolean;
+  step: boolean;
+  stop: boolean;
+  detach: boolean;
+}
+
+// Paused: go forward. Running: stop. Finished, lost or offline: nothing.
+export function controlsFor(status: Status | null, connection: Connection): Controls {
+  const live = connection !== 'closed' && status != null;
+  const paused = live && status.state === 'paused';
+  const running = live && status.state === 'running';
+  return { run: paused, step: paused, stop: running, detach: paused || (running && status.mode !== 'detach') };
+}
+
+export function TopBar() {
+  const status = useSelector(store, (s) => s.status);
+  const connection = useSelector(store, (s) => s.connection);
+  const c = controlsFor(status, connection);
+  const tt = status?.time_travel;
+  const ttReason = tt?.available ? 'Jump back to a cached epoch' : (tt?.reason ?? 'Time travel is not available in this session');
+
+  return (
+    <header class="topbar">
+      <a class="brand" href="./" title="nansense — LibTorch training debugger">
+        <Logo />
+        <span class="brand-name">
+          NaN<b>sense</b>
+        </span>
+        <span class="brand-sub">LibTorch debugger</span>
+      </a>
+      <div class="controls" role="toolbar" aria-label="Training controls">
+        <button class="btn btn-run" data-testid="run" disabled={!c.run} onClick={runToEnd} title="Run to the end of training">
+          <svg viewBox="0 0 24 24" width="14" height="14" aria-hidden="true">
+            <path fill="currentColor" d="M7 4.5v15l12-7.5z" />
+          </svg>
+          Run
+        </button>
+        <StepButton enabled={c.step} onStep={stepBy} />
+        <button class="btn btn-stop" data-testid="stop" disabled={!c.stop} onClick={stop} title="Pause at the next batch">
+          <svg viewBox="0 0 24 24" width="14" height="14" aria-hidden="true">
+            <rect fill="currentColor" x="6" y="6" width="12" height="12" rx="1.5" />
+          </svg>
+          Stop
+        </button>
+        <button
+          class="btn btn-quiet"
+          data-testid="detach"
+          disabled={!c.detach}
+          onClick={detach}
+          title="Train to the end without pausing or capturing again; the UI stays live"
+        >
+          Detach
+        </button>
+        <span class="tooltip-wrap" title={ttReason} data-testid="time-travel-wrap">
+          <button class="btn btn-tt" data-testid="time-travel" disabled={!tt?.available} aria-label={`Time Travel: ${ttReason}`}>
+            Time Travel
+          </button>
+        </span>
+      </div>
+      <div class="where">
+        <StateDot status={status} />
+        <span class="position mono" data-testid="position-label">
+          {positionLabel(status?.live_position ?? null, status?.schedule ?? null)}
+        </span>
+        {status?.state === 'finished' && (
+          <span class="chip chip-amber" data-testid="finished-chip">
+            training finished
+          </span>
+        )}
+      </div>
+      <div class="toolbar-spacer" />
+      <ConnectionIndicator connection={connection} />
+    </header>
+  );
+}
+
+function StateDot({ status }: { status: Status | null }) {
+  const state = status?.state ?? 'unknown';
+  // The finished chip and the lost banner say it louder.
+  if (state === 'finished' || state === 'lost') return null;
+  const text = status ? status.hint : 'connecting to the training loop';
+  return (
+    <span class={`state-pill state-${state}`} data-testid="run-state" title={text}>
+      {state === 'unknown' ? '…' : state}
+    </span>
+  );
+}
+
+function ConnectionIndicator({ connection }: { connection: Connection }) {
+  const text =
+    connection === 'open' ? 'live' : connection === 'connecting' ? 'connecting…' : 'disconnected — reconnecting…';
+  return (
+    <span class={`connection connection-${connection}`} data-testid="connection" role="status" aria-live="polite">
+      <i class="connection-dot" aria-hidden="true" />
+      {text}
+    </span>
+  );
+}
+
+function Logo() {
+  return (
+    <svg class="logo" viewBox="0 0 24 24" width="20" height="20" aria-hidden="true">
+      <rect x="2" y="2" width="9" height="9" rx="2" fill="#f0b429" />
+      <rect x="13" y="2" width="9" height="9" rx="2" fill="#4c9aff" />
+      <rect x="2" y="13" width="9" height="9" rx="2" fill="#4c9aff" />
+      <path d="M13 13h9v9h-9z" fill="#ff00ff" />
+      <path d="M13 13h4.5v4.5H13zM17.5 17.5H22V22h-4.5z" fill="#111" />
+    </svg>
+  );
+}
