@@ -23,6 +23,7 @@ fail() {
 
 shots=$build/browser-screenshots
 mkdir -p "$shots"
+rm -f "$shots"/*.png
 # The test writes the demo's pid here each time it starts one, so this trap
 # can end it even if node itself is killed.
 pidfile=$(mktemp)

@@ -168,6 +168,13 @@ async function main() {
   const lastBatch = batchesOf(lastPhase) - 1;
 
   await check('the page loads with no console errors', async () => {
+    const html = await (await fetch(`${base}/`)).text();
+    if (!html.includes('id="app"')) {
+      throw new Error(
+        'GET / is not the web UI: the demo was built without it embedded (configure with ' +
+          'NANSENSE_EMBED_WEB=ON and web/node_modules installed) and NANSENSE_WEB_DIR is not set',
+      );
+    }
     await page.goto(base);
     await expectText('connection', 'live');
     await expectText('position-label', label('train', 0));
@@ -214,7 +221,16 @@ async function main() {
     await byTestId(`card-${target}`).waitFor({ timeout: UI_TIMEOUT_MS });
     await expectImageLoaded(`strip-activation-${target}`);
     await expectImageLoaded(`strip-gradient-${target}`);
+    // Hovering the node names the layer's kind in a tooltip and lights up
+    // its card; hovering a card lights up its node.
+    await byTestId(`graph-node-${target}`).hover();
+    const kind = architecture.layers.find((l) => l.name === target).kind;
+    await expectText('graph-tooltip', new RegExp(`kind\\s*${escapeRegExp(kind)}`));
+    await page.locator(`[data-testid="card-${target}"].hovered`).waitFor({ timeout: UI_TIMEOUT_MS });
     await screenshot('node-card-shown');
+    const other = await page.locator('[data-testid^="card-"]').first().getAttribute('data-layer');
+    await byTestId(`card-${other}`).hover({ position: { x: 50, y: 12 } });
+    await page.locator(`[data-testid="graph-node-${other}"].hovered`).waitFor({ timeout: UI_TIMEOUT_MS });
   });
 
   await check('changing the sample changes the input image', async () => {
@@ -285,6 +301,72 @@ async function main() {
   await check('a 200-layer network: laid out, every card listed, only visible strips load', async () => {
     await manyLayers(base);
   });
+
+  await check('refusals and pushed states: toast, Step custom server message, lost banner, finished chip; pane widths persist', async () => {
+    await pushedStates(base);
+  });
+}
+
+// States a healthy demo does not reach on cue (a lost loop, a refused
+// command) are pushed by a stand-in for /ws and stubbed POST replies; the
+// JSON views and pictures still come from the demo.
+async function pushedStates(base) {
+  const status = await (await fetch(`${base}/api/status`)).json();
+  const mocked = await browser.newPage({ viewport: { width: 1440, height: 900 } });
+  let push = null;
+  await mocked.routeWebSocket(/\/ws$/, (ws) => {
+    push = (s) => ws.send(JSON.stringify({ type: 'status', status: s }));
+    push(status);
+  });
+  await mocked.route('**/api/step', (route) =>
+    route.fulfill({ status: 409, json: { error: 'training has finished: nothing left to run' } }),
+  );
+  const refusal = 'target epoch 0 | train batch 5 is not after the current position epoch 0 | train batch 7';
+  await mocked.route('**/api/run_until', (route) => route.fulfill({ status: 400, json: { error: refusal } }));
+  const previous = page;
+  page = mocked;
+  try {
+    await mocked.goto(base);
+    await expectText('connection', 'live');
+    await expectEnabled('step', true);
+    await byTestId('step').click();
+    await expectText('toast', /training has finished: nothing left to run/);
+
+    await byTestId('step-menu').click();
+    await byTestId('step-custom').click();
+    await byTestId('custom-batch').fill('5');
+    await byTestId('custom-submit').click();
+    await expectText('custom-error', refusal);
+    await screenshot('custom-step-server-refusal');
+    await byTestId('custom-cancel').click();
+
+    push({ ...status, state: 'lost', lost_reason: 'std::runtime_error: CUDA out of memory', hint: '' });
+    await expectText('lost-banner', `Training loop exited — std::runtime_error: CUDA out of memory — at ${status.live_position.text}`);
+    for (const id of ['run', 'step', 'stop', 'detach']) await expectEnabled(id, false);
+    await screenshot('lost');
+
+    push({ ...status, state: 'finished' });
+    await byTestId('finished-chip').waitFor({ timeout: UI_TIMEOUT_MS });
+    await byTestId('lost-banner').waitFor({ state: 'detached', timeout: UI_TIMEOUT_MS });
+
+    // A resized pane keeps its width across a reload.
+    const leftWidth = () => byTestId('graph').evaluate((el) => Math.round(el.getBoundingClientRect().width));
+    const before = await leftWidth();
+    await byTestId('resize-left').focus();
+    for (let i = 0; i < 3; i++) await mocked.keyboard.press('ArrowRight');
+    const widened = await leftWidth();
+    if (widened <= before) throw new Error(`the architecture pane did not widen (${before} -> ${widened} px)`);
+    await mocked.reload();
+    await byTestId('graph').waitFor({ timeout: UI_TIMEOUT_MS });
+    await mocked.waitForFunction(
+      (w) => Math.round(document.querySelector('[data-testid="graph"]').getBoundingClientRect().width) === w,
+      widened,
+      { timeout: UI_TIMEOUT_MS },
+    );
+  } finally {
+    page = previous;
+    await mocked.close();
+  }
 }
 
 // A synthetic 200-layer network with skip connections, served to a fresh

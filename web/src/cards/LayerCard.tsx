@@ -5,7 +5,7 @@ import { memo } from 'preact/compat';
 import { useContext, useEffect, useRef, useState } from 'preact/hooks';
 import type { Layer, SnapshotLayer, StripKind, TensorSummary } from '../api/types';
 import { formatNum } from '../format';
-import { hideLayer, requestFocus, sampleExists, setHovered, store } from '../state/app';
+import { hideLayer, requestFocus, sampleExists, setHovered, snapshotLayer, store } from '../state/app';
 import { useSelector } from '../state/store';
 import { shapeText, stripGeometry } from './geometry';
 import { StripLabel, StripView } from './StripParts';
@@ -36,7 +36,7 @@ export const LayerCard = memo(function LayerCard({ layer }: { layer: Layer }) {
   const generation = useSelector(store, (s) => s.generation);
   const sequence = useSelector(store, (s) => s.sequence);
   const snapshotSequence = useSelector(store, (s) => s.snapshot?.sequence ?? -1);
-  const entry = useSelector(store, (s) => s.snapshot?.layers.find((l) => l.name === name) ?? null);
+  const entry = useSelector(store, (s) => snapshotLayer(s.snapshot, name));
   const sample = useSelector(store, (s) => s.sample);
   const sampleOk = useSelector(store, sampleExists);
   const average = useSelector(store, (s) => s.average);

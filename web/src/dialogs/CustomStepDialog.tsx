@@ -121,7 +121,7 @@ function CustomStepDialog({ live, schedule }: { live: Position | null; schedule:
             Cancel
           </button>
           <button type="submit" class="btn btn-step" data-testid="custom-submit" disabled={problem != null || busy}>
-            Step to {problem ? '…' : targetText(target)}
+            {problem ? 'Step' : `Step to ${targetText(target)}`}
           </button>
         </div>
       </form>

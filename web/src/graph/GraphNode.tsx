@@ -2,7 +2,7 @@
 // so hovering re-renders two nodes, not the whole graph.
 import { memo } from 'preact/compat';
 import type { Layer } from '../api/types';
-import { setHovered, store } from '../state/app';
+import { isShown, setHovered, store } from '../state/app';
 import { useSelector } from '../state/store';
 import type { PlacedNode } from './layoutTypes';
 import { nodeDetail } from './nodeText';
@@ -17,7 +17,7 @@ interface Props {
 export const GraphNode = memo(function GraphNode({ layer, place, onActivate }: Props) {
   const name = layer.name;
   const hovered = useSelector(store, (s) => s.hovered === name);
-  const shown = useSelector(store, (s) => s.shown.includes(name));
+  const shown = useSelector(store, (s) => isShown(s.shown, name));
   const { width: w, height: h } = place;
   const x = place.x - w / 2;
   const y = place.y - h / 2;

@@ -46,13 +46,9 @@ export function GraphPane() {
 
   useEffect(() => {
     if (!host.current || !group.current) return;
-    const v = new Viewport(host.current, group.current);
+    const v = new Viewport(host.current, group.current, hideTooltip);
     viewport.current = v;
-    const detach = v.attach();
-    const hide = () => hideTooltip();
-    host.current.addEventListener('wheel', hide, { passive: true });
-    host.current.addEventListener('pointerdown', hide);
-    return detach;
+    return v.attach();
   }, []);
 
   useEffect(() => {
@@ -79,7 +75,7 @@ export function GraphPane() {
     <div class="pane graph-pane">
       <div class="pane-toolbar">
         <span class="pane-title">Architecture</span>
-        <span class="muted mono">{count ? `${count} layers` : ''}</span>
+        <span class="muted mono graph-count">{count ? `${count} layers` : ''}</span>
         <div class="toolbar-spacer" />
         <button class="icon-button" title="Zoom out" aria-label="Zoom out" onClick={() => viewport.current?.zoomBy(1 / 1.25)}>
           −

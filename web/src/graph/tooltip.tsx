@@ -20,7 +20,7 @@ export function showTooltip(layer: string, node: SVGGElement): void {
 }
 
 export function hideTooltip(): void {
-  tooltip.set({ layer: null, anchor: null });
+  if (tooltip.get().layer !== null) tooltip.set({ layer: null, anchor: null });
 }
 
 const GAP_PX = 8;

@@ -23,6 +23,8 @@ export class Viewport {
   constructor(
     private readonly host: HTMLElement,
     private readonly target: SVGGElement,
+    // Called whenever the view moves (anything anchored to it is stale).
+    private readonly onMove: () => void = () => {},
   ) {}
 
   setContent(width: number, height: number): void {
@@ -138,6 +140,7 @@ export class Viewport {
 
   private apply(v: View): void {
     this.view = v;
+    this.onMove();
     this.target.setAttribute('transform', `translate(${v.x},${v.y}) scale(${v.k})`);
   }
 }

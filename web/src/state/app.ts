@@ -1,5 +1,5 @@
 // The page's state: what the server last told us, and what the user chose.
-import type { Architecture, Snapshot, Status, Values } from '../api/types';
+import type { Architecture, Snapshot, SnapshotLayer, Status, Values } from '../api/types';
 import { createStore } from './store';
 
 export type Connection = 'connecting' | 'open' | 'closed';
@@ -168,4 +168,28 @@ export function shownFor(next: Architecture, previous: Architecture | null, show
     return next.layers.filter((l) => l.role !== 'input').slice(0, DEFAULT_SHOWN).map((l) => l.name);
   }
   return shown.filter((l) => names.has(l));
+}
+
+// Every card looks its layer up on every store change: index once per snapshot.
+const layerIndex = new WeakMap<Snapshot, Map<string, SnapshotLayer>>();
+
+export function snapshotLayer(snapshot: Snapshot | null, name: string): SnapshotLayer | null {
+  if (!snapshot) return null;
+  let index = layerIndex.get(snapshot);
+  if (!index) {
+    index = new Map(snapshot.layers.map((l) => [l.name, l]));
+    layerIndex.set(snapshot, index);
+  }
+  return index.get(name) ?? null;
+}
+
+const shownIndex = new WeakMap<string[], Set<string>>();
+
+export function isShown(shown: string[], name: string): boolean {
+  let set = shownIndex.get(shown);
+  if (!set) {
+    set = new Set(shown);
+    shownIndex.set(shown, set);
+  }
+  return set.has(name);
 }

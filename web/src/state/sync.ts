@@ -70,9 +70,15 @@ function reportFetchError(what: string, e: unknown): void {
   if (e instanceof ApiError) toast(`Could not load the ${what}: ${e.message}`);
 }
 
+// Statuses pushed so far. A fetched status is older than any status pushed
+// while it was in flight, and must not overwrite it.
+let pushedStatuses = 0;
+
 async function refreshAll(): Promise<void> {
+  const before = pushedStatuses;
   try {
-    applyStatus(await getStatus());
+    const status = await getStatus();
+    if (pushedStatuses === before) applyStatus(status);
   } catch (e) {
     reportFetchError('status', e);
   }
@@ -81,6 +87,7 @@ async function refreshAll(): Promise<void> {
 
 function onMessage(message: PushMessage): void {
   if (message.type === 'status') {
+    pushedStatuses += 1;
     applyStatus(message.status);
   } else if (message.type === 'snapshot') {
     // The status carrying this sequence usually came just before.

@@ -1,6 +1,6 @@
 // Step Batch as a split button: the face steps one batch, the caret opens
 // the coarser steps and the custom target dialog.
-import { useCallback, useRef, useState } from 'preact/hooks';
+import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
 import type { StepUnit } from '../api/client';
 import { store } from '../state/app';
 import { useDismiss } from '../ui/useDismiss';
@@ -15,6 +15,10 @@ export function StepButton({ enabled, onStep }: Props) {
   const ref = useRef<HTMLDivElement>(null);
   const close = useCallback(() => setOpen(false), []);
   useDismiss(ref, open, close);
+  // A menu left open while stepping was impossible must not pop up later.
+  useEffect(() => {
+    if (!enabled) setOpen(false);
+  }, [enabled]);
 
   const pick = (action: () => void) => () => {
     setOpen(false);
