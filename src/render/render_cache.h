@@ -3,6 +3,8 @@
 // same pause cost one render.
 #pragma once
 
+#include <functional>
+#include <future>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -22,6 +24,41 @@ class RenderCache {
     if (it == index_.end()) return nullptr;
     order_.splice(order_.begin(), order_, it->second);
     return it->second->second;
+  }
+
+  // The cached value, or `compute()`'s, computed once however many threads ask
+  // for the same key at the same time (a page and a pre-render, two tabs).
+  // An exception reaches every caller waiting on it and caches nothing.
+  std::shared_ptr<const Value> get_or_compute(const std::string& key,
+                                              const std::function<std::shared_ptr<const Value>()>& compute) {
+    std::shared_future<std::shared_ptr<const Value>> pending;
+    std::promise<std::shared_ptr<const Value>> mine;
+    {
+      std::lock_guard lock(mu_);
+      if (auto it = index_.find(key); it != index_.end()) {
+        order_.splice(order_.begin(), order_, it->second);
+        return it->second->second;
+      }
+      if (auto it = in_flight_.find(key); it != in_flight_.end()) {
+        pending = it->second;
+      } else {
+        in_flight_.emplace(key, mine.get_future().share());
+      }
+    }
+    if (pending.valid()) return pending.get();
+    try {
+      auto value = compute();
+      put(key, value);
+      mine.set_value(value);
+      std::lock_guard lock(mu_);
+      in_flight_.erase(key);
+      return value;
+    } catch (...) {
+      mine.set_exception(std::current_exception());
+      std::lock_guard lock(mu_);
+      in_flight_.erase(key);
+      throw;
+    }
   }
 
   void put(const std::string& key, std::shared_ptr<const Value> value) {
@@ -50,6 +87,7 @@ class RenderCache {
   mutable std::mutex mu_;
   std::list<Entry> order_;
   std::unordered_map<std::string, typename std::list<Entry>::iterator> index_;
+  std::unordered_map<std::string, std::shared_future<std::shared_ptr<const Value>>> in_flight_;
 };
 
 }  // namespace nansense::render

@@ -1,5 +1,7 @@
 #include "server/controller.h"
 
+#include <algorithm>
+
 #include "nansense/errors.h"
 #include "render/input_image.h"
 #include "session/session_core.h"
@@ -18,6 +20,10 @@ const char* hint(RunState state) {
   return "";
 }
 
+int64_t batch_size_of(const BatchSnapshot& snap) {
+  return !snap.inputs.empty() && snap.inputs[0].dim() > 0 ? snap.inputs[0].size(0) : 0;
+}
+
 }  // namespace
 
 json Controller::get_status() const {
@@ -28,6 +34,7 @@ json Controller::get_status() const {
                  {"live_position", to_json(core_.live_position())},
                  {"snapshot_position", snap ? to_json(snap->position) : json(nullptr)},
                  {"snapshot_sequence", snap ? snap->sequence : 0},
+                 {"snapshot_batch_size", snap ? batch_size_of(*snap) : 0},
                  {"schedule", to_json(core_.schedule())},
                  {"hint", hint(state)}};
   if (auto since = core_.control().paused_since()) {
@@ -110,7 +117,7 @@ json Controller::get_snapshot() const {
                       {"shape", t.sizes().vec()},
                       {"dtype", std::string(c10::toString(t.scalar_type()))}});
   }
-  const int64_t batch_size = !snap->inputs.empty() && snap->inputs[0].dim() > 0 ? snap->inputs[0].size(0) : 0;
+  const int64_t batch_size = batch_size_of(*snap);
   auto out = std::make_shared<const json>(json{{"position", to_json(snap->position)},
                                                {"sequence", snap->sequence},
                                                {"batch_size", batch_size},
@@ -125,6 +132,13 @@ json Controller::get_snapshot() const {
 
 std::shared_ptr<const Controller::RenderedImage> Controller::render_layer(
     const std::string& layer, const std::string& kind, const render::StripOptions& options) const {
+  auto image = render_view(layer, kind, options);
+  note_view(layer, kind, options);
+  return image;
+}
+
+std::shared_ptr<const Controller::RenderedImage> Controller::render_view(
+    const std::string& layer, const std::string& kind, const render::StripOptions& options) const {
   if (kind != "activation" && kind != "gradient") {
     throw ControllerError(ControllerError::Kind::kInvalidArgument,
                           "kind must be \"activation\" or \"gradient\", got \"" + kind + "\"");
@@ -138,44 +152,73 @@ std::shared_ptr<const Controller::RenderedImage> Controller::render_layer(
   const std::string key = std::to_string(snap->sequence) + "|" + layer + "|" + kind + "|" +
                           std::to_string(options.sample) + "|" + (options.average ? "avg" : "all") + "|" +
                           std::string(render::to_string(options.values));
-  if (auto hit = render_cache_.find(key)) return hit;
-  const auto& tensors = kind == "activation" ? snap->activations : snap->activation_gradients;
-  auto it = tensors.find(layer);
-  if (it == tensors.end()) {
-    throw ControllerError(ControllerError::Kind::kNotFound,
-                          "layer \"" + layer + "\" has no " + kind + " in the batch at " + snap->position.to_string() +
-                              (kind == "gradient" ? " (no backward ran through it)" : ""));
+  return render_cache_.get_or_compute(key, [&]() -> std::shared_ptr<const RenderedImage> {
+    const auto& tensors = kind == "activation" ? snap->activations : snap->activation_gradients;
+    auto it = tensors.find(layer);
+    if (it == tensors.end()) {
+      throw ControllerError(ControllerError::Kind::kNotFound,
+                            "layer \"" + layer + "\" has no " + kind + " in the batch at " + snap->position.to_string() +
+                                (kind == "gradient" ? " (no backward ran through it)" : ""));
+    }
+    render::Strip strip;
+    try {
+      strip = render::render_strip(it->second, options);
+    } catch (const std::invalid_argument& e) {
+      throw ControllerError(ControllerError::Kind::kInvalidArgument, e.what());
+    }
+    const auto& i = strip.info;
+    auto out = std::make_shared<RenderedImage>();
+    out->png = render::encode_png(strip.image);
+    out->info = {{"layer", layer},
+                 {"kind", kind},
+                 {"position", to_json(snap->position)},
+                 {"sequence", snap->sequence},
+                 {"sample", options.sample},
+                 {"batch_size", i.batch_size},
+                 {"average", options.average},
+                 {"values", std::string(render::to_string(options.values))},
+                 {"layout", i.layout},
+                 {"tiles", i.tiles},
+                 {"tile_width", i.tile_width},
+                 {"tile_height", i.tile_height},
+                 {"width", strip.image.width},
+                 {"height", strip.image.height},
+                 {"scale", i.diverging ? "diverging" : "sequential"},
+                 {"scale_max", number(i.scale_max)},
+                 {"nan", i.nan},
+                 {"pos_inf", i.pos_inf},
+                 {"neg_inf", i.neg_inf}};
+    return out;
+  });
+}
+
+void Controller::note_view(const std::string& layer, const std::string& kind,
+                           const render::StripOptions& options) const {
+  std::lock_guard lock(views_mu_);
+  View view{layer, kind, options};
+  auto same = [&](const View& v) {
+    return v.layer == layer && v.kind == kind && v.options.sample == options.sample &&
+           v.options.average == options.average && v.options.values == options.values;
+  };
+  recent_views_.erase(std::remove_if(recent_views_.begin(), recent_views_.end(), same), recent_views_.end());
+  recent_views_.push_back(std::move(view));
+  if (recent_views_.size() > kRecentViews) recent_views_.erase(recent_views_.begin());
+}
+
+void Controller::prerender_recent_views() const {
+  std::vector<View> views;
+  {
+    std::lock_guard lock(views_mu_);
+    views.assign(recent_views_.rbegin(), recent_views_.rend());  // newest first
   }
-  render::Strip strip;
-  try {
-    strip = render::render_strip(it->second, options);
-  } catch (const std::invalid_argument& e) {
-    throw ControllerError(ControllerError::Kind::kInvalidArgument, e.what());
+  for (const auto& v : views) {
+    try {
+      render_view(v.layer, v.kind, v.options);
+    } catch (const std::exception&) {
+      // A view the new batch cannot show (no gradient, a smaller batch):
+      // the page asking for it gets the reason.
+    }
   }
-  const auto& i = strip.info;
-  auto out = std::make_shared<RenderedImage>();
-  out->png = render::encode_png(strip.image);
-  out->info = {{"layer", layer},
-               {"kind", kind},
-               {"position", to_json(snap->position)},
-               {"sequence", snap->sequence},
-               {"sample", options.sample},
-               {"batch_size", i.batch_size},
-               {"average", options.average},
-               {"values", std::string(render::to_string(options.values))},
-               {"layout", i.layout},
-               {"tiles", i.tiles},
-               {"tile_width", i.tile_width},
-               {"tile_height", i.tile_height},
-               {"width", strip.image.width},
-               {"height", strip.image.height},
-               {"scale", i.diverging ? "diverging" : "sequential"},
-               {"scale_max", number(i.scale_max)},
-               {"nan", i.nan},
-               {"pos_inf", i.pos_inf},
-               {"neg_inf", i.neg_inf}};
-  render_cache_.put(key, out);
-  return out;
 }
 
 std::shared_ptr<const Controller::RenderedImage> Controller::render_input(int64_t input, int64_t sample) const {

@@ -70,7 +70,25 @@ json tensor_summary(const torch::Tensor& t) {
     return out;
   }
   torch::NoGradGuard no_grad;
-  auto d = t.detach().to(torch::kDouble);
+  auto x = t.detach();
+  // Half-precision reductions are not all implemented on CPU.
+  if (x.scalar_type() == torch::kHalf || x.scalar_type() == torch::kBFloat16) x = x.to(torch::kFloat);
+  if (!x.is_complex()) {
+    // Two passes, no copies: min and max propagate NaN and
+    // show infinities, so finite extremes mean every value is finite.
+    auto [lo, hi] = torch::aminmax(x);
+    const double mn = lo.item<double>(), mx = hi.item<double>();
+    if (std::isfinite(mn) && std::isfinite(mx)) {
+      out["non_finite"] = 0;
+      out["min"] = number(mn);
+      out["max"] = number(mx);
+      // In the tensor's dtype: a double accumulator would first copy the
+      // whole tensor to double, and fresh pages cost more than the sum.
+      out["mean"] = number(x.mean().item<double>());
+      return out;
+    }
+  }
+  auto d = x.to(torch::kDouble);
   auto finite = torch::isfinite(d);
   const int64_t n_finite = finite.sum().item<int64_t>();
   out["non_finite"] = t.numel() - n_finite;

@@ -19,12 +19,31 @@ std::string dump(const json& value) { return value.dump(-1, ' ', false, json::er
 
 PushChannel::PushChannel(Controller& controller) : controller_(controller) {
   thread_ = std::thread([this] { loop(); });
+  prerender_thread_ = std::thread([this] { prerender_loop(); });
 }
 
 PushChannel::~PushChannel() {
   stop_ = true;
   controller_.wake_watchers();
+  {
+    std::lock_guard lock(prerender_mu_);
+    prerender_cv_.notify_all();
+  }
   thread_.join();
+  prerender_thread_.join();
+}
+
+void PushChannel::prerender_loop() {
+  uint64_t done = 0;
+  while (true) {
+    {
+      std::unique_lock lock(prerender_mu_);
+      prerender_cv_.wait(lock, [&] { return stop_ || prerender_wanted_ != done; });
+      if (stop_) return;
+      done = prerender_wanted_;
+    }
+    controller_.prerender_recent_views();
+  }
 }
 
 void PushChannel::add(std::shared_ptr<WebSocketPeer> peer) {
@@ -68,10 +87,17 @@ void PushChannel::loop() {
         std::string architecture = dump(controller_.get_architecture());
         const bool changed = architecture != last_architecture;
         last_architecture = std::move(architecture);
+        // The batch size lets a page ask for its chosen sample's pictures
+        // before it has fetched the snapshot's summary.
         broadcast(dump({{"type", "snapshot"},
                         {"sequence", sequence},
                         {"position", status["snapshot_position"]},
+                        {"batch_size", status["snapshot_batch_size"]},
                         {"architecture_changed", changed}}));
+        // Pages ask for the same strips of the new batch: have them ready.
+        std::lock_guard lock(prerender_mu_);
+        prerender_wanted_ = sequence;
+        prerender_cv_.notify_all();
       }
     } catch (const std::exception& e) {
       // A failed view must not end the channel: pages keep their last state.

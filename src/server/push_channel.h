@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -27,6 +28,7 @@ class PushChannel {
 
  private:
   void loop();
+  void prerender_loop();
   void broadcast(const std::string& text);
 
   Controller& controller_;
@@ -34,6 +36,12 @@ class PushChannel {
   std::vector<std::shared_ptr<WebSocketPeer>> peers_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
+  // Renders the strips pages will ask for off the push thread, so the pause
+  // itself is announced at once.
+  std::mutex prerender_mu_;
+  std::condition_variable prerender_cv_;
+  uint64_t prerender_wanted_ = 0;
+  std::thread prerender_thread_;
 };
 
 }  // namespace nansense::server

@@ -77,6 +77,7 @@ TEST_F(PushTest, StatusOnConnectThenEveryPauseWithItsSnapshot) {
   EXPECT_EQ(paused["status"]["snapshot_position"]["batch_idx"], 1);
   EXPECT_EQ(snapshot["sequence"], paused["status"]["snapshot_sequence"]);
   EXPECT_EQ(snapshot["position"]["batch_idx"], 1);
+  EXPECT_EQ(snapshot["batch_size"], 5);
 }
 
 TEST_F(PushTest, RunningLoopReportsFinishedAtTheEnd) {

@@ -1,0 +1,83 @@
+// Pause-to-pixels latency of the UI (see ui_latency.sh). Each step is driven
+// over HTTP; the latency of a step is the page's time of showing every visible
+// strip of the new snapshot (window.__nansense.renderedAtMs) minus the time the
+// training thread paused (status.paused_at_ms). Both clocks are this machine's.
+import { spawn } from 'node:child_process';
+import { createServer } from 'node:net';
+import { createRequire } from 'node:module';
+
+const require = createRequire(new URL('../tests/package.json', import.meta.url));
+const { chromium } = require('playwright-core');
+
+const [demo, stepsArg] = process.argv.slice(2);
+const steps = Number(stepsArg ?? 30);
+
+const freePort = () =>
+  new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+  });
+
+const port = await freePort();
+const base = `http://127.0.0.1:${port}`;
+const child = spawn(demo, ['--port', String(port), '--no-browser', '--epochs', '1'], { stdio: ['ignore', 'ignore', 'inherit'] });
+let browser;
+const stop = () => {
+  child.kill('SIGKILL');
+};
+process.on('exit', stop);
+
+async function api(path, body) {
+  const res = await fetch(base + path, body === undefined ? {} : {
+    method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body),
+  });
+  if (!res.ok) throw new Error(`${path}: ${res.status} ${await res.text()}`);
+  return res.json();
+}
+
+async function waitForServer(deadlineMs) {
+  const end = Date.now() + deadlineMs;
+  for (;;) {
+    try {
+      const status = await api('/api/status');
+      if (status.state === 'paused') return status;
+    } catch {
+      // not listening yet
+    }
+    if (Date.now() > end) throw new Error('the demo did not pause on its first batch in time');
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+try {
+  let status = await waitForServer(120_000);
+  browser = await chromium.launch({ executablePath: '/usr/bin/chromium', headless: true, args: ['--no-sandbox'] });
+  const page = await browser.newPage({ viewport: { width: 1600, height: 1000 } });
+  await page.goto(base + '/');
+  const rendered = (seq) =>
+    page.waitForFunction((s) => (window.__nansense?.renderedSequence ?? 0) >= s, seq, { timeout: 30_000 });
+  await rendered(status.snapshot_sequence);
+
+  const latencies = [];
+  for (let i = 0; i < steps; ++i) {
+    status = await api('/api/step', { unit: 'batch', wait_seconds: 30 });
+    if (status.state !== 'paused') throw new Error(`step ${i} did not pause: ${status.state}`);
+    await rendered(status.snapshot_sequence);
+    const shown = await page.evaluate(() => window.__nansense);
+    if (shown.renderedSequence !== status.snapshot_sequence) continue;  // raced past: not a measurement
+    latencies.push(shown.renderedAtMs - status.paused_at_ms);
+  }
+  const strips = await page.locator('img[data-testid^="strip-activation-"], img[data-testid^="strip-gradient-"]').count();
+  latencies.sort((a, b) => a - b);
+  const at = (q) => latencies[Math.min(latencies.length - 1, Math.floor(q * latencies.length))];
+  console.log(`ui_latency: ${latencies.length} pauses of the demo CNN, ${strips} strips on the page`);
+  console.log(`  pause -> strips shown: median ${at(0.5)} ms, p90 ${at(0.9)} ms, min ${latencies[0]} ms, max ${latencies.at(-1)} ms`);
+  console.log(`  target: median <= 150 ms -> ${at(0.5) <= 150 ? 'met' : 'NOT met'}`);
+} finally {
+  if (browser) await browser.close();
+  stop();
+}
