@@ -11,12 +11,6 @@ namespace nansense::render {
 
 namespace {
 
-std::string shape_text(const torch::Tensor& t) {
-  std::string s = "[";
-  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
-  return s + "]";
-}
-
 std::string range_text(double lo, double hi) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "[%.3g, %.3g]", lo, hi);

@@ -9,12 +9,6 @@ namespace nansense::render {
 
 namespace {
 
-std::string shape_text(const torch::Tensor& t) {
-  std::string s = "[";
-  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
-  return s + "]";
-}
-
 // The sample as [tiles, height, width] plus its layout name.
 std::pair<torch::Tensor, std::string> as_tiles(const torch::Tensor& s) {
   switch (s.dim()) {
@@ -37,6 +31,12 @@ std::pair<torch::Tensor, std::string> as_tiles(const torch::Tensor& s) {
 }
 
 }  // namespace
+
+std::string shape_text(const torch::Tensor& t) {
+  std::string s = "[";
+  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
+  return s + "]";
+}
 
 std::string_view to_string(Values values) {
   switch (values) {
