@@ -3,7 +3,9 @@
 
 #include "nansense/architecture.h"
 #include "nansense/batch_traits.h"
+#include "nansense/debug.h"
 #include "nansense/errors.h"
+#include "nansense/item_tensors.h"
 #include "nansense/options.h"
 #include "nansense/position.h"
 #include "nansense/schedule.h"

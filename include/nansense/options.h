@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "nansense/debug.h"
 #include "nansense/schedule.h"
 
 namespace torch::optim {
@@ -104,6 +105,9 @@ struct StartOptions {
   TORCH_ARG(bool, open_browser) = true;
   // See ServeOptions::mcp.
   TORCH_ARG(bool, mcp) = true;
+  // Numerical checks, root-cause tracing and the NaN flight recorder (on by
+  // default; see nansense/debug.h for what each costs).
+  TORCH_ARG(DebugSettings, debug) = {};
 
  public:
   StartOptions& input_mean(std::vector<double> all) { serve_.input_mean(std::move(all)); return *this; }

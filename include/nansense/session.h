@@ -14,6 +14,8 @@
 
 #include "nansense/architecture.h"
 #include "nansense/batch_traits.h"
+#include "nansense/debug.h"
+#include "nansense/item_tensors.h"
 #include "nansense/options.h"
 #include "nansense/position.h"
 #include "nansense/schedule.h"
@@ -36,7 +38,11 @@ class SessionCore;
 // this batch is captured (then the item's inputs are handed over).
 bool begin_batch(SessionCore& core, const std::string& phase, std::optional<int64_t> epoch);
 void set_batch_inputs(SessionCore& core, std::vector<torch::Tensor> inputs, bool stacked);
-void end_batch(SessionCore& core);
+// Every tensor of the batch item, for the flight recorder (references).
+void record_item(SessionCore& core, std::vector<torch::Tensor> tensors);
+// Returns true when the same item must be delivered again: the traced re-run
+// of a batch whose gradients turned non-finite untraced.
+bool end_batch(SessionCore& core);
 void end_phase(SessionCore& core, const std::string& phase, int64_t count);
 void abandon_batch(SessionCore& core, bool by_exception);
 }  // namespace detail
@@ -100,6 +106,7 @@ class Batches {
     }
     const bool capture = detail::begin_batch(*core_, phase_, epoch_);
     open_ = true;
+    detail::record_item(*core_, ItemTensors<std::decay_t<decltype(*it)>>::all(*it));
     if (capture) {
       using Traits = BatchTraits<std::decay_t<decltype(*it)>>;
       constexpr bool stacked = requires { Traits::kStacked; };
@@ -109,8 +116,11 @@ class Batches {
   void next(InnerIt& it) {
     if (core_ && open_) {
       open_ = false;
+      if (detail::end_batch(*core_)) {
+        open_at(it);  // the same item again, not the next one
+        return;
+      }
       ++count_;
-      detail::end_batch(*core_);
     }
     ++it;
     open_at(it);
@@ -177,6 +187,18 @@ class Session {
   // Blocks until the loop pauses, finishes or is lost, or `timeout` passes.
   // Returns the state then. Never call it from the training thread.
   RunState wait_until_stopped(std::chrono::milliseconds timeout) const;
+
+  // Numerical debugging (see nansense/debug.h). Callable from any thread.
+  // The standing error, if a check tripped since the last clear.
+  std::optional<DebugError> debug_error() const;
+  DebugSettings debug_settings() const;
+  // Takes effect at the next batch. Throws std::invalid_argument for a bad value.
+  void set_debug_settings(const DebugSettings& settings);
+  // Turns off a check category ("nan_inf" or "under_over"; "" = every category
+  // of the standing error) and removes it from the standing error.
+  void silence_debug_check(const std::string& category = "");
+  // Dismisses the standing error; the checks stay on.
+  void clear_debug_error();
 
   // The UI's address once served ("http://127.0.0.1:8080/"), else empty.
   std::string url() const;

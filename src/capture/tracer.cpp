@@ -184,6 +184,12 @@ std::shared_ptr<TraceResult> Tracer::finish() {
   return result_;
 }
 
+std::optional<std::string> Tracer::layer_of(const c10::TensorImpl* impl) const {
+  auto it = producer_.find(impl);
+  if (it == producer_.end()) return std::nullopt;
+  return layers_[static_cast<size_t>(it->second)].name;
+}
+
 void Tracer::set_inputs(const std::vector<torch::Tensor>& inputs, bool stacked) {
   at::DisableRecordFunctionGuard no_record;
   torch::NoGradGuard no_grad;

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -55,6 +56,11 @@ class Tracer {
   // Stops observing ops (the callback is removed) and returns the result.
   // Gradients may still arrive afterwards while backward has not run.
   std::shared_ptr<TraceResult> finish();
+  // The result as it stands mid-batch (activations so far; gradients as hooks
+  // deliver them), for checks that run before finish().
+  std::shared_ptr<TraceResult> result() const { return result_; }
+  // The layer whose op produced `impl` in this forward; nullopt when none did.
+  std::optional<std::string> layer_of(const c10::TensorImpl* impl) const;
 
   // Called from the RecordFunction callbacks.
   void on_op_start(const at::RecordFunction& fn);

@@ -1,4 +1,5 @@
 #include <iostream>
+#include <utility>
 
 #include "nansense/errors.h"
 #include "nansense/session.h"
@@ -42,6 +43,27 @@ SessionCore::SessionCore(std::shared_ptr<torch::nn::Module> model, const StartOp
       display_(options.serve_options()),
       schedule_(options.epochs(), options.phases()) {
   if (!model_) throw UsageError("nansense::start needs a model, got a null module");
+  try {
+    numerics_ = make_monitor(options.debug());
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("StartOptions().debug(): ") + e.what());
+  }
+}
+
+std::unique_ptr<numerics::Monitor> SessionCore::make_monitor(const DebugSettings& settings) {
+  numerics::Monitor::Host host;
+  host.publish_capture = [this] { publish_capture(); };
+  host.pause = [this] {
+    // Any mode: a numerical error stops the run where it happened.
+    control_.stop();
+    control_.pause_at(schedule_.with_flags(pos_));
+    decision_.pause_after = false;  // this batch has had its pause
+  };
+  host.can_pause = [this] { return server_ != nullptr; };
+  host.architecture = [this] { return architecture_.load(); };
+  host.report_error = [this](const std::string& what) { report_numerics_error(what); };
+  host.changed = [this] { control_.notify_changed(); };
+  return std::make_unique<numerics::Monitor>(*model_, optimizer_, settings, std::move(host));
 }
 
 SessionCore::~SessionCore() {
@@ -51,22 +73,32 @@ SessionCore::~SessionCore() {
 
 bool SessionCore::begin_batch(const std::string& phase, std::optional<int64_t> epoch) {
   if (closed_) throw UsageError("batches() was used after session.close()");
-  try {
-    pos_ = schedule_.advance(phase, epoch);
-  } catch (const ScheduleError& e) {
-    mark_lost(std::string("the loop broke its declared schedule: ") + e.what());
-    throw;
+  // A re-run keeps the batch's position: the schedule does not advance.
+  const bool repeat = std::exchange(repeat_batch_, false);
+  if (!repeat) {
+    try {
+      pos_ = schedule_.advance(phase, epoch);
+    } catch (const ScheduleError& e) {
+      mark_lost(std::string("the loop broke its declared schedule: ") + e.what());
+      throw;
+    }
   }
   decision_ = control_.decide(pos_);
-  if (!decision_.capture || capture_disabled_) return false;
-  try {
-    tracer_ = std::make_unique<capture::Tracer>(*model_);
-  } catch (const std::exception& e) {
-    report_internal_error(std::string("capture disabled: ") + e.what());
-    return false;
+  const auto trace = numerics_->plan_batch(pos_, repeat);
+  // A re-run is captured, so the UI shows the batch that went non-finite.
+  if (trace == numerics::Monitor::Trace::kCapture) decision_.capture = true;
+  if (decision_.capture && !capture_disabled_) {
+    try {
+      tracer_ = std::make_unique<capture::Tracer>(*model_);
+    } catch (const std::exception& e) {
+      report_internal_error(std::string("capture disabled: ") + e.what());
+    }
   }
-  return true;
+  numerics_->begin_batch(tracer_.get(), trace);
+  return tracer_ != nullptr;
 }
+
+void SessionCore::record_item(std::vector<torch::Tensor> tensors) { numerics_->set_item(std::move(tensors)); }
 
 void SessionCore::set_batch_inputs(std::vector<torch::Tensor> inputs, bool stacked) {
   if (!tracer_) return;
@@ -77,25 +109,40 @@ void SessionCore::set_batch_inputs(std::vector<torch::Tensor> inputs, bool stack
   }
 }
 
-void SessionCore::end_batch() {
-  if (tracer_) {
-    try {
-      auto trace = tracer_->finish();
-      tracer_.reset();
-      if (!trace->error.empty()) throw std::runtime_error(trace->error);
-      auto pos = schedule_.with_flags(pos_);
-      auto snap = capture::build_snapshot(pos, ++sequence_, *trace, *model_, optimizer_);
-      if (!snap->architecture->layers.empty()) architecture_.store(snap->architecture);
-      {
-        std::lock_guard lock(publish_mu_);
-        snapshot_.store(std::move(snap));
-      }
-      published_.notify_all();
-      control_.notify_changed();
-    } catch (const std::exception& e) {
-      tracer_.reset();
-      report_internal_error(std::string("snapshot failed: ") + e.what());
+void SessionCore::publish_capture() {
+  if (!tracer_) return;
+  numerics_->release_tracer();
+  try {
+    auto trace = tracer_->finish();
+    tracer_.reset();
+    if (!trace->error.empty()) throw std::runtime_error(trace->error);
+    auto pos = schedule_.with_flags(pos_);
+    auto snap = capture::build_snapshot(pos, ++sequence_, *trace, *model_, optimizer_);
+    if (!snap->architecture->layers.empty()) architecture_.store(snap->architecture);
+    {
+      std::lock_guard lock(publish_mu_);
+      snapshot_.store(std::move(snap));
     }
+    published_.notify_all();
+    control_.notify_changed();
+  } catch (const std::exception& e) {
+    tracer_.reset();
+    report_internal_error(std::string("snapshot failed: ") + e.what());
+  }
+}
+
+bool SessionCore::finish_batch(bool can_repeat) {
+  const auto numerics = numerics_->end_batch(can_repeat);
+  if (numerics.repeat) {
+    // The first, untraced run of the batch is not published: its re-run is.
+    tracer_.reset();
+    repeat_batch_ = true;
+    return true;
+  }
+  publish_capture();
+  if (numerics.pause) {
+    control_.stop();
+    decision_.pause_after = true;
   }
   if (decision_.pause_after) {
     if (!server_ && !warned_no_ui_) {
@@ -107,15 +154,17 @@ void SessionCore::end_batch() {
     control_.pause_at(schedule_.with_flags(pos_));
   }
   decision_ = {};
+  return false;
 }
 
 void SessionCore::end_phase(const std::string& phase, int64_t count) { schedule_.end_phase(phase, count); }
 
 void SessionCore::abandon_batch(bool by_exception) {
   if (!by_exception) {
-    end_batch();
+    finish_batch(/*can_repeat=*/false);
     return;
   }
+  numerics_->abandon();
   tracer_.reset();
   mark_lost("the training loop threw an exception during " + pos_.to_string());
 }
@@ -153,6 +202,15 @@ void SessionCore::report_internal_error(const std::string& what) {
   internal_errors_.push_back(what);
 }
 
+void SessionCore::report_numerics_error(const std::string& what) {
+  std::cerr << "[nansense] " << what << " (training continues)\n";
+  {
+    std::lock_guard lock(errors_mu_);
+    internal_errors_.push_back(what);
+  }
+  control_.notify_changed();
+}
+
 std::vector<std::string> SessionCore::internal_errors() const {
   std::lock_guard lock(errors_mu_);
   return internal_errors_;
@@ -182,7 +240,8 @@ bool begin_batch(SessionCore& core, const std::string& phase, std::optional<int6
 void set_batch_inputs(SessionCore& core, std::vector<torch::Tensor> inputs, bool stacked) {
   core.set_batch_inputs(std::move(inputs), stacked);
 }
-void end_batch(SessionCore& core) { core.end_batch(); }
+void record_item(SessionCore& core, std::vector<torch::Tensor> tensors) { core.record_item(std::move(tensors)); }
+bool end_batch(SessionCore& core) { return core.end_batch(); }
 void end_phase(SessionCore& core, const std::string& phase, int64_t count) { core.end_phase(phase, count); }
 void abandon_batch(SessionCore& core, bool by_exception) { core.abandon_batch(by_exception); }
 
@@ -243,6 +302,18 @@ RunState Session::wait_until_stopped(std::chrono::milliseconds timeout) const {
   return core_ ? core_->control().wait_until_stopped(timeout) : RunState::kRunning;
 }
 std::string Session::url() const { return core_ ? core_->url() : std::string(); }
+
+std::optional<DebugError> Session::debug_error() const { return core_ ? core_->debug().error() : std::nullopt; }
+DebugSettings Session::debug_settings() const { return core_ ? core_->debug().settings() : DebugSettings(); }
+void Session::set_debug_settings(const DebugSettings& settings) {
+  if (core_) core_->debug().set_settings(settings);
+}
+void Session::silence_debug_check(const std::string& category) {
+  if (core_) core_->debug().silence(category);
+}
+void Session::clear_debug_error() {
+  if (core_) core_->debug().clear();
+}
 
 Session start(std::shared_ptr<torch::nn::Module> model, StartOptions options) {
   if (!options.enabled()) return Session(nullptr);

@@ -17,6 +17,7 @@
 #include "nansense/schedule.h"
 #include "nansense/session.h"
 #include "nansense/snapshot.h"
+#include "numerics/monitor.h"
 #include "session/run_control.h"
 
 namespace nansense::server {
@@ -33,7 +34,9 @@ class SessionCore {
   // --- training thread ---
   bool begin_batch(const std::string& phase, std::optional<int64_t> epoch);
   void set_batch_inputs(std::vector<torch::Tensor> inputs, bool stacked);
-  void end_batch();
+  void record_item(std::vector<torch::Tensor> tensors);
+  // True: deliver the same item again (see detail::end_batch).
+  bool end_batch() { return finish_batch(/*can_repeat=*/true); }
   void end_phase(const std::string& phase, int64_t count);
   void abandon_batch(bool by_exception);
   void close();
@@ -54,12 +57,21 @@ class SessionCore {
   // Errors of nansense's own machinery that disabled a part (shown in status).
   std::vector<std::string> internal_errors() const;
   const ServeOptions& display_options() const { return display_; }
+  // Numerical checks, root cause and flight recorder (see nansense/debug.h).
+  numerics::DebugState& debug() { return numerics_->state(); }
+  const numerics::DebugState& debug() const { return numerics_->state(); }
 
   bool serve(const ServeOptions& options);
   std::string url() const;
 
  private:
   void report_internal_error(const std::string& what);
+  // Reported like an internal error, without turning capture off.
+  void report_numerics_error(const std::string& what);
+  bool finish_batch(bool can_repeat);
+  // Finishes the batch's capture and publishes it as the snapshot.
+  void publish_capture();
+  std::unique_ptr<numerics::Monitor> make_monitor(const DebugSettings& settings);
 
   std::shared_ptr<torch::nn::Module> model_;
   torch::optim::Optimizer* optimizer_;
@@ -74,6 +86,7 @@ class SessionCore {
   uint64_t sequence_ = 0;
   bool capture_disabled_ = false;
   bool warned_no_ui_ = false;
+  bool repeat_batch_ = false;  // the next begin_batch delivers the same batch again
 
   std::atomic<std::shared_ptr<const BatchSnapshot>> snapshot_;
   std::atomic<std::shared_ptr<const Architecture>> architecture_;
@@ -84,6 +97,8 @@ class SessionCore {
   std::vector<std::string> internal_errors_;
 
   std::unique_ptr<server::Server> server_;
+  // Declared last: destroyed first, its hooks leave the model before the rest goes.
+  std::unique_ptr<numerics::Monitor> numerics_;
 };
 
 }  // namespace nansense::detail

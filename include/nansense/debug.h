@@ -1,0 +1,201 @@
+// Numerical debugging: catch the first NaN/Inf (and gradient underflow or
+// overflow) of a run, name the op that produced it, pause before the optimizer
+// applies it, and replay it bit for bit from a NaN capsule.
+//
+// How it works, and what it costs:
+// - The guard. Every parameter carries an autograd hook; on a checked batch the
+//   first one to fire queues a callback that runs when backward() is done and
+//   before the user's optimizer.step(). It reads every parameter gradient with
+//   one device->host sync (a |g| sum per parameter) and only on a suspicious sum
+//   computes per-layer fractions. About 0.1% of a batch on the demo CNN
+//   (bench/numerics), so it checks every batch by default, in every mode.
+// - The flight recorder. Every batch keeps the batch item (a reference), the
+//   RNG states (CPU, and CUDA when present) and copies of buffers that changed
+//   in place. When the guard trips it writes a NaN capsule: pre-step weights,
+//   buffers, optimizer state, batch, RNG states, position and settings.
+// - Root cause. On a traced batch every op of forward and backward is observed
+//   at the dispatcher; the producer is the first op whose inputs were finite and
+//   whose output was not. A batch that tripped untraced is run again, traced,
+//   from the recorded state (see rerun_to_trace).
+#pragma once
+
+#include <torch/arg.h>
+#include <torch/types.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "nansense/position.h"
+
+namespace torch::nn {
+class Module;
+}
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace nansense {
+
+// What the debugger checks, and how often. Changed at run time through
+// Session::set_debug_settings, the UI's gear dialog or the MCP tools.
+struct DebugSettings {
+  // Master switch. false: hooks return at once, nothing is checked or recorded.
+  TORCH_ARG(bool, enabled) = true;
+  // Check every n-th batch (1 = every batch; >= 1). The guard costs about
+  // 0.1% of a batch on the demo CNN, hence every batch.
+  TORCH_ARG(int64_t, interval) = 1;
+  // NaN / +-Inf in activations, activation gradients and weight gradients;
+  // one non-finite value trips it. Fractions are of element count.
+  TORCH_ARG(bool, check_nan_inf) = true;
+  // Gradient underflow / overflow, dtype-aware: subnormal when
+  // 0 < |g| < finfo.tiny, overflow when |g| >= finfo.max / 16. Trips when the
+  // band holds at least `threshold` of a layer's summed finite |grad|.
+  TORCH_ARG(bool, check_under_over) = true;
+  // In (0, 1].
+  TORCH_ARG(double, threshold) = 0.1;
+  // Also trace every n-th batch at op level (0 = never). Captured batches (the
+  // ones the UI shows) and re-runs of a tripped batch are always traced.
+  // Tracing costs about 10% of the batches it covers (bench/numerics).
+  TORCH_ARG(int64_t, trace_interval) = 0;
+  // When the guard trips on a batch that was not traced, restore the state the
+  // flight recorder kept (weights, buffers, optimizer state, RNG) and deliver
+  // the same batch item again, traced, to name the producer. The loop body then
+  // runs twice for that batch (loss sums and counters see it twice); the
+  // re-run assumes the body zeroes gradients, as almost every loop does.
+  TORCH_ARG(bool, rerun_to_trace) = true;
+  // Intended non-finite values that must not trip: op names ("masked_fill" or
+  // "aten::masked_fill") or layer names (a module path covers its children).
+  TORCH_ARG(std::vector<std::string>, allow) = {};
+  // Where NaN capsules are written (created when first needed). Empty: no file.
+  TORCH_ARG(std::string, capsule_dir) = "nansense_capsules";
+
+ public:
+  // Whether at least one check would run.
+  bool any_check() const { return enabled_ && (check_nan_inf_ || check_under_over_); }
+};
+
+// Per-layer fractions of one detected error: a row of the details table.
+struct LayerReport {
+  // The layer as the architecture graph names it ("features.0", "relu_1"), or
+  // a parameter's module path when no batch was captured.
+  std::string layer;
+  // Fractions of element count, the worst over the layer's activation,
+  // activation gradient and weight gradients. In [0, 1].
+  double nan = 0;
+  double inf = 0;
+  // Fractions of the layer's summed finite |grad| in the subnormal / overflow
+  // band (gradients only). In [0, 1]. Internal key "underflow" reads "subnormal".
+  double underflow = 0;
+  double overflow = 0;
+  // The gradient dtype the bands were measured against; nullopt when no
+  // floating-point gradient was scanned for the layer.
+  std::optional<std::string> dtype;
+  // Where the non-finite values were: "activation", "activation_gradient",
+  // "weight_gradient".
+  std::vector<std::string> sources;
+};
+
+// Shape, dtype and content of one tensor an op read or wrote.
+struct TensorFacts {
+  std::vector<int64_t> shape;
+  std::string dtype;
+  int64_t numel = 0;
+  int64_t nan = 0;
+  int64_t pos_inf = 0;
+  int64_t neg_inf = 0;
+  // The range of its finite values (nullopt when it has none).
+  std::optional<double> min;
+  std::optional<double> max;
+};
+
+// One op of a traced batch.
+struct OpReport {
+  std::string op;        // "aten::div"
+  std::string pass;      // "forward" or "backward"
+  // Backward ops: the autograd node running them ("SqrtBackward0") and the
+  // forward op it differentiates ("aten::sqrt").
+  std::string backward_node;
+  std::string forward_op;
+  // The layer of the op (a backward op: of its forward op), as the
+  // architecture graph names it; nullopt outside the model (the loss).
+  std::optional<std::string> layer;
+  std::vector<TensorFacts> inputs;
+  std::vector<TensorFacts> outputs;
+  int64_t index = 0;  // place among the traced ops, in execution order
+};
+
+// Where the first non-finite value of a batch came from.
+struct RootCause {
+  enum class Status {
+    kFound,          // `producer` made it from finite inputs
+    kFromOutside,    // already non-finite when it entered the traced ops: see summary
+    kNotReproduced,  // the traced re-run of the batch stayed finite
+    kPending,        // the batch is being re-run with tracing
+    kNotTraced,      // no trace (re-runs off, or the loop left the batch)
+  };
+  Status status = Status::kNotTraced;
+  std::optional<OpReport> producer;
+  // The first ops that only passed non-finite values on, and how many there were.
+  std::vector<OpReport> propagators;
+  int64_t propagator_count = 0;
+  // One sentence a person reads first.
+  std::string summary;
+};
+// "found", "from_outside", "not_reproduced", "pending", "not_traced".
+std::string_view to_string(RootCause::Status status);
+
+// An immutable record of one detected numerical error. Later hits merge into
+// the standing error: reasons are united, each layer keeps its worst fraction,
+// the first position is kept.
+struct DebugError {
+  BatchPosition position;                 // the batch it was first detected on
+  std::vector<std::string> reasons;       // subset of "nan", "inf", "underflow", "overflow"
+  std::vector<std::string> checks_used;   // subset of "nan_inf", "under_over"
+  std::vector<LayerReport> layers;        // affected layers, in graph order
+  std::optional<RootCause> root_cause;    // nullopt for under/overflow-only errors
+  std::string capsule;                    // the NaN capsule written for it ("" if none)
+  int64_t hits = 1;                       // checked batches that tripped since
+};
+
+// A NaN capsule that cannot be used: unreadable, truncated, corrupt, of another
+// format version, or recorded for a different model or optimizer. The message
+// names what does not match.
+class CapsuleError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// What a NaN capsule held, after replay_capsule() restored it.
+struct Capsule {
+  BatchPosition position;
+  // Every tensor of the batch item, in ItemTensors order (an Example: data,
+  // target), on the CPU.
+  std::vector<torch::Tensor> batch;
+  DebugSettings settings;
+  std::vector<std::string> reasons;
+  // The parameter gradients as the guard saw them (non-finite included).
+  std::map<std::string, torch::Tensor> gradients;
+  int num_threads = 1;
+  // Anything that may keep the replay from being exact (an in-place change to
+  // the batch during the step, optimizer state that could not be saved).
+  std::vector<std::string> notes;
+
+  // Whether `model`'s parameter gradients now equal the recorded ones bit for
+  // bit (NaN payloads included). On a mismatch, `difference` says where.
+  bool gradients_match(const torch::nn::Module& model, std::string* difference = nullptr) const;
+};
+
+// Loads the NaN capsule at `path`, checks it against `model` (parameter and
+// buffer names, shapes, dtypes) and `optimizer` (its type), and restores the
+// recorded weights, buffers, optimizer state, gradient presence, RNG states and
+// torch thread count. Run the batch body once on `batch` to reproduce the NaN;
+// on CPU it is bit for bit. Throws CapsuleError.
+Capsule replay_capsule(const std::string& path, torch::nn::Module& model,
+                       torch::optim::Optimizer* optimizer = nullptr);
+
+}  // namespace nansense

@@ -1,0 +1,162 @@
+#include "numerics/bands.h"
+
+#include <ATen/record_function.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <utility>
+
+namespace nansense::numerics {
+
+std::optional<Band> band_of(c10::ScalarType dtype) {
+  auto make = [](auto zero) {
+    using T = decltype(zero);
+    return Band{static_cast<double>(std::numeric_limits<T>::min()),
+                static_cast<double>(std::numeric_limits<T>::max()) / kOverflowHeadroom};
+  };
+  switch (dtype) {
+    case c10::ScalarType::Half: return make(c10::Half());
+    case c10::ScalarType::BFloat16: return make(c10::BFloat16());
+    case c10::ScalarType::Float: return make(float());
+    case c10::ScalarType::Double: return make(double());
+    default: return std::nullopt;
+  }
+}
+
+BandStats& BandStats::operator+=(const BandStats& o) {
+  numel += o.numel;
+  nan += o.nan;
+  inf += o.inf;
+  under_abs += o.under_abs;
+  over_abs += o.over_abs;
+  finite_abs += o.finite_abs;
+  return *this;
+}
+
+namespace {
+
+// Sums in float64 where the device has it: counts of a billion elements and
+// |x| sums of float32 values near finfo.max stay exact enough to compare.
+c10::ScalarType accumulator(const torch::Tensor& t) {
+  return t.device().is_mps() ? torch::kFloat : torch::kDouble;
+}
+
+// [numel, nan, inf, under_abs, over_abs, finite_abs] of one floating tensor.
+torch::Tensor band_vector(const torch::Tensor& x, const Band& band) {
+  const auto acc = accumulator(x);
+  auto a = x.abs();
+  auto finite_abs = torch::nan_to_num(a, 0, 0, 0);
+  auto zero = torch::zeros({}, finite_abs.options());
+  return torch::stack({torch::full({}, static_cast<double>(x.numel()), x.options().dtype(acc)),
+                       torch::isnan(x).sum().to(acc), torch::isinf(x).sum().to(acc),
+                       torch::where(finite_abs < band.tiny, finite_abs, zero).sum(acc),
+                       torch::where(finite_abs >= band.overflow, finite_abs, zero).sum(acc),
+                       finite_abs.sum(acc)});
+}
+
+}  // namespace
+
+std::vector<BandStats> band_stats(const std::vector<torch::Tensor>& tensors) {
+  at::DisableRecordFunctionGuard no_record;
+  torch::NoGradGuard no_grad;
+  std::vector<BandStats> out(tensors.size());
+  // Stacked per device, so each device costs one copy back.
+  std::map<std::string, std::pair<std::vector<torch::Tensor>, std::vector<size_t>>> by_device;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const auto& t = tensors[i];
+    if (!t.defined() || t.numel() == 0) continue;
+    auto band = band_of(t.scalar_type());
+    if (!band) continue;
+    auto& group = by_device[t.device().str()];
+    group.first.push_back(band_vector(t.detach(), *band).to(torch::kDouble));
+    group.second.push_back(i);
+  }
+  for (auto& [_, group] : by_device) {
+    auto all = torch::stack(group.first).to(torch::kCPU).contiguous();
+    const double* v = all.data_ptr<double>();
+    for (size_t k = 0; k < group.second.size(); ++k) {
+      const double* r = v + 6 * k;
+      out[group.second[k]] = BandStats{r[0], r[1], r[2], r[3], r[4], r[5]};
+    }
+  }
+  return out;
+}
+
+std::vector<double> abs_sums(const std::vector<torch::Tensor>& tensors) {
+  at::DisableRecordFunctionGuard no_record;
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> parts;
+  parts.reserve(tensors.size());
+  for (const auto& t : tensors) {
+    // float32 keeps the common case on its fast path; float64 keeps its own
+    // subnormals, which float32 would flush to zero.
+    const auto acc = t.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
+    parts.push_back(t.detach().abs().sum(acc).to(accumulator(t)).reshape({1}));
+  }
+  if (parts.empty()) return {};
+  // Gathered on the first tensor's device (a model split over devices is
+  // rare), then one copy back.
+  for (auto& p : parts) p = p.to(parts.front().device());
+  std::vector<double> out(tensors.size());
+  auto all = parts.size() == 1 ? parts[0] : torch::cat(parts);
+  all = all.to(torch::kCPU).contiguous();
+  all = all.to(torch::kDouble);
+  const double* v = all.data_ptr<double>();
+  for (size_t i = 0; i < out.size(); ++i) out[i] = v[i];
+  return out;
+}
+
+bool suspicious(double abs_sum, int64_t numel, c10::ScalarType dtype, bool under_over, double threshold) {
+  if (!std::isfinite(abs_sum)) return true;
+  if (!under_over) return false;
+  auto band = band_of(dtype);
+  if (!band) return false;
+  // A layer's subnormal share reaches `threshold` only if its whole |x| sum is
+  // at most numel * tiny / threshold; an overflow needs one |x| >= the edge.
+  if (abs_sum > 0 && abs_sum <= static_cast<double>(numel) * band->tiny / threshold) return true;
+  return abs_sum >= band->overflow;
+}
+
+Facts tensor_facts(const torch::Tensor& t) {
+  at::DisableRecordFunctionGuard no_record;
+  torch::NoGradGuard no_grad;
+  Facts f;
+  f.numel = t.numel();
+  if (!t.defined() || t.numel() == 0) return f;
+  auto x = t.detach();
+  if (!x.is_floating_point()) {
+    if (x.scalar_type() != torch::kBool && !x.is_complex()) {
+      f.min = x.min().item<double>();
+      f.max = x.max().item<double>();
+    }
+    return f;
+  }
+  f.nan = torch::isnan(x).sum().item<int64_t>();
+  f.pos_inf = torch::isposinf(x).sum().item<int64_t>();
+  f.neg_inf = torch::isneginf(x).sum().item<int64_t>();
+  auto finite = x.masked_select(torch::isfinite(x));
+  if (finite.numel() > 0) {
+    f.min = finite.min().item<double>();
+    f.max = finite.max().item<double>();
+  }
+  return f;
+}
+
+std::string dtype_name(c10::ScalarType dtype) {
+  switch (dtype) {
+    case c10::ScalarType::Half: return "float16";
+    case c10::ScalarType::BFloat16: return "bfloat16";
+    case c10::ScalarType::Float: return "float32";
+    case c10::ScalarType::Double: return "float64";
+    case c10::ScalarType::Long: return "int64";
+    case c10::ScalarType::Int: return "int32";
+    case c10::ScalarType::Bool: return "bool";
+    default: return c10::toString(dtype);
+  }
+}
+
+}  // namespace nansense::numerics

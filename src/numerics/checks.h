@@ -1,0 +1,45 @@
+// The checks themselves: given a batch's gradients (and, on a traced batch,
+// its activations), which reasons trip and the per-layer table.
+#pragma once
+
+#include <torch/types.h>
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "nansense/debug.h"
+
+namespace nansense::numerics {
+
+struct CheckInput {
+  // (layer, gradient) per parameter with a gradient; several per layer.
+  std::vector<std::pair<std::string, torch::Tensor>> weight_gradients;
+  // A traced batch's per-layer activations and activation gradients (CPU
+  // copies); null when the batch was not captured.
+  const std::map<std::string, torch::Tensor>* activations = nullptr;
+  const std::map<std::string, torch::Tensor>* activation_gradients = nullptr;
+  // Layers in graph order, for the table's row order (others follow).
+  std::vector<std::string> layer_order;
+};
+
+struct CheckResult {
+  std::vector<std::string> reasons;      // canonical order: nan, inf, underflow, overflow
+  std::vector<std::string> checks_used;  // nan_inf, under_over
+  std::vector<LayerReport> layers;       // affected layers only
+};
+
+// Weight gradients cost one device->host copy (a |g| sum per parameter) and a
+// second only when a sum is suspicious; activations are CPU copies already.
+CheckResult run_checks(const DebugSettings& settings, const CheckInput& input);
+
+// Whether `layer` is on the allow-list (exactly, or as a child of a listed module path).
+bool layer_allowed(const DebugSettings& settings, const std::string& layer);
+
+// The layer a parameter belongs to: the architecture layer that uses it when
+// known, else its module path ("features.0.weight" -> "features.0"), else its name.
+std::string layer_of_parameter(const std::string& parameter,
+                               const std::map<std::string, std::string>& architecture_owner);
+
+}  // namespace nansense::numerics

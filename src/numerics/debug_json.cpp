@@ -1,0 +1,147 @@
+#include "numerics/debug_json.h"
+
+#include <set>
+
+#include "numerics/bands.h"
+#include "server/json_views.h"
+
+namespace nansense::numerics {
+
+namespace {
+
+json optional_number(const std::optional<double>& v) { return v ? server::number(*v) : json(nullptr); }
+
+std::optional<c10::ScalarType> dtype_from_name(const std::string& name) {
+  if (name == "float16") return c10::ScalarType::Half;
+  if (name == "bfloat16") return c10::ScalarType::BFloat16;
+  if (name == "float32") return c10::ScalarType::Float;
+  if (name == "float64") return c10::ScalarType::Double;
+  return std::nullopt;
+}
+
+}  // namespace
+
+json to_json(const DebugSettings& s) {
+  return {{"enabled", s.enabled()},
+          {"interval_batches", s.interval()},
+          {"check_nan_inf", s.check_nan_inf()},
+          {"check_under_over", s.check_under_over()},
+          {"threshold_fraction", s.threshold()},
+          {"trace_interval_batches", s.trace_interval()},
+          {"rerun_to_trace", s.rerun_to_trace()},
+          {"allow", s.allow()},
+          {"capsule_dir", s.capsule_dir()}};
+}
+
+DebugSettings settings_from_json(const json& j) {
+  DebugSettings s;
+  s.enabled(j.value("enabled", s.enabled()));
+  s.interval(j.value("interval_batches", s.interval()));
+  s.check_nan_inf(j.value("check_nan_inf", s.check_nan_inf()));
+  s.check_under_over(j.value("check_under_over", s.check_under_over()));
+  s.threshold(j.value("threshold_fraction", s.threshold()));
+  s.trace_interval(j.value("trace_interval_batches", s.trace_interval()));
+  s.rerun_to_trace(j.value("rerun_to_trace", s.rerun_to_trace()));
+  s.allow(j.value("allow", s.allow()));
+  s.capsule_dir(j.value("capsule_dir", s.capsule_dir()));
+  return s;
+}
+
+json to_json(const TensorFacts& f) {
+  return {{"shape", f.shape}, {"dtype", f.dtype}, {"numel", f.numel},   {"nan", f.nan},
+          {"pos_inf", f.pos_inf}, {"neg_inf", f.neg_inf}, {"min", optional_number(f.min)}, {"max", optional_number(f.max)}};
+}
+
+json to_json(const OpReport& op) {
+  json inputs = json::array(), outputs = json::array();
+  for (const auto& f : op.inputs) inputs.push_back(to_json(f));
+  for (const auto& f : op.outputs) outputs.push_back(to_json(f));
+  return {{"op", op.op},
+          {"pass", op.pass},
+          {"backward_node", op.backward_node.empty() ? json(nullptr) : json(op.backward_node)},
+          {"forward_op", op.forward_op.empty() ? json(nullptr) : json(op.forward_op)},
+          {"layer", op.layer ? json(*op.layer) : json(nullptr)},
+          {"index", op.index},
+          {"inputs", inputs},
+          {"outputs", outputs}};
+}
+
+json to_json(const RootCause& cause) {
+  json propagators = json::array();
+  for (const auto& p : cause.propagators) propagators.push_back(to_json(p));
+  return {{"status", std::string(to_string(cause.status))},
+          {"summary", cause.summary},
+          {"producer", cause.producer ? to_json(*cause.producer) : json(nullptr)},
+          {"propagators", propagators},
+          {"propagator_count", cause.propagator_count}};
+}
+
+json to_json(const LayerReport& row) {
+  return {{"layer", row.layer},
+          {"nan", row.nan},
+          {"inf", row.inf},
+          {"underflow", row.underflow},
+          {"overflow", row.overflow},
+          {"dtype", row.dtype ? json(*row.dtype) : json(nullptr)},
+          {"sources", row.sources}};
+}
+
+std::string reason_label(const std::string& reason) {
+  if (reason == "nan") return "NaN";
+  if (reason == "inf") return "±Inf";
+  if (reason == "underflow") return "subnormal";
+  return reason;
+}
+
+std::string headline(const DebugError& error) {
+  std::string reasons;
+  for (const auto& r : error.reasons) reasons += (reasons.empty() ? "" : ", ") + reason_label(r);
+  return "Numerical issue detected — " + reasons + " — at " + error.position.to_string();
+}
+
+json bands_json(const DebugError& error) {
+  std::set<std::string> seen;
+  json out = json::array();
+  for (const auto& row : error.layers) {
+    if (!row.dtype || !seen.insert(*row.dtype).second) continue;
+    auto dtype = dtype_from_name(*row.dtype);
+    if (!dtype) continue;
+    auto band = band_of(*dtype);
+    out.push_back({{"dtype", *row.dtype}, {"tiny", band->tiny}, {"overflow", band->overflow}});
+  }
+  return out;
+}
+
+json to_json(const DebugError& error) {
+  json layers = json::array();
+  for (const auto& row : error.layers) layers.push_back(to_json(row));
+  json labels = json::array();
+  for (const auto& r : error.reasons) labels.push_back(reason_label(r));
+  return {{"position", server::to_json(error.position)},
+          {"reasons", error.reasons},
+          {"reason_labels", labels},
+          {"checks_used", error.checks_used},
+          {"layers", layers},
+          {"bands", bands_json(error)},
+          {"root_cause", error.root_cause ? to_json(*error.root_cause) : json(nullptr)},
+          {"capsule", error.capsule.empty() ? json(nullptr) : json(error.capsule)},
+          {"hits", error.hits},
+          {"text", headline(error)}};
+}
+
+}  // namespace nansense::numerics
+
+namespace nansense {
+
+std::string_view to_string(RootCause::Status status) {
+  switch (status) {
+    case RootCause::Status::kFound: return "found";
+    case RootCause::Status::kFromOutside: return "from_outside";
+    case RootCause::Status::kNotReproduced: return "not_reproduced";
+    case RootCause::Status::kPending: return "pending";
+    case RootCause::Status::kNotTraced: return "not_traced";
+  }
+  return "not_traced";
+}
+
+}  // namespace nansense

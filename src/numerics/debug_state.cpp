@@ -1,0 +1,200 @@
+#include "numerics/debug_state.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace nansense::numerics {
+
+namespace {
+
+void add_unique(std::vector<std::string>& to, const std::vector<std::string>& from) {
+  for (const auto& s : from) {
+    if (std::find(to.begin(), to.end(), s) == to.end()) to.push_back(s);
+  }
+}
+
+// Keeps the canonical order so that reasons read the same in every view.
+void sort_by(std::vector<std::string>& v, const std::vector<std::string>& order) {
+  std::stable_sort(v.begin(), v.end(), [&](const auto& a, const auto& b) {
+    auto ia = std::find(order.begin(), order.end(), a) - order.begin();
+    auto ib = std::find(order.begin(), order.end(), b) - order.begin();
+    return ia < ib;
+  });
+}
+
+const std::vector<std::string>& reason_order() {
+  static const std::vector<std::string> order = {"nan", "inf", "underflow", "overflow"};
+  return order;
+}
+
+}  // namespace
+
+std::string category_of(const std::string& reason) {
+  return reason == "underflow" || reason == "overflow" ? kUnderOver : kNanInf;
+}
+
+void validate(const DebugSettings& s) {
+  if (s.interval() < 1) {
+    throw std::invalid_argument("interval must be a whole number of batches >= 1, got " +
+                                std::to_string(s.interval()));
+  }
+  if (!(std::isfinite(s.threshold()) && s.threshold() > 0 && s.threshold() <= 1)) {
+    throw std::invalid_argument("threshold must be a fraction in (0, 1], got " + std::to_string(s.threshold()));
+  }
+  if (s.trace_interval() < 0) {
+    throw std::invalid_argument("trace_interval must be 0 (off) or a number of batches >= 1, got " +
+                                std::to_string(s.trace_interval()));
+  }
+  for (const auto& entry : s.allow()) {
+    if (entry.empty()) throw std::invalid_argument("allow entries must be op or layer names, got an empty string");
+  }
+}
+
+void merge_into(DebugError& standing, const DebugError& hit) {
+  add_unique(standing.reasons, hit.reasons);
+  sort_by(standing.reasons, reason_order());
+  add_unique(standing.checks_used, hit.checks_used);
+  sort_by(standing.checks_used, {kNanInf, kUnderOver});
+  for (const auto& row : hit.layers) {
+    auto it = std::find_if(standing.layers.begin(), standing.layers.end(),
+                           [&](const LayerReport& r) { return r.layer == row.layer; });
+    if (it == standing.layers.end()) {
+      standing.layers.push_back(row);
+      continue;
+    }
+    it->nan = std::max(it->nan, row.nan);
+    it->inf = std::max(it->inf, row.inf);
+    it->underflow = std::max(it->underflow, row.underflow);
+    it->overflow = std::max(it->overflow, row.overflow);
+    if (!it->dtype) it->dtype = row.dtype;
+    add_unique(it->sources, row.sources);
+  }
+  const bool missing_cause = !standing.root_cause || standing.root_cause->status == RootCause::Status::kPending ||
+                             standing.root_cause->status == RootCause::Status::kNotTraced;
+  if (hit.root_cause && missing_cause && standing.position.same_batch(hit.position)) {
+    standing.root_cause = hit.root_cause;
+  }
+  if (standing.capsule.empty()) standing.capsule = hit.capsule;
+  standing.hits += hit.hits;
+}
+
+DebugState::DebugState(DebugSettings settings, std::function<void()> changed)
+    : settings_(std::move(settings)), changed_(std::move(changed)) {
+  validate(settings_);
+}
+
+void DebugState::notify() {
+  if (changed_) changed_();
+}
+
+DebugSettings DebugState::settings() const {
+  std::lock_guard lock(mu_);
+  return settings_;
+}
+
+void DebugState::set_settings(const DebugSettings& settings) {
+  validate(settings);
+  {
+    std::lock_guard lock(mu_);
+    settings_ = settings;
+  }
+  notify();
+}
+
+std::optional<DebugError> DebugState::error() const {
+  std::lock_guard lock(mu_);
+  return error_;
+}
+
+bool DebugState::record(const DebugError& hit) {
+  bool first = false;
+  {
+    std::lock_guard lock(mu_);
+    if (!error_) {
+      error_ = hit;
+      first = true;
+    } else {
+      merge_into(*error_, hit);
+    }
+  }
+  notify();
+  return first;
+}
+
+void DebugState::amend(const std::function<void(DebugError&)>& edit) {
+  {
+    std::lock_guard lock(mu_);
+    if (!error_) return;
+    edit(*error_);
+  }
+  notify();
+}
+
+std::vector<std::string> DebugState::silence(const std::string& category) {
+  if (!category.empty() && category != kNanInf && category != kUnderOver) {
+    throw std::invalid_argument("category must be \"nan_inf\" or \"under_over\", got \"" + category + "\"");
+  }
+  std::vector<std::string> silenced;
+  {
+    std::lock_guard lock(mu_);
+    if (category.empty()) {
+      if (error_) {
+        for (const auto& r : error_->reasons) add_unique(silenced, {category_of(r)});
+      }
+    } else {
+      silenced.push_back(category);
+    }
+    for (const auto& c : silenced) {
+      if (c == kNanInf) settings_.check_nan_inf(false);
+      if (c == kUnderOver) settings_.check_under_over(false);
+    }
+    if (error_) {
+      auto& reasons = error_->reasons;
+      reasons.erase(std::remove_if(reasons.begin(), reasons.end(),
+                                   [&](const std::string& r) {
+                                     return std::find(silenced.begin(), silenced.end(), category_of(r)) !=
+                                            silenced.end();
+                                   }),
+                    reasons.end());
+      if (reasons.empty()) {
+        error_.reset();
+      } else {
+        for (auto& row : error_->layers) {
+          for (const auto& c : silenced) {
+            if (c == kNanInf) row.nan = row.inf = 0;
+            if (c == kUnderOver) row.underflow = row.overflow = 0;
+          }
+        }
+        auto& rows = error_->layers;
+        rows.erase(std::remove_if(rows.begin(), rows.end(),
+                                  [](const LayerReport& r) {
+                                    return r.nan == 0 && r.inf == 0 && r.underflow == 0 && r.overflow == 0;
+                                  }),
+                   rows.end());
+      }
+    }
+  }
+  notify();
+  return silenced;
+}
+
+void DebugState::clear() {
+  {
+    std::lock_guard lock(mu_);
+    error_.reset();
+  }
+  notify();
+}
+
+void DebugState::note_checked() {
+  std::lock_guard lock(mu_);
+  ++checked_;
+}
+
+int64_t DebugState::checked_batches() const {
+  std::lock_guard lock(mu_);
+  return checked_;
+}
+
+}  // namespace nansense::numerics

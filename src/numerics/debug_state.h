@@ -1,0 +1,69 @@
+// The standing numerical error and the live settings: written by the training
+// thread (hits) and by any transport (settings, silence), read by all.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "nansense/debug.h"
+
+namespace nansense::numerics {
+
+inline constexpr const char* kNanInf = "nan_inf";
+inline constexpr const char* kUnderOver = "under_over";
+
+// "nan" / "inf" -> "nan_inf"; "underflow" / "overflow" -> "under_over".
+std::string category_of(const std::string& reason);
+
+// Throws std::invalid_argument naming the first bad value.
+void validate(const DebugSettings& settings);
+
+// Merges a later hit into the standing error: union of reasons and checks,
+// the worst fraction per layer (new layers appended), the first position; the
+// root cause and capsule of the first hit are kept, a missing one filled in.
+void merge_into(DebugError& standing, const DebugError& hit);
+
+class DebugState {
+ public:
+  // `changed` runs (outside the lock) whenever the error or settings change,
+  // so that push transports send a fresh status.
+  DebugState(DebugSettings settings, std::function<void()> changed);
+
+  DebugSettings settings() const;
+  // Validates first (std::invalid_argument); the training thread picks the
+  // new settings up at its next batch.
+  void set_settings(const DebugSettings& settings);
+
+  std::optional<DebugError> error() const;
+  // Records a hit. Returns true when it became the standing error (the first
+  // hit since the last clear), false when it merged into one.
+  bool record(const DebugError& hit);
+  // Edits the standing error in place (a root cause that arrived later).
+  void amend(const std::function<void(DebugError&)>& edit);
+  // Turns a check category off and removes its reasons from the standing
+  // error, which is cleared once no reason is left. "" silences every
+  // category the standing error has. Returns the categories turned off.
+  // Throws std::invalid_argument for an unknown category.
+  std::vector<std::string> silence(const std::string& category);
+  // Dismisses the standing error; checks stay as they are.
+  void clear();
+
+  // Bookkeeping shown in the report.
+  void note_checked();
+  int64_t checked_batches() const;
+
+ private:
+  void notify();
+
+  mutable std::mutex mu_;
+  DebugSettings settings_;
+  std::optional<DebugError> error_;
+  int64_t checked_ = 0;
+  std::function<void()> changed_;
+};
+
+}  // namespace nansense::numerics

@@ -1,0 +1,326 @@
+#include "numerics/monitor.h"
+
+#include <iostream>
+
+#include "capture/tracer.h"
+#include "numerics/bands.h"
+#include "numerics/capsule.h"
+#include "numerics/checks.h"
+#include "numerics/debug_json.h"
+
+namespace nansense::numerics {
+
+namespace {
+
+bool has_nan_inf(const std::vector<std::string>& reasons) {
+  for (const auto& r : reasons) {
+    if (r == "nan" || r == "inf") return true;
+  }
+  return false;
+}
+
+void add_reason(std::vector<std::string>& reasons, const char* reason) {
+  if (std::find(reasons.begin(), reasons.end(), reason) != reasons.end()) return;
+  reasons.push_back(reason);
+  static const std::vector<std::string> order = {"nan", "inf", "underflow", "overflow"};
+  std::stable_sort(reasons.begin(), reasons.end(), [&](const auto& a, const auto& b) {
+    return std::find(order.begin(), order.end(), a) < std::find(order.begin(), order.end(), b);
+  });
+}
+
+}  // namespace
+
+Monitor::Monitor(torch::nn::Module& model, torch::optim::Optimizer* optimizer, const DebugSettings& settings,
+                 Host host)
+    : model_(model),
+      optimizer_(optimizer),
+      host_(std::move(host)),
+      state_(settings, host_.changed),
+      recorder_(model),
+      settings_(settings) {
+  for (const auto& p : model.named_parameters()) params_.emplace_back(p.key(), p.value());
+  guard_ = std::make_unique<GradientGuard>(model, [this] { on_backward_end(); });
+}
+
+Monitor::~Monitor() { guard_.reset(); }
+
+void Monitor::fail(const std::string& what) {
+  disabled_ = true;
+  active_ = false;
+  guard_->start_batch(false);
+  op_tracer_.reset();
+  if (host_.report_error) host_.report_error("numerical checks disabled: " + what);
+}
+
+Monitor::Trace Monitor::plan_batch(const BatchPosition& position, bool repeat) {
+  settings_ = state_.settings();
+  position_ = position;
+  training_thread_ = std::this_thread::get_id();
+  tracer_ = nullptr;
+  op_tracer_.reset();
+  traced_ = checked_in_backward_ = tripped_ = pause_at_end_ = false;
+  active_ = !disabled_ && settings_.enabled();
+  guard_->start_batch(false);
+  if (!active_) return Trace::kNone;
+  try {
+    recorder_.begin_batch();
+  } catch (const std::exception& e) {
+    fail(std::string("the flight recorder failed: ") + e.what());
+    return Trace::kNone;
+  }
+  if (repeat) {
+    rerun_active_ = true;
+    rerun_tripped_ = false;
+    return Trace::kCapture;
+  }
+  if (settings_.trace_interval() > 0 && ++since_trace_ >= settings_.trace_interval()) {
+    since_trace_ = 0;
+    return Trace::kOps;
+  }
+  return Trace::kNone;
+}
+
+void Monitor::begin_batch(capture::Tracer* tracer, Trace trace) {
+  if (!active_) return;
+  tracer_ = tracer;
+  traced_ = tracer != nullptr || trace != Trace::kNone;
+  // Traced batches are checked whatever the interval: they cost far more anyway.
+  const bool checked = traced_ || ++since_check_ >= settings_.interval();
+  if (checked && !traced_) since_check_ = 0;
+  if (traced_ && settings_.check_nan_inf()) {
+    try {
+      op_tracer_ = std::make_unique<OpTracer>(
+          model_, settings_.allow(),
+          [this](const torch::Tensor& out) -> std::optional<std::string> {
+            return tracer_ ? tracer_->layer_of(out.unsafeGetTensorImpl()) : std::nullopt;
+          },
+          std::vector<torch::Tensor>{});
+    } catch (const std::exception& e) {
+      fail(std::string("op tracing could not start: ") + e.what());
+      return;
+    }
+  }
+  guard_->start_batch(checked && settings_.any_check());
+}
+
+void Monitor::set_item(std::vector<torch::Tensor> tensors) {
+  if (!active_) return;
+  if (op_tracer_) op_tracer_->set_batch(tensors);
+  recorder_.set_item(std::move(tensors));
+}
+
+void Monitor::on_backward_end() {
+  if (!active_ || tripped_) return;
+  try {
+    checked_in_backward_ = true;
+    if (op_tracer_) op_tracer_->mark_backward_done();
+    state_.note_checked();
+    if (auto hit = check(/*gradients=*/true)) handle_hit(std::move(*hit), /*in_backward=*/true);
+  } catch (const std::exception& e) {
+    fail(std::string("the gradient check failed: ") + e.what());
+  } catch (...) {
+    fail("the gradient check failed");
+  }
+}
+
+std::optional<DebugError> Monitor::check(bool gradients) {
+  // The steady state of a clean untraced batch: one |g| sum per parameter,
+  // one copy back, no names, no maps.
+  if (gradients && !tracer_ && !(op_tracer_ && op_tracer_->saw_non_finite())) {
+    std::vector<torch::Tensor> grads;
+    grads.reserve(params_.size());
+    for (const auto& [_, p] : params_) {
+      const auto& g = p.grad();
+      if (g.defined() && g.is_floating_point() && g.numel() > 0) grads.push_back(g);
+    }
+    const auto sums = abs_sums(grads);
+    bool any = false;
+    for (size_t i = 0; i < grads.size() && !any; ++i) {
+      any = suspicious(sums[i], grads[i].numel(), grads[i].scalar_type(), settings_.check_under_over(),
+                       settings_.threshold());
+    }
+    if (!any) return std::nullopt;
+  }
+  CheckInput in;
+  std::map<std::string, std::string> owner;
+  if (auto arch = host_.architecture ? host_.architecture() : nullptr) {
+    for (const auto& layer : arch->layers) {
+      in.layer_order.push_back(layer.name);
+      for (const auto& p : layer.parameters) owner.emplace(p, layer.name);
+    }
+  }
+  if (gradients) {
+    for (const auto& [name, p] : params_) {
+      const auto& g = p.grad();
+      if (g.defined() && g.is_floating_point() && g.numel() > 0) {
+        in.weight_gradients.emplace_back(layer_of_parameter(name, owner), g);
+      }
+    }
+  }
+  std::shared_ptr<capture::TraceResult> trace = tracer_ ? tracer_->result() : nullptr;
+  std::map<std::string, torch::Tensor> activation_gradients;
+  if (trace) {
+    in.activations = &trace->activations;
+    std::lock_guard lock(trace->grad_mu);
+    activation_gradients = trace->gradients;
+    if (in.layer_order.empty()) in.layer_order = trace->layer_names;
+    in.activation_gradients = &activation_gradients;
+  }
+  auto result = run_checks(settings_, in);
+  DebugError e;
+  e.position = position_;
+  e.reasons = result.reasons;
+  e.checks_used = result.checks_used;
+  e.layers = std::move(result.layers);
+  if (op_tracer_ && settings_.check_nan_inf() && op_tracer_->saw_non_finite()) {
+    if (op_tracer_->saw_nan()) add_reason(e.reasons, "nan");
+    if (op_tracer_->saw_inf()) add_reason(e.reasons, "inf");
+  }
+  if (e.reasons.empty()) return std::nullopt;
+  if (op_tracer_ && has_nan_inf(e.reasons)) e.root_cause = op_tracer_->result();
+  return e;
+}
+
+std::string Monitor::write_capsule(const DebugError& hit) {
+  try {
+    auto in = recorder_.capsule_input(optimizer_);
+    in.position = position_;
+    in.settings = settings_;
+    in.error = to_json(hit);
+    capsule_bytes_ = encode_capsule(in);
+    if (settings_.capsule_dir().empty()) return "";
+    const auto path = capsule_path(settings_.capsule_dir(), position_);
+    write_atomic(path, capsule_bytes_);
+    return path;
+  } catch (const std::exception& e) {
+    if (host_.report_error) host_.report_error(std::string("the NaN capsule was not written: ") + e.what());
+    return "";
+  }
+}
+
+void Monitor::handle_hit(DebugError hit, bool in_backward) {
+  tripped_ = true;
+  auto log = [&](const DebugError& e) {
+    std::cerr << "[nansense] " << headline(e);
+    if (e.root_cause) std::cerr << " — " << e.root_cause->summary;
+    if (!e.capsule.empty()) std::cerr << " — capsule: " << e.capsule;
+    if (!host_.can_pause()) std::cerr << " (no UI served: training continues)";
+    std::cerr << "\n";
+  };
+  if (rerun_active_) {
+    // The traced re-run of the first hit: its root cause completes the record.
+    rerun_tripped_ = true;
+    hit.hits = 0;  // the same batch, run again
+    state_.record(hit);
+    if (auto standing = state_.error()) log(*standing);
+    pause_now(in_backward);
+    return;
+  }
+  if (state_.error()) {
+    state_.record(hit);  // merges; only the first hit pauses
+    return;
+  }
+  hit.capsule = write_capsule(hit);
+  const bool nan_inf = has_nan_inf(hit.reasons);
+  if (!traced_ && nan_inf && settings_.rerun_to_trace() && in_backward && !capsule_bytes_.empty()) {
+    hit.root_cause = RootCause{RootCause::Status::kPending, std::nullopt, {}, 0,
+                               "this batch was not traced: it runs again from the recorded state, traced, to "
+                               "name the producer"};
+    state_.record(hit);
+    rerun_pending_ = true;
+    return;
+  }
+  if (nan_inf && !hit.root_cause) {
+    hit.root_cause = RootCause{RootCause::Status::kNotTraced, std::nullopt, {}, 0,
+                               "this batch was not traced: step to it with the UI, set trace_interval, or turn "
+                               "rerun_to_trace on to name the producer"};
+  }
+  state_.record(hit);
+  log(hit);
+  pause_now(in_backward);
+}
+
+void Monitor::pause_now(bool in_backward) {
+  if (!host_.can_pause()) return;
+  if (!in_backward || std::this_thread::get_id() != training_thread_) {
+    // Not on the training thread (a device's autograd thread): pause once
+    // the batch ends; the capsule already holds the pre-step state.
+    pause_at_end_ = true;
+    return;
+  }
+  if (tracer_) {
+    tracer_ = nullptr;
+    host_.publish_capture();
+  }
+  guard_->set_armed(false);
+  host_.pause();
+}
+
+Monitor::End Monitor::end_batch(bool can_repeat) {
+  End out;
+  if (!active_) return out;
+  try {
+    if (op_tracer_) op_tracer_->stop();
+    if (!checked_in_backward_ && !tripped_ && traced_ && settings_.any_check()) {
+      state_.note_checked();
+      if (auto hit = check(/*gradients=*/false)) handle_hit(std::move(*hit), /*in_backward=*/false);
+    }
+    if (rerun_active_) {
+      rerun_active_ = false;
+      if (!rerun_tripped_) {
+        state_.amend([](DebugError& e) {
+          if (!e.root_cause || e.root_cause->status != RootCause::Status::kPending) return;
+          e.root_cause->status = RootCause::Status::kNotReproduced;
+          e.root_cause->summary =
+              "the traced re-run of this batch from the recorded state stayed finite: the step is not "
+              "deterministic (randomness outside torch's generators, a nondeterministic kernel, or gradients "
+              "accumulated across batches)";
+        });
+        pause_at_end_ = true;
+      }
+    }
+    if (rerun_pending_) {
+      rerun_pending_ = false;
+      std::string why = "the loop left the batch before it could run again";
+      if (can_repeat) {
+        try {
+          auto capsule = decode_capsule(capsule_bytes_, "the recorded state");
+          restore(capsule, "the recorded state", model_, optimizer_);
+          out.repeat = true;
+        } catch (const std::exception& e) {
+          why = std::string("the recorded state could not be restored: ") + e.what();
+        }
+      }
+      if (!out.repeat) {
+        state_.amend([&](DebugError& e) {
+          if (e.root_cause && e.root_cause->status == RootCause::Status::kPending) {
+            e.root_cause->status = RootCause::Status::kNotTraced;
+            e.root_cause->summary = why;
+          }
+        });
+        if (auto standing = state_.error()) {
+          std::cerr << "[nansense] " << headline(*standing) << " — " << why << "\n";
+        }
+        pause_at_end_ = true;
+      }
+    }
+  } catch (const std::exception& e) {
+    fail(std::string("the end-of-batch check failed: ") + e.what());
+  }
+  out.pause = pause_at_end_ && !out.repeat && host_.can_pause();
+  op_tracer_.reset();
+  tracer_ = nullptr;
+  traced_ = false;
+  guard_->start_batch(false);
+  return out;
+}
+
+void Monitor::abandon() {
+  op_tracer_.reset();
+  tracer_ = nullptr;
+  traced_ = false;
+  rerun_pending_ = rerun_active_ = false;
+  guard_->start_batch(false);
+}
+
+}  // namespace nansense::numerics

@@ -1,0 +1,112 @@
+// The numerics side of a session: runs the guard on checked batches, traces
+// ops on traced batches, keeps the flight recorder, records hits into the
+// standing DebugError, writes the NaN capsule, pauses the loop before the
+// optimizer step, and asks for a traced re-run of a batch that tripped
+// untraced. Everything here runs on the training thread except DebugState.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "nansense/architecture.h"
+#include "nansense/debug.h"
+#include "numerics/debug_state.h"
+#include "numerics/flight_recorder.h"
+#include "numerics/guard.h"
+#include "numerics/op_tracer.h"
+
+namespace nansense::capture {
+class Tracer;
+}
+
+namespace nansense::numerics {
+
+class Monitor {
+ public:
+  // What the session does for the monitor.
+  struct Host {
+    // Publishes the batch's capture now, before the optimizer step.
+    std::function<void()> publish_capture;
+    // Pauses the loop at the current batch in any mode; returns on resume.
+    std::function<void()> pause;
+    // Whether anything could resume a pause (a UI is served).
+    std::function<bool()> can_pause;
+    // The last discovered architecture (layer names and order), may be null.
+    std::function<std::shared_ptr<const Architecture>()> architecture;
+    // A failure of the numerics machinery (it turns itself off).
+    std::function<void(const std::string&)> report_error;
+    // The error or the settings changed (push a fresh status).
+    std::function<void()> changed;
+  };
+
+  Monitor(torch::nn::Module& model, torch::optim::Optimizer* optimizer, const DebugSettings& settings, Host host);
+  ~Monitor();
+
+  DebugState& state() { return state_; }
+  const DebugState& state() const { return state_; }
+
+  enum class Trace { kNone, kOps, kCapture };
+  // Start of a batch, before any capture tracer exists: how numerics wants it
+  // traced. `repeat`: the batch is the re-run end_batch() asked for.
+  Trace plan_batch(const BatchPosition& position, bool repeat);
+  // Once the capture tracer (null when not capturing) is installed.
+  void begin_batch(capture::Tracer* tracer, Trace trace);
+  void set_item(std::vector<torch::Tensor> tensors);
+  // The session is about to finish the capture tracer (it publishes).
+  void release_tracer() { tracer_ = nullptr; }
+
+  struct End {
+    bool repeat = false;  // deliver the same batch item again (traced)
+    bool pause = false;   // pause at the end of this batch (any mode)
+  };
+  // After the batch body. `can_repeat`: the loop asks for its next item (not
+  // leaving the loop), so the same item can be delivered again.
+  End end_batch(bool can_repeat);
+  // The body threw.
+  void abandon();
+
+ private:
+  void on_backward_end();
+  std::optional<DebugError> check(bool gradients);
+  void handle_hit(DebugError hit, bool in_backward);
+  void pause_now(bool in_backward);
+  void fail(const std::string& what);
+  std::string write_capsule(const DebugError& hit);
+
+  torch::nn::Module& model_;
+  torch::optim::Optimizer* optimizer_;
+  Host host_;
+  DebugState state_;
+  FlightRecorder recorder_;
+  std::unique_ptr<GradientGuard> guard_;
+  std::vector<std::pair<std::string, torch::Tensor>> params_;  // named_parameters(), read once
+
+  // The batch in progress.
+  DebugSettings settings_;
+  BatchPosition position_;
+  std::thread::id training_thread_;
+  capture::Tracer* tracer_ = nullptr;
+  std::unique_ptr<OpTracer> op_tracer_;
+  bool active_ = false;           // settings enabled for this batch
+  bool traced_ = false;
+  bool checked_in_backward_ = false;
+  bool tripped_ = false;
+  bool pause_at_end_ = false;
+  int64_t since_check_ = 0;
+  int64_t since_trace_ = 0;
+
+  // The traced re-run of a first hit.
+  std::string capsule_bytes_;
+  bool rerun_pending_ = false;
+  bool rerun_active_ = false;
+  bool rerun_tripped_ = false;
+  bool disabled_ = false;
+};
+
+}  // namespace nansense::numerics

@@ -1,0 +1,389 @@
+#include "numerics/op_tracer.h"
+
+#include <ATen/record_function.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <set>
+#include <sstream>
+#include <string_view>
+
+#include "numerics/bands.h"
+
+namespace nansense::numerics {
+
+namespace {
+
+thread_local OpTracer* t_active = nullptr;
+
+std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
+  if (t_active) t_active->on_start(fn);
+  return nullptr;
+}
+
+void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
+  if (t_active) t_active->on_end(fn);
+}
+
+// "aten::relu_" -> "relu": how allow-list entries and op names compare.
+std::string base_name(std::string_view full) {
+  auto pos = full.rfind("::");
+  if (pos != std::string_view::npos) full.remove_prefix(pos + 2);
+  while (full.size() > 1 && full.back() == '_') full.remove_suffix(1);
+  return std::string(full);
+}
+
+// Ops whose outputs are views or copies of their input's values: they can
+// never make a non-finite value, so they are not checked (it saves a pass over
+// every weight each forward); ownership and taint pass through them.
+bool value_preserving(const std::string& op) {
+  static const std::set<std::string> kOps = {
+      "t",       "transpose", "permute", "view",      "reshape",   "_reshape_alias", "_unsafe_view",
+      "as_strided", "expand", "expand_as", "squeeze", "unsqueeze", "slice",         "select",
+      "narrow",  "unfold",    "detach",  "alias",     "lift_fresh", "flatten",      "contiguous",
+      "clone",   "split",     "chunk",   "unbind",    "view_as",   "numpy_T",       "resolve_conj",
+      "resolve_neg", "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like"};
+  return kOps.count(op) > 0;
+}
+
+void collect(const c10::IValue& v, std::vector<torch::Tensor>& out) {
+  if (v.isTensor()) {
+    if (v.toTensor().defined()) out.push_back(v.toTensor());
+  } else if (v.isTensorList()) {
+    for (const auto& t : v.toTensorList()) {
+      const torch::Tensor& tensor = t;
+      if (tensor.defined()) out.push_back(tensor);
+    }
+  } else if (v.isList()) {
+    for (const auto& e : v.toListRef()) collect(e, out);
+  } else if (v.isTuple()) {
+    for (const auto& e : v.toTupleRef().elements()) collect(e, out);
+  }
+}
+
+bool checkable(const torch::Tensor& t) { return t.defined() && t.is_floating_point() && t.numel() > 0; }
+
+// One pass (a sum) in the common case; an exact test only when the sum is not
+// finite, which a finite tensor of huge values can also give.
+bool finite(const torch::Tensor& t) {
+  if (!checkable(t)) return true;
+  if (std::isfinite(t.sum().item<double>())) return true;
+  return torch::isfinite(t).all().item<bool>();
+}
+
+TensorFacts facts_of(const torch::Tensor& t, bool with_values) {
+  TensorFacts f;
+  f.shape = t.sizes().vec();
+  f.dtype = dtype_name(t.scalar_type());
+  f.numel = t.numel();
+  if (!with_values) return f;
+  auto x = tensor_facts(t);
+  f.nan = x.nan;
+  f.pos_inf = x.pos_inf;
+  f.neg_inf = x.neg_inf;
+  f.min = x.min;
+  f.max = x.max;
+  return f;
+}
+
+std::string shape_text(const torch::Tensor& t) {
+  std::ostringstream out;
+  out << t.sizes() << " " << dtype_name(t.scalar_type());
+  return out.str();
+}
+
+bool same_storage(const torch::Tensor& a, const torch::Tensor& b) {
+  return a.has_storage() && b.has_storage() &&
+         a.storage().unsafeGetStorageImpl() == b.storage().unsafeGetStorageImpl();
+}
+
+}  // namespace
+
+OpTracer::OpTracer(const torch::nn::Module& model, std::vector<std::string> allow, LayerNamer namer,
+                   std::vector<torch::Tensor> batch)
+    : allow_(std::move(allow)), namer_(std::move(namer)), batch_(std::move(batch)) {
+  for (const auto& item : model.named_modules("", /*include_self=*/true)) {
+    const std::string& path = item.key();
+    auto add = [&](const std::string& local, const torch::Tensor& t) {
+      if (!t.defined()) return;
+      owners_.emplace(t.unsafeGetTensorImpl(), std::make_pair(path, path.empty() ? local : path + "." + local));
+      keep_alive_.push_back(t);
+    };
+    for (const auto& p : item.value()->named_parameters(/*recurse=*/false)) add(p.key(), p.value());
+    for (const auto& b : item.value()->named_buffers(/*recurse=*/false)) add(b.key(), b.value());
+  }
+  t_active = this;
+  handle_ = at::addThreadLocalCallback(at::RecordFunctionCallback(&numerics::on_start, &numerics::on_end)
+                                           .needsInputs(true)
+                                           .needsOutputs(true)
+                                           .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}));
+  installed_ = true;
+}
+
+OpTracer::~OpTracer() { stop(); }
+
+void OpTracer::stop() {
+  if (installed_) {
+    at::removeCallback(handle_);
+    installed_ = false;
+  }
+  if (t_active == this) t_active = nullptr;
+  stopped_ = true;
+}
+
+void OpTracer::on_start(const at::RecordFunction& fn) {
+  if (stopped_) return;
+  Frame frame;
+  const char* name = fn.name();
+  frame.name = name;
+  frame.seq = fn.seqNr();
+  if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION) {
+    frame.kind = FrameKind::kNode;
+    // Ops the engine runs around the node (summing gradients) belong to it too.
+    if (!stack_.empty() && stack_.back().kind == FrameKind::kWrapper) stack_.back().seq = frame.seq;
+  } else if (std::strncmp(name, "autograd::", 10) == 0) {
+    frame.kind = FrameKind::kWrapper;
+    frame.seq = -1;
+  } else if (observed_depth_ > 0) {
+    frame.kind = FrameKind::kNestedOp;
+    ++observed_depth_;
+  } else {
+    frame.kind = FrameKind::kOp;
+    ++observed_depth_;
+    try {
+      for (const auto& v : fn.inputs()) collect(v, frame.inputs);
+    } catch (const std::exception& e) {
+      error_ = std::string("op tracing failed: ") + e.what();
+      stop();
+      return;
+    }
+  }
+  stack_.push_back(std::move(frame));
+}
+
+void OpTracer::on_end(const at::RecordFunction& fn) {
+  if (stopped_ || stack_.empty()) return;
+  Frame frame = std::move(stack_.back());
+  stack_.pop_back();
+  if (frame.kind == FrameKind::kOp || frame.kind == FrameKind::kNestedOp) --observed_depth_;
+  if (frame.kind != FrameKind::kOp) return;
+  try {
+    at::DisableRecordFunctionGuard no_record;
+    torch::NoGradGuard no_grad;
+    std::vector<torch::Tensor> outputs;
+    for (const auto& v : fn.outputs()) collect(v, outputs);
+    process(frame, outputs);
+  } catch (const std::exception& e) {
+    error_ = std::string("op tracing failed: ") + e.what();
+    stop();
+  }
+}
+
+std::optional<std::string> OpTracer::forward_layer(const std::vector<torch::Tensor>& inputs,
+                                                   const std::vector<torch::Tensor>& outputs) {
+  if (namer_) {
+    for (const auto& out : outputs) {
+      if (auto name = namer_(out)) return name;
+    }
+  }
+  for (const auto& in : inputs) {
+    auto it = owners_.find(in.unsafeGetTensorImpl());
+    if (it != owners_.end() && !it->second.first.empty()) return it->second.first;
+  }
+  return std::nullopt;
+}
+
+bool OpTracer::allowed(const std::string& op, const std::optional<std::string>& layer) const {
+  const std::string base = base_name(op);
+  for (const auto& entry : allow_) {
+    if (base_name(entry) == base) return true;
+    if (layer && (*layer == entry || layer->rfind(entry + ".", 0) == 0)) return true;
+  }
+  return false;
+}
+
+std::string OpTracer::origin_of(const torch::Tensor& t) const {
+  for (const auto& [impl, owner] : owners_) {
+    const auto& held = std::find_if(keep_alive_.begin(), keep_alive_.end(),
+                                    [impl = impl](const torch::Tensor& k) { return k.unsafeGetTensorImpl() == impl; });
+    if (held != keep_alive_.end() && (impl == t.unsafeGetTensorImpl() || same_storage(*held, t))) {
+      return "'" + owner.second +
+             "' already held non-finite values when the batch began: an earlier optimizer step (or a "
+             "load) wrote them";
+    }
+  }
+  for (size_t i = 0; i < batch_.size(); ++i) {
+    if (batch_[i].unsafeGetTensorImpl() == t.unsafeGetTensorImpl() || same_storage(batch_[i], t)) {
+      return "the batch's tensor #" + std::to_string(i) + " (" + shape_text(batch_[i]) +
+             ") already held non-finite values: the data is the cause";
+    }
+  }
+  return "a tensor made outside the traced ops (a constant, or one computed before the batch began) already "
+         "held non-finite values";
+}
+
+OpReport OpTracer::report(const Frame& frame, const std::vector<torch::Tensor>& outputs, bool backward,
+                          const std::string& node, const std::string& forward_op,
+                          const std::optional<std::string>& layer, bool with_ranges) const {
+  OpReport r;
+  r.op = frame.name;
+  r.pass = backward ? "backward" : backward_done_ ? "step" : "forward";
+  r.backward_node = node;
+  r.forward_op = forward_op;
+  r.layer = layer;
+  r.index = index_;
+  for (const auto& in : frame.inputs) r.inputs.push_back(facts_of(in, with_ranges && in.numel() > 0));
+  for (const auto& out : outputs) r.outputs.push_back(facts_of(out, checkable(out)));
+  return r;
+}
+
+void OpTracer::process(const Frame& frame, const std::vector<torch::Tensor>& outputs) {
+  ++index_;
+  bool backward = false;
+  std::string node;
+  int64_t node_seq = -1;
+  for (auto it = stack_.rbegin(); it != stack_.rend(); ++it) {
+    if (it->kind == FrameKind::kNode || it->kind == FrameKind::kWrapper) {
+      backward = true;
+      if (node.empty()) {
+        std::string_view name = it->name;
+        if (it->kind == FrameKind::kWrapper) {
+          auto colon = name.find(": ");
+          name = colon == std::string_view::npos ? std::string_view() : name.substr(colon + 2);
+        }
+        node = std::string(name);
+        node_seq = it->seq;
+      }
+    }
+  }
+  const std::string base = base_name(frame.name);
+  if (value_preserving(base)) {
+    if (frame.inputs.empty()) return;
+    const auto* in = frame.inputs.front().unsafeGetTensorImpl();
+    auto owner = owners_.find(in);
+    for (const auto& out : outputs) {
+      const auto* impl = out.unsafeGetTensorImpl();
+      if (impl == in) continue;
+      if (owner != owners_.end()) {
+        owners_.emplace(impl, owner->second);
+        keep_alive_.push_back(out);
+      }
+      if (allowed_.count(in)) {
+        allowed_.insert(impl);
+        keep_alive_.push_back(out);
+      }
+      if (produced_.count(in)) produced_.emplace(impl, out);
+    }
+    return;
+  }
+
+  std::optional<std::string> layer;
+  std::string forward_op;
+  if (backward) {
+    if (auto f = forward_ops_.find(node_seq); f != forward_ops_.end()) {
+      layer = f->second.layer;
+      forward_op = f->second.op;
+    }
+  } else if (!backward_done_) {
+    layer = forward_layer(frame.inputs, outputs);
+    if (frame.seq >= 0) forward_ops_[frame.seq] = ForwardOp{frame.name, layer};
+  }
+
+  bool bad_output = false;
+  for (const auto& out : outputs) {
+    if (!finite(out)) {
+      bad_output = true;
+      break;
+    }
+  }
+  if (!bad_output) return;
+
+  bool out_nan = false, out_inf = false;
+  for (const auto& out : outputs) {
+    if (!checkable(out)) continue;
+    out_nan = out_nan || torch::isnan(out).any().item<bool>();
+    out_inf = out_inf || torch::isinf(out).any().item<bool>();
+  }
+  bool input_bad = false, input_allowed = false;
+  const torch::Tensor* outside = nullptr;
+  for (const auto& in : frame.inputs) {
+    if (finite(in)) continue;
+    const auto* impl = in.unsafeGetTensorImpl();
+    if (allowed_.count(impl)) {
+      input_allowed = true;
+    } else {
+      input_bad = true;
+      if (!produced_.count(impl) && !outside) outside = &in;
+    }
+  }
+  auto mark = [&](bool intended) {
+    for (const auto& out : outputs) {
+      if (!checkable(out)) continue;
+      if (intended) {
+        allowed_.insert(out.unsafeGetTensorImpl());
+        keep_alive_.push_back(out);
+      } else {
+        produced_.emplace(out.unsafeGetTensorImpl(), out);
+      }
+    }
+  };
+  // Intended: an allowed op, or an op that only carried an allowed -inf along
+  // (a masked score plus a bias). NaN made from an intended Inf is not.
+  if (allowed(frame.name, layer) || (input_allowed && !input_bad && !out_nan)) {
+    mark(true);
+    return;
+  }
+  mark(false);
+  saw_nan_ = saw_nan_ || out_nan;
+  saw_inf_ = saw_inf_ || out_inf;
+  if (!producer_ && (!input_bad || outside)) {
+    producer_ = report(frame, outputs, backward, node, forward_op, layer, /*with_ranges=*/true);
+    if (input_bad) {
+      from_outside_ = true;
+      outside_summary_ = origin_of(*outside);
+    }
+    return;
+  }
+  ++propagator_count_;
+  if (propagators_.size() < 8) {
+    propagators_.push_back(report(frame, outputs, backward, node, forward_op, layer, /*with_ranges=*/false));
+  }
+}
+
+RootCause OpTracer::result() const {
+  RootCause cause;
+  cause.propagators = propagators_;
+  cause.propagator_count = propagator_count_;
+  if (!producer_) {
+    cause.status = RootCause::Status::kNotTraced;
+    cause.summary = error_.empty() ? "no traced op made or passed on a non-finite value" : error_;
+    return cause;
+  }
+  cause.producer = producer_;
+  const auto& p = *producer_;
+  std::string where = p.layer ? "layer " + *p.layer : p.pass == "forward" ? "code outside the model's layers (the loss?)"
+                                                                           : "no layer";
+  std::string what = p.op;
+  if (p.pass == "backward") {
+    what += " in " + p.backward_node + (p.forward_op.empty() ? "" : " (the gradient of " + p.forward_op + ")");
+  }
+  if (from_outside_) {
+    cause.status = RootCause::Status::kFromOutside;
+    cause.summary = "no op of this batch made it: " + outside_summary_ + "; first seen by " + what + " (" +
+                    p.pass + ", " + where + ")";
+    return cause;
+  }
+  cause.status = RootCause::Status::kFound;
+  std::string kinds;
+  int64_t nan = 0, inf = 0;
+  for (const auto& o : p.outputs) {
+    nan += o.nan;
+    inf += o.pos_inf + o.neg_inf;
+  }
+  kinds = nan && inf ? "NaN and Inf" : nan ? "NaN" : "Inf";
+  cause.summary = what + " (" + p.pass + ", " + where + ") produced " + kinds + " from finite inputs";
+  return cause;
+}
+
+}  // namespace nansense::numerics

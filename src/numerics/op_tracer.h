@@ -1,0 +1,110 @@
+// Root cause: observes every op of a traced batch, forward and backward, and
+// names the producer of the first non-finite value — the first op whose inputs
+// were all finite and whose output was not — apart from the ops that merely
+// propagated it.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "nansense/debug.h"
+
+namespace at {
+class RecordFunction;
+}
+
+namespace nansense::numerics {
+
+class OpTracer {
+ public:
+  // Names the layer of a forward op from one of its outputs (the capture
+  // tracer's names, so that the UI can highlight it); nullopt when unknown.
+  using LayerNamer = std::function<std::optional<std::string>(const torch::Tensor& output)>;
+
+  // Installs a thread-local RecordFunction observer on the calling thread
+  // (the training thread). `batch` are the batch item's tensors, so that a
+  // non-finite input can be traced back to the data.
+  OpTracer(const torch::nn::Module& model, std::vector<std::string> allow, LayerNamer namer,
+           std::vector<torch::Tensor> batch);
+  ~OpTracer();
+  OpTracer(const OpTracer&) = delete;
+  OpTracer& operator=(const OpTracer&) = delete;
+
+  // The batch item's tensors, once the loop has handed them over.
+  void set_batch(std::vector<torch::Tensor> batch) { batch_ = std::move(batch); }
+  // Ops after this are the optimizer step (pass "step").
+  void mark_backward_done() { backward_done_ = true; }
+  // Removes the observer.
+  void stop();
+
+  // Whether an op produced or passed on a non-finite value that is not allowed.
+  bool saw_non_finite() const { return producer_.has_value() || propagator_count_ > 0; }
+  bool saw_nan() const { return saw_nan_; }
+  bool saw_inf() const { return saw_inf_; }
+  // The root cause so far.
+  RootCause result() const;
+  // The first failure of the tracer itself ("" if none); it stops observing then.
+  const std::string& error() const { return error_; }
+
+  void on_start(const at::RecordFunction& fn);
+  void on_end(const at::RecordFunction& fn);
+
+ private:
+  enum class FrameKind { kOp, kNestedOp, kNode, kWrapper };
+  struct Frame {
+    FrameKind kind;
+    std::string name;
+    int64_t seq = -1;
+    std::vector<torch::Tensor> inputs;  // observed ops only
+  };
+  struct ForwardOp {
+    std::string op;
+    std::optional<std::string> layer;
+  };
+
+  void process(const Frame& frame, const std::vector<torch::Tensor>& outputs);
+  std::optional<std::string> forward_layer(const std::vector<torch::Tensor>& inputs,
+                                           const std::vector<torch::Tensor>& outputs);
+  bool allowed(const std::string& op, const std::optional<std::string>& layer) const;
+  // Where a non-finite tensor that no traced op produced came from.
+  std::string origin_of(const torch::Tensor& t) const;
+  OpReport report(const Frame& frame, const std::vector<torch::Tensor>& outputs, bool backward,
+                  const std::string& node, const std::string& forward_op,
+                  const std::optional<std::string>& layer, bool with_ranges) const;
+
+  std::vector<std::string> allow_;
+  LayerNamer namer_;
+  std::vector<torch::Tensor> batch_;
+  // Parameter / buffer (and views of them) -> module path and qualified name.
+  std::unordered_map<const c10::TensorImpl*, std::pair<std::string, std::string>> owners_;
+  std::unordered_map<const c10::TensorImpl*, std::string> layer_of_;  // forward outputs
+  std::unordered_map<const c10::TensorImpl*, torch::Tensor> produced_;  // non-finite outputs of traced ops
+  std::unordered_set<const c10::TensorImpl*> allowed_;                  // outputs holding intended values
+  std::map<int64_t, ForwardOp> forward_ops_;                            // by autograd sequence number
+  std::vector<torch::Tensor> keep_alive_;
+  std::vector<Frame> stack_;
+  int observed_depth_ = 0;
+  int64_t index_ = 0;
+  bool backward_done_ = false;
+  bool stopped_ = false;
+  bool installed_ = false;
+  uint64_t handle_ = 0;
+
+  std::optional<OpReport> producer_;
+  bool from_outside_ = false;
+  std::string outside_summary_;
+  std::vector<OpReport> propagators_;
+  int64_t propagator_count_ = 0;
+  bool saw_nan_ = false;
+  bool saw_inf_ = false;
+  std::string error_;
+};
+
+}  // namespace nansense::numerics

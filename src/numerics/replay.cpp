@@ -1,0 +1,73 @@
+// nansense::replay_capsule: the public way back into a NaN capsule.
+#include <ATen/record_function.h>
+
+#include <cstring>
+
+#include "nansense/debug.h"
+#include "numerics/capsule.h"
+#include "numerics/debug_json.h"
+
+namespace nansense {
+
+namespace {
+
+BatchPosition position_from(const nlohmann::json& j) {
+  BatchPosition p;
+  p.phase = j.value("phase", "");
+  p.epoch = j.value("epoch", int64_t{0});
+  p.batch_idx = j.value("batch_idx", int64_t{0});
+  p.is_last_in_phase = j.value("is_last_in_phase", false);
+  p.is_last_in_epoch = j.value("is_last_in_epoch", false);
+  p.is_last_in_run = j.value("is_last_in_run", false);
+  return p;
+}
+
+}  // namespace
+
+Capsule replay_capsule(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer* optimizer) {
+  auto contents = numerics::decode_capsule(numerics::read_whole_file(path), path);
+  numerics::restore(contents, path, model, optimizer);
+  Capsule c;
+  const auto& meta = contents.meta;
+  c.position = position_from(meta["position"]);
+  c.batch = contents.batch;
+  c.settings = numerics::settings_from_json(meta["settings"]);
+  if (meta["error"].is_object()) c.reasons = meta["error"].value("reasons", std::vector<std::string>{});
+  for (auto& [name, g] : contents.gradients) c.gradients[name] = g;
+  c.num_threads = meta.value("num_threads", 1);
+  c.notes = meta.value("notes", std::vector<std::string>{});
+  // Reductions split work by thread count: the same count, the same bits.
+  if (c.num_threads > 0 && torch::get_num_threads() != c.num_threads) torch::set_num_threads(c.num_threads);
+  return c;
+}
+
+bool Capsule::gradients_match(const torch::nn::Module& model, std::string* difference) const {
+  at::DisableRecordFunctionGuard no_record;
+  auto differ = [&](const std::string& why) {
+    if (difference) *difference = why;
+    return false;
+  };
+  for (const auto& p : model.named_parameters()) {
+    auto it = gradients.find(p.key());
+    const auto& g = p.value().grad();
+    if (it == gradients.end()) {
+      if (g.defined()) return differ("'" + p.key() + "' has a gradient; the capsule recorded none");
+      continue;
+    }
+    if (!g.defined()) return differ("'" + p.key() + "' has no gradient; the capsule recorded one");
+    auto live = g.detach().to(torch::kCPU).contiguous();
+    auto recorded = it->second.contiguous();
+    if (live.sizes() != recorded.sizes() || live.scalar_type() != recorded.scalar_type()) {
+      return differ("'" + p.key() + "' gradient differs in shape or dtype");
+    }
+    if (std::memcmp(live.data_ptr(), recorded.data_ptr(), live.nbytes()) != 0) {
+      const auto equal = live.eq(recorded).logical_or(live.isnan().logical_and(recorded.isnan()));
+      const int64_t differing = live.numel() - equal.sum().item<int64_t>();
+      return differ("'" + p.key() + "' gradient differs from the recorded one in its bits (" +
+                    std::to_string(differing) + " of " + std::to_string(live.numel()) + " values differ in value)");
+    }
+  }
+  return true;
+}
+
+}  // namespace nansense

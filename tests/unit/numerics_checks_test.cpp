@@ -1,0 +1,216 @@
+// The checks' arithmetic: exact fractions per dtype, merging and silencing of
+// the standing error, settings validation.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <limits>
+
+#include "numerics/bands.h"
+#include "numerics/checks.h"
+#include "numerics/debug_state.h"
+
+namespace nansense::numerics {
+namespace {
+
+const double kNan = std::numeric_limits<double>::quiet_NaN();
+const double kInf = std::numeric_limits<double>::infinity();
+
+torch::Tensor values(std::vector<double> v, torch::ScalarType dtype) {
+  return torch::tensor(v, torch::kDouble).to(dtype);
+}
+
+CheckResult check_one(const torch::Tensor& gradient, DebugSettings settings = {}) {
+  CheckInput in;
+  in.weight_gradients.emplace_back("fc", gradient);
+  return run_checks(settings, in);
+}
+
+class Fractions : public ::testing::TestWithParam<torch::ScalarType> {
+ protected:
+  void SetUp() override {
+    try {
+      // Some CPUs' builds lack kernels for the reduced types.
+      (void)band_stats({values({1.0, 2.0}, GetParam())});
+    } catch (const c10::Error& e) {
+      GTEST_SKIP() << c10::toString(GetParam()) << " is not supported on this CPU: " << e.what_without_backtrace();
+    }
+  }
+  torch::ScalarType dtype() const { return GetParam(); }
+  Band band() const { return *band_of(GetParam()); }
+};
+
+TEST_P(Fractions, NanIsAFractionOfElementCount) {
+  auto r = check_one(values({1, kNan, 2, 3, kNan, 4, 5, 6}, dtype()));
+  ASSERT_EQ(r.reasons, (std::vector<std::string>{"nan"}));
+  ASSERT_EQ(r.layers.size(), 1u);
+  EXPECT_DOUBLE_EQ(r.layers[0].nan, 0.25);
+  EXPECT_DOUBLE_EQ(r.layers[0].inf, 0.0);
+  EXPECT_EQ(r.layers[0].layer, "fc");
+  EXPECT_EQ(r.layers[0].dtype, dtype_name(dtype()));
+  EXPECT_EQ(r.layers[0].sources, (std::vector<std::string>{"weight_gradient"}));
+}
+
+TEST_P(Fractions, InfCountsBothSigns) {
+  auto r = check_one(values({kInf, 1, -kInf, 2, 3}, dtype()));
+  ASSERT_EQ(r.reasons, (std::vector<std::string>{"inf"}));
+  EXPECT_DOUBLE_EQ(r.layers[0].inf, 2.0 / 5.0);
+}
+
+TEST_P(Fractions, SubnormalIsAFractionOfSummedFiniteMagnitude) {
+  // Powers of two: every sum is exact, so the fraction is exact too.
+  const double sub = band().tiny / 2, normal = band().tiny * 4;
+  auto r = check_one(values({sub, -sub, sub, normal, kNan}, dtype()), DebugSettings().check_nan_inf(false));
+  ASSERT_EQ(r.reasons, (std::vector<std::string>{"underflow"}));
+  EXPECT_DOUBLE_EQ(r.layers[0].underflow, (3 * sub) / (3 * sub + normal));  // 3/11
+  EXPECT_DOUBLE_EQ(r.layers[0].overflow, 0.0);
+}
+
+TEST_P(Fractions, OverflowBandStartsAtMaxOverSixteen) {
+  const double big = std::exp2(std::ceil(std::log2(band().overflow)));  // first power of two in the band
+  const double small = big / 1024;
+  auto r = check_one(values({big, small, -small}, dtype()));
+  ASSERT_EQ(r.reasons, (std::vector<std::string>{"overflow"}));
+  EXPECT_DOUBLE_EQ(r.layers[0].overflow, big / (big + 2 * small));
+  // Just below the edge: nothing is in the band.
+  const double below = std::exp2(std::floor(std::log2(band().overflow)) - 1);
+  EXPECT_TRUE(check_one(values({below, 1}, dtype())).reasons.empty());
+}
+
+TEST_P(Fractions, ThresholdDecidesAndZeroGradientsAreNotSubnormal) {
+  const double sub = band().tiny / 16;
+  // 1 subnormal of 1 + 2^... : fraction 1/(1+256) < 0.1 -> no trip.
+  EXPECT_TRUE(check_one(values({sub, sub * 256}, dtype())).reasons.empty());
+  EXPECT_EQ(check_one(values({sub, sub * 256}, dtype()), DebugSettings().threshold(0.001)).reasons,
+            (std::vector<std::string>{"underflow"}));
+  EXPECT_TRUE(check_one(values({0, 0, 0}, dtype())).reasons.empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, Fractions,
+                         ::testing::Values(torch::kFloat, torch::kBFloat16, torch::kHalf, torch::kDouble),
+                         [](const auto& info) { return dtype_name(info.param); });
+
+TEST(Checks, LayersAggregateTheirParametersAndKeepGraphOrder) {
+  CheckInput in;
+  in.weight_gradients.emplace_back("b", torch::tensor({1.0f, NAN}));
+  in.weight_gradients.emplace_back("a", torch::tensor({1.0f, 2.0f, 3.0f}));
+  in.weight_gradients.emplace_back("a", torch::tensor({NAN}));
+  in.layer_order = {"a", "b"};
+  auto r = run_checks(DebugSettings(), in);
+  ASSERT_EQ(r.layers.size(), 2u);
+  EXPECT_EQ(r.layers[0].layer, "a");
+  EXPECT_DOUBLE_EQ(r.layers[0].nan, 0.25);
+  EXPECT_EQ(r.layers[1].layer, "b");
+  EXPECT_DOUBLE_EQ(r.layers[1].nan, 0.5);
+  EXPECT_EQ(r.checks_used, (std::vector<std::string>{"nan_inf", "under_over"}));
+}
+
+TEST(Checks, ActivationsCountNanInfAndAllowedLayersAreSkipped) {
+  std::map<std::string, torch::Tensor> acts = {{"mask", torch::tensor({-INFINITY, 1.0f})},
+                                               {"relu", torch::tensor({NAN, 1.0f, 2.0f, 3.0f})}};
+  CheckInput in;
+  in.activations = &acts;
+  auto r = run_checks(DebugSettings().allow({"mask"}), in);
+  ASSERT_EQ(r.reasons, (std::vector<std::string>{"nan"}));
+  ASSERT_EQ(r.layers.size(), 1u);
+  EXPECT_EQ(r.layers[0].layer, "relu");
+  EXPECT_DOUBLE_EQ(r.layers[0].nan, 0.25);
+  EXPECT_EQ(r.layers[0].dtype, std::nullopt);  // no gradient was scanned
+  EXPECT_EQ(r.layers[0].sources, (std::vector<std::string>{"activation"}));
+}
+
+TEST(Checks, DisabledCategoriesDoNotTrip) {
+  auto nan = torch::tensor({NAN, 1.0f});
+  EXPECT_TRUE(check_one(nan, DebugSettings().check_nan_inf(false)).reasons.empty());
+  EXPECT_TRUE(check_one(nan, DebugSettings().enabled(false)).reasons.empty());
+}
+
+TEST(Checks, ParametersMapToTheirLayer) {
+  EXPECT_EQ(layer_of_parameter("features.0.weight", {}), "features.0");
+  EXPECT_EQ(layer_of_parameter("w1", {}), "w1");
+  EXPECT_EQ(layer_of_parameter("w1", {{"w1", "linear"}}), "linear");
+}
+
+DebugError hit(std::string phase, int64_t batch, std::vector<std::string> reasons, std::vector<LayerReport> layers) {
+  DebugError e;
+  e.position.phase = std::move(phase);
+  e.position.batch_idx = batch;
+  e.reasons = std::move(reasons);
+  e.checks_used = {"nan_inf", "under_over"};
+  e.layers = std::move(layers);
+  return e;
+}
+
+TEST(DebugStateTest, LaterHitsMergeIntoTheFirst) {
+  int changes = 0;
+  DebugState state(DebugSettings(), [&] { ++changes; });
+  EXPECT_TRUE(state.record(hit("train", 3, {"inf"}, {{"fc1", 0, 0.5}, {"fc2", 0, 0.1}})));
+  EXPECT_FALSE(state.record(hit("train", 9, {"nan", "underflow"},
+                                {{"fc2", 0.2, 0.05, 0.3}, {"fc3", 1.0}})));
+  auto e = state.error();
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->position.batch_idx, 3);  // the first position is kept
+  EXPECT_EQ(e->reasons, (std::vector<std::string>{"nan", "inf", "underflow"}));
+  ASSERT_EQ(e->layers.size(), 3u);
+  EXPECT_EQ(e->layers[1].layer, "fc2");
+  EXPECT_DOUBLE_EQ(e->layers[1].nan, 0.2);   // worst of each
+  EXPECT_DOUBLE_EQ(e->layers[1].inf, 0.1);
+  EXPECT_DOUBLE_EQ(e->layers[1].underflow, 0.3);
+  EXPECT_EQ(e->layers[2].layer, "fc3");
+  EXPECT_EQ(e->hits, 2);
+  EXPECT_EQ(changes, 2);
+}
+
+TEST(DebugStateTest, SilencingACategoryTurnsItOffAndClearsIt) {
+  DebugState state(DebugSettings(), nullptr);
+  state.record(hit("train", 1, {"nan", "overflow"}, {{"fc1", 0.5}, {"fc2", 0, 0, 0, 0.4}}));
+  EXPECT_EQ(state.silence("nan_inf"), (std::vector<std::string>{"nan_inf"}));
+  EXPECT_FALSE(state.settings().check_nan_inf());
+  EXPECT_TRUE(state.settings().check_under_over());
+  auto e = state.error();
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->reasons, (std::vector<std::string>{"overflow"}));
+  ASSERT_EQ(e->layers.size(), 1u);
+  EXPECT_EQ(e->layers[0].layer, "fc2");
+  state.silence("under_over");
+  EXPECT_FALSE(state.error());
+}
+
+TEST(DebugStateTest, SilencingEverythingTakesTheStandingCategories) {
+  DebugState state(DebugSettings(), nullptr);
+  state.record(hit("train", 1, {"underflow"}, {{"fc1", 0, 0, 0.5}}));
+  EXPECT_EQ(state.silence(""), (std::vector<std::string>{"under_over"}));
+  EXPECT_FALSE(state.error());
+  EXPECT_TRUE(state.settings().check_nan_inf());
+  EXPECT_THROW(state.silence("nan"), std::invalid_argument);
+}
+
+TEST(DebugStateTest, ClearKeepsTheChecksOn) {
+  DebugState state(DebugSettings(), nullptr);
+  state.record(hit("train", 1, {"nan"}, {}));
+  state.clear();
+  EXPECT_FALSE(state.error());
+  EXPECT_TRUE(state.settings().check_nan_inf());
+  EXPECT_TRUE(state.record(hit("train", 5, {"nan"}, {})));  // the next hit is a first hit again
+}
+
+TEST(DebugStateTest, BadSettingsAreRefusedWithTheirValue) {
+  DebugState state(DebugSettings(), nullptr);
+  auto message = [&](const DebugSettings& s) {
+    try {
+      state.set_settings(s);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_EQ(message(DebugSettings().interval(0)), "interval must be a whole number of batches >= 1, got 0");
+  EXPECT_NE(message(DebugSettings().threshold(1.5)).find("threshold must be a fraction in (0, 1]"), std::string::npos);
+  EXPECT_NE(message(DebugSettings().threshold(0)).find("threshold"), std::string::npos);
+  EXPECT_NE(message(DebugSettings().trace_interval(-1)).find("trace_interval"), std::string::npos);
+  EXPECT_NE(message(DebugSettings().allow({""})).find("allow"), std::string::npos);
+  EXPECT_EQ(state.settings().interval(), 1);  // unchanged
+}
+
+}  // namespace
+}  // namespace nansense::numerics

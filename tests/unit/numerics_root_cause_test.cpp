@@ -1,0 +1,162 @@
+// Root cause at op level: the producer of the first non-finite value, told
+// apart from the ops that only passed it on, in forward and in backward.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "numerics/op_tracer.h"
+
+namespace nansense::numerics {
+namespace {
+
+struct NetImpl : torch::nn::Module {
+  NetImpl() : fc(register_module("fc", torch::nn::Linear(3, 4))) {}
+  torch::nn::Linear fc;
+};
+TORCH_MODULE(Net);
+
+RootCause trace(const Net& net, const std::function<void()>& body,
+                std::vector<std::string> allow = {}) {
+  OpTracer tracer(*net, std::move(allow), nullptr, {});
+  body();
+  tracer.stop();
+  EXPECT_EQ(tracer.error(), "");
+  return tracer.result();
+}
+
+TEST(RootCause, LogOfANegativeInTheForward) {
+  torch::manual_seed(0);
+  Net net;
+  torch::Tensor out;
+  auto cause = trace(net, [&] {
+    auto h = net->fc(torch::ones({2, 3}));
+    auto shifted = h - 100;                  // finite, all negative
+    out = torch::log(shifted).relu().sum();  // log makes NaN; relu and sum pass it on
+  });
+  ASSERT_EQ(cause.status, RootCause::Status::kFound) << cause.summary;
+  ASSERT_TRUE(cause.producer);
+  const auto& p = *cause.producer;
+  EXPECT_EQ(p.op, "aten::log");
+  EXPECT_EQ(p.pass, "forward");
+  ASSERT_EQ(p.inputs.size(), 1u);
+  EXPECT_EQ(p.inputs[0].shape, (std::vector<int64_t>{2, 4}));
+  EXPECT_EQ(p.inputs[0].dtype, "float32");
+  ASSERT_TRUE(p.inputs[0].max);
+  EXPECT_LT(*p.inputs[0].max, 0);  // the finite range shows why
+  EXPECT_EQ(p.inputs[0].nan, 0);
+  ASSERT_EQ(p.outputs.size(), 1u);
+  EXPECT_EQ(p.outputs[0].nan, 8);
+  EXPECT_GE(cause.propagator_count, 2);
+  ASSERT_FALSE(cause.propagators.empty());
+  EXPECT_EQ(cause.propagators[0].op, "aten::relu");
+  EXPECT_TRUE(std::isnan(out.item<double>()));
+  EXPECT_NE(cause.summary.find("aten::log (forward"), std::string::npos) << cause.summary;
+}
+
+TEST(RootCause, ZeroOverZeroNamesTheDivAndItsLayer) {
+  Net net;
+  auto cause = trace(net, [&] {
+    auto h = net->fc(torch::zeros({1, 3})) * 0;  // zeros, through the layer
+    (void)(h / torch::zeros({1, 4})).exp();
+  });
+  ASSERT_EQ(cause.status, RootCause::Status::kFound);
+  EXPECT_EQ(cause.producer->op, "aten::div");
+  EXPECT_EQ(cause.producer->inputs.size(), 2u);
+  EXPECT_EQ(cause.producer->inputs[1].max, 0.0);
+  EXPECT_EQ(cause.propagator_count, 1);  // exp
+}
+
+TEST(RootCause, AParameterAlreadyNonFiniteIsBlamedOnItsModule) {
+  Net net;
+  {
+    torch::NoGradGuard no_grad;
+    net->fc->bias.fill_(INFINITY);  // set before the batch: no op of the batch makes it
+  }
+  auto cause = trace(net, [&] { (void)net->fc(torch::ones({1, 3})); });
+  ASSERT_EQ(cause.status, RootCause::Status::kFromOutside) << cause.summary;
+  EXPECT_EQ(cause.producer->layer, "fc");
+  EXPECT_NE(cause.summary.find("'fc.bias' already held non-finite values"), std::string::npos) << cause.summary;
+}
+
+TEST(RootCause, NonFiniteDataIsBlamedOnTheBatch) {
+  Net net;
+  auto x = torch::ones({2, 3});
+  x[1][2] = NAN;
+  OpTracer tracer(*net, {}, nullptr, {x});
+  (void)net->fc(x);
+  tracer.stop();
+  auto cause = tracer.result();
+  ASSERT_EQ(cause.status, RootCause::Status::kFromOutside);
+  EXPECT_NE(cause.summary.find("the batch's tensor #0"), std::string::npos) << cause.summary;
+}
+
+TEST(RootCause, SqrtAtZeroInTheBackward) {
+  Net net;
+  auto w = torch::zeros({4}, torch::requires_grad());
+  auto cause = trace(net, [&] {
+    auto y = torch::sqrt(w).sum();  // sqrt(0) = 0: the forward is finite
+    ASSERT_TRUE(std::isfinite(y.item<double>()));
+    y.backward();                   // d sqrt / dx at 0 = 1 / (2 * 0) = Inf
+  });
+  ASSERT_EQ(cause.status, RootCause::Status::kFound) << cause.summary;
+  const auto& p = *cause.producer;
+  EXPECT_EQ(p.pass, "backward");
+  EXPECT_EQ(p.backward_node, "SqrtBackward0");
+  EXPECT_EQ(p.forward_op, "aten::sqrt");
+  EXPECT_EQ(p.op, "aten::div");
+  EXPECT_EQ(p.outputs[0].pos_inf, 4);
+  EXPECT_TRUE(torch::isinf(w.grad()).all().item<bool>());
+  EXPECT_NE(cause.summary.find("SqrtBackward0"), std::string::npos) << cause.summary;
+}
+
+TEST(RootCause, AllowListedMaskingDoesNotTrip) {
+  Net net;
+  auto mask = torch::tensor({{false, true, false}, {false, false, true}});
+  auto body = [&] {
+    auto scores = torch::ones({2, 3}).masked_fill(mask, -INFINITY);
+    (void)torch::softmax(scores + 1, 1);  // rows keep finite entries: the result is finite
+  };
+  auto unlisted = trace(net, body);
+  ASSERT_EQ(unlisted.status, RootCause::Status::kFound);
+  EXPECT_EQ(unlisted.producer->op, "aten::masked_fill");
+  EXPECT_EQ(trace(net, body, {"masked_fill"}).status, RootCause::Status::kNotTraced);
+  EXPECT_EQ(trace(net, body, {"aten::masked_fill"}).status, RootCause::Status::kNotTraced);
+}
+
+TEST(RootCause, AnAllowedInfTurningIntoNanStillTrips) {
+  Net net;
+  auto cause = trace(
+      net,
+      [&] {
+        auto scores = torch::ones({1, 3}).masked_fill(torch::ones({1, 3}, torch::kBool), -INFINITY);
+        (void)torch::softmax(scores, 1);  // a fully masked row: 0/0
+      },
+      {"masked_fill"});
+  ASSERT_EQ(cause.status, RootCause::Status::kFound) << cause.summary;
+  EXPECT_EQ(cause.producer->op, "aten::softmax");
+}
+
+TEST(RootCause, AllowListedLayersCoverTheirOps) {
+  Net net;
+  {
+    torch::NoGradGuard no_grad;
+    net->fc->weight.fill_(1e38);
+  }
+  auto body = [&] { (void)net->fc(torch::full({1, 3}, 10.0)); };  // overflows to Inf inside fc
+  auto cause = trace(net, body);
+  ASSERT_EQ(cause.status, RootCause::Status::kFound);
+  EXPECT_EQ(cause.producer->layer, "fc");
+  EXPECT_EQ(trace(net, body, {"fc"}).status, RootCause::Status::kNotTraced);
+}
+
+TEST(RootCause, FiniteRunsFindNothing) {
+  Net net;
+  auto cause = trace(net, [&] { net->fc(torch::ones({2, 3})).sum().backward(); });
+  EXPECT_EQ(cause.status, RootCause::Status::kNotTraced);
+  EXPECT_FALSE(cause.producer);
+  EXPECT_EQ(cause.propagator_count, 0);
+}
+
+}  // namespace
+}  // namespace nansense::numerics

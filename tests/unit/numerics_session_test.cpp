@@ -1,0 +1,331 @@
+// The guard inside a real training loop: it trips in every mode, pauses before
+// the optimizer step, re-runs an untraced batch to name the producer, merges
+// later hits, and writes a NaN capsule that replays bit for bit.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+
+#include "nansense/nansense.h"
+#include "numerics/capsule.h"
+#include "session/session_core.h"
+#include "test_models.h"
+
+namespace nansense {
+namespace {
+
+using test::kWait;
+using test::TrainingThread;
+
+// The scheme's toy loss: per-class BCE divided by the class's count, which
+// is 0 when a batch lacks the class.
+torch::Tensor per_class_bce(const torch::Tensor& logits, const torch::Tensor& target) {
+  std::vector<torch::Tensor> losses;
+  for (int64_t c = 0; c < logits.size(1); ++c) {
+    auto count = (target == c).sum();
+    auto loss = torch::binary_cross_entropy_with_logits(logits.select(1, c), (target == c).to(logits.dtype()), {}, {},
+                                                        at::Reduction::Sum);
+    losses.push_back(loss / count);
+  }
+  return torch::stack(losses).mean();
+}
+
+struct DropNetImpl : torch::nn::Module {
+  explicit DropNetImpl(int64_t hidden = 8)
+      : fc1(register_module("fc1", torch::nn::Linear(4, hidden))),
+        drop(register_module("drop", torch::nn::Dropout(0.5))),
+        fc2(register_module("fc2", torch::nn::Linear(hidden, 3))) {}
+  torch::Tensor forward(const torch::Tensor& x) { return fc2(drop(torch::relu(fc1(x)))); }
+  torch::nn::Linear fc1;
+  torch::nn::Dropout drop;
+  torch::nn::Linear fc2;
+};
+TORCH_MODULE(DropNet);
+
+std::string temp_dir(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() /
+             ("nansense-" + name + "-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  return dir.string();
+}
+
+ServeOptions quiet_server() { return ServeOptions().port(0).open_browser(false).print_banner(false).mcp(false); }
+
+// Batches 0 and 1 hold every class; batch 2 lacks class 2 and goes non-finite.
+std::vector<std::pair<torch::Tensor, torch::Tensor>> class_batches(int64_t n = 5) {
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> out;
+  for (int64_t i = 0; i < n; ++i) {
+    auto y = i == 2 ? torch::tensor({0, 1, 1, 0}) : torch::tensor({0, 1, 2, 2});
+    out.emplace_back(torch::randn({4, 4}), y);
+  }
+  return out;
+}
+
+TEST(NumericsSession, TripsInDetachPausesBeforeTheStepAndNamesTheProducer) {
+  torch::manual_seed(1);
+  DropNet model;
+  torch::optim::Adam opt(model->parameters(), torch::optim::AdamOptions(0.01));
+  auto data = class_batches();
+  const auto dir = temp_dir("detach");
+  auto session = start(model, StartOptions().optimizer(&opt).debug(DebugSettings().capsule_dir(dir)));
+  ASSERT_TRUE(serve(session, quiet_server()));
+  session.detach();
+
+  std::mutex mu;
+  std::map<std::string, torch::Tensor> before;  // weights as each body began
+  std::atomic<int> bodies{0};
+  TrainingThread loop(session, [&] {
+    for (auto& batch : session.batches(data, "train")) {
+      {
+        std::lock_guard lock(mu);
+        for (const auto& p : model->named_parameters()) before[p.key()] = p.value().detach().clone();
+      }
+      ++bodies;
+      opt.zero_grad();
+      per_class_bce(model->forward(batch.first), batch.second).backward();
+      opt.step();
+    }
+    session.close();
+  });
+
+  ASSERT_EQ(session.wait_until_stopped(kWait), RunState::kPaused);
+  // Batch 2 ran untraced, tripped, and ran again traced: 2 + 2 bodies.
+  EXPECT_EQ(bodies.load(), 4);
+  auto error = session.debug_error();
+  ASSERT_TRUE(error);
+  EXPECT_EQ(error->position.batch_idx, 2);
+  EXPECT_EQ(session.live_position()->batch_idx, 2);
+  EXPECT_NE(std::find(error->reasons.begin(), error->reasons.end(), "nan"), error->reasons.end());
+  ASSERT_TRUE(error->root_cause);
+  ASSERT_EQ(error->root_cause->status, RootCause::Status::kFound) << error->root_cause->summary;
+  const auto& producer = *error->root_cause->producer;
+  EXPECT_EQ(producer.op, "aten::div");
+  EXPECT_EQ(producer.pass, "forward");
+  EXPECT_EQ(producer.layer, std::nullopt);  // the loss, outside the model
+  ASSERT_EQ(producer.inputs.size(), 2u);
+  EXPECT_EQ(producer.inputs[1].max, 0.0);   // the class count
+  EXPECT_EQ(producer.outputs[0].pos_inf, 1);
+  EXPECT_GT(error->root_cause->propagator_count, 0);
+  // Paused inside backward: gradients are non-finite, weights still pre-step.
+  {
+    std::lock_guard lock(mu);
+    for (const auto& p : model->named_parameters()) {
+      EXPECT_TRUE(torch::equal(p.value(), before[p.key()])) << p.key() << " changed before the pause";
+    }
+  }
+  EXPECT_FALSE(torch::isfinite(model->fc1->weight.grad()).all().item<bool>());
+  // The traced re-run was published as the snapshot the UI shows.
+  auto snap = session.snapshot();
+  ASSERT_TRUE(snap);
+  EXPECT_EQ(snap->position.batch_idx, 2);
+  EXPECT_TRUE(snap->architecture->find("fc1"));
+  // Per-layer rows name the model's layers.
+  std::vector<std::string> layers;
+  for (const auto& row : error->layers) layers.push_back(row.layer);
+  EXPECT_NE(std::find(layers.begin(), layers.end(), "fc1"), layers.end());
+  EXPECT_FALSE(error->capsule.empty());
+  EXPECT_TRUE(std::filesystem::exists(error->capsule));
+
+  // Later hits merge without pausing; the first position stays.
+  session.detach();
+  loop.join();
+  auto merged = session.debug_error();
+  ASSERT_TRUE(merged);
+  EXPECT_EQ(merged->position.batch_idx, 2);
+  EXPECT_GT(merged->hits, 1);
+  EXPECT_EQ(session.state(), RunState::kFinished);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(NumericsSession, ATracedBatchPausesAtOnceAndPublishesPreStepWeights) {
+  torch::manual_seed(2);
+  test::TwoLayer model;
+  torch::optim::SGD opt(model->parameters(), 0.1);
+  auto data = test::make_batches(4);
+  data[1].first[0][0] = NAN;
+  auto session = start(model, StartOptions().optimizer(&opt).debug(DebugSettings().capsule_dir("")));
+  ASSERT_TRUE(serve(session, quiet_server()));
+  std::map<std::string, torch::Tensor> before;
+  TrainingThread loop(session, [&] {
+    for (auto& batch : session.batches(data, "train")) test::train_step(model, opt, batch.first, batch.second);
+    session.close();
+  });
+  ASSERT_EQ(session.wait_until_stopped(kWait), RunState::kPaused);  // after batch 0 (step mode)
+  EXPECT_FALSE(session.debug_error());
+  for (const auto& p : model->named_parameters()) before[p.key()] = p.value().detach().clone();
+  session.step_batch();
+  ASSERT_EQ(session.wait_until_stopped(kWait), RunState::kPaused);
+  auto error = session.debug_error();
+  ASSERT_TRUE(error);
+  EXPECT_EQ(error->position.batch_idx, 1);
+  ASSERT_TRUE(error->root_cause);
+  EXPECT_EQ(error->root_cause->status, RootCause::Status::kFromOutside);
+  EXPECT_NE(error->root_cause->summary.find("the batch's tensor #0"), std::string::npos);
+  auto snap = session.snapshot();
+  ASSERT_TRUE(snap);
+  EXPECT_EQ(snap->position.batch_idx, 1);
+  for (const auto& [name, w] : snap->weights) EXPECT_TRUE(torch::equal(w, before[name])) << name;
+  // Activations are checked too on a traced batch: the input layer is NaN.
+  bool input_row = false;
+  for (const auto& row : error->layers) input_row = input_row || row.layer == "input";
+  EXPECT_TRUE(input_row);
+  // A step from here does not pause again at the end of the same batch.
+  session.step_batch();
+  ASSERT_EQ(session.wait_until_stopped(kWait), RunState::kPaused);
+  EXPECT_EQ(session.live_position()->batch_idx, 2);
+}
+
+TEST(NumericsSession, WithoutAUiTheRunGoesOnAndTheIntervalIsHonoured) {
+  torch::manual_seed(3);
+  test::TwoLayer model;
+  torch::optim::SGD opt(model->parameters(), 0.1);
+  auto data = test::make_batches(6);
+  data[0].first[0][0] = NAN;  // at interval 2 batches 1, 3 and 5 are checked, not batch 0
+  auto session = start(model, StartOptions().optimizer(&opt).debug(
+                                  DebugSettings().interval(2).capsule_dir("").rerun_to_trace(false)));
+  session.detach();
+  for (auto& batch : session.batches(data, "train")) test::train_step(model, opt, batch.first, batch.second);
+  session.close();
+  auto error = session.debug_error();
+  ASSERT_TRUE(error);
+  // Batch 0's NaN step poisoned the weights; the next checked batch caught it.
+  EXPECT_EQ(error->position.batch_idx, 1);
+  ASSERT_TRUE(error->root_cause);
+  EXPECT_EQ(error->root_cause->status, RootCause::Status::kNotTraced);
+  EXPECT_EQ(session.core()->debug().checked_batches(), 3);
+}
+
+TEST(NumericsSession, DisabledChecksInstallNothingThatTrips) {
+  test::TwoLayer model;
+  torch::optim::SGD opt(model->parameters(), 0.1);
+  auto data = test::make_batches(2);
+  data[0].first[0][0] = NAN;
+  auto session = start(model, StartOptions().optimizer(&opt).debug(DebugSettings().enabled(false)));
+  session.detach();
+  for (auto& batch : session.batches(data, "train")) test::train_step(model, opt, batch.first, batch.second);
+  session.close();
+  EXPECT_FALSE(session.debug_error());
+  EXPECT_THROW(start(model, StartOptions().debug(DebugSettings().interval(0))), UsageError);
+}
+
+// Runs the toy loop to its first trip without a UI (the loop goes on) and
+// returns the capsule's path.
+std::string record_capsule(const std::string& dir) {
+  torch::manual_seed(4);
+  DropNet model;
+  torch::optim::Adam opt(model->parameters(), torch::optim::AdamOptions(0.01));
+  auto data = class_batches();
+  auto session = start(model, StartOptions().optimizer(&opt).debug(DebugSettings().capsule_dir(dir)));
+  session.detach();
+  for (auto& batch : session.batches(data, "train")) {
+    opt.zero_grad();
+    per_class_bce(model->forward(batch.first), batch.second).backward();
+    opt.step();
+  }
+  session.close();
+  auto error = session.debug_error();
+  EXPECT_TRUE(error);
+  if (!error) return "";
+  EXPECT_EQ(error->root_cause->status, RootCause::Status::kFound);  // the in-process re-run reproduced it
+  return error->capsule;
+}
+
+class CapsuleTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = temp_dir("capsule");
+    path_ = record_capsule(dir_);
+    ASSERT_FALSE(path_.empty());
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string dir_, path_;
+};
+
+TEST_F(CapsuleTest, ReplaysBitForBitInAFreshModel) {
+  torch::manual_seed(99);  // another initialisation, another RNG state
+  DropNet model;
+  torch::optim::Adam opt(model->parameters(), torch::optim::AdamOptions(0.01));
+  auto capsule = replay_capsule(path_, *model, &opt);
+  EXPECT_EQ(capsule.position.phase, "train");
+  EXPECT_EQ(capsule.position.batch_idx, 2);
+  ASSERT_EQ(capsule.batch.size(), 2u);  // data, target
+  EXPECT_NE(std::find(capsule.reasons.begin(), capsule.reasons.end(), "nan"), capsule.reasons.end());
+  EXPECT_EQ(capsule.settings.capsule_dir(), dir_);
+  EXPECT_TRUE(capsule.notes.empty());
+  opt.zero_grad();
+  per_class_bce(model->forward(capsule.batch[0]), capsule.batch[1]).backward();
+  std::string difference;
+  EXPECT_TRUE(capsule.gradients_match(*model, &difference)) << difference;
+  // Dropout drew the same mask: a different RNG state would not match.
+  torch::manual_seed(5);
+  opt.zero_grad();
+  per_class_bce(model->forward(capsule.batch[0]), capsule.batch[1]).backward();
+  EXPECT_FALSE(capsule.gradients_match(*model));
+}
+
+TEST_F(CapsuleTest, ATruncatedCapsuleIsRefused) {
+  auto bytes = numerics::read_whole_file(path_);
+  const auto cut = dir_ + "/cut.capsule";
+  std::ofstream(cut, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size() / 2));
+  DropNet model;
+  try {
+    replay_capsule(cut, *model);
+    FAIL() << "a truncated capsule was accepted";
+  } catch (const CapsuleError& e) {
+    EXPECT_NE(std::string(e.what()).find("is truncated: its header announces"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(CapsuleTest, ACorruptCapsuleIsRefused) {
+  auto bytes = numerics::read_whole_file(path_);
+  bytes[bytes.size() / 2] ^= 0x5a;
+  const auto bad = dir_ + "/bad.capsule";
+  std::ofstream(bad, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  DropNet model;
+  EXPECT_THROW(
+      {
+        try {
+          replay_capsule(bad, *model);
+        } catch (const CapsuleError& e) {
+          EXPECT_NE(std::string(e.what()).find("checksum mismatch"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      CapsuleError);
+  std::ofstream(dir_ + "/other.capsule") << "not a capsule at all";
+  EXPECT_THROW(replay_capsule(dir_ + "/other.capsule", *model), CapsuleError);
+  EXPECT_THROW(replay_capsule(dir_ + "/missing.capsule", *model), CapsuleError);
+}
+
+TEST_F(CapsuleTest, ACapsuleFromAnotherModelIsRefusedNamingTheMismatch) {
+  DropNet wider(16);
+  const auto before = wider->fc1->weight.clone();
+  try {
+    replay_capsule(path_, *wider);
+    FAIL() << "a capsule of another model was accepted";
+  } catch (const CapsuleError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("was recorded for another model"), std::string::npos) << what;
+    EXPECT_NE(what.find("parameter 'fc1.weight' has shape [8, 4] in the capsule but [16, 4] in this model"),
+              std::string::npos)
+        << what;
+  }
+  EXPECT_TRUE(torch::equal(before, wider->fc1->weight));  // untouched
+  DropNet same;
+  torch::optim::SGD sgd(same->parameters(), 0.1);
+  try {
+    replay_capsule(path_, *same, &sgd);
+    FAIL() << "Adam state was loaded into SGD";
+  } catch (const CapsuleError& e) {
+    EXPECT_NE(std::string(e.what()).find("holds torch::optim::Adam state, but the optimizer given is torch::optim::SGD"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace nansense
