@@ -1,5 +1,6 @@
 #include "server/api_routes.h"
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <set>
@@ -52,6 +53,19 @@ class Body {
     if (!value_.contains(key)) return std::nullopt;
     if (!value_[key].is_number_integer()) bad(key, "an integer");
     return value_[key].get<int64_t>();
+  }
+  std::optional<double> number(const std::string& key) const {
+    if (!value_.contains(key)) return std::nullopt;
+    if (!value_[key].is_number()) bad(key, "a number");
+    return value_[key].get<double>();
+  }
+  std::optional<std::vector<std::string>> string_list(const std::string& key) const {
+    if (!value_.contains(key)) return std::nullopt;
+    const auto& v = value_[key];
+    if (!v.is_array() || !std::all_of(v.begin(), v.end(), [](const json& e) { return e.is_string(); })) {
+      bad(key, "a list of strings");
+    }
+    return v.get<std::vector<std::string>>();
   }
   int64_t required_integer(const std::string& key) const {
     auto v = integer(key);
@@ -132,6 +146,32 @@ const std::map<std::string, Route>& routes() {
        {"POST", json_route([](Controller& c, const HttpRequest& r) {
           Body body(r.body, {});
           return c.refresh(body.wait());
+        })}},
+      {"/api/debug", {"GET", json_route([](Controller& c, const HttpRequest&) { return c.get_debug_report(); })}},
+      {"/api/debug/settings",
+       {"POST", json_route([](Controller& c, const HttpRequest& r) {
+          Body body(r.body, {"enabled", "interval_batches", "check_nan_inf", "check_under_over", "threshold_fraction",
+                             "trace_interval_batches", "rerun_to_trace", "allow"});
+          Controller::DebugChecksUpdate update;
+          update.enabled = body.boolean("enabled");
+          update.interval_batches = body.integer("interval_batches");
+          update.check_nan_inf = body.boolean("check_nan_inf");
+          update.check_under_over = body.boolean("check_under_over");
+          update.threshold_fraction = body.number("threshold_fraction");
+          update.trace_interval_batches = body.integer("trace_interval_batches");
+          update.rerun_to_trace = body.boolean("rerun_to_trace");
+          update.allow = body.string_list("allow");
+          return c.configure_debug_checks(update);
+        })}},
+      {"/api/debug/silence",
+       {"POST", json_route([](Controller& c, const HttpRequest& r) {
+          Body body(r.body, {"category"});
+          return c.silence_debug_check(body.string("category"));
+        })}},
+      {"/api/debug/clear",
+       {"POST", json_route([](Controller& c, const HttpRequest& r) {
+          Body body(r.body, {});
+          return c.clear_debug_error();
         })}},
       {"/api/render/layer", {"GET", render_layer}},
       {"/api/render/input", {"GET", render_input}},

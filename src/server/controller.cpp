@@ -47,6 +47,7 @@ json Controller::get_status() const {
   if (state == RunState::kLost) status["lost_reason"] = core_.control().lost_reason();
   auto errors = core_.internal_errors();
   if (!errors.empty()) status["internal_errors"] = errors;
+  status["debug"] = debug_summary();
   return status;
 }
 

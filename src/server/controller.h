@@ -92,9 +92,35 @@ class Controller {
   json run_until(const std::string& phase, int64_t epoch, int64_t batch, Wait wait = std::nullopt);
   json refresh(Wait wait = std::nullopt);
 
+  // --- numerical debugging (controller_debug.cpp) ---
+  // The checks' settings, the standing error (null when none: reasons,
+  // position, per-layer fractions, band edges, root cause, capsule) and how
+  // many batches were checked.
+  json get_debug_report() const;
+  // A partial update of the checks; absent fields keep their value. Returns
+  // get_debug_report(). Bad values: kInvalidArgument naming the field.
+  struct DebugChecksUpdate {
+    std::optional<bool> enabled;
+    std::optional<int64_t> interval_batches;
+    std::optional<bool> check_nan_inf;
+    std::optional<bool> check_under_over;
+    std::optional<double> threshold_fraction;
+    std::optional<int64_t> trace_interval_batches;
+    std::optional<bool> rerun_to_trace;
+    std::optional<std::vector<std::string>> allow;
+  };
+  json configure_debug_checks(const DebugChecksUpdate& update);
+  // Turns a check category off ("nan_inf" or "under_over"; none = every
+  // category of the standing error) and clears it from the standing error.
+  json silence_debug_check(const std::optional<std::string>& category);
+  // Dismisses the standing error, leaving the checks on.
+  json clear_debug_error();
+
  private:
   template <class F>
   json command(F&& apply, Wait wait);
+  // The `debug` field of get_status(): what a banner shows.
+  json debug_summary() const;
   // The last published snapshot; kNotFound before the first capture.
   std::shared_ptr<const BatchSnapshot> require_snapshot() const;
 
