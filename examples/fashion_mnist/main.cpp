@@ -2,6 +2,10 @@
 //
 // The run pauses once its first batch has run; open the printed address to step
 // through it. --detach trains straight through with the UI still live.
+//
+// --nan swaps the loss for one that goes non-finite now and then (the NaN
+// scheme's toy example); the debugger pauses on it and writes a NaN capsule.
+// --replay <capsule> runs that batch again, bit for bit, with the UI paused on it.
 
 #include <CLI/CLI.hpp>
 #include <nansense/nansense.h>
@@ -31,12 +35,97 @@ struct Flags {
   int64_t limit_batches = 0;
   std::string data_dir = kDefaultFashionMnistDir;
   bool exit_when_done = false;
+  bool nan = false;
+  std::string replay;
+  std::string capsule_dir = "nansense_capsules";
 };
+
+// The NaN scheme's toy loss: binary cross-entropy per class, each divided by
+// the number of the batch's samples of that class. A batch that lacks a class
+// divides by zero: the loss is Inf and the gradients NaN. With 10 classes a
+// batch of 8 always lacks some; one of 64 lacks one about every 80 batches.
+torch::Tensor per_class_bce(const torch::Tensor& output, const torch::Tensor& target) {
+  std::vector<torch::Tensor> losses;
+  for (int64_t c = 0; c < output.size(1); ++c) {
+    auto is_c = target == c;
+    auto loss = torch::binary_cross_entropy_with_logits(output.select(1, c), is_c.to(output.dtype()), {}, {},
+                                                        at::Reduction::Sum);
+    losses.push_back(loss / is_c.sum());
+  }
+  return torch::stack(losses).mean();
+}
+
+torch::Tensor train_loss_of(const torch::Tensor& output, const torch::Tensor& target, bool nan) {
+  return nan ? per_class_bce(output, target) : torch::nll_loss(output, target);
+}
 
 // Batches one phase will draw: the loader's count, capped by --limit-batches.
 int64_t phase_batches(size_t examples, int64_t batch_size, int64_t limit) {
   const int64_t all = (static_cast<int64_t>(examples) + batch_size - 1) / batch_size;
   return limit > 0 ? std::min(all, limit) : all;
+}
+
+// Lets a paused loop go and keeps it from pausing again, so that it can
+// notice the stop request.
+void release(nansense::Session& session) {
+  std::cout << "\nStopping…" << std::endl;
+  try {
+    session.set_debug_settings(session.debug_settings().enabled(false));
+    session.detach();
+  } catch (...) {
+  }
+}
+
+// --replay: the capsule's batch, once, on the state it recorded; the guard
+// trips on it and the UI opens paused there with the producer named.
+int replay(const Flags& flags, StopSignal& stop_signal) {
+  FashionCnn model;
+  torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(1e-3));
+  nansense::Capsule capsule;
+  try {
+    capsule = nansense::replay_capsule(flags.replay, *model, &optimizer);
+  } catch (const nansense::CapsuleError& e) {
+    std::cerr << "fashion_mnist_demo: " << e.what() << "\n";
+    return 1;
+  }
+  if (capsule.batch.size() != 2) {
+    std::cerr << "fashion_mnist_demo: " << flags.replay << " holds " << capsule.batch.size()
+              << " batch tensors; this demo's batches have 2 (images, labels)\n";
+    return 1;
+  }
+  std::cout << "Replaying " << flags.replay << ": the batch at " << capsule.position.to_string() << std::endl;
+  for (const auto& note : capsule.notes) std::cout << "  note: " << note << std::endl;
+
+  // No capsule of the replay itself: it would only copy the one replayed.
+  auto settings = capsule.settings;
+  auto session = nansense::start(model, nansense::StartOptions()
+                                            .optimizer(&optimizer)
+                                            .port(flags.port)
+                                            .host(flags.host)
+                                            .open_browser(!flags.no_browser)
+                                            .input_mean({kFashionMnistMean})
+                                            .input_std({kFashionMnistStd})
+                                            .debug(settings.capsule_dir("")));
+  stop_signal.watch([&session] { release(session); });
+  std::vector<torch::data::Example<>> item = {{capsule.batch[0], capsule.batch[1]}};
+  model->train();
+  for (auto& batch : session.batches(item, capsule.position.phase, capsule.position.epoch)) {
+    optimizer.zero_grad();
+    train_loss_of(model->forward(batch.data), batch.target, flags.nan).backward();
+    std::string difference;
+    if (capsule.gradients_match(*model, &difference)) {
+      std::cout << "Replay reproduced the recorded gradients bit for bit" << std::endl;
+    } else {
+      std::cout << "Replay differs from the recording: " << difference
+                << " (was the capsule written with other flags, e.g. --nan?)" << std::endl;
+    }
+    optimizer.step();
+  }
+  session.close();
+  if (flags.exit_when_done || stop_signal.requested()) return 0;
+  std::cout << "Replay finished — the UI stays up at " << session.url() << "; press Ctrl-C to exit" << std::endl;
+  stop_signal.wait();
+  return 0;
 }
 
 }  // namespace
@@ -57,7 +146,12 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--data-dir", flags.data_dir, "Directory of the Fashion-MNIST .gz files")->capture_default_str();
   app.add_flag("--exit-when-done", flags.exit_when_done, "Exit after training instead of keeping the UI up");
+  app.add_flag("--nan", flags.nan, "Train with a per-class loss that turns NaN when a batch lacks a class");
+  app.add_option("--replay", flags.replay,
+                 "Replay a NaN capsule bit for bit, paused in the UI (use the flags of the run that wrote it)");
+  app.add_option("--capsule-dir", flags.capsule_dir, "Where NaN capsules are written")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (!flags.replay.empty()) return replay(flags, stop_signal);
 
   torch::manual_seed(0);
 
@@ -93,16 +187,10 @@ int main(int argc, char** argv) {
                  .host(flags.host)
                  .open_browser(!flags.no_browser)
                  .input_mean({kFashionMnistMean})
-                 .input_std({kFashionMnistStd}));
+                 .input_std({kFashionMnistStd})
+                 .debug(nansense::DebugSettings().capsule_dir(flags.capsule_dir)));
 
-  stop_signal.watch([&session] {
-    std::cout << "\nStopping…" << std::endl;
-    // A paused loop only notices the stop once it is released.
-    try {
-      session.detach();
-    } catch (...) {
-    }
-  });
+  stop_signal.watch([&session] { release(session); });
   if (flags.detach) session.detach();
 
   // --limit-batches caps each phase; 0 leaves the loaders whole.
@@ -117,7 +205,7 @@ int main(int argc, char** argv) {
     for (auto& batch : session.batches(train_data, "train", epoch)) {
       if (stop_signal.requested()) break;
       optimizer.zero_grad();
-      auto loss = torch::nll_loss(model->forward(batch.data), batch.target);
+      auto loss = train_loss_of(model->forward(batch.data), batch.target, flags.nan);
       loss.backward();
       optimizer.step();
       train_loss += loss.item<double>();
