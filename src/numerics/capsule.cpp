@@ -299,7 +299,7 @@ std::string capsule_path(const std::string& dir, const BatchPosition& position) 
   std::filesystem::create_directories(dir);
   std::string phase;
   for (char ch : position.phase) phase += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
-  return (std::filesystem::path(dir) / ("nan-epoch" + std::to_string(position.epoch) + "-" + phase + "-batch" +
+  return (std::filesystem::absolute(dir) / ("nan-epoch" + std::to_string(position.epoch) + "-" + phase + "-batch" +
                                         std::to_string(position.batch_idx) + ".capsule"))
       .string();
 }

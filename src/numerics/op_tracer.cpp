@@ -362,16 +362,23 @@ RootCause OpTracer::result() const {
   }
   cause.producer = producer_;
   const auto& p = *producer_;
-  std::string where = p.layer ? "layer " + *p.layer : p.pass == "forward" ? "code outside the model's layers (the loss?)"
-                                                                           : "no layer";
+  // "aten::div in the forward, outside the model's layers (the loss?)"
   std::string what = p.op;
   if (p.pass == "backward") {
-    what += " in " + p.backward_node + (p.forward_op.empty() ? "" : " (the gradient of " + p.forward_op + ")");
+    what += " in the backward, in " + p.backward_node +
+            (p.forward_op.empty() ? "" : " (the gradient of " + p.forward_op + ")");
+  } else {
+    what += p.pass == "step" ? " after backward (the optimizer step)" : " in the forward";
+  }
+  if (p.layer) {
+    what += ", layer " + *p.layer;
+  } else if (p.pass == "forward" && namer_) {
+    // The capture tracer names every op of the model's forward.
+    what += ", outside the model's layers (the loss?)";
   }
   if (from_outside_) {
     cause.status = RootCause::Status::kFromOutside;
-    cause.summary = "no op of this batch made it: " + outside_summary_ + "; first seen by " + what + " (" +
-                    p.pass + ", " + where + ")";
+    cause.summary = "no op of this batch made it: " + outside_summary_ + "; first seen by " + what;
     return cause;
   }
   cause.status = RootCause::Status::kFound;
@@ -382,7 +389,7 @@ RootCause OpTracer::result() const {
     inf += o.pos_inf + o.neg_inf;
   }
   kinds = nan && inf ? "NaN and Inf" : nan ? "NaN" : "Inf";
-  cause.summary = what + " (" + p.pass + ", " + where + ") produced " + kinds + " from finite inputs";
+  cause.summary = what + ", produced " + kinds + " from finite inputs";
   return cause;
 }
 

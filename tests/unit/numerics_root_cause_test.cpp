@@ -51,7 +51,7 @@ TEST(RootCause, LogOfANegativeInTheForward) {
   ASSERT_FALSE(cause.propagators.empty());
   EXPECT_EQ(cause.propagators[0].op, "aten::relu");
   EXPECT_TRUE(std::isnan(out.item<double>()));
-  EXPECT_NE(cause.summary.find("aten::log (forward"), std::string::npos) << cause.summary;
+  EXPECT_EQ(cause.summary, "aten::log in the forward, produced NaN from finite inputs");
 }
 
 TEST(RootCause, ZeroOverZeroNamesTheDivAndItsLayer) {
@@ -107,7 +107,8 @@ TEST(RootCause, SqrtAtZeroInTheBackward) {
   EXPECT_EQ(p.op, "aten::div");
   EXPECT_EQ(p.outputs[0].pos_inf, 4);
   EXPECT_TRUE(torch::isinf(w.grad()).all().item<bool>());
-  EXPECT_NE(cause.summary.find("SqrtBackward0"), std::string::npos) << cause.summary;
+  EXPECT_EQ(cause.summary,
+            "aten::div in the backward, in SqrtBackward0 (the gradient of aten::sqrt), produced Inf from finite inputs");
 }
 
 TEST(RootCause, AllowListedMaskingDoesNotTrip) {

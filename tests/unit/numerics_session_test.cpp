@@ -110,6 +110,8 @@ TEST(NumericsSession, TripsInDetachPausesBeforeTheStepAndNamesTheProducer) {
   EXPECT_EQ(producer.inputs[1].max, 0.0);   // the class count
   EXPECT_EQ(producer.outputs[0].pos_inf, 1);
   EXPECT_GT(error->root_cause->propagator_count, 0);
+  EXPECT_EQ(error->root_cause->summary,
+            "aten::div in the forward, outside the model's layers (the loss?), produced Inf from finite inputs");
   // Paused inside backward: gradients are non-finite, weights still pre-step.
   {
     std::lock_guard lock(mu);
