@@ -20,6 +20,8 @@
 #include <vector>
 
 #include "model.h"
+#include "numerics/bands.h"
+#include "numerics/flight_recorder.h"
 
 namespace {
 
@@ -81,6 +83,36 @@ double measure(Variant variant, std::vector<Batch>& batches) {
     session.close();
   }
   return std::chrono::duration<double, std::milli>(end - begin).count() / static_cast<double>(batches.size());
+}
+
+// The guard's own work per batch, timed alone over many repetitions: what the
+// ratio above should show once the machine's noise is out of the way. The
+// flight recorder's step, the |g| sums with their one copy back, and the
+// suspicion test, on the demo CNN's real gradients.
+double guard_work_us(std::vector<Batch>& batches, int repetitions) {
+  torch::manual_seed(0);
+  FashionCnn model;
+  torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(1e-3));
+  train_step(model, optimizer, batches.front());  // real gradients
+  nansense::numerics::FlightRecorder recorder(*model);
+  std::vector<torch::Tensor> params = model->parameters();
+  auto work = [&] {
+    recorder.begin_batch();
+    recorder.set_item({batches.front().data, batches.front().target});
+    std::vector<torch::Tensor> grads;
+    for (const auto& p : params) grads.push_back(p.grad());
+    const auto sums = nansense::numerics::abs_sums(grads);
+    bool any = false;
+    for (size_t i = 0; i < grads.size(); ++i) {
+      any = any || nansense::numerics::suspicious(sums[i], grads[i].numel(), grads[i].scalar_type(), true, 0.1);
+    }
+    return any;
+  };
+  for (int i = 0; i < 100; ++i) work();
+  const auto begin = ThreadCpuClock::now();
+  for (int i = 0; i < repetitions; ++i) work();
+  const auto end = ThreadCpuClock::now();
+  return std::chrono::duration<double, std::micro>(end - begin).count() / repetitions;
 }
 
 double median(std::vector<double> v) {
@@ -153,5 +185,8 @@ int main(int argc, char** argv) {
     std::printf("%-26s %10.3f %8.3f   [%5.3f, %5.3f]  %s\n", row.name, median(row.ms), ratio, q1, q3,
                 verdict.c_str());
   }
+  const double us = guard_work_us(batches, 2000);
+  std::printf("\nguard work timed alone: %.1f us per batch = %.3f%% of a plain batch (%.3f ms)\n", us,
+              100 * us / (1000 * median(rows[0].ms)), median(rows[0].ms));
   return 0;
 }
