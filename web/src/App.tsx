@@ -2,6 +2,8 @@
 import { CardsPane } from './cards/CardsPane';
 import { ConfirmLastBatch } from './dialogs/ConfirmLastBatch';
 import { CustomStepDialogHost } from './dialogs/CustomStepDialog';
+import { DebugDialogHost } from './dialogs/DebugDialog';
+import { DebugSettingsHost } from './dialogs/DebugSettingsDialog';
 import { Toasts } from './dialogs/Toasts';
 import { GraphPane } from './graph/GraphPane';
 import { InputPane } from './input/InputPane';
@@ -17,6 +19,8 @@ export function App() {
       <Panes left={<GraphPane />} centre={<CardsPane />} right={<InputPane />} />
       <CustomStepDialogHost />
       <ConfirmLastBatch />
+      <DebugDialogHost />
+      <DebugSettingsHost />
       <Toasts />
     </div>
   );

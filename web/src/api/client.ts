@@ -1,6 +1,9 @@
 // REST client for the nansense server on the page's own origin.
 import type {
   Architecture,
+  DebugCheck,
+  DebugReport,
+  DebugSettings,
   InputRenderInfo,
   LayerRenderInfo,
   Snapshot,
@@ -67,6 +70,15 @@ export const detach = () => postJson<Status>('/api/run', { detach: true });
 export const pause = () => postJson<Status>('/api/pause', {});
 export const runUntil = (phase: string, epoch: number, batch: number) =>
   postJson<Status>('/api/run_until', { phase, epoch, batch });
+
+export const getDebug = (signal?: AbortSignal) => getJson<DebugReport>('/api/debug', signal);
+// A partial update: only the fields given change; the server validates them.
+export const setDebugSettings = (patch: Partial<Omit<DebugSettings, 'capsule_dir'>>) =>
+  postJson<DebugReport>('/api/debug/settings', patch);
+// No category: every category the standing error has.
+export const silenceDebug = (category?: DebugCheck) =>
+  postJson<DebugReport>('/api/debug/silence', category ? { category } : {});
+export const clearDebug = () => postJson<DebugReport>('/api/debug/clear', {});
 
 export interface Rendered<I> {
   blob: Blob;

@@ -41,6 +41,119 @@ export interface Status {
   internal_errors?: string[];
   time_travel?: TimeTravelStatus;
   paused_at_ms?: number;
+  // The numerical checks, and the standing error the banner shows.
+  debug?: DebugSummary;
+}
+
+// ---- Numerical debugging (GET /api/debug, the status's `debug`) ----
+
+export type DebugReason = 'nan' | 'inf' | 'underflow' | 'overflow';
+export type DebugCheck = 'nan_inf' | 'under_over';
+export type RootCauseStatus = 'found' | 'from_outside' | 'not_reproduced' | 'pending' | 'not_traced';
+
+export interface ProducerBrief {
+  op: string;
+  pass: 'forward' | 'backward' | string;
+  layer: string | null;
+}
+
+export interface DebugErrorSummary {
+  reasons: DebugReason[];
+  reason_labels: string[];
+  position: Position;
+  text: string;
+  // Affected layers, in graph order.
+  layers: string[];
+  root_cause_status: RootCauseStatus | null;
+  producer: ProducerBrief | null;
+  capsule: string | null;
+  hits: number;
+}
+
+export interface DebugSummary {
+  enabled: boolean;
+  checks: DebugCheck[];
+  error: DebugErrorSummary | null;
+}
+
+export interface TensorFacts {
+  shape: number[];
+  dtype: string;
+  numel: number;
+  nan: number;
+  pos_inf: number;
+  neg_inf: number;
+  // The range of its finite values; null when it has none.
+  min: Num | null;
+  max: Num | null;
+}
+
+export interface OpReport {
+  op: string;
+  pass: string;
+  backward_node: string | null;
+  forward_op: string | null;
+  layer: string | null;
+  index: number;
+  inputs: TensorFacts[];
+  outputs: TensorFacts[];
+}
+
+export interface RootCause {
+  status: RootCauseStatus;
+  summary: string;
+  producer: OpReport | null;
+  propagators: OpReport[];
+  propagator_count: number;
+}
+
+export type DebugSource = 'activation' | 'activation_gradient' | 'weight_gradient';
+
+export interface LayerReport {
+  layer: string;
+  nan: number;
+  inf: number;
+  underflow: number;
+  overflow: number;
+  dtype: string | null;
+  sources: DebugSource[];
+}
+
+export interface DebugBand {
+  dtype: string;
+  tiny: number;
+  overflow: number;
+}
+
+export interface DebugError {
+  position: Position;
+  reasons: DebugReason[];
+  reason_labels: string[];
+  checks_used: DebugCheck[];
+  layers: LayerReport[];
+  bands: DebugBand[];
+  root_cause: RootCause | null;
+  capsule: string | null;
+  hits: number;
+  text: string;
+}
+
+export interface DebugSettings {
+  enabled: boolean;
+  interval_batches: number;
+  check_nan_inf: boolean;
+  check_under_over: boolean;
+  threshold_fraction: number;
+  trace_interval_batches: number;
+  rerun_to_trace: boolean;
+  allow: string[];
+  capsule_dir: string;
+}
+
+export interface DebugReport {
+  settings: DebugSettings;
+  error: DebugError | null;
+  checked_batches: number;
 }
 
 export type LayerRole = 'input' | 'module' | 'op';

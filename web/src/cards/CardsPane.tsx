@@ -12,7 +12,7 @@ import { Visibility, VisibilityContext } from './visibility';
 export function CardsPane() {
   const architecture = useSelector(store, (s) => s.architecture);
   const shown = useSelector(store, (s) => s.shown, shallowArrayEqual);
-  const focus = useSelector(store, (s) => (s.focus?.pane === 'cards' ? s.focus : null));
+  const focus = useSelector(store, (s) => (s.focus?.pane === 'cards' || s.focus?.pane === 'both' ? s.focus : null));
   const [visibility] = useState(() => new Visibility());
   const scroller = useRef<HTMLDivElement>(null);
 
@@ -26,11 +26,16 @@ export function CardsPane() {
     return (architecture?.layers ?? []).filter((l) => set.has(l.name));
   }, [architecture, shown]);
 
+  // A request for a card not rendered yet (its layer just shown, or the
+  // architecture still loading) is served once the card is there.
+  const scrolled = useRef(0);
   useEffect(() => {
-    if (!focus) return;
+    if (!focus || focus.nonce === scrolled.current) return;
     const card = scroller.current?.querySelector(`[data-layer="${CSS.escape(focus.layer)}"]`);
-    card?.scrollIntoView({ behavior: 'smooth', block: 'nearest' });
-  }, [focus]);
+    if (!card) return;
+    scrolled.current = focus.nonce;
+    card.scrollIntoView({ behavior: 'smooth', block: 'nearest' });
+  }, [focus, layers]);
 
   return (
     <div class="pane cards-pane" data-testid="cards-pane">

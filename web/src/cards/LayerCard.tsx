@@ -6,6 +6,7 @@ import { useContext, useEffect, useRef, useState } from 'preact/hooks';
 import type { Layer, SnapshotLayer, StripKind, TensorSummary } from '../api/types';
 import { formatNum } from '../format';
 import { hideLayer, requestFocus, sampleExists, setHovered, snapshotLayer, store } from '../state/app';
+import { debugMarkOf, MARK_TEXT } from '../state/debug';
 import { useSelector } from '../state/store';
 import { shapeText, stripGeometry } from './geometry';
 import { StripLabel, StripView } from './StripParts';
@@ -42,6 +43,7 @@ export const LayerCard = memo(function LayerCard({ layer }: { layer: Layer }) {
   const average = useSelector(store, (s) => s.average);
   const values = useSelector(store, (s) => s.values);
   const hovered = useSelector(store, (s) => s.hovered === name);
+  const mark = useSelector(store, (s) => debugMarkOf(s, name));
 
   useEffect(() => {
     if (!body.current || !visibility) return;
@@ -78,7 +80,8 @@ export const LayerCard = memo(function LayerCard({ layer }: { layer: Layer }) {
 
   return (
     <section
-      class={`card role-${layer.role} ${hovered ? 'hovered' : ''}`}
+      class={`card role-${layer.role} ${hovered ? 'hovered' : ''} ${mark ? `debug-${mark}` : ''}`}
+      data-debug={mark ?? undefined}
       data-testid={`card-${name}`}
       data-layer={name}
       onPointerMove={hoverByPointer}
@@ -88,6 +91,11 @@ export const LayerCard = memo(function LayerCard({ layer }: { layer: Layer }) {
         <span class="card-name mono">{name}</span>
         <span class={`kind-badge role-${layer.role}`}>{layer.kind}</span>
         <span class="card-shape mono">{shapeText(activationShape.slice(1))}</span>
+        {mark && (
+          <span class={`debug-badge debug-badge-${mark}`} data-testid={`debug-badge-${name}`} title={MARK_TEXT[mark]}>
+            {mark === 'producer' ? 'produced here' : mark === 'entry' ? 'entered here' : mark === 'worst' ? 'worst band share' : 'passed on'}
+          </span>
+        )}
         <Stats summary={entry?.activation ?? null} />
         <button
           class="icon-button card-hide"

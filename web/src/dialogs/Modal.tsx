@@ -7,9 +7,11 @@ interface Props {
   testid: string;
   onClose(): void;
   children: ComponentChildren;
+  // Room for tables.
+  wide?: boolean;
 }
 
-export function Modal({ title, testid, onClose, children }: Props) {
+export function Modal({ title, testid, onClose, children, wide }: Props) {
   const ref = useRef<HTMLDialogElement>(null);
   useEffect(() => {
     const d = ref.current;
@@ -31,7 +33,7 @@ export function Modal({ title, testid, onClose, children }: Props) {
         if (e.target === ref.current) onClose();
       }}
     >
-      <div class="modal-body">
+      <div class={wide ? 'modal-body modal-wide' : 'modal-body'}>
         <h2 class="modal-title">{title}</h2>
         {children}
       </div>

@@ -17,7 +17,7 @@ function signature(arch: Architecture): string {
 
 export function GraphPane() {
   const architecture = useSelector(store, (s) => s.architecture);
-  const focus = useSelector(store, (s) => (s.focus?.pane === 'graph' ? s.focus : null));
+  const focus = useSelector(store, (s) => (s.focus?.pane === 'graph' || s.focus?.pane === 'both' ? s.focus : null));
   const hovered = useSelector(store, (s) => s.hovered);
   const [layout, setLayout] = useState<LayoutResult | null>(null);
   const [layoutError, setLayoutError] = useState<string | null>(null);

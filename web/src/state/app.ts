@@ -1,5 +1,5 @@
 // The page's state: what the server last told us, and what the user chose.
-import type { Architecture, Snapshot, SnapshotLayer, Status, Values } from '../api/types';
+import type { Architecture, DebugReport, Snapshot, SnapshotLayer, Status, Values } from '../api/types';
 import { createStore } from './store';
 
 export type Connection = 'connecting' | 'open' | 'closed';
@@ -14,7 +14,8 @@ export interface Toast {
 // request for the same layer fire again.
 export interface FocusRequest {
   layer: string;
-  pane: 'cards' | 'graph';
+  // 'both': the diagram centres on the node and the card scrolls into view.
+  pane: 'cards' | 'graph' | 'both';
   nonce: number;
 }
 
@@ -44,6 +45,11 @@ export interface AppState {
   customDialogOpen: boolean;
   // A command waiting for "Step over the last batch?".
   confirmLastBatch: (() => void) | null;
+  // GET /api/debug for the standing numerical error (null when none), and
+  // the dialogs that show and configure it.
+  debugReport: DebugReport | null;
+  debugDialogOpen: boolean;
+  debugSettingsOpen: boolean;
 }
 
 const savedOptions = (() => {
@@ -72,6 +78,9 @@ export const store = createStore<AppState>({
   focus: null,
   customDialogOpen: false,
   confirmLastBatch: null,
+  debugReport: null,
+  debugDialogOpen: false,
+  debugSettingsOpen: false,
 });
 
 export function setRenderOptions(patch: { average?: boolean; values?: Values }): void {

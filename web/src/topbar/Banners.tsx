@@ -1,12 +1,16 @@
 // Conditions that outrank everything else on the page, directly under the
-// top bar: the training loop is gone, or nansense's own machinery failed.
+// top bar: the training loop is gone, nansense's own machinery failed, or a
+// numerical check tripped.
+import type { DebugErrorSummary } from '../api/types';
 import { store } from '../state/app';
+import { openDebugDialog, producerPhrase, silenceDebug } from '../state/debug';
 import { useSelector } from '../state/store';
 
 export function Banners() {
   const status = useSelector(store, (s) => s.status);
   if (!status) return null;
   const where = status.live_position?.text ?? status.snapshot_position?.text ?? 'before the first batch';
+  const numerical = status.debug?.error;
   return (
     <>
       {status.state === 'lost' && (
@@ -14,11 +18,40 @@ export function Banners() {
           Training loop exited — {status.lost_reason ?? 'no reason given'} — at {where}
         </div>
       )}
+      {numerical && <NumericalBanner error={numerical} />}
       {status.internal_errors && status.internal_errors.length > 0 && (
         <div class="banner banner-amber" role="status" data-testid="internal-errors">
           nansense disabled a part of itself: {status.internal_errors.join(' · ')}
         </div>
       )}
     </>
+  );
+}
+
+function NumericalBanner({ error }: { error: DebugErrorSummary }) {
+  const producer = producerPhrase(error);
+  const more = error.hits > 1 ? ` (${error.hits} checked batches tripped)` : '';
+  return (
+    <div class="banner banner-amber banner-numerical" role="alert" data-testid="debug-banner">
+      <span class="banner-icon" aria-hidden="true">
+        ⚠
+      </span>
+      <button class="banner-text" data-testid="debug-banner-text" title="Show the details" onClick={openDebugDialog}>
+        Numerical issue detected — {error.reason_labels.join(', ')} — at {error.position.text}
+        {producer ? ` — ${producer}` : ''}
+        {more}
+      </button>
+      <button class="btn btn-quiet btn-small" data-testid="debug-banner-details" onClick={openDebugDialog}>
+        Details
+      </button>
+      <button
+        class="btn btn-quiet btn-small"
+        data-testid="debug-banner-silence"
+        title="Turn off the checks that tripped (the gear turns them back on)"
+        onClick={() => void silenceDebug()}
+      >
+        Silence warning
+      </button>
+    </div>
   );
 }
