@@ -1,0 +1,313 @@
+// Runs the demo's --nan loss to its trip and reads what the page says about
+// it; run by nan.sh. Every wait is Playwright's own polling (no fixed sleeps);
+// the first failure stops the run, since later checks build on its state.
+import { spawn } from 'node:child_process';
+import { createWriteStream, readFileSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { chromium } from 'playwright-core';
+
+const { values: args } = parseArgs({
+  options: {
+    demo: { type: 'string' },
+    chromium: { type: 'string' },
+    screenshots: { type: 'string' },
+    pidfile: { type: 'string' },
+    capsules: { type: 'string' },
+  },
+});
+
+// Generous: the 2-core machine may be building while this runs.
+const START_TIMEOUT_MS = 120_000;
+const UI_TIMEOUT_MS = 15_000;
+const RUN_TIMEOUT_MS = 90_000;
+
+const logPath = join(args.screenshots, 'demo.log');
+let demo = null;
+let base = '';
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.on('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address();
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+async function startDemo(port) {
+  const log = createWriteStream(logPath, { flags: 'a' });
+  const child = spawn(
+    args.demo,
+    [
+      '--no-browser', '--port', String(port), '--epochs', '1', '--limit-batches', '40',
+      '--nan', '--batch-size', '8', '--capsule-dir', args.capsules,
+    ],
+    { stdio: ['ignore', 'pipe', 'pipe'] },
+  );
+  child.stdout.pipe(log);
+  child.stderr.pipe(log);
+  writeFileSync(args.pidfile, String(child.pid));
+  demo = child;
+  const exited = new Promise((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
+  const deadline = Date.now() + START_TIMEOUT_MS;
+  while (Date.now() < deadline) {
+    const gone = await Promise.race([exited, new Promise((r) => setTimeout(() => r(null), 200))]);
+    if (gone) throw new Error(`the demo exited while starting (${JSON.stringify(gone)})`);
+    try {
+      const res = await fetch(`${base}/api/status`);
+      if (res.ok && (await res.json()).state === 'paused') return;
+    } catch {
+      // Not listening yet.
+    }
+  }
+  throw new Error(`the demo did not pause at its first batch within ${START_TIMEOUT_MS / 1000} s`);
+}
+
+function killDemo() {
+  if (!demo || demo.exitCode !== null || demo.signalCode !== null) return Promise.resolve();
+  const child = demo;
+  return new Promise((resolve) => {
+    child.once('exit', resolve);
+    child.kill('SIGKILL');
+  });
+}
+
+const api = async (path) => (await fetch(`${base}${path}`)).json();
+
+let page;
+let browser;
+let shot = 0;
+const consoleErrors = [];
+
+async function screenshot(name) {
+  shot += 1;
+  await page.screenshot({ path: join(args.screenshots, `${String(shot).padStart(2, '0')}-${name}.png`) });
+}
+
+const byTestId = (id) => page.getByTestId(id);
+
+function escapeRegExp(s) {
+  return s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+}
+
+// Waits until the element's whole text matches (a RegExp: part of it).
+async function expectText(id, expected, timeout = UI_TIMEOUT_MS) {
+  const pattern = expected instanceof RegExp ? expected : new RegExp(`^\\s*${escapeRegExp(expected)}\\s*$`);
+  try {
+    await byTestId(id).filter({ hasText: pattern }).first().waitFor({ timeout });
+  } catch {
+    const actual = await byTestId(id).first().textContent({ timeout: 1000 }).catch(() => '(no such element)');
+    throw new Error(`[data-testid=${id}] should read ${pattern}, but reads "${actual}"`);
+  }
+}
+
+const gone = (id, timeout = UI_TIMEOUT_MS) => byTestId(id).waitFor({ state: 'detached', timeout });
+
+// The percentages of the details table, as the dialog should write them.
+const percent = (f) => (!(f > 0) ? '—' : f < 0.001 ? '<0.1%' : `${(f * 100).toFixed(1)}%`);
+
+async function main() {
+  const port = await freePort();
+  base = `http://127.0.0.1:${port}`;
+  writeFileSync(logPath, '');
+  await startDemo(port);
+
+  browser = await chromium.launch({ executablePath: args.chromium, headless: true, args: ['--no-sandbox'] });
+  page = await browser.newPage({ viewport: { width: 1440, height: 900 } });
+  page.on('console', (m) => {
+    // The browser logs the refusal the settings check provokes on purpose.
+    const refused = m.location().url.endsWith('/api/debug/settings') && m.text().includes('status of 400');
+    if (m.type() === 'error' && !refused) consoleErrors.push(m.text());
+  });
+  page.on('pageerror', (e) => consoleErrors.push(`uncaught: ${e.message}`));
+  const architecture = await api('/api/architecture');
+  const layerNames = new Set(architecture.layers.map((l) => l.name));
+
+  let report;
+  await check('the trip the demo hit as it started: paused, and the banner names reasons, position and producer', async () => {
+    const html = await (await fetch(`${base}/`)).text();
+    if (!html.includes('id="app"')) throw new Error('GET / is not the web UI (set NANSENSE_WEB_DIR=web/dist or embed it)');
+    await page.goto(base);
+    await expectText('connection', 'live');
+    await expectText('run-state', 'paused');
+    // At batch size 8 every batch lacks one of the 10 classes: the first
+    // batch, captured and traced for the page, trips.
+    const status = await api('/api/status');
+    const e = status.debug?.error;
+    if (!e) throw new Error(`the demo paused at ${status.live_position?.text} with no numerical error`);
+    if (e.position.text !== status.live_position.text) throw new Error(`paused at ${status.live_position.text}, the trip was at ${e.position.text}`);
+    if (!e.reasons.includes('nan')) throw new Error(`reasons ${e.reasons} lack nan`);
+    report = await api('/api/debug');
+    const p = report.error.root_cause?.producer;
+    if (report.error.root_cause?.status !== 'found' || !p) throw new Error(`no producer: ${JSON.stringify(report.error.root_cause).slice(0, 200)}`);
+    const where = p.layer ? ` of ${p.layer}` : ", outside the model's layers (the loss?)";
+    await expectText(
+      'debug-banner-text',
+      `Numerical issue detected — ${report.error.reason_labels.join(', ')} — at ${e.position.text} — first produced by ${p.op} in the ${p.pass} pass${where}`,
+    );
+    await screenshot('tripped');
+  });
+
+  await check("the producer's node is marked in the diagram and its card is open and in view", async () => {
+    const p = report.error.root_cause.producer;
+    const marked = page.locator('[data-testid^="graph-node-"][data-debug="producer"], [data-testid^="graph-node-"][data-debug="entry"]');
+    await marked.first().waitFor({ timeout: UI_TIMEOUT_MS });
+    if ((await marked.count()) !== 1) throw new Error(`${await marked.count()} nodes are marked as the source`);
+    const layer = await marked.getAttribute('data-layer');
+    const mark = await marked.getAttribute('data-debug');
+    if (p.layer && layerNames.has(p.layer)) {
+      if (layer !== p.layer || mark !== 'producer') throw new Error(`marked ${layer} (${mark}), the producer ran in ${p.layer}`);
+    } else {
+      // Outside the model (the demo's loss): the layer it entered by.
+      const rows = report.error.layers.map((r) => r.layer);
+      if (mark !== 'entry' || !rows.includes(layer)) throw new Error(`marked ${layer} (${mark}), not an affected layer`);
+    }
+    const faint = await page.locator('[data-testid^="graph-node-"][data-debug="propagator"]').count();
+    if (faint === 0) throw new Error('no layer is marked as having passed the values on');
+    const card = byTestId(`card-${layer}`);
+    await card.waitFor({ timeout: UI_TIMEOUT_MS });
+    await expectText(`debug-badge-${layer}`, mark === 'producer' ? 'produced here' : 'entered here');
+    await page.waitForFunction(
+      (name) => {
+        const c = document.querySelector(`[data-testid="card-${CSS.escape(name)}"]`);
+        const s = document.querySelector('[data-testid="cards"]');
+        if (!c || !s) return false;
+        const a = c.getBoundingClientRect();
+        const b = s.getBoundingClientRect();
+        return a.top >= b.top - 1 && a.top < b.bottom;
+      },
+      layer,
+      { timeout: UI_TIMEOUT_MS },
+    );
+    await screenshot('producer-marked');
+  });
+
+  await check('Details: reasons, producer vs propagators, band box, per-layer percentages, capsule', async () => {
+    await byTestId('debug-banner-details').click();
+    await byTestId('debug-dialog').waitFor({ timeout: UI_TIMEOUT_MS });
+    const e = report.error;
+    await expectText('debug-reasons', new RegExp(escapeRegExp(`Reasons: ${e.reason_labels.join(', ')} · ${e.position.text}`)));
+    await expectText('debug-producer', new RegExp(escapeRegExp(e.root_cause.producer.op)));
+    if (e.root_cause.propagator_count > 0) {
+      await expectText('debug-propagators', new RegExp(`${e.root_cause.propagator_count} later ops? only passed non-finite values on`));
+    }
+    if (e.checks_used.includes('under_over')) await expectText('debug-bands', /float32: subnormal when 0 < \|grad\| < 1\.18e-38/);
+    const headers = await byTestId('debug-table').locator('thead th').allTextContents();
+    const want = ['Layer', ...(e.checks_used.includes('nan_inf') ? ['NaN', '±Inf'] : []), ...(e.checks_used.includes('under_over') ? ['subnormal', 'overflow'] : [])];
+    if (headers.slice(0, want.length).join('|') !== want.join('|')) throw new Error(`table headers ${headers} should start ${want}`);
+    // Fresh numbers: later hits merge while the dialog was opened.
+    const now = (await api('/api/debug')).error;
+    const rows = await byTestId('debug-table').locator('tbody tr').count();
+    if (rows !== now.layers.length) throw new Error(`${rows} table rows for ${now.layers.length} reported layers`);
+    for (const r of now.layers) {
+      const cells = await byTestId(`debug-row-${r.layer}`).locator('td').allTextContents();
+      const expected = [r.layer, percent(r.nan), percent(r.inf), percent(r.underflow), percent(r.overflow)].slice(0, want.length);
+      if (cells.slice(0, want.length).join('|') !== expected.join('|')) {
+        throw new Error(`row ${r.layer} reads ${cells.slice(0, want.length)}, expected ${expected}`);
+      }
+    }
+    if (!now.capsule) throw new Error('the report names no capsule');
+    await expectText('debug-capsule-path', now.capsule);
+    await expectText('debug-capsule', /--replay/);
+    await screenshot('details');
+    await byTestId('debug-close').click();
+    await gone('debug-dialog');
+  });
+
+  await check('Dismiss keeps checking: Run pauses at the next trip, with its own banner', async () => {
+    await byTestId('debug-banner-details').click();
+    await byTestId('debug-clear').click();
+    await gone('debug-dialog');
+    await gone('debug-banner');
+    await byTestId('run').click();
+    // The run pauses with the banner; the traced re-run of the untraced
+    // batch then names where the values came from.
+    await expectText('debug-banner-text', /first (produced|seen) by/, RUN_TIMEOUT_MS);
+    await expectText('run-state', 'paused');
+    const status = await api('/api/status');
+    const e = status.debug.error;
+    if (status.state !== 'paused' || e.position.text !== status.live_position.text) {
+      throw new Error(`${status.state} at ${status.live_position.text}, not paused at the trip ${e.position.text}`);
+    }
+    if (e.position.text === report.error.position.text) throw new Error('Run did not get past the dismissed trip');
+    await expectText('debug-banner-text', new RegExp(`^\\s*Numerical issue detected — ${escapeRegExp(e.reason_labels.join(', '))} — at ${escapeRegExp(e.position.text)} — `));
+    // Its source is marked, and its card brought into view, once more.
+    const marked = page.locator('[data-testid^="graph-node-"][data-debug="producer"], [data-testid^="graph-node-"][data-debug="entry"]');
+    await marked.first().waitFor({ timeout: UI_TIMEOUT_MS });
+    await byTestId(`card-${await marked.first().getAttribute('data-layer')}`).waitFor({ timeout: UI_TIMEOUT_MS });
+    await screenshot('next-trip');
+  });
+
+  await check('Silence clears the banner and turns off the check that tripped', async () => {
+    await byTestId('debug-banner-silence').click();
+    await gone('debug-banner');
+    // The banner goes with the pushed status that followed the silence.
+    const r = await api('/api/debug');
+    if (r.error !== null || r.settings.check_nan_inf !== false) throw new Error(`after Silence: ${JSON.stringify(r).slice(0, 300)}`);
+    await screenshot('silenced');
+  });
+
+  await check('the gear dialog refuses a bad threshold with the server message, then saves a partial update', async () => {
+    await byTestId('settings-gear').click();
+    await byTestId('debug-settings-dialog').waitFor({ timeout: UI_TIMEOUT_MS });
+    await byTestId('settings-threshold').waitFor({ timeout: UI_TIMEOUT_MS });
+    if (await byTestId('settings-nan-inf').isChecked()) throw new Error('NaN / ±Inf shows as on after Silence');
+    await byTestId('settings-threshold').fill('2');
+    await byTestId('settings-save').click();
+    await expectText('settings-error', /threshold_fraction must be a fraction in \(0, 1\], got 2/);
+    await screenshot('settings-refused');
+    if ((await api('/api/debug')).settings.threshold_fraction !== 0.1) throw new Error('the refused threshold was applied');
+    await byTestId('settings-threshold').fill('0.25');
+    await byTestId('settings-interval').fill('3');
+    await byTestId('settings-nan-inf').check();
+    await byTestId('settings-save').click();
+    // It closes once the server accepted the update.
+    await gone('debug-settings-dialog');
+    const { settings } = await api('/api/debug');
+    if (settings.threshold_fraction !== 0.25 || settings.interval_batches !== 3 || settings.check_nan_inf !== true) {
+      throw new Error(`saved settings read ${JSON.stringify(settings)}`);
+    }
+  });
+
+  await check('no console errors', async () => {
+    if (consoleErrors.length) throw new Error(consoleErrors.join(' | '));
+  });
+}
+
+let failed = false;
+let passed = 0;
+
+async function check(name, body) {
+  try {
+    await body();
+    passed += 1;
+    console.log(`PASS nan-ui: ${name}`);
+  } catch (e) {
+    failed = true;
+    console.log(`FAIL nan-ui: ${name}: ${e.message.split('\n')[0]}`);
+    if (page) await page.screenshot({ path: join(args.screenshots, 'failure.png') }).catch(() => {});
+    throw e;
+  }
+}
+
+try {
+  await main();
+} catch (e) {
+  if (!failed) console.log(`FAIL nan-ui: ${e.message}`);
+  failed = true;
+  try {
+    const log = readFileSync(logPath, 'utf8').split('\n').slice(-30).join('\n');
+    console.log(`--- demo output (last lines) ---\n${log}`);
+  } catch {
+    // No log to show.
+  }
+} finally {
+  await browser?.close().catch(() => {});
+  await killDemo();
+}
+console.log(`nan-ui: ${passed} checks passed${failed ? ', 1 failed' : ''}; screenshots in ${args.screenshots}`);
+process.exit(failed ? 1 : 0);
