@@ -186,6 +186,20 @@ async function main() {
     await screenshot('producer-marked');
   });
 
+  await check('a later hit merges into the standing error and does not undo what the user chose', async () => {
+    const layer = await page.locator('[data-testid^="graph-node-"][data-debug="entry"], [data-testid^="graph-node-"][data-debug="producer"]').first().getAttribute('data-layer');
+    await byTestId(`hide-${layer}`).click();
+    await gone(`card-${layer}`);
+    // The next batch lacks a class too: it trips, and merges (first
+    // position kept) rather than raising a new error.
+    await byTestId('step').click();
+    await expectText('debug-banner-text', /\(2 checked batches tripped\)/, RUN_TIMEOUT_MS);
+    await expectText('run-state', 'paused');
+    await expectText('debug-banner-text', new RegExp(`at ${escapeRegExp(report.error.position.text)} — `));
+    if (await byTestId(`card-${layer}`).count()) throw new Error(`the hidden card of ${layer} was opened again by a merged hit`);
+    report = await api('/api/debug');
+  });
+
   await check('Details: reasons, producer vs propagators, band box, per-layer percentages, capsule', async () => {
     await byTestId('debug-banner-details').click();
     await byTestId('debug-dialog').waitFor({ timeout: UI_TIMEOUT_MS });
