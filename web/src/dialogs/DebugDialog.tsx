@@ -238,14 +238,18 @@ function TensorList({ label, tensors }: { label: string; tensors: TensorFacts[] 
   );
 }
 
+// "6.10e-05", "2.13e+37": two-digit exponents, as finfo prints them.
+function sci(x: number): string {
+  return x.toExponential(2).replace(/e([+-])(\d)$/, 'e$10$2');
+}
+
 function Bands({ bands }: { bands: DebugBand[] }) {
   const half = bands.some((b) => b.dtype === 'float16');
   return (
     <section class="debug-bands" data-testid="debug-bands">
       {bands.map((b) => (
         <div key={b.dtype} class="mono">
-          {b.dtype}: subnormal when 0 &lt; |grad| &lt; {b.tiny.toExponential(2)}; overflow when |grad| ≥{' '}
-          {b.overflow.toExponential(2)}
+          {b.dtype}: subnormal when 0 &lt; |grad| &lt; {sci(b.tiny)}; overflow when |grad| ≥ {sci(b.overflow)}
         </div>
       ))}
       <p class="debug-tip">
