@@ -287,9 +287,67 @@ async function main() {
     }
   });
 
+  await check('an under/overflow error (pushed by a stand-in): band lines per dtype, the worst layer marked, "<0.1%"', async () => {
+    await bandsError();
+  });
+
   await check('no console errors', async () => {
     if (consoleErrors.length) throw new Error(consoleErrors.join(' | '));
   });
+}
+
+// float16 and bfloat16 gradients are not on the demo's CPU path: a stand-in
+// for /ws pushes the status and GET /api/debug answers the report; the
+// architecture, snapshot and pictures still come from the demo.
+async function bandsError() {
+  const status = await api('/api/status');
+  const position = status.live_position;
+  const rows = [
+    { layer: 'features.0', nan: 0, inf: 0, underflow: 0.0004, overflow: 0, dtype: 'float16', sources: [] },
+    { layer: 'classifier.1', nan: 0, inf: 0, underflow: 0.35, overflow: 0, dtype: 'bfloat16', sources: [] },
+    { layer: 'classifier.4', nan: 0, inf: 0, underflow: 0, overflow: 0.12, dtype: 'float16', sources: [] },
+  ];
+  const error = {
+    position, reasons: ['underflow', 'overflow'], reason_labels: ['subnormal', 'overflow'], checks_used: ['under_over'],
+    layers: rows, root_cause: null, capsule: null, hits: 1,
+    bands: [
+      { dtype: 'float16', tiny: 6.103515625e-5, overflow: 65504 / 16 },
+      { dtype: 'bfloat16', tiny: 1.1754943508222875e-38, overflow: 3.3895313892515355e38 / 16 },
+    ],
+    text: '',
+  };
+  const summary = {
+    reasons: error.reasons, reason_labels: error.reason_labels, position, text: '', layers: rows.map((r) => r.layer),
+    root_cause_status: null, producer: null, capsule: null, hits: 1,
+  };
+  const mocked = await browser.newPage({ viewport: { width: 1440, height: 900 } });
+  await mocked.routeWebSocket(/\/ws$/, (ws) => {
+    ws.send(JSON.stringify({ type: 'status', status: { ...status, debug: { enabled: true, checks: ['under_over'], error: summary } } }));
+  });
+  await mocked.route('**/api/debug', (route) => route.fulfill({ json: { settings: {}, error, checked_batches: 1 } }));
+  const previous = page;
+  page = mocked;
+  try {
+    await mocked.goto(base);
+    await expectText('debug-banner-text', `Numerical issue detected — subnormal, overflow — at ${position.text}`);
+    await mocked.locator('[data-testid="graph-node-classifier.1"][data-debug="worst"]').waitFor({ timeout: UI_TIMEOUT_MS });
+    await expectText('debug-badge-classifier.1', 'worst band share');
+    await byTestId('debug-banner-details').click();
+    await expectText('debug-bands', /float16: subnormal when 0 < \|grad\| < 6\.10e-05; overflow when \|grad\| ≥ 4\.09e\+03/);
+    await expectText('debug-bands', /bfloat16: subnormal when 0 < \|grad\| < 1\.18e-38; overflow when \|grad\| ≥ 2\.12e\+37/);
+    await expectText('debug-bands', /scale the loss/);
+    const headers = await byTestId('debug-table').locator('thead th').allTextContents();
+    if (headers.slice(0, 3).join('|') !== 'Layer|subnormal|overflow') throw new Error(`headers ${headers}: only the check that ran has columns`);
+    const cells = async (layer) => (await byTestId(`debug-row-${layer}`).locator('td').allTextContents()).slice(0, 3).join('|');
+    for (const [layer, want] of [['features.0', 'features.0|<0.1%|—'], ['classifier.1', 'classifier.1|35.0%|—'], ['classifier.4', 'classifier.4|—|12.0%']]) {
+      if ((await cells(layer)) !== want) throw new Error(`row ${layer} reads ${await cells(layer)}, expected ${want}`);
+    }
+    if (await byTestId('debug-root-cause').count()) throw new Error('an under/overflow error has no root cause to show');
+    await screenshot('bands');
+  } finally {
+    page = previous;
+    await mocked.close();
+  }
 }
 
 let failed = false;
