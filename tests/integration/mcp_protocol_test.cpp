@@ -256,7 +256,8 @@ TEST_F(McpProtocolTest, ToolsListDescribesEveryToolWithASchema) {
     }
   }
   for (const char* expected : {"get_status", "get_architecture", "get_layer_stats", "get_weight_stats", "step", "run",
-                               "run_until", "pause", "refresh", "render_layer", "render_input"}) {
+                               "run_until", "pause", "refresh", "render_layer", "render_input", "get_debug_report",
+                               "configure_debug_checks", "silence_debug_check"}) {
     EXPECT_TRUE(names.count(expected)) << expected;
   }
   json step;

@@ -5,6 +5,7 @@
 #include <nansense/nansense.h>
 #include <torch/torch.h>
 
+#include <filesystem>
 #include <thread>
 
 #include "integration/mcp_client.h"
@@ -335,4 +336,53 @@ TEST(McpImageTest, WideStripsAreDownscaledAndSaySo) {
   session.detach();
   loop.join();
 }
+}  // namespace
+
+namespace {
+
+class McpDebugToolsTest : public TrainingServerTest {};
+
+TEST_F(McpDebugToolsTest, AgentsReadConfigureAndSilenceTheChecks) {
+  start(/*epochs=*/1, /*train_batches=*/4, /*val_batches=*/1);
+  wait_paused();
+  const auto dir = std::filesystem::temp_directory_path() / ("nansense-mcp-debug-" + std::to_string(::getpid()));
+  session_->set_debug_settings(session_->debug_settings().capsule_dir(dir.string()));
+  McpClient client(port_);
+  client.initialize();
+
+  json quiet = client.tool_json("get_debug_report");
+  EXPECT_TRUE(quiet["error"].is_null());
+  EXPECT_EQ(quiet["settings"]["interval_batches"], 1);
+
+  // Partial updates: what is left out keeps its value; bad values are tool errors.
+  json updated = client.tool_json("configure_debug_checks", {{"threshold_fraction", 0.25}, {"allow", {"masked_fill"}}});
+  EXPECT_EQ(updated["settings"]["threshold_fraction"], 0.25);
+  EXPECT_EQ(updated["settings"]["allow"], json({"masked_fill"}));
+  EXPECT_EQ(updated["settings"]["check_nan_inf"], true);
+  json bad = client.tool("configure_debug_checks", {{"threshold_fraction", 1.5}});
+  EXPECT_TRUE(bad["isError"].get<bool>());
+  EXPECT_NE(text_of(bad).find("1 or less"), std::string::npos) << text_of(bad);
+  EXPECT_NE(text_of(bad).find("1.5"), std::string::npos) << text_of(bad);
+  json zero = client.tool("configure_debug_checks", {{"threshold_fraction", 0}});
+  EXPECT_TRUE(zero["isError"].get<bool>());
+  EXPECT_NE(text_of(zero).find("(0, 1]"), std::string::npos) << text_of(zero);
+  json category = client.tool("silence_debug_check", {{"category", "nan"}});
+  EXPECT_TRUE(category["isError"].get<bool>());
+
+  // A NaN in batch 2 of a detached run pauses it; the agent reads the report.
+  train_[2].first[0][0] = NAN;
+  client.tool_json("run", {{"detach", true}});
+  ASSERT_EQ(session_->wait_until_stopped(20s), nansense::RunState::kPaused);
+  json report = client.tool_json("get_debug_report");
+  ASSERT_TRUE(report["error"].is_object()) << report.dump();
+  EXPECT_EQ(report["error"]["position"]["batch_idx"], 2);
+  EXPECT_EQ(report["error"]["reasons"][0], "nan");
+  EXPECT_EQ(client.tool_json("get_status")["debug"]["error"]["producer"]["layer"], "fc1");
+
+  json silenced = client.tool_json("silence_debug_check");
+  EXPECT_TRUE(silenced["error"].is_null());
+  EXPECT_EQ(silenced["settings"]["check_nan_inf"], false);
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace

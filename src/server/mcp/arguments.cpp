@@ -175,6 +175,21 @@ double Arguments::number(const std::string& key) const { return value(key).get<d
 
 bool Arguments::boolean(const std::string& key) const { return value(key).get<bool>(); }
 
+std::optional<bool> Arguments::optional_boolean(const std::string& key) const {
+  const json& v = value(key);
+  return v.is_null() ? std::nullopt : std::optional<bool>(v.get<bool>());
+}
+
+std::optional<double> Arguments::optional_number(const std::string& key) const {
+  const json& v = value(key);
+  return v.is_null() ? std::nullopt : std::optional<double>(v.get<double>());
+}
+
+std::optional<std::vector<std::string>> Arguments::optional_strings(const std::string& key) const {
+  const json& v = value(key);
+  return v.is_null() ? std::nullopt : std::optional<std::vector<std::string>>(v.get<std::vector<std::string>>());
+}
+
 std::vector<std::string> Arguments::strings(const std::string& key) const {
   const json& v = value(key);
   return v.is_null() ? std::vector<std::string>{} : v.get<std::vector<std::string>>();

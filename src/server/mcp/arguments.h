@@ -35,6 +35,10 @@ class Arguments {
   std::optional<int64_t> optional_integer(const std::string& key) const;
   double number(const std::string& key) const;
   bool boolean(const std::string& key) const;
+  // Absent (and without a default): nullopt, for partial updates.
+  std::optional<bool> optional_boolean(const std::string& key) const;
+  std::optional<double> optional_number(const std::string& key) const;
+  std::optional<std::vector<std::string>> optional_strings(const std::string& key) const;
   std::vector<std::string> strings(const std::string& key) const;  // empty when absent
 
  private:

@@ -16,7 +16,10 @@ const char* const kInstructions =
     "run with step (batch, phase or epoch), run_until (a phase/epoch/batch position), run (to the end, or detached) "
     "and pause; each command waits for the next pause up to timeout_seconds and returns the status. Two positions "
     "matter: live_position is where the loop is now, snapshot_position is the batch every stats tool and picture "
-    "describes; while the loop runs, refresh captures a newer batch without pausing. Numbers are rounded to 6 "
+    "describes; while the loop runs, refresh captures a newer batch without pausing. When a NaN, an Inf or a "
+    "gradient under/overflow appears, the run pauses before the optimizer step and get_status's debug field says "
+    "so: get_debug_report names the op that produced it and the layers affected; configure_debug_checks and "
+    "silence_debug_check tune the checks. Numbers are rounded to 6 "
     "significant digits; non-finite values are the strings \"nan\", \"inf\", \"-inf\". A refusal (finished run, "
     "lost loop, unknown layer, bad argument) is a tool error whose message says what to do instead.";
 
@@ -298,6 +301,75 @@ std::vector<Tools::Tool> tool_table() {
                "new snapshot arrived. When paused the snapshot is already current (refreshed=false).",
                object_schema({{"timeout_seconds", timeout_arg(10)}}), false,
                [](Controller& c, const Arguments& a) { return json_result(c.refresh(wait_of(a))); }});
+
+  t.push_back({"get_debug_report", "Numerical issues: NaN/Inf and gradient under/overflow",
+               "The numerical checks' settings and the standing error, if any: where it was first seen (position), "
+               "its reasons (nan, inf, underflow = subnormal gradients, overflow), the checks that ran, one row per "
+               "affected layer with the fraction of its values that are NaN / Inf and the fraction of its summed "
+               "|grad| in the subnormal / overflow band, the gradient dtype and its band edges, and the root cause: "
+               "the producer op (the first op, forward or backward, whose inputs were finite and whose output was "
+               "not; with its layer, shapes, dtypes and the finite range of its inputs) told apart from the ops that "
+               "only propagated it, plus the NaN capsule file that replays the batch bit for bit. error is null "
+               "when nothing tripped. A trip pauses the run before the optimizer step, so the weights are still "
+               "the pre-step ones: inspect with get_weight_stats / render_layer.",
+               object_schema(json::object()), true,
+               [](Controller& c, const Arguments&) { return json_result(c.get_debug_report()); }});
+
+  t.push_back({"configure_debug_checks", "Configure the numerical checks",
+               "Change the numerical checks; arguments left out keep their value. Returns get_debug_report. "
+               "Values out of range are refused with the reason.",
+               object_schema(
+                   {{"enabled", {{"type", "boolean"}, {"description", "Master switch for every check."}}},
+                    {"interval_batches",
+                     {{"type", "integer"}, {"minimum", 1},
+                      {"description", "Check every n-th batch (1 = every batch, the default)."}}},
+                    {"check_nan_inf",
+                     {{"type", "boolean"},
+                      {"description", "Trip on any NaN or +-Inf in activations, their gradients or weight gradients."}}},
+                    {"check_under_over",
+                     {{"type", "boolean"},
+                      {"description", "Trip on gradients in the subnormal (0 < |g| < finfo.tiny) or overflow "
+                                      "(|g| >= finfo.max/16) band of their dtype."}}},
+                    {"threshold_fraction",
+                     {{"type", "number"}, {"exclusiveMinimum", 0}, {"maximum", 1},
+                      {"description", "Under/overflow trips when the band holds at least this fraction of a "
+                                      "layer's summed finite |grad| (default 0.1)."}}},
+                    {"trace_interval_batches",
+                     {{"type", "integer"}, {"minimum", 0},
+                      {"description", "Also trace every n-th batch at op level (0 = never; about 10% of the "
+                                      "traced batch's time). Tripped batches are traced anyway."}}},
+                    {"rerun_to_trace",
+                     {{"type", "boolean"},
+                      {"description", "Re-run a tripped batch that was not traced from its recorded state, traced, "
+                                      "to name the producer op."}}},
+                    {"allow",
+                     {{"type", "array"}, {"items", {{"type", "string"}}}, {"maxItems", 256},
+                      {"description", "Intended non-finite values that must not trip: op names (\"masked_fill\") or "
+                                      "layer names; replaces the list, [] clears it."}}}}),
+               false, [](Controller& c, const Arguments& a) {
+                 Controller::DebugChecksUpdate u;
+                 u.enabled = a.optional_boolean("enabled");
+                 u.interval_batches = a.optional_integer("interval_batches");
+                 u.check_nan_inf = a.optional_boolean("check_nan_inf");
+                 u.check_under_over = a.optional_boolean("check_under_over");
+                 u.threshold_fraction = a.optional_number("threshold_fraction");
+                 u.trace_interval_batches = a.optional_integer("trace_interval_batches");
+                 u.rerun_to_trace = a.optional_boolean("rerun_to_trace");
+                 u.allow = a.optional_strings("allow");
+                 return json_result(c.configure_debug_checks(u));
+               }});
+
+  t.push_back({"silence_debug_check", "Silence a numerical check",
+               "Turn a check category off and clear it from the standing error: \"nan_inf\" or \"under_over\"; "
+               "without a category, every category of the standing error. Use it when the values are intended; "
+               "configure_debug_checks turns a check back on. Returns get_debug_report.",
+               object_schema({{"category", {{"type", "string"},
+                                            {"enum", {"nan_inf", "under_over"}},
+                                            {"description", "The category to silence; omit for those of the "
+                                                            "standing error."}}}}),
+               false, [](Controller& c, const Arguments& a) {
+                 return json_result(c.silence_debug_check(a.optional_string("category")));
+               }});
 
   t.push_back(
       {"render_layer", "Picture a layer's activations and gradients",
