@@ -21,7 +21,9 @@ class Table {
     auto it = index_.find(layer);
     if (it != index_.end()) return rows_[it->second];
     index_[layer] = rows_.size();
-    rows_.push_back(Row{LayerReport{layer}, false});
+    Row row;
+    row.report.layer = layer;
+    rows_.push_back(std::move(row));
     return rows_.back();
   }
   std::vector<Row>& rows() { return rows_; }

@@ -62,7 +62,9 @@ CapsuleInput FlightRecorder::capsule_input(torch::optim::Optimizer* optimizer) c
     }
   }
   if (item_.empty()) {
-    in.notes.push_back("the batch item had no tensors the recorder could see (specialise nansense::ItemTensors)");
+    static const std::string kNoTensors =
+        "the batch item had no tensors the recorder could see (specialise nansense::ItemTensors)";
+    in.notes.push_back(kNoTensors);
   }
   return in;
 }
