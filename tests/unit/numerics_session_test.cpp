@@ -181,6 +181,34 @@ TEST(NumericsSession, ATracedBatchPausesAtOnceAndPublishesPreStepWeights) {
   EXPECT_EQ(session.live_position()->batch_idx, 2);
 }
 
+TEST(NumericsSession, AForwardOnlyBatchTripsOnItsActivationsAndPausesAtItsEnd) {
+  test::TwoLayer model;
+  auto data = test::make_batches(3);
+  data[1].first[2][1] = INFINITY;
+  auto session = start(model, StartOptions().debug(DebugSettings().capsule_dir("")));
+  ASSERT_TRUE(serve(session, quiet_server()));
+  TrainingThread loop(session, [&] {
+    torch::NoGradGuard no_grad;
+    for (auto& batch : session.batches(data, "val")) model->forward(batch.first);
+    session.close();
+  });
+  ASSERT_EQ(session.wait_until_stopped(kWait), RunState::kPaused);
+  session.step_batch();  // batch 1 is captured (step mode), so traced
+  ASSERT_EQ(session.wait_until_stopped(kWait), RunState::kPaused);
+  auto error = session.debug_error();
+  ASSERT_TRUE(error);
+  EXPECT_EQ(error->position.phase, "val");
+  EXPECT_EQ(error->position.batch_idx, 1);
+  EXPECT_EQ(error->checks_used, (std::vector<std::string>{"nan_inf", "under_over"}));
+  ASSERT_FALSE(error->layers.empty());
+  EXPECT_EQ(error->layers[0].layer, "input");
+  EXPECT_DOUBLE_EQ(error->layers[0].inf, 1.0 / 20);
+  EXPECT_EQ(error->layers[0].sources, (std::vector<std::string>{"activation"}));
+  ASSERT_TRUE(error->root_cause);
+  EXPECT_EQ(error->root_cause->status, RootCause::Status::kFromOutside);
+  EXPECT_EQ(session.snapshot()->position.batch_idx, 1);
+}
+
 TEST(NumericsSession, WithoutAUiTheRunGoesOnAndTheIntervalIsHonoured) {
   torch::manual_seed(3);
   test::TwoLayer model;
