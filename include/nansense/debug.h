@@ -143,6 +143,9 @@ struct RootCause {
   // The first ops that only passed non-finite values on, and how many there were.
   std::vector<OpReport> propagators;
   int64_t propagator_count = 0;
+  // Later ops that also made non-finite values from finite inputs (the same
+  // fault hit again: a loss term per missing class, say).
+  int64_t other_producer_count = 0;
   // One sentence a person reads first.
   std::string summary;
 };

@@ -73,7 +73,8 @@ json to_json(const RootCause& cause) {
           {"summary", cause.summary},
           {"producer", cause.producer ? to_json(*cause.producer) : json(nullptr)},
           {"propagators", propagators},
-          {"propagator_count", cause.propagator_count}};
+          {"propagator_count", cause.propagator_count},
+          {"other_producer_count", cause.other_producer_count}};
 }
 
 json to_json(const LayerReport& row) {

@@ -28,6 +28,13 @@ void add_reason(std::vector<std::string>& reasons, const char* reason) {
   });
 }
 
+RootCause cause_of(RootCause::Status status, std::string summary) {
+  RootCause cause;
+  cause.status = status;
+  cause.summary = std::move(summary);
+  return cause;
+}
+
 }  // namespace
 
 Monitor::Monitor(torch::nn::Module& model, torch::optim::Optimizer* optimizer, const DebugSettings& settings,
@@ -223,17 +230,17 @@ void Monitor::handle_hit(DebugError hit, bool in_backward) {
   hit.capsule = write_capsule(hit);
   const bool nan_inf = has_nan_inf(hit.reasons);
   if (!traced_ && nan_inf && settings_.rerun_to_trace() && in_backward && !capsule_bytes_.empty()) {
-    hit.root_cause = RootCause{RootCause::Status::kPending, std::nullopt, {}, 0,
-                               "this batch was not traced: it runs again from the recorded state, traced, to "
-                               "name the producer"};
+    hit.root_cause = cause_of(RootCause::Status::kPending,
+                              "this batch was not traced: it runs again from the recorded state, traced, to "
+                              "name the producer");
     state_.record(hit);
     rerun_pending_ = true;
     return;
   }
   if (nan_inf && !hit.root_cause) {
-    hit.root_cause = RootCause{RootCause::Status::kNotTraced, std::nullopt, {}, 0,
-                               "this batch was not traced: step to it with the UI, set trace_interval, or turn "
-                               "rerun_to_trace on to name the producer"};
+    hit.root_cause = cause_of(RootCause::Status::kNotTraced,
+                              "this batch was not traced: step to it with the UI, set trace_interval, or turn "
+                              "rerun_to_trace on to name the producer");
   }
   state_.record(hit);
   log(hit);

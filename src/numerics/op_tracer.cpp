@@ -225,7 +225,7 @@ std::string OpTracer::origin_of(const torch::Tensor& t) const {
 
 OpReport OpTracer::report(const Frame& frame, const std::vector<torch::Tensor>& outputs, bool backward,
                           const std::string& node, const std::string& forward_op,
-                          const std::optional<std::string>& layer, bool with_ranges) const {
+                          const std::optional<std::string>& layer) const {
   OpReport r;
   r.op = frame.name;
   r.pass = backward ? "backward" : backward_done_ ? "step" : "forward";
@@ -233,7 +233,7 @@ OpReport OpTracer::report(const Frame& frame, const std::vector<torch::Tensor>& 
   r.forward_op = forward_op;
   r.layer = layer;
   r.index = index_;
-  for (const auto& in : frame.inputs) r.inputs.push_back(facts_of(in, with_ranges && in.numel() > 0));
+  for (const auto& in : frame.inputs) r.inputs.push_back(facts_of(in, in.numel() > 0));
   for (const auto& out : outputs) r.outputs.push_back(facts_of(out, checkable(out)));
   return r;
 }
@@ -338,16 +338,20 @@ void OpTracer::process(const Frame& frame, const std::vector<torch::Tensor>& out
   saw_nan_ = saw_nan_ || out_nan;
   saw_inf_ = saw_inf_ || out_inf;
   if (!producer_ && (!input_bad || outside)) {
-    producer_ = report(frame, outputs, backward, node, forward_op, layer, /*with_ranges=*/true);
+    producer_ = report(frame, outputs, backward, node, forward_op, layer);
     if (input_bad) {
       from_outside_ = true;
       outside_summary_ = origin_of(*outside);
     }
     return;
   }
+  if (!input_bad) {
+    ++other_producers_;
+    return;
+  }
   ++propagator_count_;
   if (propagators_.size() < 8) {
-    propagators_.push_back(report(frame, outputs, backward, node, forward_op, layer, /*with_ranges=*/false));
+    propagators_.push_back(report(frame, outputs, backward, node, forward_op, layer));
   }
 }
 
@@ -355,6 +359,7 @@ RootCause OpTracer::result() const {
   RootCause cause;
   cause.propagators = propagators_;
   cause.propagator_count = propagator_count_;
+  cause.other_producer_count = other_producers_;
   if (!producer_) {
     cause.status = RootCause::Status::kNotTraced;
     cause.summary = error_.empty() ? "no traced op made or passed on a non-finite value" : error_;

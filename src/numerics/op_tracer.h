@@ -77,7 +77,7 @@ class OpTracer {
   std::string origin_of(const torch::Tensor& t) const;
   OpReport report(const Frame& frame, const std::vector<torch::Tensor>& outputs, bool backward,
                   const std::string& node, const std::string& forward_op,
-                  const std::optional<std::string>& layer, bool with_ranges) const;
+                  const std::optional<std::string>& layer) const;
 
   std::vector<std::string> allow_;
   LayerNamer namer_;
@@ -102,6 +102,7 @@ class OpTracer {
   std::string outside_summary_;
   std::vector<OpReport> propagators_;
   int64_t propagator_count_ = 0;
+  int64_t other_producers_ = 0;
   bool saw_nan_ = false;
   bool saw_inf_ = false;
   std::string error_;

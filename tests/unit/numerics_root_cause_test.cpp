@@ -67,6 +67,22 @@ TEST(RootCause, ZeroOverZeroNamesTheDivAndItsLayer) {
   EXPECT_EQ(cause.propagator_count, 1);  // exp
 }
 
+TEST(RootCause, TheSameFaultAgainCountsAsAnotherProducerNotAPropagator) {
+  Net net;
+  auto cause = trace(net, [&] {
+    auto a = torch::zeros({2}) / torch::zeros({2});  // the producer
+    auto b = torch::ones({2}) / torch::zeros({2});   // made again, from finite inputs
+    (void)(a + b);                                   // passes it on
+  });
+  ASSERT_EQ(cause.status, RootCause::Status::kFound);
+  EXPECT_EQ(cause.producer->outputs[0].nan, 2);
+  EXPECT_EQ(cause.other_producer_count, 1);
+  EXPECT_EQ(cause.propagator_count, 1);
+  ASSERT_EQ(cause.propagators.size(), 1u);
+  EXPECT_EQ(cause.propagators[0].op, "aten::add");
+  EXPECT_EQ(cause.propagators[0].inputs[1].pos_inf, 2);  // propagators show what they received
+}
+
 TEST(RootCause, AParameterAlreadyNonFiniteIsBlamedOnItsModule) {
   Net net;
   {
