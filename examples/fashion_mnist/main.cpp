@@ -8,11 +8,13 @@
 // --replay <capsule> runs that batch again, bit for bit, with the UI paused on it.
 
 #include <CLI/CLI.hpp>
+#include <unistd.h>
 #include <nansense/nansense.h>
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <exception>
+#include <filesystem>
 #include <iomanip>
 #include <iostream>
 #include <optional>
@@ -38,7 +40,15 @@ struct Flags {
   bool nan = false;
   std::string replay;
   std::string capsule_dir = "nansense_capsules";
+  std::string cache_dir;  // empty: a folder of this run's own, removed at exit
+  int64_t start_epoch = 0;
 };
+
+// The default time-travel cache: private to this process, so demos running
+// side by side (the browser tests) never adopt each other's checkpoints.
+std::filesystem::path own_cache_dir() {
+  return std::filesystem::temp_directory_path() / ("nansense_fashion_mnist_" + std::to_string(::getpid()));
+}
 
 // The NaN scheme's toy loss: binary cross-entropy per class, each divided by
 // the number of the batch's samples of that class. A batch that lacks a class
@@ -150,6 +160,10 @@ int main(int argc, char** argv) {
   app.add_option("--replay", flags.replay,
                  "Replay a NaN capsule bit for bit, paused in the UI (use the flags of the run that wrote it)");
   app.add_option("--capsule-dir", flags.capsule_dir, "Where NaN capsules are written")->capture_default_str();
+  app.add_option("--cache-dir", flags.cache_dir,
+                 "Time-travel checkpoint folder, kept after the run (default: a temp folder removed at exit)");
+  app.add_option("--start-epoch", flags.start_epoch, "Resume at this epoch from --cache-dir's checkpoint")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
   if (!flags.replay.empty()) return replay(flags, stop_signal);
 
@@ -197,8 +211,21 @@ int main(int argc, char** argv) {
   Take train_data(*train_loader, flags.limit_batches);
   Take val_data(*val_loader, flags.limit_batches);
 
+  const bool own_cache = flags.cache_dir.empty();
+  if (own_cache && flags.start_epoch > 0) {
+    std::cerr << "fashion_mnist_demo: --start-epoch needs --cache-dir, the folder to resume from\n";
+    return 1;
+  }
+  const std::filesystem::path cache_dir = own_cache ? own_cache_dir() : std::filesystem::path(flags.cache_dir);
+  auto remove_own_cache = [&] {
+    std::error_code ignored;
+    if (own_cache) std::filesystem::remove_all(cache_dir, ignored);
+  };
+
   std::cout << std::fixed << std::setprecision(4);
-  for (int64_t epoch = 0; epoch < flags.epochs && !stop_signal.requested(); ++epoch) {
+  // One epoch; session.epochs() checkpoints each start so the UI can rewind.
+  auto train_epoch = [&](int64_t epoch) {
+    if (stop_signal.requested()) return;
     model->train();
     double train_loss = 0;
     int64_t train_seen = 0;
@@ -211,7 +238,7 @@ int main(int argc, char** argv) {
       train_loss += loss.item<double>();
       ++train_seen;
     }
-    if (stop_signal.requested()) break;
+    if (stop_signal.requested()) return;
 
     torch::NoGradGuard no_grad;
     model->eval();
@@ -225,7 +252,7 @@ int main(int argc, char** argv) {
       total += batch.target.size(0);
       ++val_seen;
     }
-    if (stop_signal.requested()) break;
+    if (stop_signal.requested()) return;
     scheduler.step();
 
     std::cout << "epoch " << epoch + 1 << "/" << flags.epochs
@@ -233,12 +260,24 @@ int main(int argc, char** argv) {
               << "  val loss " << val_loss / std::max<int64_t>(val_seen, 1)
               << "  val accuracy " << std::setprecision(2) << 100.0 * correct / std::max<int64_t>(total, 1)
               << "%" << std::setprecision(4) << std::endl;
+  };
+  try {
+    session.epochs(flags.epochs, train_epoch,
+                   nansense::EpochOptions().cache_dir(cache_dir.string()).start_epoch(flags.start_epoch));
+  } catch (const nansense::TimeTravelError& e) {
+    std::cerr << "fashion_mnist_demo: " << e.what() << "\n";
+    remove_own_cache();
+    return 1;
   }
   session.close();
-  if (stop_signal.requested()) return 0;
+  if (stop_signal.requested()) {
+    remove_own_cache();
+    return 0;
+  }
 
   if (flags.exit_when_done) {
     std::cout << "Training finished" << std::endl;
+    remove_own_cache();
     return 0;
   }
   // The session keeps serving the last captured state for post-mortem browsing.
@@ -246,5 +285,6 @@ int main(int argc, char** argv) {
   std::cout << "Training finished — the UI stays up at " << (url.empty() ? "(not served)" : url)
             << "; press Ctrl-C to exit" << std::endl;
   stop_signal.wait();
+  remove_own_cache();
   return 0;
 }

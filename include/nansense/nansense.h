@@ -11,3 +11,4 @@
 #include "nansense/schedule.h"
 #include "nansense/session.h"
 #include "nansense/snapshot.h"
+#include "nansense/time_travel.h"

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <exception>
+#include <functional>
 #include <iterator>
 #include <memory>
 #include <optional>
@@ -20,6 +21,7 @@
 #include "nansense/position.h"
 #include "nansense/schedule.h"
 #include "nansense/snapshot.h"
+#include "nansense/time_travel.h"
 
 namespace nansense {
 
@@ -155,6 +157,25 @@ class Session {
   Batches<Range> batches(Range& loader, std::string phase, std::optional<int64_t> epoch = std::nullopt) {
     return Batches<Range>(core_.get(), loader, std::move(phase), epoch);
   }
+
+  // The time-travel epoch loop (see nansense/time_travel.h): runs body(epoch)
+  // for epoch = options.start_epoch() .. n-1 on this thread, checkpointing
+  // every epoch start to options.cache_dir() before the body runs. A jump
+  // from the UI unwinds the body (a TimeTravelJump, not a std::exception),
+  // restores the target epoch's state and runs the body again from there,
+  // pausing on its first batch. Sets the schedule's epoch count to n; the
+  // batches() inside take their epoch from the loop. Throws TimeTravelError
+  // when resuming at start_epoch is impossible; the body's own exceptions pass
+  // through. On a disabled session: body(0) .. body(n-1), no disk access.
+  void epochs(int64_t n, std::function<void(int64_t epoch)> body, EpochOptions options = {});
+  // What the UI needs for its Time Travel dialog. Callable from any thread.
+  TimeTravelStatus time_travel_status() const;
+  // Asks the training thread to jump back (or forward) to the start of a
+  // cached epoch at its next batch boundary, paused or running. Callable from
+  // any thread. Throws TimeTravelError when refused (no epochs() loop running,
+  // epoch out of range or not cached, a corrupted or foreign checkpoint,
+  // training finished or lost).
+  void request_time_travel(int64_t epoch);
 
   // Re-declare the schedule mid-run (batch counters are kept); nullopt leaves
   // that part unchanged.

@@ -116,8 +116,9 @@ std::function<HttpResponse(Controller&, const HttpRequest&)> json_route(F handle
   };
 }
 
-const std::map<std::string, Route>& routes() {
-  static const std::map<std::string, Route> table = {
+// One route per method and path.
+const std::multimap<std::string, Route>& routes() {
+  static const std::multimap<std::string, Route> table = {
       {"/api/status", {"GET", json_route([](Controller& c, const HttpRequest&) { return c.get_status(); })}},
       {"/api/architecture", {"GET", json_route([](Controller& c, const HttpRequest&) { return c.get_architecture(); })}},
       {"/api/snapshot", {"GET", json_route([](Controller& c, const HttpRequest&) { return c.get_snapshot(); })}},
@@ -172,6 +173,13 @@ const std::map<std::string, Route>& routes() {
        {"POST", json_route([](Controller& c, const HttpRequest& r) {
           Body body(r.body, {});
           return c.clear_debug_error();
+        })}},
+      {"/api/time_travel",
+       {"GET", json_route([](Controller& c, const HttpRequest&) { return c.get_time_travel_status(); })}},
+      {"/api/time_travel",
+       {"POST", json_route([](Controller& c, const HttpRequest& r) {
+          Body body(r.body, {"epoch"});
+          return c.time_travel(body.required_integer("epoch"), body.wait());
         })}},
       {"/api/render/layer", {"GET", render_layer}},
       {"/api/render/input", {"GET", render_input}},
@@ -310,18 +318,23 @@ json weight_stats(Controller& controller, const HttpRequest& request) {
 }  // namespace
 
 HttpResponse handle_api(Controller& controller, const HttpRequest& request) {
-  auto it = routes().find(request.path);
-  if (it == routes().end()) {
+  auto [first, last] = routes().equal_range(request.path);
+  if (first == last) {
     return error_response(404, "no API route " + request.path + "; see GET / for the list");
   }
-  const Route& route = it->second;
-  if (request.method != route.method) {
-    auto res = error_response(405, request.path + " accepts " + route.method + ", not " + request.method);
-    res.headers.emplace_back("Allow", route.method);
+  const Route* route = nullptr;
+  std::string allowed;
+  for (auto it = first; it != last; ++it) {
+    if (it->second.method == request.method) route = &it->second;
+    allowed += (allowed.empty() ? "" : ", ") + it->second.method;
+  }
+  if (!route) {
+    auto res = error_response(405, request.path + " accepts " + allowed + ", not " + request.method);
+    res.headers.emplace_back("Allow", allowed);
     return res;
   }
   try {
-    return route.handle(controller, request);
+    return route->handle(controller, request);
   } catch (const ControllerError& e) {
     return error_response(status_for(e.kind()), e.what());
   }

@@ -41,9 +41,7 @@ json Controller::get_status() const {
     status["paused_at_ms"] =
         std::chrono::duration_cast<std::chrono::milliseconds>(since->time_since_epoch()).count();
   }
-  status["time_travel"] = {{"available", false},
-                           {"reason", "time travel needs the epoch loop session.epochs(n, body), which "
-                                      "checkpoints every epoch start; this run does not use it"}};
+  status["time_travel"] = time_travel_summary();
   if (state == RunState::kLost) status["lost_reason"] = core_.control().lost_reason();
   auto errors = core_.internal_errors();
   if (!errors.empty()) status["internal_errors"] = errors;
@@ -323,6 +321,21 @@ json Controller::run_until(const std::string& phase, int64_t epoch, int64_t batc
   target.epoch = epoch;
   target.batch_idx = batch;
   return command([&] { core_.control().step_until_position(target); }, wait);
+}
+
+json Controller::time_travel(int64_t epoch, Wait wait) {
+  return command(
+      [&] {
+        if (!core_.restorer().active()) {
+          throw ControllerError(ControllerError::Kind::kConflict, core_.restorer().status().reason);
+        }
+        try {
+          core_.request_time_travel(epoch);
+        } catch (const TimeTravelError& e) {
+          throw ControllerError(ControllerError::Kind::kInvalidArgument, e.what());
+        }
+      },
+      wait);
 }
 
 json Controller::refresh(Wait wait) {

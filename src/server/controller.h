@@ -92,6 +92,18 @@ class Controller {
   json run_until(const std::string& phase, int64_t epoch, int64_t batch, Wait wait = std::nullopt);
   json refresh(Wait wait = std::nullopt);
 
+  // --- time travel (controller_time_travel.cpp) ---
+  // The Time Travel dialog's data: availability and reason, cached epochs,
+  // the epoch count, the current and pending epochs, the cache folder with
+  // its budget and use, per-checkpoint sizes, jumps done and the last problem.
+  json get_time_travel_status() const;
+  // Jumps to the start of a cached epoch, paused or running; waits like the
+  // other commands for the pause on the target's first batch. Refused:
+  // kConflict without a running epochs() loop (or on a finished/lost run),
+  // kInvalidArgument for an epoch out of range, not cached, or whose
+  // checkpoint is corrupted or belongs to another model.
+  json time_travel(int64_t epoch, Wait wait = std::nullopt);
+
   // --- numerical debugging (controller_debug.cpp) ---
   // The checks' settings, the standing error (null when none: reasons,
   // position, per-layer fractions, band edges, root cause, capsule) and how
@@ -119,6 +131,8 @@ class Controller {
  private:
   template <class F>
   json command(F&& apply, Wait wait);
+  // The `time_travel` field of get_status(): what the button needs.
+  json time_travel_summary() const;
   // The `debug` field of get_status(): what a banner shows.
   json debug_summary() const;
   // The last published snapshot; kNotFound before the first capture.

@@ -34,7 +34,7 @@ BoundaryDecision RunControl::decide(const BatchPosition& pos) {
 
 void RunControl::pause_at(const BatchPosition& pos) {
   std::unique_lock lock(mu_);
-  if (finished_ || lost_) return;
+  if (finished_ || lost_ || interrupted_) return;
   // A command given while this batch ran (run, detach, step phase...) decides
   // instead of the mode this batch started under.
   if (commands_ != commands_at_decision_ && !pauses_at(pos)) return;
@@ -45,8 +45,8 @@ void RunControl::pause_at(const BatchPosition& pos) {
   resume_ = false;
   changed();
   while (true) {
-    cv_.wait(lock, [&] { return resume_ || finished_ || lost_ || !work_.empty(); });
-    if (!work_.empty()) {
+    cv_.wait(lock, [&] { return resume_ || finished_ || lost_ || interrupted_ || !work_.empty(); });
+    if (!work_.empty() && !interrupted_) {
       auto work = std::move(work_.front());
       work_.pop_front();
       lock.unlock();
@@ -178,6 +178,20 @@ void RunControl::post(std::function<void()> work) {
   require_live();
   work_.push_back(std::move(work));
   cv_.notify_all();
+}
+
+void RunControl::interrupt() {
+  std::lock_guard lock(mu_);
+  interrupted_ = true;
+  // Running from now on, like a resume: a wait after this must wait for the
+  // pause at the jump's target, not return on this one.
+  paused_at_.reset();
+  changed();
+}
+
+void RunControl::clear_interrupt() {
+  std::lock_guard lock(mu_);
+  interrupted_ = false;
 }
 
 RunState RunControl::state() const {

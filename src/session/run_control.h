@@ -47,6 +47,11 @@ class RunControl {
   void mark_lost(const std::string& reason);
   // Queues `work` for the training thread; it runs at the current or next pause.
   void post(std::function<void()> work);
+  // Leaves the current pause, and makes pause_at() return at once, until
+  // clear_interrupt(): the training thread must reach a batch boundary to
+  // carry out a time-travel jump. The mode is kept.
+  void interrupt();
+  void clear_interrupt();
 
   RunState state() const;
   Mode mode() const;
@@ -89,6 +94,7 @@ class RunControl {
   bool snapshot_requested_ = false;
   bool finished_ = false;
   bool lost_ = false;
+  bool interrupted_ = false;
   std::string lost_reason_;
   std::deque<std::function<void()>> work_;
 };

@@ -43,6 +43,7 @@ SessionCore::SessionCore(std::shared_ptr<torch::nn::Module> model, const StartOp
       display_(options.serve_options()),
       schedule_(options.epochs(), options.phases()) {
   if (!model_) throw UsageError("nansense::start needs a model, got a null module");
+  restorer_ = make_restorer(options.scheduler());
   try {
     numerics_ = make_monitor(options.debug());
   } catch (const std::invalid_argument& e) {
@@ -73,6 +74,8 @@ SessionCore::~SessionCore() {
 
 bool SessionCore::begin_batch(const std::string& phase, std::optional<int64_t> epoch) {
   if (closed_) throw UsageError("batches() was used after session.close()");
+  if (restorer_->jump_armed()) throw_if_jump_due();
+  if (!epoch) epoch = loop_epoch_;
   // A re-run keeps the batch's position: the schedule does not advance.
   const bool repeat = std::exchange(repeat_batch_, false);
   if (!repeat) {
@@ -154,6 +157,8 @@ bool SessionCore::finish_batch(bool can_repeat) {
     control_.pause_at(schedule_.with_flags(pos_));
   }
   decision_ = {};
+  // Not from abandon_batch(): a destructor must not throw.
+  if (can_repeat && restorer_->jump_armed()) throw_if_jump_due();
   return false;
 }
 
@@ -166,6 +171,8 @@ void SessionCore::abandon_batch(bool by_exception) {
   }
   numerics_->abandon();
   tracer_.reset();
+  // A time-travel jump unwinding through the loop is no loss.
+  if (restorer_->jump_in_flight()) return;
   mark_lost("the training loop threw an exception during " + pos_.to_string());
 }
 

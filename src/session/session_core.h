@@ -19,6 +19,7 @@
 #include "nansense/snapshot.h"
 #include "numerics/monitor.h"
 #include "session/run_control.h"
+#include "time_travel/restorer.h"
 
 namespace nansense::server {
 class Server;
@@ -64,6 +65,14 @@ class SessionCore {
   bool serve(const ServeOptions& options);
   std::string url() const;
 
+  // --- time travel (src/time_travel/epoch_loop.cpp) ---
+  // Training thread: Session::epochs().
+  void run_epochs(int64_t n, const std::function<void(int64_t)>& body, const EpochOptions& options);
+  // Any thread: arms a jump (TimeTravelError when refused).
+  void request_time_travel(int64_t epoch);
+  time_travel::TrainingRestorer& restorer() { return *restorer_; }
+  const time_travel::TrainingRestorer& restorer() const { return *restorer_; }
+
  private:
   void report_internal_error(const std::string& what);
   // Reported like an internal error, without turning capture off.
@@ -72,6 +81,11 @@ class SessionCore {
   // Finishes the batch's capture and publishes it as the snapshot.
   void publish_capture();
   std::unique_ptr<numerics::Monitor> make_monitor(const DebugSettings& settings);
+  std::unique_ptr<time_travel::TrainingRestorer> make_restorer(torch::optim::LRScheduler* scheduler);
+  // At a batch boundary: unwinds with the requested jump, if any.
+  void throw_if_jump_due();
+  // After the unwinding: restores `epoch`, rewinds the schedule, pauses next.
+  void jump_to(int64_t epoch);
 
   std::shared_ptr<torch::nn::Module> model_;
   torch::optim::Optimizer* optimizer_;
@@ -87,6 +101,8 @@ class SessionCore {
   bool capture_disabled_ = false;
   bool warned_no_ui_ = false;
   bool repeat_batch_ = false;  // the next begin_batch delivers the same batch again
+  std::optional<int64_t> loop_epoch_;  // the epoch epochs() runs, for batches() without one
+  std::unique_ptr<time_travel::TrainingRestorer> restorer_;
 
   std::atomic<std::shared_ptr<const BatchSnapshot>> snapshot_;
   std::atomic<std::shared_ptr<const Architecture>> architecture_;

@@ -371,6 +371,28 @@ std::vector<Tools::Tool> tool_table() {
                  return json_result(c.silence_debug_check(a.optional_string("category")));
                }});
 
+  t.push_back({"get_time_travel_status", "Time travel: cached epochs",
+               "Whether the loop can be rewound and to where: available (false with a reason outside "
+               "session.epochs()), cached_epochs (jump targets: epochs whose start is checkpointed), "
+               "uncached_epochs, total_epochs, current_epoch, pending_epoch (a jump not carried out yet), the cache "
+               "folder with budget_bytes and bytes_used, jumps done and last_error (a failed write or a damaged "
+               "file).",
+               object_schema(json::object()), true,
+               [](Controller& c, const Arguments&) { return json_result(c.get_time_travel_status()); }});
+
+  t.push_back({"time_travel", "Rewind to an epoch",
+               "Jump to the start of a cached epoch (get_time_travel_status lists them), paused or running: the "
+               "rest of the current epoch is abandoned, the model, optimizer, LR schedule and RNG are restored "
+               "from that epoch's checkpoint, and the loop pauses on its first batch; waits up to timeout_seconds "
+               "for that pause. Replays are exact on CPU. Refused with the reason when no epoch loop runs, the "
+               "epoch is out of range or not cached, or its checkpoint is damaged. Returns the status.",
+               object_schema({{"epoch", integer_arg("Epoch to jump to, from 0.", 0)},
+                              {"timeout_seconds", timeout_arg(30)}},
+                             {"epoch"}),
+               false, [](Controller& c, const Arguments& a) {
+                 return command_result(c.time_travel(a.integer("epoch"), wait_of(a)), a);
+               }});
+
   t.push_back(
       {"render_layer", "Picture a layer's activations and gradients",
        "PNG pictures of layers in the last captured batch, drawn by the same renderer as the web UI: one sample's "

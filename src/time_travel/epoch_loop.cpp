@@ -1,0 +1,123 @@
+// The time-travel epoch loop: Session::epochs() and the session's side of a
+// jump (unwind at a batch boundary, restore, rewind the schedule, pause).
+#include <iostream>
+
+#include "nansense/errors.h"
+#include "nansense/session.h"
+#include "session/session_core.h"
+
+namespace nansense {
+
+namespace detail {
+
+std::unique_ptr<time_travel::TrainingRestorer> SessionCore::make_restorer(torch::optim::LRScheduler* scheduler) {
+  time_travel::TrainingRestorer::Host host;
+  host.interrupt = [this] { control_.interrupt(); };
+  host.clear_interrupt = [this] { control_.clear_interrupt(); };
+  host.changed = [this] { control_.notify_changed(); };
+  return std::make_unique<time_travel::TrainingRestorer>(*model_, optimizer_, scheduler, std::move(host));
+}
+
+void SessionCore::throw_if_jump_due() {
+  if (!loop_epoch_) return;
+  if (auto target = restorer_->take_jump()) throw TimeTravelJump(*target);
+}
+
+void SessionCore::jump_to(int64_t epoch) {
+  decision_ = {};
+  repeat_batch_ = false;
+  try {
+    restorer_->restore_jump();
+  } catch (const TimeTravelError& e) {
+    mark_lost(std::string("time travel failed: ") + e.what());
+    throw;
+  }
+  schedule_.rewind_to_epoch(epoch);
+  loop_epoch_ = epoch;
+  // The standing numerical error belongs to the abandoned timeline.
+  debug().clear();
+  // Pause on the target epoch's first batch, whatever the mode was.
+  control_.stop();
+  restorer_->complete_jump();
+}
+
+void SessionCore::run_epochs(int64_t n, const std::function<void(int64_t)>& body, const EpochOptions& options) {
+  if (closed_) throw UsageError("epochs() was called after session.close()");
+  if (n < 1) throw UsageError("epochs(n, body) needs n >= 1, got " + std::to_string(n));
+  if (!body) throw UsageError("epochs(n, body) needs a body");
+  if (restorer_->active()) throw UsageError("epochs() is already running: epoch loops do not nest");
+  schedule_.set_epochs(n);
+  int64_t epoch = restorer_->open(n, options);
+  try {
+    while (true) {
+      while (epoch < n) {
+        loop_epoch_ = epoch;
+        restorer_->save_epoch_start(epoch);
+        std::optional<int64_t> target;
+        try {
+          body(epoch);
+          if (restorer_->jump_armed()) {
+            if (restorer_->jump_in_flight()) {
+              std::cerr << "[nansense] a catch (...) in the epoch body swallowed a time-travel jump; it is carried "
+                           "out now (rethrow nansense::TimeTravelJump to leave the body at once)\n";
+            }
+            // Requested after the epoch's last batch boundary: nothing of it is left to abandon.
+            target = restorer_->take_jump();
+          }
+        } catch (const TimeTravelJump& jump) {
+          target = jump.epoch();
+        }
+        if (target) {
+          jump_to(*target);
+          epoch = *target;
+        } else {
+          ++epoch;
+        }
+      }
+      if (restorer_->finish()) break;
+      // A jump arrived as the last epoch ended.
+      epoch = restorer_->take_jump().value_or(n);
+      if (epoch < n) jump_to(epoch);
+    }
+  } catch (...) {
+    loop_epoch_.reset();
+    restorer_->close();
+    throw;
+  }
+  loop_epoch_.reset();
+}
+
+void SessionCore::request_time_travel(int64_t epoch) {
+  const auto state = control_.state();
+  if (state == RunState::kFinished) {
+    throw TimeTravelError("training has finished: there is no loop left to rewind");
+  }
+  if (state == RunState::kLost) {
+    throw TimeTravelError("the training loop was lost (" + control_.lost_reason() + "): there is no loop to rewind");
+  }
+  restorer_->request_jump(epoch);
+}
+
+}  // namespace detail
+
+void Session::epochs(int64_t n, std::function<void(int64_t epoch)> body, EpochOptions options) {
+  if (core_) {
+    core_->run_epochs(n, body, options);
+    return;
+  }
+  for (int64_t epoch = 0; epoch < n; ++epoch) body(epoch);
+}
+
+TimeTravelStatus Session::time_travel_status() const {
+  if (core_) return core_->restorer().status();
+  TimeTravelStatus status;
+  status.reason = "nansense is disabled in this session";
+  return status;
+}
+
+void Session::request_time_travel(int64_t epoch) {
+  if (!core_) throw TimeTravelError("nansense is disabled in this session: there is nothing to rewind");
+  core_->request_time_travel(epoch);
+}
+
+}  // namespace nansense
