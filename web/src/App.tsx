@@ -4,6 +4,7 @@ import { ConfirmLastBatch } from './dialogs/ConfirmLastBatch';
 import { CustomStepDialogHost } from './dialogs/CustomStepDialog';
 import { DebugDialogHost } from './dialogs/DebugDialog';
 import { DebugSettingsHost } from './dialogs/DebugSettingsDialog';
+import { TimeTravelDialogHost } from './dialogs/TimeTravelDialog';
 import { Toasts } from './dialogs/Toasts';
 import { GraphPane } from './graph/GraphPane';
 import { InputPane } from './input/InputPane';
@@ -21,6 +22,7 @@ export function App() {
       <ConfirmLastBatch />
       <DebugDialogHost />
       <DebugSettingsHost />
+      <TimeTravelDialogHost />
       <Toasts />
     </div>
   );

@@ -9,6 +9,7 @@ import type {
   Snapshot,
   Status,
   StripKind,
+  TimeTravelReport,
   Values,
 } from './types';
 
@@ -70,6 +71,9 @@ export const detach = () => postJson<Status>('/api/run', { detach: true });
 export const pause = () => postJson<Status>('/api/pause', {});
 export const runUntil = (phase: string, epoch: number, batch: number) =>
   postJson<Status>('/api/run_until', { phase, epoch, batch });
+
+export const getTimeTravel = (signal?: AbortSignal) => getJson<TimeTravelReport>('/api/time_travel', signal);
+export const timeTravel = (epoch: number) => postJson<Status>('/api/time_travel', { epoch });
 
 export const getDebug = (signal?: AbortSignal) => getJson<DebugReport>('/api/debug', signal);
 // A partial update: only the fields given change; the server validates them.

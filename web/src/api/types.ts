@@ -26,7 +26,24 @@ export interface Schedule {
 
 export interface TimeTravelStatus {
   available: boolean;
+  // Only while unavailable.
   reason?: string;
+  cached_epochs?: number[];
+  total_epochs?: number | null;
+  current_epoch?: number | null;
+  pending_epoch?: number | null;
+}
+
+// GET /api/time_travel: the status's part plus the cache's details.
+export interface TimeTravelReport extends TimeTravelStatus {
+  uncached_epochs?: number[];
+  checkpoints?: { epoch: number; bytes: number }[];
+  cache_dir?: string;
+  budget_bytes?: number | null;
+  bytes_used?: number;
+  jumps?: number;
+  last_error?: string | null;
+  hint?: string;
 }
 
 export interface Status {

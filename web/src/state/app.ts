@@ -43,6 +43,7 @@ export interface AppState {
   toasts: Toast[];
   focus: FocusRequest | null;
   customDialogOpen: boolean;
+  timeTravelOpen: boolean;
   // A command waiting for "Step over the last batch?".
   confirmLastBatch: (() => void) | null;
   // GET /api/debug for the standing numerical error (null when none), and
@@ -77,6 +78,7 @@ export const store = createStore<AppState>({
   toasts: [],
   focus: null,
   customDialogOpen: false,
+  timeTravelOpen: false,
   confirmLastBatch: null,
   debugReport: null,
   debugDialogOpen: false,

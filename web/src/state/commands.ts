@@ -44,3 +44,7 @@ export function resolveLastBatchConfirm(proceed: boolean): void {
   store.set({ confirmLastBatch: null });
   if (proceed) pending?.();
 }
+
+// The time-travel dialog shows a refusal itself.
+export const timeTravel = (epoch: number) => send(() => api.timeTravel(epoch), false);
+export const cacheFullRun = () => send(api.run, false);

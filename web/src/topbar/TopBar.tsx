@@ -61,7 +61,9 @@ export function TopBar() {
           Detach
         </button>
         <span class="tooltip-wrap" title={ttReason} data-testid="time-travel-wrap">
-          <button class="btn btn-tt" data-testid="time-travel" disabled={!tt?.available} aria-label={`Time Travel: ${ttReason}`}>
+          <button class="btn btn-tt" data-testid="time-travel" disabled={!tt?.available}
+            onClick={() => store.set({ timeTravelOpen: true })}
+            aria-label={`Time Travel: ${ttReason}`}>
             Time Travel
           </button>
         </span>
