@@ -259,7 +259,10 @@ void Monitor::pause_now(bool in_backward) {
     tracer_ = nullptr;
     host_.publish_capture();
   }
+  // Work run inside the pause (a probe's forward and backward) is not this
+  // batch: neither checked nor traced.
   guard_->set_armed(false);
+  if (op_tracer_) op_tracer_->stop();
   host_.pause();
 }
 
@@ -283,6 +286,9 @@ Monitor::End Monitor::end_batch(bool can_repeat) {
               "deterministic (randomness outside torch's generators, a nondeterministic kernel, or gradients "
               "accumulated across batches)";
         });
+        if (auto standing = state_.error(); standing && standing->root_cause) {
+          std::cerr << "[nansense] " << headline(*standing) << " — " << standing->root_cause->summary << "\n";
+        }
         pause_at_end_ = true;
       }
     }

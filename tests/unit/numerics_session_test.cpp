@@ -143,6 +143,34 @@ TEST(NumericsSession, TripsInDetachPausesBeforeTheStepAndNamesTheProducer) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(NumericsSession, ABatchThatStaysFiniteWhenRunAgainIsReportedAsNotReproduced) {
+  torch::manual_seed(6);
+  test::TwoLayer model;
+  torch::optim::SGD opt(model->parameters(), 0.1);
+  auto data = test::make_batches(4);
+  auto session = start(model, StartOptions().optimizer(&opt).debug(DebugSettings().capsule_dir("")));
+  ASSERT_TRUE(serve(session, quiet_server()));
+  session.detach();
+  int bodies = 0;
+  TrainingThread loop(session, [&] {
+    for (auto& batch : session.batches(data, "train")) {
+      // A fault outside torch's RNG: only the first time batch 2 runs.
+      auto x = ++bodies == 3 ? batch.first * INFINITY : batch.first;
+      test::train_step(model, opt, x, batch.second);
+    }
+    session.close();
+  });
+  ASSERT_EQ(session.wait_until_stopped(kWait), RunState::kPaused);
+  EXPECT_EQ(bodies, 4);  // batch 2 twice
+  EXPECT_EQ(session.live_position()->batch_idx, 2);
+  auto error = session.debug_error();
+  ASSERT_TRUE(error && error->root_cause);
+  EXPECT_EQ(error->position.batch_idx, 2);
+  EXPECT_EQ(error->root_cause->status, RootCause::Status::kNotReproduced);
+  // The re-run stayed finite, so its step left finite weights.
+  EXPECT_TRUE(torch::isfinite(model->fc1->weight).all().item<bool>());
+}
+
 TEST(NumericsSession, ATracedBatchPausesAtOnceAndPublishesPreStepWeights) {
   torch::manual_seed(2);
   test::TwoLayer model;
