@@ -74,21 +74,6 @@ bool is_transparent_op(const std::string& op) {
   return kTransparent.count(op) > 0;
 }
 
-void collect_tensors(const c10::IValue& v, std::vector<torch::Tensor>& out) {
-  if (v.isTensor()) {
-    if (v.toTensor().defined()) out.push_back(v.toTensor());
-  } else if (v.isTensorList()) {
-    for (const auto& t : v.toTensorList()) {
-      const torch::Tensor& tensor = t;
-      if (tensor.defined()) out.push_back(tensor);
-    }
-  } else if (v.isList()) {
-    for (const auto& e : v.toListRef()) collect_tensors(e, out);
-  } else if (v.isTuple()) {
-    for (const auto& e : v.toTupleRef().elements()) collect_tensors(e, out);
-  }
-}
-
 torch::Tensor cpu_copy(const torch::Tensor& t) {
   return t.detach().to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
 }
@@ -129,6 +114,21 @@ std::string describe_args(c10::ArrayRef<const c10::IValue> inputs) {
 }
 
 }  // namespace
+
+void collect_tensors(const c10::IValue& v, std::vector<torch::Tensor>& out) {
+  if (v.isTensor()) {
+    if (v.toTensor().defined()) out.push_back(v.toTensor());
+  } else if (v.isTensorList()) {
+    for (const auto& t : v.toTensorList()) {
+      const torch::Tensor& tensor = t;
+      if (tensor.defined()) out.push_back(tensor);
+    }
+  } else if (v.isList()) {
+    for (const auto& e : v.toListRef()) collect_tensors(e, out);
+  } else if (v.isTuple()) {
+    for (const auto& e : v.toTupleRef().elements()) collect_tensors(e, out);
+  }
+}
 
 Tracer::Tracer(const torch::nn::Module& model) : result_(std::make_shared<TraceResult>()) {
   // Parameter identity is rebuilt for every capture: Module::to() and

@@ -16,6 +16,10 @@
 
 namespace nansense::capture {
 
+// Appends every defined tensor inside an op argument or result (tensors,
+// tensor lists, nested lists and tuples) to `out`.
+void collect_tensors(const c10::IValue& v, std::vector<torch::Tensor>& out);
+
 // What one capture batch produced. Gradients arrive during backward, from
 // autograd hooks, hence the mutex.
 struct TraceResult {

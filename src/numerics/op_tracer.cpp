@@ -9,6 +9,7 @@
 #include <sstream>
 #include <string_view>
 
+#include "capture/tracer.h"
 #include "numerics/bands.h"
 
 namespace nansense::numerics {
@@ -45,21 +46,6 @@ bool value_preserving(const std::string& op) {
       "clone",   "split",     "chunk",   "unbind",    "view_as",   "numpy_T",       "resolve_conj",
       "resolve_neg", "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like"};
   return kOps.count(op) > 0;
-}
-
-void collect(const c10::IValue& v, std::vector<torch::Tensor>& out) {
-  if (v.isTensor()) {
-    if (v.toTensor().defined()) out.push_back(v.toTensor());
-  } else if (v.isTensorList()) {
-    for (const auto& t : v.toTensorList()) {
-      const torch::Tensor& tensor = t;
-      if (tensor.defined()) out.push_back(tensor);
-    }
-  } else if (v.isList()) {
-    for (const auto& e : v.toListRef()) collect(e, out);
-  } else if (v.isTuple()) {
-    for (const auto& e : v.toTupleRef().elements()) collect(e, out);
-  }
 }
 
 bool checkable(const torch::Tensor& t) { return t.defined() && t.is_floating_point() && t.numel() > 0; }
@@ -152,7 +138,7 @@ void OpTracer::on_start(const at::RecordFunction& fn) {
     frame.kind = FrameKind::kOp;
     ++observed_depth_;
     try {
-      for (const auto& v : fn.inputs()) collect(v, frame.inputs);
+      for (const auto& v : fn.inputs()) capture::collect_tensors(v, frame.inputs);
     } catch (const std::exception& e) {
       error_ = std::string("op tracing failed: ") + e.what();
       stop();
@@ -172,7 +158,7 @@ void OpTracer::on_end(const at::RecordFunction& fn) {
     at::DisableRecordFunctionGuard no_record;
     torch::NoGradGuard no_grad;
     std::vector<torch::Tensor> outputs;
-    for (const auto& v : fn.outputs()) collect(v, outputs);
+    for (const auto& v : fn.outputs()) capture::collect_tensors(v, outputs);
     process(frame, outputs);
   } catch (const std::exception& e) {
     error_ = std::string("op tracing failed: ") + e.what();
