@@ -131,13 +131,6 @@ json Controller::get_snapshot() const {
 
 std::shared_ptr<const Controller::RenderedImage> Controller::render_layer(
     const std::string& layer, const std::string& kind, const render::StripOptions& options) const {
-  auto image = render_view(layer, kind, options);
-  note_view(layer, kind, options);
-  return image;
-}
-
-std::shared_ptr<const Controller::RenderedImage> Controller::render_view(
-    const std::string& layer, const std::string& kind, const render::StripOptions& options) const {
   if (kind != "activation" && kind != "gradient") {
     throw ControllerError(ControllerError::Kind::kInvalidArgument,
                           "kind must be \"activation\" or \"gradient\", got \"" + kind + "\"");
@@ -191,33 +184,9 @@ std::shared_ptr<const Controller::RenderedImage> Controller::render_view(
   });
 }
 
-void Controller::note_view(const std::string& layer, const std::string& kind,
-                           const render::StripOptions& options) const {
-  std::lock_guard lock(views_mu_);
-  View view{layer, kind, options};
-  auto same = [&](const View& v) {
-    return v.layer == layer && v.kind == kind && v.options.sample == options.sample &&
-           v.options.average == options.average && v.options.values == options.values;
-  };
-  recent_views_.erase(std::remove_if(recent_views_.begin(), recent_views_.end(), same), recent_views_.end());
-  recent_views_.push_back(std::move(view));
-  if (recent_views_.size() > kRecentViews) recent_views_.erase(recent_views_.begin());
-}
-
-void Controller::prerender_recent_views() const {
-  std::vector<View> views;
-  {
-    std::lock_guard lock(views_mu_);
-    views.assign(recent_views_.rbegin(), recent_views_.rend());  // newest first
-  }
-  for (const auto& v : views) {
-    try {
-      render_view(v.layer, v.kind, v.options);
-    } catch (const std::exception&) {
-      // A view the new batch cannot show (no gradient, a smaller batch):
-      // the page asking for it gets the reason.
-    }
-  }
+uint64_t Controller::snapshot_sequence() const {
+  auto snap = core_.snapshot();
+  return snap ? snap->sequence : 0;
 }
 
 std::shared_ptr<const Controller::RenderedImage> Controller::render_input(int64_t input, int64_t sample) const {

@@ -72,9 +72,8 @@ class Controller {
   // the image it was (input_mean/std, input_transform) or a colour strip.
   std::shared_ptr<const RenderedImage> render_input(int64_t input, int64_t sample) const;
 
-  // Renders again, for the newest snapshot, the strips asked for most
-  // recently, so that pages find them ready when they ask after a pause.
-  void prerender_recent_views() const;
+  // The last published snapshot's sequence number; 0 before the first.
+  uint64_t snapshot_sequence() const;
 
   // --- change feed for push transports ---
   // Sleeps until the run's state, mode or snapshot changes after `seen`, or
@@ -143,20 +142,6 @@ class Controller {
   mutable uint64_t cached_sequence_ = 0;
   mutable std::shared_ptr<const json> cached_snapshot_;
   mutable render::RenderCache<RenderedImage> render_cache_{256};
-
-  // The strips pages looked at lately, newest last (prerender_recent_views).
-  struct View {
-    std::string layer;
-    std::string kind;
-    render::StripOptions options;
-  };
-  static constexpr size_t kRecentViews = 48;
-  void note_view(const std::string& layer, const std::string& kind, const render::StripOptions& options) const;
-  // render_layer without noting the view.
-  std::shared_ptr<const RenderedImage> render_view(const std::string& layer, const std::string& kind,
-                                                   const render::StripOptions& options) const;
-  mutable std::mutex views_mu_;
-  mutable std::vector<View> recent_views_;
 };
 
 }  // namespace nansense::server

@@ -114,12 +114,9 @@ struct HttpServer::Impl {
 namespace {
 
 // An accepted WebSocket: a write queue on the connection's strand, and a read
-// loop that only notices when the peer goes away (clients send nothing).
+// loop that hands the client's text messages to the app's handler.
 class WebSocketSession : public WebSocketPeer, public std::enable_shared_from_this<WebSocketSession> {
  public:
-  // Frames queued beyond this mean the peer stopped reading.
-  static constexpr size_t kMaxQueued = 64;
-
   WebSocketSession(beast::tcp_stream stream, HttpServer::Impl& server) : ws_(std::move(stream)), server_(server) {}
 
   void accept(std::shared_ptr<http::request<http::string_body>> upgrade, std::shared_ptr<HttpRequest> request) {
@@ -129,14 +126,14 @@ class WebSocketSession : public WebSocketPeer, public std::enable_shared_from_th
     ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
     ws_.set_option(websocket::stream_base::decorator(
         [](websocket::response_type& res) { res.set(http::field::server, "nansense"); }));
-    ws_.read_message_max(64 * 1024);
+    ws_.read_message_max(kMaxIncomingMessage);
     auto self = shared_from_this();
     ws_.async_accept(*upgrade, [self, upgrade, request](beast::error_code ec) {
       if (ec) return;
       self->open_ = true;
       if (self->server_.on_websocket) {
         try {
-          self->server_.on_websocket(self, *request);
+          self->on_message_ = self->server_.on_websocket(self, *request);
         } catch (const std::exception& e) {
           std::cerr << "[nansense] WebSocket handler failed: " << e.what() << "\n";
           self->close();
@@ -147,24 +144,50 @@ class WebSocketSession : public WebSocketPeer, public std::enable_shared_from_th
     });
   }
 
-  void send(std::string text) override {
-    auto self = shared_from_this();
-    asio::post(ws_.get_executor(), [self, text = std::move(text)]() mutable {
-      if (!self->open_) return;
-      if (self->queue_.size() >= kMaxQueued) return self->close();
-      self->queue_.push_back(std::move(text));
-      if (self->queue_.size() == 1) self->write();
-    });
-  }
+  void send(std::string text) override { enqueue(std::move(text), false); }
+  void send_binary(std::string bytes) override { enqueue(std::move(bytes), true); }
 
   bool is_open() const override { return open_; }
 
  private:
+  struct Frame {
+    std::string bytes;
+    bool binary = false;
+  };
+
+  void enqueue(std::string bytes, bool binary) {
+    auto self = shared_from_this();
+    asio::post(ws_.get_executor(), [self, bytes = std::move(bytes), binary]() mutable {
+      if (!self->open_) return;
+      if (self->queue_.size() >= kMaxQueuedFrames || self->queued_bytes_ + bytes.size() > kMaxQueuedBytes) {
+        std::cerr << "[nansense] closing a WebSocket that stopped reading (" << self->queue_.size()
+                  << " frames, " << self->queued_bytes_ << " bytes queued)\n";
+        return self->close();
+      }
+      self->queued_bytes_ += bytes.size();
+      self->queue_.push_back(Frame{std::move(bytes), binary});
+      if (self->queue_.size() == 1) self->write();
+    });
+  }
+
   void read() {
     ws_.async_read(buffer_, [self = shared_from_this()](beast::error_code ec, size_t) {
       if (ec) {
+        // Closed, failed, or a message over read_message_max (Beast closes
+        // the socket with "message too big").
         self->open_ = false;
+        self->on_message_ = nullptr;
         return;
+      }
+      if (self->ws_.got_text() && self->on_message_) {
+        std::string text = beast::buffers_to_string(self->buffer_.data());
+        try {
+          self->on_message_(text);
+        } catch (const std::exception& e) {
+          std::cerr << "[nansense] WebSocket message handler failed: " << e.what() << "\n";
+        } catch (...) {
+          std::cerr << "[nansense] WebSocket message handler failed\n";
+        }
       }
       self->buffer_.consume(self->buffer_.size());
       self->read();
@@ -172,12 +195,15 @@ class WebSocketSession : public WebSocketPeer, public std::enable_shared_from_th
   }
 
   void write() {
-    ws_.text(true);
-    ws_.async_write(asio::buffer(queue_.front()), [self = shared_from_this()](beast::error_code ec, size_t) {
+    ws_.binary(queue_.front().binary);
+    ws_.async_write(asio::buffer(queue_.front().bytes), [self = shared_from_this()](beast::error_code ec, size_t) {
       if (ec) {
         self->open_ = false;
+        self->queue_.clear();
+        self->queued_bytes_ = 0;
         return;
       }
+      self->queued_bytes_ -= self->queue_.front().bytes.size();
       self->queue_.pop_front();
       if (!self->queue_.empty()) self->write();
     });
@@ -185,14 +211,21 @@ class WebSocketSession : public WebSocketPeer, public std::enable_shared_from_th
 
   void close() {
     open_ = false;
-    queue_.clear();
+    on_message_ = nullptr;
+    // A write in flight still owns the front frame's buffer.
+    while (queue_.size() > 1) {
+      queued_bytes_ -= queue_.back().bytes.size();
+      queue_.pop_back();
+    }
     ws_.async_close(websocket::close_code::try_again_later, [self = shared_from_this()](beast::error_code) {});
   }
 
   websocket::stream<beast::tcp_stream> ws_;
   HttpServer::Impl& server_;
   beast::flat_buffer buffer_;
-  std::deque<std::string> queue_;  // touched on the strand only
+  std::deque<Frame> queue_;  // touched on the strand only
+  size_t queued_bytes_ = 0;  // the strand only
+  WebSocketMessageHandler on_message_;  // the strand only
   std::atomic<bool> open_{false};
 };
 

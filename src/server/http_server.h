@@ -37,18 +37,34 @@ struct HttpResponse {
 class WebSocketPeer {
  public:
   virtual ~WebSocketPeer() = default;
-  // Queues a text frame; never blocks. A peer too slow to keep up is closed
-  // (its page reconnects and starts from a fresh state).
+  // Queue a text or a binary frame; never block. Frames go out in the order
+  // they were queued. A peer too slow to keep up (more than kMaxQueuedFrames
+  // frames or kMaxQueuedBytes bytes waiting) is closed: its page reconnects
+  // and starts from a fresh state.
   virtual void send(std::string text) = 0;
+  virtual void send_binary(std::string bytes) = 0;
   virtual bool is_open() const = 0;
+
+  static constexpr size_t kMaxQueuedFrames = 1024;
+  static constexpr size_t kMaxQueuedBytes = size_t{64} << 20;
+  // The largest message a client may send; a larger one closes the socket.
+  static constexpr size_t kMaxIncomingMessage = size_t{1} << 20;
 };
 
 // Whether a request asks to become a WebSocket.
 bool is_websocket_upgrade(const HttpRequest& request);
 
 using HttpHandler = std::function<HttpResponse(const HttpRequest&)>;
-// Called once a WebSocket accepted by the handler is open.
-using WebSocketHandler = std::function<void(std::shared_ptr<WebSocketPeer>, const HttpRequest&)>;
+// Receives a peer's text messages, one call at a time, on an I/O thread: it
+// must be quick. An exception it throws is logged and the socket stays open.
+// Binary frames from clients are ignored.
+using WebSocketMessageHandler = std::function<void(const std::string& text)>;
+// Called once a WebSocket accepted by the handler is open; returns the peer's
+// message handler (or an empty one to ignore what the peer sends). The
+// returned handler is dropped when the socket closes: it may hold the peer
+// only weakly (a strong reference would be a cycle until then).
+using WebSocketHandler =
+    std::function<WebSocketMessageHandler(std::shared_ptr<WebSocketPeer>, const HttpRequest&)>;
 
 struct HttpServerLimits {
   size_t body_limit = 1 << 20;  // larger bodies get 413

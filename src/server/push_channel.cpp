@@ -19,37 +19,29 @@ std::string dump(const json& value) { return value.dump(-1, ' ', false, json::er
 
 PushChannel::PushChannel(Controller& controller) : controller_(controller) {
   thread_ = std::thread([this] { loop(); });
-  prerender_thread_ = std::thread([this] { prerender_loop(); });
+  strip_thread_ = std::thread([this] { strip_loop(); });
 }
 
 PushChannel::~PushChannel() {
   stop_ = true;
   controller_.wake_watchers();
   {
-    std::lock_guard lock(prerender_mu_);
-    prerender_cv_.notify_all();
+    std::lock_guard lock(strips_mu_);
+    strips_cv_.notify_all();
   }
   thread_.join();
-  prerender_thread_.join();
+  strip_thread_.join();
 }
 
-void PushChannel::prerender_loop() {
-  uint64_t done = 0;
-  while (true) {
-    {
-      std::unique_lock lock(prerender_mu_);
-      prerender_cv_.wait(lock, [&] { return stop_ || prerender_wanted_ != done; });
-      if (stop_) return;
-      done = prerender_wanted_;
-    }
-    controller_.prerender_recent_views();
-  }
-}
-
-void PushChannel::add(std::shared_ptr<WebSocketPeer> peer) {
+WebSocketMessageHandler PushChannel::add(std::shared_ptr<WebSocketPeer> peer) {
   peer->send(dump({{"type", "status"}, {"status", controller_.get_status()}}));
-  std::lock_guard lock(mu_);
-  peers_.push_back(std::move(peer));
+  std::weak_ptr<WebSocketPeer> weak = peer;
+  {
+    std::lock_guard lock(mu_);
+    peers_.push_back(Peer{std::move(peer), {}, announced_});
+  }
+  // Weak: the socket owns its handler.
+  return [this, weak](const std::string& text) { on_message(weak, text); };
 }
 
 size_t PushChannel::peer_count() const {
@@ -57,11 +49,106 @@ size_t PushChannel::peer_count() const {
   return peers_.size();
 }
 
-void PushChannel::broadcast(const std::string& text) {
+void PushChannel::on_message(const std::weak_ptr<WebSocketPeer>& weak, const std::string& text) {
+  auto peer = weak.lock();
+  if (!peer) return;
+  std::vector<WatchedStrip> watch;
+  try {
+    watch = parse_watch_message(text);
+  } catch (const std::exception& e) {
+    // The page keeps its previous watch list.
+    peer->send(dump({{"type", "error"}, {"message", std::string("message refused: ") + e.what()}}));
+    return;
+  }
   std::lock_guard lock(mu_);
-  peers_.erase(std::remove_if(peers_.begin(), peers_.end(), [](const auto& p) { return !p->is_open(); }),
+  for (auto& p : peers_) {
+    if (p.socket == peer) {
+      p.watch = std::move(watch);
+      p.watch_set_at = announced_;
+      p.watching = true;
+      break;
+    }
+  }
+}
+
+void PushChannel::broadcast(const std::string& text, uint64_t announced_sequence) {
+  std::lock_guard lock(mu_);
+  if (announced_sequence != 0) announced_ = announced_sequence;
+  peers_.erase(std::remove_if(peers_.begin(), peers_.end(), [](const Peer& p) { return !p.socket->is_open(); }),
                peers_.end());
-  for (const auto& peer : peers_) peer->send(text);
+  for (const auto& peer : peers_) peer.socket->send(text);
+}
+
+void PushChannel::strip_loop() {
+  uint64_t done = 0;
+  while (true) {
+    uint64_t sequence = 0;
+    {
+      std::unique_lock lock(strips_mu_);
+      strips_cv_.wait(lock, [&] { return stop_ || strips_wanted_ != done; });
+      if (stop_) return;
+      sequence = done = strips_wanted_;
+    }
+    // A page whose list changed after this snapshot was announced gets only
+    // strips_done: it fetches what it was waiting for instead of waiting on.
+    std::vector<std::pair<std::shared_ptr<WebSocketPeer>, std::vector<WatchedStrip>>> work;
+    {
+      std::lock_guard lock(mu_);
+      for (const auto& p : peers_) {
+        if (!p.socket->is_open() || !p.watching) continue;
+        work.emplace_back(p.socket, p.watch_set_at < sequence ? p.watch : std::vector<WatchedStrip>{});
+      }
+    }
+    // Pages watching the same strips share its render (the render cache is
+    // single-flight), so later peers mostly find them ready.
+    // Once a newer snapshot is out, the remaining peers get only strips_done.
+    const std::vector<WatchedStrip> none;
+    bool overtaken = false;
+    for (const auto& [peer, watch] : work) {
+      try {
+        if (!push_strips(*peer, overtaken ? none : watch, sequence)) overtaken = true;
+      } catch (const std::exception& e) {
+        std::cerr << "[nansense] strip push: " << e.what() << "\n";
+      }
+    }
+  }
+}
+
+bool PushChannel::push_strips(WebSocketPeer& peer, const std::vector<WatchedStrip>& watch, uint64_t sequence) {
+  json failed = json::array();
+  bool overtaken = false;
+  for (const auto& strip : watch) {
+    if (stop_ || !peer.is_open()) return true;
+    if (strips_wanted_ != sequence) {
+      overtaken = true;
+      break;
+    }
+    try {
+      // render_layer draws the newest snapshot: a newer sequence means this
+      // one was overtaken while we rendered.
+      auto image = controller_.render_layer(strip.layer, strip.kind, strip.options);
+      if (image->info.value("sequence", uint64_t{0}) != sequence) {
+        overtaken = true;
+        break;
+      }
+      peer.send_binary(encode_strip_frame(image->info, image->png));
+    } catch (const std::exception& e) {
+      // The refusal may be about a newer snapshot (an eval batch without
+      // gradients): only this snapshot's own refusals are reported.
+      if (controller_.snapshot_sequence() != sequence) {
+        overtaken = true;
+        break;
+      }
+      if (!dynamic_cast<const ControllerError*>(&e)) std::cerr << "[nansense] strip push render: " << e.what() << "\n";
+      json entry = to_json(strip);
+      entry["error"] = e.what();
+      failed.push_back(std::move(entry));
+    }
+  }
+  if (peer.is_open()) {
+    peer.send(dump({{"type", "strips_done"}, {"sequence", sequence}, {"failed", std::move(failed)}}));
+  }
+  return !overtaken;
 }
 
 void PushChannel::loop() {
@@ -93,11 +180,12 @@ void PushChannel::loop() {
                         {"sequence", sequence},
                         {"position", status["snapshot_position"]},
                         {"batch_size", status["snapshot_batch_size"]},
-                        {"architecture_changed", changed}}));
-        // Pages ask for the same strips of the new batch: have them ready.
-        std::lock_guard lock(prerender_mu_);
-        prerender_wanted_ = sequence;
-        prerender_cv_.notify_all();
+                        {"architecture_changed", changed}}),
+                  sequence);
+        // Then the strips each page watches, rendered off this thread.
+        std::lock_guard lock(strips_mu_);
+        strips_wanted_ = sequence;
+        strips_cv_.notify_all();
       }
     } catch (const std::exception& e) {
       // A failed view must not end the channel: pages keep their last state.

@@ -67,7 +67,7 @@ bool is_loopback_host(const std::string& host) {
 Server::Server(detail::SessionCore& core)
     : controller_(core),
       http_([this](const HttpRequest& r) { return handle(r); },
-            [this](std::shared_ptr<WebSocketPeer> peer, const HttpRequest&) { push_.add(std::move(peer)); }),
+            [this](std::shared_ptr<WebSocketPeer> peer, const HttpRequest&) { return push_.add(std::move(peer)); }),
       push_(controller_) {}
 
 Server::~Server() { http_.stop(); }

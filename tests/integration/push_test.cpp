@@ -5,6 +5,8 @@
 #include <boost/beast.hpp>
 #include <boost/beast/websocket.hpp>
 
+#include <set>
+
 #include "integration/training_fixture.h"
 
 namespace {
@@ -28,15 +30,30 @@ class PushClient {
     ws_.handshake("127.0.0.1:" + std::to_string(port), "/ws");
   }
 
-  // The next frame as JSON; fails the test after `timeout`.
-  json next(std::chrono::milliseconds timeout = 10s) {
+  struct Frame {
+    bool binary = false;
+    std::string bytes;
+  };
+
+  // The next frame, text or binary; throws (failing the test) after `timeout`.
+  Frame next_frame(std::chrono::milliseconds timeout = 10s) {
     beast::get_lowest_layer(ws_).expires_after(timeout);
     beast::flat_buffer buffer;
     ws_.read(buffer);
-    return json::parse(beast::buffers_to_string(buffer.data()));
+    return Frame{ws_.got_binary(), beast::buffers_to_string(buffer.data())};
   }
 
-  // Frames until one satisfies `match`.
+  // The next text frame as JSON (binary frames are skipped).
+  json next(std::chrono::milliseconds timeout = 10s) {
+    for (int i = 0; i < 2000; ++i) {
+      Frame frame = next_frame(timeout);
+      if (!frame.binary) return json::parse(frame.bytes);
+    }
+    ADD_FAILURE() << "no text frame in 2000";
+    return json();
+  }
+
+  // Text frames until one satisfies `match`.
   json until(const std::function<bool(const json&)>& match) {
     for (int i = 0; i < 50; ++i) {
       json frame = next();
@@ -46,10 +63,94 @@ class PushClient {
     return json();
   }
 
+  void send(const std::string& text) {
+    ws_.text(true);
+    ws_.write(boost::asio::buffer(text));
+  }
+  void send_binary(const std::string& bytes) {
+    ws_.binary(true);
+    ws_.write(boost::asio::buffer(bytes));
+  }
+
+  // Replaces the watch list and waits until the server has applied it: the
+  // server handles a socket's messages in order, so the error reply to a
+  // message sent after the watch means the watch was taken.
+  void watch(const json& strips) {
+    send(json{{"type", "watch"}, {"strips", strips}}.dump());
+    sync();
+  }
+  void sync() {
+    send(R"({"type":"sync-barrier"})");
+    json reply = until([](const json& f) { return f["type"] == "error"; });
+    ASSERT_NE(reply["message"].get<std::string>().find("sync-barrier"), std::string::npos) << reply;
+  }
+
  private:
   boost::asio::io_context ioc_;
   websocket::stream<beast::tcp_stream> ws_;
 };
+
+// A binary strip frame: 4-byte big-endian header length, JSON header, PNG.
+struct StripFrame {
+  json header;
+  std::string png;
+};
+
+StripFrame decode_strip(const std::string& bytes) {
+  if (bytes.size() < 4) throw std::runtime_error("strip frame shorter than its length prefix");
+  const auto* b = reinterpret_cast<const unsigned char*>(bytes.data());
+  const size_t n = (size_t{b[0]} << 24) | (size_t{b[1]} << 16) | (size_t{b[2]} << 8) | size_t{b[3]};
+  if (4 + n > bytes.size()) throw std::runtime_error("strip header length " + std::to_string(n) + " runs past the frame");
+  return StripFrame{json::parse(bytes.substr(4, n)), bytes.substr(4 + n)};
+}
+
+// What one snapshot pushed to a client: its snapshot event, the strip frames
+// of that sequence in arrival order, and its strips_done.
+struct Push {
+  json snapshot;
+  std::vector<StripFrame> strips;
+  json done;
+};
+
+// Reads until the next snapshot event (whose position's batch_idx is
+// `batch_idx`) and that sequence's strips_done. Strip frames of that sequence
+// arriving before its snapshot event fail the test; frames of older sequences
+// (a push still finishing) are skipped.
+Push read_push(PushClient& client, int64_t batch_idx) {
+  Push push;
+  for (int i = 0; i < 200; ++i) {
+    auto frame = client.next_frame();
+    if (frame.binary) {
+      StripFrame strip = decode_strip(frame.bytes);
+      if (push.snapshot.is_null()) continue;  // an earlier snapshot's
+      const auto seq = strip.header["sequence"];
+      if (seq == push.snapshot["sequence"]) {
+        push.strips.push_back(std::move(strip));
+      } else {
+        EXPECT_LT(seq.get<uint64_t>(), push.snapshot["sequence"].get<uint64_t>()) << strip.header;
+      }
+      continue;
+    }
+    json text = json::parse(frame.bytes);
+    if (text["type"] == "snapshot" && text["position"]["batch_idx"] == batch_idx) push.snapshot = text;
+    if (text["type"] == "strips_done" && !push.snapshot.is_null() && text["sequence"] == push.snapshot["sequence"]) {
+      push.done = text;
+      return push;
+    }
+  }
+  ADD_FAILURE() << "no strips_done for batch " << batch_idx << " in 200 frames";
+  return push;
+}
+
+// GET /api/render/layer for a watch entry.
+std::string render_target(const json& entry) {
+  std::string target = "/api/render/layer?layer=" + entry["layer"].get<std::string>() +
+                       "&kind=" + entry["kind"].get<std::string>() +
+                       "&sample=" + std::to_string(entry["sample"].get<int64_t>());
+  if (entry.contains("average")) target += std::string("&average=") + (entry["average"].get<bool>() ? "true" : "false");
+  if (entry.contains("values")) target += "&values=" + entry["values"].get<std::string>();
+  return target;
+}
 
 class PushTest : public TrainingServerTest {};
 
@@ -141,6 +242,214 @@ TEST_F(PushTest, InputRenderShowsTheSampleAndRejectsBadIndices) {
   EXPECT_EQ(snapshot["batch_size"], 5);
   ASSERT_EQ(snapshot["inputs"].size(), 1u);
   EXPECT_EQ(snapshot["inputs"][0]["shape"], json::array({5, 4}));
+}
+
+TEST_F(PushTest, WatchedStripsFollowEachSnapshotWithTheRestApisBytes) {
+  start();
+  wait_paused();
+  PushClient client(port_);
+  client.next();
+  const json strips = json::array({
+      {{"layer", "fc1"}, {"kind", "activation"}, {"sample", 0}},
+      {{"layer", "fc2"}, {"kind", "activation"}, {"sample", 2}, {"average", true}, {"values", "abs"}},
+      {{"layer", "fc1"}, {"kind", "gradient"}, {"sample", 1}, {"average", false}, {"values", "square"}},
+  });
+  client.watch(strips);
+  post("/api/step", {{"unit", "batch"}});
+  Push push = read_push(client, 1);
+  ASSERT_FALSE(push.snapshot.is_null());
+  const auto sequence = push.snapshot["sequence"];
+  ASSERT_EQ(push.strips.size(), strips.size());
+  EXPECT_EQ(push.done["failed"], json::array());
+  wait_paused();
+  for (size_t i = 0; i < strips.size(); ++i) {
+    const auto& header = push.strips[i].header;
+    SCOPED_TRACE(header.dump());
+    EXPECT_EQ(header["type"], "strip");
+    EXPECT_EQ(header["sequence"], sequence);
+    EXPECT_EQ(header["layer"], strips[i]["layer"]);
+    EXPECT_EQ(header["kind"], strips[i]["kind"]);
+    EXPECT_EQ(header["sample"], strips[i]["sample"]);
+    EXPECT_EQ(header["average"], strips[i].value("average", false));
+    EXPECT_EQ(header["values"], strips[i].value("values", "unchanged"));
+    EXPECT_EQ(header["position"]["batch_idx"], 1);
+    auto rest = get(render_target(strips[i]));
+    ASSERT_EQ(rest.status, 200u) << rest.body;
+    EXPECT_TRUE(push.strips[i].png == rest.body) << "pushed PNG differs from GET " << render_target(strips[i]);
+    json info = json::parse(rest.headers["X-Nansense-Render"]);
+    info["type"] = "strip";
+    EXPECT_EQ(header, info);
+  }
+  EXPECT_EQ(push.strips[0].png.substr(1, 3), "PNG");
+
+  // The list stays in force for the next snapshot.
+  post("/api/step", {{"unit", "batch"}});
+  Push again = read_push(client, 2);
+  EXPECT_EQ(again.strips.size(), strips.size());
+  EXPECT_GT(again.done["sequence"].get<uint64_t>(), sequence.get<uint64_t>());
+}
+
+TEST_F(PushTest, StripsThatCannotRenderAreListedWithTheControllersReason) {
+  start();
+  wait_paused();
+  PushClient client(port_);
+  client.next();
+  const json strips = json::array({
+      {{"layer", "fc1"}, {"kind", "activation"}, {"sample", 0}},
+      {{"layer", "nope"}, {"kind", "activation"}, {"sample", 0}},
+      {{"layer", "fc1"}, {"kind", "activation"}, {"sample", 999}},
+      {{"layer", "fc2"}, {"kind", "gradient"}, {"sample", 4}, {"values", "abs"}},
+  });
+  client.watch(strips);
+  post("/api/step", {{"unit", "batch"}});
+  Push push = read_push(client, 1);
+  wait_paused();
+  ASSERT_EQ(push.strips.size(), 2u);
+  EXPECT_EQ(push.strips[0].header["layer"], "fc1");
+  EXPECT_EQ(push.strips[1].header["layer"], "fc2");
+  EXPECT_EQ(push.strips[1].header["kind"], "gradient");
+  const json& failed = push.done["failed"];
+  ASSERT_EQ(failed.size(), 2u) << push.done;
+  for (size_t i = 0; i < 2; ++i) {
+    const json& entry = strips[i + 1];
+    EXPECT_EQ(failed[i]["layer"], entry["layer"]);
+    EXPECT_EQ(failed[i]["kind"], entry["kind"]);
+    EXPECT_EQ(failed[i]["sample"], entry["sample"]);
+    EXPECT_EQ(failed[i]["average"], false);
+    EXPECT_EQ(failed[i]["values"], "unchanged");
+    auto rest = get(render_target(entry));
+    EXPECT_NE(rest.status, 200u);
+    EXPECT_EQ(failed[i]["error"], rest.json()["error"]);
+  }
+  EXPECT_NE(failed[0]["error"].get<std::string>().find("unknown layer \"nope\""), std::string::npos);
+  EXPECT_NE(failed[1]["error"].get<std::string>().find("999"), std::string::npos);
+}
+
+TEST_F(PushTest, BadWatchMessagesAreRefusedAndTheSocketKeepsItsList) {
+  start();
+  wait_paused();
+  PushClient client(port_);
+  client.next();
+  client.watch(json::array({{{"layer", "fc1"}, {"kind", "activation"}, {"sample", 3}}}));
+
+  json too_many = json::array();
+  for (int i = 0; i < 513; ++i) too_many.push_back({{"layer", "fc1"}, {"kind", "activation"}, {"sample", 0}});
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"this is not json", "not JSON"},
+      {R"([1,2])", "must be a JSON object"},
+      {R"({"strips":[]})", "\"type\""},
+      {R"({"type":"subscribe"})", "unknown message type \"subscribe\""},
+      {R"({"type":"watch"})", "lacks \"strips\""},
+      {R"({"type":"watch","strips":{"layer":"fc1"}})", "\"strips\" must be an array, got object"},
+      {R"({"type":"watch","strips":[{"layer":"fc1","kind":"foo","sample":0}]})",
+       "strips[0].kind must be \"activation\" or \"gradient\", got \"foo\""},
+      {R"({"type":"watch","strips":[{"layer":"fc1","kind":"activation"}]})", "strips[0] lacks \"sample\""},
+      {R"({"type":"watch","strips":[{"layer":"fc1","kind":"activation","sample":-1}]})",
+       "strips[0].sample must be an integer >= 0, got -1"},
+      {R"({"type":"watch","strips":[{"layer":"fc1","kind":"activation","sample":1.5}]})",
+       "strips[0].sample must be an integer >= 0, got 1.5"},
+      {R"({"type":"watch","strips":[{"layer":"fc1","kind":"activation","sample":0,"average":"yes"}]})",
+       "strips[0].average must be true or false"},
+      {R"({"type":"watch","strips":[{"layer":"fc1","kind":"activation","sample":0,"values":"log"}]})",
+       "strips[0].values must be \"unchanged\", \"abs\" or \"square\", got \"log\""},
+      {R"({"type":"watch","strips":[{"layer":7,"kind":"activation","sample":0}]})",
+       "strips[0].layer must be a non-empty string, got 7"},
+      {R"({"type":"watch","strips":[{"layer":"fc1","kind":"activation","sample":0,"colour":"red"}]})",
+       "strips[0] has an unknown field \"colour\""},
+      {json{{"type", "watch"}, {"strips", too_many}}.dump(), "too many strips: 513 listed, at most 512"},
+  };
+  for (const auto& [message, expected] : bad) {
+    SCOPED_TRACE(message.substr(0, 80));
+    // A client's binary frame is ignored: the next reply is the bad message's.
+    client.send_binary(std::string("\x00\x01", 2));
+    client.send(message);
+    json reply = client.until([](const json& f) { return f["type"] == "error"; });
+    const std::string text = reply["message"].get<std::string>();
+    EXPECT_NE(text.find(expected), std::string::npos) << text;
+    EXPECT_NE(text.find("expected {\"type\":\"watch\""), std::string::npos) << text;
+  }
+
+  // Still open, still watching fc1 sample 3.
+  post("/api/step", {{"unit", "batch"}});
+  Push push = read_push(client, 1);
+  ASSERT_EQ(push.strips.size(), 1u);
+  EXPECT_EQ(push.strips[0].header["layer"], "fc1");
+  EXPECT_EQ(push.strips[0].header["sample"], 3);
+
+  // An empty list is a valid watch (watch() fails on any other error first).
+  client.watch(json::array());
+}
+
+TEST_F(PushTest, EachClientGetsOnlyTheStripsItWatches) {
+  start();
+  wait_paused();
+  PushClient a(port_), b(port_);
+  a.next();
+  b.next();
+  a.watch(json::array({{{"layer", "fc1"}, {"kind", "activation"}, {"sample", 0}}}));
+  b.watch(json::array({{{"layer", "fc2"}, {"kind", "activation"}, {"sample", 1}},
+                       {{"layer", "fc2"}, {"kind", "gradient"}, {"sample", 2}}}));
+  post("/api/step", {{"unit", "batch"}});
+  Push pa = read_push(a, 1);
+  Push pb = read_push(b, 1);
+  ASSERT_EQ(pa.strips.size(), 1u);
+  EXPECT_EQ(pa.strips[0].header["layer"], "fc1");
+  EXPECT_EQ(pa.strips[0].header["sample"], 0);
+  ASSERT_EQ(pb.strips.size(), 2u);
+  EXPECT_EQ(pb.strips[0].header["layer"], "fc2");
+  EXPECT_EQ(pb.strips[0].header["kind"], "activation");
+  EXPECT_EQ(pb.strips[0].header["sample"], 1);
+  EXPECT_EQ(pb.strips[1].header["kind"], "gradient");
+  EXPECT_EQ(pb.strips[1].header["sample"], 2);
+  EXPECT_EQ(pa.done["sequence"], pb.done["sequence"]);
+}
+
+TEST_F(PushTest, SnapshotsInQuickSuccessionNeverMixTheirStrips) {
+  start(1, 6, 3);
+  wait_paused();
+  PushClient client(port_);
+  client.next();
+  client.watch(json::array({{{"layer", "fc1"}, {"kind", "activation"}, {"sample", 0}},
+                            {{"layer", "fc1"}, {"kind", "gradient"}, {"sample", 0}},
+                            {{"layer", "fc2"}, {"kind", "activation"}, {"sample", 4}, {"average", true}}}));
+  // Eight snapshots back to back, across the train/val boundary (val batches
+  // have no gradients), while pushes for the earlier ones may still run.
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_EQ(post("/api/step", {{"unit", "batch"}, {"wait_seconds", 20}}).status, 200u);
+  }
+  const auto last = get("/api/status").json()["snapshot_sequence"].get<uint64_t>();
+  std::set<uint64_t> announced;
+  uint64_t last_done = 0;
+  size_t strips = 0;
+  for (int i = 0; i < 1000 && last_done != last; ++i) {
+    auto frame = client.next_frame();
+    if (frame.binary) {
+      StripFrame strip = decode_strip(frame.bytes);
+      const auto seq = strip.header["sequence"].get<uint64_t>();
+      EXPECT_TRUE(announced.count(seq)) << "strip of sequence " << seq << " before its snapshot event";
+      EXPECT_GT(seq, last_done) << "strip of sequence " << seq << " after its strips_done";
+      ++strips;
+      continue;
+    }
+    json text = json::parse(frame.bytes);
+    EXPECT_NE(text["type"], "error") << text;
+    if (text["type"] == "snapshot") announced.insert(text["sequence"].get<uint64_t>());
+    if (text["type"] == "strips_done") {
+      const auto seq = text["sequence"].get<uint64_t>();
+      EXPECT_TRUE(announced.count(seq)) << text;
+      EXPECT_GT(seq, last_done) << text;
+      for (const auto& failed : text["failed"]) {
+        // Only val batches (no backward) may refuse, and only the gradient.
+        EXPECT_EQ(failed["kind"], "gradient") << text;
+        EXPECT_NE(failed["error"].get<std::string>().find("no gradient"), std::string::npos) << text;
+      }
+      last_done = seq;
+    }
+  }
+  EXPECT_EQ(last_done, last);
+  // The last snapshot was not overtaken: all its strips came (3, or 2 plus a
+  // refused gradient in a val batch).
+  EXPECT_GT(strips, 0u);
 }
 
 }  // namespace
