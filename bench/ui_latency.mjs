@@ -71,7 +71,7 @@ try {
     if (shown.renderedSequence !== status.snapshot_sequence) continue;  // raced past: not a measurement
     latencies.push(shown.renderedAtMs - status.paused_at_ms);
   }
-  const strips = await page.locator('img[data-testid^="strip-activation-"], img[data-testid^="strip-gradient-"]').count();
+  const strips = await page.locator('canvas[data-testid^="strip-activation-"], canvas[data-testid^="strip-gradient-"]').count();
   latencies.sort((a, b) => a - b);
   const at = (q) => latencies[Math.min(latencies.length - 1, Math.floor(q * latencies.length))];
   console.log(`ui_latency: ${latencies.length} pauses of the demo CNN, ${strips} strips on the page`);

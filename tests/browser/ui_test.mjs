@@ -112,12 +112,18 @@ async function expectEnabled(id, enabled, timeout = UI_TIMEOUT_MS) {
   }
 }
 
+// An <img> that loaded, or a strip's <canvas> with a picture drawn in it
+// (some pixel is not transparent).
 async function expectImageLoaded(id, timeout = UI_TIMEOUT_MS) {
   try {
     await page.waitForFunction(
       (sel) => {
-        const img = document.querySelector(sel);
-        return img instanceof HTMLImageElement && img.complete && img.naturalWidth > 0;
+        const el = document.querySelector(sel);
+        if (el instanceof HTMLImageElement) return el.complete && el.naturalWidth > 0;
+        if (!(el instanceof HTMLCanvasElement) || !el.dataset.drawn || el.width === 0) return false;
+        const pixels = el.getContext('2d').getImageData(0, 0, el.width, el.height).data;
+        for (let i = 3; i < pixels.length; i += 4) if (pixels[i] !== 0) return true;
+        return false;
       },
       `[data-testid="${id}"]`,
       { timeout },
@@ -127,7 +133,7 @@ async function expectImageLoaded(id, timeout = UI_TIMEOUT_MS) {
   }
 }
 
-// The bytes behind an <img> (a blob: URL), as a base64 string to compare.
+// The bytes behind an <img> (a data: URL), as a base64 string to compare.
 function imageBytes(id) {
   return page.evaluate(async (sel) => {
     const img = document.querySelector(sel);

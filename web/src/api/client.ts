@@ -8,9 +8,8 @@ import type {
   LayerRenderInfo,
   Snapshot,
   Status,
-  StripKind,
+  StripView,
   TimeTravelReport,
-  Values,
 } from './types';
 
 // On a non-loopback bind the server prints a URL with ?token=; the page keeps
@@ -84,8 +83,9 @@ export const silenceDebug = (category?: DebugCheck) =>
   postJson<DebugReport>('/api/debug/silence', category ? { category } : {});
 export const clearDebug = () => postJson<DebugReport>('/api/debug/clear', {});
 
+// A rendered PNG and what it shows (the X-Nansense-Render header's JSON).
 export interface Rendered<I> {
-  blob: Blob;
+  png: Uint8Array;
   info: I;
 }
 
@@ -94,16 +94,25 @@ async function getImage<I>(path: string, params: Record<string, string>, signal?
   if (!res.ok) throw await errorFrom(res);
   const header = res.headers.get('X-Nansense-Render');
   if (!header) throw new ApiError(res.status, `${path} answered without an X-Nansense-Render header`);
-  return { blob: await res.blob(), info: JSON.parse(header) as I };
+  return { png: new Uint8Array(await res.arrayBuffer()), info: JSON.parse(header) as I };
 }
 
-export interface LayerRenderParams {
-  layer: string;
-  kind: StripKind;
-  sample: number;
-  average: boolean;
-  values: Values;
+// A data: URL for a PNG. Unlike a blob: URL it needs no round trip to the
+// browser process to create, load or revoke, which on a pause with a dozen
+// strips is most of the page's own share of the latency.
+export function pngUrl(png: Uint8Array): string {
+  const bytes = png as Uint8Array & { toBase64?: () => string };
+  if (typeof bytes.toBase64 === 'function') return `data:image/png;base64,${bytes.toBase64()}`;
+  let binary = '';
+  const CHUNK = 0x8000;
+  for (let i = 0; i < png.length; i += CHUNK) {
+    binary += String.fromCharCode(...png.subarray(i, i + CHUNK));
+  }
+  return `data:image/png;base64,${btoa(binary)}`;
 }
+
+// What a strip request names (the server always draws its latest snapshot).
+export type LayerRenderParams = StripView;
 
 export const renderLayer = (p: LayerRenderParams, signal?: AbortSignal) =>
   getImage<LayerRenderInfo>(

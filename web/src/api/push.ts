@@ -1,13 +1,43 @@
-// The server's push channel (/ws): status and snapshot events. Reconnects by
+// The server's push channel (/ws): status and snapshot events, and the
+// pictures of the strips the page watches (binary frames). Reconnects by
 // itself; the caller refetches everything on each (re)connect because events
 // sent while the link was down are gone.
 import { pageToken } from './client';
-import type { PushMessage } from './types';
+import type { LayerRenderInfo, PushMessage } from './types';
 
 export interface PushHandlers {
   onOpen(): void;
   onClose(): void;
   onMessage(message: PushMessage): void;
+  // A pushed strip: its render info and PNG bytes.
+  onStrip(info: LayerRenderInfo, png: Uint8Array): void;
+}
+
+let openSocket: WebSocket | null = null;
+
+// Sends a message to the server over the open channel; false when there is
+// none (the message is then the caller's to send again on the next open).
+export function sendPush(message: object): boolean {
+  if (!openSocket || openSocket.readyState !== WebSocket.OPEN) return false;
+  openSocket.send(JSON.stringify(message));
+  return true;
+}
+
+// A binary frame: a 4-byte big-endian header length, the header (JSON), then
+// the PNG. Anything else is ignored.
+function parseStrip(data: ArrayBuffer): { info: LayerRenderInfo; png: Uint8Array } | null {
+  if (data.byteLength < 4) return null;
+  const length = new DataView(data).getUint32(0, false);
+  if (4 + length > data.byteLength) return null;
+  try {
+    const header = JSON.parse(new TextDecoder().decode(new Uint8Array(data, 4, length))) as LayerRenderInfo & {
+      type?: string;
+    };
+    if (header.type !== 'strip') return null;
+    return { info: header, png: new Uint8Array(data, 4 + length) };
+  } catch {
+    return null;
+  }
 }
 
 const FIRST_RETRY_MS = 100;
@@ -30,12 +60,19 @@ export function connectPush(handlers: PushHandlers): () => void {
   const open = () => {
     timer = undefined;
     const ws = new WebSocket(pushUrl());
+    ws.binaryType = 'arraybuffer';
     socket = ws;
     ws.onopen = () => {
       retryMs = FIRST_RETRY_MS;
+      openSocket = ws;
       handlers.onOpen();
     };
     ws.onmessage = (event) => {
+      if (event.data instanceof ArrayBuffer) {
+        const strip = parseStrip(event.data);
+        if (strip) handlers.onStrip(strip.info, strip.png);
+        return;
+      }
       if (typeof event.data !== 'string') return;
       let message: PushMessage;
       try {
@@ -48,6 +85,7 @@ export function connectPush(handlers: PushHandlers): () => void {
     ws.onclose = () => {
       if (socket !== ws) return;
       socket = null;
+      if (openSocket === ws) openSocket = null;
       // Also after a failed first try: the page is offline either way.
       handlers.onClose();
       if (stopped) return;

@@ -289,4 +289,17 @@ export type PushMessage =
       architecture_changed: boolean;
       // Optional: lets the page clamp the selected sample before the JSON.
       batch_size?: number;
-    };
+    }
+  // Every watched strip of snapshot `sequence` was pushed, except `failed`.
+  | { type: 'strips_done'; sequence: number; failed: (StripView & { error: string })[] }
+  // The server could not use a message the page sent.
+  | { type: 'error'; message: string };
+
+// A strip the page asks the server to push with every snapshot.
+export interface StripView {
+  layer: string;
+  kind: StripKind;
+  sample: number;
+  average: boolean;
+  values: Values;
+}

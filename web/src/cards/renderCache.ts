@@ -1,18 +1,23 @@
 // Rendered strips by (connection generation, snapshot sequence, layer, kind,
 // sample, options). The server's render URL names no snapshot (it always
 // draws the latest), so the snapshot identity lives in this key instead, and
-// a new snapshot is a new key.
+// a new snapshot is a new key. Entries are fetched here or put in by the
+// push channel (stripPush.ts) as the server sends them.
 import { renderLayer, type LayerRenderParams, type Rendered } from '../api/client';
 import type { LayerRenderInfo } from '../api/types';
 
-const MAX_ENTRIES = 600;
-const cache = new Map<string, Promise<Rendered<LayerRenderInfo>>>();
+export type RenderedStrip = Rendered<LayerRenderInfo>;
+
+// Each entry holds its PNG bytes (tens of KB): a few hundred is plenty for
+// going back and forth between samples and options.
+const MAX_ENTRIES = 400;
+const cache = new Map<string, Promise<RenderedStrip>>();
 
 export function renderKey(generation: number, sequence: number, p: LayerRenderParams): string {
   return `${generation}|${sequence}|${p.layer}|${p.kind}|${p.sample}|${p.average}|${p.values}`;
 }
 
-export function loadStrip(key: string, params: LayerRenderParams): Promise<Rendered<LayerRenderInfo>> {
+export function loadStrip(key: string, params: LayerRenderParams): Promise<RenderedStrip> {
   const hit = cache.get(key);
   if (hit) {
     // Refresh its place in the eviction order.
@@ -20,9 +25,18 @@ export function loadStrip(key: string, params: LayerRenderParams): Promise<Rende
     cache.set(key, hit);
     return hit;
   }
-  const pending = renderLayer(params);
+  return putStrip(key, renderLayer(params));
+}
+
+export function hasStrip(key: string): boolean {
+  return cache.has(key);
+}
+
+// Stores a strip that is on its way or in. A failure is not remembered: the
+// next view of the strip asks again.
+export function putStrip(key: string, pending: Promise<RenderedStrip>): Promise<RenderedStrip> {
+  cache.delete(key);
   cache.set(key, pending);
-  // A failure is not remembered: the next view of the strip asks again.
   pending.catch(() => {
     if (cache.get(key) === pending) cache.delete(key);
   });

@@ -1,9 +1,11 @@
 // Loads one strip's picture (activation or gradient of the selected sample)
 // while its card is on screen, and reports when it shows the latest snapshot.
+// A strip on screen is watched: the server pushes it with every snapshot.
 import { useEffect, useState } from 'preact/hooks';
 import type { LayerRenderInfo, StripKind, Values } from '../api/types';
 import { forgetStrip, reportStrip } from '../state/rendered';
 import { loadStrip, renderKey } from './renderCache';
+import { watchStrip } from './stripPush';
 
 export interface StripRequest {
   layer: string;
@@ -22,7 +24,8 @@ export interface StripRequest {
 
 export interface Picture {
   key: string;
-  url: string;
+  // Decoded off the main thread; drawn into the strip's canvas.
+  bitmap: ImageBitmap;
   info: LayerRenderInfo;
 }
 
@@ -45,6 +48,11 @@ export function useStrip(r: StripRequest): StripState {
   useEffect(() => () => forgetStrip(id), [id]);
 
   useEffect(() => {
+    watchStrip(id, visible ? params : null);
+    return () => watchStrip(id, null);
+  }, [id, visible, r.layer, r.kind, r.sample, r.average, r.values]);
+
+  useEffect(() => {
     const settled = (s: number) => reportStrip(id, { visible, generation, sequence: s });
     if (!visible) return void reportStrip(id, { visible: false, generation, sequence: 0 });
     if (settledEmpty || picture?.key === key || error?.key === key) return settled(sequence);
@@ -52,15 +60,19 @@ export function useStrip(r: StripRequest): StripState {
     if (!ready) return;
     let cancelled = false;
     loadStrip(key, params).then(
-      async ({ blob, info }) => {
-        const url = URL.createObjectURL(blob);
-        // Decoded off-screen first, so the swap paints at once and the old
-        // picture stays up meanwhile (no blank frame between snapshots).
-        const probe = new Image();
-        probe.src = url;
-        await probe.decode().catch(() => undefined);
-        if (cancelled) return URL.revokeObjectURL(url);
-        setPicture({ key, url, info });
+      async ({ png, info }) => {
+        // Decoded before the swap, so the old picture stays up meanwhile
+        // (no blank frame between snapshots).
+        let bitmap: ImageBitmap;
+        try {
+          bitmap = await createImageBitmap(new Blob([png as Uint8Array<ArrayBuffer>], { type: 'image/png' }));
+        } catch {
+          if (cancelled) return;
+          setError({ key, message: 'the server sent a picture this browser cannot decode' });
+          return settled(sequence);
+        }
+        if (cancelled) return bitmap.close();
+        setPicture({ key, bitmap, info });
         setError(null);
         settled(Math.max(sequence, info.sequence));
       },
@@ -76,13 +88,11 @@ export function useStrip(r: StripRequest): StripState {
     // `params` is covered by `key`.
   }, [key, visible, ready, settledEmpty]);
 
-  // A picture's URL is revoked once another replaced it.
+  // A replaced picture's pixels are in no canvas any more: free them.
   useEffect(() => {
-    const url = picture?.url;
-    return () => {
-      if (url) URL.revokeObjectURL(url);
-    };
-  }, [picture?.url]);
+    const bitmap = picture?.bitmap;
+    return () => bitmap?.close();
+  }, [picture?.bitmap]);
 
   const stale =
     picture != null &&

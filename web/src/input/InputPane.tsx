@@ -2,7 +2,7 @@
 // server), which input of a multi-input model, and which sample every strip
 // on the page shows.
 import { useEffect, useState } from 'preact/hooks';
-import { renderInput } from '../api/client';
+import { pngUrl, renderInput } from '../api/client';
 import type { InputRenderInfo, Snapshot } from '../api/types';
 import { batchSize, sampleExists, setSample, store } from '../state/app';
 import { useSelector } from '../state/store';
@@ -56,12 +56,12 @@ export function InputPane() {
     if (!ready || picture?.key === key) return;
     let cancelled = false;
     renderInput(input, sample).then(
-      async ({ blob, info }) => {
-        const url = URL.createObjectURL(blob);
+      async ({ png, info }) => {
+        const url = pngUrl(png);
         const probe = new Image();
         probe.src = url;
         await probe.decode().catch(() => undefined);
-        if (cancelled) return URL.revokeObjectURL(url);
+        if (cancelled) return;
         setPicture({ key, url, info });
         setError(null);
       },
@@ -73,13 +73,6 @@ export function InputPane() {
       cancelled = true;
     };
   }, [key, ready]);
-
-  useEffect(() => {
-    const url = picture?.url;
-    return () => {
-      if (url) URL.revokeObjectURL(url);
-    };
-  }, [picture?.url]);
 
   const shape = inputs[input]?.shape ?? [];
   const info = picture?.info;

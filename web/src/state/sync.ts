@@ -3,6 +3,7 @@
 import { ApiError, getArchitecture, getSnapshot, getStatus } from '../api/client';
 import { connectPush } from '../api/push';
 import type { PushMessage, Status } from '../api/types';
+import { expectStrips, pushClosed, pushOpened, receiveStrip, stripsDone } from '../cards/stripPush';
 import { setSample, shownFor, store, toast } from './app';
 
 // Sequences restart with the server, so everything fetched is tagged with the
@@ -16,6 +17,8 @@ let architectureInFlight: Promise<void> | null = null;
 // sequence in it pulls the snapshot JSON.
 export function applyStatus(status: Status): void {
   const newer = status.snapshot_sequence > store.get().sequence;
+  // Before the cards hear of it: they then wait for the pushed pictures.
+  if (newer) expectStrips(store.get().generation, status.snapshot_sequence);
   store.set(newer ? { status, sequence: status.snapshot_sequence, announcedBatchSize: null } : { status });
   if (status.snapshot_sequence > 0) wantSnapshot(status.snapshot_sequence);
 }
@@ -91,14 +94,20 @@ function onMessage(message: PushMessage): void {
     applyStatus(message.status);
   } else if (message.type === 'snapshot') {
     // The status carrying this sequence usually came just before.
-    const { sequence, announcedBatchSize } = store.get();
+    const { sequence, announcedBatchSize, generation } = store.get();
     if (message.sequence >= sequence) {
+      expectStrips(generation, message.sequence);
       const known = message.sequence === sequence ? announcedBatchSize : null;
       store.set({ sequence: message.sequence, announcedBatchSize: message.batch_size ?? known });
       setSample(store.get().sample);
     }
     if (message.architecture_changed) void refreshArchitecture();
     wantSnapshot(message.sequence);
+  } else if (message.type === 'strips_done') {
+    stripsDone(message.sequence, message.failed ?? []);
+  } else if (message.type === 'error') {
+    // A message this page sent was refused: a bug here, not the user's doing.
+    console.warn(`nansense server: ${message.message}`);
   }
 }
 
@@ -110,12 +119,15 @@ export function startSync(): () => void {
       snapshotWanted = 0;
       snapshotInFlight = 0;
       store.set((s) => ({ connection: 'open', generation: s.generation + 1, sequence: 0 }));
+      pushOpened(store.get().generation);
       // Events sent while the link was down are lost: start from the views.
       void refreshAll();
     },
     onClose() {
+      pushClosed();
       if (store.get().connection !== 'closed') store.set({ connection: 'closed' });
     },
     onMessage,
+    onStrip: receiveStrip,
   });
 }

@@ -1,0 +1,125 @@
+// The strips this page shows, pushed by the server with every snapshot so a
+// pause costs no request per picture. The page tells the server which strips
+// it watches (the visible ones); for each new snapshot the server sends their
+// PNGs over /ws, then "strips_done" naming those it could not draw. A strip
+// the push does not bring (watch changed meanwhile, link lost, snapshot
+// overtaken) is fetched over HTTP as before.
+import { ApiError, renderLayer } from '../api/client';
+import { sendPush } from '../api/push';
+import type { LayerRenderInfo, StripView } from '../api/types';
+import { store } from '../state/app';
+import { hasStrip, putStrip, renderKey, type RenderedStrip } from './renderCache';
+
+// A pushed strip that has not come after this long is fetched instead.
+const PUSH_PATIENCE_MS = 3000;
+
+const watched = new Map<symbol, StripView>();
+// The watch list the server holds for this connection (what it will push).
+let serverViews: StripView[] = [];
+let serverWatch = '';
+let connected = false;
+let generation = -1;
+let sendQueued = false;
+
+interface Pending {
+  generation: number;
+  sequence: number;
+  view: StripView;
+  resolve(r: RenderedStrip): void;
+  reject(e: unknown): void;
+  timer: ReturnType<typeof setTimeout>;
+}
+const pending = new Map<string, Pending>();
+
+// A strip on screen (view) or gone from it (null).
+export function watchStrip(id: symbol, view: StripView | null): void {
+  if (view) watched.set(id, view);
+  else if (!watched.delete(id)) return;
+  if (sendQueued) return;
+  sendQueued = true;
+  queueMicrotask(sendWatch);
+}
+
+function sendWatch(): void {
+  sendQueued = false;
+  if (!connected) return;
+  // Top of the page first: the server sends in this order.
+  const order = new Map(store.get().shown.map((name, i) => [name, i]));
+  const unique = new Map<string, StripView>();
+  for (const v of watched.values()) unique.set(renderKey(0, 0, v), v);
+  const views = [...unique.values()].sort(
+    (a, b) => (order.get(a.layer) ?? 1e9) - (order.get(b.layer) ?? 1e9) || a.kind.localeCompare(b.kind),
+  );
+  const text = JSON.stringify(views);
+  if (text === serverWatch) return;
+  if (!sendPush({ type: 'watch', strips: views })) return;
+  serverWatch = text;
+  serverViews = views;
+}
+
+export function pushOpened(newGeneration: number): void {
+  connected = true;
+  generation = newGeneration;
+  serverWatch = '';
+  serverViews = [];
+  sendWatch();
+}
+
+export function pushClosed(): void {
+  connected = false;
+  serverWatch = '';
+  serverViews = [];
+  for (const [key, p] of pending) fetchInstead(key, p);
+}
+
+// Snapshot `sequence` exists: the watched strips of it are on their way, so
+// a card asking for one now waits for the push instead of fetching it.
+export function expectStrips(forGeneration: number, sequence: number): void {
+  if (!connected || forGeneration !== generation) return;
+  for (const view of serverViews) {
+    const key = renderKey(generation, sequence, view);
+    if (hasStrip(key)) continue;
+    putStrip(
+      key,
+      new Promise<RenderedStrip>((resolve, reject) => {
+        const p: Pending = { generation, sequence, view, resolve, reject, timer: 0 as never };
+        p.timer = setTimeout(() => fetchInstead(key, p), PUSH_PATIENCE_MS);
+        pending.set(key, p);
+      }),
+    );
+  }
+}
+
+export function receiveStrip(info: LayerRenderInfo, png: Uint8Array): void {
+  const key = renderKey(generation, info.sequence, info);
+  const rendered = { png, info };
+  const p = pending.get(key);
+  if (p) {
+    settle(key, p);
+    p.resolve(rendered);
+  } else if (!hasStrip(key)) {
+    putStrip(key, Promise.resolve(rendered));
+  }
+}
+
+// Everything of `sequence` (and older) that was coming has come.
+export function stripsDone(sequence: number, failed: (StripView & { error: string })[]): void {
+  for (const f of failed) {
+    const key = renderKey(generation, sequence, f);
+    const p = pending.get(key);
+    if (!p) continue;
+    settle(key, p);
+    p.reject(new ApiError(404, f.error));
+  }
+  for (const [key, p] of pending) if (p.sequence <= sequence) fetchInstead(key, p);
+}
+
+function settle(key: string, p: Pending): void {
+  pending.delete(key);
+  clearTimeout(p.timer);
+}
+
+function fetchInstead(key: string, p: Pending): void {
+  settle(key, p);
+  renderLayer(p.view).then(p.resolve, p.reject);
+}
