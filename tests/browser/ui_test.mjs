@@ -199,10 +199,31 @@ async function main() {
     await screenshot('loaded');
   });
 
-  await check('Step Batch advances the position label', async () => {
-    await byTestId('step').click();
-    await expectText('position-label', label('train', 1));
-    await expectEnabled('step', true);
+  await check('Step Batch advances the position label; the strips come over the push channel', async () => {
+    const fetched = [];
+    const onRequest = (r) => {
+      if (r.url().includes('/api/render/layer')) fetched.push(r.url());
+    };
+    page.on('request', onRequest);
+    try {
+      await byTestId('step').click();
+      await expectText('position-label', label('train', 1));
+      await expectEnabled('step', true);
+      const { snapshot_sequence: sequence } = await (await fetch(`${base}/api/status`)).json();
+      await page.waitForFunction((s) => Number(document.body.dataset.renderedSequence) === s, sequence, {
+        timeout: UI_TIMEOUT_MS,
+      });
+      const drawn = await page
+        .locator('canvas[data-testid^="strip-"]')
+        .evaluateAll((all) => all.filter((c) => c.getBoundingClientRect().top < innerHeight).map((c) => c.dataset.drawn));
+      if (drawn.length === 0) throw new Error('no strip canvas on screen');
+      if (drawn.some((d) => Number(d) !== sequence)) {
+        throw new Error(`strips on screen show snapshots ${drawn.join(',')}, not ${sequence}`);
+      }
+      if (fetched.length) throw new Error(`the pause fetched ${fetched.length} strips over HTTP: ${fetched[0]}`);
+    } finally {
+      page.off('request', onRequest);
+    }
     await screenshot('stepped');
   });
 
