@@ -1,7 +1,10 @@
 // Pause-to-pixels latency of the UI (see ui_latency.sh). Each step is driven
 // over HTTP; the latency of a step is the page's time of showing every visible
-// strip of the new snapshot (window.__nansense.renderedAtMs) minus the time the
-// training thread paused (status.paused_at_ms). Both clocks are this machine's.
+// strip of the new snapshot minus the time the training thread paused
+// (status.paused_at_ms). Two page times are reported: every picture decoded
+// and handed to its canvas (window.__nansense.renderedAtMs), and the next
+// frame produced (paintedAtMs), which the target is judged on. Both clocks
+// are this machine's.
 import { spawn } from 'node:child_process';
 import { createServer } from 'node:net';
 import { createRequire } from 'node:module';
@@ -63,20 +66,29 @@ try {
   await rendered(status.snapshot_sequence);
 
   const latencies = [];
+  const painted = [];
   for (let i = 0; i < steps; ++i) {
     status = await api('/api/step', { unit: 'batch', wait_seconds: 30 });
     if (status.state !== 'paused') throw new Error(`step ${i} did not pause: ${status.state}`);
     await rendered(status.snapshot_sequence);
+    await page.waitForFunction(() => window.__nansense?.paintedAtMs !== undefined, null, { timeout: 30_000 });
     const shown = await page.evaluate(() => window.__nansense);
     if (shown.renderedSequence !== status.snapshot_sequence) continue;  // raced past: not a measurement
     latencies.push(shown.renderedAtMs - status.paused_at_ms);
+    painted.push(shown.paintedAtMs - status.paused_at_ms);
   }
   const strips = await page.locator('canvas[data-testid^="strip-activation-"], canvas[data-testid^="strip-gradient-"]').count();
-  latencies.sort((a, b) => a - b);
-  const at = (q) => latencies[Math.min(latencies.length - 1, Math.floor(q * latencies.length))];
+  const summary = (values) => {
+    values.sort((a, b) => a - b);
+    const at = (q) => values[Math.min(values.length - 1, Math.floor(q * values.length))];
+    return { text: `median ${at(0.5)} ms, p90 ${at(0.9)} ms, min ${values[0]} ms, max ${values.at(-1)} ms`, median: at(0.5) };
+  };
+  const shown = summary(latencies);
+  const framed = summary(painted);
   console.log(`ui_latency: ${latencies.length} pauses of the demo CNN, ${strips} strips on the page`);
-  console.log(`  pause -> strips shown: median ${at(0.5)} ms, p90 ${at(0.9)} ms, min ${latencies[0]} ms, max ${latencies.at(-1)} ms`);
-  console.log(`  target: median <= 150 ms -> ${at(0.5) <= 150 ? 'met' : 'NOT met'}`);
+  console.log(`  pause -> strips decoded and handed to their canvases: ${shown.text}`);
+  console.log(`  pause -> the frame drawing them produced:             ${framed.text}`);
+  console.log(`  target: median <= 150 ms (to the frame) -> ${framed.median <= 150 ? 'met' : 'NOT met'}`);
 } finally {
   if (browser) await browser.close();
   stop();

@@ -1,6 +1,8 @@
 // Marks the page once every visible strip shows the latest snapshot, for the
 // latency benchmark and the browser tests: body[data-rendered-sequence] and
-// window.__nansense = {renderedSequence, renderedAtMs}.
+// window.__nansense = {renderedSequence, renderedAtMs, paintedAtMs}.
+// renderedAtMs: every visible picture is decoded and handed to its strip;
+// paintedAtMs: the frame that draws them has been produced as well.
 import { store } from './app';
 
 interface StripReport {
@@ -13,7 +15,7 @@ interface StripReport {
 
 declare global {
   interface Window {
-    __nansense?: { renderedSequence: number; renderedAtMs: number };
+    __nansense?: { renderedSequence: number; renderedAtMs: number; paintedAtMs?: number };
   }
 }
 
@@ -51,7 +53,11 @@ function check(): void {
   }
   marked = key;
   document.body.dataset.renderedSequence = String(sequence);
-  window.__nansense = { renderedSequence: sequence, renderedAtMs: Date.now() };
+  const mark: NonNullable<Window['__nansense']> = { renderedSequence: sequence, renderedAtMs: Date.now() };
+  window.__nansense = mark;
+  // The animation frame callback runs before that frame's layout and paint;
+  // a task queued from it runs once the frame is out.
+  requestAnimationFrame(() => setTimeout(() => (mark.paintedAtMs = Date.now()), 0));
 }
 
 // With no strip visible the snapshot is shown as soon as its JSON is in.
