@@ -20,41 +20,13 @@
 #include <string>
 #include <vector>
 
-#include "model.h"
+#include "bench_common.h"
 #include "numerics/bands.h"
 #include "numerics/flight_recorder.h"
 
 namespace {
 
-using Batch = torch::data::Example<>;
-
-std::vector<Batch> synthetic_batches(int64_t count, int64_t batch_size) {
-  std::vector<Batch> batches;
-  for (int64_t i = 0; i < count; ++i) {
-    batches.push_back({torch::randn({batch_size, 1, 28, 28}), torch::randint(0, 10, {batch_size})});
-  }
-  return batches;
-}
-
-void train_step(FashionCnn& model, torch::optim::Optimizer& optimizer, const Batch& batch) {
-  optimizer.zero_grad();
-  auto loss = torch::nll_loss(model->forward(batch.data), batch.target);
-  loss.backward();
-  optimizer.step();
-}
-
-struct ThreadCpuClock {
-  using duration = std::chrono::nanoseconds;
-  using rep = duration::rep;
-  using period = duration::period;
-  using time_point = std::chrono::time_point<ThreadCpuClock>;
-  static constexpr bool is_steady = true;
-  static time_point now() {
-    timespec ts{};
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return time_point(duration(static_cast<rep>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec));
-  }
-};
+using namespace nansense::bench;
 
 enum class Variant { kPlain, kSessionChecksOff, kGuard, kOpTrace, kAnomaly };
 
@@ -136,12 +108,6 @@ double guard_work_us(std::vector<Batch>& batches, int repetitions) {
   for (int i = 0; i < repetitions; ++i) work();
   const auto end = ThreadCpuClock::now();
   return std::chrono::duration<double, std::micro>(end - begin).count() / repetitions;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 }  // namespace

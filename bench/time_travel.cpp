@@ -26,7 +26,7 @@
 #include <thread>
 #include <vector>
 
-#include "model.h"
+#include "bench_common.h"
 #include "session/session_core.h"
 #include "time_travel/checkpoint_store.h"
 #include "time_travel/training_state.h"
@@ -34,36 +34,11 @@
 namespace {
 
 namespace fs = std::filesystem;
-using Batch = torch::data::Example<>;
+using namespace nansense::bench;
 using Clock = std::chrono::steady_clock;
-
-double thread_cpu_ms() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
-}
 
 double wall_ms(Clock::time_point since) {
   return std::chrono::duration<double, std::milli>(Clock::now() - since).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
-std::vector<Batch> synthetic_batches(int64_t count, int64_t batch_size) {
-  std::vector<Batch> batches;
-  for (int64_t i = 0; i < count; ++i) {
-    batches.push_back({torch::randn({batch_size, 1, 28, 28}), torch::randint(0, 10, {batch_size})});
-  }
-  return batches;
-}
-
-void train_step(FashionCnn& model, torch::optim::Optimizer& optimizer, const Batch& batch) {
-  optimizer.zero_grad();
-  torch::nll_loss(model->forward(batch.data), batch.target).backward();
-  optimizer.step();
 }
 
 struct Times {
