@@ -18,6 +18,7 @@
 namespace nansense {
 namespace {
 
+using test::DropNet;
 using test::kWait;
 using test::TrainingThread;
 
@@ -33,18 +34,6 @@ torch::Tensor per_class_bce(const torch::Tensor& logits, const torch::Tensor& ta
   }
   return torch::stack(losses).mean();
 }
-
-struct DropNetImpl : torch::nn::Module {
-  explicit DropNetImpl(int64_t hidden = 8)
-      : fc1(register_module("fc1", torch::nn::Linear(4, hidden))),
-        drop(register_module("drop", torch::nn::Dropout(0.5))),
-        fc2(register_module("fc2", torch::nn::Linear(hidden, 3))) {}
-  torch::Tensor forward(const torch::Tensor& x) { return fc2(drop(torch::relu(fc1(x)))); }
-  torch::nn::Linear fc1;
-  torch::nn::Dropout drop;
-  torch::nn::Linear fc2;
-};
-TORCH_MODULE(DropNet);
 
 std::string temp_dir(const std::string& name) {
   auto dir = std::filesystem::temp_directory_path() /

@@ -69,6 +69,17 @@ struct Trainer {
   std::atomic<int> bodies{0};
   std::atomic<std::thread::id> body_thread{};
   std::function<void(int)> on_body;  // runs on the training thread after each body
+
+  // Holds the loop inside body `index` (counted from 0 over the whole run):
+  // opens `reached` there, then waits for `go`.
+  void hold_in_body(int index, Gate& reached, Gate& go) {
+    on_body = [index, &reached, &go](int i) {
+      if (i == index) {
+        reached.open();
+        go.wait();
+      }
+    };
+  }
 };
 
 void expect_paused_at(const Session& s, const BatchPosition& want) {
@@ -138,12 +149,7 @@ TEST(RunControl, CommandGivenWhileABatchRunsIsNotLost) {
   // step asked for is superseded, and the run goes to the end.
   Trainer t({{"train", 4}}, 1);
   Gate reached, go;
-  t.on_body = [&](int i) {
-    if (i == 1) {
-      reached.open();
-      go.wait();
-    }
-  };
+  t.hold_in_body(1, reached, go);
   auto session = start(t.model);
   TrainingThread thread(session, [&] { t.run(session); });
   expect_paused_at(session, at("train", 0, 0));
@@ -279,12 +285,7 @@ TEST(RunControl, DetachRunsToCompletionWithoutPausing) {
 TEST(RunControl, StopWhileRunningPausesAtTheNextBoundary) {
   Trainer t({{"train", 40}}, 1);
   Gate reached, go;
-  t.on_body = [&](int i) {
-    if (i == 5) {
-      reached.open();
-      go.wait();
-    }
-  };
+  t.hold_in_body(5, reached, go);
   auto session = start(t.model);
   TrainingThread thread(session, [&] { t.run(session); });
   expect_paused_at(session, at("train", 0, 0));
@@ -330,12 +331,7 @@ TEST(RunControl, SteppingPastTheLastBatchFinishes) {
 TEST(RunControl, CloseReleasesAWaiter) {
   Trainer t({{"train", 4}}, 1);
   Gate reached, go;
-  t.on_body = [&](int i) {
-    if (i == 2) {
-      reached.open();
-      go.wait();
-    }
-  };
+  t.hold_in_body(2, reached, go);
   auto session = start(t.model);
   TrainingThread thread(session, [&] { t.run(session); });
   expect_paused_at(session, at("train", 0, 0));

@@ -124,6 +124,20 @@ struct FunctionalImpl : torch::nn::Module {
 };
 TORCH_MODULE(Functional);
 
+// Dropout between two layers: a replay matches only with the restored CPU
+// generator. `hidden` changes the parameter shapes (a different model).
+struct DropNetImpl : torch::nn::Module {
+  explicit DropNetImpl(int64_t hidden = 8)
+      : fc1(register_module("fc1", torch::nn::Linear(4, hidden))),
+        drop(register_module("drop", torch::nn::Dropout(0.5))),
+        fc2(register_module("fc2", torch::nn::Linear(hidden, 3))) {}
+  torch::Tensor forward(const torch::Tensor& x) { return fc2(drop(torch::relu(fc1(x)))); }
+  torch::nn::Linear fc1;
+  torch::nn::Dropout drop;
+  torch::nn::Linear fc2;
+};
+TORCH_MODULE(DropNet);
+
 // One (input, class target) pair per batch. Generated on the test thread,
 // before the training thread starts, so the global RNG is never shared.
 using Batch = std::pair<torch::Tensor, torch::Tensor>;

@@ -22,6 +22,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using test::Gate;
+using test::DropNet;
 using test::kWait;
 using test::message_of;
 using test::TrainingThread;
@@ -31,19 +32,6 @@ fs::path fresh_dir(const std::string& name) {
   fs::remove_all(dir);
   return dir;
 }
-
-// Dropout makes every replay depend on the restored CPU generator.
-struct DropNetImpl : torch::nn::Module {
-  explicit DropNetImpl(int64_t hidden = 16)
-      : fc1(register_module("fc1", torch::nn::Linear(4, hidden))),
-        drop(register_module("drop", torch::nn::Dropout(0.5))),
-        fc2(register_module("fc2", torch::nn::Linear(hidden, 3))) {}
-  torch::Tensor forward(const torch::Tensor& x) { return fc2(drop(torch::relu(fc1(x)))); }
-  torch::nn::Linear fc1;
-  torch::nn::Dropout drop;
-  torch::nn::Linear fc2;
-};
-TORCH_MODULE(DropNet);
 
 struct ToyData : torch::data::datasets::Dataset<ToyData> {
   explicit ToyData(int64_t n) : x(torch::randn({n, 4})), y(torch::randint(3, {n})) {}
@@ -113,7 +101,7 @@ struct Loop {
     return losses;
   }
 
-  DropNet model;
+  DropNet model{16};
   std::unique_ptr<torch::optim::Optimizer> opt;
   std::unique_ptr<torch::optim::StepLR> sched;
   decltype(torch::data::make_data_loader(ToyData(1).map(torch::data::transforms::Stack<>()))) loader;
