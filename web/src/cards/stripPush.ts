@@ -22,7 +22,6 @@ let generation = -1;
 let sendQueued = false;
 
 interface Pending {
-  generation: number;
   sequence: number;
   view: StripView;
   resolve(r: RenderedStrip): void;
@@ -82,8 +81,13 @@ export function expectStrips(forGeneration: number, sequence: number): void {
     putStrip(
       key,
       new Promise<RenderedStrip>((resolve, reject) => {
-        const p: Pending = { generation, sequence, view, resolve, reject, timer: 0 as never };
-        p.timer = setTimeout(() => fetchInstead(key, p), PUSH_PATIENCE_MS);
+        const p: Pending = {
+          sequence,
+          view,
+          resolve,
+          reject,
+          timer: setTimeout(() => fetchInstead(key, p), PUSH_PATIENCE_MS),
+        };
         pending.set(key, p);
       }),
     );
