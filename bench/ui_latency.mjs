@@ -5,62 +5,20 @@
 // and handed to its canvas (window.__nansense.renderedAtMs), and the next
 // frame produced (paintedAtMs), which the target is judged on. Both clocks
 // are this machine's.
-import { spawn } from 'node:child_process';
-import { createServer } from 'node:net';
-import { createRequire } from 'node:module';
+import { Demo, freePort, launchBrowser } from '../tests/browser/harness.mjs';
 
-const require = createRequire(new URL('../tests/package.json', import.meta.url));
-const { chromium } = require('playwright-core');
-
-const [demo, stepsArg] = process.argv.slice(2);
+const [binary, stepsArg] = process.argv.slice(2);
 const steps = Number(stepsArg ?? 30);
 
-const freePort = () =>
-  new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-  });
-
-const port = await freePort();
-const base = `http://127.0.0.1:${port}`;
-const child = spawn(demo, ['--port', String(port), '--no-browser', '--epochs', '1'], { stdio: ['ignore', 'ignore', 'inherit'] });
+const demo = new Demo(binary);
 let browser;
-const stop = () => {
-  child.kill('SIGKILL');
-};
-process.on('exit', stop);
-
-async function api(path, body) {
-  const res = await fetch(base + path, body === undefined ? {} : {
-    method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body),
-  });
-  if (!res.ok) throw new Error(`${path}: ${res.status} ${await res.text()}`);
-  return res.json();
-}
-
-async function waitForServer(deadlineMs) {
-  const end = Date.now() + deadlineMs;
-  for (;;) {
-    try {
-      const status = await api('/api/status');
-      if (status.state === 'paused') return status;
-    } catch {
-      // not listening yet
-    }
-    if (Date.now() > end) throw new Error('the demo did not pause on its first batch in time');
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
+process.on('exit', () => demo.kill());
 
 try {
-  let status = await waitForServer(120_000);
-  browser = await chromium.launch({ executablePath: '/usr/bin/chromium', headless: true, args: ['--no-sandbox'] });
+  let status = await demo.start(await freePort(), ['--epochs', '1']);
+  browser = await launchBrowser();
   const page = await browser.newPage({ viewport: { width: 1600, height: 1000 } });
-  await page.goto(base + '/');
+  await page.goto(demo.base + '/');
   const rendered = (seq) =>
     page.waitForFunction((s) => (window.__nansense?.renderedSequence ?? 0) >= s, seq, { timeout: 30_000 });
   await rendered(status.snapshot_sequence);
@@ -68,7 +26,7 @@ try {
   const latencies = [];
   const painted = [];
   for (let i = 0; i < steps; ++i) {
-    status = await api('/api/step', { unit: 'batch', wait_seconds: 30 });
+    status = await demo.api('/api/step', { unit: 'batch', wait_seconds: 30 });
     if (status.state !== 'paused') throw new Error(`step ${i} did not pause: ${status.state}`);
     await rendered(status.snapshot_sequence);
     await page.waitForFunction(() => window.__nansense?.paintedAtMs !== undefined, null, { timeout: 30_000 });
@@ -91,5 +49,5 @@ try {
   console.log(`  target: median <= 150 ms (to the frame) -> ${framed.median <= 150 ? 'met' : 'NOT met'}`);
 } finally {
   if (browser) await browser.close();
-  stop();
+  await demo.kill();
 }

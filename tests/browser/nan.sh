@@ -10,33 +10,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-build=${NANSENSE_BUILD_DIR:-build}
-demo=$build/examples/fashion_mnist/fashion_mnist_demo
-chromium=${CHROMIUM:-/usr/bin/chromium}
-
-fail() {
-  echo "FAIL nan-ui: $*"
-  exit 1
-}
-[[ -x $demo ]] || fail "$demo not built"
-[[ -x $chromium ]] || fail "$chromium not found (scripts/setup installs Debian's chromium)"
-[[ -d tests/node_modules/playwright-core ]] || fail "tests/node_modules lacks playwright-core (scripts/setup runs npm ci in tests/)"
-
-shots=$build/browser-screenshots/nan
-mkdir -p "$shots"
-rm -f "$shots"/*.png
-# The test writes the demo's pid here each time it starts one, so this trap
-# can end it even if node itself is killed.
-pidfile=$(mktemp)
+source tests/browser/runner.sh
+browser_runner nan-ui browser-screenshots/nan
 # NaN capsules of this run, removed with it.
 capsules=$(mktemp -d)
-cleanup() {
-  local pid
-  pid=$(cat "$pidfile" 2>/dev/null || true)
-  if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null || true; fi
-  rm -f "$pidfile"
-  rm -rf "$capsules"
-}
-trap cleanup EXIT INT TERM
+cleanup_paths+=("$capsules")
 
 node tests/browser/nan_test.mjs --demo "$demo" --chromium "$chromium" --screenshots "$shots" --pidfile "$pidfile" --capsules "$capsules"

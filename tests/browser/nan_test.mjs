@@ -1,129 +1,33 @@
 // Runs the demo's --nan loss to its trip and reads what the page says about
 // it; run by nan.sh. Every wait is Playwright's own polling (no fixed sleeps);
 // the first failure stops the run, since later checks build on its state.
-import { spawn } from 'node:child_process';
-import { createWriteStream, readFileSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
-import { join } from 'node:path';
-import { parseArgs } from 'node:util';
-import { chromium } from 'playwright-core';
+import { Harness, collectConsoleErrors, escapeRegExp } from './harness.mjs';
 
-const { values: args } = parseArgs({
-  options: {
-    demo: { type: 'string' },
-    chromium: { type: 'string' },
-    screenshots: { type: 'string' },
-    pidfile: { type: 'string' },
-    capsules: { type: 'string' },
-  },
-});
+const h = new Harness('nan-ui', { options: { capsules: { type: 'string' } } });
+const { args } = h;
+const { byTestId, expectText, gone, screenshot, check } = h;
 
-// Generous: the 2-core machine may be building while this runs.
-const START_TIMEOUT_MS = 120_000;
-const UI_TIMEOUT_MS = 15_000;
+const UI_TIMEOUT_MS = h.uiTimeoutMs;
 const RUN_TIMEOUT_MS = 90_000;
 
-const logPath = join(args.screenshots, 'demo.log');
-let demo = null;
 let base = '';
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.on('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address();
-      server.close(() => resolve(port));
-    });
-  });
-}
-
-async function startDemo(port) {
-  const log = createWriteStream(logPath, { flags: 'a' });
-  const child = spawn(
-    args.demo,
-    [
-      '--no-browser', '--port', String(port), '--epochs', '1', '--limit-batches', '40',
-      '--nan', '--batch-size', '8', '--capsule-dir', args.capsules,
-    ],
-    { stdio: ['ignore', 'pipe', 'pipe'] },
-  );
-  child.stdout.pipe(log);
-  child.stderr.pipe(log);
-  writeFileSync(args.pidfile, String(child.pid));
-  demo = child;
-  const exited = new Promise((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
-  const deadline = Date.now() + START_TIMEOUT_MS;
-  while (Date.now() < deadline) {
-    const gone = await Promise.race([exited, new Promise((r) => setTimeout(() => r(null), 200))]);
-    if (gone) throw new Error(`the demo exited while starting (${JSON.stringify(gone)})`);
-    try {
-      const res = await fetch(`${base}/api/status`);
-      if (res.ok && (await res.json()).state === 'paused') return;
-    } catch {
-      // Not listening yet.
-    }
-  }
-  throw new Error(`the demo did not pause at its first batch within ${START_TIMEOUT_MS / 1000} s`);
-}
-
-function killDemo() {
-  if (!demo || demo.exitCode !== null || demo.signalCode !== null) return Promise.resolve();
-  const child = demo;
-  return new Promise((resolve) => {
-    child.once('exit', resolve);
-    child.kill('SIGKILL');
-  });
-}
-
-const api = async (path) => (await fetch(`${base}${path}`)).json();
-
-let page;
-let browser;
-let shot = 0;
-const consoleErrors = [];
-
-async function screenshot(name) {
-  shot += 1;
-  await page.screenshot({ path: join(args.screenshots, `${String(shot).padStart(2, '0')}-${name}.png`) });
-}
-
-const byTestId = (id) => page.getByTestId(id);
-
-function escapeRegExp(s) {
-  return s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
-}
-
-// Waits until the element's whole text matches (a RegExp: part of it).
-async function expectText(id, expected, timeout = UI_TIMEOUT_MS) {
-  const pattern = expected instanceof RegExp ? expected : new RegExp(`^\\s*${escapeRegExp(expected)}\\s*$`);
-  try {
-    await byTestId(id).filter({ hasText: pattern }).first().waitFor({ timeout });
-  } catch {
-    const actual = await byTestId(id).first().textContent({ timeout: 1000 }).catch(() => '(no such element)');
-    throw new Error(`[data-testid=${id}] should read ${pattern}, but reads "${actual}"`);
-  }
-}
-
-const gone = (id, timeout = UI_TIMEOUT_MS) => byTestId(id).waitFor({ state: 'detached', timeout });
+const api = (path) => h.demo.api(path);
 
 // The percentages of the details table, as the dialog should write them.
 const percent = (f) => (!(f > 0) ? '—' : f < 0.001 ? '<0.1%' : `${(f * 100).toFixed(1)}%`);
 
 async function main() {
-  const port = await freePort();
-  base = `http://127.0.0.1:${port}`;
-  writeFileSync(logPath, '');
-  await startDemo(port);
+  await h.startDemo([
+    '--epochs', '1', '--limit-batches', '40', '--nan', '--batch-size', '8', '--capsule-dir', args.capsules,
+  ]);
+  base = h.demo.base;
 
-  browser = await chromium.launch({ executablePath: args.chromium, headless: true, args: ['--no-sandbox'] });
-  page = await browser.newPage({ viewport: { width: 1440, height: 900 } });
-  page.on('console', (m) => {
+  await h.launch();
+  const page = (h.page = await h.newPage());
+  const consoleErrors = collectConsoleErrors(page, {
     // The browser logs the refusal the settings check provokes on purpose.
-    const refused = m.location().url.endsWith('/api/debug/settings') && m.text().includes('status of 400');
-    if (m.type() === 'error' && !refused) consoleErrors.push(m.text());
+    ignore: (m) => m.location().url.endsWith('/api/debug/settings') && m.text().includes('status of 400'),
   });
-  page.on('pageerror', (e) => consoleErrors.push(`uncaught: ${e.message}`));
   const architecture = await api('/api/architecture');
   const layerNames = new Set(architecture.layers.map((l) => l.name));
 
@@ -320,66 +224,33 @@ async function bandsError() {
     reasons: error.reasons, reason_labels: error.reason_labels, position, text: '', layers: rows.map((r) => r.layer),
     root_cause_status: null, producer: null, capsule: null, hits: 1,
   };
-  const mocked = await browser.newPage({ viewport: { width: 1440, height: 900 } });
+  const mocked = await h.newPage();
   await mocked.routeWebSocket(/\/ws$/, (ws) => {
     ws.send(JSON.stringify({ type: 'status', status: { ...status, debug: { enabled: true, checks: ['under_over'], error: summary } } }));
   });
   await mocked.route('**/api/debug', (route) => route.fulfill({ json: { settings: {}, error, checked_batches: 1 } }));
-  const previous = page;
-  page = mocked;
   try {
-    await mocked.goto(base);
-    await expectText('debug-banner-text', `Numerical issue detected — subnormal, overflow — at ${position.text}`);
-    await mocked.locator('[data-testid="graph-node-classifier.1"][data-debug="worst"]').waitFor({ timeout: UI_TIMEOUT_MS });
-    await expectText('debug-badge-classifier.1', 'worst band share');
-    await byTestId('debug-banner-details').click();
-    await expectText('debug-bands', /float16: subnormal when 0 < \|grad\| < 6\.10e-05; overflow when \|grad\| ≥ 4\.09e\+03/);
-    await expectText('debug-bands', /bfloat16: subnormal when 0 < \|grad\| < 1\.18e-38; overflow when \|grad\| ≥ 2\.12e\+37/);
-    await expectText('debug-bands', /scale the loss/);
-    const headers = await byTestId('debug-table').locator('thead th').allTextContents();
-    if (headers.slice(0, 3).join('|') !== 'Layer|subnormal|overflow') throw new Error(`headers ${headers}: only the check that ran has columns`);
-    const cells = async (layer) => (await byTestId(`debug-row-${layer}`).locator('td').allTextContents()).slice(0, 3).join('|');
-    for (const [layer, want] of [['features.0', 'features.0|<0.1%|—'], ['classifier.1', 'classifier.1|35.0%|—'], ['classifier.4', 'classifier.4|—|12.0%']]) {
-      if ((await cells(layer)) !== want) throw new Error(`row ${layer} reads ${await cells(layer)}, expected ${want}`);
-    }
-    if (await byTestId('debug-root-cause').count()) throw new Error('an under/overflow error has no root cause to show');
-    await screenshot('bands');
+    await h.withPage(mocked, async () => {
+      await mocked.goto(base);
+      await expectText('debug-banner-text', `Numerical issue detected — subnormal, overflow — at ${position.text}`);
+      await mocked.locator('[data-testid="graph-node-classifier.1"][data-debug="worst"]').waitFor({ timeout: UI_TIMEOUT_MS });
+      await expectText('debug-badge-classifier.1', 'worst band share');
+      await byTestId('debug-banner-details').click();
+      await expectText('debug-bands', /float16: subnormal when 0 < \|grad\| < 6\.10e-05; overflow when \|grad\| ≥ 4\.09e\+03/);
+      await expectText('debug-bands', /bfloat16: subnormal when 0 < \|grad\| < 1\.18e-38; overflow when \|grad\| ≥ 2\.12e\+37/);
+      await expectText('debug-bands', /scale the loss/);
+      const headers = await byTestId('debug-table').locator('thead th').allTextContents();
+      if (headers.slice(0, 3).join('|') !== 'Layer|subnormal|overflow') throw new Error(`headers ${headers}: only the check that ran has columns`);
+      const cells = async (layer) => (await byTestId(`debug-row-${layer}`).locator('td').allTextContents()).slice(0, 3).join('|');
+      for (const [layer, want] of [['features.0', 'features.0|<0.1%|—'], ['classifier.1', 'classifier.1|35.0%|—'], ['classifier.4', 'classifier.4|—|12.0%']]) {
+        if ((await cells(layer)) !== want) throw new Error(`row ${layer} reads ${await cells(layer)}, expected ${want}`);
+      }
+      if (await byTestId('debug-root-cause').count()) throw new Error('an under/overflow error has no root cause to show');
+      await screenshot('bands');
+    });
   } finally {
-    page = previous;
     await mocked.close();
   }
 }
 
-let failed = false;
-let passed = 0;
-
-async function check(name, body) {
-  try {
-    await body();
-    passed += 1;
-    console.log(`PASS nan-ui: ${name}`);
-  } catch (e) {
-    failed = true;
-    console.log(`FAIL nan-ui: ${name}: ${e.message.split('\n')[0]}`);
-    if (page) await page.screenshot({ path: join(args.screenshots, 'failure.png') }).catch(() => {});
-    throw e;
-  }
-}
-
-try {
-  await main();
-} catch (e) {
-  if (!failed) console.log(`FAIL nan-ui: ${e.message}`);
-  failed = true;
-  try {
-    const log = readFileSync(logPath, 'utf8').split('\n').slice(-30).join('\n');
-    console.log(`--- demo output (last lines) ---\n${log}`);
-  } catch {
-    // No log to show.
-  }
-} finally {
-  await browser?.close().catch(() => {});
-  await killDemo();
-}
-console.log(`nan-ui: ${passed} checks passed${failed ? ', 1 failed' : ''}; screenshots in ${args.screenshots}`);
-process.exit(failed ? 1 : 0);
+await h.run(main);

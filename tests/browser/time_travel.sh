@@ -6,28 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-build=${NANSENSE_BUILD_DIR:-build}
-demo=$build/examples/fashion_mnist/fashion_mnist_demo
-chromium=${CHROMIUM:-/usr/bin/chromium}
-
-fail() {
-  echo "FAIL time_travel: $*"
-  exit 1
-}
-[[ -x $demo ]] || fail "$demo not built"
-[[ -x $chromium ]] || fail "$chromium not found (scripts/setup installs Debian's chromium)"
-[[ -d tests/node_modules/playwright-core ]] || fail "tests/node_modules lacks playwright-core (scripts/setup runs npm ci in tests/)"
-
-shots=$build/browser-screenshots/time-travel
-mkdir -p "$shots"
-rm -f "$shots"/*.png
-pidfile=$(mktemp)
-cleanup() {
-  local pid
-  pid=$(cat "$pidfile" 2>/dev/null || true)
-  if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null || true; fi
-  rm -f "$pidfile"
-}
-trap cleanup EXIT INT TERM
+source tests/browser/runner.sh
+browser_runner time_travel browser-screenshots/time-travel
 
 node tests/browser/time_travel_test.mjs --demo "$demo" --chromium "$chromium" --screenshots "$shots" --pidfile "$pidfile"

@@ -1,0 +1,61 @@
+// A synthetic network of many layers (200 by default) with skip connections,
+// served to a page by intercepting the JSON views; every strip gets one real
+// picture from the demo so the images are genuine PNGs of a known size. Used
+// by ui_test.mjs and bench/ui_scroll.mjs.
+
+// Routes /api/architecture, /api/snapshot and /api/render/layer of `page` to
+// the synthetic network, against the demo at `base`. Returns the layer names
+// in order (names[0] is the input) and renders(), the number of strips the
+// page has fetched over HTTP so far.
+export async function fakeManyLayers(page, base, count = 200) {
+  const architecture = await (await fetch(`${base}/api/architecture`)).json();
+  const realLayer = architecture.layers.find((l) => l.output_shape.length === 4 && l.role !== 'input');
+  const real = await fetch(`${base}/api/render/layer?layer=${encodeURIComponent(realLayer.name)}&kind=activation`);
+  const png = Buffer.from(await real.arrayBuffer());
+  const info = JSON.parse(real.headers.get('X-Nansense-Render'));
+  const shape = realLayer.output_shape;
+  const names = Array.from({ length: count }, (_, i) => (i === 0 ? 'x' : `stage${Math.floor(i / 10)}.block${i % 10}.conv`));
+  const layers = names.map((name, i) => ({
+    name,
+    role: i === 0 ? 'input' : i % 3 === 0 ? 'op' : 'module',
+    kind: i === 0 ? 'input' : i % 3 === 0 ? 'add' : 'Conv2d',
+    module: '',
+    ops: [],
+    output_shape: shape,
+    dtype: 'Float',
+    parameters: [],
+  }));
+  const edges = [];
+  for (let i = 1; i < count; i++) {
+    edges.push({ from: names[i - 1], to: names[i] });
+    if (i % 3 === 0 && i >= 3) edges.push({ from: names[i - 3], to: names[i] });
+  }
+  const summary = { shape, dtype: 'Float', numel: shape.reduce((a, b) => a * b, 1), min: -1, max: 1, mean: 0, non_finite: 0 };
+
+  let renders = 0;
+  await page.route('**/api/architecture', async (route) => {
+    const res = await route.fetch();
+    await route.fulfill({ response: res, json: { ...(await res.json()), layers, edges, inputs: ['x'] } });
+  });
+  await page.route('**/api/snapshot', async (route) => {
+    const res = await route.fetch();
+    const snap = await res.json();
+    const fake = layers.map((l, i) => ({ name: l.name, kind: l.kind, activation: summary, gradient: i === 0 ? null : summary }));
+    await route.fulfill({ response: res, json: { ...snap, layers: fake } });
+  });
+  await page.route('**/api/render/layer?*', async (route) => {
+    renders += 1;
+    const q = new URL(route.request().url()).searchParams;
+    const header = JSON.stringify({ ...info, layer: q.get('layer'), kind: q.get('kind'), sample: Number(q.get('sample')) });
+    await route.fulfill({ status: 200, body: png, headers: { 'Content-Type': 'image/png', 'X-Nansense-Render': header } });
+  });
+  return { names, renders: () => renders };
+}
+
+// Layer menu -> Show all, then waits until the last layer's card is there.
+export async function showAllLayers(page, names, timeout) {
+  await page.getByTestId('layer-menu').click();
+  await page.getByTestId('show-all').click();
+  await page.keyboard.press('Escape');
+  await page.getByTestId(`card-${names.at(-1)}`).waitFor({ state: 'attached', timeout });
+}
