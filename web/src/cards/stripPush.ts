@@ -30,6 +30,33 @@ interface Pending {
 }
 const pending = new Map<string, Pending>();
 
+// Pictures decoded as they arrive, before their card asks (which for a
+// gradient waits for the snapshot's JSON): the decoding overlaps that fetch.
+// A card takes its own once; those nobody took are freed at the next snapshot.
+const decoded = new Map<string, { sequence: number; bitmap: Promise<ImageBitmap> }>();
+
+export function takeDecoded(key: string): Promise<ImageBitmap> | null {
+  const d = decoded.get(key);
+  if (!d) return null;
+  decoded.delete(key);
+  return d.bitmap;
+}
+
+export function decodePng(png: Uint8Array): Promise<ImageBitmap> {
+  return createImageBitmap(new Blob([png as Uint8Array<ArrayBuffer>], { type: 'image/png' }));
+}
+
+function dropDecodedBefore(sequence: number): void {
+  for (const [key, d] of decoded) {
+    if (d.sequence >= sequence) continue;
+    decoded.delete(key);
+    d.bitmap.then(
+      (b) => b.close(),
+      () => undefined,
+    );
+  }
+}
+
 // A strip on screen (view) or gone from it (null).
 export function watchStrip(id: symbol, view: StripView | null): void {
   if (view) watched.set(id, view);
@@ -66,6 +93,7 @@ export function pushOpened(newGeneration: number): void {
 
 export function pushClosed(): void {
   connected = false;
+  dropDecodedBefore(Infinity);
   serverWatch = '';
   serverViews = [];
   for (const [key, p] of pending) fetchInstead(key, p);
@@ -75,6 +103,7 @@ export function pushClosed(): void {
 // a card asking for one now waits for the push instead of fetching it.
 export function expectStrips(forGeneration: number, sequence: number): void {
   if (!connected || forGeneration !== generation) return;
+  dropDecodedBefore(sequence);
   for (const view of serverViews) {
     const key = renderKey(generation, sequence, view);
     if (hasStrip(key)) continue;
@@ -97,6 +126,11 @@ export function expectStrips(forGeneration: number, sequence: number): void {
 export function receiveStrip(info: LayerRenderInfo, png: Uint8Array): void {
   const key = renderKey(generation, info.sequence, info);
   const rendered = { png, info };
+  if (!decoded.has(key)) {
+    const bitmap = decodePng(png);
+    bitmap.catch(() => undefined);  // the card that takes it reports the failure
+    decoded.set(key, { sequence: info.sequence, bitmap });
+  }
   const p = pending.get(key);
   if (p) {
     settle(key, p);
@@ -123,7 +157,15 @@ function settle(key: string, p: Pending): void {
   clearTimeout(p.timer);
 }
 
+// The server draws only its latest snapshot: once the page knows of a newer
+// one, fetching would bring that one's picture (or a refusal, when that batch
+// has no gradient or fewer samples), so a strip of an overtaken snapshot is
+// given up; its card has moved on to the newer snapshot's strip.
 function fetchInstead(key: string, p: Pending): void {
   settle(key, p);
+  if (store.get().sequence > p.sequence) {
+    p.reject(new ApiError(409, `snapshot ${p.sequence} was replaced before its picture came`));
+    return;
+  }
   renderLayer(p.view).then(p.resolve, p.reject);
 }

@@ -5,7 +5,7 @@ import { useEffect, useState } from 'preact/hooks';
 import type { LayerRenderInfo, StripKind, Values } from '../api/types';
 import { forgetStrip, reportStrip } from '../state/rendered';
 import { loadStrip, renderKey } from './renderCache';
-import { watchStrip } from './stripPush';
+import { decodePng, takeDecoded, watchStrip } from './stripPush';
 
 export interface StripRequest {
   layer: string;
@@ -65,7 +65,7 @@ export function useStrip(r: StripRequest): StripState {
         // (no blank frame between snapshots).
         let bitmap: ImageBitmap;
         try {
-          bitmap = await createImageBitmap(new Blob([png as Uint8Array<ArrayBuffer>], { type: 'image/png' }));
+          bitmap = await (takeDecoded(key) ?? decodePng(png));
         } catch {
           if (cancelled) return;
           setError({ key, message: 'the server sent a picture this browser cannot decode' });
