@@ -12,6 +12,8 @@ import { hasStrip, putStrip, renderKey, type RenderedStrip } from './renderCache
 
 // A pushed strip that has not come after this long is fetched instead.
 const PUSH_PATIENCE_MS = 3000;
+// The server's limit on one watch list (kMaxWatchedStrips).
+const MAX_WATCHED = 512;
 
 const watched = new Map<symbol, StripView>();
 // The watch list the server holds for this connection (what it will push).
@@ -73,9 +75,11 @@ function sendWatch(): void {
   const order = new Map(store.get().shown.map((name, i) => [name, i]));
   const unique = new Map<string, StripView>();
   for (const v of watched.values()) unique.set(renderKey(0, 0, v), v);
-  const views = [...unique.values()].sort(
-    (a, b) => (order.get(a.layer) ?? 1e9) - (order.get(b.layer) ?? 1e9) || a.kind.localeCompare(b.kind),
-  );
+  // The server takes at most MAX_WATCHED; a page zoomed far out fetches the
+  // rest over HTTP.
+  const views = [...unique.values()]
+    .sort((a, b) => (order.get(a.layer) ?? 1e9) - (order.get(b.layer) ?? 1e9) || a.kind.localeCompare(b.kind))
+    .slice(0, MAX_WATCHED);
   const text = JSON.stringify(views);
   if (text === serverWatch) return;
   if (!sendPush({ type: 'watch', strips: views })) return;
