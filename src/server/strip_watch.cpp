@@ -43,8 +43,7 @@ WatchedStrip parse_entry(const json& entry, size_t index) {
   auto kind = entry.find("kind");
   if (kind == entry.end()) refuse(where + " lacks \"kind\"");
   if (!kind->is_string() || (*kind != "activation" && *kind != "gradient")) {
-    refuse(where + ".kind must be \"activation\" or \"gradient\", got " +
-           shown(*kind));
+    refuse(where + ".kind must be \"activation\" or \"gradient\", got " + shown(*kind));
   }
   out.kind = kind->get<std::string>();
 
@@ -81,11 +80,12 @@ std::vector<WatchedStrip> parse_watch_message(const std::string& text) {
   auto type = message.find("type");
   if (type == message.end() || !type->is_string()) refuse("the message lacks a string \"type\"");
   if (*type != "watch") {
-    refuse("unknown message type " + shown(*type) +
-           " (the only type a page sends is \"watch\")");
+    refuse("unknown message type " + shown(*type) + " (the only type a page sends is \"watch\")");
   }
   for (const auto& [key, _] : message.items()) {
-    if (key != "type" && key != "strips") refuse("unknown field " + shown(json(key)) + " in a watch message (fields: type, strips)");
+    if (key != "type" && key != "strips") {
+      refuse("unknown field " + shown(json(key)) + " in a watch message (fields: type, strips)");
+    }
   }
   auto strips = message.find("strips");
   if (strips == message.end()) refuse("the watch message lacks \"strips\"");
