@@ -6,42 +6,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-demo=${NANSENSE_BUILD_DIR:-build}/examples/fashion_mnist/fashion_mnist_demo
-deadline_s=120  # generous: loading the dataset on a busy 2-core machine
+source tests/smoke/demo_lib.sh
+smoke_setup demo_nan
 
 work=$(mktemp -d)
 log=$work/demo.log
 pid=""
-fail() {
-  echo "FAIL demo_nan: $*"
-  echo "--- demo output ---"
-  cat "$log" || true
-  exit 1
-}
-pass() { echo "PASS demo_nan: $*"; }
 cleanup() {
   if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null || true; fi
   rm -rf "$work"
 }
 trap cleanup EXIT
 
-[[ -x $demo ]] || { echo "FAIL demo_nan: $demo not built"; exit 1; }
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-
-wait_for_status() {
-  local condition=$1 what=$2 end=$((SECONDS + deadline_s)) status=""
-  while ((SECONDS < end)); do
-    kill -0 "$pid" 2>/dev/null || fail "demo exited while waiting for $what"
-    status=$(curl -fsS --max-time 5 "$base/api/status" 2>/dev/null || true)
-    if [[ -n $status ]] && jq -e "$condition" >/dev/null 2>&1 <<<"$status"; then return 0; fi
-    sleep 0.2
-  done
-  fail "timed out waiting for $what (last status: ${status:-none})"
-}
-post() {
-  curl -fsS --max-time 10 -X POST -H 'Content-Type: application/json' -d "$2" "$base$1" >/dev/null ||
-    fail "POST $1 $2 was refused"
-}
 wait_for_exit() {
   local end=$((SECONDS + $1))
   while kill -0 "$pid" 2>/dev/null; do
