@@ -14,9 +14,7 @@
 namespace {
 
 using nansense::testing::http_request;
-using nansense::testing::port_of;
 using nansense::testing::Reply;
-using nansense::testing::TinyNet;
 using nansense::testing::TrainingServerTest;
 using json = nlohmann::json;
 using namespace std::chrono_literals;
@@ -38,59 +36,27 @@ TEST_F(TimeTravelWithoutLoopTest, IsUnavailableWithTheReason) {
 }
 
 // A served session whose loop runs session.epochs(3, ...) on its own thread.
-class TimeTravelApiTest : public ::testing::Test {
+class TimeTravelApiTest : public TrainingServerTest {
  protected:
   void SetUp() override {
     dir_ = fs::temp_directory_path() / ("nansense_tt_api_" + std::to_string(::getpid()));
     fs::remove_all(dir_);
-    torch::manual_seed(0);
-    model_ = TinyNet();
-    optimizer_ = std::make_unique<torch::optim::SGD>(model_->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
-    for (int i = 0; i < 4; ++i) train_.emplace_back(torch::randn({5, 4}), torch::randint(0, 3, {5}));
-    for (int i = 0; i < 2; ++i) val_.emplace_back(torch::randn({5, 4}), torch::randint(0, 3, {5}));
-    session_ = std::make_unique<nansense::Session>(nansense::start(model_, nansense::StartOptions().optimizer(optimizer_.get())));
-    ASSERT_TRUE(nansense::serve(*session_, nansense::ServeOptions().port(0).open_browser(false).print_banner(false)));
-    port_ = port_of(session_->url());
+    serve_session(4, 2, nansense::StartOptions());
+    if (HasFatalFailure()) return;
     trainer_ = std::thread([this] {
       try {
-        session_->epochs(3, [&](int64_t) {
-          for (auto& batch : session_->batches(train_, "train")) {
-            optimizer_->zero_grad();
-            auto loss = torch::nll_loss(model_->forward(batch.first), batch.second);
-            loss.backward();
-            optimizer_->step();
-          }
-          torch::NoGradGuard no_grad;
-          for (auto& batch : session_->batches(val_, "val")) model_->forward(batch.first);
-        }, nansense::EpochOptions().cache_dir(dir_.string()));
+        session_->epochs(3, [&](int64_t) { run_epoch(); }, nansense::EpochOptions().cache_dir(dir_.string()));
         session_->close();
       } catch (const std::exception&) {
       }
     });
   }
   void TearDown() override {
-    try {
-      session_->detach();
-    } catch (const std::exception&) {
-    }
-    if (trainer_.joinable()) trainer_.join();
-    session_.reset();
+    TrainingServerTest::TearDown();
     fs::remove_all(dir_);
-  }
-  Reply get(const std::string& target) { return http_request(port_, "GET", target); }
-  Reply post(const std::string& target, const json& body) { return http_request(port_, "POST", target, body.dump()); }
-  json wait_paused() {
-    EXPECT_EQ(session_->wait_until_stopped(20s), nansense::RunState::kPaused);
-    return get("/api/status").json();
   }
 
   fs::path dir_;
-  TinyNet model_{nullptr};
-  std::unique_ptr<torch::optim::SGD> optimizer_;
-  std::vector<std::pair<torch::Tensor, torch::Tensor>> train_, val_;
-  std::unique_ptr<nansense::Session> session_;
-  std::thread trainer_;
-  int port_ = 0;
 };
 
 TEST_F(TimeTravelApiTest, StatusAndDetailsDescribeTheCache) {

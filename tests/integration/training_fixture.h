@@ -36,36 +36,45 @@ inline int port_of(const std::string& url) {
 class TrainingServerTest : public ::testing::Test {
  protected:
   void start(int64_t epochs = 2, int64_t train_batches = 4, int64_t val_batches = 2, bool throw_midway = false) {
-    torch::manual_seed(0);
-    model_ = TinyNet();
-    optimizer_ = std::make_unique<torch::optim::SGD>(model_->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
-    for (int64_t i = 0; i < train_batches; ++i) train_.emplace_back(torch::randn({5, 4}), torch::randint(0, 3, {5}));
-    for (int64_t i = 0; i < val_batches; ++i) val_.emplace_back(torch::randn({5, 4}), torch::randint(0, 3, {5}));
-    session_ = std::make_unique<nansense::Session>(nansense::start(
-        model_, nansense::StartOptions()
-                    .optimizer(optimizer_.get())
-                    .epochs(epochs)
-                    .phases(nansense::PhaseCounts{{"train", train_batches}, {"val", val_batches}})));
-    ASSERT_TRUE(nansense::serve(*session_, nansense::ServeOptions().port(0).open_browser(false).print_banner(false)));
-    port_ = port_of(session_->url());
+    serve_session(train_batches, val_batches,
+                  nansense::StartOptions().epochs(epochs).phases(
+                      nansense::PhaseCounts{{"train", train_batches}, {"val", val_batches}}));
+    if (HasFatalFailure()) return;
     trainer_ = std::thread([this, epochs, throw_midway] {
       try {
-        for (int64_t e = 0; e < epochs; ++e) {
-          for (auto& batch : session_->batches(train_, "train")) {
-            optimizer_->zero_grad();
-            auto loss = torch::nll_loss(model_->forward(batch.first), batch.second);
-            loss.backward();
-            optimizer_->step();
-            if (throw_midway && e == 0) throw std::runtime_error("boom");
-          }
-          torch::NoGradGuard no_grad;
-          for (auto& batch : session_->batches(val_, "val")) model_->forward(batch.first);
-        }
+        for (int64_t e = 0; e < epochs; ++e) run_epoch(throw_midway && e == 0);
         session_->close();
       } catch (const std::exception&) {
         // The session reports the loop as lost.
       }
     });
+  }
+
+  // The model, its optimizer, the batches and a session served on a free
+  // port; the training loop is the caller's (start() or a fixture's own).
+  void serve_session(int64_t train_batches, int64_t val_batches, nansense::StartOptions options) {
+    torch::manual_seed(0);
+    model_ = TinyNet();
+    optimizer_ = std::make_unique<torch::optim::SGD>(model_->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+    for (int64_t i = 0; i < train_batches; ++i) train_.emplace_back(torch::randn({5, 4}), torch::randint(0, 3, {5}));
+    for (int64_t i = 0; i < val_batches; ++i) val_.emplace_back(torch::randn({5, 4}), torch::randint(0, 3, {5}));
+    session_ = std::make_unique<nansense::Session>(nansense::start(model_, options.optimizer(optimizer_.get())));
+    ASSERT_TRUE(nansense::serve(*session_, nansense::ServeOptions().port(0).open_browser(false).print_banner(false)));
+    port_ = port_of(session_->url());
+  }
+
+  // One epoch on the training thread: the train batches with SGD steps (the
+  // first step throws when `throw_after_first_step`), then the val batches.
+  void run_epoch(bool throw_after_first_step = false) {
+    for (auto& batch : session_->batches(train_, "train")) {
+      optimizer_->zero_grad();
+      auto loss = torch::nll_loss(model_->forward(batch.first), batch.second);
+      loss.backward();
+      optimizer_->step();
+      if (throw_after_first_step) throw std::runtime_error("boom");
+    }
+    torch::NoGradGuard no_grad;
+    for (auto& batch : session_->batches(val_, "val")) model_->forward(batch.first);
   }
 
   void TearDown() override {
