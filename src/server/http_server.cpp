@@ -6,8 +6,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <deque>
 #include <iostream>
+#include <mutex>
+#include <future>
 #include <optional>
 #include <stdexcept>
 #include <thread>
@@ -23,6 +26,9 @@ using tcp = asio::ip::tcp;
 namespace {
 
 const std::string kEmpty;
+
+// How long stop() waits for replies in progress to be written.
+constexpr std::chrono::seconds kStopDrain{2};
 
 std::string json_error(const std::string& message) {
   return nlohmann::json{{"error", message}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -104,6 +110,20 @@ struct HttpServer::Impl {
   std::vector<std::thread> threads;
   int port = 0;
   bool running = false;
+  // Requests read whose reply is not written yet: stop() lets them finish
+  // (a command that ends the program still gets its answer), within a bound.
+  std::mutex replies_mu;
+  std::condition_variable replies_done;
+  size_t replies_pending = 0;
+
+  void reply_started() {
+    std::lock_guard lock(replies_mu);
+    ++replies_pending;
+  }
+  void reply_finished() {
+    std::lock_guard lock(replies_mu);
+    if (--replies_pending == 0) replies_done.notify_all();
+  }
 
   Impl(HttpHandler h, WebSocketHandler ws, HttpServerLimits l)
       : handler(std::move(h)), on_websocket(std::move(ws)), limits(l), workers(static_cast<size_t>(std::max(1, l.worker_threads))) {}
@@ -261,6 +281,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     head_ = req->method() == http::verb::head;
     const bool upgrade = websocket::is_upgrade(*req);
     auto self = shared_from_this();
+    server_.reply_started();
     asio::post(server_.workers, [self, req, request, keep_alive, version, upgrade] {
       HttpResponse res;
       try {
@@ -274,6 +295,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       }
       if (upgrade && res.accept_websocket) {
         asio::post(self->stream_.get_executor(), [self, req, request] {
+          self->server_.reply_finished();
           std::make_shared<WebSocketSession>(std::move(self->stream_), self->server_)->accept(req, request);
         });
         return;
@@ -288,6 +310,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     HttpResponse res;
     res.status = status;
     res.body = json_error(message);
+    server_.reply_started();
     write(std::move(res), false, version);
   }
 
@@ -311,6 +334,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     auto self = shared_from_this();
     stream_.expires_after(std::chrono::seconds(30));
     http::async_write(stream_, *msg, [self, msg](beast::error_code ec, size_t) {
+      self->server_.reply_finished();
       if (ec || !msg->keep_alive()) return self->close();
       self->read();
     });
@@ -374,12 +398,25 @@ int HttpServer::port() const { return impl_->port; }
 void HttpServer::stop() {
   if (!impl_ || !impl_->running) return;
   impl_->running = false;
+  // No new connections (and the port is free again) from here on; the
+  // acceptor belongs to the I/O threads, so they close it.
+  std::promise<void> closed;
+  asio::post(impl_->ioc, [this, &closed] {
+    beast::error_code ec;
+    impl_->acceptor->close(ec);
+    closed.set_value();
+  });
+  closed.get_future().wait();
+  {
+    // Replies in progress are finished and written first, but a handler in
+    // a long wait does not hold the program up.
+    std::unique_lock lock(impl_->replies_mu);
+    impl_->replies_done.wait_for(lock, kStopDrain, [this] { return impl_->replies_pending == 0; });
+  }
   impl_->work.reset();
   impl_->ioc.stop();
   for (auto& t : impl_->threads) t.join();
   impl_->threads.clear();
-  beast::error_code ec;
-  impl_->acceptor->close(ec);  // free the port now, not when the server is destroyed
   impl_->workers.join();
 }
 

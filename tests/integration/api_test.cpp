@@ -4,9 +4,12 @@
 
 #include <nansense/nansense.h>
 
+#include <boost/asio.hpp>
+#include <future>
 #include <thread>
 
 #include "integration/training_fixture.h"
+#include "server/http_server.h"
 
 namespace {
 
@@ -314,6 +317,41 @@ TEST(ApiDisabledTest, DisabledSessionServesNothing) {
   }
   EXPECT_EQ(ran, 1);
   EXPECT_EQ(session.snapshot(), nullptr);
+}
+
+// A program that ends right after a command (--exit-when-done) stops its
+// server while that command's reply is being made: the reply still arrives.
+TEST(HttpServerStop, WritesTheRepliesInProgress) {
+  std::promise<void> entered;
+  std::promise<void> release;
+  auto released = release.get_future();
+  nansense::server::HttpServer server([&](const nansense::server::HttpRequest&) {
+    entered.set_value();
+    released.wait();
+    nansense::server::HttpResponse res;
+    res.body = R"({"done":true})";
+    return res;
+  });
+  server.start("127.0.0.1", 0);
+  const int port = server.port();
+  auto reply = std::async(std::launch::async, [port] { return http_request(port, "GET", "/api/run"); });
+  entered.get_future().wait();
+
+  std::thread stopper([&] { server.stop(); });
+  // stop() has begun once the port refuses connections; only then does the
+  // handler finish, so its reply is written during the stop.
+  for (;;) {
+    boost::asio::io_context ioc;
+    boost::asio::ip::tcp::socket probe(ioc);
+    boost::system::error_code ec;
+    probe.connect({boost::asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)}, ec);
+    if (ec) break;
+  }
+  release.set_value();
+  stopper.join();
+  Reply r = reply.get();
+  EXPECT_EQ(r.status, 200u);
+  EXPECT_EQ(r.body, R"({"done":true})");
 }
 
 }  // namespace
