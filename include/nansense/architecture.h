@@ -11,8 +11,11 @@ namespace nansense {
 // One node of the discovered graph.
 //
 // A layer is either a module whose parameters an op used (named by module
-// path, e.g. "features.0"), a parameterless op named fx-style ("relu",
-// "relu_1", "add"), or a graph input ("input", "input_1").
+// path, e.g. "features.0"; a module's second call in one batch is
+// "features.0#2"), a parameterless registered module matched unambiguously by
+// its op ("conv2_drop", a Dropout2d), a parameterless op named fx-style and
+// scoped under the module whose call it sits in ("relu", "layers.0.relu_1",
+// "add"), or a graph input ("input", "input_1").
 struct LayerInfo {
   enum class Role { kInput, kModule, kOp };
   std::string name;
@@ -27,6 +30,10 @@ struct LayerInfo {
   // ("Conv2d(1, 16, kernel_size=[3, 3], ...)") or the op's literal arguments
   // ("max_pool2d(·, [2, 2], ...)", · standing for a tensor).
   std::string description;
+  // A pure shape op (view, reshape, permute, transpose, select, flatten,
+  // unsqueeze, ...): its values are its input's, rearranged. The UI folds
+  // these into the edges unless asked to show them.
+  bool shape_op = false;
 };
 
 struct Architecture {

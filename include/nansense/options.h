@@ -94,9 +94,6 @@ struct StartOptions {
   // false makes the session inert: no tracing, no server, batches() is a
   // pass-through. Keep nansense wired in and switch it off with one flag.
   TORCH_ARG(bool, enabled) = true;
-  // When given, snapshots carry each parameter's optimizer state and its
-  // group's hyperparameters (SGD, Adam, AdamW, RMSprop, Adagrad). Not owned.
-  TORCH_ARG(OptimizerPtr, optimizer) = nullptr;
   // When given, time travel restores the LR schedule too. Not owned.
   TORCH_ARG(SchedulerPtr, scheduler) = nullptr;
   // When given, the UI is served at once on this port (see ServeOptions).
@@ -110,6 +107,27 @@ struct StartOptions {
   TORCH_ARG(DebugSettings, debug) = {};
 
  public:
+  // The optimizer training the model. When given, snapshots carry each
+  // parameter's optimizer state and its group's hyperparameters (SGD, Adam,
+  // AdamW, RMSprop, Adagrad), and time travel and NaN capsules save and
+  // restore its state. Not owned. Replaces what optimizers() set.
+  StartOptions& optimizer(OptimizerPtr optimizer) {
+    optimizers_.clear();
+    if (optimizer) optimizers_.push_back(optimizer);
+    return *this;
+  }
+  // Several optimizers over disjoint parameters (a GAN's generator and
+  // discriminator): each parameter shows the state of the optimizer that
+  // holds it, and all of them are saved and restored. Not owned.
+  StartOptions& optimizers(std::vector<OptimizerPtr> optimizers) {
+    optimizers_.clear();
+    for (auto* o : optimizers) {
+      if (o) optimizers_.push_back(o);
+    }
+    return *this;
+  }
+  const std::vector<OptimizerPtr>& optimizers() const { return optimizers_; }
+
   StartOptions& input_mean(std::vector<double> all) { serve_.input_mean(std::move(all)); return *this; }
   StartOptions& input_mean(std::map<std::string, std::vector<double>> m) { serve_.input_mean(std::move(m)); return *this; }
   StartOptions& input_std(std::vector<double> all) { serve_.input_std(std::move(all)); return *this; }
@@ -122,6 +140,7 @@ struct StartOptions {
 
  private:
   ServeOptions serve_;
+  std::vector<OptimizerPtr> optimizers_;
 };
 
 }  // namespace nansense

@@ -8,7 +8,7 @@ namespace nansense::capture {
 
 std::shared_ptr<const BatchSnapshot> build_snapshot(const BatchPosition& position, uint64_t sequence,
                                                     TraceResult& trace, const torch::nn::Module& model,
-                                                    torch::optim::Optimizer* optimizer) {
+                                                    const std::vector<torch::optim::Optimizer*>& optimizers) {
   at::DisableRecordFunctionGuard no_record;
   torch::NoGradGuard no_grad;
   auto snap = std::make_shared<BatchSnapshot>();
@@ -25,10 +25,11 @@ std::shared_ptr<const BatchSnapshot> build_snapshot(const BatchPosition& positio
     snap->weights[p.key()] = w.detach().to(torch::kCPU, false, true);
     if (w.grad().defined()) snap->weight_gradients[p.key()] = w.grad().detach().to(torch::kCPU, false, true);
   }
-  if (optimizer) {
+  // Each parameter shows the optimizer that holds it (several: a GAN's two).
+  for (auto* optimizer : optimizers) {
     auto view = read_optimizer(*optimizer, model);
-    snap->optimizer_state = std::move(view.state);
-    snap->optimizer_hyperparams = std::move(view.hyperparams);
+    snap->optimizer_state.merge(view.state);
+    snap->optimizer_hyperparams.merge(view.hyperparams);
   }
   snap->inputs = trace.inputs;
   return snap;

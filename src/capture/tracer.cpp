@@ -74,6 +74,106 @@ bool is_transparent_op(const std::string& op) {
   return kTransparent.count(op) > 0;
 }
 
+// Ops that read only their input's shape, dtype and device (a loss's target
+// of ones): no data flows through them.
+bool is_factory_op(const std::string& op) {
+  static const std::set<std::string> kFactory = {
+      "ones_like", "zeros_like", "empty_like", "full_like", "rand_like", "randn_like", "randint_like",
+      "new_ones",  "new_zeros",  "new_empty",  "new_full",  "new_empty_strided"};
+  return kFactory.count(op) > 0;
+}
+
+// Ops that only rearrange their input's values (views, reshapes, splits):
+// layers flagged shape_op, which the UI folds into the edges.
+bool is_shape_op(const std::string& op) {
+  static const std::set<std::string> kShape = {
+      "view",    "reshape", "reshape_alias", "unsafe_view", "permute",   "transpose", "t",
+      "numpy_T", "select",  "slice",         "narrow",      "flatten",   "unflatten", "unsqueeze",
+      "squeeze", "expand",  "expand_as",     "view_as",     "chunk",     "split",     "split_with_sizes",
+      "unbind",  "movedim", "moveaxis",      "swapaxes",    "swapdims",  "as_strided"};
+  return kShape.count(op) > 0;
+}
+
+// The ops a parameterless registered module runs, by module kind: how an op
+// finds the module that ran it (torch::nn's functional forms of each).
+bool module_runs(const std::string& kind, const std::string& op) {
+  static const std::map<std::string, std::set<std::string>> kRuns = {
+      {"ReLU", {"relu"}},
+      {"ReLU6", {"hardtanh", "relu6"}},
+      {"LeakyReLU", {"leaky_relu"}},
+      {"ELU", {"elu"}},
+      {"SELU", {"selu"}},
+      {"CELU", {"celu"}},
+      {"GELU", {"gelu"}},
+      {"SiLU", {"silu"}},
+      {"Mish", {"mish"}},
+      {"Sigmoid", {"sigmoid"}},
+      {"Tanh", {"tanh"}},
+      {"Hardtanh", {"hardtanh"}},
+      {"Hardswish", {"hardswish"}},
+      {"Hardsigmoid", {"hardsigmoid"}},
+      {"Softplus", {"softplus"}},
+      {"Threshold", {"threshold"}},
+      {"Softmax", {"softmax"}},
+      {"LogSoftmax", {"log_softmax"}},
+      {"Dropout", {"dropout"}},
+      {"Dropout2d", {"feature_dropout"}},
+      {"Dropout3d", {"feature_dropout"}},
+      {"AlphaDropout", {"alpha_dropout"}},
+      {"FeatureAlphaDropout", {"feature_alpha_dropout"}},
+      {"MaxPool1d", {"max_pool1d", "max_pool1d_with_indices"}},
+      {"MaxPool2d", {"max_pool2d", "max_pool2d_with_indices"}},
+      {"MaxPool3d", {"max_pool3d", "max_pool3d_with_indices"}},
+      {"AvgPool1d", {"avg_pool1d"}},
+      {"AvgPool2d", {"avg_pool2d"}},
+      {"AvgPool3d", {"avg_pool3d"}},
+      {"AdaptiveAvgPool1d", {"adaptive_avg_pool1d"}},
+      {"AdaptiveAvgPool2d", {"adaptive_avg_pool2d"}},
+      {"AdaptiveAvgPool3d", {"adaptive_avg_pool3d"}},
+      {"AdaptiveMaxPool1d", {"adaptive_max_pool1d"}},
+      {"AdaptiveMaxPool2d", {"adaptive_max_pool2d"}},
+      {"AdaptiveMaxPool3d", {"adaptive_max_pool3d"}},
+      {"Flatten", {"flatten"}},
+      {"Unflatten", {"unflatten", "view"}},
+      {"PixelShuffle", {"pixel_shuffle"}},
+      {"PixelUnshuffle", {"pixel_unshuffle"}},
+      {"Upsample", {"upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "upsample_linear1d",
+                    "upsample_bilinear2d", "upsample_bicubic2d", "upsample_trilinear3d"}},
+      {"ZeroPad2d", {"constant_pad_nd", "pad"}},
+      {"ConstantPad1d", {"constant_pad_nd", "pad"}},
+      {"ConstantPad2d", {"constant_pad_nd", "pad"}},
+      {"ConstantPad3d", {"constant_pad_nd", "pad"}},
+      {"ReflectionPad1d", {"reflection_pad1d", "pad"}},
+      {"ReflectionPad2d", {"reflection_pad2d", "pad"}},
+      {"ReplicationPad1d", {"replication_pad1d", "pad"}},
+      {"ReplicationPad2d", {"replication_pad2d", "pad"}},
+      {"ReplicationPad3d", {"replication_pad3d", "pad"}}};
+  auto it = kRuns.find(kind);
+  return it != kRuns.end() && it->second.count(op) > 0;
+}
+
+// "layers.0.linear1", "layers.0.linear2" -> "layers.0"
+std::string common_scope(const std::string& a, const std::string& b) {
+  size_t end = 0;
+  for (size_t i = 0; i <= a.size() && i <= b.size(); ++i) {
+    const bool a_end = i == a.size() || a[i] == '.';
+    const bool b_end = i == b.size() || b[i] == '.';
+    if (a_end && b_end) {
+      end = i;
+      if (i == a.size() || i == b.size()) break;
+      continue;
+    }
+    if (i == a.size() || i == b.size() || a[i] != b[i]) break;
+  }
+  return a.substr(0, end);
+}
+
+// "layers.0.linear1" -> "layers.0"
+std::string parent_scope(const std::string& path) {
+  auto dot = path.rfind('.');
+  return dot == std::string::npos ? "" : path.substr(0, dot);
+}
+
 torch::Tensor cpu_copy(const torch::Tensor& t) {
   return t.detach().to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
 }
@@ -144,7 +244,14 @@ Tracer::Tracer(const torch::nn::Module& model) : result_(std::make_shared<TraceR
     };
     for (const auto& p : module.named_parameters(/*recurse=*/false)) add(p.key(), p.value());
     for (const auto& b : module.named_buffers(/*recurse=*/false)) add(b.key(), b.value());
-    if (!module.named_parameters(/*recurse=*/false).is_empty()) module_descriptions_[path] = describe(module);
+    module_index_[path] = modules_.size();
+    modules_.push_back({path, kind, module.parameters().empty() && module.buffers().empty()});
+    if (!path.empty()) module_descriptions_[path] = describe(module);
+  }
+  for (const auto& p : model.named_parameters()) {
+    parameters_.push_back(p.value());
+    parameter_impls_.insert(p.value().unsafeGetTensorImpl());
+    parameter_order_.emplace(p.key(), parameter_order_.size());
   }
   t_active = this;
   handle_ = at::addThreadLocalCallback(at::RecordFunctionCallback(&on_start, &on_end)
@@ -161,23 +268,142 @@ Tracer::~Tracer() {
   }
 }
 
+std::vector<Tracer::FinalName> Tracer::final_names() const {
+  const size_t n = layers_.size();
+  std::vector<std::vector<int>> consumers(n);
+  for (size_t i = 0; i < n; ++i) {
+    for (int p : producers_[i]) consumers[static_cast<size_t>(p)].push_back(static_cast<int>(i));
+  }
+  std::vector<FinalName> out(n);
+  // Consumers come after their producers: one pass from the end settles
+  // which parameterless ops after a loss the model used again.
+  for (size_t i = n; i-- > 0;) {
+    bool keep = layers_[i].role != LayerInfo::Role::kOp || !traces_[i].after_loss || traces_[i].feeds_loss;
+    for (int c : consumers[i]) keep = keep || out[static_cast<size_t>(c)].kept;
+    out[i].kept = keep;
+  }
+  std::vector<int> module_layers;
+  for (size_t i = 0; i < n; ++i) {
+    if (out[i].kept && layers_[i].role == LayerInfo::Role::kModule) module_layers.push_back(static_cast<int>(i));
+  }
+  std::map<std::string, int> op_counts, call_counts;
+  for (size_t i = 0; i < n; ++i) {
+    if (!out[i].kept) continue;
+    const LayerInfo& layer = layers_[i];
+    if (layer.role != LayerInfo::Role::kOp) {
+      out[i].name = layer.name;
+      continue;
+    }
+    // The module calls around the op: its scope is what they share, and a
+    // registered parameterless module between them may be what ran it.
+    auto next = std::upper_bound(module_layers.begin(), module_layers.end(), static_cast<int>(i));
+    const LayerInfo* after = next != module_layers.end() ? &layers_[static_cast<size_t>(*next)] : nullptr;
+    const LayerInfo* before = next != module_layers.begin() ? &layers_[static_cast<size_t>(*std::prev(next))] : nullptr;
+    // Between two calls of one module (weight sharing) is outside it.
+    std::string scope;
+    if (before && after) {
+      scope = before->module == after->module ? parent_scope(before->module)
+                                              : common_scope(before->module, after->module);
+    }
+    const size_t lo = before ? module_index_.at(before->module) : 0;
+    size_t hi = after ? module_index_.at(after->module) : modules_.size();
+    if (hi <= lo) hi = modules_.size();
+    int match = -1;
+    for (size_t m = before ? lo + 1 : lo; m < hi; ++m) {
+      if (!modules_[m].parameterless || !module_runs(modules_[m].kind, layer.kind)) continue;
+      match = match == -1 ? static_cast<int>(m) : -2;
+    }
+    if (match == -1 && !scope.empty()) {
+      // Not between the calls around it in declaration order (a block's
+      // Dropout registered last): the one such module of the scope, if any.
+      for (size_t m = 0; m < modules_.size(); ++m) {
+        if (!modules_[m].parameterless || !module_runs(modules_[m].kind, layer.kind) ||
+            modules_[m].path.rfind(scope + ".", 0) != 0) {
+          continue;
+        }
+        match = match == -1 ? static_cast<int>(m) : -2;
+      }
+    }
+    if (match >= 0) {
+      const std::string& path = modules_[static_cast<size_t>(match)].path;
+      const int call = ++call_counts[path];
+      out[i].name = call == 1 ? path : path + "#" + std::to_string(call);
+      out[i].module = match;
+      continue;
+    }
+    const std::string base = scope.empty() ? layer.kind : scope + "." + layer.kind;
+    const int k = op_counts[base]++;
+    out[i].name = k == 0 ? base : base + "_" + std::to_string(k);
+  }
+  return out;
+}
+
+std::string Tracer::final_name(const std::string& provisional) const {
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (layers_[i].name != provisional) continue;
+    auto names = final_names();
+    return names[i].kept ? names[i].name : provisional;
+  }
+  return provisional;
+}
+
 std::shared_ptr<TraceResult> Tracer::finish() {
   if (installed_) {
     at::removeCallback(handle_);
     installed_ = false;
     if (t_active == this) t_active = nullptr;
   }
+  const auto names = final_names();
   auto arch = std::make_shared<Architecture>();
-  std::set<std::pair<std::string, std::string>> seen;
-  for (const auto& layer : layers_) {
-    arch->layers.push_back(layer);
-    if (layer.role == LayerInfo::Role::kInput) arch->inputs.push_back(layer.name);
-  }
+  std::vector<std::string> final(layers_.size());
   for (size_t i = 0; i < layers_.size(); ++i) {
+    if (!names[i].kept) continue;
+    LayerInfo layer = layers_[i];
+    layer.name = names[i].name;
+    // In the module's declaration order (weight, bias), whatever order its ops read them.
+    std::stable_sort(layer.parameters.begin(), layer.parameters.end(), [&](const auto& a, const auto& b) {
+      auto ia = parameter_order_.find(a), ib = parameter_order_.find(b);
+      return (ia == parameter_order_.end() ? SIZE_MAX : ia->second) <
+             (ib == parameter_order_.end() ? SIZE_MAX : ib->second);
+    });
+    if (names[i].module >= 0) {
+      const ModuleEntry& m = modules_[static_cast<size_t>(names[i].module)];
+      layer.role = LayerInfo::Role::kModule;
+      layer.module = m.path;
+      layer.kind = m.kind;
+      if (auto d = module_descriptions_.find(m.path); d != module_descriptions_.end()) layer.description = d->second;
+    }
+    final[i] = layer.name;
+    if (layer.role == LayerInfo::Role::kInput) arch->inputs.push_back(layer.name);
+    arch->layers.push_back(std::move(layer));
+  }
+  std::set<std::pair<std::string, std::string>> seen;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (!names[i].kept) continue;
     for (int p : producers_[i]) {
-      auto edge = std::make_pair(layers_[p].name, layers_[i].name);
+      if (!names[static_cast<size_t>(p)].kept) continue;
+      auto edge = std::make_pair(final[static_cast<size_t>(p)], final[i]);
       if (seen.insert(edge).second) arch->edges.push_back(edge);
     }
+  }
+  // The captured tensors move to the final names; a gradient that arrives
+  // later finds its layer's final name (dropped layers record nothing).
+  std::map<std::string, torch::Tensor> activations;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    auto it = result_->activations.find(layers_[i].name);
+    if (names[i].kept && it != result_->activations.end()) activations[final[i]] = std::move(it->second);
+  }
+  result_->activations = std::move(activations);
+  {
+    std::lock_guard lock(result_->grad_mu);
+    std::map<std::string, torch::Tensor> gradients;
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      auto it = result_->gradients.find(layers_[i].name);
+      if (names[i].kept && it != result_->gradients.end()) gradients[final[i]] = std::move(it->second);
+      result_->layer_names[i] = final[i];
+      if (!names[i].kept) result_->final_op[i] = -2;
+    }
+    result_->gradients = std::move(gradients);
   }
   result_->architecture = std::move(arch);
   keep_alive_.clear();
@@ -230,33 +456,43 @@ std::string Tracer::fresh_name(const std::string& base) {
   return n == 0 ? base : base + "_" + std::to_string(n);
 }
 
+std::string Tracer::fresh_call_name(const std::string& module_path) {
+  int n = ++module_calls_[module_path];
+  return n == 1 ? module_path : module_path + "#" + std::to_string(n);
+}
+
 int Tracer::add_layer(LayerInfo info) {
   layers_.push_back(std::move(info));
   producers_.emplace_back();
+  traces_.push_back(LayerTrace{seen_loss_, false});
   std::lock_guard lock(result_->grad_mu);
   result_->layer_names.push_back(layers_.back().name);
   result_->final_op.push_back(-1);
   return static_cast<int>(layers_.size()) - 1;
 }
 
-void Tracer::end_forward() {
-  forward_done_ = true;
-  // Backward and the optimizer step then run without the observer's cost
-  // (boxing every op's inputs); ops already in flight keep their own copy of
-  // the callback list, so the depth count stays balanced.
-  at::disableCallback(handle_);
-}
-
 void Tracer::on_op_start(const at::RecordFunction& fn) {
   ++depth_;
-  if (depth_ != 1 || forward_done_) return;
-  guarded(*result_, forward_done_, [&] { start_op(fn); });
+  if (depth_ != 1 || stopped_) return;
+  guarded(*result_, stopped_, [&] { start_op(fn); });
 }
 
 void Tracer::start_op(const at::RecordFunction& fn) {
   if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION ||
       std::string_view(fn.name()).rfind("autograd::", 0) == 0) {
-    end_forward();  // backward started: the forward is over
+    // autograd's engine on this thread (torch::autograd::backward called
+    // directly): not the forward; gradients change.
+    skipping_ = true;
+    gradients_stale_ = true;
+    return;
+  }
+  if (short_op_name(fn.name()) == "backward") {
+    // Tensor::backward(): the whole backward pass runs inside this op, without
+    // the observer's cost (boxing every op's inputs). The op in flight keeps
+    // its callbacks, so its end still arrives and turns observing back on.
+    backward_op_ = true;
+    gradients_stale_ = true;
+    at::disableCallback(handle_);
     return;
   }
   pending_inputs_.clear();
@@ -266,8 +502,14 @@ void Tracer::start_op(const at::RecordFunction& fn) {
 
 void Tracer::on_op_end(const at::RecordFunction& fn) {
   --depth_;
-  if (depth_ != 0 || forward_done_) return;
-  guarded(*result_, forward_done_, [&] { end_op(fn); });
+  if (depth_ != 0) return;
+  if (std::exchange(skipping_, false)) return;
+  if (std::exchange(backward_op_, false)) {
+    if (installed_) at::reenableCallback(handle_);
+    return;
+  }
+  if (stopped_) return;
+  guarded(*result_, stopped_, [&] { end_op(fn); });
 }
 
 void Tracer::end_op(const at::RecordFunction& fn) {
@@ -279,30 +521,58 @@ void Tracer::end_op(const at::RecordFunction& fn) {
   record_op(short_op_name(fn.name()), inputs, outputs);
 }
 
+bool Tracer::touches_optimizer_state(const std::vector<torch::Tensor>& inputs,
+                                     const std::vector<torch::Tensor>& outputs) {
+  if (gradients_stale_) {
+    gradient_impls_.clear();
+    for (const auto& p : parameters_) {
+      if (p.grad().defined()) gradient_impls_.insert(p.grad().unsafeGetTensorImpl());
+    }
+    gradients_stale_ = false;
+  }
+  for (const auto& t : inputs) {
+    if (gradient_impls_.count(t.unsafeGetTensorImpl())) return true;
+  }
+  for (const auto& t : outputs) {
+    if (parameter_impls_.count(t.unsafeGetTensorImpl())) return true;
+  }
+  return false;
+}
+
 void Tracer::record_op(const std::string& op, const std::vector<torch::Tensor>& inputs,
                        const std::vector<torch::Tensor>& outputs) {
   const int64_t seq = op_seq_++;
+  // Zeroing gradients, clipping them, the optimizer's update: not the model.
+  if (touches_optimizer_state(inputs, outputs) || is_factory_op(op)) return;
   if (is_loss_op(op)) {
-    end_forward();
+    seen_loss_ = true;
+    for (const auto& t : inputs) {
+      if (auto it = producer_.find(t.unsafeGetTensorImpl()); it != producer_.end()) {
+        traces_[static_cast<size_t>(it->second)].feeds_loss = true;
+      }
+    }
     return;
   }
   const Owner* owner = nullptr;
   std::vector<std::string> params;
   std::vector<int> producers;
+  bool only_parameters = !inputs.empty();
   for (const auto& t : inputs) {
     const auto* impl = t.unsafeGetTensorImpl();
     if (auto it = owners_.find(impl); it != owners_.end()) {
       if (!owner || (owner->module_path.empty() && !it->second.module_path.empty())) owner = &it->second;
       params.push_back(it->second.param_name);
-    } else if (auto pit = producer_.find(impl); pit != producer_.end()) {
-      producers.push_back(pit->second);
+    } else {
+      only_parameters = false;
+      if (auto pit = producer_.find(impl); pit != producer_.end()) producers.push_back(pit->second);
     }
   }
   if (producers.empty()) {
     if (!owner) return;  // not part of the model's data flow
-    if (owner->module_path.empty()) {
-      // Only the root module's parameters (a functional model's weight.t()):
-      // a parameter transform that the consuming op will show, not a layer.
+    if (only_parameters || owner->module_path.empty()) {
+      // A parameter transform (weight.t() before linear's matmul; a
+      // functional model's root parameters): the op that uses its result
+      // shows it, under the parameter's name.
       const Owner derived = *owner;
       for (const auto& out : outputs) {
         owners_.emplace(out.unsafeGetTensorImpl(), derived);
@@ -335,16 +605,23 @@ void Tracer::record_op(const std::string& op, const std::vector<torch::Tensor>& 
 
   int layer = -1;
   if (owner && !owner->module_path.empty()) {
-    // The same module call continues while its ops feed each other; a module
-    // used again later (weight sharing, a reused block) is a new call: "fc_1".
+    // The same module call continues while its ops feed each other (linear's
+    // matmul, then its bias add); a module used again later (weight sharing,
+    // a GAN's discriminator on real then fake data) is a new call, and so is
+    // an op that reads a parameter this call already read.
     auto open = open_module_call_.find(owner->module_path);
-    if (open != open_module_call_.end() &&
-        (last_layer_ == open->second ||
-         std::find(producers.begin(), producers.end(), open->second) != producers.end())) {
+    bool continues = open != open_module_call_.end() &&
+                     (last_layer_ == open->second ||
+                      std::find(producers.begin(), producers.end(), open->second) != producers.end());
+    if (continues) {
+      const auto& used = layers_[static_cast<size_t>(open->second)].parameters;
+      for (const auto& p : params) continues = continues && std::find(used.begin(), used.end(), p) == used.end();
+    }
+    if (continues) {
       layer = open->second;
     } else {
       LayerInfo info;
-      info.name = fresh_name(owner->module_path);
+      info.name = fresh_call_name(owner->module_path);
       info.role = LayerInfo::Role::kModule;
       info.kind = owner->module_kind;
       info.module = owner->module_path;
@@ -360,6 +637,7 @@ void Tracer::record_op(const std::string& op, const std::vector<torch::Tensor>& 
     info.role = LayerInfo::Role::kOp;
     info.kind = op;
     info.description = op + pending_args_;
+    info.shape_op = is_shape_op(op);
     layer = add_layer(std::move(info));
   }
 

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "nansense/architecture.h"
@@ -41,11 +42,24 @@ struct TraceResult {
 // the batch to its end; while installed, a thread-local RecordFunction
 // callback feeds it every top-level op of that thread.
 //
-// Rules (see DESIGN.md §2): an op that reads a module's parameters or buffers
-// belongs to that module's layer, named by module path; a parameterless op
-// that consumes a layer's output is a layer of its own, named fx-style
-// ("relu", "relu_1"); ops with no floating-point output are not layers; a loss
-// op (nll_loss, cross_entropy, ...) or the start of backward ends the forward.
+// Rules (see DESIGN.md §2 and the README's "Layers"):
+// - an op that reads a module's parameters or buffers belongs to that
+//   module's layer, named by module path; ops that read only parameters
+//   (weight.t()) prepare a parameter for the op that uses it and are not
+//   layers, so linear's matmul + add on a 3-D input is one layer;
+// - a module called again in the same batch is a new layer per call
+//   ("D.0", "D.0#2");
+// - a parameterless op is a layer of its own, named fx-style and scoped
+//   under the module whose call it sits in ("layers.0.relu"); when exactly
+//   one registered parameterless module (a ReLU, a Dropout2d) could have run
+//   it there, it takes that module's name;
+// - ops with no floating-point output are not layers; loss ops are not
+//   layers; the backward pass and ops that read gradients or write into
+//   parameters (the optimizer step) are not observed;
+// - every forward of the batch is traced (a GAN's several discriminator
+//   calls): parameterless ops after a loss are kept only when the model uses
+//   them again (a module or a loss consumes them), so metrics computed on the
+//   outputs do not become layers.
 class Tracer {
  public:
   explicit Tracer(const torch::nn::Module& model);
@@ -57,14 +71,19 @@ class Tracer {
   // tensors are one batch's examples that the model sees stacked together
   // (a std::vector<Example<>> item): they form the single layer "input".
   void set_inputs(const std::vector<torch::Tensor>& inputs, bool stacked);
-  // Stops observing ops (the callback is removed) and returns the result.
-  // Gradients may still arrive afterwards while backward has not run.
+  // Stops observing ops (the callback is removed), settles the layers' final
+  // names and returns the result. Gradients may still arrive afterwards.
   std::shared_ptr<TraceResult> finish();
-  // The result as it stands mid-batch (activations so far; gradients as hooks
-  // deliver them), for checks that run before finish().
+  // The result as it stands mid-batch (activations so far, under provisional
+  // names; gradients as hooks deliver them), for checks that run before
+  // finish(). `final_name` maps its names to what finish() will call them.
   std::shared_ptr<TraceResult> result() const { return result_; }
-  // The layer whose op produced `impl` in this forward; nullopt when none did.
+  // The layer whose op produced `impl` in this batch (provisional name);
+  // nullopt when none did.
   std::optional<std::string> layer_of(const c10::TensorImpl* impl) const;
+  // A provisional layer name as finish() names it, judged from the ops seen
+  // so far; names it does not know are returned unchanged.
+  std::string final_name(const std::string& provisional) const;
 
   // Called from the RecordFunction callbacks.
   void on_op_start(const at::RecordFunction& fn);
@@ -76,34 +95,66 @@ class Tracer {
     std::string module_kind;
     std::string param_name;    // qualified name
   };
+  // A registered module, in named_modules() order.
+  struct ModuleEntry {
+    std::string path;
+    std::string kind;
+    bool parameterless = false;  // no parameters or buffers in its subtree
+  };
+  // Per provisional layer, what naming and pruning at finish() need.
+  struct LayerTrace {
+    bool after_loss = false;   // created after the batch's first loss op
+    bool feeds_loss = false;   // a loss op consumed its output
+  };
 
   // The literal arguments of the op starting, for an op layer's description.
   std::string pending_args_;
   // Module path -> its printout, for module layers' descriptions.
   std::map<std::string, std::string> module_descriptions_;
 
-  void end_forward();
   void start_op(const at::RecordFunction& fn);
   void end_op(const at::RecordFunction& fn);
   int add_layer(LayerInfo info);
   void record_op(const std::string& op, const std::vector<torch::Tensor>& inputs,
                  const std::vector<torch::Tensor>& outputs);
+  bool touches_optimizer_state(const std::vector<torch::Tensor>& inputs,
+                               const std::vector<torch::Tensor>& outputs);
   std::string fresh_name(const std::string& base);
+  std::string fresh_call_name(const std::string& module_path);
   void capture_activation(int layer, const torch::Tensor& out, int64_t op_seq);
+  struct FinalName {
+    bool kept = false;   // false: an op after a loss that the model never used
+    std::string name;
+    int module = -1;     // the parameterless registered module that ran it
+  };
+  // Each provisional layer's fate, judged from the ops seen so far.
+  std::vector<FinalName> final_names() const;
 
   std::unordered_map<const c10::TensorImpl*, Owner> owners_;
   std::unordered_map<const c10::TensorImpl*, int> producer_;
   std::map<std::string, int> name_counts_;
+  std::map<std::string, int> module_calls_;
   std::map<std::string, int> open_module_call_;  // module path -> layer index
+  std::map<std::string, size_t> module_index_;   // module path -> index in modules_
+  std::vector<ModuleEntry> modules_;
+  std::vector<torch::Tensor> parameters_;         // every parameter, for their gradients
+  std::unordered_set<const c10::TensorImpl*> parameter_impls_;
+  std::map<std::string, size_t> parameter_order_;  // qualified name -> named_parameters() index
+  std::unordered_set<const c10::TensorImpl*> gradient_impls_;
+  bool gradients_stale_ = true;
   std::vector<LayerInfo> layers_;
+  std::vector<LayerTrace> traces_;
   std::vector<std::vector<int>> producers_;  // per layer: layers feeding it
   std::vector<torch::Tensor> keep_alive_;  // pins TensorImpl addresses for identity
   std::vector<torch::Tensor> pending_inputs_;
   int depth_ = 0;
+  bool skipping_ = false;   // inside an op that is not observed (backward), by depth
+  bool backward_op_ = false;  // the top-level op in flight is Tensor::backward
   int64_t op_seq_ = 0;
   int last_layer_ = -1;
   int stacked_input_ = -1;  // the input layer of a stacked batch, if any
-  bool forward_done_ = false;
+  bool seen_loss_ = false;
+  bool stopped_ = false;    // tracing failed part-way
   bool installed_ = false;
   uint64_t handle_ = 0;
   std::shared_ptr<TraceResult> result_;

@@ -45,7 +45,8 @@ class Monitor {
     std::function<void()> changed;
   };
 
-  Monitor(torch::nn::Module& model, torch::optim::Optimizer* optimizer, const DebugSettings& settings, Host host);
+  Monitor(torch::nn::Module& model, const std::vector<torch::optim::Optimizer*>& optimizers,
+          const DebugSettings& settings, Host host);
   ~Monitor();
 
   DebugState& state() { return state_; }

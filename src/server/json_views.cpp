@@ -49,7 +49,8 @@ json to_json(const Architecture& arch) {
                       {"output_shape", l.output_shape},
                       {"dtype", l.dtype},
                       {"parameters", l.parameters},
-                      {"description", l.description}});
+                      {"description", l.description},
+                      {"shape_op", l.shape_op}});
   }
   json edges = json::array();
   for (const auto& [from, to] : arch.edges) edges.push_back({{"from", from}, {"to", to}});

@@ -39,7 +39,7 @@ namespace detail {
 
 SessionCore::SessionCore(std::shared_ptr<torch::nn::Module> model, const StartOptions& options)
     : model_(std::move(model)),
-      optimizer_(options.optimizer()),
+      optimizers_(options.optimizers()),
       display_(options.serve_options()),
       schedule_(options.epochs(), options.phases()) {
   if (!model_) throw UsageError("nansense::start needs a model, got a null module");
@@ -64,7 +64,7 @@ std::unique_ptr<numerics::Monitor> SessionCore::make_monitor(const DebugSettings
   host.architecture = [this] { return architecture_.load(); };
   host.report_error = [this](const std::string& what) { report_numerics_error(what); };
   host.changed = [this] { control_.notify_changed(); };
-  return std::make_unique<numerics::Monitor>(*model_, optimizer_, settings, std::move(host));
+  return std::make_unique<numerics::Monitor>(*model_, optimizers_, settings, std::move(host));
 }
 
 SessionCore::~SessionCore() {
@@ -120,7 +120,7 @@ void SessionCore::publish_capture() {
     tracer_.reset();
     if (!trace->error.empty()) throw std::runtime_error(trace->error);
     auto pos = schedule_.with_flags(pos_);
-    auto snap = capture::build_snapshot(pos, ++sequence_, *trace, *model_, optimizer_);
+    auto snap = capture::build_snapshot(pos, ++sequence_, *trace, *model_, optimizers_);
     if (!snap->architecture->layers.empty()) architecture_.store(snap->architecture);
     {
       std::lock_guard lock(publish_mu_);

@@ -88,7 +88,7 @@ class SessionCore {
   void jump_to(int64_t epoch);
 
   std::shared_ptr<torch::nn::Module> model_;
-  torch::optim::Optimizer* optimizer_;
+  std::vector<torch::optim::Optimizer*> optimizers_;
   ServeOptions display_;
   Schedule schedule_;
   RunControl control_{schedule_};

@@ -494,11 +494,12 @@ TEST(Batches, DriveTorchDataLoadersDirectly) {
   ASSERT_TRUE(snap);
   ASSERT_EQ(snap->inputs.size(), 1u);
   EXPECT_EQ(snap->inputs[0].sizes(), (std::vector<int64_t>{4, 3}));
-  // A root Linear runs t(weight) then addmm: the transpose is no layer of its own.
+  // A root Linear runs t(weight) then addmm: the transpose is no layer of its own;
+  // parameters are listed in declaration order.
   ASSERT_EQ(snap->architecture->layers.size(), 2u);
   EXPECT_EQ(snap->architecture->layers[0].name, "input");
   EXPECT_EQ(snap->architecture->layers[1].name, "addmm");
-  EXPECT_EQ(snap->architecture->layers[1].parameters, (std::vector<std::string>{"bias", "weight"}));
+  EXPECT_EQ(snap->architecture->layers[1].parameters, (std::vector<std::string>{"weight", "bias"}));
   session.detach();
   trainer.join();
   EXPECT_EQ(session.schedule().phase_count("train"), 2);

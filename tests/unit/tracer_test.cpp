@@ -71,9 +71,10 @@ TEST(Tracer, SequentialMlpIsNamedByModulePath) {
   ASSERT_TRUE(snap && snap->architecture);
   const Architecture& a = *snap->architecture;
 
-  EXPECT_EQ(names(a), (std::vector<std::string>{"input", "net.0", "relu", "net.2"}));
+  // The ReLU is a registered module of the Sequential: it keeps its name.
+  EXPECT_EQ(names(a), (std::vector<std::string>{"input", "net.0", "net.1", "net.2"}));
   EXPECT_EQ(a.inputs, (std::vector<std::string>{"input"}));
-  EXPECT_EQ(a.edges, (std::vector<Edge>{{"input", "net.0"}, {"net.0", "relu"}, {"relu", "net.2"}}));
+  EXPECT_EQ(a.edges, (std::vector<Edge>{{"input", "net.0"}, {"net.0", "net.1"}, {"net.1", "net.2"}}));
 
   const auto& in = layer(a, "input");
   EXPECT_EQ(in.role, LayerInfo::Role::kInput);
@@ -91,10 +92,11 @@ TEST(Tracer, SequentialMlpIsNamedByModulePath) {
   EXPECT_EQ(fc.output_shape, (Shape{5, 8}));
   EXPECT_EQ(fc.dtype, "Float");
 
-  const auto& relu = layer(a, "relu");
-  EXPECT_EQ(relu.role, LayerInfo::Role::kOp);
-  EXPECT_EQ(relu.kind, "relu");
-  EXPECT_TRUE(relu.module.empty());
+  const auto& relu = layer(a, "net.1");
+  EXPECT_EQ(relu.role, LayerInfo::Role::kModule);
+  EXPECT_EQ(relu.kind, "ReLU");
+  EXPECT_EQ(relu.module, "net.1");
+  EXPECT_EQ(relu.ops, (std::vector<std::string>{"relu"}));
   EXPECT_TRUE(relu.parameters.empty());
   EXPECT_EQ(relu.output_shape, (Shape{5, 8}));
 
@@ -124,7 +126,7 @@ TEST(Tracer, LossOpsAndWhatFollowsAreNotLayers) {
     });
     ASSERT_TRUE(snap && snap->architecture);
     auto got = names(*snap->architecture);
-    std::vector<std::string> want{"input", "net.0", "relu", "net.2"};
+    std::vector<std::string> want{"input", "net.0", "net.1", "net.2"};
     if (loss == "nll_loss") want.push_back("log_softmax");  // part of the model's output here
     EXPECT_EQ(got, want) << "loss, backward and optimizer ops must not become layers";
   }
@@ -171,14 +173,17 @@ TEST(Tracer, ResidualAddHasTwoIncomingEdges) {
   const Architecture& a = *snap->architecture;
 
   EXPECT_EQ(names(a),
-            (std::vector<std::string>{"input", "stem", "block.fc1", "relu", "block.fc2", "add", "relu_1", "head"}));
+            (std::vector<std::string>{"input", "stem", "block.fc1", "block.relu", "block.fc2", "add", "relu", "head"}))
+      << "an op between two calls of block's modules is scoped under block; one after its last module call "
+         "cannot be told from one outside it";
   EXPECT_EQ(incoming(a, "add"), (std::vector<std::string>{"block.fc2", "stem"}));
   EXPECT_EQ(incoming(a, "block.fc1"), (std::vector<std::string>{"stem"}));
-  EXPECT_EQ(incoming(a, "relu_1"), (std::vector<std::string>{"add"}));
-  EXPECT_EQ(incoming(a, "head"), (std::vector<std::string>{"relu_1"}));
+  EXPECT_EQ(incoming(a, "relu"), (std::vector<std::string>{"add"}));
+  EXPECT_EQ(incoming(a, "head"), (std::vector<std::string>{"relu"}));
   EXPECT_EQ(layer(a, "add").kind, "add");
   EXPECT_EQ(layer(a, "add").role, LayerInfo::Role::kOp);
-  EXPECT_EQ(layer(a, "relu_1").kind, "relu");
+  EXPECT_EQ(layer(a, "block.relu").kind, "relu");
+  EXPECT_EQ(layer(a, "block.relu").role, LayerInfo::Role::kOp);
   EXPECT_EQ(layer(a, "block.fc2").module, "block.fc2");
   EXPECT_EQ(a.edges.size(), 8u);
 }
@@ -235,17 +240,20 @@ struct SharedImpl : torch::nn::Module {
 };
 TORCH_MODULE(Shared);
 
-TEST(Tracer, AModuleCalledTwiceIsTwoLayers) {
+TEST(Tracer, AModuleCalledTwiceIsOneLayerPerCall) {
   Shared model;
   torch::optim::SGD opt(model->parameters(), 0.1);
   auto data = test::make_batches(2, 5, {4}, 4);
   auto snap = capture_first(model, data, [&](test::Batch& b) { test::train_step(model, opt, b.first, b.second); });
   ASSERT_TRUE(snap && snap->architecture);
   const Architecture& a = *snap->architecture;
-  EXPECT_EQ(names(a), (std::vector<std::string>{"input", "fc", "relu", "fc_1"}));
-  EXPECT_EQ(layer(a, "fc_1").module, "fc");
-  EXPECT_EQ(incoming(a, "fc_1"), (std::vector<std::string>{"relu"}));
-  EXPECT_FALSE(torch::equal(snap->activations.at("fc"), snap->activations.at("fc_1")));
+  EXPECT_EQ(names(a), (std::vector<std::string>{"input", "fc", "relu", "fc#2"}));
+  EXPECT_EQ(layer(a, "fc#2").module, "fc");
+  EXPECT_EQ(incoming(a, "fc#2"), (std::vector<std::string>{"relu"}));
+  EXPECT_FALSE(torch::equal(snap->activations.at("fc"), snap->activations.at("fc#2")));
+  ASSERT_TRUE(snap->activation_gradients.count("fc") && snap->activation_gradients.count("fc#2"))
+      << "every call's gradient is captured";
+  EXPECT_FALSE(torch::equal(snap->activation_gradients.at("fc"), snap->activation_gradients.at("fc#2")));
 }
 
 TEST(Tracer, NamesAreStableAcrossBatchesAndSessions) {
