@@ -163,6 +163,14 @@ struct DebugError {
   std::optional<RootCause> root_cause;    // nullopt for under/overflow-only errors
   std::string capsule;                    // the NaN capsule written for it ("" if none)
   int64_t hits = 1;                       // checked batches that tripped since
+  // The poisoned optimizer update of the batch that tripped:
+  // "held"    paused before the optimizer step; resuming applies it unless
+  //           skip_update is chosen (Session::skip_update, REST, MCP, UI);
+  // "applied" the loop went on and its optimizer.step() used the gradients;
+  // "skipped" every parameter's gradient was cleared before the loop went on,
+  //           so its optimizer.step() left weights and optimizer state alone;
+  // ""        the trip was found after the step (nothing to choose).
+  std::string update;
 };
 
 // A NaN capsule that cannot be used: unreadable, truncated, corrupt, of another

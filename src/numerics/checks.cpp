@@ -122,16 +122,18 @@ CheckResult run_checks(const DebugSettings& s, const CheckInput& in) {
   Table table;
   std::vector<std::string> reasons;
   scan(s, table, in.weight_gradients, /*gradient=*/true, "weight_gradient", reasons);
-  auto named = [&](const std::map<std::string, torch::Tensor>* m) {
+  auto named = [&](const std::map<std::string, torch::Tensor>* m, const std::set<std::string>& skip) {
     std::vector<std::pair<std::string, torch::Tensor>> v;
     if (!m) return v;
     for (const auto& [layer, t] : *m) {
-      if (!layer_allowed(s, layer)) v.emplace_back(layer, t);
+      if (!layer_allowed(s, layer) && !skip.count(layer)) v.emplace_back(layer, t);
     }
     return v;
   };
-  if (s.check_nan_inf()) scan(s, table, named(in.activations), /*gradient=*/false, "activation", reasons);
-  scan(s, table, named(in.activation_gradients), /*gradient=*/true, "activation_gradient", reasons);
+  if (s.check_nan_inf()) {
+    scan(s, table, named(in.activations, in.intended_activations), /*gradient=*/false, "activation", reasons);
+  }
+  scan(s, table, named(in.activation_gradients, {}), /*gradient=*/true, "activation_gradient", reasons);
 
   for (const auto* r : {"nan", "inf", "underflow", "overflow"}) {
     if (std::find(reasons.begin(), reasons.end(), r) != reasons.end()) out.reasons.push_back(r);

@@ -5,6 +5,7 @@
 #include <torch/types.h>
 
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,6 +21,9 @@ struct CheckInput {
   // copies); null when the batch was not captured.
   const std::map<std::string, torch::Tensor>* activations = nullptr;
   const std::map<std::string, torch::Tensor>* activation_gradients = nullptr;
+  // Layers whose activations hold only intended non-finite values (an
+  // explicit ±inf fill and what carried it along): not checked.
+  std::set<std::string> intended_activations;
   // Layers in graph order, for the table's row order (others follow).
   std::vector<std::string> layer_order;
 };

@@ -127,6 +127,7 @@ json to_json(const DebugError& error) {
           {"root_cause", error.root_cause ? to_json(*error.root_cause) : json(nullptr)},
           {"capsule", error.capsule.empty() ? json(nullptr) : json(error.capsule)},
           {"hits", error.hits},
+          {"update", error.update.empty() ? json(nullptr) : json(error.update)},
           {"text", headline(error)}};
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <utility>
 
 namespace nansense::numerics {
 
@@ -195,6 +196,38 @@ void DebugState::note_checked() {
 int64_t DebugState::checked_batches() const {
   std::lock_guard lock(mu_);
   return checked_;
+}
+
+void DebugState::choose_update(bool skip) {
+  {
+    std::lock_guard lock(mu_);
+    if (!error_) throw std::logic_error("no numerical error stands, so no optimizer update is held");
+    if (error_->update != "held") {
+      throw std::logic_error(
+          error_->update.empty()
+              ? std::string("this error was found after the optimizer step: its update was already applied")
+              : "the update of this error was already " + error_->update + "; the choice applies only while "
+                "the loop is paused before the step");
+    }
+    skip_update_ = skip;
+  }
+  notify();
+}
+
+bool DebugState::skip_chosen() const {
+  std::lock_guard lock(mu_);
+  return skip_update_;
+}
+
+bool DebugState::release_update() {
+  bool skip = false;
+  {
+    std::lock_guard lock(mu_);
+    skip = std::exchange(skip_update_, false);
+    if (error_ && error_->update == "held") error_->update = skip ? "skipped" : "applied";
+  }
+  notify();
+  return skip;
 }
 
 }  // namespace nansense::numerics

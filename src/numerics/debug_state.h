@@ -51,6 +51,15 @@ class DebugState {
   std::vector<std::string> silence(const std::string& category);
   // Dismisses the standing error; checks stay as they are.
   void clear();
+  // The choice for a held poisoned update (DebugError::update == "held"):
+  // skip it (true) or apply it (false). Throws std::logic_error when no update
+  // is held, saying why.
+  void choose_update(bool skip);
+  // Training thread, on resuming from the held update: whether to skip it;
+  // marks the error "skipped" or "applied".
+  bool release_update();
+  // Whether skipping the held update is chosen.
+  bool skip_chosen() const;
 
   // Bookkeeping shown in the report.
   void note_checked();
@@ -58,6 +67,7 @@ class DebugState {
 
  private:
   void notify();
+  bool skip_update_ = false;
 
   mutable std::mutex mu_;
   DebugSettings settings_;

@@ -28,6 +28,20 @@ void add_reason(std::vector<std::string>& reasons, const char* reason) {
   });
 }
 
+// Whether a hit is a new problem rather than a repeat of the standing one: a
+// reason the standing error does not have, or another producer op.
+bool differs(const DebugError& standing, const DebugError& hit) {
+  for (const auto& r : hit.reasons) {
+    if (std::find(standing.reasons.begin(), standing.reasons.end(), r) == standing.reasons.end()) return true;
+  }
+  const auto producer = [](const DebugError& e) -> const OpReport* {
+    return e.root_cause && e.root_cause->producer ? &*e.root_cause->producer : nullptr;
+  };
+  const OpReport* a = producer(standing);
+  const OpReport* b = producer(hit);
+  return a && b && (a->op != b->op || a->layer != b->layer);
+}
+
 RootCause cause_of(RootCause::Status status, std::string summary) {
   RootCause cause;
   cause.status = status;
@@ -37,10 +51,10 @@ RootCause cause_of(RootCause::Status status, std::string summary) {
 
 }  // namespace
 
-Monitor::Monitor(torch::nn::Module& model, torch::optim::Optimizer* optimizer, const DebugSettings& settings,
-                 Host host)
+Monitor::Monitor(torch::nn::Module& model, const std::vector<torch::optim::Optimizer*>& optimizers,
+                 const DebugSettings& settings, Host host)
     : model_(model),
-      optimizer_(optimizer),
+      optimizer_(optimizers.empty() ? nullptr : optimizers.front()),
       host_(std::move(host)),
       state_(settings, host_.changed),
       recorder_(model),
@@ -170,8 +184,10 @@ std::optional<DebugError> Monitor::check(bool gradients) {
     in.activations = &trace->activations;
     std::lock_guard lock(trace->grad_mu);
     activation_gradients = trace->gradients;
-    if (in.layer_order.empty()) in.layer_order = trace->layer_names;
+    // Mid-batch the capture holds its tensors under provisional names.
+    in.layer_order = trace->layer_names;
     in.activation_gradients = &activation_gradients;
+    if (op_tracer_) in.intended_activations = op_tracer_->intended_layers();
   }
   auto result = run_checks(settings_, in);
   DebugError e;
@@ -184,7 +200,13 @@ std::optional<DebugError> Monitor::check(bool gradients) {
     if (op_tracer_->saw_inf()) add_reason(e.reasons, "inf");
   }
   if (e.reasons.empty()) return std::nullopt;
-  if (op_tracer_ && has_nan_inf(e.reasons)) e.root_cause = op_tracer_->result();
+  // The names the published graph will use, not the capture's provisional ones.
+  OpTracer::Rename rename;
+  if (tracer_) rename = [tracer = tracer_](const std::string& name) { return tracer->final_name(name); };
+  if (rename) {
+    for (auto& layer : e.layers) layer.layer = rename(layer.layer);
+  }
+  if (op_tracer_ && has_nan_inf(e.reasons)) e.root_cause = op_tracer_->result(rename);
   return e;
 }
 
@@ -223,9 +245,14 @@ void Monitor::handle_hit(DebugError hit, bool in_backward) {
     pause_now(in_backward);
     return;
   }
-  if (state_.error()) {
-    state_.record(hit);  // merges; only the first hit pauses
-    return;
+  if (auto standing = state_.error()) {
+    if (!differs(*standing, hit)) {
+      state_.record(hit);  // the same problem again: merges without pausing
+      return;
+    }
+    // A new problem while a warning stands (NaN after an intended Inf, another
+    // producer op): it takes the warning's place and pauses.
+    state_.clear();
   }
   hit.capsule = write_capsule(hit);
   const bool nan_inf = has_nan_inf(hit.reasons);
@@ -263,7 +290,14 @@ void Monitor::pause_now(bool in_backward) {
   // batch: neither checked nor traced.
   guard_->set_armed(false);
   if (op_tracer_) op_tracer_->stop();
+  // Paused before the optimizer step: the user may skip the poisoned update.
+  state_.amend([](DebugError& e) { e.update = "held"; });
   host_.pause();
+  if (state_.release_update()) {
+    // Optimizers skip a parameter without a gradient: no weight, moment or
+    // step count changes for this batch.
+    for (auto& [_, p] : params_) p.mutable_grad().reset();
+  }
 }
 
 Monitor::End Monitor::end_batch(bool can_repeat) {

@@ -48,6 +48,28 @@ bool value_preserving(const std::string& op) {
   return kOps.count(op) > 0;
 }
 
+// Ops that write a value they are given: an infinite value given to them is
+// intended (an attention mask's -inf), not a numerical accident.
+bool fills(const std::string& op) {
+  static const std::set<std::string> kOps = {"masked_fill", "where",     "full",     "full_like", "new_full",
+                                             "scalar_tensor", "tensor",
+                                             "fill",        "index_fill", "clamp",   "clamp_min", "clamp_max",
+                                             "masked_scatter", "constant_pad_nd", "pad"};
+  return kOps.count(op) > 0;
+}
+
+bool is_infinite_literal(const c10::IValue& v) {
+  if (v.isDouble()) return std::isinf(v.toDouble());
+  if (v.isScalar()) return v.toScalar().isFloatingPoint() && std::isinf(v.toScalar().toDouble());
+  if (v.isTensor()) {
+    const auto& t = v.toTensor();
+    if (!t.defined() || t.numel() != 1 || !t.is_floating_point()) return false;
+    at::DisableRecordFunctionGuard no_record;
+    return std::isinf(t.item<double>());
+  }
+  return false;
+}
+
 bool checkable(const torch::Tensor& t) { return t.defined() && t.is_floating_point() && t.numel() > 0; }
 
 // One pass (a sum) in the common case; an exact test only when the sum is not
@@ -138,7 +160,10 @@ void OpTracer::on_start(const at::RecordFunction& fn) {
     frame.kind = FrameKind::kOp;
     ++observed_depth_;
     try {
-      for (const auto& v : fn.inputs()) capture::collect_tensors(v, frame.inputs);
+      for (const auto& v : fn.inputs()) {
+        capture::collect_tensors(v, frame.inputs);
+        if (!frame.infinite_literal) frame.infinite_literal = is_infinite_literal(v);
+      }
     } catch (const std::exception& e) {
       error_ = std::string("op tracing failed: ") + e.what();
       stop();
@@ -255,9 +280,12 @@ void OpTracer::process(const Frame& frame, const std::vector<torch::Tensor>& out
         owners_.emplace(impl, owner->second);
         keep_alive_.push_back(out);
       }
-      if (allowed_.count(in)) {
+      if (is_allowed(frame.inputs.front())) {
         allowed_.insert(impl);
         keep_alive_.push_back(out);
+        if (!backward && namer_) {
+          if (auto layer = namer_(out)) intended_layers_.insert(*layer);
+        }
       }
       if (produced_.count(in)) produced_.emplace(impl, out);
     }
@@ -294,9 +322,13 @@ void OpTracer::process(const Frame& frame, const std::vector<torch::Tensor>& out
   bool input_bad = false, input_allowed = false;
   const torch::Tensor* outside = nullptr;
   for (const auto& in : frame.inputs) {
-    if (finite(in)) continue;
     const auto* impl = in.unsafeGetTensorImpl();
-    if (allowed_.count(impl)) {
+    // An in-place op's input is its output now: its values before the op are
+    // known only from what earlier ops left in it.
+    const bool overwritten = std::any_of(outputs.begin(), outputs.end(),
+                                         [&](const torch::Tensor& out) { return out.unsafeGetTensorImpl() == impl; });
+    if (overwritten ? !produced_.count(impl) && !is_allowed(in) : finite(in)) continue;
+    if (is_allowed(in)) {
       input_allowed = true;
     } else {
       input_bad = true;
@@ -308,16 +340,23 @@ void OpTracer::process(const Frame& frame, const std::vector<torch::Tensor>& out
       if (!checkable(out)) continue;
       if (intended) {
         allowed_.insert(out.unsafeGetTensorImpl());
+        // A factory's result is handed out under a new TensorImpl
+        // (make_variable): its storage is how it is known.
+        if (out.has_storage()) allowed_storages_.insert(out.storage().unsafeGetStorageImpl());
         keep_alive_.push_back(out);
       } else {
         produced_.emplace(out.unsafeGetTensorImpl(), out);
       }
     }
   };
-  // Intended: an allowed op, or an op that only carried an allowed -inf along
-  // (a masked score plus a bias). NaN made from an intended Inf is not.
-  if (allowed(frame.name, layer) || (input_allowed && !input_bad && !out_nan)) {
+  // Intended: an allowed op; an explicit ±inf fill (masked_fill, where,
+  // full... given an infinite value); or an op that only carried an intended
+  // Inf along (a masked score plus a bias). NaN is never intended, and neither
+  // is an Inf made by arithmetic.
+  const bool intended_fill = fills(base) && frame.infinite_literal && !out_nan;
+  if (allowed(frame.name, layer) || (!input_bad && (intended_fill || (input_allowed && !out_nan)))) {
     mark(true);
+    if (layer && !backward) intended_layers_.insert(*layer);
     return;
   }
   mark(false);
@@ -341,9 +380,19 @@ void OpTracer::process(const Frame& frame, const std::vector<torch::Tensor>& out
   }
 }
 
-RootCause OpTracer::result() const {
+bool OpTracer::is_allowed(const torch::Tensor& t) const {
+  return allowed_.count(t.unsafeGetTensorImpl()) ||
+         (t.has_storage() && allowed_storages_.count(t.storage().unsafeGetStorageImpl()));
+}
+
+RootCause OpTracer::result(const Rename& rename) const {
   RootCause cause;
   cause.propagators = propagators_;
+  if (rename) {
+    for (auto& p : cause.propagators) {
+      if (p.layer) p.layer = rename(*p.layer);
+    }
+  }
   cause.propagator_count = propagator_count_;
   cause.other_producer_count = other_producers_;
   if (!producer_) {
@@ -352,7 +401,8 @@ RootCause OpTracer::result() const {
     return cause;
   }
   cause.producer = producer_;
-  const auto& p = *producer_;
+  if (rename && cause.producer->layer) cause.producer->layer = rename(*cause.producer->layer);
+  const auto& p = *cause.producer;
   // "aten::div in the forward, outside the model's layers (the loss?)"
   std::string what = p.op;
   if (p.pass == "backward") {

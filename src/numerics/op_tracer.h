@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -48,8 +49,13 @@ class OpTracer {
   bool saw_non_finite() const { return producer_.has_value() || propagator_count_ > 0; }
   bool saw_nan() const { return saw_nan_; }
   bool saw_inf() const { return saw_inf_; }
-  // The root cause so far.
-  RootCause result() const;
+  // The root cause so far; `rename` (if set) maps the layer names the namer
+  // gave to the ones to report.
+  using Rename = std::function<std::string(const std::string&)>;
+  RootCause result(const Rename& rename = {}) const;
+  // The layers (as the namer calls them) whose outputs hold intended
+  // non-finite values only.
+  const std::set<std::string>& intended_layers() const { return intended_layers_; }
   // The first failure of the tracer itself ("" if none); it stops observing then.
   const std::string& error() const { return error_; }
 
@@ -63,6 +69,7 @@ class OpTracer {
     std::string name;
     int64_t seq = -1;
     std::vector<torch::Tensor> inputs;  // observed ops only
+    bool infinite_literal = false;      // an argument is ±inf (a scalar or a one-value tensor)
   };
   struct ForwardOp {
     std::string op;
@@ -70,6 +77,7 @@ class OpTracer {
   };
 
   void process(const Frame& frame, const std::vector<torch::Tensor>& outputs);
+  bool is_allowed(const torch::Tensor& t) const;
   std::optional<std::string> forward_layer(const std::vector<torch::Tensor>& inputs,
                                            const std::vector<torch::Tensor>& outputs);
   bool allowed(const std::string& op, const std::optional<std::string>& layer) const;
@@ -87,6 +95,8 @@ class OpTracer {
   std::unordered_map<const c10::TensorImpl*, std::string> layer_of_;  // forward outputs
   std::unordered_map<const c10::TensorImpl*, torch::Tensor> produced_;  // non-finite outputs of traced ops
   std::unordered_set<const c10::TensorImpl*> allowed_;                  // outputs holding intended values
+  std::unordered_set<const c10::StorageImpl*> allowed_storages_;        // storages of intended fills
+  std::set<std::string> intended_layers_;
   std::map<int64_t, ForwardOp> forward_ops_;                            // by autograd sequence number
   std::vector<torch::Tensor> keep_alive_;
   std::vector<Frame> stack_;

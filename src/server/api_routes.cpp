@@ -169,6 +169,14 @@ const std::multimap<std::string, Route>& routes() {
           Body body(r.body, {"category"});
           return c.silence_debug_check(body.string("category"));
         })}},
+      {"/api/debug/choose_update",
+       {"POST", json_route([](Controller& c, const HttpRequest& r) {
+          Body body(r.body, {"action"});
+          auto action = body.string("action");
+          if (!action) throw ControllerError(ControllerError::Kind::kInvalidArgument,
+                                             "action is required: \"skip\" or \"apply\"");
+          return c.choose_update(*action);
+        })}},
       {"/api/debug/clear",
        {"POST", json_route([](Controller& c, const HttpRequest& r) {
           Body body(r.body, {});

@@ -126,6 +126,11 @@ class Controller {
   json silence_debug_check(const std::optional<std::string>& category);
   // Dismisses the standing error, leaving the checks on.
   json clear_debug_error();
+  // While the loop is paused before the optimizer step of a batch that
+  // tripped: "skip" clears every parameter's gradient when the loop resumes
+  // (its optimizer.step() then changes nothing), "apply" lets the update
+  // through (the default). Conflict when no update is held.
+  json choose_update(const std::string& action);
 
  private:
   template <class F>

@@ -35,7 +35,9 @@ json Controller::debug_summary() const {
                                                   : json(nullptr)},
                         {"producer", producer},
                         {"capsule", error->capsule.empty() ? json(nullptr) : json(error->capsule)},
-                        {"hits", error->hits}};
+                        {"hits", error->hits},
+                        {"update", error->update.empty() ? json(nullptr) : json(error->update)},
+                        {"skip_update", debug.skip_chosen()}};
   }
   return summary;
 }
@@ -45,7 +47,21 @@ json Controller::get_debug_report() const {
   auto error = debug.error();
   return {{"settings", numerics::to_json(debug.settings())},
           {"error", error ? numerics::to_json(*error) : json(nullptr)},
-          {"checked_batches", debug.checked_batches()}};
+          {"checked_batches", debug.checked_batches()},
+          {"skip_update", debug.skip_chosen()}};
+}
+
+json Controller::choose_update(const std::string& action) {
+  if (action != "skip" && action != "apply") {
+    throw ControllerError(ControllerError::Kind::kInvalidArgument,
+                          "action must be \"skip\" or \"apply\", got \"" + action + "\"");
+  }
+  try {
+    core_.debug().choose_update(action == "skip");
+  } catch (const std::logic_error& e) {
+    throw ControllerError(ControllerError::Kind::kConflict, e.what());
+  }
+  return get_debug_report();
 }
 
 json Controller::configure_debug_checks(const DebugChecksUpdate& u) {

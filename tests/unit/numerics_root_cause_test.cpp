@@ -127,18 +127,48 @@ TEST(RootCause, SqrtAtZeroInTheBackward) {
             "aten::div in the backward, in SqrtBackward0 (the gradient of aten::sqrt), produced Inf from finite inputs");
 }
 
-TEST(RootCause, AllowListedMaskingDoesNotTrip) {
+TEST(RootCause, AnExplicitInfFillIsIntended) {
   Net net;
   auto mask = torch::tensor({{false, true, false}, {false, false, true}});
-  auto body = [&] {
-    auto scores = torch::ones({2, 3}).masked_fill(mask, -INFINITY);
-    (void)torch::softmax(scores + 1, 1);  // rows keep finite entries: the result is finite
+  // Every way an attention mask writes -inf, and arithmetic carrying it along.
+  const std::vector<std::pair<std::string, std::function<torch::Tensor()>>> fills = {
+      {"masked_fill", [&] { return torch::ones({2, 3}).masked_fill(mask, -INFINITY); }},
+      {"masked_fill (tensor value)",
+       [&] { return torch::ones({2, 3}).masked_fill(mask, torch::tensor(-INFINITY)); }},
+      {"where", [&] { return torch::where(mask, torch::full({2, 3}, -INFINITY), torch::ones({2, 3})); }},
+      {"full + add", [&] { return torch::full({2, 3}, INFINITY) * -1 + torch::zeros({2, 3}).masked_fill(mask, 1); }},
+      {"fill_", [&] { return torch::ones({2, 3}).fill_(-INFINITY); }},
   };
-  auto unlisted = trace(net, body);
-  ASSERT_EQ(unlisted.status, RootCause::Status::kFound);
-  EXPECT_EQ(unlisted.producer->op, "aten::masked_fill");
-  EXPECT_EQ(trace(net, body, {"masked_fill"}).status, RootCause::Status::kNotTraced);
-  EXPECT_EQ(trace(net, body, {"aten::masked_fill"}).status, RootCause::Status::kNotTraced);
+  for (const auto& [what, fill] : fills) {
+    SCOPED_TRACE(what);
+    auto cause = trace(net, [&] {
+      auto scores = fill();
+      (void)torch::softmax(scores.masked_fill(scores.isinf().all(1, true), 0) + 1, 1);
+    });
+    EXPECT_EQ(cause.status, RootCause::Status::kNotTraced) << cause.summary;
+  }
+}
+
+TEST(RootCause, ANanFillOrAnArithmeticInfStillTrips) {
+  Net net;
+  auto mask = torch::tensor({{false, true, false}});
+  auto nan_fill = trace(net, [&] { (void)torch::ones({1, 3}).masked_fill(mask, NAN); });
+  ASSERT_EQ(nan_fill.status, RootCause::Status::kFound);
+  EXPECT_EQ(nan_fill.producer->op, "aten::masked_fill");
+  auto overflow = trace(net, [&] { (void)(torch::full({1, 3}, 1e30) * 1e30); });
+  ASSERT_EQ(overflow.status, RootCause::Status::kFound);
+  EXPECT_EQ(overflow.producer->op, "aten::mul");
+  auto log_zero = trace(net, [&] { (void)torch::log(torch::zeros({1, 3}).masked_fill(mask, 1)); });
+  ASSERT_EQ(log_zero.status, RootCause::Status::kFound);
+  EXPECT_EQ(log_zero.producer->op, "aten::log");
+}
+
+TEST(RootCause, TheAllowListCoversOtherIntendedValues) {
+  Net net;
+  auto body = [&] { (void)torch::log(torch::zeros({1, 3})); };  // -inf on purpose
+  EXPECT_EQ(trace(net, body).status, RootCause::Status::kFound);
+  EXPECT_EQ(trace(net, body, {"log"}).status, RootCause::Status::kNotTraced);
+  EXPECT_EQ(trace(net, body, {"aten::log"}).status, RootCause::Status::kNotTraced);
 }
 
 TEST(RootCause, AnAllowedInfTurningIntoNanStillTrips) {

@@ -371,6 +371,18 @@ std::vector<Tools::Tool> tool_table() {
                  return json_result(c.silence_debug_check(a.optional_string("category")));
                }});
 
+  t.push_back({"choose_update", "Skip or apply the poisoned optimizer update",
+               "While the loop is paused before the optimizer step of the batch that tripped (get_debug_report's "
+               "error.update is \"held\"): \"skip\" clears every parameter's gradient when the loop resumes, so "
+               "the loop's optimizer.step() leaves weights, optimizer state and step counts unchanged for that "
+               "batch; \"apply\" lets the update through (the default). Refused when no update is held. Returns "
+               "get_debug_report.",
+               object_schema({{"action", {{"type", "string"},
+                                          {"enum", {"skip", "apply"}},
+                                          {"description", "skip or apply the held update."}}}},
+                             {"action"}),
+               false, [](Controller& c, const Arguments& a) { return json_result(c.choose_update(a.string("action"))); }});
+
   t.push_back({"get_time_travel_status", "Time travel: cached epochs",
                "Whether the loop can be rewound and to where: available (false with a reason outside "
                "session.epochs()), cached_epochs (jump targets: epochs whose start is checkpointed), "
