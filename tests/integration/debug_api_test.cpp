@@ -113,6 +113,44 @@ TEST_F(DebugApiTest, ANanInDetachPausesAndIsReportedUntilSilenced) {
   std::filesystem::remove_all(dir);
 }
 
+TEST_F(DebugApiTest, AHeldUpdateIsSkippedOverRest) {
+  start(/*epochs=*/1, /*train_batches=*/4, /*val_batches=*/1);
+  wait_paused();
+  // Nothing held yet: refused, saying why; a bad action is a 400.
+  auto none = post("/api/debug/choose_update", {{"action", "skip"}});
+  EXPECT_EQ(none.status, 409u) << none.body;
+  EXPECT_NE(none.json().value("error", "").find("no numerical error stands"), std::string::npos) << none.body;
+  EXPECT_EQ(post("/api/debug/choose_update", {{"action", "drop"}}).status, 400u);
+  EXPECT_EQ(post("/api/debug/choose_update", json::object()).status, 400u);
+
+  session_->set_debug_settings(session_->debug_settings().capsule_dir("").rerun_to_trace(false));
+  train_[2].first[0][0] = NAN;
+  ASSERT_EQ(post("/api/run", {{"detach", true}}).status, 200u);
+  ASSERT_EQ(session_->wait_until_stopped(20s), nansense::RunState::kPaused);
+  auto error = get("/api/status").json()["debug"]["error"];
+  ASSERT_TRUE(error.is_object());
+  EXPECT_EQ(error["update"], "held");
+  EXPECT_EQ(error["skip_update"], false);
+  const auto weights = model_->fc1->weight.detach().clone();
+  auto chosen = post("/api/debug/choose_update", {{"action", "skip"}});
+  ASSERT_EQ(chosen.status, 200u) << chosen.body;
+  EXPECT_EQ(chosen.json()["skip_update"], true);
+  EXPECT_EQ(chosen.json()["error"]["update"], "held");
+  EXPECT_EQ(get("/api/status").json()["debug"]["error"]["skip_update"], true);
+  // Resume: the step of batch 2 changes nothing, and the run stays finite.
+  ASSERT_EQ(post("/api/debug/settings", {{"enabled", false}}).status, 200u);
+  ASSERT_EQ(post("/api/run", {{"detach", true}}).status, 200u);
+  trainer_.join();
+  auto report = get("/api/debug").json();
+  EXPECT_EQ(report["error"]["update"], "skipped");
+  EXPECT_EQ(report["skip_update"], false);
+  EXPECT_TRUE(torch::isfinite(model_->fc1->weight).all().item<bool>());
+  EXPECT_FALSE(torch::equal(weights, model_->fc1->weight)) << "batch 3 trained as usual";
+  auto late = post("/api/debug/choose_update", {{"action", "apply"}});
+  EXPECT_EQ(late.status, 409u);
+  EXPECT_NE(late.json().value("error", "").find("already skipped"), std::string::npos) << late.body;
+}
+
 TEST_F(DebugApiTest, ClearDismissesTheErrorAndKeepsTheChecks) {
   start(/*epochs=*/1, /*train_batches=*/4, /*val_batches=*/1);
   wait_paused();

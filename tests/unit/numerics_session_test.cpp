@@ -132,6 +132,96 @@ TEST(NumericsSession, TripsInDetachPausesBeforeTheStepAndNamesTheProducer) {
   std::filesystem::remove_all(dir);
 }
 
+// What one run of the batch body saw around its optimizer step.
+struct StepRecord {
+  std::map<std::string, torch::Tensor> before, after;  // weights
+  int64_t adam_step_before = -1, adam_step_after = -1;  // fc1.weight's Adam step count
+};
+
+int64_t adam_step(torch::optim::Adam& opt, const torch::Tensor& p) {
+  auto it = opt.state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+  if (it == opt.state().end()) return 0;
+  return static_cast<torch::optim::AdamParamState&>(*it->second).step();
+}
+
+TEST(NumericsSession, ASkippedUpdateChangesNothingAndANewProblemPausesAgain) {
+  torch::manual_seed(3);
+  DropNet model;
+  torch::optim::Adam opt(model->parameters(), torch::optim::AdamOptions(0.01));
+  auto data = class_batches();
+  data[1].first[0][0] = NAN;  // batch 1: NaN from the data; batch 2: a division by zero in the loss
+  auto session = start(model, StartOptions().optimizer(&opt).debug(DebugSettings().capsule_dir("")));
+  ASSERT_TRUE(serve(session, quiet_server()));
+  session.detach();
+
+  std::mutex mu;
+  std::vector<StepRecord> records;  // per body run
+  auto weights = [&] {
+    std::map<std::string, torch::Tensor> w;
+    for (const auto& p : model->named_parameters()) w[p.key()] = p.value().detach().clone();
+    return w;
+  };
+  TrainingThread loop(session, [&] {
+    for (auto& batch : session.batches(data, "train")) {
+      StepRecord r;
+      opt.zero_grad();
+      per_class_bce(model->forward(batch.first), batch.second).backward();
+      r.before = weights();
+      r.adam_step_before = adam_step(opt, model->fc1->weight);
+      opt.step();
+      r.after = weights();
+      r.adam_step_after = adam_step(opt, model->fc1->weight);
+      std::lock_guard lock(mu);
+      records.push_back(std::move(r));
+    }
+    session.close();
+  });
+
+  // Batch 1 ran untraced, tripped, ran again traced and paused in its backward.
+  ASSERT_EQ(session.wait_until_stopped(kWait), RunState::kPaused);
+  auto first = session.debug_error();
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->position.batch_idx, 1);
+  EXPECT_EQ(first->reasons, (std::vector<std::string>{"nan"}));
+  EXPECT_EQ(first->update, "held");
+  session.core()->debug().choose_update(/*skip=*/true);
+  EXPECT_TRUE(session.core()->debug().skip_chosen());
+  session.detach();
+
+  // Batch 2's Inf is a new problem: it pauses again although a warning stands.
+  ASSERT_EQ(session.wait_until_stopped(kWait), RunState::kPaused);
+  auto second = session.debug_error();
+  ASSERT_TRUE(second);
+  EXPECT_EQ(second->position.batch_idx, 2);
+  EXPECT_NE(std::find(second->reasons.begin(), second->reasons.end(), "inf"), second->reasons.end());
+  ASSERT_TRUE(second->root_cause && second->root_cause->producer) << (second->root_cause ? second->root_cause->summary : "");
+  EXPECT_EQ(second->root_cause->producer->op, "aten::div");
+  EXPECT_EQ(second->update, "held");
+  session.detach();  // applied this time
+  loop.join();
+  EXPECT_EQ(session.debug_error()->update, "applied");
+
+  std::lock_guard lock(mu);
+  // Bodies: batch 0, batch 1 untraced, batch 1 traced (skipped), batch 2 untraced, batch 2 traced, batches 3, 4.
+  ASSERT_EQ(records.size(), 7u);
+  const auto& skipped = records[2];
+  for (const auto& [name, w] : skipped.before) {
+    EXPECT_TRUE(torch::equal(w, skipped.after.at(name))) << name << " changed by the skipped update";
+  }
+  EXPECT_EQ(skipped.adam_step_after, skipped.adam_step_before) << "Adam's step count moved";
+  EXPECT_EQ(skipped.adam_step_before, 1);
+  const auto& applied = records[4];
+  EXPECT_FALSE(torch::isfinite(applied.after.at("fc1.weight")).all().item<bool>()) << "the applied update is poisoned";
+}
+
+TEST(NumericsSession, ChoosingAnUpdateWithNoneHeldIsRefused) {
+  DropNet model;
+  auto session = start(model, StartOptions().enabled(true));
+  auto& debug = session.core()->debug();
+  const auto message = test::message_of<std::logic_error>([&] { debug.choose_update(true); });
+  EXPECT_NE(message.find("no numerical error stands"), std::string::npos) << message;
+}
+
 TEST(NumericsSession, ABatchThatStaysFiniteWhenRunAgainIsReportedAsNotReproduced) {
   torch::manual_seed(6);
   test::TwoLayer model;
