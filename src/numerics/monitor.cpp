@@ -29,13 +29,17 @@ void add_reason(std::vector<std::string>& reasons, const char* reason) {
 }
 
 // Whether a hit is a new problem rather than a repeat of the standing one: a
-// reason the standing error does not have, or another producer op.
+// reason the standing error does not have, or another op that made non-finite
+// values from finite inputs. Values that were already non-finite when the
+// batch began (weights an applied update poisoned) are the standing problem's.
 bool differs(const DebugError& standing, const DebugError& hit) {
   for (const auto& r : hit.reasons) {
     if (std::find(standing.reasons.begin(), standing.reasons.end(), r) == standing.reasons.end()) return true;
   }
   const auto producer = [](const DebugError& e) -> const OpReport* {
-    return e.root_cause && e.root_cause->producer ? &*e.root_cause->producer : nullptr;
+    return e.root_cause && e.root_cause->status == RootCause::Status::kFound && e.root_cause->producer
+               ? &*e.root_cause->producer
+               : nullptr;
   };
   const OpReport* a = producer(standing);
   const OpReport* b = producer(hit);
