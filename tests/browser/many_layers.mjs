@@ -5,25 +5,35 @@
 
 // Routes /api/architecture, /api/snapshot and /api/render/layer of `page` to
 // the synthetic network, against the demo at `base`. Returns the layer names
-// in order (names[0] is the input) and renders(), the number of strips the
-// page has fetched over HTTP so far.
-export async function fakeManyLayers(page, base, count = 200) {
+// in order (names[0] is the input), the architecture served, and renders(),
+// the number of strips the page has fetched over HTTP so far. With shapeOps,
+// every fifth layer (from the third) is a pure shape op (a view) and the
+// eighth is a module's second call ("...#2"), as a transformer has them.
+export async function fakeManyLayers(page, base, count = 200, { shapeOps = false } = {}) {
   const architecture = await (await fetch(`${base}/api/architecture`)).json();
   const realLayer = architecture.layers.find((l) => l.output_shape.length === 4 && l.role !== 'input');
   const real = await fetch(`${base}/api/render/layer?layer=${encodeURIComponent(realLayer.name)}&kind=activation`);
   const png = Buffer.from(await real.arrayBuffer());
   const info = JSON.parse(real.headers.get('X-Nansense-Render'));
   const shape = realLayer.output_shape;
-  const names = Array.from({ length: count }, (_, i) => (i === 0 ? 'x' : `stage${Math.floor(i / 10)}.block${i % 10}.conv`));
+  const isShapeOp = (i) => shapeOps && i % 5 === 2;
+  const names = Array.from({ length: count }, (_, i) =>
+    i === 0
+      ? 'x'
+      : isShapeOp(i)
+        ? `view_${i}`
+        : `stage${Math.floor(i / 10)}.block${i % 10}.conv${shapeOps && i === 8 ? '#2' : ''}`,
+  );
   const layers = names.map((name, i) => ({
     name,
-    role: i === 0 ? 'input' : i % 3 === 0 ? 'op' : 'module',
-    kind: i === 0 ? 'input' : i % 3 === 0 ? 'add' : 'Conv2d',
+    role: i === 0 ? 'input' : i % 3 === 0 || isShapeOp(i) ? 'op' : 'module',
+    kind: i === 0 ? 'input' : isShapeOp(i) ? 'view' : i % 3 === 0 ? 'add' : 'Conv2d',
     module: '',
     ops: [],
     output_shape: shape,
     dtype: 'Float',
     parameters: [],
+    shape_op: isShapeOp(i),
   }));
   const edges = [];
   for (let i = 1; i < count; i++) {
@@ -49,7 +59,7 @@ export async function fakeManyLayers(page, base, count = 200) {
     const header = JSON.stringify({ ...info, layer: q.get('layer'), kind: q.get('kind'), sample: Number(q.get('sample')) });
     await route.fulfill({ status: 200, body: png, headers: { 'Content-Type': 'image/png', 'X-Nansense-Render': header } });
   });
-  return { names, renders: () => renders };
+  return { names, layers, edges, renders: () => renders };
 }
 
 // Layer menu -> Show all, then waits until the last layer's card is there.

@@ -29,7 +29,9 @@ async function main() {
     ignore: (m) => m.location().url.endsWith('/api/debug/settings') && m.text().includes('status of 400'),
   });
   const architecture = await api('/api/architecture');
-  const layerNames = new Set(architecture.layers.map((l) => l.name));
+  // The layers with a node: shape ops are folded into the edges by default,
+  // and a producer in one is marked where the values entered instead.
+  const layerNames = new Set(architecture.layers.filter((l) => !l.shape_op).map((l) => l.name));
 
   let report;
   await check('the trip the demo hit as it started: paused, and the banner names reasons, position and producer', async () => {
@@ -88,6 +90,29 @@ async function main() {
       { timeout: UI_TIMEOUT_MS },
     );
     await screenshot('producer-marked');
+  });
+
+  await check('a held update: Skip / Apply in the banner and the dialog, apply by default, the choice reaches the server', async () => {
+    const e = (await api('/api/status')).debug.error;
+    if (e.update !== 'held') {
+      // Found after the optimizer step: there is nothing to choose.
+      if (await byTestId('banner-update').count()) throw new Error(`the banner offers a choice for an update that is ${e.update}`);
+      return;
+    }
+    const choice = (id, want) => page.locator(`[data-testid="${id}"][data-choice="${want}"]`).waitFor({ timeout: UI_TIMEOUT_MS });
+    await choice('banner-update', 'apply');
+    await expectText('banner-update', /Skip clears every parameter's gradient before the loop resumes/);
+    await byTestId('banner-update-skip').click();
+    await choice('banner-update', 'skip');
+    if ((await api('/api/debug')).skip_update !== true) throw new Error('Skip this update did not reach the server');
+    await byTestId('debug-banner-details').click();
+    await choice('debug-update', 'skip');
+    await screenshot('update-held');
+    await byTestId('debug-update-apply').click();
+    await choice('debug-update', 'apply');
+    if ((await api('/api/debug')).skip_update !== false) throw new Error('Apply it did not reach the server');
+    await byTestId('debug-close').click();
+    await gone('debug-dialog');
   });
 
   await check('a later hit merges into the standing error and does not undo what the user chose', async () => {
@@ -213,7 +238,7 @@ async function bandsError() {
   ];
   const error = {
     position, reasons: ['underflow', 'overflow'], reason_labels: ['subnormal', 'overflow'], checks_used: ['under_over'],
-    layers: rows, root_cause: null, capsule: null, hits: 1,
+    layers: rows, root_cause: null, capsule: null, hits: 1, update: null,
     bands: [
       { dtype: 'float16', tiny: 6.103515625e-5, overflow: 65504 / 16 },
       { dtype: 'bfloat16', tiny: 1.1754943508222875e-38, overflow: 3.3895313892515355e38 / 16 },
@@ -222,13 +247,13 @@ async function bandsError() {
   };
   const summary = {
     reasons: error.reasons, reason_labels: error.reason_labels, position, text: '', layers: rows.map((r) => r.layer),
-    root_cause_status: null, producer: null, capsule: null, hits: 1,
+    root_cause_status: null, producer: null, capsule: null, hits: 1, update: null, skip_update: false,
   };
   const mocked = await h.newPage();
   await mocked.routeWebSocket(/\/ws$/, (ws) => {
     ws.send(JSON.stringify({ type: 'status', status: { ...status, debug: { enabled: true, checks: ['under_over'], error: summary } } }));
   });
-  await mocked.route('**/api/debug', (route) => route.fulfill({ json: { settings: {}, error, checked_batches: 1 } }));
+  await mocked.route('**/api/debug', (route) => route.fulfill({ json: { settings: {}, error, checked_batches: 1, skip_update: false } }));
   try {
     await h.withPage(mocked, async () => {
       await mocked.goto(base);

@@ -37,7 +37,8 @@ async function main() {
   const consoleErrors = collectConsoleErrors(page);
 
   const architecture = await (await fetch(`${base}/api/architecture`)).json();
-  const layerNames = architecture.layers.map((l) => l.name);
+  // Shape ops are folded out of the diagram and the cards by default.
+  const layerNames = architecture.layers.filter((l) => !l.shape_op).map((l) => l.name);
   phases = (await (await fetch(`${base}/api/status`)).json()).schedule.phases;
   const lastPhase = phases.at(-1).name;
   const lastBatch = batchesOf(lastPhase) - 1;
@@ -201,6 +202,10 @@ async function main() {
     await manyLayers(base);
   });
 
+  await check('shape ops fold into the edges, a NaN made in one is shown where it entered, the switch unfolds them and is remembered; "#" names work', async () => {
+    await foldedShapeOps(base);
+  });
+
   await check('refusals and pushed states: toast, Step custom server message, lost banner, finished chip; pane widths persist', async () => {
     await pushedStates(base);
   });
@@ -293,6 +298,92 @@ async function manyLayers(base) {
     });
   } finally {
     await big.close();
+  }
+}
+
+// A synthetic network with shape ops and a module called twice ("...#2"),
+// and a stand-in push whose NaN was produced in a folded shape op.
+async function foldedShapeOps(base) {
+  const COUNT = 30;
+  const page = await h.newPage();
+  const errors = collectConsoleErrors(page, { uncaught: false });
+  try {
+    await h.withPage(page, async () => {
+      const { names, layers, edges } = await fakeManyLayers(page, base, COUNT, { shapeOps: true });
+      const folded = layers.filter((l) => l.shape_op).map((l) => l.name);
+      const kept = layers.filter((l) => !l.shape_op).map((l) => l.name);
+      const twice = names.find((n) => n.includes('#'));
+      // The folded graph, worked out here the slow way: each kept layer to
+      // every kept layer it reaches through shape ops only.
+      const hidden = new Set(folded);
+      const reach = (n) => edges.filter((e) => e.from === n).flatMap((e) => (hidden.has(e.to) ? reach(e.to) : [e.to]));
+      const foldedEdges = new Set(kept.flatMap((n) => reach(n).map((t) => `${n}->${t}`)));
+
+      // names[3] is the first kept layer after the shape op names[2].
+      const producer = names[2];
+      const status = await h.demo.api('/api/status');
+      const row = (layer) => ({ layer, nan: 0.5, inf: 0, underflow: 0, overflow: 0, dtype: 'float32', sources: ['activation'] });
+      const rows = [row(producer), row(names[3]), row(names[4])];
+      const summary = {
+        reasons: ['nan'], reason_labels: ['NaN'], position: status.live_position, text: '', layers: rows.map((r) => r.layer),
+        root_cause_status: 'found', producer: { op: 'aten::view', pass: 'forward', layer: producer }, capsule: null, hits: 1,
+        update: null, skip_update: false,
+      };
+      const error = {
+        position: status.live_position, reasons: ['nan'], reason_labels: ['NaN'], checks_used: ['nan_inf'], layers: rows, bands: [],
+        root_cause: { status: 'found', summary: '', producer: null, propagators: [], propagator_count: 0 },
+        capsule: null, hits: 1, update: null, text: '',
+      };
+      await page.routeWebSocket(/\/ws$/, (ws) => {
+        ws.send(JSON.stringify({ type: 'status', status: { ...status, debug: { enabled: true, checks: ['nan_inf'], error: summary } } }));
+      });
+      await page.route('**/api/debug', (route) => route.fulfill({ json: { settings: {}, error, checked_batches: 1, skip_update: false } }));
+      const asked = [];
+      page.on('request', (r) => {
+        if (r.url().includes('/api/render/layer')) asked.push(new URL(r.url()).searchParams.get('layer'));
+      });
+
+      await page.goto(base);
+      await byTestId(`graph-node-${kept.at(-1)}`).waitFor({ state: 'attached', timeout: UI_TIMEOUT_MS });
+      const nodes = await page.locator('[data-testid^="graph-node-"]').count();
+      if (nodes !== kept.length) throw new Error(`the diagram has ${nodes} nodes, expected the ${kept.length} that are not shape ops`);
+      const paths = await page.locator('[data-testid="graph"] path.edge').count();
+      if (paths !== foldedEdges.size) throw new Error(`${paths} edges drawn, the folded graph has ${foldedEdges.size}`);
+      if (await page.locator(`[data-testid="card-${folded[0]}"]`).count()) throw new Error(`folded ${folded[0]} has a card`);
+      await expectText('layer-menu', new RegExp(`Layers\\s*\\d+/${kept.length}`));
+
+      // The producer ran in a folded view: the layer the values entered by
+      // is marked instead, and nothing points at the missing node.
+      await page.locator(`[data-testid="graph-node-${names[3]}"][data-debug="entry"]`).waitFor({ timeout: UI_TIMEOUT_MS });
+      await expectText(`debug-badge-${names[3]}`, 'entered here');
+      if (await page.locator('[data-debug="producer"]').count()) throw new Error('a producer is marked, but its node is folded');
+      await byTestId('debug-banner-details').click();
+      await expectEnabled(`debug-show-${producer}`, false);
+      await expectEnabled(`debug-show-${names[3]}`, true);
+      await byTestId('debug-close').click();
+
+      // A module's second call: its own node, card and picture.
+      await byTestId(`card-${twice}`).scrollIntoViewIfNeeded({ timeout: UI_TIMEOUT_MS });
+      await expectImageLoaded(`strip-activation-${twice}`);
+      if (!asked.includes(twice)) throw new Error(`no render request named ${twice} (asked for ${[...new Set(asked)].join(', ')})`);
+      await byTestId(`card-${twice}`).hover({ position: { x: 50, y: 12 } });
+      await page.locator(`[data-testid="graph-node-${twice}"].hovered`).waitFor({ timeout: UI_TIMEOUT_MS });
+      await screenshot('shape-ops-folded');
+
+      await byTestId('shape-ops-toggle').check({ force: true });
+      await byTestId(`graph-node-${producer}`).waitFor({ state: 'attached', timeout: UI_TIMEOUT_MS });
+      await page.locator(`[data-testid="graph-node-${producer}"][data-debug="producer"]`).waitFor({ timeout: UI_TIMEOUT_MS });
+      await expectText('layer-menu', new RegExp(`Layers\\s*\\d+/${COUNT}`));
+      await page.reload();
+      await byTestId(`graph-node-${folded.at(-1)}`).waitFor({ state: 'attached', timeout: UI_TIMEOUT_MS });
+      if (!(await byTestId('shape-ops-toggle').isChecked())) throw new Error('the "Shape ops" switch was not remembered');
+      const all = await page.locator('[data-testid^="graph-node-"]').count();
+      if (all !== COUNT) throw new Error(`${all} nodes with shape ops shown, expected ${COUNT}`);
+      await screenshot('shape-ops-shown');
+      if (errors.length) throw new Error(`console errors: ${errors.join(' | ')}`);
+    });
+  } finally {
+    await page.close();
   }
 }
 

@@ -10,6 +10,7 @@ import type {
   Status,
   StripView,
   TimeTravelReport,
+  UpdateAction,
 } from './types';
 
 // On a non-loopback bind the server prints a URL with ?token=; the page keeps
@@ -82,6 +83,8 @@ export const setDebugSettings = (patch: Partial<Omit<DebugSettings, 'capsule_dir
 export const silenceDebug = (category?: DebugCheck) =>
   postJson<DebugReport>('/api/debug/silence', category ? { category } : {});
 export const clearDebug = () => postJson<DebugReport>('/api/debug/clear', {});
+// 409 when no update is held.
+export const chooseUpdate = (action: UpdateAction) => postJson<DebugReport>('/api/debug/choose_update', { action });
 
 // A rendered PNG and what it shows (the X-Nansense-Render header's JSON).
 export interface Rendered<I> {

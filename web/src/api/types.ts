@@ -85,6 +85,10 @@ export interface DebugErrorSummary {
   producer: ProducerBrief | null;
   capsule: string | null;
   hits: number;
+  update: DebugUpdate;
+  // The choice for a held update: skip it (true) or apply it (false, the
+  // default). Reset once the loop resumes; `update` then says what was done.
+  skip_update: boolean;
 }
 
 export interface DebugSummary {
@@ -124,6 +128,14 @@ export interface RootCause {
   propagator_count: number;
 }
 
+// The optimizer update of the batch that tripped: 'held' while the loop is
+// paused before its optimizer step, waiting for the choice; then what the loop
+// did with it; null when the trip was found after the step (nothing to choose).
+export type DebugUpdate = null | 'held' | 'applied' | 'skipped';
+
+// POST /api/debug/choose_update.
+export type UpdateAction = 'skip' | 'apply';
+
 export type DebugSource = 'activation' | 'activation_gradient' | 'weight_gradient';
 
 export interface LayerReport {
@@ -152,6 +164,7 @@ export interface DebugError {
   root_cause: RootCause | null;
   capsule: string | null;
   hits: number;
+  update: DebugUpdate;
   text: string;
 }
 
@@ -171,6 +184,8 @@ export interface DebugReport {
   settings: DebugSettings;
   error: DebugError | null;
   checked_batches: number;
+  // Whether skipping the held update is chosen (see DebugErrorSummary).
+  skip_update: boolean;
 }
 
 export type LayerRole = 'input' | 'module' | 'op';
@@ -186,6 +201,8 @@ export interface Layer {
   // The names of the parameter tensors this layer owns.
   parameters: string[];
   description?: string;
+  // A pure shape op (view, permute, select...): folded into the edges unless shown.
+  shape_op: boolean;
 }
 
 export interface Edge {

@@ -1,7 +1,7 @@
 // The centre pane: render options, the layer menu and a card per shown layer,
 // in the network's order.
 import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
-import { store } from '../state/app';
+import { store, visibleLayers } from '../state/app';
 import { shallowArrayEqual, useSelector } from '../state/store';
 import { LayerCard } from './LayerCard';
 import { LayerMenu } from './LayerMenu';
@@ -11,6 +11,9 @@ import { Visibility, VisibilityContext } from './visibility';
 
 export function CardsPane() {
   const architecture = useSelector(store, (s) => s.architecture);
+  // A folded shape op has no card even if shown: it comes back with the
+  // diagram's "Shape ops" switch.
+  const visible = useSelector(store, visibleLayers);
   const shown = useSelector(store, (s) => s.shown, shallowArrayEqual);
   const focus = useSelector(store, (s) => (s.focus?.pane === 'cards' || s.focus?.pane === 'both' ? s.focus : null));
   const [visibility] = useState(() => new Visibility());
@@ -23,8 +26,8 @@ export function CardsPane() {
 
   const layers = useMemo(() => {
     const set = new Set(shown);
-    return (architecture?.layers ?? []).filter((l) => set.has(l.name));
-  }, [architecture, shown]);
+    return visible.filter((l) => set.has(l.name));
+  }, [visible, shown]);
 
   // A request for a card not rendered yet (its layer just shown, or the
   // architecture still loading) is served once the card is there.

@@ -1,13 +1,14 @@
 // "Numerical issue detected": what tripped, where, the op that produced it
 // and the ones that only passed it on, the per-layer table, and how to replay
 // the batch from its capsule.
-import type { DebugBand, DebugError, DebugReason, LayerReport, OpReport, TensorFacts } from '../api/types';
+import type { DebugBand, DebugError, DebugErrorSummary, DebugReason, LayerReport, OpReport, TensorFacts } from '../api/types';
 import { shapeText } from '../cards/geometry';
 import { formatNum } from '../format';
-import { requestFocus, store, toast } from '../state/app';
+import { requestFocus, store, toast, visibleNames } from '../state/app';
 import { clearDebug, debugMarks, MARK_TEXT, silenceDebug } from '../state/debug';
 import { useSelector } from '../state/store';
 import { Modal } from './Modal';
+import { UpdateChoice, updateDoneText } from './UpdateChoice';
 
 export function DebugDialogHost() {
   const open = useSelector(store, (s) => s.debugDialogOpen);
@@ -23,7 +24,7 @@ export function DebugDialogHost() {
       ) : !error ? (
         <p class="form-note">Loading the report…</p>
       ) : (
-        <DebugDetails error={error} />
+        <DebugDetails error={error} summary={summary} />
       )}
       <div class="form-actions">
         {summary && (
@@ -74,8 +75,18 @@ const SOURCE_TEXT: Record<string, string> = {
   weight_gradient: 'weight grad',
 };
 
-function DebugDetails({ error }: { error: DebugError }) {
+const FOLDED_TITLE =
+  "A shape op, folded into the diagram's edges: turn on \"Shape ops\" in the Architecture pane to show its card";
+
+function DebugDetails({ error, summary }: { error: DebugError; summary: DebugErrorSummary }) {
   const marks = useSelector(store, debugMarks);
+  const visible = useSelector(store, visibleNames);
+  const architecture = useSelector(store, (s) => s.architecture);
+  // A shape op folded out of the diagram has no card to show.
+  const folded = (layer: string) => !visible.has(layer) && (architecture?.layers.some((l) => l.name === layer) ?? false);
+  // The pushed summary is newer than the fetched report.
+  const update = summary.update === undefined ? error.update : summary.update;
+  const done = updateDoneText(update);
   const columns = COLUMNS.filter((c) =>
     c.reason === 'nan' || c.reason === 'inf' ? error.checks_used.includes('nan_inf') : error.checks_used.includes('under_over'),
   );
@@ -88,14 +99,24 @@ function DebugDetails({ error }: { error: DebugError }) {
   return (
     <div class="debug-details">
       <p class="form-note">
-        A check on this batch's activations or gradients found values that corrupt training, and the run paused on it.
-        When gradients were hit it paused before the optimizer applied them: the weights still hold their values from
-        before the batch.
+        A check on this batch's activations or gradients found values that corrupt training, and the run paused on it.{' '}
+        {update === 'applied'
+          ? "The loop has since resumed, and its optimizer step used this batch's gradients."
+          : update === 'skipped'
+            ? 'The loop has since resumed with the gradients cleared: this batch changed no weight.'
+            : 'When gradients were hit it paused before the optimizer applied them: the weights still hold their values from before the batch.'}
       </p>
       <p class="debug-reasons" data-testid="debug-reasons">
         Reasons: <b>{error.reason_labels.join(', ')}</b> · <span class="mono">{error.position.text}</span>
         {error.hits > 1 && <span class="muted"> · {error.hits} checked batches tripped since</span>}
+        {done && (
+          <>
+            {' · '}
+            <span data-testid="debug-update-done">{done}</span>
+          </>
+        )}
       </p>
+      {update === 'held' && <UpdateChoice skip={summary.skip_update === true} testid="debug-update" />}
       {error.root_cause && <RootCauseView error={error} />}
       {error.checks_used.includes('under_over') && error.bands.length > 0 && <Bands bands={error.bands} />}
       <div class="debug-table-wrap">
@@ -127,7 +148,13 @@ function DebugDetails({ error }: { error: DebugError }) {
                   <td class="muted">{row.sources.map((s) => SOURCE_TEXT[s] ?? s).join(', ')}</td>
                   <td class="muted mono">{row.dtype ?? '—'}</td>
                   <td>
-                    <button class="chip-button" data-testid={`debug-show-${row.layer}`} onClick={() => show(row.layer)}>
+                    <button
+                      class="chip-button"
+                      data-testid={`debug-show-${row.layer}`}
+                      disabled={folded(row.layer)}
+                      title={folded(row.layer) ? FOLDED_TITLE : undefined}
+                      onClick={() => show(row.layer)}
+                    >
                       Show
                     </button>
                   </td>

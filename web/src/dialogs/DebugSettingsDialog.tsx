@@ -146,6 +146,11 @@ function DebugSettingsDialog() {
               <input type="checkbox" data-testid="settings-nan-inf" checked={form.nanInf} onChange={(e) => update({ nanInf: e.currentTarget.checked })} />
               <span>NaN / ±Inf</span>
             </label>
+            <p class="form-hint settings-note" data-testid="settings-inf-rule">
+              An explicit ±inf fill (masked_fill, where, full, fill given an infinite value — an attention mask) is intended
+              and does not trip, nor does arithmetic that only carries it along; a NaN, or an Inf made by arithmetic, still
+              trips. Use the allow-list for other intended values.
+            </p>
             <label class="switch-row">
               <input type="checkbox" data-testid="settings-under-over" checked={form.underOver} onChange={(e) => update({ underOver: e.currentTarget.checked })} />
               <span>Underflow / overflow (gradients, per dtype)</span>

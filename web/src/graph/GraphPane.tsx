@@ -1,22 +1,23 @@
 // The left pane: the discovered architecture, laid out top to bottom.
 import { memo } from 'preact/compat';
 import { useCallback, useEffect, useMemo, useRef, useState } from 'preact/hooks';
-import type { Architecture } from '../api/types';
-import { store, toggleShown } from '../state/app';
+import { setShowShapeOps, store, toggleShown } from '../state/app';
 import { useSelector } from '../state/store';
+import { foldShapeOps, isFolded, type FoldedGraph } from './fold';
 import { GraphNode } from './GraphNode';
-import { layoutArchitecture } from './layout';
+import { layoutGraph } from './layout';
 import type { LayoutResult, PlacedEdge } from './layoutTypes';
 import { GraphTooltip, hideTooltip } from './tooltip';
 import { Viewport } from './viewport';
 
-// Lay out again only when the graph itself changes, not on every refetch.
-function signature(arch: Architecture): string {
-  return JSON.stringify([arch.layers.map((l) => [l.name, l.kind]), arch.edges.map((e) => [e.from, e.to])]);
+// Lay out again only when the graph shown changes, not on every refetch.
+function signature(graph: FoldedGraph): string {
+  return JSON.stringify([graph.layers.map((l) => [l.name, l.kind]), graph.edges.map((e) => [e.from, e.to])]);
 }
 
 export function GraphPane() {
   const architecture = useSelector(store, (s) => s.architecture);
+  const showShapeOps = useSelector(store, (s) => s.showShapeOps);
   const focus = useSelector(store, (s) => (s.focus?.pane === 'graph' || s.focus?.pane === 'both' ? s.focus : null));
   const hovered = useSelector(store, (s) => s.hovered);
   const [layout, setLayout] = useState<LayoutResult | null>(null);
@@ -26,12 +27,20 @@ export function GraphPane() {
   const viewport = useRef<Viewport | null>(null);
   const laidOut = useRef('');
 
-  const sig = architecture?.captured ? signature(architecture) : '';
+  const graph = useMemo(
+    () =>
+      architecture?.captured
+        ? foldShapeOps(architecture.layers, architecture.edges, (l) => isFolded(l, showShapeOps))
+        : null,
+    [architecture, showShapeOps],
+  );
+  const shapeOps = useMemo(() => architecture?.layers.filter((l) => isFolded(l, false)).length ?? 0, [architecture]);
+  const sig = useMemo(() => (graph ? signature(graph) : ''), [graph]);
   useEffect(() => {
-    if (!architecture?.captured || sig === laidOut.current) return;
+    if (!graph || sig === laidOut.current) return;
     laidOut.current = sig;
     let cancelled = false;
-    layoutArchitecture(architecture).then(
+    layoutGraph(graph).then(
       (result) => {
         if (!cancelled) setLayout(result);
       },
@@ -68,15 +77,37 @@ export function GraphPane() {
     toggleShown(name);
   }, []);
 
-  const layers = useMemo(() => new Map((architecture?.layers ?? []).map((l) => [l.name, l])), [architecture]);
-  const count = architecture?.layers.length ?? 0;
+  // Only the nodes shown: a layer folded away has none (the old layout's
+  // nodes of it, until the new one comes, are skipped).
+  const layers = useMemo(() => new Map((graph?.layers ?? []).map((l) => [l.name, l])), [graph]);
+  const count = graph?.layers.length ?? 0;
+  const folded = showShapeOps ? 0 : shapeOps;
 
   return (
     <div class="pane graph-pane">
       <div class="pane-toolbar">
         <span class="pane-title">Architecture</span>
-        <span class="muted mono graph-count">{count ? `${count} layers` : ''}</span>
+        <span
+          class="muted mono graph-count"
+          data-testid="graph-count"
+          title={folded ? `${folded} shape op${folded === 1 ? '' : 's'} folded into the edges` : undefined}
+        >
+          {count ? `${count} layers` : ''}
+        </span>
         <div class="toolbar-spacer" />
+        <label
+          class="switch graph-shape-ops"
+          title={`Show pure shape ops (view, reshape, permute, transpose, select…; ${shapeOps} here) as nodes and cards; off, each producer is wired straight to its consumers`}
+        >
+          <input
+            type="checkbox"
+            data-testid="shape-ops-toggle"
+            checked={showShapeOps}
+            onChange={(e) => setShowShapeOps(e.currentTarget.checked)}
+          />
+          <span class="switch-track" aria-hidden="true" />
+          Shape ops
+        </label>
         <button class="icon-button" title="Zoom out" aria-label="Zoom out" onClick={() => viewport.current?.zoomBy(1 / 1.25)}>
           −
         </button>

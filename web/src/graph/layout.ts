@@ -1,6 +1,6 @@
 // Asks the layout worker to place an architecture's nodes; one worker for the
 // page, and only the latest request's answer is used.
-import type { Architecture } from '../api/types';
+import type { FoldedGraph } from './fold';
 import { nodeDetail } from './nodeText';
 import type { LayoutRequest, LayoutResult } from './layoutTypes';
 
@@ -34,12 +34,13 @@ export function nodeWidth(name: string, detail: string): number {
   return Math.max(MIN_NODE_WIDTH, Math.ceil(Math.max(name.length, detail.length * 0.85) * CHAR_PX + NODE_PAD_PX));
 }
 
-export function layoutArchitecture(arch: Architecture): Promise<LayoutResult> {
+// The graph as the diagram shows it (shape ops folded or not).
+export function layoutGraph(graph: FoldedGraph): Promise<LayoutResult> {
   const id = ++nextId;
   const request: LayoutRequest = {
     id,
-    nodes: arch.layers.map((l) => ({ id: l.name, width: nodeWidth(l.name, nodeDetail(l)), height: NODE_HEIGHT })),
-    edges: arch.edges,
+    nodes: graph.layers.map((l) => ({ id: l.name, width: nodeWidth(l.name, nodeDetail(l)), height: NODE_HEIGHT })),
+    edges: graph.edges,
   };
   return new Promise((resolve, reject) => {
     waiting.set(id, { resolve, reject });

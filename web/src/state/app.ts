@@ -1,5 +1,6 @@
 // The page's state: what the server last told us, and what the user chose.
-import type { Architecture, DebugReport, Snapshot, SnapshotLayer, Status, Values } from '../api/types';
+import type { Architecture, DebugReport, Layer, Snapshot, SnapshotLayer, Status, Values } from '../api/types';
+import { isFolded } from '../graph/fold';
 import { createStore } from './store';
 
 export type Connection = 'connecting' | 'open' | 'closed';
@@ -40,6 +41,8 @@ export interface AppState {
   input: number;
   average: boolean;
   values: Values;
+  // Pure shape ops as diagram nodes and cards; off: folded into the edges.
+  showShapeOps: boolean;
   toasts: Toast[];
   focus: FocusRequest | null;
   customDialogOpen: boolean;
@@ -61,6 +64,16 @@ const savedOptions = (() => {
   }
 })();
 
+const SHAPE_OPS_KEY = 'nansense.shapeOps';
+
+const savedShapeOps = (() => {
+  try {
+    return JSON.parse(localStorage.getItem(SHAPE_OPS_KEY) ?? 'false') === true;
+  } catch {
+    return false;
+  }
+})();
+
 export const store = createStore<AppState>({
   connection: 'connecting',
   generation: 0,
@@ -75,6 +88,7 @@ export const store = createStore<AppState>({
   input: 0,
   average: savedOptions.average === true,
   values: savedOptions.values === 'abs' || savedOptions.values === 'square' ? savedOptions.values : 'unchanged',
+  showShapeOps: savedShapeOps,
   toasts: [],
   focus: null,
   customDialogOpen: false,
@@ -90,6 +104,41 @@ export function setRenderOptions(patch: { average?: boolean; values?: Values }):
   const { average, values } = store.get();
   localStorage.setItem('nansense.render', JSON.stringify({ average, values }));
 }
+
+export function setShowShapeOps(show: boolean): void {
+  const { architecture, hovered } = store.get();
+  // A card folded away under the pointer gets no pointerleave.
+  const stillThere = hovered != null && visibleNames({ architecture, showShapeOps: show }).has(hovered);
+  store.set({ showShapeOps: show, hovered: stillThere ? hovered : null });
+  localStorage.setItem(SHAPE_OPS_KEY, JSON.stringify(show));
+}
+
+// The layers that may have a node and a card: all of them, or all but the
+// shape ops while those are folded. Memoised per architecture and choice:
+// every node and card asks on every store change.
+interface Visible {
+  layers: Layer[];
+  names: Set<string>;
+}
+const visibleIndex = new WeakMap<Architecture, { all?: Visible; unfolded?: Visible }>();
+const NONE: Visible = { layers: [], names: new Set() };
+
+function visible(s: Pick<AppState, 'architecture' | 'showShapeOps'>): Visible {
+  const arch = s.architecture;
+  if (!arch) return NONE;
+  let entry = visibleIndex.get(arch);
+  if (!entry) visibleIndex.set(arch, (entry = {}));
+  const key = s.showShapeOps ? 'all' : 'unfolded';
+  let v = entry[key];
+  if (!v) {
+    const layers = arch.layers.filter((l) => !isFolded(l, s.showShapeOps));
+    v = entry[key] = { layers, names: new Set(layers.map((l) => l.name)) };
+  }
+  return v;
+}
+
+export const visibleLayers = (s: Pick<AppState, 'architecture' | 'showShapeOps'>): Layer[] => visible(s).layers;
+export const visibleNames = (s: Pick<AppState, 'architecture' | 'showShapeOps'>): Set<string> => visible(s).names;
 
 let toastId = 0;
 const TOAST_MS = 6000;
@@ -160,9 +209,13 @@ export function hideLayer(layer: string): void {
   store.set((s) => ({ shown: s.shown.filter((l) => l !== layer) }));
 }
 
+// Every layer the page shows; a folded shape op keeps its card if it had one,
+// for when shape ops are shown again.
 export function showAll(): void {
-  const arch = store.get().architecture;
-  if (arch) store.set({ shown: arch.layers.map((l) => l.name) });
+  const s = store.get();
+  const names = visibleLayers(s).map((l) => l.name);
+  const set = new Set(names);
+  store.set({ shown: [...s.shown.filter((l) => !set.has(l)), ...names] });
 }
 
 export function hideAll(): void {
@@ -172,11 +225,15 @@ export function hideAll(): void {
 const DEFAULT_SHOWN = 8;
 
 // Keeps the user's choice across architecture changes, dropping vanished
-// layers; the first architecture shows the first few non-input layers.
-export function shownFor(next: Architecture, previous: Architecture | null, shown: string[]): string[] {
+// layers; the first architecture shows the first few non-input layers that
+// are not folded away.
+export function shownFor(next: Architecture, previous: Architecture | null, shown: string[], showShapeOps: boolean): string[] {
   const names = new Set(next.layers.map((l) => l.name));
   if (!previous?.captured) {
-    return next.layers.filter((l) => l.role !== 'input').slice(0, DEFAULT_SHOWN).map((l) => l.name);
+    return next.layers
+      .filter((l) => l.role !== 'input' && !isFolded(l, showShapeOps))
+      .slice(0, DEFAULT_SHOWN)
+      .map((l) => l.name);
   }
   return shown.filter((l) => names.has(l));
 }

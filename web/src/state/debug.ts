@@ -2,8 +2,16 @@
 // diagram, bringing that layer into view once per error, and the commands
 // that silence, clear or reconfigure the checks.
 import * as api from '../api/client';
-import type { Architecture, DebugCheck, DebugErrorSummary, DebugReport, DebugSettings, ProducerBrief } from '../api/types';
-import { requestFocus, store, toast, type AppState } from './app';
+import type {
+  Architecture,
+  DebugCheck,
+  DebugErrorSummary,
+  DebugReport,
+  DebugSettings,
+  ProducerBrief,
+  UpdateAction,
+} from '../api/types';
+import { requestFocus, store, toast, visibleNames, type AppState } from './app';
 import { applyStatus } from './sync';
 
 // How a layer of the diagram took part in the error:
@@ -25,9 +33,16 @@ export interface DebugMarks {
 
 const NO_MARKS: DebugMarks = { focus: null, focusMark: null, marks: new Map(), complete: true };
 
-function compute(error: DebugErrorSummary | null, report: DebugReport | null, arch: Architecture | null): DebugMarks {
+// Marks go only on layers that have a node and a card (`names`): a producer
+// in a folded shape op falls back to where the values entered the layers on
+// show, as a producer outside the model does.
+function compute(
+  error: DebugErrorSummary | null,
+  report: DebugReport | null,
+  arch: Architecture | null,
+  names: Set<string>,
+): DebugMarks {
   if (!error || !arch?.captured) return NO_MARKS;
-  const names = new Set(arch.layers.map((l) => l.name));
   const rows = (report?.error?.layers ?? []).filter((r) => names.has(r.layer));
   const loaded = report?.error != null;
   let focus: string | null = null;
@@ -63,14 +78,15 @@ function compute(error: DebugErrorSummary | null, report: DebugReport | null, ar
 }
 
 // One entry: every node and card asks on every store change.
-let memo: { error: unknown; report: unknown; arch: unknown; marks: DebugMarks } | null = null;
+let memo: { error: unknown; report: unknown; arch: unknown; names: unknown; marks: DebugMarks } | null = null;
 
 export function debugMarks(s: AppState): DebugMarks {
   const error = s.status?.debug?.error ?? null;
   const report = s.debugReport;
   const arch = s.architecture;
-  if (!memo || memo.error !== error || memo.report !== report || memo.arch !== arch) {
-    memo = { error, report, arch, marks: compute(error, report, arch) };
+  const names = visibleNames(s);
+  if (!memo || memo.error !== error || memo.report !== report || memo.arch !== arch || memo.names !== names) {
+    memo = { error, report, arch, names, marks: compute(error, report, arch, names) };
   }
   return memo.marks;
 }
@@ -196,6 +212,16 @@ export async function clearDebug(): Promise<void> {
   try {
     afterReply(await api.clearDebug());
     store.set({ debugDialogOpen: false });
+  } catch (e) {
+    toast(e instanceof Error ? e.message : String(e));
+  }
+}
+
+// Skips or applies the optimizer update held back by the standing error; the
+// loop does it when it resumes.
+export async function chooseUpdate(action: UpdateAction): Promise<void> {
+  try {
+    afterReply(await api.chooseUpdate(action));
   } catch (e) {
     toast(e instanceof Error ? e.message : String(e));
   }

@@ -57,8 +57,11 @@ export function refreshArchitecture(): Promise<void> {
   architectureInFlight ??= (async () => {
     try {
       const architecture = await getArchitecture();
-      const { architecture: previous, shown } = store.get();
-      store.set({ architecture, shown: architecture.captured ? shownFor(architecture, previous, shown) : shown });
+      const { architecture: previous, shown, showShapeOps } = store.get();
+      store.set({
+        architecture,
+        shown: architecture.captured ? shownFor(architecture, previous, shown, showShapeOps) : shown,
+      });
     } catch (e) {
       reportFetchError('architecture', e);
     } finally {

@@ -2,6 +2,7 @@
 // top bar: the training loop is gone, nansense's own machinery failed, or a
 // numerical check tripped.
 import type { DebugErrorSummary } from '../api/types';
+import { UpdateChoice } from '../dialogs/UpdateChoice';
 import { store } from '../state/app';
 import { openDebugDialog, producerPhrase, silenceDebug } from '../state/debug';
 import { useSelector } from '../state/store';
@@ -52,6 +53,7 @@ function NumericalBanner({ error }: { error: DebugErrorSummary }) {
       >
         Silence warning
       </button>
+      {error.update === 'held' && <UpdateChoice skip={error.skip_update === true} testid="banner-update" compact />}
     </div>
   );
 }
