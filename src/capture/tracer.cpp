@@ -287,6 +287,18 @@ std::vector<Tracer::FinalName> Tracer::final_names() const {
     if (out[i].kept && layers_[i].role == LayerInfo::Role::kModule) module_layers.push_back(static_cast<int>(i));
   }
   std::map<std::string, int> op_counts, call_counts;
+  std::vector<std::string> scopes(n);  // per op layer, the scope it was named in
+  // Whether an op's result reaches a module call or a loss: what does not is
+  // a side result (a MultiheadAttention's averaged attention weights).
+  std::vector<bool> live(n, false);
+  for (size_t i = n; i-- > 0;) {
+    bool l = traces_[i].feeds_loss;
+    for (int c : consumers[i]) {
+      const auto ci = static_cast<size_t>(c);
+      l = l || (out[ci].kept && (layers_[ci].role != LayerInfo::Role::kOp || live[ci]));
+    }
+    live[i] = l;
+  }
   for (size_t i = 0; i < n; ++i) {
     if (!out[i].kept) continue;
     const LayerInfo& layer = layers_[i];
@@ -305,6 +317,23 @@ std::vector<Tracer::FinalName> Tracer::final_names() const {
       scope = before->module == after->module ? parent_scope(before->module)
                                               : common_scope(before->module, after->module);
     }
+    // A side result made from ops deeper in a module call, after its last
+    // submodule call: it belongs to that call.
+    if (!live[i] && !producers_[i].empty()) {
+      std::optional<std::string> deeper;
+      for (int p : producers_[i]) {
+        const auto& ps = scopes[static_cast<size_t>(p)];
+        const bool inside = layers_[static_cast<size_t>(p)].role == LayerInfo::Role::kOp && !ps.empty() &&
+                            (scope.empty() || ps.rfind(scope + ".", 0) == 0);
+        if (!inside || (deeper && *deeper != ps)) {
+          deeper.reset();
+          break;
+        }
+        deeper = ps;
+      }
+      if (deeper) scope = *deeper;
+    }
+    scopes[i] = scope;
     const size_t lo = before ? module_index_.at(before->module) : 0;
     size_t hi = after ? module_index_.at(after->module) : modules_.size();
     if (hi <= lo) hi = modules_.size();

@@ -373,5 +373,53 @@ TEST(TracerModels, EveryForwardOfAGanBatchIsCapturedWithBothOptimizers) {
   EXPECT_EQ(snap->optimizer_hyperparams.at("G.2.bias").at("lr"), 1e-3);
 }
 
+
+// --- LibTorch's own multi-op modules: MultiheadAttention, LSTM, GRU ---
+
+struct Recurrent : torch::nn::Module {
+  Recurrent()
+      : attention(register_module("attention", torch::nn::MultiheadAttention(8, 2))),
+        lstm(register_module("lstm", torch::nn::LSTM(torch::nn::LSTMOptions(8, 8).num_layers(2)))),
+        gru(register_module("gru", torch::nn::GRU(8, 8))),
+        head(register_module("head", torch::nn::Linear(8, 3))) {}
+  // x [T, B, 8]
+  torch::Tensor forward(const torch::Tensor& x) {
+    auto a = std::get<0>(attention(x, x, x));
+    auto l = std::get<0>(lstm(a));
+    auto g = std::get<0>(gru(l));
+    return head(g.select(0, -1));
+  }
+  torch::nn::MultiheadAttention attention;
+  torch::nn::LSTM lstm;
+  torch::nn::GRU gru;
+  torch::nn::Linear head;
+};
+
+TEST(TracerModels, MultiheadAttentionLstmAndGruAreOneLayerEach) {
+  auto model = std::make_shared<Recurrent>();
+  torch::optim::SGD opt(model->parameters(), 0.01);
+  std::vector<test::Batch> data;
+  for (int i = 0; i < 2; ++i) data.emplace_back(torch::randn({5, 4, 8}), torch::randint(3, {4}));
+  auto snap = capture_first(model, data, [&](test::Batch& b) {
+    opt.zero_grad();
+    torch::cross_entropy_loss(model->forward(b.first), b.second).backward();
+    opt.step();
+  });
+  ASSERT_TRUE(snap && snap->architecture);
+  const Architecture& a = *snap->architecture;
+  Names modules, all = shown(a);
+  for (const auto& l : a.layers) {
+    if (l.role == LayerInfo::Role::kModule) modules.push_back(l.name);
+  }
+  EXPECT_EQ(modules, (Names{"attention", "attention.out_proj", "lstm", "gru", "head"})) << testing::PrintToString(all);
+  for (const auto& n : all) {
+    EXPECT_TRUE(n == "input" || n == "head" || n.rfind("attention", 0) == 0 || n == "lstm" || n == "gru")
+        << n << " is outside every module call";
+  }
+  EXPECT_EQ(layer(a, "lstm").kind, "LSTM");
+  EXPECT_EQ(layer(a, "lstm").output_shape, (std::vector<int64_t>{5, 4, 8}));
+  EXPECT_EQ(incoming(a, "gru"), (Names{"lstm"}));
+}
+
 }  // namespace
 }  // namespace nansense
