@@ -11,17 +11,6 @@ namespace nansense::capture {
 
 namespace {
 
-thread_local Tracer* t_active = nullptr;
-
-std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
-  if (t_active) t_active->on_op_start(fn);
-  return nullptr;
-}
-
-void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
-  if (t_active) t_active->on_op_end(fn);
-}
-
 // The tracer's own failures stay out of the user's ops: the first one is kept
 // for the session to report, and tracing stops.
 template <class F>
@@ -35,15 +24,6 @@ void guarded(TraceResult& result, bool& stopped, F&& f) {
     if (result.error.empty()) result.error = "tracing failed";
     stopped = true;
   }
-}
-
-// "aten::relu_" -> "relu"
-std::string short_op_name(std::string_view full) {
-  auto pos = full.rfind("::");
-  if (pos != std::string_view::npos) full.remove_prefix(pos + 2);
-  while (full.size() > 1 && full.back() == '_') full.remove_suffix(1);
-  while (full.size() > 1 && full.front() == '_') full.remove_prefix(1);
-  return std::string(full);
 }
 
 // "torch::nn::Conv2dImpl" -> "Conv2d"
@@ -215,22 +195,8 @@ std::string describe_args(c10::ArrayRef<const c10::IValue> inputs) {
 
 }  // namespace
 
-void collect_tensors(const c10::IValue& v, std::vector<torch::Tensor>& out) {
-  if (v.isTensor()) {
-    if (v.toTensor().defined()) out.push_back(v.toTensor());
-  } else if (v.isTensorList()) {
-    for (const auto& t : v.toTensorList()) {
-      const torch::Tensor& tensor = t;
-      if (tensor.defined()) out.push_back(tensor);
-    }
-  } else if (v.isList()) {
-    for (const auto& e : v.toListRef()) collect_tensors(e, out);
-  } else if (v.isTuple()) {
-    for (const auto& e : v.toTupleRef().elements()) collect_tensors(e, out);
-  }
-}
-
-Tracer::Tracer(const torch::nn::Module& model) : result_(std::make_shared<TraceResult>()) {
+Tracer::Tracer(const torch::nn::Module& model, observer::Observer& observer)
+    : observer_(observer), result_(std::make_shared<TraceResult>()) {
   // Parameter identity is rebuilt for every capture: Module::to() and
   // set_data() keep TensorImpls, but a user may replace parameters between batches.
   for (const auto& item : model.named_modules("", /*include_self=*/true)) {
@@ -253,19 +219,12 @@ Tracer::Tracer(const torch::nn::Module& model) : result_(std::make_shared<TraceR
     parameter_impls_.insert(p.value().unsafeGetTensorImpl());
     parameter_order_.emplace(p.key(), parameter_order_.size());
   }
-  t_active = this;
-  handle_ = at::addThreadLocalCallback(at::RecordFunctionCallback(&on_start, &on_end)
-                                           .needsInputs(true)
-                                           .needsOutputs(true)
-                                           .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}));
-  installed_ = true;
+  observer_.attach(this);
+  attached_ = true;
 }
 
 Tracer::~Tracer() {
-  if (installed_) {
-    at::removeCallback(handle_);
-    if (t_active == this) t_active = nullptr;
-  }
+  if (attached_) observer_.detach(this);
 }
 
 std::vector<Tracer::FinalName> Tracer::final_names() const {
@@ -377,11 +336,7 @@ std::string Tracer::final_name(const std::string& provisional) const {
 }
 
 std::shared_ptr<TraceResult> Tracer::finish() {
-  if (installed_) {
-    at::removeCallback(handle_);
-    installed_ = false;
-    if (t_active == this) t_active = nullptr;
-  }
+  if (std::exchange(attached_, false)) observer_.detach(this);
   const auto names = final_names();
   auto arch = std::make_shared<Architecture>();
   std::vector<std::string> final(layers_.size());
@@ -500,54 +455,20 @@ int Tracer::add_layer(LayerInfo info) {
   return static_cast<int>(layers_.size()) - 1;
 }
 
-void Tracer::on_op_start(const at::RecordFunction& fn) {
-  ++depth_;
-  if (depth_ != 1 || stopped_) return;
-  guarded(*result_, stopped_, [&] { start_op(fn); });
-}
-
-void Tracer::start_op(const at::RecordFunction& fn) {
-  if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION ||
-      std::string_view(fn.name()).rfind("autograd::", 0) == 0) {
-    // autograd's engine on this thread (torch::autograd::backward called
-    // directly): not the forward; gradients change.
-    skipping_ = true;
-    gradients_stale_ = true;
-    return;
-  }
-  if (short_op_name(fn.name()) == "backward") {
-    // Tensor::backward(): the whole backward pass runs inside this op, without
-    // the observer's cost (boxing every op's inputs). The op in flight keeps
-    // its callbacks, so its end still arrives and turns observing back on.
-    backward_op_ = true;
-    gradients_stale_ = true;
-    at::disableCallback(handle_);
-    return;
-  }
-  pending_inputs_.clear();
-  for (const auto& v : fn.inputs()) collect_tensors(v, pending_inputs_);
-  pending_args_ = describe_args(fn.inputs());
-}
-
-void Tracer::on_op_end(const at::RecordFunction& fn) {
-  --depth_;
-  if (depth_ != 0) return;
-  if (std::exchange(skipping_, false)) return;
-  if (std::exchange(backward_op_, false)) {
-    if (installed_) at::reenableCallback(handle_);
-    return;
-  }
+void Tracer::op_started(const at::RecordFunction& fn, const observer::Frame& frame) {
+  (void)frame;
   if (stopped_) return;
-  guarded(*result_, stopped_, [&] { end_op(fn); });
+  guarded(*result_, stopped_, [&] { pending_args_ = describe_args(fn.inputs()); });
 }
 
-void Tracer::end_op(const at::RecordFunction& fn) {
-  at::DisableRecordFunctionGuard no_record;
-  std::vector<torch::Tensor> outputs;
-  for (const auto& v : fn.outputs()) collect_tensors(v, outputs);
-  std::vector<torch::Tensor> inputs = std::move(pending_inputs_);
-  pending_inputs_.clear();
-  record_op(short_op_name(fn.name()), inputs, outputs);
+void Tracer::op_ended(const observer::Frame& frame, const std::vector<torch::Tensor>& outputs,
+                      const std::vector<observer::Frame>& stack) {
+  (void)stack;
+  if (stopped_) return;
+  guarded(*result_, stopped_, [&] {
+    at::DisableRecordFunctionGuard no_record;
+    record_op(frame.op, frame.inputs, outputs);
+  });
 }
 
 bool Tracer::touches_optimizer_state(const std::vector<torch::Tensor>& inputs,

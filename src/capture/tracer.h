@@ -14,12 +14,9 @@
 #include <vector>
 
 #include "nansense/architecture.h"
+#include "observer/observer.h"
 
 namespace nansense::capture {
-
-// Appends every defined tensor inside an op argument or result (tensors,
-// tensor lists, nested lists and tuples) to `out`.
-void collect_tensors(const c10::IValue& v, std::vector<torch::Tensor>& out);
 
 // What one capture batch produced. Gradients arrive during backward, from
 // autograd hooks, hence the mutex.
@@ -38,9 +35,8 @@ struct TraceResult {
   std::string error;
 };
 
-// One capture batch's tracer. Lives on the training thread, from the start of
-// the batch to its end; while installed, a thread-local RecordFunction
-// callback feeds it every top-level op of that thread.
+// One capture batch's tracer: a consumer of the batch's observer, on the
+// training thread from the start of the batch to its end.
 //
 // Rules (see DESIGN.md §2 and the README's "Layers"):
 // - an op that reads a module's parameters or buffers belongs to that
@@ -60,9 +56,10 @@ struct TraceResult {
 //   calls): parameterless ops after a loss are kept only when the model uses
 //   them again (a module or a loss consumes them), so metrics computed on the
 //   outputs do not become layers.
-class Tracer {
+class Tracer : public observer::Consumer {
  public:
-  explicit Tracer(const torch::nn::Module& model);
+  // Attaches to `observer`, which outlives it.
+  Tracer(const torch::nn::Module& model, observer::Observer& observer);
   ~Tracer();
   Tracer(const Tracer&) = delete;
   Tracer& operator=(const Tracer&) = delete;
@@ -71,7 +68,7 @@ class Tracer {
   // tensors are one batch's examples that the model sees stacked together
   // (a std::vector<Example<>> item): they form the single layer "input".
   void set_inputs(const std::vector<torch::Tensor>& inputs, bool stacked);
-  // Stops observing ops (the callback is removed), settles the layers' final
+  // Stops observing ops (detaches from the observer), settles the layers' final
   // names and returns the result. Gradients may still arrive afterwards.
   std::shared_ptr<TraceResult> finish();
   // The result as it stands mid-batch (activations so far, under provisional
@@ -85,9 +82,12 @@ class Tracer {
   // so far; names it does not know are returned unchanged.
   std::string final_name(const std::string& provisional) const;
 
-  // Called from the RecordFunction callbacks.
-  void on_op_start(const at::RecordFunction& fn);
-  void on_op_end(const at::RecordFunction& fn);
+  // observer::Consumer: the forward's ops; backward ops are not layers.
+  bool wants_backward() const override { return false; }
+  void op_started(const at::RecordFunction& fn, const observer::Frame& frame) override;
+  void op_ended(const observer::Frame& frame, const std::vector<torch::Tensor>& outputs,
+                const std::vector<observer::Frame>& stack) override;
+  void backward_ran() override { gradients_stale_ = true; }
 
  private:
   struct Owner {
@@ -112,8 +112,6 @@ class Tracer {
   // Module path -> its printout, for module layers' descriptions.
   std::map<std::string, std::string> module_descriptions_;
 
-  void start_op(const at::RecordFunction& fn);
-  void end_op(const at::RecordFunction& fn);
   int add_layer(LayerInfo info);
   void record_op(const std::string& op, const std::vector<torch::Tensor>& inputs,
                  const std::vector<torch::Tensor>& outputs);
@@ -147,16 +145,13 @@ class Tracer {
   std::vector<std::vector<int>> producers_;  // per layer: layers feeding it
   std::vector<torch::Tensor> keep_alive_;  // pins TensorImpl addresses for identity
   std::vector<torch::Tensor> pending_inputs_;
-  int depth_ = 0;
-  bool skipping_ = false;   // inside an op that is not observed (backward), by depth
-  bool backward_op_ = false;  // the top-level op in flight is Tensor::backward
   int64_t op_seq_ = 0;
   int last_layer_ = -1;
   int stacked_input_ = -1;  // the input layer of a stacked batch, if any
   bool seen_loss_ = false;
   bool stopped_ = false;    // tracing failed part-way
-  bool installed_ = false;
-  uint64_t handle_ = 0;
+  observer::Observer& observer_;
+  bool attached_ = false;
   std::shared_ptr<TraceResult> result_;
 };
 

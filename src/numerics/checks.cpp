@@ -122,11 +122,16 @@ CheckResult run_checks(const DebugSettings& s, const CheckInput& in) {
   Table table;
   std::vector<std::string> reasons;
   scan(s, table, in.weight_gradients, /*gradient=*/true, "weight_gradient", reasons);
-  auto named = [&](const std::map<std::string, torch::Tensor>* m, const std::set<std::string>& skip) {
+  auto named = [&](const std::map<std::string, torch::Tensor>* m, const std::set<std::string>& inf_intended) {
     std::vector<std::pair<std::string, torch::Tensor>> v;
     if (!m) return v;
     for (const auto& [layer, t] : *m) {
-      if (!layer_allowed(s, layer) && !skip.count(layer)) v.emplace_back(layer, t);
+      if (layer_allowed(s, layer)) continue;
+      if (inf_intended.count(layer) && t.is_floating_point()) {
+        v.emplace_back(layer, t.masked_fill(t.isinf(), 0));  // a CPU copy of a traced batch
+      } else {
+        v.emplace_back(layer, t);
+      }
     }
     return v;
   };

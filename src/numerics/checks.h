@@ -21,8 +21,8 @@ struct CheckInput {
   // copies); null when the batch was not captured.
   const std::map<std::string, torch::Tensor>* activations = nullptr;
   const std::map<std::string, torch::Tensor>* activation_gradients = nullptr;
-  // Layers whose activations hold only intended non-finite values (an
-  // explicit ±inf fill and what carried it along): not checked.
+  // Layers whose activations' ±Inf values are intended (an explicit ±inf
+  // fill and what carried it along): their NaNs are checked, not their Infs.
   std::set<std::string> intended_activations;
   // Layers in graph order, for the table's row order (others follow).
   std::vector<std::string> layer_order;

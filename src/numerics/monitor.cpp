@@ -105,10 +105,10 @@ Monitor::Trace Monitor::plan_batch(const BatchPosition& position, bool repeat) {
   return Trace::kNone;
 }
 
-void Monitor::begin_batch(capture::Tracer* tracer, Trace trace) {
+void Monitor::begin_batch(capture::Tracer* tracer, Trace trace, observer::Observer* observer) {
   if (!active_) return;
   tracer_ = tracer;
-  traced_ = tracer != nullptr || trace != Trace::kNone;
+  traced_ = observer && (tracer != nullptr || trace != Trace::kNone);
   // Traced batches are checked whatever the interval: they cost far more anyway.
   const bool checked = traced_ || ++since_check_ >= settings_.interval();
   if (checked && !traced_) since_check_ = 0;
@@ -119,7 +119,7 @@ void Monitor::begin_batch(capture::Tracer* tracer, Trace trace) {
           [this](const torch::Tensor& out) -> std::optional<std::string> {
             return tracer_ ? tracer_->layer_of(out.unsafeGetTensorImpl()) : std::nullopt;
           },
-          std::vector<torch::Tensor>{});
+          std::vector<torch::Tensor>{}, *observer);
     } catch (const std::exception& e) {
       fail(std::string("op tracing could not start: ") + e.what());
       return;

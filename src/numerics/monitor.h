@@ -56,8 +56,9 @@ class Monitor {
   // Start of a batch, before any capture tracer exists: how numerics wants it
   // traced. `repeat`: the batch is the re-run end_batch() asked for.
   Trace plan_batch(const BatchPosition& position, bool repeat);
-  // Once the capture tracer (null when not capturing) is installed.
-  void begin_batch(capture::Tracer* tracer, Trace trace);
+  // Once the capture tracer (null when not capturing) is installed; the
+  // batch's observer is null when the batch is neither captured nor traced.
+  void begin_batch(capture::Tracer* tracer, Trace trace, observer::Observer* observer);
   void set_item(std::vector<torch::Tensor> tensors);
   // The session is about to finish the capture tracer (it publishes).
   void release_tracer() { tracer_ = nullptr; }

@@ -9,38 +9,21 @@
 #include <sstream>
 #include <string_view>
 
-#include "capture/tracer.h"
 #include "numerics/bands.h"
 
 namespace nansense::numerics {
 
 namespace {
 
-thread_local OpTracer* t_active = nullptr;
-
-std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
-  if (t_active) t_active->on_start(fn);
-  return nullptr;
-}
-
-void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
-  if (t_active) t_active->on_end(fn);
-}
-
 // "aten::relu_" -> "relu": how allow-list entries and op names compare.
-std::string base_name(std::string_view full) {
-  auto pos = full.rfind("::");
-  if (pos != std::string_view::npos) full.remove_prefix(pos + 2);
-  while (full.size() > 1 && full.back() == '_') full.remove_suffix(1);
-  return std::string(full);
-}
+std::string base_name(std::string_view full) { return observer::op_name(full); }
 
 // Ops whose outputs are views or copies of their input's values: they can
 // never make a non-finite value, so they are not checked (it saves a pass over
 // every weight each forward); ownership and taint pass through them.
 bool value_preserving(const std::string& op) {
   static const std::set<std::string> kOps = {
-      "t",       "transpose", "permute", "view",      "reshape",   "_reshape_alias", "_unsafe_view",
+      "t",       "transpose", "permute", "view",      "reshape",   "reshape_alias", "unsafe_view",
       "as_strided", "expand", "expand_as", "squeeze", "unsqueeze", "slice",         "select",
       "narrow",  "unfold",    "detach",  "alias",     "lift_fresh", "flatten",      "contiguous",
       "clone",   "split",     "chunk",   "unbind",    "view_as",   "numpy_T",       "resolve_conj",
@@ -58,14 +41,13 @@ bool fills(const std::string& op) {
   return kOps.count(op) > 0;
 }
 
-bool is_infinite_literal(const c10::IValue& v) {
-  if (v.isDouble()) return std::isinf(v.toDouble());
-  if (v.isScalar()) return v.toScalar().isFloatingPoint() && std::isinf(v.toScalar().toDouble());
-  if (v.isTensor()) {
-    const auto& t = v.toTensor();
-    if (!t.defined() || t.numel() != 1 || !t.is_floating_point()) return false;
-    at::DisableRecordFunctionGuard no_record;
-    return std::isinf(t.item<double>());
+// An argument is ±inf: a scalar, or a one-value tensor (masked_fill's value).
+bool infinite_literal(const observer::Frame& frame) {
+  for (double v : frame.scalars) {
+    if (std::isinf(v)) return true;
+  }
+  for (const auto& t : frame.inputs) {
+    if (t.numel() == 1 && t.is_floating_point() && std::isinf(t.item<double>())) return true;
   }
   return false;
 }
@@ -109,8 +91,8 @@ bool same_storage(const torch::Tensor& a, const torch::Tensor& b) {
 }  // namespace
 
 OpTracer::OpTracer(const torch::nn::Module& model, std::vector<std::string> allow, LayerNamer namer,
-                   std::vector<torch::Tensor> batch)
-    : allow_(std::move(allow)), namer_(std::move(namer)), batch_(std::move(batch)) {
+                   std::vector<torch::Tensor> batch, observer::Observer& observer)
+    : allow_(std::move(allow)), namer_(std::move(namer)), batch_(std::move(batch)), observer_(observer) {
   for (const auto& item : model.named_modules("", /*include_self=*/true)) {
     const std::string& path = item.key();
     auto add = [&](const std::string& local, const torch::Tensor& t) {
@@ -121,70 +103,24 @@ OpTracer::OpTracer(const torch::nn::Module& model, std::vector<std::string> allo
     for (const auto& p : item.value()->named_parameters(/*recurse=*/false)) add(p.key(), p.value());
     for (const auto& b : item.value()->named_buffers(/*recurse=*/false)) add(b.key(), b.value());
   }
-  t_active = this;
-  handle_ = at::addThreadLocalCallback(at::RecordFunctionCallback(&numerics::on_start, &numerics::on_end)
-                                           .needsInputs(true)
-                                           .needsOutputs(true)
-                                           .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}));
-  installed_ = true;
+  observer_.attach(this);
+  attached_ = true;
 }
 
 OpTracer::~OpTracer() { stop(); }
 
 void OpTracer::stop() {
-  if (installed_) {
-    at::removeCallback(handle_);
-    installed_ = false;
-  }
-  if (t_active == this) t_active = nullptr;
+  if (std::exchange(attached_, false)) observer_.detach(this);
   stopped_ = true;
 }
 
-void OpTracer::on_start(const at::RecordFunction& fn) {
+void OpTracer::op_ended(const observer::Frame& frame, const std::vector<torch::Tensor>& outputs,
+                        const std::vector<observer::Frame>& stack) {
   if (stopped_) return;
-  Frame frame;
-  const char* name = fn.name();
-  frame.name = name;
-  frame.seq = fn.seqNr();
-  if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION) {
-    frame.kind = FrameKind::kNode;
-    // Ops the engine runs around the node (summing gradients) belong to it too.
-    if (!stack_.empty() && stack_.back().kind == FrameKind::kWrapper) stack_.back().seq = frame.seq;
-  } else if (std::strncmp(name, "autograd::", 10) == 0) {
-    frame.kind = FrameKind::kWrapper;
-    frame.seq = -1;
-  } else if (observed_depth_ > 0) {
-    frame.kind = FrameKind::kNestedOp;
-    ++observed_depth_;
-  } else {
-    frame.kind = FrameKind::kOp;
-    ++observed_depth_;
-    try {
-      for (const auto& v : fn.inputs()) {
-        capture::collect_tensors(v, frame.inputs);
-        if (!frame.infinite_literal) frame.infinite_literal = is_infinite_literal(v);
-      }
-    } catch (const std::exception& e) {
-      error_ = std::string("op tracing failed: ") + e.what();
-      stop();
-      return;
-    }
-  }
-  stack_.push_back(std::move(frame));
-}
-
-void OpTracer::on_end(const at::RecordFunction& fn) {
-  if (stopped_ || stack_.empty()) return;
-  Frame frame = std::move(stack_.back());
-  stack_.pop_back();
-  if (frame.kind == FrameKind::kOp || frame.kind == FrameKind::kNestedOp) --observed_depth_;
-  if (frame.kind != FrameKind::kOp) return;
   try {
     at::DisableRecordFunctionGuard no_record;
     torch::NoGradGuard no_grad;
-    std::vector<torch::Tensor> outputs;
-    for (const auto& v : fn.outputs()) capture::collect_tensors(v, outputs);
-    process(frame, outputs);
+    process(frame, outputs, stack);
   } catch (const std::exception& e) {
     error_ = std::string("op tracing failed: ") + e.what();
     stop();
@@ -234,7 +170,7 @@ std::string OpTracer::origin_of(const torch::Tensor& t) const {
          "held non-finite values";
 }
 
-OpReport OpTracer::report(const Frame& frame, const std::vector<torch::Tensor>& outputs, bool backward,
+OpReport OpTracer::report(const observer::Frame& frame, const std::vector<torch::Tensor>& outputs, bool backward,
                           const std::string& node, const std::string& forward_op,
                           const std::optional<std::string>& layer) const {
   OpReport r;
@@ -249,17 +185,18 @@ OpReport OpTracer::report(const Frame& frame, const std::vector<torch::Tensor>& 
   return r;
 }
 
-void OpTracer::process(const Frame& frame, const std::vector<torch::Tensor>& outputs) {
+void OpTracer::process(const observer::Frame& frame, const std::vector<torch::Tensor>& outputs,
+                       const std::vector<observer::Frame>& stack) {
   ++index_;
   bool backward = false;
   std::string node;
   int64_t node_seq = -1;
-  for (auto it = stack_.rbegin(); it != stack_.rend(); ++it) {
-    if (it->kind == FrameKind::kNode || it->kind == FrameKind::kWrapper) {
+  for (auto it = stack.rbegin(); it != stack.rend(); ++it) {
+    if (it->kind == observer::FrameKind::kNode || it->kind == observer::FrameKind::kWrapper) {
       backward = true;
       if (node.empty()) {
         std::string_view name = it->name;
-        if (it->kind == FrameKind::kWrapper) {
+        if (it->kind == observer::FrameKind::kWrapper) {
           auto colon = name.find(": ");
           name = colon == std::string_view::npos ? std::string_view() : name.substr(colon + 2);
         }
@@ -353,15 +290,18 @@ void OpTracer::process(const Frame& frame, const std::vector<torch::Tensor>& out
   // full... given an infinite value); or an op that only carried an intended
   // Inf along (a masked score plus a bias). NaN is never intended, and neither
   // is an Inf made by arithmetic.
-  const bool intended_fill = fills(base) && frame.infinite_literal && !out_nan;
-  if (allowed(frame.name, layer) || (!input_bad && (intended_fill || (input_allowed && !out_nan)))) {
+  const bool inf_fill = fills(base) && infinite_literal(frame);
+  if (allowed(frame.name, layer) || (!input_bad && ((inf_fill && !out_nan) || (input_allowed && !out_nan)))) {
     mark(true);
     if (layer && !backward) intended_layers_.insert(*layer);
     return;
   }
+  // A fill carrying a NaN along (the mask of a block whose input is already
+  // poisoned): the NaN counts, the ±Inf it wrote does not.
+  if (inf_fill && layer && !backward) intended_layers_.insert(*layer);
   mark(false);
   saw_nan_ = saw_nan_ || out_nan;
-  saw_inf_ = saw_inf_ || out_inf;
+  saw_inf_ = saw_inf_ || (out_inf && !inf_fill);
   if (!producer_ && (!input_bad || outside)) {
     producer_ = report(frame, outputs, backward, node, forward_op, layer);
     if (input_bad) {

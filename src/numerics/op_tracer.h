@@ -16,24 +16,22 @@
 #include <vector>
 
 #include "nansense/debug.h"
-
-namespace at {
-class RecordFunction;
-}
+#include "observer/observer.h"
 
 namespace nansense::numerics {
 
-class OpTracer {
+class OpTracer : public observer::Consumer {
  public:
   // Names the layer of a forward op from one of its outputs (the capture
   // tracer's names, so that the UI can highlight it); nullopt when unknown.
   using LayerNamer = std::function<std::optional<std::string>(const torch::Tensor& output)>;
 
-  // Installs a thread-local RecordFunction observer on the calling thread
-  // (the training thread). `batch` are the batch item's tensors, so that a
-  // non-finite input can be traced back to the data.
+  // Attaches to `observer` (which outlives it) for every op of the batch,
+  // forward and backward, on whichever thread autograd runs them. `batch` are
+  // the batch item's tensors, so that a non-finite input can be traced back
+  // to the data.
   OpTracer(const torch::nn::Module& model, std::vector<std::string> allow, LayerNamer namer,
-           std::vector<torch::Tensor> batch);
+           std::vector<torch::Tensor> batch, observer::Observer& observer);
   ~OpTracer();
   OpTracer(const OpTracer&) = delete;
   OpTracer& operator=(const OpTracer&) = delete;
@@ -42,7 +40,7 @@ class OpTracer {
   void set_batch(std::vector<torch::Tensor> batch) { batch_ = std::move(batch); }
   // Ops after this are the optimizer step (pass "step").
   void mark_backward_done() { backward_done_ = true; }
-  // Removes the observer.
+  // Detaches from the observer.
   void stop();
 
   // Whether an op produced or passed on a non-finite value that is not allowed.
@@ -53,37 +51,32 @@ class OpTracer {
   // gave to the ones to report.
   using Rename = std::function<std::string(const std::string&)>;
   RootCause result(const Rename& rename = {}) const;
-  // The layers (as the namer calls them) whose outputs hold intended
-  // non-finite values only.
+  // The layers (as the namer calls them) whose ±Inf values are intended (an
+  // explicit fill and what carried it along); a NaN in them is not.
   const std::set<std::string>& intended_layers() const { return intended_layers_; }
   // The first failure of the tracer itself ("" if none); it stops observing then.
   const std::string& error() const { return error_; }
 
-  void on_start(const at::RecordFunction& fn);
-  void on_end(const at::RecordFunction& fn);
+  // observer::Consumer
+  bool wants_backward() const override { return true; }
+  void op_ended(const observer::Frame& frame, const std::vector<torch::Tensor>& outputs,
+                const std::vector<observer::Frame>& stack) override;
 
  private:
-  enum class FrameKind { kOp, kNestedOp, kNode, kWrapper };
-  struct Frame {
-    FrameKind kind;
-    std::string name;
-    int64_t seq = -1;
-    std::vector<torch::Tensor> inputs;  // observed ops only
-    bool infinite_literal = false;      // an argument is ±inf (a scalar or a one-value tensor)
-  };
   struct ForwardOp {
     std::string op;
     std::optional<std::string> layer;
   };
 
-  void process(const Frame& frame, const std::vector<torch::Tensor>& outputs);
+  void process(const observer::Frame& frame, const std::vector<torch::Tensor>& outputs,
+               const std::vector<observer::Frame>& stack);
   bool is_allowed(const torch::Tensor& t) const;
   std::optional<std::string> forward_layer(const std::vector<torch::Tensor>& inputs,
                                            const std::vector<torch::Tensor>& outputs);
   bool allowed(const std::string& op, const std::optional<std::string>& layer) const;
   // Where a non-finite tensor that no traced op produced came from.
   std::string origin_of(const torch::Tensor& t) const;
-  OpReport report(const Frame& frame, const std::vector<torch::Tensor>& outputs, bool backward,
+  OpReport report(const observer::Frame& frame, const std::vector<torch::Tensor>& outputs, bool backward,
                   const std::string& node, const std::string& forward_op,
                   const std::optional<std::string>& layer) const;
 
@@ -99,13 +92,11 @@ class OpTracer {
   std::set<std::string> intended_layers_;
   std::map<int64_t, ForwardOp> forward_ops_;                            // by autograd sequence number
   std::vector<torch::Tensor> keep_alive_;
-  std::vector<Frame> stack_;
-  int observed_depth_ = 0;
   int64_t index_ = 0;
   bool backward_done_ = false;
   bool stopped_ = false;
-  bool installed_ = false;
-  uint64_t handle_ = 0;
+  observer::Observer& observer_;
+  bool attached_ = false;
 
   std::optional<OpReport> producer_;
   bool from_outside_ = false;

@@ -90,14 +90,23 @@ bool SessionCore::begin_batch(const std::string& phase, std::optional<int64_t> e
   const auto trace = numerics_->plan_batch(pos_, repeat);
   // A re-run is captured, so the UI shows the batch that went non-finite.
   if (trace == numerics::Monitor::Trace::kCapture) decision_.capture = true;
-  if (decision_.capture && !capture_disabled_) {
+  const bool capture = decision_.capture && !capture_disabled_;
+  if (capture || trace != numerics::Monitor::Trace::kNone) {
+    // One observer of the batch's ops feeds both the capture and root cause.
     try {
-      tracer_ = std::make_unique<capture::Tracer>(*model_);
+      observer_ = std::make_unique<observer::Observer>();
+    } catch (const std::exception& e) {
+      report_numerics_error(std::string("this batch is not traced: ") + e.what());
+    }
+  }
+  if (capture && observer_) {
+    try {
+      tracer_ = std::make_unique<capture::Tracer>(*model_, *observer_);
     } catch (const std::exception& e) {
       report_internal_error(std::string("capture disabled: ") + e.what());
     }
   }
-  numerics_->begin_batch(tracer_.get(), trace);
+  numerics_->begin_batch(tracer_.get(), observer_ ? trace : numerics::Monitor::Trace::kNone, observer_.get());
   return tracer_ != nullptr;
 }
 
@@ -139,10 +148,12 @@ bool SessionCore::finish_batch(bool can_repeat) {
   if (numerics.repeat) {
     // The first, untraced run of the batch is not published: its re-run is.
     tracer_.reset();
+    observer_.reset();
     repeat_batch_ = true;
     return true;
   }
   publish_capture();
+  observer_.reset();
   if (numerics.pause) {
     control_.stop();
     decision_.pause_after = true;
@@ -171,6 +182,7 @@ void SessionCore::abandon_batch(bool by_exception) {
   }
   numerics_->abandon();
   tracer_.reset();
+  observer_.reset();
   // A time-travel jump unwinding through the loop is no loss.
   if (restorer_->jump_in_flight()) return;
   mark_lost("the training loop threw an exception during " + pos_.to_string());

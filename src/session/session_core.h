@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "capture/tracer.h"
+#include "observer/observer.h"
 #include "nansense/options.h"
 #include "nansense/schedule.h"
 #include "nansense/session.h"
@@ -96,6 +97,8 @@ class SessionCore {
   // Training-thread state of the batch in progress.
   BatchPosition pos_;
   BoundaryDecision decision_;
+  // The batch's op observer; declared first of the two, it outlives the tracer.
+  std::unique_ptr<observer::Observer> observer_;
   std::unique_ptr<capture::Tracer> tracer_;
   uint64_t sequence_ = 0;
   bool capture_disabled_ = false;

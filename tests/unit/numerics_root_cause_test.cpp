@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <ATen/ThreadLocalState.h>
+
 #include <cmath>
+#include <thread>
 
 #include "numerics/op_tracer.h"
 
@@ -18,7 +21,8 @@ TORCH_MODULE(Net);
 
 RootCause trace(const Net& net, const std::function<void()>& body,
                 std::vector<std::string> allow = {}) {
-  OpTracer tracer(*net, std::move(allow), nullptr, {});
+  observer::Observer observer;
+  OpTracer tracer(*net, std::move(allow), nullptr, {}, observer);
   body();
   tracer.stop();
   EXPECT_EQ(tracer.error(), "");
@@ -99,7 +103,8 @@ TEST(RootCause, NonFiniteDataIsBlamedOnTheBatch) {
   Net net;
   auto x = torch::ones({2, 3});
   x[1][2] = NAN;
-  OpTracer tracer(*net, {}, nullptr, {x});
+  observer::Observer observer;
+  OpTracer tracer(*net, {}, nullptr, {x}, observer);
   (void)net->fc(x);
   tracer.stop();
   auto cause = tracer.result();
@@ -163,6 +168,18 @@ TEST(RootCause, ANanFillOrAnArithmeticInfStillTrips) {
   EXPECT_EQ(log_zero.producer->op, "aten::log");
 }
 
+TEST(RootCause, AFillCarryingANanCountsTheNanNotItsInf) {
+  Net net;
+  observer::Observer observer;
+  OpTracer tracer(*net, {}, nullptr, {}, observer);
+  auto poisoned = torch::log(torch::full({1, 3}, -1.0));  // NaN made here
+  (void)poisoned.masked_fill(torch::tensor({{false, true, false}}), -INFINITY);
+  tracer.stop();
+  EXPECT_TRUE(tracer.saw_nan());
+  EXPECT_FALSE(tracer.saw_inf()) << "the mask's -inf is intended even where a NaN passes through";
+  EXPECT_EQ(tracer.result().producer->op, "aten::log");
+}
+
 TEST(RootCause, TheAllowListCoversOtherIntendedValues) {
   Net net;
   auto body = [&] { (void)torch::log(torch::zeros({1, 3})); };  // -inf on purpose
@@ -195,6 +212,28 @@ TEST(RootCause, AllowListedLayersCoverTheirOps) {
   ASSERT_EQ(cause.status, RootCause::Status::kFound);
   EXPECT_EQ(cause.producer->layer, "fc");
   EXPECT_EQ(trace(net, body, {"fc"}).status, RootCause::Status::kNotTraced);
+}
+
+TEST(RootCause, ABackwardRunOnAnotherThreadIsSeen) {
+  Net net;
+  observer::Observer observer;
+  OpTracer tracer(*net, {}, nullptr, {}, observer);
+  auto h = net->fc(torch::ones({2, 3}));
+  auto loss = torch::sqrt(h - h.detach()).sum();  // sqrt(0) = 0; its gradient 1/(2·0) is not finite
+  // Autograd runs a CUDA tensor's backward on a device thread with the
+  // training thread's thread-local state, callbacks included: so does this.
+  at::ThreadLocalState training_thread_state;
+  std::thread device([&] {
+    at::ThreadLocalStateGuard guard(training_thread_state);
+    loss.backward();
+  });
+  device.join();
+  tracer.stop();
+  auto cause = tracer.result();
+  ASSERT_EQ(cause.status, RootCause::Status::kFound) << cause.summary;
+  EXPECT_EQ(cause.producer->pass, "backward");
+  EXPECT_NE(cause.producer->backward_node.find("SqrtBackward"), std::string::npos) << cause.producer->backward_node;
+  EXPECT_EQ(cause.producer->forward_op, "aten::sqrt");
 }
 
 TEST(RootCause, FiniteRunsFindNothing) {

@@ -1,0 +1,196 @@
+#include "observer/observer.h"
+
+#include <ATen/record_function.h>
+
+#include <atomic>
+#include <cstring>
+#include <stdexcept>
+
+namespace nansense::observer {
+
+namespace {
+
+// Not thread_local: autograd's device threads run with the training thread's
+// callbacks and must find the observer too.
+std::atomic<Observer*> g_active{nullptr};
+std::atomic<uint64_t> g_generation{0};
+
+// Each thread's stack of running ops, for the observer of one batch.
+struct ThreadFrames {
+  uint64_t generation = 0;
+  std::vector<Frame> frames;
+};
+thread_local ThreadFrames t_frames;
+
+std::vector<Frame>& frames_of(uint64_t generation) {
+  if (t_frames.generation != generation) {
+    t_frames.generation = generation;
+    t_frames.frames.clear();
+  }
+  return t_frames.frames;
+}
+
+std::unique_ptr<at::ObserverContext> on_start_callback(const at::RecordFunction& fn) {
+  if (auto* o = g_active.load(std::memory_order_acquire)) o->on_start(fn);
+  return nullptr;
+}
+
+void on_end_callback(const at::RecordFunction& fn, at::ObserverContext*) {
+  if (auto* o = g_active.load(std::memory_order_acquire)) o->on_end(fn);
+}
+
+bool in_backward(const Frame& f) { return f.backward || f.kind == FrameKind::kNode || f.kind == FrameKind::kWrapper; }
+
+}  // namespace
+
+void collect_tensors(const c10::IValue& v, std::vector<torch::Tensor>& out) {
+  if (v.isTensor()) {
+    if (v.toTensor().defined()) out.push_back(v.toTensor());
+  } else if (v.isTensorList()) {
+    for (const auto& t : v.toTensorList()) {
+      const torch::Tensor& tensor = t;
+      if (tensor.defined()) out.push_back(tensor);
+    }
+  } else if (v.isList()) {
+    for (const auto& e : v.toListRef()) collect_tensors(e, out);
+  } else if (v.isTuple()) {
+    for (const auto& e : v.toTupleRef().elements()) collect_tensors(e, out);
+  }
+}
+
+std::string op_name(std::string_view recorded) {
+  auto pos = recorded.rfind("::");
+  if (pos != std::string_view::npos) recorded.remove_prefix(pos + 2);
+  while (recorded.size() > 1 && recorded.back() == '_') recorded.remove_suffix(1);
+  while (recorded.size() > 1 && recorded.front() == '_') recorded.remove_prefix(1);
+  return std::string(recorded);
+}
+
+Observer::Observer() : training_thread_(std::this_thread::get_id()), generation_(++g_generation) {
+  Observer* none = nullptr;
+  if (!g_active.compare_exchange_strong(none, this)) {
+    throw std::runtime_error("another session is tracing a batch in this process; this batch is not traced");
+  }
+  handle_ = at::addThreadLocalCallback(at::RecordFunctionCallback(&on_start_callback, &on_end_callback)
+                                           .needsInputs(true)
+                                           .needsOutputs(true)
+                                           .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}));
+}
+
+Observer::~Observer() {
+  at::removeCallback(handle_);
+  g_active.store(nullptr, std::memory_order_release);
+  std::lock_guard lock(mu_);  // a device thread's dispatch in flight ends first
+  consumers_.clear();
+}
+
+bool Observer::active() { return g_active.load() != nullptr; }
+
+void Observer::attach(Consumer* consumer) {
+  std::lock_guard lock(mu_);
+  consumers_.push_back(consumer);
+}
+
+void Observer::detach(Consumer* consumer) {
+  std::lock_guard lock(mu_);
+  std::erase(consumers_, consumer);
+}
+
+bool Observer::wants_backward() const {
+  for (const auto* c : consumers_) {
+    if (c->wants_backward()) return true;
+  }
+  return false;
+}
+
+void Observer::on_start(const at::RecordFunction& fn) {
+  auto& frames = frames_of(generation_);
+  Frame frame;
+  frame.name = fn.name();
+  frame.seq = fn.seqNr();
+  const bool below_backward = !frames.empty() && in_backward(frames.back());
+  if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION) {
+    frame.kind = FrameKind::kNode;
+    // Ops the engine runs around the node (summing gradients) belong to it too.
+    if (!frames.empty() && frames.back().kind == FrameKind::kWrapper) frames.back().seq = frame.seq;
+  } else if (std::strncmp(fn.name(), "autograd::", 10) == 0) {
+    frame.kind = FrameKind::kWrapper;
+    frame.seq = -1;  // its node's, once that starts
+  } else {
+    // Nested in an op, unless a backward node stands between them (the nodes
+    // Tensor::backward() runs are ops of their own).
+    frame.kind = FrameKind::kOp;
+    for (auto it = frames.rbegin(); it != frames.rend(); ++it) {
+      if (it->kind == FrameKind::kNode || it->kind == FrameKind::kWrapper) break;
+      frame.kind = FrameKind::kNestedOp;
+      break;
+    }
+    frame.op = op_name(frame.name);
+  }
+  frame.backward = below_backward;
+  const bool on_training_thread = std::this_thread::get_id() == training_thread_;
+  if (frame.kind == FrameKind::kOp) {
+    std::lock_guard lock(mu_);
+    if (!frame.backward && frame.op == "backward" && on_training_thread) {
+      // Tensor::backward(): the whole pass runs inside this op. Unwatched
+      // unless a consumer needs it; the op keeps its callbacks, so its end
+      // still arrives and turns watching back on.
+      if (!wants_backward()) {
+        at::disableCallback(handle_);
+        disabled_in_backward_ = true;
+      }
+    } else if (!consumers_.empty() && (!frame.backward || wants_backward())) {
+      try {
+        for (const auto& v : fn.inputs()) {
+          collect_tensors(v, frame.inputs);
+          if (v.isDouble()) frame.scalars.push_back(v.toDouble());
+          if (v.isScalar() && v.toScalar().isFloatingPoint()) frame.scalars.push_back(v.toScalar().toDouble());
+        }
+      } catch (const std::exception&) {
+        frame.inputs.clear();  // an argument the observer cannot read: consumers see none
+      }
+      const auto consumers = consumers_;
+      for (auto* c : consumers) {
+        if (!frame.backward || c->wants_backward()) c->op_started(fn, frame);
+      }
+    }
+  }
+  frames.push_back(std::move(frame));
+}
+
+void Observer::on_end(const at::RecordFunction& fn) {
+  auto& frames = frames_of(generation_);
+  if (frames.empty()) return;  // began before the observer
+  Frame frame = std::move(frames.back());
+  frames.pop_back();
+  if (frame.kind == FrameKind::kNode) {
+    std::lock_guard lock(mu_);
+    const auto consumers = consumers_;
+    for (auto* c : consumers) c->backward_ran();
+    return;
+  }
+  if (frame.kind != FrameKind::kOp) return;
+  std::lock_guard lock(mu_);
+  if (!frame.backward && frame.op == "backward" && std::this_thread::get_id() == training_thread_) {
+    if (std::exchange(disabled_in_backward_, false)) at::reenableCallback(handle_);
+    const auto consumers = consumers_;
+    for (auto* c : consumers) c->backward_ran();
+    return;
+  }
+  if (consumers_.empty() || (frame.backward && !wants_backward())) return;
+  std::vector<torch::Tensor> outputs;
+  {
+    at::DisableRecordFunctionGuard no_record;
+    try {
+      for (const auto& v : fn.outputs()) collect_tensors(v, outputs);
+    } catch (const std::exception&) {
+      outputs.clear();
+    }
+  }
+  const auto consumers = consumers_;
+  for (auto* c : consumers) {
+    if (!frame.backward || c->wants_backward()) c->op_ended(frame, outputs, frames);
+  }
+}
+
+}  // namespace nansense::observer
