@@ -1,12 +1,14 @@
 # Sourced by the demo smoke tests (not executable, so scripts/test does not
-# run it on its own): `smoke_setup TAG` sets demo and deadline_s and defines
-# fail/pass (prefixed with TAG, fail printing $log), free_port, and, for the
-# demo running as $pid at $base, wait_for_status and post.
+# run it on its own): `smoke_setup TAG [PROGRAM]` sets demo (PROGRAM, a path
+# under the build tree, default the Fashion-MNIST demo) and deadline_s and
+# defines fail/pass (prefixed with TAG, fail printing $log), free_port, and,
+# for the demo running as $pid at $base, wait_for_status, get, post and
+# wait_for_exit.
 
 smoke_setup() {
   smoke_tag=$1
   # NANSENSE_BUILD_DIR points at another build tree (default build/).
-  demo=${NANSENSE_BUILD_DIR:-build}/examples/fashion_mnist/fashion_mnist_demo
+  demo=${NANSENSE_BUILD_DIR:-build}/${2:-examples/fashion_mnist/fashion_mnist_demo}
   deadline_s=120 # generous: loading the dataset on a busy 2-core machine
   [[ -x $demo ]] || { echo "FAIL $smoke_tag: $demo not built"; exit 1; }
 }
@@ -36,4 +38,19 @@ wait_for_status() {
 post() {
   curl -fsS --max-time 10 -X POST -H 'Content-Type: application/json' -d "$2" "$base$1" >/dev/null ||
     fail "POST $1 $2 was refused"
+}
+
+# Prints the body; used as x=$(get ROUTE), so a failure reports on stderr.
+get() { curl -fsS --max-time 10 "$base$1" || fail "GET $1 failed" >&2; }
+
+# Waits up to $1 s for the demo to exit; its exit status lands in rc.
+wait_for_exit() {
+  local end=$((SECONDS + $1))
+  while kill -0 "$pid" 2>/dev/null; do
+    ((SECONDS < end)) || fail "demo still running after $1 s"
+    sleep 0.1
+  done
+  rc=0
+  wait "$pid" || rc=$?
+  pid=""
 }

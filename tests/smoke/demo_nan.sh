@@ -18,17 +18,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-wait_for_exit() {
-  local end=$((SECONDS + $1))
-  while kill -0 "$pid" 2>/dev/null; do
-    ((SECONDS < end)) || fail "demo still running after $1 s"
-    sleep 0.1
-  done
-  rc=0
-  wait "$pid" || rc=$?
-  pid=""
-}
-
 # 1. A detached --nan run with batches of 8: batch 0 lacks a class.
 port=$(free_port)
 base="http://127.0.0.1:$port"
