@@ -23,6 +23,7 @@
 #include "bench_common.h"
 #include "numerics/bands.h"
 #include "numerics/flight_recorder.h"
+#include "session/session_access.h"
 
 namespace {
 
@@ -46,7 +47,7 @@ class Runner {
     if (variant == Variant::kOpTrace) debug.trace_interval(1);
     session_.emplace(nansense::start(model_, nansense::StartOptions().optimizer(optimizer_.get()).debug(debug)));
     session_->detach();  // no server: nothing could release a pause
-    range_.emplace(session_->core(), batches_, "train", std::nullopt);
+    range_.emplace(nansense::detail::core_of(*session_), batches_, "train", std::nullopt);
     it_.emplace(range_->begin());  // opens batch 0
   }
   ~Runner() {

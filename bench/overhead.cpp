@@ -1,8 +1,10 @@
 // What nansense costs a training loop, as ratios to the plain loop.
 //
-// Every variant trains the demo's CNN on the same synthetic Fashion-MNIST-shaped
-// batches. Variants are interleaved round by round and the median taken, so a
-// noisy neighbour slows all of them alike instead of one.
+// Every variant trains the same model on the same synthetic batches: the
+// Fashion-MNIST demo's CNN, and the transformer demo's text classifier (masked
+// attention, many small ops: the tracer's worst case). Variants are
+// interleaved round by round and the median taken, so a noisy neighbour slows
+// all of them alike instead of one.
 
 #include <CLI/CLI.hpp>
 #include <nansense/nansense.h>
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "bench_common.h"
+#include "transformer/model.h"
 
 namespace {
 
@@ -24,18 +27,51 @@ using namespace nansense::bench;
 
 enum class Variant { kPlain, kDisabled, kDetach, kCaptureEveryBatch };
 
+// A model the benchmark trains: how to build it and one plain step.
+struct CnnBench {
+  using Model = FashionCnn;
+  static Model make() { return FashionCnn(); }
+  static void step(Model& model, torch::optim::Optimizer& optimizer, const Batch& batch) {
+    train_step(model, optimizer, batch);
+  }
+};
+
+struct TransformerBench {
+  using Model = TextClassifier;
+  static Model make() { return TextClassifier(TextClassifierOptions()); }
+  static void step(Model& model, torch::optim::Optimizer& optimizer, const Batch& batch) {
+    optimizer.zero_grad();
+    torch::cross_entropy_loss(model->forward(batch.data), batch.target).backward();
+    optimizer.step();
+  }
+};
+
+// Token batches shaped like the transformer demo's: 4..length real tokens, then padding.
+std::vector<Batch> token_batches(int64_t count, int64_t batch_size) {
+  const TextClassifierOptions o;
+  std::vector<Batch> batches;
+  for (int64_t i = 0; i < count; ++i) {
+    auto tokens = torch::randint(1, o.vocab(), {batch_size, o.length()});
+    auto lengths = torch::randint(4, o.length() + 1, {batch_size, 1});
+    tokens.masked_fill_(torch::arange(o.length()).unsqueeze(0) >= lengths, kPadToken);
+    batches.push_back({tokens, torch::randint(0, o.classes(), {batch_size})});
+  }
+  return batches;
+}
+
 // One timed pass over `batches`; returns milliseconds per batch. Model,
 // optimizer and session are built outside the timed region.
+template <class Bench>
 double measure(Variant variant, std::vector<Batch>& batches) {
   torch::manual_seed(0);
-  FashionCnn model;
+  auto model = Bench::make();
   torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(1e-3));
   using Clock = ThreadCpuClock;
   Clock::time_point begin, end;
 
   if (variant == Variant::kPlain) {
     begin = Clock::now();
-    for (auto& batch : batches) train_step(model, optimizer, batch);
+    for (auto& batch : batches) Bench::step(model, optimizer, batch);
     end = Clock::now();
   } else {
     auto options = nansense::StartOptions().optimizer(&optimizer);
@@ -50,7 +86,7 @@ double measure(Variant variant, std::vector<Batch>& batches) {
     // during each batch for the one after it.
     if (capture) session.request_snapshot();
     for (auto& batch : session.batches(batches, "train")) {
-      train_step(model, optimizer, batch);
+      Bench::step(model, optimizer, batch);
       if (capture) session.request_snapshot();
     }
     end = Clock::now();
@@ -65,51 +101,34 @@ double measure(Variant variant, std::vector<Batch>& batches) {
          static_cast<double>(batches.size());
 }
 
-}  // namespace
+struct Row {
+  Variant variant;
+  const char* name;
+  const char* target;  // nullptr: reported, no target
+  double max_ratio;
+  std::vector<double> ms;      // per round
+  std::vector<double> ratios;  // per round, against that round's plain loop
+};
 
-int main(int argc, char** argv) {
-  int64_t batch_count = 30;
-  int rounds = 15;
-  CLI::App app{"nansense overhead on the Fashion-MNIST demo's CNN (synthetic data)."};
-  app.add_option("--batches", batch_count, "Batches per timed pass")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--rounds", rounds, "Rounds; each times every variant once, in rotating order")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  CLI11_PARSE(app, argc, argv);
-
-  torch::set_num_threads(1);
-  torch::manual_seed(0);
-  auto batches = synthetic_batches(batch_count, 64);
-
-  struct Row {
-    Variant variant;
-    const char* name;
-    const char* target;  // nullptr: reported, no target
-    double max_ratio;
-    std::vector<double> ms;      // per round
-    std::vector<double> ratios;  // per round, against that round's plain loop
-  };
+template <class Bench>
+void run(const char* title, std::vector<Batch> batches, int rounds) {
   std::vector<Row> rows = {
       {Variant::kPlain, "plain loop", nullptr, 0, {}, {}},
       {Variant::kDisabled, "enabled(false)", "<= 1.01", 1.01, {}, {}},
       {Variant::kDetach, "DETACH", "<= 1.02", 1.02, {}, {}},
       {Variant::kCaptureEveryBatch, "capture every batch", nullptr, 0, {}, {}},
   };
-
-  std::printf("nansense overhead: demo CNN, %d rounds of %lld synthetic batches of 64 [1x28x28]\n", rounds,
-              static_cast<long long>(batch_count));
-  std::printf("torch threads: 1 (torch::set_num_threads(1), for stable timings)\n");
-  std::printf("times are the training thread's CPU time; ratio = median over rounds of (variant / plain loop of the same round)\n");
+  std::printf("\n%s: %d rounds of %zu synthetic batches\n", title, rounds, batches.size());
   std::fflush(stdout);
 
-  measure(Variant::kPlain, batches);  // warm-up: allocator, kernels, page faults
+  measure<Bench>(Variant::kPlain, batches);  // warm-up: allocator, kernels, page faults
   for (int r = 0; r < rounds; ++r) {
     // Rotating the order keeps a slow stretch of the machine from always
     // landing on the same variant.
     std::vector<double> ms(rows.size());
     for (size_t k = 0; k < rows.size(); ++k) {
       const size_t i = (k + static_cast<size_t>(r)) % rows.size();
-      ms[i] = measure(rows[i].variant, batches);
+      ms[i] = measure<Bench>(rows[i].variant, batches);
     }
     for (size_t i = 0; i < rows.size(); ++i) {
       rows[i].ms.push_back(ms[i]);
@@ -118,7 +137,7 @@ int main(int argc, char** argv) {
   }
 
   // The interquartile range of the per-round ratios shows how much is noise.
-  std::printf("\n%-22s %10s %8s %16s  %s\n", "variant", "ms/batch", "ratio", "ratio IQR", "target");
+  std::printf("%-22s %10s %8s %16s  %s\n", "variant", "ms/batch", "ratio", "ratio IQR", "target");
   for (auto& row : rows) {
     const double ratio = median(row.ratios);
     std::sort(row.ratios.begin(), row.ratios.end());
@@ -132,6 +151,36 @@ int main(int argc, char** argv) {
     }
     std::printf("%-22s %10.3f %8.3f   [%5.3f, %5.3f]  %s\n", row.name, median(row.ms), ratio, q1, q3,
                 verdict.c_str());
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int64_t batch_count = 30;
+  int rounds = 15;
+  std::string model = "both";
+  CLI::App app{"nansense overhead on the demos' models (synthetic data)."};
+  app.add_option("--batches", batch_count, "Batches per timed pass")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--rounds", rounds, "Rounds; each times every variant once, in rotating order")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--model", model, "cnn, transformer or both")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cnn", "transformer", "both"}));
+  CLI11_PARSE(app, argc, argv);
+
+  torch::set_num_threads(1);
+  torch::manual_seed(0);
+  std::printf("nansense overhead\n");
+  std::printf("torch threads: 1 (torch::set_num_threads(1), for stable timings)\n");
+  std::printf("times are the training thread's CPU time; ratio = median over rounds of (variant / plain loop of the same round)\n");
+  if (model != "transformer") {
+    run<CnnBench>("demo CNN, batches of 64 [1x28x28]", synthetic_batches(batch_count, 64), rounds);
+  }
+  if (model != "cnn") {
+    run<TransformerBench>("transformer demo's classifier, batches of 32 x 24 tokens with padding",
+                          token_batches(batch_count, 32), rounds);
   }
   return 0;
 }

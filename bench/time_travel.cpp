@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "bench_common.h"
-#include "session/session_core.h"
+#include "session/session_access.h"
 #include "time_travel/checkpoint_store.h"
 #include "time_travel/training_state.h"
 
@@ -159,7 +159,7 @@ void bench_jump(int jumps, const fs::path& dir) {
   // The restore alone: load the archive and copy it into the live objects.
   auto adapter = nansense::adapt_scheduler(scheduler);
   nansense::time_travel::LiveState live{model.ptr().get(), &optimizer, adapter.get()};
-  auto file = session.core()->restorer().store()->read(1);
+  auto file = nansense::detail::core_of(session)->restorer().store()->read(1);
   std::vector<double> restore;
   for (int i = 0; i < jumps; ++i) {
     restore.push_back(timed([&] {

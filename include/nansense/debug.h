@@ -30,6 +30,7 @@
 #include <string_view>
 #include <vector>
 
+#include "nansense/errors.h"
 #include "nansense/position.h"
 
 namespace torch::nn {
@@ -176,9 +177,9 @@ struct DebugError {
 // A NaN capsule that cannot be used: unreadable, truncated, corrupt, of another
 // format version, or recorded for a different model or optimizer. The message
 // names what does not match.
-class CapsuleError : public std::runtime_error {
+class CapsuleError : public Error {
  public:
-  using std::runtime_error::runtime_error;
+  using Error::Error;
 };
 
 // What a NaN capsule held, after replay_capsule() restored it.

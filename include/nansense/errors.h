@@ -1,28 +1,39 @@
-// Errors nansense raises into the caller's thread.
+// Errors nansense raises into the caller's thread. Every one derives from
+// nansense::Error, so `catch (const nansense::Error&)` takes them all; the one
+// exception is TimeTravelJump (time_travel.h), which is no error and is not a
+// std::exception on purpose.
 #pragma once
 
 #include <stdexcept>
+#include <string>
 
 namespace nansense {
 
+// The base of every error nansense throws. what() says what is wrong and,
+// where it can, what to do.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // A batch that does not fit the declared schedule (unknown phase, one batch
 // too many) or an invalid schedule declaration.
-class ScheduleError : public std::invalid_argument {
+class ScheduleError : public Error {
  public:
-  using std::invalid_argument::invalid_argument;
+  using Error::Error;
 };
 
 // A run-control request that cannot be honoured: a target in the past, an
 // unknown phase, a command on a finished run. The message says what to do.
-class ControlError : public std::invalid_argument {
+class ControlError : public Error {
  public:
-  using std::invalid_argument::invalid_argument;
+  using Error::Error;
 };
 
 // Misuse of the session API (for example batches() after close()).
-class UsageError : public std::logic_error {
+class UsageError : public Error {
  public:
-  using std::logic_error::logic_error;
+  using Error::Error;
 };
 
 }  // namespace nansense

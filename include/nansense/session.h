@@ -36,6 +36,7 @@ std::string_view to_string(RunState state);  // "running", "paused", ...
 
 namespace detail {
 class SessionCore;
+struct SessionAccess;
 // Training-thread entry points used by Batches. begin_batch returns whether
 // this batch is captured (then the item's inputs are handed over).
 bool begin_batch(SessionCore& core, const std::string& phase, std::optional<int64_t> epoch);
@@ -224,10 +225,9 @@ class Session {
   // The UI's address once served ("http://127.0.0.1:8080/"), else empty.
   std::string url() const;
 
-  detail::SessionCore* core() const { return core_.get(); }
-
  private:
   friend Session start(std::shared_ptr<torch::nn::Module>, StartOptions);
+  friend struct detail::SessionAccess;  // nansense's own code and tests (src/session/session_access.h)
   explicit Session(std::shared_ptr<detail::SessionCore> core);
   std::shared_ptr<detail::SessionCore> core_;
 };

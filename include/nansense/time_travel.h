@@ -25,6 +25,8 @@
 #include <string>
 #include <vector>
 
+#include "nansense/errors.h"
+
 namespace torch::serialize {
 class OutputArchive;
 class InputArchive;
@@ -39,9 +41,9 @@ namespace nansense {
 // epoch out of range or not cached, a checkpoint that is corrupted or was
 // written for a different model, optimizer or scheduler. The message names
 // what is wrong (for a cache mismatch: the first one found).
-class TimeTravelError : public std::runtime_error {
+class TimeTravelError : public Error {
  public:
-  using std::runtime_error::runtime_error;
+  using Error::Error;
 };
 
 // What a jump unwinds the epoch's body with. Deliberately not derived from

@@ -5,7 +5,7 @@
 #include "nansense/session.h"
 #include "capture/snapshot_builder.h"
 #include "server/server.h"
-#include "session/session_core.h"
+#include "session/session_access.h"
 
 namespace nansense {
 
@@ -342,8 +342,8 @@ Session start(std::shared_ptr<torch::nn::Module> model, StartOptions options) {
 }
 
 bool serve(Session& session, ServeOptions options) {
-  if (!session.core()) return false;
-  return session.core()->serve(options);
+  if (!detail::core_of(session)) return false;
+  return detail::core_of(session)->serve(options);
 }
 
 }  // namespace nansense

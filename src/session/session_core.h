@@ -66,7 +66,7 @@ class SessionCore {
   bool serve(const ServeOptions& options);
   std::string url() const;
 
-  // --- time travel (src/time_travel/epoch_loop.cpp) ---
+  // --- time travel (session/epoch_loop.cpp) ---
   // Training thread: Session::epochs().
   void run_epochs(int64_t n, const std::function<void(int64_t)>& body, const EpochOptions& options);
   // Any thread: arms a jump (TimeTravelError when refused).

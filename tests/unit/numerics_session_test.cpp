@@ -12,7 +12,7 @@
 
 #include "nansense/nansense.h"
 #include "numerics/capsule.h"
-#include "session/session_core.h"
+#include "session/session_access.h"
 #include "test_models.h"
 
 namespace nansense {
@@ -184,8 +184,8 @@ TEST(NumericsSession, ASkippedUpdateChangesNothingAndANewProblemPausesAgain) {
   EXPECT_EQ(first->position.batch_idx, 1);
   EXPECT_EQ(first->reasons, (std::vector<std::string>{"nan"}));
   EXPECT_EQ(first->update, "held");
-  session.core()->debug().choose_update(/*skip=*/true);
-  EXPECT_TRUE(session.core()->debug().skip_chosen());
+  detail::core_of(session)->debug().choose_update(/*skip=*/true);
+  EXPECT_TRUE(detail::core_of(session)->debug().skip_chosen());
   session.detach();
 
   // Batch 2's Inf is a new problem: it pauses again although a warning stands.
@@ -217,7 +217,7 @@ TEST(NumericsSession, ASkippedUpdateChangesNothingAndANewProblemPausesAgain) {
 TEST(NumericsSession, ChoosingAnUpdateWithNoneHeldIsRefused) {
   DropNet model;
   auto session = start(model, StartOptions().enabled(true));
-  auto& debug = session.core()->debug();
+  auto& debug = detail::core_of(session)->debug();
   const auto message = test::message_of<std::logic_error>([&] { debug.choose_update(true); });
   EXPECT_NE(message.find("no numerical error stands"), std::string::npos) << message;
 }
@@ -333,7 +333,7 @@ TEST(NumericsSession, WithoutAUiTheRunGoesOnAndTheIntervalIsHonoured) {
   EXPECT_EQ(error->position.batch_idx, 1);
   ASSERT_TRUE(error->root_cause);
   EXPECT_EQ(error->root_cause->status, RootCause::Status::kNotTraced);
-  EXPECT_EQ(session.core()->debug().checked_batches(), 3);
+  EXPECT_EQ(detail::core_of(session)->debug().checked_batches(), 3);
 }
 
 TEST(NumericsSession, DisabledChecksInstallNothingThatTrips) {

@@ -1,6 +1,6 @@
 // Optimizer state and hyperparameters read back against the optimizer's own state.
 #include "capture/optimizer_state.h"
-#include "session/session_core.h"
+#include "session/session_access.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -263,7 +263,7 @@ TEST(OptimizerState, SnapshotCarriesStateAtThePausedBatch) {
   auto own_state = [&] {
     std::promise<std::map<std::string, torch::Tensor>> p;
     auto f = p.get_future();
-    session.core()->control().post([&] {
+    detail::core_of(session)->control().post([&] {
       std::map<std::string, torch::Tensor> out;
       for (const auto& q : model->named_parameters()) {
         out[q.key()] = state_of<torch::optim::AdamParamState>(opt, q.value()).exp_avg_sq().clone();

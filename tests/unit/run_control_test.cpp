@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "nansense/nansense.h"
-#include "session/session_core.h"
+#include "session/session_access.h"
 #include "test_models.h"
 
 namespace nansense {
@@ -131,7 +131,7 @@ TEST(RunControl, StateIsRunningAsSoonAsAResumeIsAccepted) {
   expect_paused_at(session, at("train", 0, 0));
 
   Gate in_work, release;
-  session.core()->control().post([&] {
+  detail::core_of(session)->control().post([&] {
     in_work.open();
     release.wait();
   });
@@ -367,7 +367,7 @@ TEST(RunControl, ALoopThatThrowsIsLost) {
   thread.join();
   ASSERT_TRUE(thread.error()) << "the user's exception reaches the user's code";
   EXPECT_THROW(std::rethrow_exception(thread.error()), std::runtime_error);
-  auto reason = session.core()->control().lost_reason();
+  auto reason = detail::core_of(session)->control().lost_reason();
   EXPECT_NE(reason.find("epoch 0 | train batch 2"), std::string::npos) << reason;
 
   auto msg = message_of<ControlError>([&] { session.step_batch(); });
@@ -389,8 +389,8 @@ TEST(RunControl, AScheduleViolationReachesTheLoopAndLosesTheRun) {
   ASSERT_TRUE(thread.error());
   auto msg = message_of<ScheduleError>([&] { std::rethrow_exception(thread.error()); });
   EXPECT_NE(msg.find("'train'"), std::string::npos) << msg;
-  EXPECT_NE(session.core()->control().lost_reason().find("declared schedule"), std::string::npos)
-      << session.core()->control().lost_reason();
+  EXPECT_NE(detail::core_of(session)->control().lost_reason().find("declared schedule"), std::string::npos)
+      << detail::core_of(session)->control().lost_reason();
   EXPECT_EQ(t.bodies.load(), 2);
 }
 
@@ -399,7 +399,7 @@ TEST(RunControl, PostRunsWorkOnTheTrainingThread) {
   auto session = start(t.model);
   TrainingThread thread(session, [&] { t.run(session); });
   expect_paused_at(session, at("train", 0, 0));
-  auto& control = session.core()->control();
+  auto& control = detail::core_of(session)->control();
 
   // Work queued while paused runs at once, inside the pause.
   std::promise<std::thread::id> ran_on;

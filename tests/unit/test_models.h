@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "nansense/nansense.h"
-#include "session/session_core.h"
+#include "session/session_access.h"
 
 namespace nansense {
 // Readable gtest messages for run states.
@@ -195,7 +195,7 @@ class TrainingThread {
         }) {}
   ~TrainingThread() {
     if (thread_.joinable()) {
-      if (session_.core()) session_.core()->control().close();
+      if (detail::core_of(session_)) detail::core_of(session_)->control().close();
       thread_.join();
     }
   }

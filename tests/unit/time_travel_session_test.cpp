@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "nansense/nansense.h"
-#include "session/session_core.h"
+#include "session/session_access.h"
 #include "test_models.h"
 
 namespace nansense {
@@ -423,7 +423,7 @@ TEST(TimeTravel, CorruptedAndTruncatedCheckpointsAreReportedNeverLoaded) {
   session.step_until_position(at("train", 2, 0));
   expect_paused_at(session, at("train", 2, 0));
   const auto before = params_of(*loop.model);
-  session.core()->restorer().store()->wait_idle();  // files are put in place in the background
+  detail::core_of(session)->restorer().store()->wait_idle();  // files are put in place in the background
   flip_byte(dir / "epoch_1.ckpt", static_cast<std::streamoff>(fs::file_size(dir / "epoch_1.ckpt") / 2));
   auto why = message_of<TimeTravelError>([&] { session.request_time_travel(1); });
   EXPECT_NE(why.find("checksum mismatch"), std::string::npos) << why;
@@ -474,7 +474,7 @@ TEST(TimeTravel, AFailingDiskKeepsTrainingGoing) {
   const auto dir = fresh_dir("full");
   loop.at_epoch_start = [&](int64_t e) {
     if (e == 0) {
-      session.core()->restorer().store()->set_write_fault([](uint64_t, size_t) { return true; });
+      detail::core_of(session)->restorer().store()->set_write_fault([](uint64_t, size_t) { return true; });
     }
   };
   session.detach();
