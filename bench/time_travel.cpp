@@ -1,8 +1,9 @@
 // Time travel's costs on the demo's network, as ratios where a baseline exists.
 //
 // 1. Checkpoint write: nansense's epoch-start checkpoint (model, Adam state,
-//    per-group options, StepLR, RNG; CRC-32; temp file + fsync + rename) against
-//    a plain torch::save of the same model and optimizer into one archive.
+//    per-group options, StepLR, RNG; CRC-32 per section; temp file + fsync +
+//    rename + folder fsync) against a plain torch::save of the same model and
+//    optimizer into one archive.
 //    Rounds interleave the two and the median per-round ratio is reported, in
 //    wall time (fsync waits on the disk, which CPU time would hide) and in
 //    thread CPU time.
@@ -28,8 +29,8 @@
 
 #include "bench_common.h"
 #include "session/session_access.h"
+#include "state/training_state.h"
 #include "time_travel/checkpoint_store.h"
-#include "time_travel/training_state.h"
 
 namespace {
 
@@ -61,8 +62,7 @@ void bench_write(int rounds, const fs::path& dir) {
   torch::optim::StepLR scheduler(optimizer, 1, 0.7);
   for (const auto& b : synthetic_batches(2, 64)) train_step(model, optimizer, b);  // Adam state exists
   auto adapter = nansense::adapt_scheduler(scheduler);
-  nansense::time_travel::LiveState live{model.ptr().get(), &optimizer, adapter.get()};
-  const std::string meta = nansense::time_travel::fingerprint(live).dump();
+  nansense::state::LiveState live{model.ptr().get(), {&optimizer}, adapter.get()};
   nansense::time_travel::CheckpointStore store(dir / "nansense", std::nullopt);
   const fs::path plain = dir / "plain.pt";
 
@@ -76,14 +76,7 @@ void bench_write(int rounds, const fs::path& dir) {
   };
   int64_t epoch = 0;
   auto write_checkpoint = [&] {
-    store.write(epoch++, meta, [&](const nansense::time_travel::PayloadSink& sink) {
-      torch::serialize::OutputArchive archive;
-      nansense::time_travel::save_state(live, archive);
-      archive.save_to([&](const void* data, size_t size) {
-        sink(data, size);
-        return size;
-      });
-    });
+    store.write(epoch++, [&](nansense::state::StateFile& file) { nansense::state::save_state(live, file); });
   };
   write_plain();
   write_checkpoint();
@@ -158,15 +151,11 @@ void bench_jump(int jumps, const fs::path& dir) {
   }
   // The restore alone: load the archive and copy it into the live objects.
   auto adapter = nansense::adapt_scheduler(scheduler);
-  nansense::time_travel::LiveState live{model.ptr().get(), &optimizer, adapter.get()};
+  nansense::state::LiveState live{model.ptr().get(), {&optimizer}, adapter.get()};
   auto file = nansense::detail::core_of(session)->restorer().store()->read(1);
   std::vector<double> restore;
   for (int i = 0; i < jumps; ++i) {
-    restore.push_back(timed([&] {
-                        torch::serialize::InputArchive archive;
-                        archive.load_from(file.payload(), file.payload_size);
-                        nansense::time_travel::restore_state(live, archive);
-                      }).wall);
+    restore.push_back(timed([&] { nansense::state::restore_state(file, live); }).wall);
   }
   session.detach();
   trainer.join();

@@ -13,9 +13,11 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <filesystem>
 #include <iomanip>
 #include <iostream>
 #include <random>
+#include <unistd.h>
 #include <string>
 #include <vector>
 
@@ -151,9 +153,12 @@ int main(int argc, char** argv) {
   };
 
   std::cout << std::fixed << std::setprecision(4);
-  // Time travel (session.epochs) checkpoints a single optimizer; with two, the
-  // loop runs its epochs itself.
-  for (int64_t epoch = 0; epoch < flags.epochs && !stop_signal.requested(); ++epoch) {
+  // The time-travel epoch loop checkpoints both optimizers at every epoch start,
+  // in a folder of this run's own.
+  const auto cache_dir =
+      std::filesystem::temp_directory_path() / ("nansense_gan_" + std::to_string(::getpid()));
+  session.epochs(flags.epochs, [&](int64_t epoch) {
+    if (stop_signal.requested()) return;
     // A fresh shuffle of the real points each epoch, cut into batches.
     std::vector<torch::Tensor> real_batches =
         real_points.index_select(0, torch::randperm(kPoints)).split(flags.batch_size);
@@ -182,11 +187,13 @@ int main(int argc, char** argv) {
       g_total += g_loss.item<double>();
       ++seen;
     }
-    if (stop_signal.requested()) break;
+    if (stop_signal.requested()) return;
     report_quality(gan, epoch, flags.epochs, d_total / std::max<int64_t>(seen, 1),
                    g_total / std::max<int64_t>(seen, 1));
-  }
+  }, nansense::EpochOptions().cache_dir(cache_dir.string()));
   session.close();
+  std::error_code ignored;
+  std::filesystem::remove_all(cache_dir, ignored);
   if (stop_signal.requested()) return 0;
   if (flags.exit_when_done) {
     std::cout << "Training finished" << std::endl;

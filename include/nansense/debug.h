@@ -11,8 +11,10 @@
 //   (bench/numerics), so it checks every batch by default, in every mode.
 // - The flight recorder. Every batch keeps the batch item (a reference), the
 //   RNG states (CPU, and CUDA when present) and copies of buffers that changed
-//   in place. When the guard trips it writes a NaN capsule: pre-step weights,
-//   buffers, optimizer state, batch, RNG states, position and settings.
+//   in place. When the guard trips it writes a NaN capsule: the training state
+//   the batch began from (pre-step weights, buffers, every optimizer's state,
+//   the LR schedule, RNG states; the same state an epoch checkpoint holds, in
+//   the same checksummed file format) plus the batch, position and settings.
 // - Root cause. On a traced batch every op of forward and backward is observed
 //   at the dispatcher; the producer is the first op whose inputs were finite and
 //   whose output was not. A batch that tripped untraced is run again, traced,
@@ -175,8 +177,9 @@ struct DebugError {
 };
 
 // A NaN capsule that cannot be used: unreadable, truncated, corrupt, of another
-// format version, or recorded for a different model or optimizer. The message
-// names what does not match.
+// format version (a capsule from an older nansense format is refused, saying
+// so), or recorded for a different model or optimizers. The message names
+// what does not match.
 class CapsuleError : public Error {
  public:
   using Error::Error;
@@ -194,7 +197,7 @@ struct Capsule {
   std::map<std::string, torch::Tensor> gradients;
   int num_threads = 1;
   // Anything that may keep the replay from being exact (an in-place change to
-  // the batch during the step, optimizer state that could not be saved).
+  // the batch during the step, a batch item with no tensors to record).
   std::vector<std::string> notes;
 
   // Whether `model`'s parameter gradients now equal the recorded ones bit for
@@ -203,10 +206,18 @@ struct Capsule {
 };
 
 // Loads the NaN capsule at `path`, checks it against `model` (parameter and
-// buffer names, shapes, dtypes) and `optimizer` (its type), and restores the
-// recorded weights, buffers, optimizer state, gradient presence, RNG states and
-// torch thread count. Run the batch body once on `batch` to reproduce the NaN;
-// on CPU it is bit for bit. Throws CapsuleError.
+// buffer names, shapes, dtypes) and `optimizers` (their number, order, types
+// and param-group sizes: pass them as StartOptions().optimizers() had them),
+// and restores the recorded weights, buffers, train/eval mode, the optimizers'
+// state and param-group options (learning rates), gradient presence, RNG
+// states and torch thread count. With no optimizers given, their state is
+// left alone. The LR schedule's own state (a step count) is not restored:
+// the learning rates come back with the optimizers. Run the batch body once
+// on `batch` to reproduce the NaN; on CPU it is bit for bit. Throws
+// CapsuleError, with nothing changed.
+Capsule replay_capsule(const std::string& path, torch::nn::Module& model,
+                       const std::vector<torch::optim::Optimizer*>& optimizers);
+// The same for a session with one optimizer (or none).
 Capsule replay_capsule(const std::string& path, torch::nn::Module& model,
                        torch::optim::Optimizer* optimizer = nullptr);
 

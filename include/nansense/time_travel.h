@@ -9,7 +9,7 @@
 //
 // A jump abandons the rest of the current epoch's body: it unwinds from the
 // batches() loop (at a batch boundary, or out of a pause) as a TimeTravelJump,
-// which epochs() catches. Then the model's parameters and buffers, the
+// which epochs() catches. Then the model's parameters and buffers, every
 // optimizer (state and every param group's options, learning rate included),
 // the scheduler and the RNG states are restored from the target epoch's
 // checkpoint, the schedule's counters rewind, and the loop pauses on the
@@ -90,17 +90,20 @@ std::shared_ptr<SchedulerAdapter> adapt_scheduler(torch::optim::LRScheduler& sch
 struct EpochOptions {
   // Folder of the checkpoints, one file per epoch start (epoch_<n>.ckpt),
   // created when missing. Files are written atomically (temp file, fsync,
-  // rename) with a checksum and checked before use. They outlive the process:
-  // a later run can resume from them (start_epoch). A folder that cannot be
-  // written disables time travel with the reason in the status; training goes
-  // on.
+  // rename, fsync of the folder) with a checksum per section, in the state
+  // file format NaN capsules share, and checked before use. They outlive the
+  // process: a later run can resume from them (start_epoch); files of an
+  // older nansense format are skipped and reported, never read. A folder that
+  // cannot be written disables time travel with the reason in the status;
+  // training goes on.
   TORCH_ARG(std::string, cache_dir) = ".nansense_cache";
   // Resume: restore cache_dir's checkpoint of this epoch before the first
   // batch and run start_epoch .. n-1. The folder may come from another
   // process; its checkpoint is validated up front against the live model,
-  // optimizer and scheduler (parameter and buffer names, shapes and dtypes;
-  // optimizer and scheduler kinds and param groups), and a mismatch throws
-  // TimeTravelError naming the first difference. 0 trains from scratch.
+  // optimizers and scheduler (parameter and buffer names, shapes and dtypes;
+  // the number and order of the optimizers, each one's kind and param-group
+  // sizes; the scheduler's kind), and a mismatch throws TimeTravelError naming
+  // the first difference. 0 trains from scratch.
   TORCH_ARG(int64_t, start_epoch) = 0;
   // Most bytes the checkpoints may take on disk. When a new checkpoint goes
   // over it, the oldest are deleted first (oldest written), never epoch 0.

@@ -4,7 +4,7 @@
 
 namespace nansense::numerics {
 
-FlightRecorder::FlightRecorder(const torch::nn::Module& model) : model_(model) {
+FlightRecorder::FlightRecorder(const torch::nn::Module& model) {
   for (const auto& p : model.named_parameters()) params_.push_back(p.value());
   for (const auto& b : model.named_buffers()) buffers_.push_back(b.value());
   buffer_copies_.resize(buffers_.size());
@@ -13,19 +13,7 @@ FlightRecorder::FlightRecorder(const torch::nn::Module& model) : model_(model) {
 
 void FlightRecorder::begin_batch() {
   at::DisableRecordFunctionGuard no_record;
-  {
-    auto gen = at::detail::getDefaultCPUGenerator();
-    std::lock_guard lock(gen.mutex());
-    rng_cpu_ = gen.get_state();
-  }
-  rng_cuda_.clear();
-  if (at::hasCUDA()) {
-    for (size_t i = 0; i < at::getNumGPUs(); ++i) {
-      auto gen = at::globalContext().defaultGenerator(torch::Device(torch::kCUDA, static_cast<int8_t>(i)));
-      std::lock_guard lock(gen.mutex());
-      rng_cuda_.push_back(gen.get_state());
-    }
-  }
+  rng_ = state::RngState::capture();
   grad_defined_.resize(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) grad_defined_[i] = params_[i].grad().defined();
   torch::NoGradGuard no_grad;
@@ -45,14 +33,12 @@ void FlightRecorder::set_item(std::vector<torch::Tensor> tensors) {
   for (const auto& t : item_) item_versions_.push_back(t.defined() ? t._version() : 0);
 }
 
-CapsuleInput FlightRecorder::capsule_input(torch::optim::Optimizer* optimizer) const {
+CapsuleInput FlightRecorder::capsule_input(const state::LiveState& live) const {
   CapsuleInput in;
-  in.model = &model_;
-  in.optimizer = optimizer;
+  in.live = live;
   in.buffers = buffer_copies_;
   in.grad_defined = grad_defined_;
-  in.rng_cpu = rng_cpu_;
-  in.rng_cuda = rng_cuda_;
+  in.rng = rng_;
   for (size_t i = 0; i < item_.size(); ++i) {
     if (!item_[i].defined()) continue;
     in.batch.push_back(item_[i]);

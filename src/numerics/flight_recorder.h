@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "numerics/capsule.h"
+#include "state/rng_state.h"
 
 namespace nansense::numerics {
 
@@ -25,18 +26,18 @@ class FlightRecorder {
   void set_item(std::vector<torch::Tensor> tensors);
   const std::vector<torch::Tensor>& item() const { return item_; }
 
-  // The capsule's input at a trip, before the optimizer step.
-  CapsuleInput capsule_input(torch::optim::Optimizer* optimizer) const;
+  // The capsule's input at a trip, before the optimizer step: `live` is the
+  // session's training state (the model this recorder watches, every
+  // optimizer, the scheduler).
+  CapsuleInput capsule_input(const state::LiveState& live) const;
 
  private:
-  const torch::nn::Module& model_;
   std::vector<torch::Tensor> params_;
   std::vector<torch::Tensor> buffers_;
   std::vector<torch::Tensor> buffer_copies_;
   std::vector<int64_t> buffer_versions_;
   std::vector<bool> grad_defined_;
-  torch::Tensor rng_cpu_;
-  std::vector<torch::Tensor> rng_cuda_;
+  state::RngState rng_;
   std::vector<torch::Tensor> item_;
   std::vector<int64_t> item_versions_;
 };

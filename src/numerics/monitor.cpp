@@ -55,10 +55,10 @@ RootCause cause_of(RootCause::Status status, std::string summary) {
 
 }  // namespace
 
-Monitor::Monitor(torch::nn::Module& model, const std::vector<torch::optim::Optimizer*>& optimizers,
+Monitor::Monitor(torch::nn::Module& model, std::vector<torch::optim::Optimizer*> optimizers,
                  const DebugSettings& settings, Host host)
     : model_(model),
-      optimizer_(optimizers.empty() ? nullptr : optimizers.front()),
+      optimizers_(std::move(optimizers)),
       host_(std::move(host)),
       state_(settings, host_.changed),
       recorder_(model),
@@ -214,16 +214,21 @@ std::optional<DebugError> Monitor::check(bool gradients) {
   return e;
 }
 
+state::LiveState Monitor::live_state() const {
+  return {&model_, optimizers_, host_.scheduler ? host_.scheduler() : nullptr};
+}
+
 std::string Monitor::write_capsule(const DebugError& hit) {
+  capsule_.reset();
   try {
-    auto in = recorder_.capsule_input(optimizer_);
+    auto in = recorder_.capsule_input(live_state());
     in.position = position_;
     in.settings = settings_;
     in.error = to_json(hit);
-    capsule_bytes_ = encode_capsule(in);
+    capsule_ = make_capsule(in);
     if (settings_.capsule_dir().empty()) return "";
     const auto path = capsule_path(settings_.capsule_dir(), position_);
-    write_atomic(path, capsule_bytes_);
+    state::write_state_file(path, *capsule_);
     return path;
   } catch (const std::exception& e) {
     if (host_.report_error) host_.report_error(std::string("the NaN capsule was not written: ") + e.what());
@@ -260,7 +265,7 @@ void Monitor::handle_hit(DebugError hit, bool in_backward) {
   }
   hit.capsule = write_capsule(hit);
   const bool nan_inf = has_nan_inf(hit.reasons);
-  if (!traced_ && nan_inf && settings_.rerun_to_trace() && in_backward && !capsule_bytes_.empty()) {
+  if (!traced_ && nan_inf && settings_.rerun_to_trace() && in_backward && capsule_) {
     hit.root_cause = cause_of(RootCause::Status::kPending,
                               "this batch was not traced: it runs again from the recorded state, traced, to "
                               "name the producer");
@@ -335,8 +340,7 @@ Monitor::End Monitor::end_batch(bool can_repeat) {
       std::string why = "the loop left the batch before it could run again";
       if (can_repeat) {
         try {
-          auto capsule = decode_capsule(capsule_bytes_, "the recorded state");
-          restore(capsule, "the recorded state", model_, optimizer_);
+          restore_capsule(*capsule_, live_state());
           out.repeat = true;
         } catch (const std::exception& e) {
           why = std::string("the recorded state could not be restored: ") + e.what();

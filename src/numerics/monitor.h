@@ -16,10 +16,13 @@
 
 #include "nansense/architecture.h"
 #include "nansense/debug.h"
+#include "nansense/time_travel.h"
 #include "numerics/debug_state.h"
 #include "numerics/flight_recorder.h"
 #include "numerics/guard.h"
 #include "numerics/op_tracer.h"
+#include "state/live_state.h"
+#include "state/state_file.h"
 
 namespace nansense::capture {
 class Tracer;
@@ -43,10 +46,15 @@ class Monitor {
     std::function<void(const std::string&)> report_error;
     // The error or the settings changed (push a fresh status).
     std::function<void()> changed;
+    // The LR schedule's adapter in use (null when none): capsules hold its
+    // state, and a re-run restores it.
+    std::function<SchedulerAdapter*()> scheduler;
   };
 
-  Monitor(torch::nn::Module& model, const std::vector<torch::optim::Optimizer*>& optimizers,
-          const DebugSettings& settings, Host host);
+  // `optimizers`: every optimizer of the session; capsules save and restore
+  // all of them, in this order.
+  Monitor(torch::nn::Module& model, std::vector<torch::optim::Optimizer*> optimizers, const DebugSettings& settings,
+          Host host);
   ~Monitor();
 
   DebugState& state() { return state_; }
@@ -80,9 +88,10 @@ class Monitor {
   void pause_now(bool in_backward);
   void fail(const std::string& what);
   std::string write_capsule(const DebugError& hit);
+  state::LiveState live_state() const;
 
   torch::nn::Module& model_;
-  torch::optim::Optimizer* optimizer_;
+  std::vector<torch::optim::Optimizer*> optimizers_;
   Host host_;
   DebugState state_;
   FlightRecorder recorder_;
@@ -103,8 +112,8 @@ class Monitor {
   int64_t since_check_ = 0;
   int64_t since_trace_ = 0;
 
-  // The traced re-run of a first hit.
-  std::string capsule_bytes_;
+  // The traced re-run of a first hit restores this capsule.
+  std::optional<state::StateFile> capsule_;
   bool rerun_pending_ = false;
   bool rerun_active_ = false;
   bool rerun_tripped_ = false;

@@ -24,21 +24,38 @@ BatchPosition position_from(const nlohmann::json& j) {
 
 }  // namespace
 
-Capsule replay_capsule(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer* optimizer) {
-  auto contents = numerics::decode_capsule(numerics::read_whole_file(path), path);
-  numerics::restore(contents, path, model, optimizer);
+Capsule replay_capsule(const std::string& path, torch::nn::Module& model,
+                       const std::vector<torch::optim::Optimizer*>& optimizers) {
+  auto file = numerics::read_capsule(path);
   Capsule c;
-  const auto& meta = contents.meta;
-  c.position = position_from(meta["position"]);
-  c.batch = contents.batch;
-  c.settings = numerics::settings_from_json(meta["settings"]);
-  if (meta["error"].is_object()) c.reasons = meta["error"].value("reasons", std::vector<std::string>{});
-  for (auto& [name, g] : contents.gradients) c.gradients[name] = g;
-  c.num_threads = meta.value("num_threads", 1);
-  c.notes = meta.value("notes", std::vector<std::string>{});
+  try {
+    const auto& meta = file.meta;
+    c.position = position_from(meta.at("position"));
+    c.settings = numerics::settings_from_json(meta.at("settings"));
+    if (meta.at("error").is_object()) c.reasons = meta["error"].value("reasons", std::vector<std::string>{});
+    c.num_threads = meta.value("num_threads", 1);
+    c.notes = meta.value("notes", std::vector<std::string>{});
+  } catch (const std::exception& e) {
+    throw CapsuleError(path + " has a malformed description: " + e.what());
+  }
+  c.batch = numerics::capsule_batch(file);
+  c.gradients = numerics::capsule_gradients(file);
+  // Everything is read: only now the live objects change. A replay without
+  // optimizers restores the rest; the schedule's own state is the session's
+  // (the learning rates come back with the optimizers).
+  state::Parts parts;
+  parts.optimizers = !optimizers.empty();
+  parts.scheduler = false;
+  numerics::restore_capsule(file, {&model, optimizers, nullptr}, parts);
   // Reductions split work by thread count: the same count, the same bits.
   if (c.num_threads > 0 && torch::get_num_threads() != c.num_threads) torch::set_num_threads(c.num_threads);
   return c;
+}
+
+Capsule replay_capsule(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer* optimizer) {
+  std::vector<torch::optim::Optimizer*> optimizers;
+  if (optimizer) optimizers.push_back(optimizer);
+  return replay_capsule(path, model, optimizers);
 }
 
 bool Capsule::gradients_match(const torch::nn::Module& model, std::string* difference) const {

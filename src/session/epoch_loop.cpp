@@ -15,7 +15,7 @@ std::unique_ptr<time_travel::TrainingRestorer> SessionCore::make_restorer(torch:
   host.interrupt = [this] { control_.interrupt(); };
   host.clear_interrupt = [this] { control_.clear_interrupt(); };
   host.changed = [this] { control_.notify_changed(); };
-  return std::make_unique<time_travel::TrainingRestorer>(*model_, optimizers_.empty() ? nullptr : optimizers_.front(), scheduler, std::move(host));
+  return std::make_unique<time_travel::TrainingRestorer>(*model_, optimizers_, scheduler, std::move(host));
 }
 
 void SessionCore::throw_if_jump_due() {

@@ -64,6 +64,7 @@ std::unique_ptr<numerics::Monitor> SessionCore::make_monitor(const DebugSettings
   host.architecture = [this] { return architecture_.load(); };
   host.report_error = [this](const std::string& what) { report_numerics_error(what); };
   host.changed = [this] { control_.notify_changed(); };
+  host.scheduler = [this] { return restorer_->scheduler(); };
   return std::make_unique<numerics::Monitor>(*model_, optimizers_, settings, std::move(host));
 }
 

@@ -26,6 +26,21 @@ std::optional<int64_t> epoch_of(const fs::path& file) {
   return std::stoll(digits);
 }
 
+// Why a file's description is not that of a checkpoint of `epoch`; empty
+// when it is.
+std::string not_a_checkpoint_of(const std::string& file, const std::string& kind, const nlohmann::json& meta,
+                                int64_t epoch) {
+  if (kind != state::kCheckpointKind) {
+    return file + " is " + state::describe_kind(kind) + ", not a time-travel checkpoint";
+  }
+  const auto* saved = meta.contains("epoch") ? &meta["epoch"] : nullptr;
+  if (!saved || !saved->is_number_integer() || saved->get<int64_t>() != epoch) {
+    return file + " is not a checkpoint of epoch " + std::to_string(epoch) + " (its description says epoch " +
+           (saved ? saved->dump() : std::string("none")) + ")";
+  }
+  return {};
+}
+
 }  // namespace
 
 CheckpointStore::CheckpointStore(fs::path folder, std::optional<uint64_t> budget_bytes)
@@ -33,8 +48,8 @@ CheckpointStore::CheckpointStore(fs::path folder, std::optional<uint64_t> budget
   std::error_code ec;
   fs::create_directories(folder_, ec);
   if (ec || !fs::is_directory(folder_)) {
-    throw CheckpointFileError("cannot create the cache folder " + folder_.string() + ": " +
-                              (ec ? ec.message() : std::string("a file is in the way")));
+    throw state::StateError("cannot create the cache folder " + folder_.string() + ": " +
+                            (ec ? ec.message() : std::string("a file is in the way")));
   }
 }
 
@@ -43,7 +58,7 @@ fs::path CheckpointStore::path_of(int64_t epoch) const {
 }
 
 std::vector<std::string> CheckpointStore::adopt(
-    int64_t epochs, const std::function<std::string(int64_t, const std::string&)>& accept) {
+    int64_t epochs, const std::function<std::string(int64_t, const nlohmann::json&)>& accept) {
   struct Found {
     int64_t epoch;
     uint64_t bytes;
@@ -56,12 +71,14 @@ std::vector<std::string> CheckpointStore::adopt(
     auto epoch = epoch_of(item.path());
     if (!epoch || *epoch >= epochs || !item.is_regular_file()) continue;
     try {
-      const std::string meta = read_checkpoint_meta(item.path());
-      if (auto why = accept(*epoch, meta); !why.empty()) {
+      const auto head = state::read_state_head(item.path());
+      auto why = not_a_checkpoint_of(item.path().string(), head.kind, head.meta, *epoch);
+      if (why.empty()) why = accept(*epoch, head.meta);
+      if (!why.empty()) {
         problems.push_back(why);
         continue;
       }
-      found.push_back({*epoch, item.file_size(), item.last_write_time()});
+      found.push_back({*epoch, head.size, item.last_write_time()});
     } catch (const std::exception& e) {
       problems.push_back(e.what());
     }
@@ -87,10 +104,13 @@ void CheckpointStore::wait_idle() {
   for (auto& f : pending) f.wait();
 }
 
-std::vector<int64_t> CheckpointStore::write(int64_t epoch, const std::string& meta, const PayloadWriter& payload) {
-  WriteFault fault;
+std::vector<int64_t> CheckpointStore::write(int64_t epoch, const std::function<void(state::StateFile&)>& fill) {
+  state::WriteFault fault;
   std::shared_future<void> previous;
   std::optional<Entry> replaced;
+  // Reuse the last checkpoint's memory: touching fresh pages costs more than
+  // the serialization itself.
+  std::shared_ptr<state::StateFile> file;
   {
     std::lock_guard lock(mu_);
     fault = fault_;
@@ -98,23 +118,18 @@ std::vector<int64_t> CheckpointStore::write(int64_t epoch, const std::string& me
       previous = it->second.placed;
       replaced = it->second;
     }
+    file = std::move(spare_);
   }
-  // Reuse the last payload's memory: touching fresh pages costs more than
-  // the serialization itself.
-  std::shared_ptr<std::string> bytes;
-  {
-    std::lock_guard lock(mu_);
-    bytes = std::move(spare_);
-  }
-  if (!bytes) bytes = std::make_shared<std::string>();
-  bytes->clear();
-  bytes->reserve(last_payload_ + last_payload_ / 8);
+  if (!file) file = std::make_shared<state::StateFile>();
+  file->reset(std::string(state::kCheckpointKind));
+  const auto now = std::chrono::system_clock::now().time_since_epoch();
+  file->meta["epoch"] = epoch;
+  file->meta["written_at_ms"] = std::chrono::duration_cast<std::chrono::milliseconds>(now).count();
   try {
-    payload([&](const void* data, size_t size) { bytes->append(static_cast<const char*>(data), size); });
+    fill(*file);
   } catch (const std::exception& e) {
-    throw CheckpointFileError("cannot serialize the checkpoint of epoch " + std::to_string(epoch) + ": " + e.what());
+    throw state::StateError("cannot serialize the checkpoint of epoch " + std::to_string(epoch) + ": " + e.what());
   }
-  last_payload_ = bytes->size();
   // The same file's earlier write lands first.
   if (previous.valid()) previous.wait();
   uint64_t order = 0;
@@ -124,21 +139,21 @@ std::vector<int64_t> CheckpointStore::write(int64_t epoch, const std::string& me
   }
   if (replaced) replaced->placed = {};
   const auto path = path_of(epoch);
-  std::packaged_task<void()> task([this, path, meta, bytes, fault, epoch, order, replaced] {
-        try {
-          write_checkpoint_file(
-              path, meta, [&](const PayloadSink& sink) { sink(bytes->data(), bytes->size()); }, fault);
-        } catch (const std::exception& e) {
-          commit_failed(epoch, order, replaced, e.what());
-        }
-        std::lock_guard lock(mu_);
-        spare_ = bytes;
-      });
+  const uint64_t size = file->encoded_size();
+  std::packaged_task<void()> task([this, path, file, fault, epoch, order, replaced] {
+    try {
+      state::write_state_file(path, *file, fault);
+    } catch (const std::exception& e) {
+      commit_failed(epoch, order, replaced, e.what());
+    }
+    std::lock_guard lock(mu_);
+    spare_ = file;
+  });
   std::shared_future<void> placed = task.get_future().share();
   std::vector<std::pair<int64_t, Entry>> victims;
   {
     std::lock_guard lock(mu_);
-    entries_[epoch] = {checkpoint_file_size(meta.size(), bytes->size()), order, placed};
+    entries_[epoch] = {size, order, placed};
     std::erase_if(in_flight_, [](const std::shared_future<void>& f) {
       return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
     });
@@ -203,7 +218,7 @@ std::vector<std::pair<int64_t, CheckpointStore::Entry>> CheckpointStore::evict_l
   return evicted;
 }
 
-CheckpointFile CheckpointStore::read(int64_t epoch) {
+state::StateFile CheckpointStore::read(int64_t epoch) {
   std::shared_future<void> placed;
   {
     std::lock_guard lock(mu_);
@@ -211,8 +226,12 @@ CheckpointFile CheckpointStore::read(int64_t epoch) {
   }
   if (placed.valid()) placed.wait();
   try {
-    return read_checkpoint_file(path_of(epoch));
-  } catch (const CheckpointFileError&) {
+    auto file = state::read_state_file(path_of(epoch));
+    if (auto why = not_a_checkpoint_of(file.origin, file.kind(), file.meta, epoch); !why.empty()) {
+      throw state::StateError(why);
+    }
+    return file;
+  } catch (const state::StateError&) {
     std::lock_guard lock(mu_);
     entries_.erase(epoch);
     throw;
@@ -245,7 +264,7 @@ uint64_t CheckpointStore::bytes_used() const {
   return total;
 }
 
-void CheckpointStore::set_write_fault(WriteFault fault) {
+void CheckpointStore::set_write_fault(state::WriteFault fault) {
   std::lock_guard lock(mu_);
   fault_ = std::move(fault);
 }

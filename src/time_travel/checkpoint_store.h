@@ -2,12 +2,15 @@
 // oldest-first eviction (epoch 0 is kept), and what is in it. Thread-safe:
 // the training thread writes while server threads list and read.
 //
-// A write blocks only while the payload is serialized into memory; the file
-// itself (checksum, temp file, fsync, rename into place) is made on a
-// background thread, off the training loop's time. The epoch is listed at
-// once; reading it waits for its file to be in place, and a write that fails
-// there (a full disk) unlists it again (or lists the epoch's previous file,
-// which is left intact) and is reported to the problem handler.
+// An epoch checkpoint is a state file (state/state_file.h) of kind
+// "checkpoint" whose meta says its epoch, holding the training state
+// (state/training_state.h). A write blocks only while the state is
+// serialized into memory; the file itself (checksums, temp file, fsync,
+// rename, folder fsync) is made on a background thread, off the training
+// loop's time. The epoch is listed at once; reading it waits for its file to
+// be in place, and a write that fails there (a full disk) unlists it again
+// (or lists the epoch's previous file, which is left intact) and is reported
+// to the problem handler.
 #pragma once
 
 #include <cstdint>
@@ -15,18 +18,19 @@
 #include <functional>
 #include <future>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "time_travel/checkpoint_file.h"
+#include "state/state_file.h"
 
 namespace nansense::time_travel {
 
 class CheckpointStore {
  public:
-  // Creates the folder when missing (CheckpointFileError when it cannot).
+  // Creates the folder when missing (state::StateError when it cannot).
   CheckpointStore(std::filesystem::path folder, std::optional<uint64_t> budget_bytes);
   // Waits for the writes still being made durable.
   ~CheckpointStore();
@@ -34,21 +38,23 @@ class CheckpointStore {
   CheckpointStore& operator=(const CheckpointStore&) = delete;
 
   // Adopts the files already in the folder (another process may have written
-  // them): every epoch_<n>.ckpt with n < epochs whose header and trailer are
-  // whole and whose meta `accept` approves (empty return) is listed; the
-  // others are skipped and their reasons returned.
+  // them): every epoch_<n>.ckpt with n < epochs whose header and description
+  // are whole, that is a checkpoint of epoch n, and whose meta `accept`
+  // approves (empty return) is listed; the others (older formats included)
+  // are skipped and their reasons returned.
   std::vector<std::string> adopt(int64_t epochs,
-                                 const std::function<std::string(int64_t epoch, const std::string& meta)>& accept);
+                                 const std::function<std::string(int64_t epoch, const nlohmann::json& meta)>& accept);
 
-  // Serializes epoch's checkpoint and has it written atomically in the
-  // background, then evicts down to the budget. Throws CheckpointFileError
-  // when the payload cannot be produced (nothing changes then). Returns the
-  // epochs evicted.
-  std::vector<int64_t> write(int64_t epoch, const std::string& meta, const PayloadWriter& payload);
+  // Makes epoch's checkpoint — `fill` adds the training state to the file,
+  // on the calling thread — and has it written atomically in the background,
+  // then evicts down to the budget. Throws state::StateError when the state
+  // cannot be produced (nothing changes then). Returns the epochs evicted.
+  std::vector<int64_t> write(int64_t epoch, const std::function<void(state::StateFile&)>& fill);
 
-  // Reads and verifies epoch's file. A file that fails is dropped from the
-  // list (left on disk for inspection) and CheckpointFileError rethrown.
-  CheckpointFile read(int64_t epoch);
+  // Reads and verifies epoch's file (checksums, kind, epoch). A file that
+  // fails is dropped from the list (left on disk for inspection) and
+  // state::StateError rethrown.
+  state::StateFile read(int64_t epoch);
 
   bool has(int64_t epoch) const;
   std::vector<int64_t> epochs() const;
@@ -60,7 +66,7 @@ class CheckpointStore {
   std::filesystem::path path_of(int64_t epoch) const;
 
   // Tests: make writes fail as a full disk would.
-  void set_write_fault(WriteFault fault);
+  void set_write_fault(state::WriteFault fault);
   // Told (from a background thread) when a written file could not be made
   // durable or put in place; the epoch is then unlisted (or its previous file
   // listed again). Called without the store's lock held.
@@ -83,9 +89,8 @@ class CheckpointStore {
   mutable std::mutex mu_;
   std::map<int64_t, Entry> entries_;
   uint64_t next_order_ = 0;
-  size_t last_payload_ = 0;  // to reserve the next payload's memory at once
-  std::shared_ptr<std::string> spare_;  // a written payload's buffer, for the next
-  WriteFault fault_;
+  std::shared_ptr<state::StateFile> spare_;  // a written checkpoint's buffers, for the next
+  state::WriteFault fault_;
   std::function<void(const std::string&)> on_problem_;
   std::vector<std::shared_future<void>> in_flight_;  // every background commit, for wait_idle()
 };

@@ -1,7 +1,9 @@
 #include "time_travel/restorer.h"
 
-#include <chrono>
 #include <iostream>
+
+#include "state/fingerprint.h"
+#include "state/training_state.h"
 
 namespace nansense::time_travel {
 
@@ -25,18 +27,28 @@ std::string ranges(const std::vector<int64_t>& epochs) {
   return out.empty() ? "none" : out;
 }
 
+// Why a checkpoint's description does not fit the live fingerprint; empty
+// when it does.
+std::string mismatch(const nlohmann::json& meta, const nlohmann::json& live) {
+  return state::first_mismatch(meta.value("fingerprint", nlohmann::json()), live, "the cache");
+}
+
 }  // namespace
 
-TrainingRestorer::TrainingRestorer(torch::nn::Module& model, torch::optim::Optimizer* optimizer,
+TrainingRestorer::TrainingRestorer(torch::nn::Module& model, std::vector<torch::optim::Optimizer*> optimizers,
                                    torch::optim::LRScheduler* scheduler, Host host)
-    : model_(model), optimizer_(optimizer), scheduler_(scheduler), host_(std::move(host)) {}
+    : model_(model),
+      optimizers_(std::move(optimizers)),
+      default_adapter_(scheduler ? adapt_scheduler(*scheduler) : nullptr),
+      adapter_(default_adapter_),
+      host_(std::move(host)) {}
 
 TrainingRestorer::~TrainingRestorer() {
   // Before any member goes: a failing background commit reports here.
   if (store_) store_->wait_idle();
 }
 
-LiveState TrainingRestorer::live() const { return {&model_, optimizer_, adapter_.get()}; }
+state::LiveState TrainingRestorer::live() const { return {&model_, optimizers_, scheduler()}; }
 
 int64_t TrainingRestorer::open(int64_t epochs, const EpochOptions& options) {
   const int64_t start = options.start_epoch();
@@ -47,9 +59,8 @@ int64_t TrainingRestorer::open(int64_t epochs, const EpochOptions& options) {
   if (options.cache_budget_bytes() && *options.cache_budget_bytes() == 0) {
     throw TimeTravelError("cache_budget_bytes must be positive (nullopt means no limit)");
   }
-  adapter_ = options.scheduler();
-  if (!adapter_ && scheduler_) adapter_ = adapt_scheduler(*scheduler_);
-  json live_fingerprint = fingerprint(live());
+  adapter_ = options.scheduler() ? options.scheduler() : default_adapter_;
+  nlohmann::json live_fingerprint = state::fingerprint(live());
 
   std::shared_ptr<CheckpointStore> store;
   std::string unavailable;
@@ -60,17 +71,11 @@ int64_t TrainingRestorer::open(int64_t epochs, const EpochOptions& options) {
       report(problem);
       host_.changed();
     });
-    problems = store->adopt(epochs, [&](int64_t epoch, const std::string& text) -> std::string {
-      const std::string name = "epoch_" + std::to_string(epoch) + ".ckpt";
-      json meta = json::parse(text, nullptr, false);
-      if (meta.is_discarded() || !meta.is_object() || meta.value("epoch", int64_t{-1}) != epoch ||
-          !meta.contains("fingerprint")) {
-        return name + " is ignored: its header is not a checkpoint description of epoch " + std::to_string(epoch);
-      }
-      auto why = first_mismatch(meta["fingerprint"], live_fingerprint);
-      return why.empty() ? std::string() : name + " is ignored: " + why;
+    problems = store->adopt(epochs, [&](int64_t epoch, const nlohmann::json& meta) -> std::string {
+      auto why = mismatch(meta, live_fingerprint);
+      return why.empty() ? std::string() : "epoch_" + std::to_string(epoch) + ".ckpt is ignored: " + why;
     });
-  } catch (const CheckpointFileError& e) {
+  } catch (const state::StateError& e) {
     if (start > 0) throw TimeTravelError("cannot resume at epoch " + std::to_string(start) + ": " + e.what());
     unavailable = std::string("time travel is off: ") + e.what() + " (training goes on without checkpoints)";
   }
@@ -114,9 +119,9 @@ int64_t TrainingRestorer::open(int64_t epochs, const EpochOptions& options) {
   return start;
 }
 
-std::shared_ptr<const CheckpointFile> TrainingRestorer::load_validated(int64_t epoch) {
+std::shared_ptr<const state::StateFile> TrainingRestorer::load_validated(int64_t epoch) {
   std::shared_ptr<CheckpointStore> store;
-  json expected;
+  nlohmann::json expected;
   {
     std::lock_guard lock(mu_);
     store = store_;
@@ -124,30 +129,23 @@ std::shared_ptr<const CheckpointFile> TrainingRestorer::load_validated(int64_t e
   }
   const std::string which = "the checkpoint of epoch " + std::to_string(epoch);
   if (!store) throw TimeTravelError(which + " cannot be read: no cache folder is open");
-  CheckpointFile file;
+  state::StateFile file;
   try {
     file = store->read(epoch);
-  } catch (const CheckpointFileError& e) {
+  } catch (const state::StateError& e) {
     report(e.what());
     host_.changed();
     throw TimeTravelError(which + " cannot be used: " + e.what() + "; it is no longer offered");
   }
-  json meta = json::parse(file.meta, nullptr, false);
-  if (meta.is_discarded() || !meta.is_object() || meta.value("epoch", int64_t{-1}) != epoch ||
-      !meta.contains("fingerprint")) {
-    throw TimeTravelError(which + " has no valid description of epoch " + std::to_string(epoch));
-  }
-  if (auto why = first_mismatch(meta["fingerprint"], expected); !why.empty()) {
+  if (auto why = mismatch(file.meta, expected); !why.empty()) {
     throw TimeTravelError(which + " was written for a different setup: " + why);
   }
-  return std::make_shared<const CheckpointFile>(std::move(file));
+  return std::make_shared<const state::StateFile>(std::move(file));
 }
 
-void TrainingRestorer::restore_file(const CheckpointFile& file, int64_t epoch) {
+void TrainingRestorer::restore_file(const state::StateFile& file, int64_t epoch) {
   try {
-    torch::serialize::InputArchive archive;
-    archive.load_from(file.payload(), file.payload_size);
-    restore_state(live(), archive);
+    state::restore_state(file, live());
   } catch (const std::exception& e) {
     throw TimeTravelError("restoring epoch " + std::to_string(epoch) + " failed: " + e.what());
   }
@@ -158,7 +156,6 @@ void TrainingRestorer::restore_file(const CheckpointFile& file, int64_t epoch) {
 
 void TrainingRestorer::save_epoch_start(int64_t epoch) {
   std::shared_ptr<CheckpointStore> store;
-  std::string meta;
   {
     std::lock_guard lock(mu_);
     current_ = epoch;
@@ -166,23 +163,10 @@ void TrainingRestorer::save_epoch_start(int64_t epoch) {
     if (std::exchange(restored_epoch_, std::nullopt) == epoch) return;
     store = store_;
     if (!store || !unavailable_.empty()) return;
-    const auto now = std::chrono::system_clock::now().time_since_epoch();
-    meta = json{{"format", 1},
-                {"epoch", epoch},
-                {"written_at_ms", std::chrono::duration_cast<std::chrono::milliseconds>(now).count()},
-                {"fingerprint", fingerprint_}}
-               .dump();
   }
   const bool had_file = store->has(epoch);
   try {
-    store->write(epoch, meta, [&](const PayloadSink& sink) {
-      torch::serialize::OutputArchive archive;
-      save_state(live(), archive);
-      archive.save_to([&](const void* data, size_t size) {
-        sink(data, size);
-        return size;
-      });
-    });
+    store->write(epoch, [&](state::StateFile& file) { state::save_state(live(), file); });
   } catch (const std::exception& e) {
     report("the checkpoint of epoch " + std::to_string(epoch) + " was not written: " + e.what() +
            (had_file ? "; the previous file of that epoch stays" : "; the epoch is not a jump target"));

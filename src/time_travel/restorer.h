@@ -14,8 +14,9 @@
 #include <string>
 
 #include "nansense/time_travel.h"
+#include "state/live_state.h"
+#include "state/state_file.h"
 #include "time_travel/checkpoint_store.h"
-#include "time_travel/training_state.h"
 
 namespace torch::optim {
 class LRScheduler;
@@ -34,7 +35,10 @@ class TrainingRestorer {
     std::function<void()> changed;  // the status changed (push it)
   };
 
-  TrainingRestorer(torch::nn::Module& model, torch::optim::Optimizer* optimizer,
+  // `optimizers`: every optimizer of the session, saved and restored in this
+  // order. `scheduler` (may be null) is adapted unless an epochs() loop is
+  // given its own adapter.
+  TrainingRestorer(torch::nn::Module& model, std::vector<torch::optim::Optimizer*> optimizers,
                    torch::optim::LRScheduler* scheduler, Host host);
   // Waits for checkpoints still being put in place.
   ~TrainingRestorer();
@@ -77,23 +81,29 @@ class TrainingRestorer {
   // Tests: the store of the open loop (null when none).
   CheckpointStore* store();
 
+  // Training thread: the state a checkpoint holds (the model, every
+  // optimizer, the schedule adapter in use).
+  state::LiveState live() const;
+  // Training thread: the schedule adapter in use (the epochs() loop's, else
+  // the session scheduler's), null when there is none.
+  SchedulerAdapter* scheduler() const { return adapter_.get(); }
+
  private:
   struct Jump {
     int64_t epoch = 0;
-    std::shared_ptr<const CheckpointFile> file;  // validated when requested
+    std::shared_ptr<const state::StateFile> file;  // validated when requested
   };
-  LiveState live() const;
-  // Reads and validates a checkpoint (checksum, meta, fingerprint).
-  std::shared_ptr<const CheckpointFile> load_validated(int64_t epoch);
-  void restore_file(const CheckpointFile& file, int64_t epoch);
+  // Reads and validates a checkpoint (checksums, kind, epoch, fingerprint).
+  std::shared_ptr<const state::StateFile> load_validated(int64_t epoch);
+  void restore_file(const state::StateFile& file, int64_t epoch);
   void report(const std::string& problem);
   // Expects mu_ held.
   void update_armed_locked();
 
   torch::nn::Module& model_;
-  torch::optim::Optimizer* optimizer_;
-  torch::optim::LRScheduler* scheduler_;
-  std::shared_ptr<SchedulerAdapter> adapter_;
+  std::vector<torch::optim::Optimizer*> optimizers_;
+  std::shared_ptr<SchedulerAdapter> default_adapter_;  // of the session's scheduler
+  std::shared_ptr<SchedulerAdapter> adapter_;          // in use
   Host host_;
 
   mutable std::mutex mu_;
@@ -104,7 +114,7 @@ class TrainingRestorer {
   std::optional<int64_t> current_;
   std::string cache_dir_;
   std::optional<uint64_t> budget_;
-  json fingerprint_;
+  nlohmann::json fingerprint_;
   std::shared_ptr<CheckpointStore> store_;
   std::optional<Jump> pending_;
   std::optional<Jump> in_flight_;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GAN demo end to end: the first batch's capture holds the generator and
 # all three discriminator calls (real, fake detached, fake), each parameter
-# shows the state of its own optimizer, and a detached short run finishes.
+# shows the state of its own optimizer, time travel restores both optimizers,
+# and a detached short run finishes.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -53,6 +54,20 @@ for param in D.0.weight D.4.bias G.0.weight G.4.bias; do
     fail "$param lacks its optimizer's state: $(jq -c --arg p "$param" '.parameters[] | select(.name == $p)' <<<"$snapshot")"
 done
 pass "every call has its activation and gradient; G's and D's parameters show their own Adam state"
+
+# Time travel with two optimizers: run to epoch 1, jump back to epoch 0; the
+# first batch again leaves both Adam states at step 1 (restored, not 4).
+post /api/run_until '{"epoch":1,"phase":"train","batch":0}'
+wait_for_status '.state == "paused" and .live_position.epoch == 1' "the pause at epoch 1"
+post /api/time_travel '{"epoch":0}'
+wait_for_status '.state == "paused" and .live_position.epoch == 0 and .live_position.batch_idx == 0 and .snapshot_position.epoch == 0' \
+  "the pause after jumping back to epoch 0"
+snapshot=$(get /api/snapshot)
+for param in D.0.weight G.0.weight; do
+  jq -e --arg p "$param" '.parameters[] | select(.name == $p) | .optimizer_state.step == 1' <<<"$snapshot" >/dev/null ||
+    fail "$param's Adam state was not restored by the jump: $(jq -c --arg p "$param" '.parameters[] | select(.name == $p) | .optimizer_state.step' <<<"$snapshot")"
+done
+pass "a jump back to epoch 0 restores both optimizers"
 
 post /api/run '{"detach":true}'
 wait_for_exit 60

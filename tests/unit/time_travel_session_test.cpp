@@ -45,12 +45,17 @@ using Key = std::tuple<int64_t, std::string, int64_t>;  // epoch, phase, batch
 // A loop of `epochs` x (train: 4 shuffled batches, val: 2 batches) with
 // dropout, Adam and StepLR; records every batch's loss in order.
 struct Loop {
-  explicit Loop(int64_t hidden = 16, bool adam = true)
+  // `split`: Adam trains fc1 and SGD with momentum trains fc2 (two optimizers).
+  explicit Loop(int64_t hidden = 16, bool adam = true, bool split = false)
       : model(hidden),
         loader(torch::data::make_data_loader(ToyData(24).map(torch::data::transforms::Stack<>()),
                                              torch::data::DataLoaderOptions().batch_size(6))),
         val(test::make_batches(2, 6)) {
-    if (adam) {
+    if (split) {
+      opt = std::make_unique<torch::optim::Adam>(model->fc1->parameters(), torch::optim::AdamOptions(0.01));
+      opt2 = std::make_unique<torch::optim::SGD>(model->fc2->parameters(),
+                                                 torch::optim::SGDOptions(0.05).momentum(0.9));
+    } else if (adam) {
       opt = std::make_unique<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(0.01));
     } else {
       opt = std::make_unique<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.05));
@@ -58,7 +63,11 @@ struct Loop {
     sched = std::make_unique<torch::optim::StepLR>(*opt, 1, 0.5);
   }
 
-  Session start() { return nansense::start(model, StartOptions().optimizer(opt.get()).scheduler(sched.get())); }
+  Session start() {
+    std::vector<torch::optim::Optimizer*> all{opt.get()};
+    if (opt2) all.push_back(opt2.get());
+    return nansense::start(model, StartOptions().optimizers(all).scheduler(sched.get()));
+  }
 
   void run(Session& s, int64_t epochs, EpochOptions options) {
     s.epochs(
@@ -69,9 +78,11 @@ struct Loop {
           try {
             for (auto& batch : s.batches(*loader, "train")) {
               opt->zero_grad();
+              if (opt2) opt2->zero_grad();
               auto loss = torch::cross_entropy_loss(model->forward(batch.data), batch.target);
               loss.backward();
               opt->step();
+              if (opt2) opt2->step();
               record(s, loss);
             }
           } catch (const std::exception&) {
@@ -103,6 +114,7 @@ struct Loop {
 
   DropNet model{16};
   std::unique_ptr<torch::optim::Optimizer> opt;
+  std::unique_ptr<torch::optim::Optimizer> opt2;  // null unless split
   std::unique_ptr<torch::optim::StepLR> sched;
   decltype(torch::data::make_data_loader(ToyData(1).map(torch::data::transforms::Stack<>()))) loader;
   std::vector<test::Batch> val;
@@ -401,6 +413,60 @@ TEST(TimeTravel, ResumesFromAnotherSessionsCache) {
       [&] { s3.epochs(5, [](int64_t) {}, EpochOptions().cache_dir(dir.string()).start_epoch(3)); });
   EXPECT_NE(why.find("no usable checkpoint"), std::string::npos) << why;
   s3.close();
+  fs::remove_all(dir);
+}
+
+TEST(TimeTravel, ResumesEveryOptimizerInOrder) {
+  const auto dir = fresh_dir("resume_two");
+  torch::manual_seed(5);
+  Loop writer(16, true, /*split=*/true);
+  std::map<int64_t, std::vector<float>> written;
+  {
+    auto session = writer.start();
+    written = train_detached(writer, session, 3, EpochOptions().cache_dir(dir.string()));
+  }
+  std::map<Key, float> writer_losses(writer.losses.begin(), writer.losses.end());
+
+  torch::manual_seed(5);
+  Loop reader(16, true, /*split=*/true);
+  torch::manual_seed(99);
+  auto session = reader.start();
+  auto starts = train_detached(reader, session, 3, EpochOptions().cache_dir(dir.string()).start_epoch(2));
+  EXPECT_EQ(starts[2], written[2]);
+  ASSERT_EQ(reader.losses.size(), 6u);
+  for (const auto& [key, loss] : reader.losses) EXPECT_EQ(loss, writer_losses.at(key)) << "SGD's momentum came along";
+
+  Loop single;
+  auto s1 = single.start();
+  auto why = message_of<TimeTravelError>(
+      [&] { s1.epochs(3, [](int64_t) {}, EpochOptions().cache_dir(dir.string()).start_epoch(1)); });
+  EXPECT_NE(why.find("the cache holds the state of 2 optimizers (torch::optim::Adam, torch::optim::SGD) but 1 was "
+                     "given (torch::optim::Adam)"),
+            std::string::npos)
+      << why;
+  s1.close();
+  fs::remove_all(dir);
+}
+
+TEST(TimeTravel, AnOldFormatCacheIsReportedNeverLoaded) {
+  const auto dir = fresh_dir("old_format");
+  fs::create_directories(dir);
+  std::ofstream(dir / "epoch_0.ckpt", std::ios::binary) << "NSCKPT01" << std::string(100, '\1');
+  Loop loop;
+  auto session = loop.start();
+  auto why = message_of<TimeTravelError>(
+      [&] { session.epochs(2, [](int64_t) {}, EpochOptions().cache_dir(dir.string()).start_epoch(1)); });
+  EXPECT_NE(why.find("epoch_0.ckpt is a time-travel checkpoint in an older nansense format"), std::string::npos)
+      << why;
+  session.close();
+  // Training from scratch over it reports it and writes the current format.
+  Loop again;
+  auto s2 = again.start();
+  s2.detach();
+  again.run(s2, 1, EpochOptions().cache_dir(dir.string()));
+  EXPECT_NE(s2.time_travel_status().last_error.find("older nansense format"), std::string::npos)
+      << s2.time_travel_status().last_error;
+  EXPECT_EQ(s2.time_travel_status().cached_epochs, (std::vector<int64_t>{0}));
   fs::remove_all(dir);
 }
 
