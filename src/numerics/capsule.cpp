@@ -14,8 +14,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/json_values.h"
 #include "numerics/debug_json.h"
-#include "server/json_views.h"
 
 namespace nansense::numerics {
 
@@ -152,7 +152,7 @@ std::string encode_capsule(const CapsuleInput& in) {
   json meta = {{"format", "nansense-capsule"},
                {"version", kCapsuleVersion},
                {"torch", TORCH_VERSION},
-               {"position", server::to_json(in.position)},
+               {"position", common::to_json(in.position)},
                {"settings", to_json(in.settings)},
                {"error", in.error},
                {"parameters", params},
