@@ -80,7 +80,7 @@ Reply render_layer(Controller& c, const Args& a) {
       try {
         r.strips.push_back(c.render_strip(layer, k, options));
       } catch (const ControllerError& e) {
-        r.missing.push_back({{"layer", layer}, {"kind", k}, {"reason", e.what()}});
+        r.missing.push_back({layer, k, e.what()});
         reasons += (reasons.empty() ? "" : "; ") + std::string(e.what());
       }
     }

@@ -34,8 +34,13 @@ struct Reply {
   // Pictures, instead of or beside the JSON.
   std::vector<std::shared_ptr<const StripPicture>> strips;
   std::shared_ptr<const InputPicture> input;
-  // render_layer: the strips that could not be drawn, with the reason.
-  json missing = json::array();
+  // render_layer: the strips that could not be drawn, and why.
+  struct Missing {
+    std::string layer;
+    std::string kind;
+    std::string reason;
+  };
+  std::vector<Missing> missing;
 };
 
 struct Command {

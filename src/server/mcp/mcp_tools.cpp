@@ -122,16 +122,17 @@ ToolResult tool_result(Reply reply) {
       info.update(append_image(r, strip->png, describe(*strip)));
       images.push_back(std::move(info));
     }
-    for (const auto& missing : reply.missing) {
-      r.content.push_back(text("no " + missing["kind"].get<std::string>() + " image for " +
-                               missing["layer"].get<std::string>() + ": " + missing["reason"].get<std::string>()));
+    json missing = json::array();
+    for (const auto& m : reply.missing) {
+      r.content.push_back(text("no " + m.kind + " image for " + m.layer + ": " + m.reason));
+      missing.push_back({{"layer", m.layer}, {"kind", m.kind}, {"reason", m.reason}});
     }
     if (reply.input) {
       json info = info_json(*reply.input);
       info.update(append_image(r, reply.input->png, describe(*reply.input)));
       r.structured = std::move(info);
     } else {
-      r.structured = {{"images", std::move(images)}, {"missing", std::move(reply.missing)}};
+      r.structured = {{"images", std::move(images)}, {"missing", std::move(missing)}};
     }
     return r;
   }
