@@ -44,7 +44,7 @@ class Runner {
     nansense::DebugSettings debug;
     debug.capsule_dir("");
     if (variant == Variant::kSessionChecksOff) debug.enabled(false);
-    if (variant == Variant::kOpTrace) debug.trace_interval(1);
+    if (variant == Variant::kOpTrace) debug.trace_interval_batches(1);
     session_.emplace(nansense::start(model_, nansense::StartOptions().optimizer(optimizer_.get()).debug(debug)));
     session_->detach();  // no server: nothing could release a pause
     range_.emplace(nansense::detail::core_of(*session_), batches_, "train", std::nullopt);

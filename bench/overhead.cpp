@@ -84,10 +84,10 @@ double measure(Variant variant, std::vector<Batch>& batches) {
     begin = Clock::now();
     // A request applies to the next batch to begin: ask before the first, then
     // during each batch for the one after it.
-    if (capture) session.request_snapshot();
+    if (capture) session.refresh();
     for (auto& batch : session.batches(batches, "train")) {
       Bench::step(model, optimizer, batch);
-      if (capture) session.request_snapshot();
+      if (capture) session.refresh();
     }
     end = Clock::now();
     // Guards the numbers: a capture variant that captured nothing would look cheap.

@@ -140,7 +140,7 @@ void bench_jump(int jumps, const fs::path& dir) {
   target.phase = "train";
   target.epoch = 2;
   target.batch_idx = 3;
-  session.step_until_position(target);  // epochs 0..2 are now cached
+  session.run_until(target);  // epochs 0..2 are now cached
   session.wait_until_stopped(wait);
   std::vector<double> latency;
   for (int i = 0; i < jumps; ++i) {

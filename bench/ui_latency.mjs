@@ -26,7 +26,7 @@ try {
   const latencies = [];
   const painted = [];
   for (let i = 0; i < steps; ++i) {
-    status = await demo.api('/api/step', { unit: 'batch', wait_seconds: 30 });
+    status = await demo.api('/api/step', { unit: 'batch', timeout_seconds: 30 });
     if (status.state !== 'paused') throw new Error(`step ${i} did not pause: ${status.state}`);
     await rendered(status.snapshot_sequence);
     await page.waitForFunction(() => window.__nansense?.paintedAtMs !== undefined, null, { timeout: 30_000 });

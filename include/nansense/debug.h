@@ -34,6 +34,7 @@
 
 #include "nansense/errors.h"
 #include "nansense/position.h"
+#include "nansense/tensor_stats.h"
 
 namespace torch::nn {
 class Module;
@@ -51,20 +52,20 @@ struct DebugSettings {
   TORCH_ARG(bool, enabled) = true;
   // Check every n-th batch (1 = every batch; >= 1). The guard costs about
   // 0.1% of a batch on the demo CNN, hence every batch.
-  TORCH_ARG(int64_t, interval) = 1;
+  TORCH_ARG(int64_t, interval_batches) = 1;
   // NaN / +-Inf in activations, activation gradients and weight gradients;
   // one non-finite value trips it. Fractions are of element count.
   TORCH_ARG(bool, check_nan_inf) = true;
   // Gradient underflow / overflow, dtype-aware: subnormal when
   // 0 < |g| < finfo.tiny, overflow when |g| >= finfo.max / 16. Trips when the
-  // band holds at least `threshold` of a layer's summed finite |grad|.
+  // band holds at least `threshold_fraction` of a layer's summed finite |grad|.
   TORCH_ARG(bool, check_under_over) = true;
   // In (0, 1].
-  TORCH_ARG(double, threshold) = 0.1;
+  TORCH_ARG(double, threshold_fraction) = 0.1;
   // Also trace every n-th batch at op level (0 = never). Captured batches (the
   // ones the UI shows) and re-runs of a tripped batch are always traced.
   // Tracing costs about 10% of the batches it covers (bench/numerics).
-  TORCH_ARG(int64_t, trace_interval) = 0;
+  TORCH_ARG(int64_t, trace_interval_batches) = 0;
   // When the guard trips on a batch that was not traced, restore the state the
   // flight recorder kept (weights, buffers, optimizer state, RNG) and deliver
   // the same batch item again, traced, to name the producer. The loop body then
@@ -103,19 +104,6 @@ struct LayerReport {
   std::vector<std::string> sources;
 };
 
-// Shape, dtype and content of one tensor an op read or wrote.
-struct TensorFacts {
-  std::vector<int64_t> shape;
-  std::string dtype;
-  int64_t numel = 0;
-  int64_t nan = 0;
-  int64_t pos_inf = 0;
-  int64_t neg_inf = 0;
-  // The range of its finite values (nullopt when it has none).
-  std::optional<double> min;
-  std::optional<double> max;
-};
-
 // One op of a traced batch.
 struct OpReport {
   std::string op;        // "aten::div"
@@ -127,8 +115,9 @@ struct OpReport {
   // The layer of the op (a backward op: of its forward op), as the
   // architecture graph names it; nullopt outside the model (the loss).
   std::optional<std::string> layer;
-  std::vector<TensorFacts> inputs;
-  std::vector<TensorFacts> outputs;
+  // Shape, dtype, non-finite counts and finite range of what it read and wrote.
+  std::vector<TensorStats> inputs;
+  std::vector<TensorStats> outputs;
   int64_t index = 0;  // place among the traced ops, in execution order
 };
 

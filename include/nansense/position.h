@@ -27,18 +27,18 @@ struct BatchPosition {
   }
 };
 
-// How training proceeds after a resume; each maps to a UI control.
+// How training proceeds after a resume. Each mode is named after the Session
+// command that sets it, and maps to a UI control.
 enum class Mode {
-  kStep,              // pause after every batch (Step Batch; the initial mode)
-  kUntilPhaseChange,  // run to the first batch of the next phase (Step phase)
-  kUntilEpochChange,  // run to the first batch of the next epoch (Step epoch)
-  kUntilPosition,     // run to an exact position (Step custom…)
-  kUntilEnd,          // run to the last batch of the run (Run)
-  kDetach,            // never pause again; capture cost drops to a flag check
+  kStepBatch,  // pause after every batch (Step Batch; the initial mode)
+  kStepPhase,  // run to the first batch of the next phase (Step phase)
+  kStepEpoch,  // run to the first batch of the next epoch (Step epoch)
+  kRunUntil,   // run to an exact position (Step custom…)
+  kRun,        // run to the last batch of the run (Run)
+  kDetach,     // never pause again; capture cost drops to a flag check
 };
 
-// "step", "until_phase_change", "until_epoch_change", "until_position",
-// "until_end", "detach".
+// "step_batch", "step_phase", "step_epoch", "run_until", "run", "detach".
 std::string_view to_string(Mode mode);
 
 }  // namespace nansense

@@ -197,15 +197,18 @@ class Session {
 
   // Run control, callable from any thread; takes effect at the next batch
   // boundary (or resumes a paused loop). Throw ControlError when refused.
-  void step_batch();
-  void step_phase();
-  void step_epoch();
-  void step_until_position(const BatchPosition& target);
-  void step_run();
-  void detach();
-  void stop();
+  // The names are the commands' names over HTTP and MCP (step, run_until,
+  // run, pause, refresh), and each sets the Mode of the same name.
+  void step_batch();  // pause after the next batch
+  void step_phase();  // pause at the first batch of the next phase
+  void step_epoch();  // pause at the first batch of the next epoch
+  // Pause at exactly `target`, which must lie ahead in the schedule.
+  void run_until(const BatchPosition& target);
+  void run();     // pause at the last batch of the run
+  void detach();  // never pause again (a numerical error still does)
+  void pause();   // pause at the next batch boundary; nothing when paused
   // Capture and publish the next batch without pausing.
-  void request_snapshot();
+  void refresh();
   // Blocks until the loop pauses, finishes or is lost, or `timeout` passes.
   // Returns the state then. Never call it from the training thread.
   RunState wait_until_stopped(std::chrono::milliseconds timeout) const;

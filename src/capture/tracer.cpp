@@ -7,6 +7,8 @@
 #include <sstream>
 #include <string_view>
 
+#include "common/dtype.h"
+
 namespace nansense::capture {
 
 namespace {
@@ -409,7 +411,7 @@ void Tracer::set_inputs(const std::vector<torch::Tensor>& inputs, bool stacked) 
     info.role = LayerInfo::Role::kInput;
     info.kind = "input";
     info.output_shape = shown.sizes().vec();
-    info.dtype = std::string(c10::toString(shown.scalar_type()));
+    info.dtype = common::dtype_name(shown.scalar_type());
     int idx = add_layer(std::move(info));
     auto copy = cpu_copy(shown);
     result_->activations[layers_[idx].name] = copy;
@@ -615,7 +617,7 @@ void Tracer::capture_activation(int layer, const torch::Tensor& out, int64_t op_
   torch::NoGradGuard no_grad;
   LayerInfo& info = layers_[layer];
   info.output_shape = out.sizes().vec();
-  info.dtype = std::string(c10::toString(out.scalar_type()));
+  info.dtype = common::dtype_name(out.scalar_type());
   // Copied now: a later in-place op may overwrite the live tensor.
   result_->activations[info.name] = cpu_copy(out);
   {

@@ -121,42 +121,4 @@ bool suspicious(double abs_sum, int64_t numel, c10::ScalarType dtype, bool under
   return abs_sum >= band->overflow;
 }
 
-Facts tensor_facts(const torch::Tensor& t) {
-  at::DisableRecordFunctionGuard no_record;
-  torch::NoGradGuard no_grad;
-  Facts f;
-  f.numel = t.numel();
-  if (!t.defined() || t.numel() == 0) return f;
-  auto x = t.detach();
-  if (!x.is_floating_point()) {
-    if (x.scalar_type() != torch::kBool && !x.is_complex()) {
-      f.min = x.min().item<double>();
-      f.max = x.max().item<double>();
-    }
-    return f;
-  }
-  f.nan = torch::isnan(x).sum().item<int64_t>();
-  f.pos_inf = torch::isposinf(x).sum().item<int64_t>();
-  f.neg_inf = torch::isneginf(x).sum().item<int64_t>();
-  auto finite = x.masked_select(torch::isfinite(x));
-  if (finite.numel() > 0) {
-    f.min = finite.min().item<double>();
-    f.max = finite.max().item<double>();
-  }
-  return f;
-}
-
-std::string dtype_name(c10::ScalarType dtype) {
-  switch (dtype) {
-    case c10::ScalarType::Half: return "float16";
-    case c10::ScalarType::BFloat16: return "bfloat16";
-    case c10::ScalarType::Float: return "float32";
-    case c10::ScalarType::Double: return "float64";
-    case c10::ScalarType::Long: return "int64";
-    case c10::ScalarType::Int: return "int32";
-    case c10::ScalarType::Bool: return "bool";
-    default: return c10::toString(dtype);
-  }
-}
-
 }  // namespace nansense::numerics

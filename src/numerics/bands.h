@@ -1,4 +1,4 @@
-// Dtype-aware bands and the per-tensor statistics every check is built on.
+// Dtype-aware bands and the per-tensor band statistics every check is built on.
 #pragma once
 
 #include <torch/types.h>
@@ -50,15 +50,5 @@ std::vector<double> abs_sums(const std::vector<torch::Tensor>& tensors);
 // non-finite value (or its sum overflowed), or enough of it may lie in the
 // subnormal or overflow band to reach `threshold`.
 bool suspicious(double abs_sum, int64_t numel, c10::ScalarType dtype, bool under_over, double threshold);
-
-// Counts and finite range of one tensor, for an op report (synchronous).
-struct Facts {
-  int64_t numel = 0, nan = 0, pos_inf = 0, neg_inf = 0;
-  std::optional<double> min, max;
-};
-Facts tensor_facts(const torch::Tensor& t);
-
-// "float32", "bfloat16", ... (numpy-style, as the UI shows dtypes).
-std::string dtype_name(c10::ScalarType dtype);
 
 }  // namespace nansense::numerics

@@ -7,8 +7,9 @@
 #include <chrono>
 #include <filesystem>
 
+#include "common/json_values.h"
 #include "numerics/debug_json.h"
-#include "server/json_views.h"
+#include "common/json_values.h"
 #include "state/training_state.h"
 
 namespace nansense::numerics {
@@ -85,7 +86,7 @@ state::StateFile make_capsule(const CapsuleInput& in) {
                        std::chrono::system_clock::now().time_since_epoch())
                        .count();
   capsule.meta.update({{"torch", TORCH_VERSION},
-                       {"position", server::to_json(in.position)},
+                       {"position", common::to_json(in.position)},
                        {"settings", to_json(in.settings)},
                        {"error", in.error},
                        {"grad_defined", grad_defined},

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/dtype.h"
 #include "numerics/bands.h"
 #include "numerics/debug_state.h"
 
@@ -54,8 +55,8 @@ void apply(const DebugSettings& s, Row& row, const BandStats& st, bool gradient,
   if (gradient && s.check_under_over()) {
     row.report.underflow = std::max(row.report.underflow, st.underflow_fraction());
     row.report.overflow = std::max(row.report.overflow, st.overflow_fraction());
-    if (st.underflow_fraction() >= s.threshold()) trip("underflow");
-    if (st.overflow_fraction() >= s.threshold()) trip("overflow");
+    if (st.underflow_fraction() >= s.threshold_fraction()) trip("underflow");
+    if (st.overflow_fraction() >= s.threshold_fraction()) trip("overflow");
   }
 }
 
@@ -70,7 +71,7 @@ void scan(const DebugSettings& s, Table& table, const std::vector<std::pair<std:
   std::vector<std::string> suspects;
   for (size_t i = 0; i < values.size(); ++i) {
     if (suspicious(sums[i], values[i].numel(), values[i].scalar_type(), gradient && s.check_under_over(),
-                   s.threshold())) {
+                   s.threshold_fraction())) {
       suspects.push_back(tensors[i].first);
     }
   }
@@ -89,7 +90,7 @@ void scan(const DebugSettings& s, Table& table, const std::vector<std::pair<std:
   for (size_t i = 0; i < picked.size(); ++i) {
     if (!per_layer.count(owners[i])) order.push_back(owners[i]);
     per_layer[owners[i]] += stats[i];
-    if (gradient && !dtype.count(owners[i])) dtype[owners[i]] = dtype_name(picked[i].scalar_type());
+    if (gradient && !dtype.count(owners[i])) dtype[owners[i]] = common::dtype_name(picked[i].scalar_type());
   }
   for (const auto& layer : order) {
     Row& row = table.row(layer);

@@ -2,14 +2,13 @@
 
 #include <set>
 
+#include "common/json_values.h"
+#include "common/tensor_stats.h"
 #include "numerics/bands.h"
-#include "server/json_views.h"
 
 namespace nansense::numerics {
 
 namespace {
-
-json optional_number(const std::optional<double>& v) { return v ? server::number(*v) : json(nullptr); }
 
 std::optional<c10::ScalarType> dtype_from_name(const std::string& name) {
   if (name == "float16") return c10::ScalarType::Half;
@@ -23,11 +22,11 @@ std::optional<c10::ScalarType> dtype_from_name(const std::string& name) {
 
 json to_json(const DebugSettings& s) {
   return {{"enabled", s.enabled()},
-          {"interval_batches", s.interval()},
+          {"interval_batches", s.interval_batches()},
           {"check_nan_inf", s.check_nan_inf()},
           {"check_under_over", s.check_under_over()},
-          {"threshold_fraction", s.threshold()},
-          {"trace_interval_batches", s.trace_interval()},
+          {"threshold_fraction", s.threshold_fraction()},
+          {"trace_interval_batches", s.trace_interval_batches()},
           {"rerun_to_trace", s.rerun_to_trace()},
           {"allow", s.allow()},
           {"capsule_dir", s.capsule_dir()}};
@@ -36,26 +35,21 @@ json to_json(const DebugSettings& s) {
 DebugSettings settings_from_json(const json& j) {
   DebugSettings s;
   s.enabled(j.value("enabled", s.enabled()));
-  s.interval(j.value("interval_batches", s.interval()));
+  s.interval_batches(j.value("interval_batches", s.interval_batches()));
   s.check_nan_inf(j.value("check_nan_inf", s.check_nan_inf()));
   s.check_under_over(j.value("check_under_over", s.check_under_over()));
-  s.threshold(j.value("threshold_fraction", s.threshold()));
-  s.trace_interval(j.value("trace_interval_batches", s.trace_interval()));
+  s.threshold_fraction(j.value("threshold_fraction", s.threshold_fraction()));
+  s.trace_interval_batches(j.value("trace_interval_batches", s.trace_interval_batches()));
   s.rerun_to_trace(j.value("rerun_to_trace", s.rerun_to_trace()));
   s.allow(j.value("allow", s.allow()));
   s.capsule_dir(j.value("capsule_dir", s.capsule_dir()));
   return s;
 }
 
-json to_json(const TensorFacts& f) {
-  return {{"shape", f.shape}, {"dtype", f.dtype}, {"numel", f.numel},   {"nan", f.nan},
-          {"pos_inf", f.pos_inf}, {"neg_inf", f.neg_inf}, {"min", optional_number(f.min)}, {"max", optional_number(f.max)}};
-}
-
 json to_json(const OpReport& op) {
   json inputs = json::array(), outputs = json::array();
-  for (const auto& f : op.inputs) inputs.push_back(to_json(f));
-  for (const auto& f : op.outputs) outputs.push_back(to_json(f));
+  for (const auto& s : op.inputs) inputs.push_back(common::to_json(s));
+  for (const auto& s : op.outputs) outputs.push_back(common::to_json(s));
   return {{"op", op.op},
           {"pass", op.pass},
           {"backward_node", op.backward_node.empty() ? json(nullptr) : json(op.backward_node)},
@@ -118,7 +112,7 @@ json to_json(const DebugError& error) {
   for (const auto& row : error.layers) layers.push_back(to_json(row));
   json labels = json::array();
   for (const auto& r : error.reasons) labels.push_back(reason_label(r));
-  return {{"position", server::to_json(error.position)},
+  return {{"position", common::to_json(error.position)},
           {"reasons", error.reasons},
           {"reason_labels", labels},
           {"checks_used", error.checks_used},

@@ -13,7 +13,6 @@ using json = nlohmann::json;
 json to_json(const DebugSettings& settings);
 // Reads what to_json(DebugSettings) wrote (a capsule's settings).
 DebugSettings settings_from_json(const json& j);
-json to_json(const TensorFacts& facts);
 json to_json(const OpReport& op);
 json to_json(const RootCause& cause);
 json to_json(const LayerReport& row);

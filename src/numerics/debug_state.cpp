@@ -36,16 +36,17 @@ std::string category_of(const std::string& reason) {
 }
 
 void validate(const DebugSettings& s) {
-  if (s.interval() < 1) {
-    throw std::invalid_argument("interval must be a whole number of batches >= 1, got " +
-                                std::to_string(s.interval()));
+  if (s.interval_batches() < 1) {
+    throw std::invalid_argument("interval_batches must be a whole number of batches >= 1, got " +
+                                std::to_string(s.interval_batches()));
   }
-  if (!(std::isfinite(s.threshold()) && s.threshold() > 0 && s.threshold() <= 1)) {
-    throw std::invalid_argument("threshold must be a fraction in (0, 1], got " + std::to_string(s.threshold()));
+  if (!(std::isfinite(s.threshold_fraction()) && s.threshold_fraction() > 0 && s.threshold_fraction() <= 1)) {
+    throw std::invalid_argument("threshold_fraction must be a fraction in (0, 1], got " +
+                                std::to_string(s.threshold_fraction()));
   }
-  if (s.trace_interval() < 0) {
-    throw std::invalid_argument("trace_interval must be 0 (off) or a number of batches >= 1, got " +
-                                std::to_string(s.trace_interval()));
+  if (s.trace_interval_batches() < 0) {
+    throw std::invalid_argument("trace_interval_batches must be 0 (off) or a number of batches >= 1, got " +
+                                std::to_string(s.trace_interval_batches()));
   }
   for (const auto& entry : s.allow()) {
     if (entry.empty()) throw std::invalid_argument("allow entries must be op or layer names, got an empty string");

@@ -98,7 +98,7 @@ Monitor::Trace Monitor::plan_batch(const BatchPosition& position, bool repeat) {
     rerun_tripped_ = false;
     return Trace::kCapture;
   }
-  if (settings_.trace_interval() > 0 && ++since_trace_ >= settings_.trace_interval()) {
+  if (settings_.trace_interval_batches() > 0 && ++since_trace_ >= settings_.trace_interval_batches()) {
     since_trace_ = 0;
     return Trace::kOps;
   }
@@ -110,7 +110,7 @@ void Monitor::begin_batch(capture::Tracer* tracer, Trace trace, observer::Observ
   tracer_ = tracer;
   traced_ = observer && (tracer != nullptr || trace != Trace::kNone);
   // Traced batches are checked whatever the interval: they cost far more anyway.
-  const bool checked = traced_ || ++since_check_ >= settings_.interval();
+  const bool checked = traced_ || ++since_check_ >= settings_.interval_batches();
   if (checked && !traced_) since_check_ = 0;
   if (traced_ && settings_.check_nan_inf()) {
     try {
@@ -162,7 +162,7 @@ std::optional<DebugError> Monitor::check(bool gradients) {
     bool any = false;
     for (size_t i = 0; i < grads.size() && !any; ++i) {
       any = suspicious(sums[i], grads[i].numel(), grads[i].scalar_type(), settings_.check_under_over(),
-                       settings_.threshold());
+                       settings_.threshold_fraction());
     }
     if (!any) return std::nullopt;
   }

@@ -9,6 +9,8 @@
 #include <sstream>
 #include <string_view>
 
+#include "common/dtype.h"
+#include "common/tensor_stats.h"
 #include "numerics/bands.h"
 
 namespace nansense::numerics {
@@ -62,24 +64,9 @@ bool finite(const torch::Tensor& t) {
   return torch::isfinite(t).all().item<bool>();
 }
 
-TensorFacts facts_of(const torch::Tensor& t, bool with_values) {
-  TensorFacts f;
-  f.shape = t.sizes().vec();
-  f.dtype = dtype_name(t.scalar_type());
-  f.numel = t.numel();
-  if (!with_values) return f;
-  auto x = tensor_facts(t);
-  f.nan = x.nan;
-  f.pos_inf = x.pos_inf;
-  f.neg_inf = x.neg_inf;
-  f.min = x.min;
-  f.max = x.max;
-  return f;
-}
-
 std::string shape_text(const torch::Tensor& t) {
   std::ostringstream out;
-  out << t.sizes() << " " << dtype_name(t.scalar_type());
+  out << t.sizes() << " " << common::dtype_name(t.scalar_type());
   return out.str();
 }
 
@@ -180,8 +167,8 @@ OpReport OpTracer::report(const observer::Frame& frame, const std::vector<torch:
   r.forward_op = forward_op;
   r.layer = layer;
   r.index = index_;
-  for (const auto& in : frame.inputs) r.inputs.push_back(facts_of(in, in.numel() > 0));
-  for (const auto& out : outputs) r.outputs.push_back(facts_of(out, checkable(out)));
+  for (const auto& in : frame.inputs) r.inputs.push_back(common::tensor_stats(in));
+  for (const auto& out : outputs) r.outputs.push_back(common::tensor_stats(out));
   return r;
 }
 

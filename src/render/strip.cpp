@@ -3,6 +3,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "common/dtype.h"
 #include "render/colormap.h"
 
 namespace nansense::render {
@@ -58,7 +59,7 @@ Strip render_strip(const torch::Tensor& batch, const StripOptions& options) {
   torch::NoGradGuard no_grad;
   if (!batch.defined() || batch.dim() == 0) throw std::invalid_argument("nothing to draw: the tensor has no batch dimension");
   if (!(batch.is_floating_point())) {
-    throw std::invalid_argument("cannot draw a " + std::string(c10::toString(batch.scalar_type())) + " tensor");
+    throw std::invalid_argument("cannot draw a " + common::dtype_name(batch.scalar_type()) + " tensor");
   }
   const int64_t n = batch.size(0);
   if (options.sample < 0 || options.sample >= n) {

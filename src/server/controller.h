@@ -1,56 +1,47 @@
-// The one command/query layer every UI and MCP action goes through. Named
-// like the original's MCP tools; transports only parse and format.
+// The one command/query layer every UI and MCP action goes through, named like
+// the original's MCP tools. Arguments arrive checked against their
+// declarations (commands.h); transports only parse and format.
 #pragma once
 
 #include <chrono>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "nansense/snapshot.h"
 #include "render/render_cache.h"
 #include "render/strip.h"
-#include "nansense/snapshot.h"
+#include "server/controller_error.h"
 #include "server/json_views.h"
+#include "server/pictures.h"
+#include "server/status.h"
 
 namespace nansense::detail {
-class SessionCore;
+class SessionPort;
 }
 
 namespace nansense::server {
 
-// A refused request. The message says what to do; kind picks the status a
-// transport reports (HTTP 400/404/409, an MCP error result).
-class ControllerError : public std::runtime_error {
- public:
-  enum class Kind { kInvalidArgument, kNotFound, kConflict };
-  ControllerError(Kind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}
-  Kind kind() const { return kind_; }
-
- private:
-  Kind kind_;
-};
-
 class Controller {
  public:
-  explicit Controller(detail::SessionCore& core) : core_(core) {}
+  explicit Controller(detail::SessionPort& session) : session_(session) {}
 
   // --- queries ---
-  json get_status() const;
+  Status get_status() const;
   json get_architecture() const;
   // Per-layer summary of the last captured batch.
   json get_snapshot() const;
 
   // Statistics of layers in the last captured batch (controller_stats.cpp):
-  // per activation and gradient the shape, finite/NaN/Inf counts, min, max,
-  // mean, population std, median, zero fraction and dead channels (dim 1
-  // all zero over the batch); optionally a histogram of the finite values and
-  // one channel's statistics. An empty `layers` means every layer.
+  // per activation and gradient the shared tensor statistics with spread
+  // (common/tensor_stats.h) and dead channels (dim 1 all zero over the
+  // batch); optionally a histogram of the finite values and one channel's
+  // statistics. An empty `layers` means every layer.
   struct LayerStatsOptions {
-    bool histogram = false;
-    int64_t bins = 32;               // 2..512
+    bool include_histogram = false;
+    int64_t bins = 32;
     std::optional<int64_t> channel;  // an index along dim 1
   };
   json get_layer_stats(const std::vector<std::string>& layers, const LayerStatsOptions& options) const;
@@ -62,15 +53,11 @@ class Controller {
 
   // A layer's activation or gradient strip for one sample of the last captured
   // batch, as PNG, with what it shows (scale, layout, non-finite counts).
-  struct RenderedImage {
-    std::string png;
-    json info;
-  };
-  std::shared_ptr<const RenderedImage> render_layer(const std::string& layer, const std::string& kind,
-                                                    const render::StripOptions& options) const;
+  std::shared_ptr<const StripPicture> render_strip(const std::string& layer, const std::string& kind,
+                                                   const render::StripOptions& options) const;
   // One sample of model input `input` (index into the snapshot's inputs) as
   // the image it was (input_mean/std, input_transform) or a colour strip.
-  std::shared_ptr<const RenderedImage> render_input(int64_t input, int64_t sample) const;
+  std::shared_ptr<const InputPicture> render_input(int64_t input, int64_t sample) const;
 
   // The last published snapshot's sequence number; 0 before the first.
   uint64_t snapshot_sequence() const;
@@ -82,14 +69,16 @@ class Controller {
   // Wakes every wait_for_change() (a transport shutting down).
   void wake_watchers();
 
-  // --- commands: each returns get_status() once applied (or waited for) ---
-  // `wait`: block until the loop pauses, finishes or is lost, at most this long.
-  using Wait = std::optional<std::chrono::milliseconds>;
-  json step(const std::string& unit, Wait wait = std::nullopt);
-  json run(bool detach, Wait wait = std::nullopt);
-  json pause(Wait wait = std::nullopt);
-  json run_until(const std::string& phase, int64_t epoch, int64_t batch, Wait wait = std::nullopt);
-  json refresh(Wait wait = std::nullopt);
+  // --- commands: each returns the status once applied (or waited for) ---
+  // `wait`: block until the loop pauses, finishes or is lost, at most this
+  // long; zero returns at once.
+  using Wait = std::chrono::milliseconds;
+  Status step(const std::string& unit, Wait wait);
+  Status run(bool detach, Wait wait);
+  Status pause(Wait wait);
+  Status run_until(const std::string& phase, int64_t epoch, int64_t batch, Wait wait);
+  // `refreshed` says whether a newer snapshot arrived within the wait.
+  Status refresh(Wait wait);
 
   // --- time travel (controller_time_travel.cpp) ---
   // The Time Travel dialog's data: availability and reason, cached epochs,
@@ -98,18 +87,18 @@ class Controller {
   json get_time_travel_status() const;
   // Jumps to the start of a cached epoch, paused or running; waits like the
   // other commands for the pause on the target's first batch. Refused:
-  // kConflict without a running epochs() loop (or on a finished/lost run),
-  // kInvalidArgument for an epoch out of range, not cached, or whose
-  // checkpoint is corrupted or belongs to another model.
-  json time_travel(int64_t epoch, Wait wait = std::nullopt);
+  // kConflict when no jump is possible now (no running epochs() loop, a
+  // finished or lost run), kInvalidArgument for an epoch out of range, not
+  // cached, or whose checkpoint is corrupted or belongs to another model.
+  Status time_travel(int64_t epoch, Wait wait);
 
   // --- numerical debugging (controller_debug.cpp) ---
   // The checks' settings, the standing error (null when none: reasons,
   // position, per-layer fractions, band edges, root cause, capsule) and how
   // many batches were checked.
   json get_debug_report() const;
-  // A partial update of the checks; absent fields keep their value. Returns
-  // get_debug_report(). Bad values: kInvalidArgument naming the field.
+  // A partial update of the checks (DebugSettings' fields, same names);
+  // absent fields keep their value. Returns get_debug_report().
   struct DebugChecksUpdate {
     std::optional<bool> enabled;
     std::optional<int64_t> interval_batches;
@@ -134,19 +123,20 @@ class Controller {
 
  private:
   template <class F>
-  json command(F&& apply, Wait wait);
-  // The `time_travel` field of get_status(): what the button needs.
+  Status command(F&& apply, Wait wait);
+  // The `time_travel` field of the status: what the button needs.
   json time_travel_summary() const;
-  // The `debug` field of get_status(): what a banner shows.
+  // The `debug` field of the status: what a banner shows.
   json debug_summary() const;
   // The last published snapshot; kNotFound before the first capture.
   std::shared_ptr<const BatchSnapshot> require_snapshot() const;
 
-  detail::SessionCore& core_;
+  detail::SessionPort& session_;
   mutable std::mutex cache_mu_;
   mutable uint64_t cached_sequence_ = 0;
   mutable std::shared_ptr<const json> cached_snapshot_;
-  mutable render::RenderCache<RenderedImage> render_cache_{256};
+  mutable render::RenderCache<StripPicture> strip_cache_{256};
+  mutable render::RenderCache<InputPicture> input_cache_{32};
 };
 
 }  // namespace nansense::server

@@ -3,19 +3,19 @@
 #include <stdexcept>
 
 #include "numerics/debug_json.h"
+#include "numerics/debug_state.h"
 #include "server/controller.h"
-#include "session/session_core.h"
+#include "session/session_port.h"
 
 namespace nansense::server {
 
 json Controller::debug_summary() const {
-  const auto& debug = core_.debug();
-  const auto settings = debug.settings();
+  const auto settings = session_.debug_settings();
   json checks = json::array();
   if (settings.enabled() && settings.check_nan_inf()) checks.push_back(numerics::kNanInf);
   if (settings.enabled() && settings.check_under_over()) checks.push_back(numerics::kUnderOver);
   json summary = {{"enabled", settings.enabled()}, {"checks", checks}, {"error", nullptr}};
-  if (auto error = debug.error()) {
+  if (auto error = session_.debug_error()) {
     json producer = nullptr;
     if (error->root_cause && error->root_cause->producer) {
       const auto& p = *error->root_cause->producer;
@@ -37,18 +37,17 @@ json Controller::debug_summary() const {
                         {"capsule", error->capsule.empty() ? json(nullptr) : json(error->capsule)},
                         {"hits", error->hits},
                         {"update", error->update.empty() ? json(nullptr) : json(error->update)},
-                        {"skip_update", debug.skip_chosen()}};
+                        {"skip_update", session_.skip_update_chosen()}};
   }
   return summary;
 }
 
 json Controller::get_debug_report() const {
-  const auto& debug = core_.debug();
-  auto error = debug.error();
-  return {{"settings", numerics::to_json(debug.settings())},
+  auto error = session_.debug_error();
+  return {{"settings", numerics::to_json(session_.debug_settings())},
           {"error", error ? numerics::to_json(*error) : json(nullptr)},
-          {"checked_batches", debug.checked_batches()},
-          {"skip_update", debug.skip_chosen()}};
+          {"checked_batches", session_.checked_batches()},
+          {"skip_update", session_.skip_update_chosen()}};
 }
 
 json Controller::choose_update(const std::string& action) {
@@ -57,7 +56,7 @@ json Controller::choose_update(const std::string& action) {
                           "action must be \"skip\" or \"apply\", got \"" + action + "\"");
   }
   try {
-    core_.debug().choose_update(action == "skip");
+    session_.choose_update(action == "skip");
   } catch (const std::logic_error& e) {
     throw ControllerError(ControllerError::Kind::kConflict, e.what());
   }
@@ -65,34 +64,26 @@ json Controller::choose_update(const std::string& action) {
 }
 
 json Controller::configure_debug_checks(const DebugChecksUpdate& u) {
-  auto& debug = core_.debug();
-  auto s = debug.settings();
+  auto s = session_.debug_settings();
   if (u.enabled) s.enabled(*u.enabled);
-  if (u.interval_batches) s.interval(*u.interval_batches);
+  if (u.interval_batches) s.interval_batches(*u.interval_batches);
   if (u.check_nan_inf) s.check_nan_inf(*u.check_nan_inf);
   if (u.check_under_over) s.check_under_over(*u.check_under_over);
-  if (u.threshold_fraction) s.threshold(*u.threshold_fraction);
-  if (u.trace_interval_batches) s.trace_interval(*u.trace_interval_batches);
+  if (u.threshold_fraction) s.threshold_fraction(*u.threshold_fraction);
+  if (u.trace_interval_batches) s.trace_interval_batches(*u.trace_interval_batches);
   if (u.rerun_to_trace) s.rerun_to_trace(*u.rerun_to_trace);
   if (u.allow) s.allow(*u.allow);
   try {
-    debug.set_settings(s);
+    session_.set_debug_settings(s);
   } catch (const std::invalid_argument& e) {
-    // The settings' own names, as the request spells them.
-    std::string message = e.what();
-    for (const auto& [from, to] : {std::pair{"interval ", "interval_batches "},
-                                   std::pair{"threshold ", "threshold_fraction "},
-                                   std::pair{"trace_interval ", "trace_interval_batches "}}) {
-      if (message.rfind(from, 0) == 0) message = to + message.substr(std::string(from).size());
-    }
-    throw ControllerError(ControllerError::Kind::kInvalidArgument, message);
+    throw ControllerError(ControllerError::Kind::kInvalidArgument, e.what());
   }
   return get_debug_report();
 }
 
 json Controller::silence_debug_check(const std::optional<std::string>& category) {
   try {
-    core_.debug().silence(category.value_or(""));
+    session_.silence_debug_check(category.value_or(""));
   } catch (const std::invalid_argument& e) {
     throw ControllerError(ControllerError::Kind::kInvalidArgument, e.what());
   }
@@ -100,7 +91,7 @@ json Controller::silence_debug_check(const std::optional<std::string>& category)
 }
 
 json Controller::clear_debug_error() {
-  core_.debug().clear();
+  session_.clear_debug_error();
   return get_debug_report();
 }
 

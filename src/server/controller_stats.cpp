@@ -4,13 +4,13 @@
 #include <cmath>
 #include <limits>
 
+#include "common/tensor_stats.h"
 #include "server/controller.h"
 
 namespace nansense::server {
 
 namespace {
 
-constexpr int64_t kMaxBins = 512;
 constexpr size_t kMaxListedChannels = 64;
 
 struct Describe {
@@ -45,46 +45,20 @@ json histogram(const torch::Tensor& finite_values, int64_t bins, double lo, doub
   return out;
 }
 
-// Statistics of one tensor. Non-finite values are counted and left out of
-// every other figure. `range` fixes the histogram range (a channel is binned
-// over its layer's range so the two compare); by default the finite min..max.
+// The shared statistics of one tensor (common/tensor_stats.h) plus what only
+// these queries show: dead channels and a histogram of the finite values.
+// `range` fixes the histogram range (a channel is binned over its layer's
+// range so the two compare); by default the finite min..max.
 json describe(const torch::Tensor& tensor, const Describe& how,
               std::optional<std::pair<double, double>> range = std::nullopt) {
-  json out = {{"shape", tensor.sizes().vec()},
-              {"dtype", std::string(c10::toString(tensor.scalar_type()))},
-              {"numel", tensor.numel()}};
-  if (tensor.is_complex()) {
-    out["note"] = "complex tensor: only its shape is summarised";
-    return out;
-  }
+  const TensorStats stats = common::tensor_stats(tensor, {.spread = true, .norm = how.norm});
+  json out = common::to_json(stats);
+  if (tensor.is_complex()) return out;
   torch::NoGradGuard no_grad;
-  auto d = tensor.detach().to(torch::kDouble);
-  auto flat = d.reshape({-1});
-  auto finite_mask = torch::isfinite(flat);
-  auto values = flat.masked_select(finite_mask);
-  const int64_t finite = values.numel();
-  const int64_t nan = torch::isnan(flat).sum().item<int64_t>();
-  const int64_t pos_inf = flat.eq(std::numeric_limits<double>::infinity()).sum().item<int64_t>();
-  out["finite"] = finite;
-  out["nan"] = nan;
-  out["pos_inf"] = pos_inf;
-  out["neg_inf"] = tensor.numel() - finite - nan - pos_inf;
-  if (finite == 0) {
-    for (const char* key : {"min", "max", "mean", "std", "median"}) out[key] = nullptr;
-  } else {
-    out["min"] = number(values.min().item<double>());
-    out["max"] = number(values.max().item<double>());
-    out["mean"] = number(values.mean().item<double>());
-    out["std"] = number(values.std(/*unbiased=*/false).item<double>());
-    out["median"] = number(values.median().item<double>());
-    out["zero_fraction"] =
-        number(static_cast<double>(values.eq(0).sum().item<int64_t>()) / static_cast<double>(tensor.numel()));
-    if (how.norm) out["norm"] = number(values.norm().item<double>());
-  }
-  if (how.channels && d.dim() >= 2 && d.size(1) > 0 && d.size(0) > 0) {
-    const int64_t channels = d.size(1);
+  if (how.channels && tensor.dim() >= 2 && tensor.size(1) > 0 && tensor.size(0) > 0) {
+    const int64_t channels = tensor.size(1);
     // Dead: every value of the channel is exactly zero over the whole batch.
-    auto dead = d.transpose(0, 1).reshape({channels, -1}).eq(0).all(1);
+    auto dead = tensor.detach().transpose(0, 1).reshape({channels, -1}).eq(0).all(1);
     auto indices = dead.nonzero().reshape({-1});
     json listed = json::array();
     auto idx = indices.accessor<int64_t, 1>();
@@ -97,11 +71,12 @@ json describe(const torch::Tensor& tensor, const Describe& how,
     double lo = 0, hi = 0;
     if (range) {
       std::tie(lo, hi) = *range;
-    } else if (finite > 0) {
-      lo = values.min().item<double>();
-      hi = values.max().item<double>();
+    } else if (stats.min && stats.max) {
+      lo = *stats.min;
+      hi = *stats.max;
     }
-    out["histogram"] = histogram(values, how.bins, lo, hi);
+    auto flat = tensor.detach().to(torch::kDouble).reshape({-1});
+    out["histogram"] = histogram(flat.masked_select(torch::isfinite(flat)), how.bins, lo, hi);
   }
   return out;
 }
@@ -131,15 +106,6 @@ const LayerInfo& find_layer(const Architecture& arch, const std::string& name) {
 }  // namespace
 
 json Controller::get_layer_stats(const std::vector<std::string>& names, const LayerStatsOptions& options) const {
-  if (options.bins < 2 || options.bins > kMaxBins) {
-    throw ControllerError(
-        ControllerError::Kind::kInvalidArgument,
-        "bins must be from 2 to " + std::to_string(kMaxBins) + ", got " + std::to_string(options.bins));
-  }
-  if (options.channel && *options.channel < 0) {
-    throw ControllerError(ControllerError::Kind::kInvalidArgument,
-                          "channel must be 0 or more, got " + std::to_string(*options.channel));
-  }
   auto snap = require_snapshot();
   const Architecture& arch = *snap->architecture;
   std::vector<const LayerInfo*> layers;
@@ -151,7 +117,7 @@ json Controller::get_layer_stats(const std::vector<std::string>& names, const La
 
   Describe how;
   how.channels = true;
-  how.bins = options.histogram ? options.bins : 0;
+  how.bins = options.include_histogram ? options.bins : 0;
   json out_layers = json::array();
   for (const LayerInfo* layer : layers) {
     json entry = {{"name", layer->name}, {"kind", layer->kind}};
@@ -164,13 +130,15 @@ json Controller::get_layer_stats(const std::vector<std::string>& names, const La
       if (t && t->dim() < 2) {
         throw ControllerError(ControllerError::Kind::kInvalidArgument,
                               "layer \"" + layer->name + "\" has no channel dimension (shape " +
-                                  json(t->sizes().vec()).dump() + "); leave channel out for it");
+                                  json(t->sizes().vec()).dump() + "); leave channel out for it",
+                              "channel");
       }
       if (t && *options.channel >= t->size(1)) {
         throw ControllerError(ControllerError::Kind::kInvalidArgument,
                               "channel " + std::to_string(*options.channel) + " is out of range for layer \"" +
                                   layer->name + "\", which has " + std::to_string(t->size(1)) +
-                                  " channels along dim 1 (0.." + std::to_string(t->size(1) - 1) + ")");
+                                  " channels along dim 1 (0.." + std::to_string(t->size(1) - 1) + ")",
+                              "channel");
       }
     }
     auto summarise = [&](const torch::Tensor& t) {

@@ -1,6 +1,6 @@
 // The time-travel queries: what the Time Travel button and dialog show.
 #include "server/controller.h"
-#include "session/session_core.h"
+#include "session/session_port.h"
 
 namespace nansense::server {
 
@@ -11,7 +11,7 @@ json optional_number(const std::optional<int64_t>& v) { return v ? json(*v) : js
 }  // namespace
 
 json Controller::time_travel_summary() const {
-  const auto s = core_.restorer().status();
+  const auto s = session_.time_travel_status();
   json out = {{"available", s.available},
               {"cached_epochs", s.cached_epochs},
               {"total_epochs", s.total_epochs},
@@ -22,7 +22,7 @@ json Controller::time_travel_summary() const {
 }
 
 json Controller::get_time_travel_status() const {
-  const auto s = core_.restorer().status();
+  const auto s = session_.time_travel_status();
   json out = time_travel_summary();
   json uncached = json::array();
   for (int64_t e = 0, i = 0; e < s.total_epochs; ++e) {
@@ -32,7 +32,7 @@ json Controller::get_time_travel_status() const {
     }
   }
   json checkpoints = json::array();
-  for (const auto& [epoch, bytes] : core_.restorer().checkpoint_sizes()) {
+  for (const auto& [epoch, bytes] : session_.checkpoint_sizes()) {
     if (epoch < s.total_epochs) checkpoints.push_back({{"epoch", epoch}, {"bytes", bytes}});
   }
   out["uncached_epochs"] = uncached;

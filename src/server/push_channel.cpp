@@ -34,7 +34,7 @@ PushChannel::~PushChannel() {
 }
 
 WebSocketMessageHandler PushChannel::add(std::shared_ptr<WebSocketPeer> peer) {
-  peer->send(dump({{"type", "status"}, {"status", controller_.get_status()}}));
+  peer->send(dump({{"type", "status"}, {"status", to_json(controller_.get_status())}}));
   std::weak_ptr<WebSocketPeer> weak = peer;
   {
     std::lock_guard lock(mu_);
@@ -124,14 +124,14 @@ bool PushChannel::push_strips(WebSocketPeer& peer, const std::vector<WatchedStri
       break;
     }
     try {
-      // render_layer draws the newest snapshot: a newer sequence means this
+      // render_strip draws the newest snapshot: a newer sequence means this
       // one was overtaken while we rendered.
-      auto image = controller_.render_layer(strip.layer, strip.kind, strip.options);
-      if (image->info.value("sequence", uint64_t{0}) != sequence) {
+      auto picture = controller_.render_strip(strip.layer, strip.kind, strip.options);
+      if (picture->sequence != sequence) {
         overtaken = true;
         break;
       }
-      peer.send_binary(encode_strip_frame(image->info, image->png));
+      peer.send_binary(encode_strip_frame(info_json(*picture), picture->png));
     } catch (const std::exception& e) {
       // The refusal may be about a newer snapshot (an eval batch without
       // gradients): only this snapshot's own refusals are reported.
@@ -161,14 +161,14 @@ void PushChannel::loop() {
     seen = controller_.wait_for_change(seen, running ? kRunningInterval : kIdleInterval);
     if (stop_) break;
     try {
-      json status = controller_.get_status();
-      running = status["state"] == "running";
-      std::string text = dump({{"type", "status"}, {"status", status}});
+      const Status status = controller_.get_status();
+      running = status.state == RunState::kRunning;
+      std::string text = dump({{"type", "status"}, {"status", to_json(status)}});
       if (text != last_status) {
         broadcast(text);
         last_status = std::move(text);
       }
-      const uint64_t sequence = status["snapshot_sequence"].get<uint64_t>();
+      const uint64_t sequence = status.snapshot_sequence;
       if (sequence != last_sequence) {
         last_sequence = sequence;
         std::string architecture = dump(controller_.get_architecture());
@@ -178,8 +178,8 @@ void PushChannel::loop() {
         // before it has fetched the snapshot's summary.
         broadcast(dump({{"type", "snapshot"},
                         {"sequence", sequence},
-                        {"position", status["snapshot_position"]},
-                        {"batch_size", status["snapshot_batch_size"]},
+                        {"position", to_json(status.snapshot_position)},
+                        {"batch_size", status.snapshot_batch_size},
                         {"architecture_changed", changed}}),
                   sequence);
         // Then the strips each page watches, rendered off this thread.

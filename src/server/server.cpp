@@ -8,7 +8,6 @@
 #include "server/api_routes.h"
 #include "server/banner.h"
 #include "server/static_assets.h"
-#include "session/session_core.h"
 
 namespace nansense::server {
 
@@ -64,8 +63,8 @@ bool is_loopback_host(const std::string& host) {
   return !ec && address.is_loopback();
 }
 
-Server::Server(detail::SessionCore& core)
-    : controller_(core),
+Server::Server(detail::SessionPort& session)
+    : controller_(session),
       http_([this](const HttpRequest& r) { return handle(r); },
             [this](std::shared_ptr<WebSocketPeer> peer, const HttpRequest&) { return push_.add(std::move(peer)); }),
       push_(controller_) {}

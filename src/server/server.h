@@ -1,5 +1,6 @@
-// The session's web server: HTTP transport, access checks, the REST API and
-// the page, wired to one Controller.
+// The session's web server: HTTP transport, access checks, the REST API, the
+// push channel, MCP and the page, wired to one Controller. It attaches to a
+// session through the session's port and is kept alive by it (an Attachment).
 #pragma once
 
 #include <memory>
@@ -10,23 +11,20 @@
 #include "server/http_server.h"
 #include "server/mcp/mcp_endpoint.h"
 #include "server/push_channel.h"
-
-namespace nansense::detail {
-class SessionCore;
-}
+#include "session/session_port.h"
 
 namespace nansense::server {
 
-class Server {
+class Server final : public detail::Attachment {
  public:
-  explicit Server(detail::SessionCore& core);
-  ~Server();
+  explicit Server(detail::SessionPort& session);
+  ~Server() override;
 
   // Binds, prints the banner and opens a browser as the options say. On a bind
   // failure prints one line saying why and returns false.
   bool start(const ServeOptions& options);
   // "http://127.0.0.1:8080/" (with ?token=... on a non-loopback bind).
-  std::string url() const;
+  std::string url() const override;
   // The command that adds this session's /mcp endpoint to Claude Code.
   std::string mcp_install_line() const;
   Controller& controller() { return controller_; }

@@ -1,15 +1,16 @@
 #include "server/strip_watch.h"
 
-#include <limits>
 #include <stdexcept>
+
+#include "server/commands.h"
 
 namespace nansense::server {
 
 namespace {
 
 const char* kExpected =
-    "expected {\"type\":\"watch\",\"strips\":[{\"layer\":\"<name>\",\"kind\":\"activation\"|\"gradient\","
-    "\"sample\":<integer >= 0>,\"average\":<bool, optional>,\"values\":\"unchanged\"|\"abs\"|\"square\" (optional)}, ...]}";
+    "expected {\"type\":\"watch\",\"strips\":[{…}, ...]} where each strip takes render_strip's arguments "
+    "(layer, kind, sample, average, values)";
 
 [[noreturn]] void refuse(const std::string& what) {
   throw std::invalid_argument(what + "; " + kExpected);
@@ -24,51 +25,23 @@ std::string shown(const json& v) {
   return text;
 }
 
+// One entry, checked against render_strip's declared arguments: a watched
+// strip is exactly what GET /api/render/strip would be asked.
 WatchedStrip parse_entry(const json& entry, size_t index) {
   const std::string where = "strips[" + std::to_string(index) + "]";
   if (!entry.is_object()) refuse(where + " must be an object, got " + type_name(entry));
-  for (const auto& [key, _] : entry.items()) {
-    if (key != "layer" && key != "kind" && key != "sample" && key != "average" && key != "values") {
-      refuse(where + " has an unknown field " + shown(json(key)) + " (fields: layer, kind, sample, average, values)");
-    }
+  try {
+    const Args args(args_of("render_strip"), entry);
+    WatchedStrip out;
+    out.layer = args.string("layer");
+    out.kind = args.string("kind");
+    out.options.sample = args.integer("sample");
+    out.options.average = args.boolean("average");
+    out.options.values = render::parse_values(args.string("values"));
+    return out;
+  } catch (const ControllerError& e) {
+    refuse(where + ": " + e.what());
   }
-  WatchedStrip out;
-  auto layer = entry.find("layer");
-  if (layer == entry.end()) refuse(where + " lacks \"layer\"");
-  if (!layer->is_string() || layer->get_ref<const std::string&>().empty()) {
-    refuse(where + ".layer must be a non-empty string, got " + shown(*layer));
-  }
-  out.layer = layer->get<std::string>();
-
-  auto kind = entry.find("kind");
-  if (kind == entry.end()) refuse(where + " lacks \"kind\"");
-  if (!kind->is_string() || (*kind != "activation" && *kind != "gradient")) {
-    refuse(where + ".kind must be \"activation\" or \"gradient\", got " + shown(*kind));
-  }
-  out.kind = kind->get<std::string>();
-
-  auto sample = entry.find("sample");
-  if (sample == entry.end()) refuse(where + " lacks \"sample\"");
-  const bool in_range =
-      (sample->is_number_unsigned() &&
-       sample->get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) ||
-      (sample->is_number_integer() && !sample->is_number_unsigned() && sample->get<int64_t>() >= 0);
-  if (!in_range) refuse(where + ".sample must be an integer >= 0, got " + shown(*sample));
-  out.options.sample = sample->get<int64_t>();
-
-  if (auto average = entry.find("average"); average != entry.end()) {
-    if (!average->is_boolean()) refuse(where + ".average must be true or false, got " + shown(*average));
-    out.options.average = average->get<bool>();
-  }
-  if (auto values = entry.find("values"); values != entry.end()) {
-    if (!values->is_string()) refuse(where + ".values must be a string, got " + shown(*values));
-    try {
-      out.options.values = render::parse_values(values->get<std::string>());
-    } catch (const std::invalid_argument&) {
-      refuse(where + ".values must be \"unchanged\", \"abs\" or \"square\", got " + shown(*values));
-    }
-  }
-  return out;
 }
 
 }  // namespace

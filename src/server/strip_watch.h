@@ -10,7 +10,7 @@
 
 namespace nansense::server {
 
-// One strip a page watches: what GET /api/render/layer would be asked.
+// One strip a page watches: what GET /api/render/strip would be asked.
 struct WatchedStrip {
   std::string layer;
   std::string kind;  // "activation" or "gradient"
@@ -22,8 +22,9 @@ constexpr size_t kMaxWatchedStrips = 512;
 
 // Parses a client's text message, which must be
 //   {"type":"watch","strips":[{"layer":..,"kind":..,"sample":..,"average":..,"values":..}, ...]}
-// (average defaults to false, values to "unchanged"). Throws
-// std::invalid_argument saying what is wrong and what is expected.
+// each strip checked against render_strip's declared arguments (defaults
+// included). Throws std::invalid_argument saying what is wrong and what is
+// expected.
 std::vector<WatchedStrip> parse_watch_message(const std::string& text);
 
 // {"layer","kind","sample","average","values"}: how strips_done names a strip.

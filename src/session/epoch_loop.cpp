@@ -37,7 +37,7 @@ void SessionCore::jump_to(int64_t epoch) {
   // The standing numerical error belongs to the abandoned timeline.
   debug().clear();
   // Pause on the target epoch's first batch, whatever the mode was.
-  control_.stop();
+  control_.pause();
   restorer_->complete_jump();
 }
 

@@ -9,13 +9,13 @@ namespace nansense::detail {
 
 bool RunControl::pauses_at(const BatchPosition& pos) const {
   switch (mode_) {
-    case Mode::kStep: return true;
-    case Mode::kUntilPhaseChange: return pos.phase != ref_.phase || pos.epoch != ref_.epoch;
-    case Mode::kUntilEpochChange: return pos.epoch != ref_.epoch;
-    case Mode::kUntilPosition:
+    case Mode::kStepBatch: return true;
+    case Mode::kStepPhase: return pos.phase != ref_.phase || pos.epoch != ref_.epoch;
+    case Mode::kStepEpoch: return pos.epoch != ref_.epoch;
+    case Mode::kRunUntil:
       // Also stop if the target was skipped (a phase shorter than expected).
       return !target_ || pos.same_batch(*target_) || schedule_.before(*target_, pos);
-    case Mode::kUntilEnd: return pos.is_last_in_run;
+    case Mode::kRun: return pos.is_last_in_run;
     case Mode::kDetach: return false;
   }
   return false;
@@ -40,7 +40,7 @@ void RunControl::pause_at(const BatchPosition& pos) {
   if (commands_ != commands_at_decision_ && !pauses_at(pos)) return;
   paused_at_ = pos;
   paused_since_ = std::chrono::system_clock::now();
-  mode_ = Mode::kStep;
+  mode_ = Mode::kStepBatch;
   target_.reset();
   resume_ = false;
   changed();
@@ -95,22 +95,22 @@ void RunControl::resume_with(Mode mode, std::unique_lock<std::mutex>& lock) {
 
 void RunControl::step_batch() {
   std::unique_lock lock(mu_);
-  resume_with(Mode::kStep, lock);
+  resume_with(Mode::kStepBatch, lock);
 }
 
 void RunControl::step_phase() {
   std::unique_lock lock(mu_);
-  resume_with(Mode::kUntilPhaseChange, lock);
+  resume_with(Mode::kStepPhase, lock);
 }
 
 void RunControl::step_epoch() {
   std::unique_lock lock(mu_);
-  resume_with(Mode::kUntilEpochChange, lock);
+  resume_with(Mode::kStepEpoch, lock);
 }
 
-void RunControl::step_run() {
+void RunControl::run() {
   std::unique_lock lock(mu_);
-  resume_with(Mode::kUntilEnd, lock);
+  resume_with(Mode::kRun, lock);
 }
 
 void RunControl::detach() {
@@ -118,7 +118,7 @@ void RunControl::detach() {
   resume_with(Mode::kDetach, lock);
 }
 
-void RunControl::step_until_position(const BatchPosition& target) {
+void RunControl::run_until(const BatchPosition& target) {
   std::unique_lock lock(mu_);
   require_live();
   auto order = schedule_.phase_order();
@@ -142,19 +142,19 @@ void RunControl::step_until_position(const BatchPosition& target) {
                        "; choose a later batch (time travel rewinds)");
   }
   target_ = schedule_.with_flags(target);
-  resume_with(Mode::kUntilPosition, lock);
+  resume_with(Mode::kRunUntil, lock);
 }
 
-void RunControl::stop() {
+void RunControl::pause() {
   std::lock_guard lock(mu_);
   if (finished_ || lost_ || paused_at_) return;
-  mode_ = Mode::kStep;
+  mode_ = Mode::kStepBatch;
   target_.reset();
   ++commands_;
   changed();
 }
 
-void RunControl::request_snapshot() {
+void RunControl::refresh() {
   std::lock_guard lock(mu_);
   if (!finished_ && !lost_ && !paused_at_) snapshot_requested_ = true;
 }

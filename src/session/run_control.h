@@ -38,11 +38,11 @@ class RunControl {
   void step_batch();
   void step_phase();
   void step_epoch();
-  void step_until_position(const BatchPosition& target);
-  void step_run();
+  void run_until(const BatchPosition& target);
+  void run();
   void detach();
-  void stop();
-  void request_snapshot();
+  void pause();
+  void refresh();
   void close();
   void mark_lost(const std::string& reason);
   // Queues `work` for the training thread; it runs at the current or next pause.
@@ -80,9 +80,9 @@ class RunControl {
   const Schedule& schedule_;
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
-  Mode mode_ = Mode::kStep;
+  Mode mode_ = Mode::kStepBatch;
   BatchPosition ref_;                    // where the current command was given
-  std::optional<BatchPosition> target_;  // kUntilPosition
+  std::optional<BatchPosition> target_;  // kRunUntil
   std::optional<BatchPosition> paused_at_;
   std::chrono::system_clock::time_point paused_since_;
   uint64_t version_ = 0;

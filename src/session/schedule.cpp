@@ -25,11 +25,11 @@ std::string BatchPosition::to_string() const {
 
 std::string_view to_string(Mode mode) {
   switch (mode) {
-    case Mode::kStep: return "step";
-    case Mode::kUntilPhaseChange: return "until_phase_change";
-    case Mode::kUntilEpochChange: return "until_epoch_change";
-    case Mode::kUntilPosition: return "until_position";
-    case Mode::kUntilEnd: return "until_end";
+    case Mode::kStepBatch: return "step_batch";
+    case Mode::kStepPhase: return "step_phase";
+    case Mode::kStepEpoch: return "step_epoch";
+    case Mode::kRunUntil: return "run_until";
+    case Mode::kRun: return "run";
     case Mode::kDetach: return "detach";
   }
   return "unknown";

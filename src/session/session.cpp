@@ -4,8 +4,7 @@
 #include "nansense/errors.h"
 #include "nansense/session.h"
 #include "capture/snapshot_builder.h"
-#include "server/server.h"
-#include "session/session_access.h"
+#include "session/session_core.h"
 
 namespace nansense {
 
@@ -43,6 +42,7 @@ SessionCore::SessionCore(std::shared_ptr<torch::nn::Module> model, const StartOp
       display_(options.serve_options()),
       schedule_(options.epochs(), options.phases()) {
   if (!model_) throw UsageError("nansense::start needs a model, got a null module");
+  port_ = make_port(*this);
   restorer_ = make_restorer(options.scheduler());
   try {
     numerics_ = make_monitor(options.debug());
@@ -56,11 +56,11 @@ std::unique_ptr<numerics::Monitor> SessionCore::make_monitor(const DebugSettings
   host.publish_capture = [this] { publish_capture(); };
   host.pause = [this] {
     // Any mode: a numerical error stops the run where it happened.
-    control_.stop();
+    control_.pause();
     control_.pause_at(schedule_.with_flags(pos_));
     decision_.pause_after = false;  // this batch has had its pause
   };
-  host.can_pause = [this] { return server_ != nullptr; };
+  host.can_pause = [this] { return attachment_ != nullptr; };
   host.architecture = [this] { return architecture_.load(); };
   host.report_error = [this](const std::string& what) { report_numerics_error(what); };
   host.changed = [this] { control_.notify_changed(); };
@@ -70,7 +70,7 @@ std::unique_ptr<numerics::Monitor> SessionCore::make_monitor(const DebugSettings
 
 SessionCore::~SessionCore() {
   control_.close();
-  server_.reset();
+  attachment_.reset();
 }
 
 bool SessionCore::begin_batch(const std::string& phase, std::optional<int64_t> epoch) {
@@ -156,11 +156,11 @@ bool SessionCore::finish_batch(bool can_repeat) {
   publish_capture();
   observer_.reset();
   if (numerics.pause) {
-    control_.stop();
+    control_.pause();
     decision_.pause_after = true;
   }
   if (decision_.pause_after) {
-    if (!server_ && !warned_no_ui_) {
+    if (!attachment_ && !warned_no_ui_) {
       warned_no_ui_ = true;
       std::cerr << "[nansense] paused at " << pos_.to_string()
                 << " with no UI served: nansense::serve(session) or StartOptions().port(...) serves one, "
@@ -236,23 +236,7 @@ std::vector<std::string> SessionCore::internal_errors() const {
   return internal_errors_;
 }
 
-bool SessionCore::serve(const ServeOptions& options) {
-  if (server_) {
-    std::cerr << "[nansense] the UI is already served at " << server_->url() << "\n";
-    return true;
-  }
-  display_ = options;
-  auto server = std::make_unique<server::Server>(*this);
-  if (!server->start(options)) {
-    // Nothing could resume a pause without the UI: train on instead.
-    if (control_.state() == RunState::kRunning) control_.detach();
-    return false;
-  }
-  server_ = std::move(server);
-  return true;
-}
-
-std::string SessionCore::url() const { return server_ ? server_->url() : std::string(); }
+std::string SessionCore::url() const { return attachment_ ? attachment_->url() : std::string(); }
 
 bool begin_batch(SessionCore& core, const std::string& phase, std::optional<int64_t> epoch) {
   return core.begin_batch(phase, epoch);
@@ -311,13 +295,13 @@ const Schedule& Session::schedule() const { return core_ ? core_->schedule() : e
 void Session::step_batch() { if (core_) core_->control().step_batch(); }
 void Session::step_phase() { if (core_) core_->control().step_phase(); }
 void Session::step_epoch() { if (core_) core_->control().step_epoch(); }
-void Session::step_until_position(const BatchPosition& target) {
-  if (core_) core_->control().step_until_position(target);
+void Session::run_until(const BatchPosition& target) {
+  if (core_) core_->control().run_until(target);
 }
-void Session::step_run() { if (core_) core_->control().step_run(); }
+void Session::run() { if (core_) core_->control().run(); }
 void Session::detach() { if (core_) core_->control().detach(); }
-void Session::stop() { if (core_) core_->control().stop(); }
-void Session::request_snapshot() { if (core_) core_->control().request_snapshot(); }
+void Session::pause() { if (core_) core_->control().pause(); }
+void Session::refresh() { if (core_) core_->control().refresh(); }
 RunState Session::wait_until_stopped(std::chrono::milliseconds timeout) const {
   return core_ ? core_->control().wait_until_stopped(timeout) : RunState::kRunning;
 }
@@ -340,11 +324,6 @@ Session start(std::shared_ptr<torch::nn::Module> model, StartOptions options) {
   Session session(std::make_shared<detail::SessionCore>(std::move(model), options));
   if (options.port()) serve(session, options.serve_options());
   return session;
-}
-
-bool serve(Session& session, ServeOptions options) {
-  if (!detail::core_of(session)) return false;
-  return detail::core_of(session)->serve(options);
 }
 
 }  // namespace nansense

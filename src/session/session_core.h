@@ -20,11 +20,8 @@
 #include "nansense/snapshot.h"
 #include "numerics/monitor.h"
 #include "session/run_control.h"
+#include "session/session_port.h"
 #include "time_travel/restorer.h"
-
-namespace nansense::server {
-class Server;
-}
 
 namespace nansense::detail {
 
@@ -63,7 +60,11 @@ class SessionCore {
   numerics::DebugState& debug() { return numerics_->state(); }
   const numerics::DebugState& debug() const { return numerics_->state(); }
 
-  bool serve(const ServeOptions& options);
+  // The transport's view of this session (see session_port.h).
+  SessionPort& port() { return *port_; }
+  void set_display_options(const ServeOptions& options) { display_ = options; }
+  bool attached() const { return attachment_ != nullptr; }
+  void attach(std::unique_ptr<Attachment> transport) { attachment_ = std::move(transport); }
   std::string url() const;
 
   // --- time travel (session/epoch_loop.cpp) ---
@@ -115,7 +116,9 @@ class SessionCore {
   mutable std::mutex errors_mu_;
   std::vector<std::string> internal_errors_;
 
-  std::unique_ptr<server::Server> server_;
+  std::unique_ptr<SessionPort> port_;
+  // The web server; destroyed first (~SessionCore), while port_ still stands.
+  std::unique_ptr<Attachment> attachment_;
   // Declared last: destroyed first, its hooks leave the model before the rest goes.
   std::unique_ptr<numerics::Monitor> numerics_;
 };

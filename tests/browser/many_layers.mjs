@@ -3,7 +3,7 @@
 // picture from the demo so the images are genuine PNGs of a known size. Used
 // by ui_test.mjs and bench/ui_scroll.mjs.
 
-// Routes /api/architecture, /api/snapshot and /api/render/layer of `page` to
+// Routes /api/architecture, /api/snapshot and /api/render/strip of `page` to
 // the synthetic network, against the demo at `base`. Returns the layer names
 // in order (names[0] is the input), the architecture served, and renders(),
 // the number of strips the page has fetched over HTTP so far. With shapeOps,
@@ -12,7 +12,7 @@
 export async function fakeManyLayers(page, base, count = 200, { shapeOps = false } = {}) {
   const architecture = await (await fetch(`${base}/api/architecture`)).json();
   const realLayer = architecture.layers.find((l) => l.output_shape.length === 4 && l.role !== 'input');
-  const real = await fetch(`${base}/api/render/layer?layer=${encodeURIComponent(realLayer.name)}&kind=activation`);
+  const real = await fetch(`${base}/api/render/strip?layer=${encodeURIComponent(realLayer.name)}&kind=activation`);
   const png = Buffer.from(await real.arrayBuffer());
   const info = JSON.parse(real.headers.get('X-Nansense-Render'));
   const shape = realLayer.output_shape;
@@ -31,8 +31,9 @@ export async function fakeManyLayers(page, base, count = 200, { shapeOps = false
     module: '',
     ops: [],
     output_shape: shape,
-    dtype: 'Float',
+    dtype: 'float32',
     parameters: [],
+    description: '',
     shape_op: isShapeOp(i),
   }));
   const edges = [];
@@ -40,7 +41,8 @@ export async function fakeManyLayers(page, base, count = 200, { shapeOps = false
     edges.push({ from: names[i - 1], to: names[i] });
     if (i % 3 === 0 && i >= 3) edges.push({ from: names[i - 3], to: names[i] });
   }
-  const summary = { shape, dtype: 'Float', numel: shape.reduce((a, b) => a * b, 1), min: -1, max: 1, mean: 0, non_finite: 0 };
+  const numel = shape.reduce((a, b) => a * b, 1);
+  const summary = { shape, dtype: 'float32', numel, finite: numel, nan: 0, pos_inf: 0, neg_inf: 0, min: -1, max: 1, mean: 0 };
 
   let renders = 0;
   await page.route('**/api/architecture', async (route) => {
@@ -53,7 +55,7 @@ export async function fakeManyLayers(page, base, count = 200, { shapeOps = false
     const fake = layers.map((l, i) => ({ name: l.name, kind: l.kind, activation: summary, gradient: i === 0 ? null : summary }));
     await route.fulfill({ response: res, json: { ...snap, layers: fake } });
   });
-  await page.route('**/api/render/layer?*', async (route) => {
+  await page.route('**/api/render/strip?*', async (route) => {
     renders += 1;
     const q = new URL(route.request().url()).searchParams;
     const header = JSON.stringify({ ...info, layer: q.get('layer'), kind: q.get('kind'), sample: Number(q.get('sample')) });

@@ -201,7 +201,7 @@ async function main() {
     if (await byTestId('settings-nan-inf').isChecked()) throw new Error('NaN / ±Inf shows as on after Silence');
     await byTestId('settings-threshold').fill('2');
     await byTestId('settings-save').click();
-    await expectText('settings-error', /threshold_fraction must be a fraction in \(0, 1\], got 2/);
+    await expectText('settings-error', /argument "threshold_fraction" must be greater than 0 and at most 1, got 2/);
     await screenshot('settings-refused');
     if ((await api('/api/debug')).settings.threshold_fraction !== 0.1) throw new Error('the refused threshold was applied');
     await byTestId('settings-threshold').fill('0.25');

@@ -20,7 +20,7 @@ async function main() {
   });
 
   await check('two steps later, Time Travel is enabled', async () => {
-    for (const _ of [1, 2]) await h.demo.api('/api/step', { unit: 'batch', wait_seconds: 30 });
+    for (const _ of [1, 2]) await h.demo.api('/api/step', { unit: 'batch', timeout_seconds: 30 });
     await expectText('position-label', /^\s*epoch 0\/2 \| train batch 2\b/);
     await expectEnabled('time-travel', true);
   });

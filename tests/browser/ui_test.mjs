@@ -9,7 +9,7 @@ const { byTestId, expectText, expectEnabled, expectImageLoaded, screenshot, chec
 
 const RUN_TIMEOUT_MS = 90_000;
 const UI_TIMEOUT_MS = h.uiTimeoutMs;
-// Enough batches that a Run is still going when Stop is pressed.
+// Enough batches that a Run is still going when Pause is pressed.
 const DEMO_ARGS = ['--epochs', '1', '--limit-batches', '300'];
 
 // The bytes behind an <img> (a data: URL), as a base64 string to compare.
@@ -58,7 +58,7 @@ async function main() {
     await expectImageLoaded('input-image');
     await expectEnabled('run', true);
     await expectEnabled('step', true);
-    await expectEnabled('stop', false);
+    await expectEnabled('pause', false);
     // Time Travel follows the server (the demo trains under session.epochs(),
     // so epoch 0 is a target once it has started); either way it has a tooltip.
     const tt = (await (await fetch(`${base}/api/status`)).json()).time_travel;
@@ -72,7 +72,7 @@ async function main() {
   await check('Step Batch advances the position label; the strips come over the push channel', async () => {
     const fetched = [];
     const onRequest = (r) => {
-      if (r.url().includes('/api/render/layer')) fetched.push(r.url());
+      if (r.url().includes('/api/render/strip')) fetched.push(r.url());
     };
     page.on('request', onRequest);
     try {
@@ -145,16 +145,16 @@ async function main() {
     await screenshot('sample-changed');
   });
 
-  await check('Run then Stop pauses again', async () => {
+  await check('Run then Pause pauses again', async () => {
     await byTestId('run').click();
     await expectText('run-state', 'running');
-    await expectEnabled('stop', true);
+    await expectEnabled('pause', true);
     await expectEnabled('run', false);
-    await byTestId('stop').click();
+    await byTestId('pause').click();
     await expectText('run-state', 'paused', RUN_TIMEOUT_MS);
     await expectEnabled('run', true);
     const text = await byTestId('position-label').textContent();
-    if (text === label(lastPhase, lastBatch)) throw new Error('the run reached its end before Stop: nothing was stopped');
+    if (text === label(lastPhase, lastBatch)) throw new Error('the run reached its end before Pause: nothing was paused');
     await screenshot('run-stopped');
   });
 
@@ -172,7 +172,7 @@ async function main() {
     await screenshot('last-batch-confirm');
     await byTestId('confirm-step-over').click();
     await byTestId('finished-chip').waitFor({ timeout: RUN_TIMEOUT_MS });
-    for (const id of ['run', 'step', 'stop', 'detach']) await expectEnabled(id, false);
+    for (const id of ['run', 'step', 'pause', 'detach']) await expectEnabled(id, false);
     await screenshot('finished');
   });
 
@@ -245,7 +245,7 @@ async function pushedStates(base) {
 
       push({ ...status, state: 'lost', lost_reason: 'std::runtime_error: CUDA out of memory', hint: '' });
       await expectText('lost-banner', `Training loop exited — std::runtime_error: CUDA out of memory — at ${status.live_position.text}`);
-      for (const id of ['run', 'step', 'stop', 'detach']) await expectEnabled(id, false);
+      for (const id of ['run', 'step', 'pause', 'detach']) await expectEnabled(id, false);
       await screenshot('lost');
 
       push({ ...status, state: 'finished' });
@@ -340,7 +340,7 @@ async function foldedShapeOps(base) {
       await page.route('**/api/debug', (route) => route.fulfill({ json: { settings: {}, error, checked_batches: 1, skip_update: false } }));
       const asked = [];
       page.on('request', (r) => {
-        if (r.url().includes('/api/render/layer')) asked.push(new URL(r.url()).searchParams.get('layer'));
+        if (r.url().includes('/api/render/strip')) asked.push(new URL(r.url()).searchParams.get('layer'));
       });
 
       await page.goto(base);

@@ -27,7 +27,7 @@ TEST_F(ApiTest, StatusShowsTheFirstBatchPaused) {
   start();
   json status = wait_paused();
   EXPECT_EQ(status["state"], "paused");
-  EXPECT_EQ(status["mode"], "step");
+  EXPECT_EQ(status["mode"], "step_batch");
   EXPECT_EQ(status["live_position"]["phase"], "train");
   EXPECT_EQ(status["live_position"]["batch_idx"], 0);
   EXPECT_EQ(status["snapshot_position"]["batch_idx"], 0);
@@ -68,8 +68,9 @@ TEST_F(ApiTest, SnapshotSummaryMatchesTheCapturedTensors) {
   }
   ASSERT_FALSE(layer.is_null());
   EXPECT_EQ(layer["activation"]["shape"], json::array({5, 8}));
-  EXPECT_EQ(layer["activation"]["dtype"], "Float");
-  EXPECT_EQ(layer["activation"]["non_finite"], 0);
+  EXPECT_EQ(layer["activation"]["dtype"], "float32");
+  EXPECT_EQ(layer["activation"]["nan"], 0);
+  EXPECT_EQ(layer["activation"]["finite"], layer["activation"]["numel"]);
   EXPECT_NEAR(layer["activation"]["min"].get<double>(), fc1.min().item<double>(), 1e-5);
   EXPECT_NEAR(layer["activation"]["max"].get<double>(), fc1.max().item<double>(), 1e-5);
   EXPECT_NEAR(layer["activation"]["mean"].get<double>(), fc1.mean().item<double>(), 1e-5);
@@ -87,7 +88,7 @@ TEST_F(ApiTest, SnapshotSummaryMatchesTheCapturedTensors) {
 TEST_F(ApiTest, RenderLayerServesPngStrips) {
   start();
   wait_paused();
-  Reply image = get("/api/render/layer?layer=fc1&kind=activation&sample=2");
+  Reply image = get("/api/render/strip?layer=fc1&kind=activation&sample=2");
   ASSERT_EQ(image.status, 200u) << image.body;
   EXPECT_EQ(image.headers["Content-Type"], "image/png");
   EXPECT_EQ(image.body.substr(1, 3), "PNG");
@@ -99,49 +100,49 @@ TEST_F(ApiTest, RenderLayerServesPngStrips) {
   const double expected_max = session_->snapshot()->activations.at("fc1")[2].abs().max().item<double>();
   EXPECT_NEAR(info["scale_max"].get<double>(), expected_max, 1e-5);
   // The same request again is served from the cache, byte for byte.
-  EXPECT_EQ(get("/api/render/layer?layer=fc1&kind=activation&sample=2").body, image.body);
+  EXPECT_EQ(get("/api/render/strip?layer=fc1&kind=activation&sample=2").body, image.body);
 
-  Reply gradient = get("/api/render/layer?layer=relu&kind=gradient&average=true&values=abs");
+  Reply gradient = get("/api/render/strip?layer=relu&kind=gradient&average=true&values=abs");
   ASSERT_EQ(gradient.status, 200u) << gradient.body;
   EXPECT_EQ(json::parse(gradient.headers["X-Nansense-Render"])["scale"], "sequential");
 
-  EXPECT_EQ(get("/api/render/layer?layer=nope").status, 404u);
-  EXPECT_NE(get("/api/render/layer?layer=nope").body.find("fc1"), std::string::npos);
-  EXPECT_EQ(get("/api/render/layer?layer=fc1&sample=9").status, 400u);
-  EXPECT_EQ(get("/api/render/layer?layer=fc1&sample=x").status, 400u);
-  EXPECT_EQ(get("/api/render/layer?layer=fc1&values=log").status, 400u);
-  EXPECT_EQ(get("/api/render/layer?layer=fc1&kind=weights").status, 400u);
-  EXPECT_EQ(get("/api/render/layer?layer=fc1&colour=red").status, 400u);
-  EXPECT_EQ(get("/api/render/layer").status, 400u);
-  EXPECT_EQ(http_request(port_, "POST", "/api/render/layer?layer=fc1").status, 405u);
+  EXPECT_EQ(get("/api/render/strip?layer=nope").status, 404u);
+  EXPECT_NE(get("/api/render/strip?layer=nope").body.find("fc1"), std::string::npos);
+  EXPECT_EQ(get("/api/render/strip?layer=fc1&sample=9").status, 400u);
+  EXPECT_EQ(get("/api/render/strip?layer=fc1&sample=x").status, 400u);
+  EXPECT_EQ(get("/api/render/strip?layer=fc1&values=log").status, 400u);
+  EXPECT_EQ(get("/api/render/strip?layer=fc1&kind=weights").status, 400u);
+  EXPECT_EQ(get("/api/render/strip?layer=fc1&colour=red").status, 400u);
+  EXPECT_EQ(get("/api/render/strip").status, 400u);
+  EXPECT_EQ(http_request(port_, "POST", "/api/render/strip?layer=fc1").status, 405u);
 }
 
 TEST_F(ApiTest, StepCommandsMoveThePausePosition) {
   start();
   wait_paused();
-  json status = post("/api/step", {{"unit", "batch"}, {"wait_seconds", 20}}).json();
+  json status = post("/api/step", {{"unit", "batch"}, {"timeout_seconds", 20}}).json();
   EXPECT_EQ(status["state"], "paused");
   EXPECT_EQ(status["live_position"]["batch_idx"], 1);
   EXPECT_EQ(status["snapshot_position"]["batch_idx"], 1);
 
-  status = post("/api/step", {{"unit", "phase"}, {"wait_seconds", 20}}).json();
+  status = post("/api/step", {{"unit", "phase"}, {"timeout_seconds", 20}}).json();
   EXPECT_EQ(status["live_position"]["phase"], "val");
   EXPECT_EQ(status["live_position"]["batch_idx"], 0);
 
-  status = post("/api/step", {{"unit", "epoch"}, {"wait_seconds", 20}}).json();
+  status = post("/api/step", {{"unit", "epoch"}, {"timeout_seconds", 20}}).json();
   EXPECT_EQ(status["live_position"]["epoch"], 1);
   EXPECT_EQ(status["live_position"]["phase"], "train");
   EXPECT_EQ(status["live_position"]["batch_idx"], 0);
 
-  status = post("/api/run_until", {{"phase", "train"}, {"epoch", 1}, {"batch", 2}, {"wait_seconds", 20}}).json();
+  status = post("/api/run_until", {{"phase", "train"}, {"epoch", 1}, {"batch", 2}, {"timeout_seconds", 20}}).json();
   EXPECT_EQ(status["live_position"]["batch_idx"], 2);
 
-  status = post("/api/run", {{"detach", false}, {"wait_seconds", 20}}).json();
+  status = post("/api/run", {{"detach", false}, {"timeout_seconds", 20}}).json();
   EXPECT_EQ(status["state"], "paused");
   EXPECT_TRUE(status["live_position"]["is_last_in_run"].get<bool>());
   EXPECT_EQ(status["live_position"]["phase"], "val");
 
-  status = post("/api/step", {{"unit", "batch"}, {"wait_seconds", 20}}).json();
+  status = post("/api/step", {{"unit", "batch"}, {"timeout_seconds", 20}}).json();
   EXPECT_EQ(status["state"], "finished");
   Reply refused = post("/api/step", {{"unit", "batch"}});
   EXPECT_EQ(refused.status, 409u);
@@ -151,7 +152,7 @@ TEST_F(ApiTest, StepCommandsMoveThePausePosition) {
 TEST_F(ApiTest, RunUntilRejectsThePastAndUnknownPhases) {
   start();
   wait_paused();
-  post("/api/step", {{"unit", "batch"}, {"wait_seconds", 20}});
+  post("/api/step", {{"unit", "batch"}, {"timeout_seconds", 20}});
   Reply past = post("/api/run_until", {{"phase", "train"}, {"epoch", 0}, {"batch", 0}});
   EXPECT_EQ(past.status, 400u);
   EXPECT_NE(past.json()["error"].get<std::string>().find("not after the current position"), std::string::npos);
@@ -180,11 +181,12 @@ TEST_F(ApiTest, BadRequestsGetClearErrorsAndTrainingGoesOn) {
   };
   expect_error(http_request(port_, "POST", "/api/step", "{not json"), 400, "malformed JSON");
   expect_error(http_request(port_, "POST", "/api/step", "[1,2]"), 400, "JSON object");
-  expect_error(post("/api/step", {{"unit", "fortnight"}}), 400, "unit must be");
+  expect_error(post("/api/step", {{"unit", "fortnight"}}), 400,
+               "argument \"unit\" must be \"batch\", \"phase\" or \"epoch\"");
   expect_error(post("/api/step", {{"unit", 3}}), 400, "must be a string");
-  expect_error(post("/api/step", {{"units", "batch"}}), 400, "unknown field \"units\"");
+  expect_error(post("/api/step", {{"units", "batch"}}), 400, "unknown argument \"units\"");
   expect_error(post("/api/run", {{"detach", "yes"}}), 400, "true or false");
-  expect_error(post("/api/step", {{"wait_seconds", -1}}), 400, "wait_seconds");
+  expect_error(post("/api/step", {{"timeout_seconds", -1}}), 400, "timeout_seconds");
   expect_error(http_request(port_, "GET", "/api/step"), 405, "accepts POST");
   expect_error(http_request(port_, "DELETE", "/api/status"), 405, "accepts GET");
   expect_error(get("/api/nothing"), 404, "no API route");
@@ -204,7 +206,7 @@ TEST_F(ApiTest, BadRequestsGetClearErrorsAndTrainingGoesOn) {
   EXPECT_EQ(http_request(port_, "GET", "/api/status", "", {{"Origin", "http://localhost:5173"}}).status, 200u);
 
   // The server and the loop are unharmed: a step still works.
-  json status = post("/api/step", {{"unit", "batch"}, {"wait_seconds", 20}}).json();
+  json status = post("/api/step", {{"unit", "batch"}, {"timeout_seconds", 20}}).json();
   EXPECT_EQ(status["live_position"]["batch_idx"], 1);
 }
 
@@ -230,9 +232,10 @@ TEST_F(ApiTest, OversizedBodyIsRefusedWith413) {
 TEST_F(ApiTest, PauseStopsARunningLoopAtTheNextBatch) {
   start(/*epochs=*/1000, /*train_batches=*/4, /*val_batches=*/2);
   wait_paused();
-  json status = post("/api/run", {{"detach", false}}).json();
-  EXPECT_EQ(status["mode"], "until_end");
-  status = post("/api/pause", {{"wait_seconds", 20}}).json();
+  json status = post("/api/run", {{"detach", false}, {"timeout_seconds", 0}}).json();
+  EXPECT_EQ(status["mode"], "run");
+  EXPECT_EQ(status["state"], "running");
+  status = post("/api/pause", {{"timeout_seconds", 20}}).json();
   EXPECT_EQ(status["state"], "paused");
   EXPECT_LT(status["live_position"]["epoch"].get<int64_t>(), 999);
   EXPECT_EQ(status["snapshot_position"], status["live_position"]);
@@ -242,7 +245,7 @@ TEST_F(ApiTest, RefreshPublishesASnapshotWithoutPausing) {
   start(/*epochs=*/1000, /*train_batches=*/4, /*val_batches=*/2);
   wait_paused();
   post("/api/run", {{"detach", true}});
-  json status = post("/api/refresh", {{"wait_seconds", 20}}).json();
+  json status = post("/api/refresh", {{"timeout_seconds", 20}}).json();
   EXPECT_TRUE(status["refreshed"].get<bool>());
   EXPECT_GT(status["snapshot_sequence"].get<int64_t>(), 1);
   EXPECT_EQ(status["mode"], "detach");

@@ -37,7 +37,7 @@ TEST_F(DebugApiTest, SettingsArePartialUpdates) {
   EXPECT_EQ(s["threshold_fraction"], 0.25);
   EXPECT_EQ(s["allow"], json({"masked_fill", "encoder.attn"}));
   EXPECT_EQ(s["check_nan_inf"], true);  // untouched
-  EXPECT_EQ(session_->debug_settings().interval(), 10);
+  EXPECT_EQ(session_->debug_settings().interval_batches(), 10);
   EXPECT_EQ(post("/api/debug/settings", {{"check_under_over", false}}).json()["settings"]["interval_batches"], 10);
 }
 
@@ -50,20 +50,22 @@ TEST_F(DebugApiTest, BadValuesAreRefusedWithAClearError) {
     auto message = reply.json().value("error", "");
     EXPECT_NE(message.find(expected), std::string::npos) << message;
   };
-  refused({{"interval_batches", 0}}, "interval_batches must be a whole number of batches >= 1, got 0");
-  refused({{"interval_batches", 2.5}}, "field \"interval_batches\" must be an integer");
-  refused({{"threshold_fraction", 1.5}}, "threshold_fraction must be a fraction in (0, 1]");
-  refused({{"threshold_fraction", 0}}, "threshold_fraction must be a fraction in (0, 1]");
-  refused({{"threshold_fraction", "0.1"}}, "field \"threshold_fraction\" must be a number");
-  refused({{"trace_interval_batches", -1}}, "trace_interval_batches must be 0 (off)");
-  refused({{"enabled", "yes"}}, "field \"enabled\" must be true or false");
-  refused({{"allow", {1, 2}}}, "field \"allow\" must be a list of strings");
-  refused({{"allow", {""}}}, "allow entries must be op or layer names");
-  refused({{"capsule_dir", "/tmp"}}, "unknown field \"capsule_dir\"");
-  EXPECT_EQ(session_->debug_settings().interval(), 1);  // nothing applied
+  refused({{"interval_batches", 0}}, "argument \"interval_batches\" must be 1 or more, got 0");
+  refused({{"interval_batches", 2.5}}, "argument \"interval_batches\" must be an integer");
+  refused({{"threshold_fraction", 1.5}},
+          "argument \"threshold_fraction\" must be greater than 0 and at most 1, got 1.5");
+  refused({{"threshold_fraction", 0}}, "argument \"threshold_fraction\" must be greater than 0 and at most 1, got 0");
+  refused({{"threshold_fraction", "0.1"}}, "argument \"threshold_fraction\" must be a number");
+  refused({{"trace_interval_batches", -1}}, "argument \"trace_interval_batches\" must be 0 or more, got -1");
+  refused({{"enabled", "yes"}}, "argument \"enabled\" must be true or false");
+  refused({{"allow", {1, 2}}}, "argument \"allow\" must be a list of strings");
+  refused({{"allow", {""}}}, "argument \"allow\" must not hold an empty name");
+  refused({{"capsule_dir", "/tmp"}}, "unknown argument \"capsule_dir\"");
+  EXPECT_EQ(session_->debug_settings().interval_batches(), 1);  // nothing applied
   auto bad = post("/api/debug/silence", {{"category", "nan"}});
   EXPECT_EQ(bad.status, 400u);
-  EXPECT_NE(bad.json()["error"].get<std::string>().find("category must be \"nan_inf\" or \"under_over\", got \"nan\""),
+  EXPECT_NE(bad.json()["error"].get<std::string>().find(
+                "argument \"category\" must be \"nan_inf\" or \"under_over\", got \"nan\""),
             std::string::npos);
   EXPECT_EQ(http_request(port_, "GET", "/api/debug/settings").status, 405u);
 }
@@ -165,7 +167,7 @@ TEST_F(DebugApiTest, ClearDismissesTheErrorAndKeepsTheChecks) {
   EXPECT_TRUE(cleared["error"].is_null());
   EXPECT_EQ(cleared["settings"]["check_nan_inf"], true);
   // The checks stay on: the poisoned weights trip again, as a new first hit.
-  ASSERT_EQ(post("/api/step", {{"unit", "batch"}, {"wait_seconds", 20}}).status, 200u);
+  ASSERT_EQ(post("/api/step", {{"unit", "batch"}, {"timeout_seconds", 20}}).status, 200u);
   auto again = get("/api/status").json()["debug"]["error"];
   ASSERT_TRUE(again.is_object());
   EXPECT_EQ(again["position"]["batch_idx"], 2);

@@ -6,6 +6,8 @@
 #include <string>
 
 #include "integration/http_client.h"
+#include "integration/wire_check.h"
+#include "server/commands.h"
 
 namespace nansense::testing {
 
@@ -71,11 +73,26 @@ class McpClient {
     return reply;
   }
 
-  // A tools/call result.
+  // A tools/call result. Its structuredContent is checked against the
+  // tool's declared reply (a refusal's against ToolError, pictures' against
+  // McpImages).
   json tool(const std::string& name, const json& arguments = json::object()) {
     json reply = request("tools/call", {{"name", name}, {"arguments", arguments}});
     EXPECT_TRUE(reply.contains("result")) << reply.dump();
-    return reply["result"];
+    const json& result = reply["result"];
+    const auto* command = server::find_command(name);
+    if (result.contains("structuredContent") && command) {
+      bool images = false;
+      for (const auto& block : result["content"]) images = images || block["type"] == "image";
+      if (result.value("isError", false)) {
+        expect_wire(result["structuredContent"], "ToolError");
+      } else if (images) {
+        expect_wire(result["structuredContent"], "McpImages");
+      } else if (!command->reply.empty()) {
+        expect_wire(result["structuredContent"], command->reply);
+      }
+    }
+    return result;
   }
 
   // The JSON a tool returned in its first text block.

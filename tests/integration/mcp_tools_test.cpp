@@ -36,14 +36,14 @@ TEST_F(McpToolsTest, ArgumentErrorsAreToolErrorsThatNameTheArgument) {
   };
   for (const Case& c : std::vector<Case>{
            {"step", {{"unit", 5}}, "\"unit\" must be a string"},
-           {"step", {{"unit", "week"}}, "\"batch\", \"phase\", \"epoch\""},
+           {"step", {{"unit", "week"}}, "\"batch\", \"phase\" or \"epoch\""},
            {"step", {{"timeout_seconds", "ten"}}, "\"timeout_seconds\" must be a number"},
            {"step", {{"timeout_seconds", 301}}, "from 0 to 300"},
            {"step", {{"units", "batch"}}, "unknown argument \"units\""},
            {"get_status", {{"verbose", true}}, "takes no arguments"},
            {"get_layer_stats", {{"bins", "many"}}, "\"bins\" must be an integer"},
            {"get_layer_stats", {{"bins", 1}}, "from 2 to 512"},
-           {"get_layer_stats", {{"layers", "fc1"}}, "\"layers\" must be an array"},
+           {"get_layer_stats", {{"layers", "fc1"}}, "\"layers\" must be a list of strings"},
            {"get_layer_stats", {{"include_histogram", "yes"}}, "true or false"},
            {"get_weight_stats", json::object(), "missing required argument \"layer\""},
            {"run_until", {{"phase", "train"}, {"epoch", 1.5}, {"batch", 0}}, "\"epoch\" must be an integer"},
@@ -170,7 +170,7 @@ TEST_F(McpToolsTest, RestStatsRoutesServeTheSameQueries) {
   client.initialize();
   json tool = client.tool_json("get_layer_stats",
                                {{"layers", {"fc1", "relu"}}, {"include_histogram", true}, {"bins", 6}, {"channel", 2}});
-  auto rest = get("/api/layer_stats?layers=fc1,relu&histogram=true&bins=6&channel=2");
+  auto rest = get("/api/layer_stats?layers=fc1,relu&include_histogram=true&bins=6&channel=2");
   ASSERT_EQ(rest.status, 200u) << rest.body;
   EXPECT_EQ(rest.json(), tool);
   EXPECT_EQ(get("/api/layer_stats").json()["layers"].size(), 5u);
@@ -232,7 +232,7 @@ TEST_F(McpToolsTest, RenderLayerReturnsPngImagesWithCaptions) {
   ASSERT_FALSE(val["isError"].get<bool>()) << val.dump();
   EXPECT_NE(text_of(val).find("no gradient image for fc2"), std::string::npos) << text_of(val);
   EXPECT_EQ(val["structuredContent"]["missing"].size(), 1u);
-  json only_gradient = client.tool("render_layer", {{"layers", {"fc2"}}, {"strips", "gradient"}});
+  json only_gradient = client.tool("render_layer", {{"layers", {"fc2"}}, {"kind", "gradient"}});
   EXPECT_TRUE(only_gradient["isError"].get<bool>());
 }
 
@@ -323,7 +323,7 @@ TEST(McpImageTest, WideStripsAreDownscaledAndSaySo) {
   ASSERT_EQ(session.wait_until_stopped(20s), nansense::RunState::kPaused);
   McpClient client(port_of(session.url()));
   client.initialize();
-  json result = client.tool("render_layer", {{"layers", {"fc"}}, {"strips", "activation"}});
+  json result = client.tool("render_layer", {{"layers", {"fc"}}, {"kind", "activation"}});
   ASSERT_FALSE(result["isError"].get<bool>()) << result.dump();
   const json& image = result["content"][1];
   ASSERT_EQ(image["type"], "image");
@@ -361,11 +361,12 @@ TEST_F(McpDebugToolsTest, AgentsReadConfigureAndSilenceTheChecks) {
   EXPECT_EQ(updated["settings"]["check_nan_inf"], true);
   json bad = client.tool("configure_debug_checks", {{"threshold_fraction", 1.5}});
   EXPECT_TRUE(bad["isError"].get<bool>());
-  EXPECT_NE(text_of(bad).find("1 or less"), std::string::npos) << text_of(bad);
+  EXPECT_NE(text_of(bad).find("greater than 0 and at most 1"), std::string::npos) << text_of(bad);
   EXPECT_NE(text_of(bad).find("1.5"), std::string::npos) << text_of(bad);
   json zero = client.tool("configure_debug_checks", {{"threshold_fraction", 0}});
   EXPECT_TRUE(zero["isError"].get<bool>());
-  EXPECT_NE(text_of(zero).find("(0, 1]"), std::string::npos) << text_of(zero);
+  // The bound is exclusive, as advertised.
+  EXPECT_NE(text_of(zero).find("greater than 0 and at most 1, got 0"), std::string::npos) << text_of(zero);
   json category = client.tool("silence_debug_check", {{"category", "nan"}});
   EXPECT_TRUE(category["isError"].get<bool>());
 

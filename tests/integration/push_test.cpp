@@ -11,12 +11,16 @@
 
 namespace {
 
+using nansense::testing::expect_wire;
 using nansense::testing::http_request;
 using nansense::testing::TrainingServerTest;
 using json = nlohmann::json;
 using namespace std::chrono_literals;
 namespace beast = boost::beast;
 namespace websocket = beast::websocket;
+
+// The JSON header of a binary strip frame (below).
+json strip_header(const std::string& bytes);
 
 // A WebSocket client to /ws that reads frames with a deadline.
 class PushClient {
@@ -36,11 +40,18 @@ class PushClient {
   };
 
   // The next frame, text or binary; throws (failing the test) after `timeout`.
+  // Each is checked against its declared shape.
   Frame next_frame(std::chrono::milliseconds timeout = 10s) {
     beast::get_lowest_layer(ws_).expires_after(timeout);
     beast::flat_buffer buffer;
     ws_.read(buffer);
-    return Frame{ws_.got_binary(), beast::buffers_to_string(buffer.data())};
+    Frame frame{ws_.got_binary(), beast::buffers_to_string(buffer.data())};
+    if (frame.binary) {
+      expect_wire(strip_header(frame.bytes), "StripFrameHeader");
+    } else {
+      expect_wire(json::parse(frame.bytes), "PushMessage");
+    }
+    return frame;
   }
 
   // The next text frame as JSON (binary frames are skipped).
@@ -104,6 +115,8 @@ StripFrame decode_strip(const std::string& bytes) {
   return StripFrame{json::parse(bytes.substr(4, n)), bytes.substr(4 + n)};
 }
 
+json strip_header(const std::string& bytes) { return decode_strip(bytes).header; }
+
 // What one snapshot pushed to a client: its snapshot event, the strip frames
 // of that sequence in arrival order, and its strips_done.
 struct Push {
@@ -142,9 +155,9 @@ Push read_push(PushClient& client, int64_t batch_idx) {
   return push;
 }
 
-// GET /api/render/layer for a watch entry.
+// GET /api/render/strip for a watch entry.
 std::string render_target(const json& entry) {
-  std::string target = "/api/render/layer?layer=" + entry["layer"].get<std::string>() +
+  std::string target = "/api/render/strip?layer=" + entry["layer"].get<std::string>() +
                        "&kind=" + entry["kind"].get<std::string>() +
                        "&sample=" + std::to_string(entry["sample"].get<int64_t>());
   if (entry.contains("average")) target += std::string("&average=") + (entry["average"].get<bool>() ? "true" : "false");
@@ -342,20 +355,21 @@ TEST_F(PushTest, BadWatchMessagesAreRefusedAndTheSocketKeepsItsList) {
       {R"({"type":"watch"})", "lacks \"strips\""},
       {R"({"type":"watch","strips":{"layer":"fc1"}})", "\"strips\" must be an array, got object"},
       {R"({"type":"watch","strips":[{"layer":"fc1","kind":"foo","sample":0}]})",
-       "strips[0].kind must be \"activation\" or \"gradient\", got \"foo\""},
-      {R"({"type":"watch","strips":[{"layer":"fc1","kind":"activation"}]})", "strips[0] lacks \"sample\""},
+       "strips[0]: argument \"kind\" must be \"activation\" or \"gradient\", got \"foo\""},
+      {R"({"type":"watch","strips":[{"kind":"activation","sample":0}]})",
+       "strips[0]: missing required argument \"layer\""},
       {R"({"type":"watch","strips":[{"layer":"fc1","kind":"activation","sample":-1}]})",
-       "strips[0].sample must be an integer >= 0, got -1"},
+       "strips[0]: argument \"sample\" must be 0 or more, got -1"},
       {R"({"type":"watch","strips":[{"layer":"fc1","kind":"activation","sample":1.5}]})",
-       "strips[0].sample must be an integer >= 0, got 1.5"},
+       "strips[0]: argument \"sample\" must be an integer, got 1.5"},
       {R"({"type":"watch","strips":[{"layer":"fc1","kind":"activation","sample":0,"average":"yes"}]})",
-       "strips[0].average must be true or false"},
+       "strips[0]: argument \"average\" must be true or false"},
       {R"({"type":"watch","strips":[{"layer":"fc1","kind":"activation","sample":0,"values":"log"}]})",
-       "strips[0].values must be \"unchanged\", \"abs\" or \"square\", got \"log\""},
+       "strips[0]: argument \"values\" must be \"unchanged\", \"abs\" or \"square\", got \"log\""},
       {R"({"type":"watch","strips":[{"layer":7,"kind":"activation","sample":0}]})",
-       "strips[0].layer must be a non-empty string, got 7"},
+       "strips[0]: argument \"layer\" must be a string, got 7"},
       {R"({"type":"watch","strips":[{"layer":"fc1","kind":"activation","sample":0,"colour":"red"}]})",
-       "strips[0] has an unknown field \"colour\""},
+       "strips[0]: unknown argument \"colour\""},
       {json{{"type", "watch"}, {"strips", too_many}}.dump(), "too many strips: 513 listed, at most 512"},
   };
   for (const auto& [message, expected] : bad) {
@@ -415,7 +429,7 @@ TEST_F(PushTest, SnapshotsInQuickSuccessionNeverMixTheirStrips) {
   // Eight snapshots back to back, across the train/val boundary (val batches
   // have no gradients), while pushes for the earlier ones may still run.
   for (int i = 0; i < 8; ++i) {
-    ASSERT_EQ(post("/api/step", {{"unit", "batch"}, {"wait_seconds", 20}}).status, 200u);
+    ASSERT_EQ(post("/api/step", {{"unit", "batch"}, {"timeout_seconds", 20}}).status, 200u);
   }
   const auto last = get("/api/status").json()["snapshot_sequence"].get<uint64_t>();
   std::set<uint64_t> announced;

@@ -85,14 +85,14 @@ TEST_F(TimeTravelApiTest, StatusAndDetailsDescribeTheCache) {
 
 TEST_F(TimeTravelApiTest, JumpsBackAndPausesOnTheTargetsFirstBatch) {
   wait_paused();
-  json status = post("/api/run_until", {{"phase", "train"}, {"epoch", 2}, {"batch", 1}, {"wait_seconds", 20}}).json();
+  json status = post("/api/run_until", {{"phase", "train"}, {"epoch", 2}, {"batch", 1}, {"timeout_seconds", 20}}).json();
   EXPECT_EQ(status["live_position"]["epoch"], 2);
   EXPECT_EQ(status["time_travel"]["cached_epochs"], json::array({0, 1, 2}));
-  auto reply = post("/api/time_travel", {{"epoch", 1}, {"wait_seconds", 20}});
+  auto reply = post("/api/time_travel", {{"epoch", 1}, {"timeout_seconds", 20}});
   ASSERT_EQ(reply.status, 200u) << reply.body;
   status = reply.json();
   EXPECT_EQ(status["state"], "paused");
-  EXPECT_EQ(status["mode"], "step");
+  EXPECT_EQ(status["mode"], "step_batch");
   EXPECT_EQ(status["live_position"]["epoch"], 1);
   EXPECT_EQ(status["live_position"]["phase"], "train");
   EXPECT_EQ(status["live_position"]["batch_idx"], 0);
@@ -101,8 +101,8 @@ TEST_F(TimeTravelApiTest, JumpsBackAndPausesOnTheTargetsFirstBatch) {
   EXPECT_EQ(get("/api/time_travel").json()["jumps"], 1);
 
   // From a running loop: it is carried out at the next batch boundary.
-  post("/api/run", json::object());
-  reply = post("/api/time_travel", {{"epoch", 0}, {"wait_seconds", 20}});
+  post("/api/run", {{"timeout_seconds", 0}});
+  reply = post("/api/time_travel", {{"epoch", 0}, {"timeout_seconds", 20}});
   ASSERT_EQ(reply.status, 200u) << reply.body;
   status = reply.json();
   EXPECT_EQ(status["state"], "paused");

@@ -10,6 +10,8 @@
 #include <thread>
 
 #include "integration/http_client.h"
+#include "integration/wire_check.h"
+#include "server/commands.h"
 
 namespace nansense::testing {
 
@@ -89,8 +91,26 @@ class TrainingServerTest : public ::testing::Test {
     session_.reset();
   }
 
-  Reply get(const std::string& target) { return http_request(port_, "GET", target); }
-  Reply post(const std::string& target, const json& body) { return http_request(port_, "POST", target, body.dump()); }
+  // Every reply is checked against its command's declared type (refusals
+  // against ErrorReply), so each test also holds the declarations to the truth.
+  Reply get(const std::string& target) { return expect_declared("GET", target, http_request(port_, "GET", target)); }
+  Reply post(const std::string& target, const json& body) {
+    return expect_declared("POST", target, http_request(port_, "POST", target, body.dump()));
+  }
+  static Reply expect_declared(const std::string& method, const std::string& target, Reply reply) {
+    const std::string path = target.substr(0, target.find('?'));
+    for (const auto& c : server::commands()) {
+      if (!c.rest || c.rest->method != method || c.rest->path != path) continue;
+      if (reply.status != 200) {
+        expect_wire(reply.json(), "ErrorReply");
+      } else if (reply.headers.count("X-Nansense-Render")) {
+        expect_wire(json::parse(reply.headers["X-Nansense-Render"]), c.reply);
+      } else {
+        expect_wire(reply.json(), c.reply);
+      }
+    }
+    return reply;
+  }
   json wait_paused() {
     EXPECT_EQ(session_->wait_until_stopped(20s), nansense::RunState::kPaused);
     return get("/api/status").json();

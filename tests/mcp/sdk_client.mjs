@@ -91,7 +91,7 @@ try {
         'get_weight_stats: parameters with the learning rate', weights.parameters[0]);
 
   const picture = await client.callTool({
-    name: 'render_layer', arguments: { layers: ['features.0'], strips: 'both', sample: 0 } });
+    name: 'render_layer', arguments: { layers: ['features.0'], kind: 'both', sample: 0 } });
   const images = picture.content.filter((c) => c.type === 'image');
   check(!picture.isError && images.length === 2, 'render_layer: activation and gradient images', picture.content.length);
   images.forEach((image, i) => {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "common/dtype.h"
 #include "numerics/bands.h"
 #include "numerics/checks.h"
 #include "numerics/debug_state.h"
@@ -47,7 +48,7 @@ TEST_P(Fractions, NanIsAFractionOfElementCount) {
   EXPECT_DOUBLE_EQ(r.layers[0].nan, 0.25);
   EXPECT_DOUBLE_EQ(r.layers[0].inf, 0.0);
   EXPECT_EQ(r.layers[0].layer, "fc");
-  EXPECT_EQ(r.layers[0].dtype, dtype_name(dtype()));
+  EXPECT_EQ(r.layers[0].dtype, common::dtype_name(dtype()));
   EXPECT_EQ(r.layers[0].sources, (std::vector<std::string>{"weight_gradient"}));
 }
 
@@ -81,14 +82,14 @@ TEST_P(Fractions, ThresholdDecidesAndZeroGradientsAreNotSubnormal) {
   const double sub = band().tiny / 16;
   // 1 subnormal of 1 + 2^... : fraction 1/(1+256) < 0.1 -> no trip.
   EXPECT_TRUE(check_one(values({sub, sub * 256}, dtype())).reasons.empty());
-  EXPECT_EQ(check_one(values({sub, sub * 256}, dtype()), DebugSettings().threshold(0.001)).reasons,
+  EXPECT_EQ(check_one(values({sub, sub * 256}, dtype()), DebugSettings().threshold_fraction(0.001)).reasons,
             (std::vector<std::string>{"underflow"}));
   EXPECT_TRUE(check_one(values({0, 0, 0}, dtype())).reasons.empty());
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, Fractions,
                          ::testing::Values(torch::kFloat, torch::kBFloat16, torch::kHalf, torch::kDouble),
-                         [](const auto& info) { return dtype_name(info.param); });
+                         [](const auto& info) { return common::dtype_name(info.param); });
 
 TEST(Checks, LayersAggregateTheirParametersAndKeepGraphOrder) {
   CheckInput in;
@@ -204,12 +205,14 @@ TEST(DebugStateTest, BadSettingsAreRefusedWithTheirValue) {
     }
     return std::string("accepted");
   };
-  EXPECT_EQ(message(DebugSettings().interval(0)), "interval must be a whole number of batches >= 1, got 0");
-  EXPECT_NE(message(DebugSettings().threshold(1.5)).find("threshold must be a fraction in (0, 1]"), std::string::npos);
-  EXPECT_NE(message(DebugSettings().threshold(0)).find("threshold"), std::string::npos);
-  EXPECT_NE(message(DebugSettings().trace_interval(-1)).find("trace_interval"), std::string::npos);
+  EXPECT_EQ(message(DebugSettings().interval_batches(0)),
+            "interval_batches must be a whole number of batches >= 1, got 0");
+  EXPECT_NE(message(DebugSettings().threshold_fraction(1.5)).find("threshold_fraction must be a fraction in (0, 1]"),
+            std::string::npos);
+  EXPECT_NE(message(DebugSettings().threshold_fraction(0)).find("threshold_fraction"), std::string::npos);
+  EXPECT_NE(message(DebugSettings().trace_interval_batches(-1)).find("trace_interval_batches"), std::string::npos);
   EXPECT_NE(message(DebugSettings().allow({""})).find("allow"), std::string::npos);
-  EXPECT_EQ(state.settings().interval(), 1);  // unchanged
+  EXPECT_EQ(state.settings().interval_batches(), 1);  // unchanged
 }
 
 }  // namespace

@@ -332,7 +332,7 @@ TEST(NumericsSession, WithoutAUiTheRunGoesOnAndTheIntervalIsHonoured) {
   auto data = test::make_batches(6);
   data[0].first[0][0] = NAN;  // at interval 2 batches 1, 3 and 5 are checked, not batch 0
   auto session = start(model, StartOptions().optimizer(&opt).debug(
-                                  DebugSettings().interval(2).capsule_dir("").rerun_to_trace(false)));
+                                  DebugSettings().interval_batches(2).capsule_dir("").rerun_to_trace(false)));
   session.detach();
   for (auto& batch : session.batches(data, "train")) test::train_step(model, opt, batch.first, batch.second);
   session.close();
@@ -355,7 +355,7 @@ TEST(NumericsSession, DisabledChecksInstallNothingThatTrips) {
   for (auto& batch : session.batches(data, "train")) test::train_step(model, opt, batch.first, batch.second);
   session.close();
   EXPECT_FALSE(session.debug_error());
-  EXPECT_THROW(start(model, StartOptions().debug(DebugSettings().interval(0))), UsageError);
+  EXPECT_THROW(start(model, StartOptions().debug(DebugSettings().interval_batches(0))), UsageError);
 }
 
 // Runs the toy loop to its first trip without a UI (the loop goes on) and

@@ -97,7 +97,7 @@ TEST(RunControl, FirstBatchPauses) {
 
   expect_paused_at(session, at("train", 0, 0));
   EXPECT_EQ(t.bodies.load(), 1) << "the first batch's body runs, then the loop pauses";
-  EXPECT_EQ(session.mode(), Mode::kStep);
+  EXPECT_EQ(session.mode(), Mode::kStepBatch);
   auto snap = session.snapshot();
   ASSERT_TRUE(snap) << "the paused batch is captured";
   EXPECT_TRUE(snap->position.same_batch(at("train", 0, 0)));
@@ -200,10 +200,10 @@ TEST(RunControl, StepUntilPositionStopsExactlyAtTheTarget) {
   TrainingThread thread(session, [&] { t.run(session); });
   expect_paused_at(session, at("train", 0, 0));
 
-  session.step_until_position(at("train", 0, 2));
+  session.run_until(at("train", 0, 2));
   expect_paused_at(session, at("train", 0, 2));
   EXPECT_EQ(t.bodies.load(), 3);
-  session.step_until_position(at("val", 1, 0));
+  session.run_until(at("val", 1, 0));
   expect_paused_at(session, at("val", 1, 0));
   EXPECT_EQ(t.bodies.load(), 6 + 4 + 1);
   ASSERT_TRUE(session.snapshot());
@@ -215,28 +215,28 @@ TEST(RunControl, StepUntilPositionRefusesImpossibleTargets) {
   auto session = start(t.model, StartOptions().epochs(2).phases(PhaseCounts{{"train", 4}, {"val", 2}}));
   TrainingThread thread(session, [&] { t.run(session); });
   expect_paused_at(session, at("train", 0, 0));
-  session.step_until_position(at("train", 0, 2));
+  session.run_until(at("train", 0, 2));
   expect_paused_at(session, at("train", 0, 2));
 
-  auto past = message_of<ControlError>([&] { session.step_until_position(at("train", 0, 1)); });
+  auto past = message_of<ControlError>([&] { session.run_until(at("train", 0, 1)); });
   EXPECT_NE(past.find("epoch 0 | train batch 1"), std::string::npos) << past;
   EXPECT_NE(past.find("epoch 0 | train batch 2"), std::string::npos) << "names the current position: " << past;
-  auto here = message_of<ControlError>([&] { session.step_until_position(at("train", 0, 2)); });
+  auto here = message_of<ControlError>([&] { session.run_until(at("train", 0, 2)); });
   EXPECT_NE(here.find("not after"), std::string::npos) << here;
 
-  auto phase = message_of<ControlError>([&] { session.step_until_position(at("test", 0, 0)); });
+  auto phase = message_of<ControlError>([&] { session.run_until(at("test", 0, 0)); });
   EXPECT_NE(phase.find("'test'"), std::string::npos) << phase;
   EXPECT_NE(phase.find("train, val"), std::string::npos) << "lists the known phases: " << phase;
 
-  auto batch = message_of<ControlError>([&] { session.step_until_position(at("val", 0, 2)); });
+  auto batch = message_of<ControlError>([&] { session.run_until(at("val", 0, 2)); });
   EXPECT_NE(batch.find("batch 2"), std::string::npos) << batch;
   EXPECT_NE(batch.find("2 batches"), std::string::npos) << batch;
 
-  auto epoch = message_of<ControlError>([&] { session.step_until_position(at("train", 2, 0)); });
+  auto epoch = message_of<ControlError>([&] { session.run_until(at("train", 2, 0)); });
   EXPECT_NE(epoch.find("epoch 2"), std::string::npos) << epoch;
   EXPECT_NE(epoch.find("2 epochs"), std::string::npos) << epoch;
 
-  EXPECT_THROW(session.step_until_position(at("train", 0, -1)), ControlError);
+  EXPECT_THROW(session.run_until(at("train", 0, -1)), ControlError);
 
   // A refused command leaves the loop where it was.
   expect_paused_at(session, at("train", 0, 2));
@@ -249,7 +249,7 @@ TEST(RunControl, StepRunPausesAtTheLastBatchOfTheRun) {
   TrainingThread thread(session, [&] { t.run(session); });
   expect_paused_at(session, at("train", 0, 0));
 
-  session.step_run();
+  session.run();
   expect_paused_at(session, at("val", 1, 1));
   EXPECT_TRUE(session.live_position()->is_last_in_run);
   EXPECT_EQ(t.bodies.load(), 10);
@@ -262,7 +262,7 @@ TEST(RunControl, StepRunPausesAtTheLastBatchOfTheRun) {
   EXPECT_EQ(session.state(), RunState::kFinished);
   auto msg = message_of<ControlError>([&] { session.step_batch(); });
   EXPECT_NE(msg.find("finished"), std::string::npos) << msg;
-  EXPECT_THROW(session.step_until_position(at("val", 1, 1)), ControlError);
+  EXPECT_THROW(session.run_until(at("val", 1, 1)), ControlError);
   EXPECT_THROW(session.detach(), ControlError);
 }
 
@@ -293,7 +293,7 @@ TEST(RunControl, StopWhileRunningPausesAtTheNextBoundary) {
   session.detach();
   ASSERT_TRUE(reached.wait());  // the loop is inside batch 5
   EXPECT_EQ(session.state(), RunState::kRunning);
-  session.stop();
+  session.pause();
   go.open();
   ASSERT_EQ(session.wait_until_stopped(kWait), RunState::kPaused);
   auto live = session.live_position();
@@ -303,12 +303,12 @@ TEST(RunControl, StopWhileRunningPausesAtTheNextBoundary) {
   EXPECT_GE(live->batch_idx, 5);
   EXPECT_LE(live->batch_idx, 6);
   EXPECT_EQ(t.bodies.load(), live->batch_idx + 1);
-  EXPECT_EQ(session.mode(), Mode::kStep);
+  EXPECT_EQ(session.mode(), Mode::kStepBatch);
   ASSERT_TRUE(session.snapshot());
   EXPECT_TRUE(session.snapshot()->position.same_batch(*live)) << "the batch paused on is the one captured";
 
   // stop() on a paused loop changes nothing.
-  session.stop();
+  session.pause();
   expect_paused_at(session, *live);
 }
 

@@ -305,7 +305,8 @@ TEST(SchedulePosition, ToStringAndSameBatch) {
   EXPECT_TRUE(a.same_batch(b)) << "flags are derived, not compared";
   EXPECT_FALSE(a.same_batch(pos("train", 1, 6)));
   EXPECT_FALSE(a.same_batch(pos("val", 1, 5)));
-  EXPECT_EQ(to_string(Mode::kUntilPhaseChange), "until_phase_change");
+  EXPECT_EQ(to_string(Mode::kStepPhase), "step_phase");
+  EXPECT_EQ(to_string(Mode::kRun), "run");
   EXPECT_EQ(to_string(Mode::kDetach), "detach");
 }
 

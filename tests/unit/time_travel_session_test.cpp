@@ -156,7 +156,7 @@ TEST(TimeTravel, ReplayAfterAJumpReproducesEveryLossBitForBit) {
   const auto dir = fresh_dir("determinism");
   TrainingThread t(session, [&] { loop.run(session, 4, EpochOptions().cache_dir(dir.string())); });
   expect_paused_at(session, at("train", 0, 0));
-  session.step_run();
+  session.run();
   expect_paused_at(session, at("val", 3, 1));  // the last batch of the run
   const auto first_pass = loop.recorded();
   ASSERT_EQ(first_pass.size(), 24u);
@@ -164,7 +164,7 @@ TEST(TimeTravel, ReplayAfterAJumpReproducesEveryLossBitForBit) {
 
   session.request_time_travel(1);
   expect_paused_at(session, at("train", 1, 0));
-  session.step_run();
+  session.run();
   expect_paused_at(session, at("val", 3, 1));
   session.detach();
   t.join();
@@ -195,16 +195,16 @@ TEST(TimeTravel, JumpsMidEpochBetweenPhasesAndRepeatedly) {
   expect_paused_at(session, at("train", 0, 0));
 
   // Mid-epoch: from epoch 2's second train batch back to epoch 1.
-  session.step_until_position(at("train", 2, 1));
+  session.run_until(at("train", 2, 1));
   expect_paused_at(session, at("train", 2, 1));
   EXPECT_EQ(session.time_travel_status().cached_epochs, (std::vector<int64_t>{0, 1, 2}));
   session.request_time_travel(1);
   expect_paused_at(session, at("train", 1, 0));
   EXPECT_EQ(session.time_travel_status().current_epoch, 1);
-  EXPECT_EQ(session.mode(), Mode::kStep);
+  EXPECT_EQ(session.mode(), Mode::kStepBatch);
 
   // Between phases: from epoch 1's first val batch back to epoch 0.
-  session.step_until_position(at("val", 1, 0));
+  session.run_until(at("val", 1, 0));
   expect_paused_at(session, at("val", 1, 0));
   session.request_time_travel(0);
   expect_paused_at(session, at("train", 0, 0));
@@ -249,7 +249,7 @@ TEST(TimeTravel, JumpsWhileRunning) {
   const auto dir = fresh_dir("running");
   TrainingThread t(session, [&] { loop.run(session, 4, EpochOptions().cache_dir(dir.string())); });
   expect_paused_at(session, at("train", 0, 0));
-  session.step_run();
+  session.run();
   ASSERT_TRUE(reached.wait());
   EXPECT_EQ(session.state(), RunState::kRunning);
   session.request_time_travel(1);
@@ -486,7 +486,7 @@ TEST(TimeTravel, CorruptedAndTruncatedCheckpointsAreReportedNeverLoaded) {
   const auto dir = fresh_dir("corrupt");
   TrainingThread t(session, [&] { loop.run(session, 4, EpochOptions().cache_dir(dir.string())); });
   expect_paused_at(session, at("train", 0, 0));
-  session.step_until_position(at("train", 2, 0));
+  session.run_until(at("train", 2, 0));
   expect_paused_at(session, at("train", 2, 0));
   const auto before = params_of(*loop.model);
   detail::core_of(session)->restorer().store()->wait_idle();  // files are put in place in the background

@@ -90,7 +90,7 @@ TEST(Tracer, SequentialMlpIsNamedByModulePath) {
   EXPECT_FALSE(fc.ops.empty());
   EXPECT_EQ(fc.parameters, (std::vector<std::string>{"net.0.weight", "net.0.bias"}));
   EXPECT_EQ(fc.output_shape, (Shape{5, 8}));
-  EXPECT_EQ(fc.dtype, "Float");
+  EXPECT_EQ(fc.dtype, "float32");
 
   const auto& relu = layer(a, "net.1");
   EXPECT_EQ(relu.role, LayerInfo::Role::kModule);
@@ -309,7 +309,7 @@ TEST(Tracer, UncapturedBatchesInstallNoCallback) {
   ASSERT_EQ(session.wait_until_stopped(kWait), RunState::kPaused);
   session.detach();
   ASSERT_TRUE(reached.wait());
-  session.request_snapshot();  // batch 4 is captured without pausing
+  session.refresh();  // batch 4 is captured without pausing
   go.open();
   ASSERT_EQ(session.wait_until_stopped(kWait), RunState::kFinished);
   thread.join();

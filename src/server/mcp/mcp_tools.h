@@ -1,14 +1,11 @@
-// The MCP tools: one entry per Controller command or query, each with the JSON
-// schema and description an agent reads, and a handler that only converts
-// arguments in and results out.
+// The MCP tools: the command table's MCP commands (commands.h), with input
+// schemas written from their argument declarations. This file only turns
+// replies into MCP content (text, structuredContent, captioned images).
 #pragma once
 
-#include <functional>
 #include <string>
-#include <vector>
 
 #include "server/controller.h"
-#include "server/mcp/arguments.h"
 
 namespace nansense::server::mcp {
 
@@ -30,18 +27,8 @@ class Tools {
   // anything the tool refuses (bad arguments included) is an isError result.
   json call(const std::string& name, const json& arguments, const std::string& protocol_version) const;
 
-  struct Tool {
-    std::string name;
-    std::string title;
-    std::string description;
-    json input_schema;
-    bool read_only = true;
-    std::function<ToolResult(Controller&, const Arguments&)> handle;
-  };
-
  private:
   Controller& controller_;
-  std::vector<Tool> tools_;
 };
 
 // What the server's initialize result tells an agent about where to start.

@@ -1,17 +1,9 @@
-// REST client for the nansense server on the page's own origin.
-import type {
-  Architecture,
-  DebugCheck,
-  DebugReport,
-  DebugSettings,
-  InputRenderInfo,
-  LayerRenderInfo,
-  Snapshot,
-  Status,
-  StripView,
-  TimeTravelReport,
-  UpdateAction,
-} from './types';
+// REST client for the nansense server on the page's own origin. Each call
+// names a server command; its route, arguments and reply types come from
+// routes.ts and types.ts, which tests/wire/check_types.sh holds to the
+// server's command table.
+import { routes } from './routes';
+import type { CommandArgs, InputInfo, Replies, StepUnit, StripInfo, StripView } from './types';
 
 // On a non-loopback bind the server prints a URL with ?token=; the page keeps
 // presenting it (the cookie it sets may be blocked or cleared).
@@ -44,47 +36,53 @@ async function errorFrom(res: Response): Promise<ApiError> {
   return new ApiError(res.status, message);
 }
 
-async function getJson<T>(path: string, signal?: AbortSignal): Promise<T> {
-  const res = await fetch(path, { headers: headers(), cache: 'no-store', signal });
+// A query without arguments.
+async function get<K extends keyof Replies & keyof typeof routes>(name: K, signal?: AbortSignal): Promise<Replies[K]> {
+  const res = await fetch(routes[name].path, { headers: headers(), cache: 'no-store', signal });
   if (!res.ok) throw await errorFrom(res);
-  return (await res.json()) as T;
+  return (await res.json()) as Replies[K];
 }
 
-async function postJson<T>(path: string, body: object): Promise<T> {
-  const res = await fetch(path, {
+// A command: its arguments as the JSON body.
+async function post<K extends keyof CommandArgs & keyof Replies & keyof typeof routes>(
+  name: K,
+  args: CommandArgs[K],
+): Promise<Replies[K]> {
+  const res = await fetch(routes[name].path, {
     method: 'POST',
     headers: headers({ 'Content-Type': 'application/json' }),
-    body: JSON.stringify(body),
+    body: JSON.stringify(args),
   });
   if (!res.ok) throw await errorFrom(res);
-  return (await res.json()) as T;
+  return (await res.json()) as Replies[K];
 }
 
-export const getStatus = (signal?: AbortSignal) => getJson<Status>('/api/status', signal);
-export const getArchitecture = (signal?: AbortSignal) => getJson<Architecture>('/api/architecture', signal);
-export const getSnapshot = (signal?: AbortSignal) => getJson<Snapshot>('/api/snapshot', signal);
+export const getStatus = (signal?: AbortSignal) => get('get_status', signal);
+export const getArchitecture = (signal?: AbortSignal) => get('get_architecture', signal);
+export const getSnapshot = (signal?: AbortSignal) => get('get_snapshot', signal);
 
-export type StepUnit = 'batch' | 'phase' | 'epoch';
-export const step = (unit: StepUnit) => postJson<Status>('/api/step', { unit });
-export const run = () => postJson<Status>('/api/run', {});
-export const detach = () => postJson<Status>('/api/run', { detach: true });
-export const pause = () => postJson<Status>('/api/pause', {});
+// The page follows the run over the push channel: commands never wait for
+// the next pause, so no request is held open.
+const now = { timeout_seconds: 0 };
+export const step = (unit: StepUnit) => post('step', { unit, ...now });
+export const run = () => post('run', now);
+export const detach = () => post('run', { detach: true, ...now });
+export const pause = () => post('pause', now);
 export const runUntil = (phase: string, epoch: number, batch: number) =>
-  postJson<Status>('/api/run_until', { phase, epoch, batch });
+  post('run_until', { phase, epoch, batch, ...now });
 
-export const getTimeTravel = (signal?: AbortSignal) => getJson<TimeTravelReport>('/api/time_travel', signal);
-export const timeTravel = (epoch: number) => postJson<Status>('/api/time_travel', { epoch });
+export const getTimeTravel = (signal?: AbortSignal) => get('get_time_travel_status', signal);
+export const timeTravel = (epoch: number) => post('time_travel', { epoch, ...now });
 
-export const getDebug = (signal?: AbortSignal) => getJson<DebugReport>('/api/debug', signal);
+export const getDebug = (signal?: AbortSignal) => get('get_debug_report', signal);
 // A partial update: only the fields given change; the server validates them.
-export const setDebugSettings = (patch: Partial<Omit<DebugSettings, 'capsule_dir'>>) =>
-  postJson<DebugReport>('/api/debug/settings', patch);
+export const setDebugSettings = (patch: CommandArgs['configure_debug_checks']) => post('configure_debug_checks', patch);
 // No category: every category the standing error has.
-export const silenceDebug = (category?: DebugCheck) =>
-  postJson<DebugReport>('/api/debug/silence', category ? { category } : {});
-export const clearDebug = () => postJson<DebugReport>('/api/debug/clear', {});
+export const silenceDebug = (category?: CommandArgs['silence_debug_check']['category']) =>
+  post('silence_debug_check', category ? { category } : {});
+export const clearDebug = () => post('clear_debug_error', {});
 // 409 when no update is held.
-export const chooseUpdate = (action: UpdateAction) => postJson<DebugReport>('/api/debug/choose_update', { action });
+export const chooseUpdate = (action: CommandArgs['choose_update']['action']) => post('choose_update', { action });
 
 // A rendered PNG and what it shows (the X-Nansense-Render header's JSON).
 export interface Rendered<I> {
@@ -114,15 +112,22 @@ export function pngUrl(png: Uint8Array): string {
   return `data:image/png;base64,${btoa(binary)}`;
 }
 
-// What a strip request names (the server always draws its latest snapshot).
-export type LayerRenderParams = StripView;
-
-export const renderLayer = (p: LayerRenderParams, signal?: AbortSignal) =>
-  getImage<LayerRenderInfo>(
-    '/api/render/layer',
-    { layer: p.layer, kind: p.kind, sample: String(p.sample), average: String(p.average), values: p.values },
+export const renderStrip = (view: StripView, signal?: AbortSignal) =>
+  getImage<StripInfo>(
+    routes.render_strip.path,
+    {
+      layer: view.layer,
+      kind: view.kind,
+      sample: String(view.sample),
+      average: String(view.average),
+      values: view.values,
+    } satisfies Record<keyof CommandArgs['render_strip'], string>,
     signal,
   );
 
 export const renderInput = (input: number, sample: number, signal?: AbortSignal) =>
-  getImage<InputRenderInfo>('/api/render/input', { input: String(input), sample: String(sample) }, signal);
+  getImage<InputInfo>(
+    routes.render_input.path,
+    { input: String(input), sample: String(sample) } satisfies Record<keyof CommandArgs['render_input'], string>,
+    signal,
+  );

@@ -3,14 +3,14 @@
 // itself; the caller refetches everything on each (re)connect because events
 // sent while the link was down are gone.
 import { pageToken } from './client';
-import type { LayerRenderInfo, PushMessage } from './types';
+import type { StripInfo, PushMessage } from './types';
 
 export interface PushHandlers {
   onOpen(): void;
   onClose(): void;
   onMessage(message: PushMessage): void;
   // A pushed strip: its render info and PNG bytes.
-  onStrip(info: LayerRenderInfo, png: Uint8Array): void;
+  onStrip(info: StripInfo, png: Uint8Array): void;
 }
 
 let openSocket: WebSocket | null = null;
@@ -25,12 +25,12 @@ export function sendPush(message: object): boolean {
 
 // A binary frame: a 4-byte big-endian header length, the header (JSON), then
 // the PNG. Anything else is ignored.
-function parseStrip(data: ArrayBuffer): { info: LayerRenderInfo; png: Uint8Array } | null {
+function parseStrip(data: ArrayBuffer): { info: StripInfo; png: Uint8Array } | null {
   if (data.byteLength < 4) return null;
   const length = new DataView(data).getUint32(0, false);
   if (4 + length > data.byteLength) return null;
   try {
-    const header = JSON.parse(new TextDecoder().decode(new Uint8Array(data, 4, length))) as LayerRenderInfo & {
+    const header = JSON.parse(new TextDecoder().decode(new Uint8Array(data, 4, length))) as StripInfo & {
       type?: string;
     };
     if (header.type !== 'strip') return null;

@@ -1,7 +1,15 @@
-// The server's JSON shapes (see the HTTP API contract). Fields the server
-// adds later are optional here so the page keeps working across versions.
+// The server's JSON shapes. Every type here named like one the server
+// declares (src/server/wire_types.cpp) must be identical to it, and
+// `CommandArgs` / `Replies` must fit the server's command table
+// (src/server/commands.cpp): tests/wire/check_types.sh compares them, so a
+// key renamed on either side fails that test.
 
 export type RunState = 'running' | 'paused' | 'finished' | 'lost';
+// Named after the command that set it.
+export type Mode = 'step_batch' | 'step_phase' | 'step_epoch' | 'run_until' | 'run' | 'detach';
+
+// A number the server could not write as JSON: NaN and the infinities.
+export type Num = number | 'nan' | 'inf' | '-inf';
 
 export interface Position {
   phase: string;
@@ -24,42 +32,46 @@ export interface Schedule {
   phases: PhaseSchedule[];
 }
 
+// The status's part: what the Time Travel button needs.
 export interface TimeTravelStatus {
   available: boolean;
   // Only while unavailable.
   reason?: string;
-  cached_epochs?: number[];
-  total_epochs?: number | null;
-  current_epoch?: number | null;
-  pending_epoch?: number | null;
+  cached_epochs: number[];
+  total_epochs: number;
+  current_epoch: number | null;
+  pending_epoch: number | null;
 }
 
 // GET /api/time_travel: the status's part plus the cache's details.
 export interface TimeTravelReport extends TimeTravelStatus {
-  uncached_epochs?: number[];
-  checkpoints?: { epoch: number; bytes: number }[];
-  cache_dir?: string;
-  budget_bytes?: number | null;
-  bytes_used?: number;
-  jumps?: number;
-  last_error?: string | null;
-  hint?: string;
+  uncached_epochs: number[];
+  checkpoints: { epoch: number; bytes: number }[];
+  cache_dir: string | null;
+  budget_bytes: number | null;
+  bytes_used: number;
+  jumps: number;
+  last_error: string | null;
+  hint: string;
 }
 
 export interface Status {
   state: RunState;
-  mode: string;
+  mode: Mode;
   live_position: Position | null;
   snapshot_position: Position | null;
   snapshot_sequence: number;
+  snapshot_batch_size: number;
   schedule: Schedule;
   hint: string;
+  time_travel: TimeTravelStatus;
+  // The numerical checks, and the standing error the banner shows.
+  debug: DebugSummary;
+  paused_at_ms?: number;
   lost_reason?: string;
   internal_errors?: string[];
-  time_travel?: TimeTravelStatus;
-  paused_at_ms?: number;
-  // The numerical checks, and the standing error the banner shows.
-  debug?: DebugSummary;
+  // Only from refresh.
+  refreshed?: boolean;
 }
 
 // ---- Numerical debugging (GET /api/debug, the status's `debug`) ----
@@ -70,7 +82,7 @@ export type RootCauseStatus = 'found' | 'from_outside' | 'not_reproduced' | 'pen
 
 export interface ProducerBrief {
   op: string;
-  pass: 'forward' | 'backward' | string;
+  pass: string;
   layer: string | null;
 }
 
@@ -97,27 +109,37 @@ export interface DebugSummary {
   error: DebugErrorSummary | null;
 }
 
-export interface TensorFacts {
+// What the server reports about one tensor, in every reply that describes one
+// (snapshot summaries, layer and weight statistics, a root cause's ops).
+export interface TensorStats {
   shape: number[];
   dtype: string;
   numel: number;
+  // finite + nan + pos_inf + neg_inf == numel.
+  finite: number;
   nan: number;
   pos_inf: number;
   neg_inf: number;
-  // The range of its finite values; null when it has none.
+  // Over the finite values; null when there are none.
   min: Num | null;
   max: Num | null;
+  mean: Num | null;
+  // Only in layer and weight statistics.
+  std?: Num | null;
+  median?: Num | null;
+  zero_fraction?: Num;
+  norm?: Num;
 }
 
 export interface OpReport {
   op: string;
-  pass: string;
+  pass: 'forward' | 'backward' | 'step';
   backward_node: string | null;
   forward_op: string | null;
   layer: string | null;
   index: number;
-  inputs: TensorFacts[];
-  outputs: TensorFacts[];
+  inputs: TensorStats[];
+  outputs: TensorStats[];
 }
 
 export interface RootCause {
@@ -126,6 +148,7 @@ export interface RootCause {
   producer: OpReport | null;
   propagators: OpReport[];
   propagator_count: number;
+  other_producer_count: number;
 }
 
 // The optimizer update of the batch that tripped: 'held' while the loop is
@@ -168,6 +191,7 @@ export interface DebugError {
   text: string;
 }
 
+// The same names as the C++ DebugSettings' options.
 export interface DebugSettings {
   enabled: boolean;
   interval_batches: number;
@@ -188,6 +212,8 @@ export interface DebugReport {
   skip_update: boolean;
 }
 
+// ---- The architecture and the snapshot ----
+
 export type LayerRole = 'input' | 'module' | 'op';
 
 export interface Layer {
@@ -200,7 +226,7 @@ export interface Layer {
   dtype: string;
   // The names of the parameter tensors this layer owns.
   parameters: string[];
-  description?: string;
+  description: string;
   // A pure shape op (view, permute, select...): folded into the edges unless shown.
   shape_op: boolean;
 }
@@ -218,27 +244,15 @@ export interface Architecture {
   inputs: string[];
 }
 
-// A number the server could not write as JSON: NaN and the infinities.
-export type Num = number | 'nan' | 'inf' | '-inf';
-
-export interface TensorSummary {
-  shape: number[];
-  dtype: string;
-  numel: number;
-  min?: Num | null;
-  max?: Num | null;
-  mean?: Num | null;
-  non_finite: number;
-}
-
 export interface SnapshotLayer {
   name: string;
   kind: string;
-  activation: TensorSummary | null;
-  gradient: TensorSummary | null;
+  activation: TensorStats | null;
+  gradient: TensorStats | null;
 }
 
 export interface SnapshotInput {
+  index: number;
   name: string;
   shape: number[];
   dtype: string;
@@ -246,26 +260,31 @@ export interface SnapshotInput {
 
 export interface SnapshotParameter {
   name: string;
-  weight: TensorSummary;
-  gradient: TensorSummary | null;
+  weight: TensorStats;
+  gradient: TensorStats | null;
+  optimizer_state?: Record<string, Num | TensorStats>;
+  hyperparameters?: Record<string, Num>;
 }
 
 export interface Snapshot {
   position: Position;
   sequence: number;
-  batch_size?: number;
-  inputs?: SnapshotInput[];
+  batch_size: number;
+  inputs: SnapshotInput[];
   layers: SnapshotLayer[];
   parameters: SnapshotParameter[];
 }
 
+// ---- Pictures ----
+
 export type StripKind = 'activation' | 'gradient';
 export type Values = 'unchanged' | 'abs' | 'square';
 
-// The X-Nansense-Render header of a layer strip.
-export interface LayerRenderInfo {
+// The X-Nansense-Render header of a strip (and a pushed strip frame's header).
+export interface StripInfo {
   layer: string;
   kind: StripKind;
+  position: Position;
   sequence: number;
   sample: number;
   batch_size: number;
@@ -285,9 +304,11 @@ export interface LayerRenderInfo {
 }
 
 // The X-Nansense-Render header of an input image.
-export interface InputRenderInfo {
+export interface InputInfo {
   input: number;
   name: string;
+  position: Position;
+  sequence: number;
   sample: number;
   batch_size: number;
   layout: 'image' | 'strip';
@@ -296,27 +317,76 @@ export interface InputRenderInfo {
   hint?: string;
 }
 
-// Pushed over /ws.
-export type PushMessage =
-  | { type: 'status'; status: Status }
-  | {
-      type: 'snapshot';
-      sequence: number;
-      position: Position;
-      architecture_changed: boolean;
-      // Optional: lets the page clamp the selected sample before the JSON.
-      batch_size?: number;
-    }
-  // Every watched strip of snapshot `sequence` was pushed, except `failed`.
-  | { type: 'strips_done'; sequence: number; failed: (StripView & { error: string })[] }
-  // The server could not use a message the page sent.
-  | { type: 'error'; message: string };
+// ---- The push channel (/ws) ----
 
-// A strip the page asks the server to push with every snapshot.
+// A strip the page asks the server to push with every snapshot: exactly
+// render_strip's arguments.
 export interface StripView {
   layer: string;
   kind: StripKind;
   sample: number;
   average: boolean;
   values: Values;
+}
+
+export interface FailedStrip extends StripView {
+  error: string;
+}
+
+export type PushMessage =
+  | { type: 'status'; status: Status }
+  // Carries the batch size so the page can clamp its sample before the JSON.
+  | { type: 'snapshot'; sequence: number; position: Position; batch_size: number; architecture_changed: boolean }
+  // Every watched strip of snapshot `sequence` was pushed, except `failed`.
+  | { type: 'strips_done'; sequence: number; failed: FailedStrip[] }
+  // The server could not use a message the page sent.
+  | { type: 'error'; message: string };
+
+export interface WatchMessage {
+  type: 'watch';
+  strips: StripView[];
+}
+
+// ---- Commands, by the server's names ----
+
+export type StepUnit = 'batch' | 'phase' | 'epoch';
+
+// What the page sends to each command it uses. Commands take
+// timeout_seconds 0: the page follows the run over the push channel and never
+// holds a request open.
+export interface CommandArgs {
+  step: { unit: StepUnit; timeout_seconds: number };
+  run: { detach?: boolean; timeout_seconds: number };
+  pause: { timeout_seconds: number };
+  run_until: { phase: string; epoch: number; batch: number; timeout_seconds: number };
+  time_travel: { epoch: number; timeout_seconds: number };
+  // A partial update: only the settings given change.
+  configure_debug_checks: Partial<Omit<DebugSettings, 'capsule_dir'>>;
+  // No category: every category the standing error has.
+  silence_debug_check: { category?: DebugCheck };
+  clear_debug_error: Record<never, never>;
+  choose_update: { action: UpdateAction };
+  render_strip: StripView;
+  render_input: { input: number; sample: number };
+}
+
+// What the page reads from each command it uses (a picture's: the info
+// beside the PNG).
+export interface Replies {
+  get_status: Status;
+  get_architecture: Architecture;
+  get_snapshot: Snapshot;
+  step: Status;
+  run: Status;
+  pause: Status;
+  run_until: Status;
+  get_time_travel_status: TimeTravelReport;
+  time_travel: Status;
+  get_debug_report: DebugReport;
+  configure_debug_checks: DebugReport;
+  silence_debug_check: DebugReport;
+  clear_debug_error: DebugReport;
+  choose_update: DebugReport;
+  render_strip: StripInfo;
+  render_input: InputInfo;
 }

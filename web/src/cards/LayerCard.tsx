@@ -3,7 +3,7 @@
 // channels line up (rows aligned by CSS subgrid, no sticky positioning).
 import { memo } from 'preact/compat';
 import { useContext, useEffect, useRef, useState } from 'preact/hooks';
-import type { Layer, SnapshotLayer, StripKind, TensorSummary } from '../api/types';
+import type { Layer, SnapshotLayer, StripKind, TensorStats } from '../api/types';
 import { formatNum } from '../format';
 import { hideLayer, requestFocus, sampleExists, setHovered, snapshotLayer, store } from '../state/app';
 import { debugMarkOf, MARK_TEXT } from '../state/debug';
@@ -132,14 +132,16 @@ function canAsk(kind: StripKind, entry: SnapshotLayer | null, current: boolean):
   return current && entry.gradient != null;
 }
 
-function Stats({ summary }: { summary: TensorSummary | null }) {
+function Stats({ summary }: { summary: TensorStats | null }) {
   if (!summary) return <span class="card-stats" />;
   return (
     <span class="card-stats mono" title="Activation over the whole batch: min / mean / max">
       <span>min {formatNum(summary.min)}</span>
       <span>mean {formatNum(summary.mean)}</span>
       <span>max {formatNum(summary.max)}</span>
-      {summary.non_finite > 0 && <span class="stat-bad">{summary.non_finite} non-finite</span>}
+      {summary.finite < summary.numel && (
+        <span class="stat-bad">{summary.numel - summary.finite} non-finite</span>
+      )}
     </span>
   );
 }

@@ -1,9 +1,9 @@
 // The colour scale of one strip and its non-finite counts. NaN and ±Inf are
 // drawn as marks outside the scale, so they are counted here, not read off it.
-import type { LayerRenderInfo } from '../api/types';
+import type { StripInfo } from '../api/types';
 import { formatCount, formatNum } from '../format';
 
-export function Legend({ info }: { info: LayerRenderInfo | null }) {
+export function Legend({ info }: { info: StripInfo | null }) {
   if (!info) return <div class="legend legend-empty" />;
   const diverging = info.scale === 'diverging';
   const max = info.scale_max;
@@ -20,7 +20,7 @@ export function Legend({ info }: { info: LayerRenderInfo | null }) {
   );
 }
 
-function NonFinite({ info }: { info: LayerRenderInfo }) {
+function NonFinite({ info }: { info: StripInfo }) {
   if (!info.nan && !info.pos_inf && !info.neg_inf) return null;
   return (
     <div class="nonfinite mono" data-testid={`nonfinite-${info.kind}-${info.layer}`}>

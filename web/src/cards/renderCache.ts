@@ -3,21 +3,22 @@
 // draws the latest), so the snapshot identity lives in this key instead, and
 // a new snapshot is a new key. Entries are fetched here or put in by the
 // push channel (stripPush.ts) as the server sends them.
-import { renderLayer, type LayerRenderParams, type Rendered } from '../api/client';
-import type { LayerRenderInfo } from '../api/types';
+import { renderStrip, type Rendered } from '../api/client';
+import type { StripView } from '../api/types';
+import type { StripInfo } from '../api/types';
 
-export type RenderedStrip = Rendered<LayerRenderInfo>;
+export type RenderedStrip = Rendered<StripInfo>;
 
 // Each entry holds its PNG bytes (tens of KB): a few hundred is plenty for
 // going back and forth between samples and options.
 const MAX_ENTRIES = 400;
 const cache = new Map<string, Promise<RenderedStrip>>();
 
-export function renderKey(generation: number, sequence: number, p: LayerRenderParams): string {
+export function renderKey(generation: number, sequence: number, p: StripView): string {
   return `${generation}|${sequence}|${p.layer}|${p.kind}|${p.sample}|${p.average}|${p.values}`;
 }
 
-export function loadStrip(key: string, params: LayerRenderParams): Promise<RenderedStrip> {
+export function loadStrip(key: string, params: StripView): Promise<RenderedStrip> {
   const hit = cache.get(key);
   if (hit) {
     // Refresh its place in the eviction order.
@@ -25,7 +26,7 @@ export function loadStrip(key: string, params: LayerRenderParams): Promise<Rende
     cache.set(key, hit);
     return hit;
   }
-  return putStrip(key, renderLayer(params));
+  return putStrip(key, renderStrip(params));
 }
 
 export function hasStrip(key: string): boolean {

@@ -4,9 +4,9 @@
 // PNGs over /ws, then "strips_done" naming those it could not draw. A strip
 // the push does not bring (watch changed meanwhile, link lost, snapshot
 // overtaken) is fetched over HTTP as before.
-import { ApiError, renderLayer } from '../api/client';
+import { ApiError, renderStrip } from '../api/client';
 import { sendPush } from '../api/push';
-import type { LayerRenderInfo, StripView } from '../api/types';
+import type { StripInfo, StripView, WatchMessage } from '../api/types';
 import { store } from '../state/app';
 import { hasStrip, putStrip, renderKey, type RenderedStrip } from './renderCache';
 
@@ -82,7 +82,7 @@ function sendWatch(): void {
     .slice(0, MAX_WATCHED);
   const text = JSON.stringify(views);
   if (text === serverWatch) return;
-  if (!sendPush({ type: 'watch', strips: views })) return;
+  if (!sendPush({ type: 'watch', strips: views } satisfies WatchMessage)) return;
   serverWatch = text;
   serverViews = views;
 }
@@ -127,7 +127,7 @@ export function expectStrips(forGeneration: number, sequence: number): void {
   }
 }
 
-export function receiveStrip(info: LayerRenderInfo, png: Uint8Array): void {
+export function receiveStrip(info: StripInfo, png: Uint8Array): void {
   const key = renderKey(generation, info.sequence, info);
   const rendered = { png, info };
   if (!decoded.has(key)) {
@@ -171,5 +171,5 @@ function fetchInstead(key: string, p: Pending): void {
     p.reject(new ApiError(409, `snapshot ${p.sequence} was replaced before its picture came`));
     return;
   }
-  renderLayer(p.view).then(p.resolve, p.reject);
+  renderStrip(p.view).then(p.resolve, p.reject);
 }

@@ -2,7 +2,7 @@
 // while its card is on screen, and reports when it shows the latest snapshot.
 // A strip on screen is watched: the server pushes it with every snapshot.
 import { useEffect, useState } from 'preact/hooks';
-import type { LayerRenderInfo, StripKind, Values } from '../api/types';
+import type { StripInfo, StripKind, Values } from '../api/types';
 import { forgetStrip, reportStrip } from '../state/rendered';
 import { loadStrip, renderKey } from './renderCache';
 import { decodePng, takeDecoded, watchStrip } from './stripPush';
@@ -26,7 +26,7 @@ export interface Picture {
   key: string;
   // Decoded off the main thread; drawn into the strip's canvas.
   bitmap: ImageBitmap;
-  info: LayerRenderInfo;
+  info: StripInfo;
 }
 
 export interface StripState {

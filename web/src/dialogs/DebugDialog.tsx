@@ -1,7 +1,7 @@
 // "Numerical issue detected": what tripped, where, the op that produced it
 // and the ones that only passed it on, the per-layer table, and how to replay
 // the batch from its capsule.
-import type { DebugBand, DebugError, DebugErrorSummary, DebugReason, LayerReport, OpReport, TensorFacts } from '../api/types';
+import type { DebugBand, DebugError, DebugErrorSummary, DebugReason, LayerReport, OpReport, TensorStats } from '../api/types';
 import { shapeText } from '../cards/geometry';
 import { formatNum } from '../format';
 import { requestFocus, store, toast, visibleNames } from '../state/app';
@@ -234,13 +234,13 @@ function PropagatorItem({ op }: { op: OpReport }) {
         {' '}
         {op.pass}
         {op.backward_node ? ` (${op.backward_node})` : ''} · {op.layer ?? 'outside the layers'} · #{op.index}
-        {out ? ` → ${factsText(out)}` : ''}
+        {out ? ` → ${statsText(out)}` : ''}
       </span>
     </li>
   );
 }
 
-function factsText(t: TensorFacts): string {
+function statsText(t: TensorStats): string {
   const bad: string[] = [];
   if (t.nan) bad.push(`${t.nan} NaN`);
   if (t.pos_inf) bad.push(`${t.pos_inf} +Inf`);
@@ -249,7 +249,7 @@ function factsText(t: TensorFacts): string {
   return `${t.dtype} ${shapeText(t.shape)} ${range}${bad.length ? ` · ${bad.join(', ')}` : ''}`;
 }
 
-function TensorList({ label, tensors }: { label: string; tensors: TensorFacts[] }) {
+function TensorList({ label, tensors }: { label: string; tensors: TensorStats[] }) {
   if (!tensors.length) return null;
   return (
     <div class="debug-tensors">
@@ -257,7 +257,7 @@ function TensorList({ label, tensors }: { label: string; tensors: TensorFacts[] 
       <ul>
         {tensors.map((t, i) => (
           <li key={i} class="mono">
-            {factsText(t)}
+            {statsText(t)}
           </li>
         ))}
       </ul>

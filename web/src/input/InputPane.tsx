@@ -3,14 +3,14 @@
 // on the page shows.
 import { useEffect, useState } from 'preact/hooks';
 import { pngUrl, renderInput } from '../api/client';
-import type { InputRenderInfo, Snapshot } from '../api/types';
+import type { InputInfo, Snapshot } from '../api/types';
 import { batchSize, sampleExists, setSample, store } from '../state/app';
 import { useSelector } from '../state/store';
 
 interface Picture {
   key: string;
   url: string;
-  info: InputRenderInfo;
+  info: InputInfo;
 }
 
 interface InputEntry {

@@ -1,6 +1,6 @@
 // Run-control commands from the top bar and dialogs.
 import * as api from '../api/client';
-import type { Status } from '../api/types';
+import type { Status, StepUnit } from '../api/types';
 import { store, toast } from './app';
 import { applyStatus } from './sync';
 
@@ -31,9 +31,9 @@ function confirmingLastBatch(command: () => Promise<Status>): void {
   }
 }
 
-export const runToEnd = () => confirmingLastBatch(api.run);
-export const stepBy = (unit: api.StepUnit) => confirmingLastBatch(() => api.step(unit));
-export const stop = () => void send(api.pause);
+export const run = () => confirmingLastBatch(api.run);
+export const stepBy = (unit: StepUnit) => confirmingLastBatch(() => api.step(unit));
+export const pause = () => void send(api.pause);
 export const detach = () => void send(api.detach);
 // The custom-step dialog shows a refusal itself, beside the fields.
 export const runUntil = (phase: string, epoch: number, batch: number) =>

@@ -1,7 +1,7 @@
 // Step Batch as a split button: the face steps one batch, the caret opens
 // the coarser steps and the custom target dialog.
 import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
-import type { StepUnit } from '../api/client';
+import type { StepUnit } from '../api/types';
 import { store } from '../state/app';
 import { useDismiss } from '../ui/useDismiss';
 

@@ -1,6 +1,6 @@
 // The bar on every page: run controls, where the loop is, and the link state.
 import type { Status } from '../api/types';
-import { detach, runToEnd, stepBy, stop } from '../state/commands';
+import { detach, pause, run, stepBy } from '../state/commands';
 import { store, type Connection } from '../state/app';
 import { positionLabel } from '../state/position';
 import { useSelector } from '../state/store';
@@ -9,16 +9,16 @@ import { StepButton } from './StepButton';
 export interface Controls {
   run: boolean;
   step: boolean;
-  stop: boolean;
+  pause: boolean;
   detach: boolean;
 }
 
-// Paused: go forward. Running: stop. Finished, lost or offline: nothing.
+// Paused: go forward. Running: pause. Finished, lost or offline: nothing.
 export function controlsFor(status: Status | null, connection: Connection): Controls {
   const live = connection !== 'closed' && status != null;
   const paused = live && status.state === 'paused';
   const running = live && status.state === 'running';
-  return { run: paused, step: paused, stop: running, detach: paused || (running && status.mode !== 'detach') };
+  return { run: paused, step: paused, pause: running, detach: paused || (running && status.mode !== 'detach') };
 }
 
 export function TopBar() {
@@ -38,18 +38,19 @@ export function TopBar() {
         <span class="brand-sub">LibTorch debugger</span>
       </a>
       <div class="controls" role="toolbar" aria-label="Training controls">
-        <button class="btn btn-run" data-testid="run" disabled={!c.run} onClick={runToEnd} title="Run to the end of training">
+        <button class="btn btn-run" data-testid="run" disabled={!c.run} onClick={run} title="Run to the end of training">
           <svg viewBox="0 0 24 24" width="14" height="14" aria-hidden="true">
             <path fill="currentColor" d="M7 4.5v15l12-7.5z" />
           </svg>
           Run
         </button>
         <StepButton enabled={c.step} onStep={stepBy} />
-        <button class="btn btn-stop" data-testid="stop" disabled={!c.stop} onClick={stop} title="Pause at the next batch">
+        <button class="btn btn-pause" data-testid="pause" disabled={!c.pause} onClick={pause} title="Pause at the next batch">
           <svg viewBox="0 0 24 24" width="14" height="14" aria-hidden="true">
-            <rect fill="currentColor" x="6" y="6" width="12" height="12" rx="1.5" />
+            <rect fill="currentColor" x="6" y="5" width="4" height="14" rx="1" />
+            <rect fill="currentColor" x="14" y="5" width="4" height="14" rx="1" />
           </svg>
-          Stop
+          Pause
         </button>
         <button
           class="btn btn-quiet"

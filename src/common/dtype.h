@@ -1,0 +1,14 @@
+// How every reply, message and error spells a dtype: numpy's names
+// ("float32", "bfloat16", "int64"), as people who train models read them,
+// never c10's ("Float", "Long").
+#pragma once
+
+#include <c10/core/ScalarType.h>
+
+#include <string>
+
+namespace nansense::common {
+
+std::string dtype_name(c10::ScalarType dtype);
+
+}  // namespace nansense::common

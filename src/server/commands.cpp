@@ -1,0 +1,379 @@
+#include "server/commands.h"
+
+#include <stdexcept>
+
+namespace nansense::server {
+
+namespace {
+
+// --- arguments several commands share, declared once ---
+
+// The longest a command waits for the loop to pause; the wait never holds up
+// training, so the bound only limits how long a request stays open.
+const Arg kTimeout =
+    number_arg("timeout_seconds",
+               "How long to wait for the loop to pause again before returning, in seconds (0 returns at once). "
+               "The wait never holds up training; on timeout the status says \"running\" and the command stays "
+               "in effect.")
+        .at_least(0)
+        .at_most(300)
+        .or_else(30);
+
+const Arg kLayer = string_arg("layer", "A layer name from get_architecture, e.g. \"features.0\".").not_empty();
+const Arg kLayers =
+    strings_arg("layers", "Layer names from get_architecture (e.g. \"features.0\", \"relu_1\", \"input\").")
+        .not_empty()
+        .items(1, 64);
+const Arg kKind = string_arg("kind",
+                             "Which picture: the activation the layer produced, or the gradient that flowed back "
+                             "into it.")
+                      .one_of({"activation", "gradient"})
+                      .or_else("activation");
+const Arg kSample = integer_arg("sample", "Index of the sample within the batch.").at_least(0).or_else(0);
+const Arg kAverage = boolean_arg("average", "Average the channels into one tile.").or_else(false);
+const Arg kValues = string_arg("values",
+                               "Show the values as they are, or their magnitude (abs) or square, applied before "
+                               "averaging.")
+                        .one_of({"unchanged", "abs", "square"})
+                        .or_else("unchanged");
+
+// --- replies ---
+
+Reply json_reply(json body) {
+  Reply r;
+  r.body = std::move(body);
+  return r;
+}
+
+// A command's status, with where the loop was after waiting up to timeout_seconds.
+Reply status_reply(const Status& status, const Args& args) {
+  Reply r = json_reply(to_json(status));
+  r.state = status.state;
+  r.waited_seconds = args.number("timeout_seconds");
+  return r;
+}
+
+Controller::Wait wait_of(const Args& args) {
+  return Controller::Wait(static_cast<int64_t>(args.number("timeout_seconds") * 1000));
+}
+
+render::StripOptions strip_options(const Args& a) {
+  render::StripOptions options;
+  options.sample = a.integer("sample");
+  options.average = a.boolean("average");
+  options.values = render::parse_values(a.string("values"));
+  return options;
+}
+
+// Every strip of every layer asked for; a strip that cannot be drawn is
+// named with its reason, and only no strip at all is a refusal.
+Reply render_layer(Controller& c, const Args& a) {
+  const auto options = strip_options(a);
+  const std::string kind = a.string("kind");
+  std::vector<std::string> kinds;
+  if (kind != "gradient") kinds.push_back("activation");
+  if (kind != "activation") kinds.push_back("gradient");
+  Reply r;
+  std::string reasons;
+  for (const auto& layer : a.strings("layers")) {
+    for (const auto& k : kinds) {
+      try {
+        r.strips.push_back(c.render_strip(layer, k, options));
+      } catch (const ControllerError& e) {
+        r.missing.push_back({layer, k, e.what()});
+        reasons += (reasons.empty() ? "" : "; ") + std::string(e.what());
+      }
+    }
+  }
+  if (r.strips.empty()) throw ControllerError(ControllerError::Kind::kInvalidArgument, "no image rendered: " + reasons);
+  return r;
+}
+
+std::vector<Command> table() {
+  std::vector<Command> t;
+
+  t.push_back({"get_status", "Run status",
+               "Where the training run is and what it is doing. Returns state (\"running\", \"paused\", \"finished\" "
+               "or \"lost\"), mode (the last run-control command: step_batch, step_phase, step_epoch, run_until, "
+               "run, detach), live_position (the batch the loop is at), snapshot_position and snapshot_sequence "
+               "(the last captured batch, which every stats tool and picture describes), the schedule (epochs, "
+               "phases with batch counts; null until the loop has run them once), a hint saying what to do next, "
+               "the numerical checks' summary, and lost_reason or internal_errors when something broke. Call it "
+               "first and whenever you are unsure what the loop is doing.",
+               {}, Route{"GET", "/api/status"}, true, true, "Status",
+               [](Controller& c, const Args&) { return json_reply(to_json(c.get_status())); }});
+
+  t.push_back({"get_architecture", "Network architecture",
+               "The network as traced from its forward pass: layers in execution order, each with name (the name "
+               "every layer argument takes), role (input, module or op), kind (Conv2d, Linear, relu, ...), module "
+               "path, the aten ops it ran, output_shape, dtype, the parameters it used and whether it is a pure "
+               "shape op; edges from producer to consumer; the input layers. Before the first captured batch, "
+               "captured is false with a reason.",
+               {}, Route{"GET", "/api/architecture"}, true, true, "Architecture",
+               [](Controller& c, const Args&) { return json_reply(c.get_architecture()); }});
+
+  t.push_back({"get_snapshot", "Snapshot summary",
+               "The last captured batch in brief: per layer its activation's and gradient's tensor statistics, per "
+               "parameter its weight's, gradient's and optimizer state's, and the model inputs.",
+               {}, Route{"GET", "/api/snapshot"}, false, true, "Snapshot",
+               [](Controller& c, const Args&) { return json_reply(c.get_snapshot()); }});
+
+  t.push_back(
+      {"get_layer_stats", "Layer activation and gradient statistics",
+       "Statistics of layers in the last captured batch (snapshot_position in get_status), for the activation each "
+       "layer produced and the gradient that flowed back into it: shape, dtype, counts of finite, NaN, +Inf and "
+       "-Inf values, then over the finite values min, max, mean, population std, median and zero_fraction, and "
+       "dead_channels (channels along dim 1 that are exactly zero over the whole batch, e.g. dead ReLUs). "
+       "gradient is null with a gradient_note in eval phases and for inputs. Optionally a histogram of the finite "
+       "values as [bin centre, count] pairs of the non-empty bins, and the same statistics for one channel.",
+       {kLayers.described("Layer names from get_architecture (e.g. \"features.0\", \"relu_1\", \"input\"); omit "
+                          "for every layer."),
+        boolean_arg("include_histogram", "Add a histogram of each activation's and gradient's finite values.")
+            .or_else(false),
+        integer_arg("bins", "Histogram bins, equal width over the finite min..max.").at_least(2).at_most(512).or_else(
+            32),
+        integer_arg("channel",
+                    "Also report this channel (an index along dim 1, e.g. a conv output channel or a Linear "
+                    "feature); its histogram uses the layer's range. Refused for layers without dim 1 or with "
+                    "fewer channels.")
+            .at_least(0)},
+       Route{"GET", "/api/layer_stats"}, true, true, "LayerStats", [](Controller& c, const Args& a) {
+         Controller::LayerStatsOptions o;
+         o.include_histogram = a.boolean("include_histogram");
+         o.bins = a.integer("bins");
+         o.channel = a.optional_integer("channel");
+         return json_reply(c.get_layer_stats(a.strings("layers"), o));
+       }});
+
+  t.push_back({"get_weight_stats", "Layer parameters, gradients and optimizer state",
+               "A layer's parameters in the last captured batch, read after the optimizer step: for each parameter "
+               "the value's and gradient's statistics (shape, non-finite counts, min, max, mean, std, median, L2 "
+               "norm), the optimizer's state (e.g. Adam's step, exp_avg, exp_avg_sq; momentum buffers) and its "
+               "param group's hyperparameters (lr, betas, weight_decay, ...). Notes say why a gradient or optimizer "
+               "state is missing. Layers without parameters are refused with the list of those that have some.",
+               {kLayer.described("A layer name from get_architecture that has parameters, e.g. \"features.0\".")
+                    .mandatory(),
+                strings_arg("parameters",
+                            "Only these parameters, qualified (\"features.0.weight\") or short (\"weight\", "
+                            "\"bias\"); omit for all.")
+                    .not_empty()
+                    .items(1, 64)},
+               Route{"GET", "/api/weight_stats"}, true, true, "WeightStats", [](Controller& c, const Args& a) {
+                 return json_reply(c.get_weight_stats(a.string("layer"), a.strings("parameters")));
+               }});
+
+  t.push_back({"step", "Step the training loop",
+               "Resume the paused loop for one unit and wait for it to pause again: \"batch\" runs one batch, "
+               "\"phase\" runs to the first batch of the next phase (e.g. train -> val), \"epoch\" to the first "
+               "batch of the next epoch. A new snapshot is captured where it pauses. Returns the status; refused "
+               "when training has finished or the loop is lost.",
+               {string_arg("unit", "How far to run.").one_of({"batch", "phase", "epoch"}).or_else("batch"), kTimeout},
+               Route{"POST", "/api/step"}, true, false, "Status", [](Controller& c, const Args& a) {
+                 return status_reply(c.step(a.string("unit"), wait_of(a)), a);
+               }});
+
+  t.push_back({"run", "Run the training loop",
+               "Let the loop run. Attached (detach=false): run to the last batch of training and pause there, so "
+               "the final state stays inspectable; waits up to timeout_seconds, and pause stops it earlier. "
+               "Detached (detach=true): train on without pausing or capturing and return at once; pause still "
+               "stops it at the next batch. Returns the status.",
+               {boolean_arg("detach", "Run without pausing and return at once.").or_else(false), kTimeout},
+               Route{"POST", "/api/run"}, true, false, "Status", [](Controller& c, const Args& a) {
+                 const bool detach = a.boolean("detach");
+                 Reply r = status_reply(c.run(detach, wait_of(a)), a);
+                 if (detach) r.state.reset();  // nothing was waited for
+                 return r;
+               }});
+
+  t.push_back({"run_until", "Run to a position",
+               "Run until the loop reaches the given batch and pause there (capturing it). The target must lie after "
+               "the current position and inside the schedule; phase names and batch counts are in get_status's "
+               "schedule. Refusals say which part is out of range.",
+               {string_arg("phase", "Phase name, e.g. \"train\" or \"val\".").not_empty().mandatory(),
+                integer_arg("epoch", "Epoch index, from 0.").at_least(0).mandatory(),
+                integer_arg("batch", "Batch index within the phase, from 0.").at_least(0).mandatory(), kTimeout},
+               Route{"POST", "/api/run_until"}, true, false, "Status", [](Controller& c, const Args& a) {
+                 return status_reply(c.run_until(a.string("phase"), a.integer("epoch"), a.integer("batch"), wait_of(a)),
+                                     a);
+               }});
+
+  t.push_back({"pause", "Pause the training loop",
+               "Pause the running loop at the end of the batch it is in, capture that batch and wait for the pause. "
+               "Does nothing when already paused. Returns the status.",
+               {kTimeout}, Route{"POST", "/api/pause"}, true, false, "Status",
+               [](Controller& c, const Args& a) { return status_reply(c.pause(wait_of(a)), a); }});
+
+  t.push_back({"refresh", "Capture a fresh batch while running",
+               "While the loop runs, capture its next batch without pausing, so the stats tools and pictures show "
+               "current data; waits up to timeout_seconds for it. Returns the status with refreshed=true when the "
+               "new snapshot arrived. When paused the snapshot is already current (refreshed=false).",
+               {kTimeout.or_else(10)}, Route{"POST", "/api/refresh"}, true, false, "Status",
+               [](Controller& c, const Args& a) { return json_reply(to_json(c.refresh(wait_of(a)))); }});
+
+  t.push_back({"get_debug_report", "Numerical issues: NaN/Inf and gradient under/overflow",
+               "The numerical checks' settings and the standing error, if any: where it was first seen (position), "
+               "its reasons (nan, inf, underflow = subnormal gradients, overflow), the checks that ran, one row per "
+               "affected layer with the fraction of its values that are NaN / Inf and the fraction of its summed "
+               "|grad| in the subnormal / overflow band, the gradient dtype and its band edges, and the root cause: "
+               "the producer op (the first op, forward or backward, whose inputs were finite and whose output was "
+               "not; with its layer and the statistics of its inputs and outputs) told apart from the ops that "
+               "only propagated it, plus the NaN capsule file that replays the batch bit for bit. error is null "
+               "when nothing tripped. A trip pauses the run before the optimizer step, so the weights are still "
+               "the pre-step ones: inspect with get_weight_stats / render_layer.",
+               {}, Route{"GET", "/api/debug"}, true, true, "DebugReport",
+               [](Controller& c, const Args&) { return json_reply(c.get_debug_report()); }});
+
+  t.push_back(
+      {"configure_debug_checks", "Configure the numerical checks",
+       "Change the numerical checks; arguments left out keep their value (the names are DebugSettings' own). "
+       "Returns get_debug_report.",
+       {boolean_arg("enabled", "Master switch for every check (default true)."),
+        integer_arg("interval_batches", "Check every n-th batch (1 = every batch, the default).").at_least(1),
+        boolean_arg("check_nan_inf",
+                    "Trip on any NaN or +-Inf in activations, their gradients or weight gradients (default true)."),
+        boolean_arg("check_under_over",
+                    "Trip on gradients in the subnormal (0 < |g| < finfo.tiny) or overflow (|g| >= finfo.max/16) "
+                    "band of their dtype (default true)."),
+        number_arg("threshold_fraction",
+                   "Under/overflow trips when the band holds at least this fraction of a layer's summed finite "
+                   "|grad| (default 0.1).")
+            .above(0)
+            .at_most(1),
+        integer_arg("trace_interval_batches",
+                    "Also trace every n-th batch at op level (0 = never, the default; about 10% of the traced "
+                    "batch's time). Tripped batches are traced anyway.")
+            .at_least(0),
+        boolean_arg("rerun_to_trace",
+                    "Re-run a tripped batch that was not traced from its recorded state, traced, to name the "
+                    "producer op (default true)."),
+        strings_arg("allow",
+                    "Intended non-finite values that must not trip: op names (\"masked_fill\") or layer names; "
+                    "replaces the list, [] clears it.")
+            .not_empty()
+            .items(0, 256)},
+       Route{"POST", "/api/debug/settings"}, true, false, "DebugReport", [](Controller& c, const Args& a) {
+         Controller::DebugChecksUpdate u;
+         u.enabled = a.optional_boolean("enabled");
+         u.interval_batches = a.optional_integer("interval_batches");
+         u.check_nan_inf = a.optional_boolean("check_nan_inf");
+         u.check_under_over = a.optional_boolean("check_under_over");
+         u.threshold_fraction = a.optional_number("threshold_fraction");
+         u.trace_interval_batches = a.optional_integer("trace_interval_batches");
+         u.rerun_to_trace = a.optional_boolean("rerun_to_trace");
+         u.allow = a.optional_strings("allow");
+         return json_reply(c.configure_debug_checks(u));
+       }});
+
+  t.push_back({"silence_debug_check", "Silence a numerical check",
+               "Turn a check category off and clear it from the standing error: \"nan_inf\" or \"under_over\"; "
+               "without a category, every category of the standing error. Use it when the values are intended; "
+               "configure_debug_checks turns a check back on. Returns get_debug_report.",
+               {string_arg("category", "The category to silence; omit for those of the standing error.")
+                    .one_of({"nan_inf", "under_over"})},
+               Route{"POST", "/api/debug/silence"}, true, false, "DebugReport", [](Controller& c, const Args& a) {
+                 return json_reply(c.silence_debug_check(a.optional_string("category")));
+               }});
+
+  t.push_back({"clear_debug_error", "Dismiss the numerical error",
+               "Dismiss the standing error; the checks stay on and the next problem is reported afresh. Returns "
+               "get_debug_report.",
+               {}, Route{"POST", "/api/debug/clear"}, false, false, "DebugReport",
+               [](Controller& c, const Args&) { return json_reply(c.clear_debug_error()); }});
+
+  t.push_back({"choose_update", "Skip or apply the poisoned optimizer update",
+               "While the loop is paused before the optimizer step of the batch that tripped (get_debug_report's "
+               "error.update is \"held\"): \"skip\" clears every parameter's gradient when the loop resumes, so "
+               "the loop's optimizer.step() leaves weights, optimizer state and step counts unchanged for that "
+               "batch; \"apply\" lets the update through (the default). Refused when no update is held. Returns "
+               "get_debug_report.",
+               {string_arg("action", "skip or apply the held update.").one_of({"skip", "apply"}).mandatory()},
+               Route{"POST", "/api/debug/choose_update"}, true, false, "DebugReport",
+               [](Controller& c, const Args& a) { return json_reply(c.choose_update(a.string("action"))); }});
+
+  t.push_back({"get_time_travel_status", "Time travel: cached epochs",
+               "Whether the loop can be rewound and to where: available (false with a reason outside "
+               "session.epochs()), cached_epochs (jump targets: epochs whose start is checkpointed), "
+               "uncached_epochs, total_epochs, current_epoch, pending_epoch (a jump not carried out yet), the cache "
+               "folder with budget_bytes and bytes_used, jumps done and last_error (a failed write or a damaged "
+               "file).",
+               {}, Route{"GET", "/api/time_travel"}, true, true, "TimeTravelReport",
+               [](Controller& c, const Args&) { return json_reply(c.get_time_travel_status()); }});
+
+  t.push_back({"time_travel", "Rewind to an epoch",
+               "Jump to the start of a cached epoch (get_time_travel_status lists them), paused or running: the "
+               "rest of the current epoch is abandoned, the model, optimizer, LR schedule and RNG are restored "
+               "from that epoch's checkpoint, and the loop pauses on its first batch; waits up to timeout_seconds "
+               "for that pause. Replays are exact on CPU. Refused with the reason when no epoch loop runs, the "
+               "epoch is out of range or not cached, or its checkpoint is damaged. Returns the status.",
+               {integer_arg("epoch", "Epoch to jump to, from 0.").at_least(0).mandatory(), kTimeout},
+               Route{"POST", "/api/time_travel"}, true, false, "Status", [](Controller& c, const Args& a) {
+                 return status_reply(c.time_travel(a.integer("epoch"), wait_of(a)), a);
+               }});
+
+  t.push_back({"render_strip", "Picture one strip",
+               "A PNG of one sample's activation or gradient of one layer in the last captured batch (the UI's "
+               "strips), with what it shows as JSON beside it.",
+               {kLayer.mandatory(), kKind, kSample, kAverage, kValues}, Route{"GET", "/api/render/strip"}, false, true,
+               "StripInfo", [](Controller& c, const Args& a) {
+                 Reply r;
+                 r.strips.push_back(c.render_strip(a.string("layer"), a.string("kind"), strip_options(a)));
+                 return r;
+               }});
+
+  t.push_back(
+      {"render_layer", "Picture a layer's activations and gradients",
+       "PNG pictures of layers in the last captured batch, drawn by the same renderer as the web UI: one sample's "
+       "activation and/or gradient, one tile per channel in a row (a [N,F] layer is one row of F pixels). Colours: "
+       "a diverging scale centred on zero (blue negative, white zero, red positive) shared by all tiles, or a "
+       "sequential scale for values=abs|square; NaN is a magenta/black checker, +Inf yellow, -Inf green. Each "
+       "image comes with a caption giving the scale's end value, the tile layout and non-finite counts. A missing "
+       "picture (no gradient in an eval phase) is replaced by its reason.",
+       {kLayers.mandatory(),
+        kKind
+            .described("Which pictures per layer: the activation, the gradient flowing back into it, or both (two "
+                       "images).")
+            .one_of({"activation", "gradient", "both"})
+            .or_else("both"),
+        kSample, kAverage, kValues},
+       std::nullopt, true, true, "", render_layer});
+
+  t.push_back({"render_input", "Picture a model input",
+               "A PNG of one sample of a model input in the last captured batch, as the image it was: undone "
+               "normalisation (the session's input_mean/input_std) and the session's input transform where set; an "
+               "input that is not an image ([N,F] features, tokens) is drawn as a colour strip, with a hint naming "
+               "the option that would show it as an image. Use it beside render_layer to see what a layer responded "
+               "to.",
+               {integer_arg("input", "Index of the model input (get_architecture's inputs, in order).")
+                    .at_least(0)
+                    .or_else(0),
+                kSample},
+               Route{"GET", "/api/render/input"}, true, true, "InputInfo", [](Controller& c, const Args& a) {
+                 Reply r;
+                 r.input = c.render_input(a.integer("input"), a.integer("sample"));
+                 return r;
+               }});
+
+  return t;
+}
+
+}  // namespace
+
+const std::vector<Command>& commands() {
+  static const std::vector<Command> table_ = table();
+  return table_;
+}
+
+const Command* find_command(const std::string& name) {
+  for (const auto& c : commands()) {
+    if (c.name == name) return &c;
+  }
+  return nullptr;
+}
+
+const std::vector<Arg>& args_of(const std::string& name) {
+  const Command* c = find_command(name);
+  if (!c) throw std::logic_error("no command \"" + name + "\"");
+  return c->args;
+}
+
+}  // namespace nansense::server

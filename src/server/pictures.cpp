@@ -1,0 +1,36 @@
+#include "server/pictures.h"
+
+namespace nansense::server {
+
+json info_json(const StripPicture& p) {
+  const auto& d = p.drawn;
+  return {{"layer", p.layer},
+          {"kind", p.kind},
+          {"position", to_json(p.position)},
+          {"sequence", p.sequence},
+          {"sample", p.options.sample},
+          {"batch_size", d.batch_size},
+          {"average", p.options.average},
+          {"values", std::string(render::to_string(p.options.values))},
+          {"layout", d.layout},
+          {"tiles", d.tiles},
+          {"tile_width", d.tile_width},
+          {"tile_height", d.tile_height},
+          {"width", p.width},
+          {"height", p.height},
+          {"scale", d.diverging ? "diverging" : "sequential"},
+          {"scale_max", number(d.scale_max)},
+          {"nan", d.nan},
+          {"pos_inf", d.pos_inf},
+          {"neg_inf", d.neg_inf}};
+}
+
+json info_json(const InputPicture& p) {
+  json out = {{"input", p.input},       {"name", p.name},     {"position", to_json(p.position)},
+              {"sequence", p.sequence}, {"sample", p.sample}, {"batch_size", p.batch_size},
+              {"layout", p.layout},     {"width", p.width},   {"height", p.height}};
+  if (!p.hint.empty()) out["hint"] = p.hint;
+  return out;
+}
+
+}  // namespace nansense::server

@@ -1,0 +1,47 @@
+// The controller's pictures: the PNG and, typed, what it shows. Transports
+// send the PNG with the info as JSON (REST's X-Nansense-Render header, the
+// push channel's frame header) or as a caption (MCP).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "nansense/position.h"
+#include "render/strip.h"
+#include "server/json_views.h"
+
+namespace nansense::server {
+
+// One sample's activation or gradient strip of one layer.
+struct StripPicture {
+  std::string png;
+  std::string layer;
+  std::string kind;  // "activation" or "gradient"
+  BatchPosition position;
+  uint64_t sequence = 0;  // the snapshot it was drawn from
+  render::StripOptions options;
+  render::StripInfo drawn;  // layout, tiles, scale, non-finite counts, batch size
+  int64_t width = 0;
+  int64_t height = 0;
+};
+
+// One sample of one model input.
+struct InputPicture {
+  std::string png;
+  int64_t input = 0;  // index into the snapshot's inputs
+  std::string name;   // its input layer's name
+  BatchPosition position;
+  uint64_t sequence = 0;
+  int64_t sample = 0;
+  int64_t batch_size = 0;
+  std::string layout;  // "image" or "strip"
+  int64_t width = 0;
+  int64_t height = 0;
+  std::string hint;  // how to see it as an image, when it is not one
+};
+
+// Everything but the PNG.
+json info_json(const StripPicture& picture);
+json info_json(const InputPicture& picture);
+
+}  // namespace nansense::server

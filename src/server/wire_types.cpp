@@ -1,0 +1,343 @@
+#include "server/wire_types.h"
+
+#include "server/commands.h"
+
+namespace nansense::server {
+
+namespace {
+
+// A small vocabulary for writing JSON Schema by hand.
+json str() { return {{"type", "string"}}; }
+json integer() { return {{"type", "integer"}}; }
+json number() { return {{"type", "number"}}; }
+json boolean() { return {{"type", "boolean"}}; }
+json one_of(std::vector<std::string> values) { return {{"type", "string"}, {"enum", std::move(values)}}; }
+json literal(const std::string& value) { return {{"const", value}}; }
+json ref(const std::string& name) { return {{"$ref", "#/$defs/" + name}}; }
+json array(json items) { return {{"type", "array"}, {"items", std::move(items)}}; }
+json map(json values) { return {{"type", "object"}, {"additionalProperties", std::move(values)}}; }
+json nullable(json schema) { return {{"anyOf", {std::move(schema), {{"type", "null"}}}}}; }
+json any_of(std::vector<json> schemas) { return {{"anyOf", std::move(schemas)}}; }
+// A number the server may have to write as "nan", "inf" or "-inf".
+json num() { return ref("Num"); }
+
+// An object with exactly these keys; a key ending in '?' may be absent.
+json object(std::vector<std::pair<std::string, json>> fields) {
+  json properties = json::object();
+  json required = json::array();
+  for (auto& [key, schema] : fields) {
+    const bool optional = key.back() == '?';
+    const std::string name = optional ? key.substr(0, key.size() - 1) : key;
+    properties[name] = std::move(schema);
+    if (!optional) required.push_back(name);
+  }
+  return {{"type", "object"}, {"properties", properties}, {"required", required}, {"additionalProperties", false}};
+}
+
+// `base`'s keys plus these.
+json extend(const json& base, std::vector<std::pair<std::string, json>> fields) {
+  json out = base;
+  json more = object(std::move(fields));
+  out["properties"].update(more["properties"]);
+  for (const auto& key : more["required"]) out["required"].push_back(key);
+  return out;
+}
+
+json tensor_stats() {
+  return object({{"shape", array(integer())},
+                 {"dtype", str()},
+                 {"numel", integer()},
+                 {"finite", integer()},
+                 {"nan", integer()},
+                 {"pos_inf", integer()},
+                 {"neg_inf", integer()},
+                 {"min", nullable(num())},
+                 {"max", nullable(num())},
+                 {"mean", nullable(num())},
+                 {"std?", nullable(num())},
+                 {"median?", nullable(num())},
+                 {"zero_fraction?", num()},
+                 {"norm?", num()}});
+}
+
+json histogram() {
+  return object({{"bins", integer()},
+                 {"min", nullable(num())},
+                 {"max", nullable(num())},
+                 {"bin_width?", num()},
+                 // [bin centre, count] of each non-empty bin.
+                 {"pairs", array(array(num()))}});
+}
+
+json build() {
+  const json reason = one_of({"nan", "inf", "underflow", "overflow"});
+  const json check = one_of({"nan_inf", "under_over"});
+  const json root_cause_status = one_of({"found", "from_outside", "not_reproduced", "pending", "not_traced"});
+  const json update = nullable(one_of({"held", "applied", "skipped"}));
+  const json strip_kind = one_of({"activation", "gradient"});
+  const json values = one_of({"unchanged", "abs", "square"});
+  const json time_travel_summary = object({{"available", boolean()},
+                                           {"reason?", str()},
+                                           {"cached_epochs", array(integer())},
+                                           {"total_epochs", integer()},
+                                           {"current_epoch", nullable(integer())},
+                                           {"pending_epoch", nullable(integer())}});
+  const json strip_view = object(
+      {{"layer", str()}, {"kind", strip_kind}, {"sample", integer()}, {"average", boolean()}, {"values", values}});
+
+  json d = json::object();
+  d["Num"] = any_of({number(), one_of({"nan", "inf", "-inf"})});
+  d["Position"] = object({{"phase", str()},
+                          {"epoch", integer()},
+                          {"batch_idx", integer()},
+                          {"is_last_in_phase", boolean()},
+                          {"is_last_in_epoch", boolean()},
+                          {"is_last_in_run", boolean()},
+                          {"text", str()}});
+  d["PhaseSchedule"] = object({{"name", str()}, {"batches", nullable(integer())}});
+  d["Schedule"] = object(
+      {{"epochs", nullable(integer())}, {"declared", boolean()}, {"phases", array(ref("PhaseSchedule"))}});
+
+  // --- the status ---
+  d["TimeTravelStatus"] = time_travel_summary;
+  d["ProducerBrief"] = object({{"op", str()}, {"pass", str()}, {"layer", nullable(str())}});
+  d["DebugErrorSummary"] = object({{"reasons", array(reason)},
+                                   {"reason_labels", array(str())},
+                                   {"position", ref("Position")},
+                                   {"text", str()},
+                                   {"layers", array(str())},
+                                   {"root_cause_status", nullable(root_cause_status)},
+                                   {"producer", nullable(ref("ProducerBrief"))},
+                                   {"capsule", nullable(str())},
+                                   {"hits", integer()},
+                                   {"update", update},
+                                   {"skip_update", boolean()}});
+  d["DebugSummary"] =
+      object({{"enabled", boolean()}, {"checks", array(check)}, {"error", nullable(ref("DebugErrorSummary"))}});
+  d["Status"] = object({{"state", one_of({"running", "paused", "finished", "lost"})},
+                        {"mode", one_of({"step_batch", "step_phase", "step_epoch", "run_until", "run", "detach"})},
+                        {"live_position", nullable(ref("Position"))},
+                        {"snapshot_position", nullable(ref("Position"))},
+                        {"snapshot_sequence", integer()},
+                        {"snapshot_batch_size", integer()},
+                        {"schedule", ref("Schedule")},
+                        {"hint", str()},
+                        {"time_travel", ref("TimeTravelStatus")},
+                        {"debug", ref("DebugSummary")},
+                        {"paused_at_ms?", integer()},
+                        {"lost_reason?", str()},
+                        {"internal_errors?", array(str())},
+                        {"refreshed?", boolean()}});
+
+  // --- the architecture and the snapshot ---
+  d["Layer"] = object({{"name", str()},
+                       {"role", one_of({"input", "module", "op"})},
+                       {"kind", str()},
+                       {"module", str()},
+                       {"ops", array(str())},
+                       {"output_shape", array(integer())},
+                       {"dtype", str()},
+                       {"parameters", array(str())},
+                       {"description", str()},
+                       {"shape_op", boolean()}});
+  d["Edge"] = object({{"from", str()}, {"to", str()}});
+  d["Architecture"] = object({{"captured", boolean()},
+                              {"reason?", str()},
+                              {"layers", array(ref("Layer"))},
+                              {"edges", array(ref("Edge"))},
+                              {"inputs", array(str())}});
+  d["TensorStats"] = tensor_stats();
+  d["SnapshotLayer"] = object({{"name", str()},
+                               {"kind", str()},
+                               {"activation", nullable(ref("TensorStats"))},
+                               {"gradient", nullable(ref("TensorStats"))}});
+  d["SnapshotInput"] = object({{"index", integer()}, {"name", str()}, {"shape", array(integer())}, {"dtype", str()}});
+  d["SnapshotParameter"] = object({{"name", str()},
+                                   {"weight", ref("TensorStats")},
+                                   {"gradient", nullable(ref("TensorStats"))},
+                                   {"optimizer_state?", map(any_of({num(), ref("TensorStats")}))},
+                                   {"hyperparameters?", map(num())}});
+  d["Snapshot"] = object({{"position", ref("Position")},
+                          {"sequence", integer()},
+                          {"batch_size", integer()},
+                          {"inputs", array(ref("SnapshotInput"))},
+                          {"layers", array(ref("SnapshotLayer"))},
+                          {"parameters", array(ref("SnapshotParameter"))}});
+
+  // --- statistics queries ---
+  d["Histogram"] = histogram();
+  d["ChannelStats"] = extend(tensor_stats(), {{"index", integer()}, {"histogram?", ref("Histogram")}});
+  d["DeadChannels"] = object(
+      {{"count", integer()}, {"of", integer()}, {"indices", array(integer())}, {"indices_truncated?", boolean()}});
+  d["LayerTensorStats"] = extend(tensor_stats(), {{"dead_channels?", ref("DeadChannels")},
+                                                  {"histogram?", ref("Histogram")},
+                                                  {"channel?", ref("ChannelStats")}});
+  d["LayerStatsEntry"] = object({{"name", str()},
+                                 {"kind", str()},
+                                 {"activation", nullable(ref("LayerTensorStats"))},
+                                 {"gradient", nullable(ref("LayerTensorStats"))},
+                                 {"gradient_note?", str()}});
+  d["LayerStats"] =
+      object({{"position", ref("Position")}, {"sequence", integer()}, {"layers", array(ref("LayerStatsEntry"))}});
+  d["ParameterStats"] = object({{"name", str()},
+                                {"value", nullable(ref("TensorStats"))},
+                                {"note?", str()},
+                                {"gradient?", nullable(ref("TensorStats"))},
+                                {"gradient_note?", str()},
+                                {"optimizer_state?", map(any_of({num(), ref("TensorStats")}))},
+                                {"optimizer_state_note?", str()},
+                                {"hyperparameters?", map(num())}});
+  d["WeightStats"] = object({{"layer", str()},
+                             {"kind", str()},
+                             {"position", ref("Position")},
+                             {"sequence", integer()},
+                             {"parameters", array(ref("ParameterStats"))}});
+
+  // --- numerical debugging ---
+  d["OpReport"] = object({{"op", str()},
+                          {"pass", one_of({"forward", "backward", "step"})},
+                          {"backward_node", nullable(str())},
+                          {"forward_op", nullable(str())},
+                          {"layer", nullable(str())},
+                          {"index", integer()},
+                          {"inputs", array(ref("TensorStats"))},
+                          {"outputs", array(ref("TensorStats"))}});
+  d["RootCause"] = object({{"status", root_cause_status},
+                           {"summary", str()},
+                           {"producer", nullable(ref("OpReport"))},
+                           {"propagators", array(ref("OpReport"))},
+                           {"propagator_count", integer()},
+                           {"other_producer_count", integer()}});
+  d["LayerReport"] = object({{"layer", str()},
+                             {"nan", number()},
+                             {"inf", number()},
+                             {"underflow", number()},
+                             {"overflow", number()},
+                             {"dtype", nullable(str())},
+                             {"sources", array(one_of({"activation", "activation_gradient", "weight_gradient"}))}});
+  d["DebugBand"] = object({{"dtype", str()}, {"tiny", number()}, {"overflow", number()}});
+  d["DebugError"] = object({{"position", ref("Position")},
+                            {"reasons", array(reason)},
+                            {"reason_labels", array(str())},
+                            {"checks_used", array(check)},
+                            {"layers", array(ref("LayerReport"))},
+                            {"bands", array(ref("DebugBand"))},
+                            {"root_cause", nullable(ref("RootCause"))},
+                            {"capsule", nullable(str())},
+                            {"hits", integer()},
+                            {"update", update},
+                            {"text", str()}});
+  d["DebugSettings"] = object({{"enabled", boolean()},
+                               {"interval_batches", integer()},
+                               {"check_nan_inf", boolean()},
+                               {"check_under_over", boolean()},
+                               {"threshold_fraction", number()},
+                               {"trace_interval_batches", integer()},
+                               {"rerun_to_trace", boolean()},
+                               {"allow", array(str())},
+                               {"capsule_dir", str()}});
+  d["DebugReport"] = object({{"settings", ref("DebugSettings")},
+                             {"error", nullable(ref("DebugError"))},
+                             {"checked_batches", integer()},
+                             {"skip_update", boolean()}});
+
+  // --- time travel ---
+  d["Checkpoint"] = object({{"epoch", integer()}, {"bytes", integer()}});
+  d["TimeTravelReport"] = extend(time_travel_summary, {{"uncached_epochs", array(integer())},
+                                                       {"checkpoints", array(ref("Checkpoint"))},
+                                                       {"cache_dir", nullable(str())},
+                                                       {"budget_bytes", nullable(integer())},
+                                                       {"bytes_used", integer()},
+                                                       {"jumps", integer()},
+                                                       {"last_error", nullable(str())},
+                                                       {"hint", str()}});
+
+  // --- pictures: the JSON beside each PNG ---
+  d["StripInfo"] = object({{"layer", str()},
+                           {"kind", strip_kind},
+                           {"position", ref("Position")},
+                           {"sequence", integer()},
+                           {"sample", integer()},
+                           {"batch_size", integer()},
+                           {"average", boolean()},
+                           {"values", values},
+                           {"layout", str()},
+                           {"tiles", integer()},
+                           {"tile_width", integer()},
+                           {"tile_height", integer()},
+                           {"width", integer()},
+                           {"height", integer()},
+                           {"scale", one_of({"diverging", "sequential"})},
+                           {"scale_max", num()},
+                           {"nan", integer()},
+                           {"pos_inf", integer()},
+                           {"neg_inf", integer()}});
+  d["InputInfo"] = object({{"input", integer()},
+                           {"name", str()},
+                           {"position", ref("Position")},
+                           {"sequence", integer()},
+                           {"sample", integer()},
+                           {"batch_size", integer()},
+                           {"layout", one_of({"image", "strip"})},
+                           {"width", integer()},
+                           {"height", integer()},
+                           {"hint?", str()}});
+
+  // --- refusals ---
+  // A REST refusal's body (with its 4xx status); `argument` names the
+  // argument it is about, when it is about one.
+  d["ErrorReply"] = object({{"error", str()}, {"argument?", str()}});
+  // An MCP tool refusal's structuredContent.
+  d["ToolError"] = object({{"error", str()}, {"state", one_of({"running", "paused", "finished", "lost"})},
+                           {"argument?", str()}});
+
+  // --- MCP's picture tools: structuredContent beside the images ---
+  // How the image sent differs from the one rendered (fitted for agents).
+  const std::vector<std::pair<std::string, json>> sent = {
+      {"sent_width", integer()}, {"sent_height", integer()}, {"downscaled", boolean()}, {"enlarged", boolean()}};
+  d["StripImage"] = extend(d["StripInfo"], sent);
+  d["InputImage"] = extend(d["InputInfo"], sent);
+  d["MissingStrip"] = object({{"layer", str()}, {"kind", strip_kind}, {"reason", str()}});
+  d["LayerImages"] = object({{"images", array(ref("StripImage"))}, {"missing", array(ref("MissingStrip"))}});
+  d["McpImages"] = any_of({ref("InputImage"), ref("LayerImages")});
+
+  // --- the push channel (/ws) ---
+  d["StripView"] = strip_view;
+  d["FailedStrip"] = extend(strip_view, {{"error", str()}});
+  d["PushMessage"] = any_of(
+      {object({{"type", literal("status")}, {"status", ref("Status")}}),
+       object({{"type", literal("snapshot")},
+               {"sequence", integer()},
+               {"position", ref("Position")},
+               {"batch_size", integer()},
+               {"architecture_changed", boolean()}}),
+       object({{"type", literal("strips_done")}, {"sequence", integer()}, {"failed", array(ref("FailedStrip"))}}),
+       object({{"type", literal("error")}, {"message", str()}})});
+  // The JSON header of a binary strip frame.
+  d["StripFrameHeader"] = extend(d["StripInfo"], {{"type", literal("strip")}});
+  // What a page sends.
+  d["WatchMessage"] = object({{"type", literal("watch")}, {"strips", array(ref("StripView"))}});
+  return d;
+}
+
+}  // namespace
+
+const json& wire_types() {
+  static const json types = build();
+  return types;
+}
+
+json wire_description() {
+  json list = json::array();
+  for (const auto& c : commands()) {
+    list.push_back({{"name", c.name},
+                    {"rest", c.rest ? json{{"method", c.rest->method}, {"path", c.rest->path}} : json(nullptr)},
+                    {"mcp", c.mcp},
+                    {"read_only", c.read_only},
+                    {"input_schema", input_schema(c.args)},
+                    {"reply", c.reply.empty() ? json(nullptr) : json(c.reply)}});
+  }
+  return {{"commands", std::move(list)}, {"$defs", wire_types()}};
+}
+
+}  // namespace nansense::server

@@ -1,0 +1,78 @@
+// The engine seen through the port: each method forwards to the part that
+// owns it (run control, the numerics state, the time-travel restorer).
+#include "session/session_port.h"
+
+#include "session/session_access.h"
+
+namespace nansense::detail {
+
+namespace {
+
+class CorePort final : public SessionPort {
+ public:
+  explicit CorePort(SessionCore& core) : core_(core) {}
+
+  RunState state() const override { return core_.control().state(); }
+  Mode mode() const override { return core_.control().mode(); }
+  std::optional<std::chrono::system_clock::time_point> paused_since() const override {
+    return core_.control().paused_since();
+  }
+  std::string lost_reason() const override { return core_.control().lost_reason(); }
+  std::optional<BatchPosition> live_position() const override { return core_.live_position(); }
+  const Schedule& schedule() const override { return core_.schedule(); }
+  std::vector<std::string> internal_errors() const override { return core_.internal_errors(); }
+  std::shared_ptr<const BatchSnapshot> snapshot() const override { return core_.snapshot(); }
+  std::shared_ptr<const Architecture> architecture() const override { return core_.architecture(); }
+
+  void step_batch() override { core_.control().step_batch(); }
+  void step_phase() override { core_.control().step_phase(); }
+  void step_epoch() override { core_.control().step_epoch(); }
+  void run_until(const BatchPosition& target) override { core_.control().run_until(target); }
+  void run() override { core_.control().run(); }
+  void detach() override { core_.control().detach(); }
+  void pause() override { core_.control().pause(); }
+  void refresh() override { core_.control().refresh(); }
+  RunState wait_until_stopped(std::chrono::milliseconds timeout) const override {
+    return core_.control().wait_until_stopped(timeout);
+  }
+  bool wait_for_snapshot_after(uint64_t sequence, std::chrono::milliseconds timeout) const override {
+    return core_.wait_for_snapshot_after(sequence, timeout);
+  }
+  uint64_t wait_for_change(uint64_t seen, std::chrono::milliseconds timeout) const override {
+    return core_.control().wait_for_change(seen, timeout);
+  }
+  void notify_changed() override { core_.control().notify_changed(); }
+
+  DebugSettings debug_settings() const override { return core_.debug().settings(); }
+  void set_debug_settings(const DebugSettings& settings) override { core_.debug().set_settings(settings); }
+  std::optional<DebugError> debug_error() const override { return core_.debug().error(); }
+  int64_t checked_batches() const override { return core_.debug().checked_batches(); }
+  bool skip_update_chosen() const override { return core_.debug().skip_chosen(); }
+  void choose_update(bool skip) override { core_.debug().choose_update(skip); }
+  void silence_debug_check(const std::string& category) override { core_.debug().silence(category); }
+  void clear_debug_error() override { core_.debug().clear(); }
+
+  TimeTravelStatus time_travel_status() const override { return core_.restorer().status(); }
+  std::map<int64_t, uint64_t> checkpoint_sizes() const override { return core_.restorer().checkpoint_sizes(); }
+  void request_time_travel(int64_t epoch) override { core_.request_time_travel(epoch); }
+
+  const ServeOptions& display_options() const override { return core_.display_options(); }
+  void set_display_options(const ServeOptions& options) override { core_.set_display_options(options); }
+  bool attached() const override { return core_.attached(); }
+  void attach(std::unique_ptr<Attachment> transport) override { core_.attach(std::move(transport)); }
+  std::string url() const override { return core_.url(); }
+
+ private:
+  SessionCore& core_;
+};
+
+}  // namespace
+
+std::unique_ptr<SessionPort> make_port(SessionCore& core) { return std::make_unique<CorePort>(core); }
+
+SessionPort* port_of(const Session& session) {
+  SessionCore* core = core_of(session);
+  return core ? &core->port() : nullptr;
+}
+
+}  // namespace nansense::detail

@@ -1,0 +1,118 @@
+// The narrow interface a transport attaches to a session through: the web
+// server (REST, the push channel, MCP) sees the run's state, snapshots and
+// settings and gives the run-control commands, never the training thread's
+// entry points or the engine's parts. src/server/ includes this header, not
+// session_core.h; the session in turn knows its transport only as an
+// Attachment it keeps alive.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "nansense/architecture.h"
+#include "nansense/debug.h"
+#include "nansense/options.h"
+#include "nansense/position.h"
+#include "nansense/schedule.h"
+#include "nansense/session.h"
+#include "nansense/snapshot.h"
+#include "nansense/time_travel.h"
+
+namespace nansense::detail {
+
+// A transport attached to a session: kept alive as long as the session, and
+// destroyed before the session's parts go.
+class Attachment {
+ public:
+  virtual ~Attachment() = default;
+  // Where it serves: "http://127.0.0.1:8080/" (with ?token=... on a
+  // non-loopback bind).
+  virtual std::string url() const = 0;
+};
+
+// Every method is callable from any thread except the training thread's own
+// waits (wait_until_stopped, wait_for_snapshot_after).
+class SessionPort {
+ public:
+  virtual ~SessionPort() = default;
+
+  // --- where the run is ---
+  virtual RunState state() const = 0;
+  virtual Mode mode() const = 0;
+  // When the current pause began (wall clock), if paused.
+  virtual std::optional<std::chrono::system_clock::time_point> paused_since() const = 0;
+  virtual std::string lost_reason() const = 0;
+  virtual std::optional<BatchPosition> live_position() const = 0;
+  virtual const Schedule& schedule() const = 0;
+  // Errors of nansense's own machinery that disabled a part.
+  virtual std::vector<std::string> internal_errors() const = 0;
+  // The last published snapshot and architecture (null before the first).
+  virtual std::shared_ptr<const BatchSnapshot> snapshot() const = 0;
+  virtual std::shared_ptr<const Architecture> architecture() const = 0;
+
+  // --- run control: as Session's methods of the same names ---
+  virtual void step_batch() = 0;
+  virtual void step_phase() = 0;
+  virtual void step_epoch() = 0;
+  virtual void run_until(const BatchPosition& target) = 0;
+  virtual void run() = 0;
+  virtual void detach() = 0;
+  virtual void pause() = 0;
+  virtual void refresh() = 0;
+  // Blocks until the loop pauses, finishes or is lost, or the timeout passes.
+  virtual RunState wait_until_stopped(std::chrono::milliseconds timeout) const = 0;
+  // Blocks until a snapshot newer than `sequence` is published (true), or the
+  // timeout passes, or the loop stops running (false).
+  virtual bool wait_for_snapshot_after(uint64_t sequence, std::chrono::milliseconds timeout) const = 0;
+  // The change feed: sleeps until the state, mode, settings or snapshot change
+  // after `seen` (a counter), or the timeout passes; returns the counter.
+  virtual uint64_t wait_for_change(uint64_t seen, std::chrono::milliseconds timeout) const = 0;
+  // Wakes every wait_for_change() (a transport shutting down).
+  virtual void notify_changed() = 0;
+
+  // --- numerical checks (see nansense/debug.h and numerics/debug_state.h) ---
+  virtual DebugSettings debug_settings() const = 0;
+  // Throws std::invalid_argument naming the first bad value.
+  virtual void set_debug_settings(const DebugSettings& settings) = 0;
+  virtual std::optional<DebugError> debug_error() const = 0;
+  virtual int64_t checked_batches() const = 0;
+  // Whether skipping the held poisoned update is chosen.
+  virtual bool skip_update_chosen() const = 0;
+  // Throws std::logic_error when no update is held.
+  virtual void choose_update(bool skip) = 0;
+  // Throws std::invalid_argument for an unknown category.
+  virtual void silence_debug_check(const std::string& category) = 0;
+  virtual void clear_debug_error() = 0;
+
+  // --- time travel ---
+  virtual TimeTravelStatus time_travel_status() const = 0;
+  // Bytes on disk per cached epoch.
+  virtual std::map<int64_t, uint64_t> checkpoint_sizes() const = 0;
+  // Throws TimeTravelError when refused.
+  virtual void request_time_travel(int64_t epoch) = 0;
+
+  // --- the attached transport ---
+  // How the pictures show inputs (input_mean/std, transforms): the options
+  // the transport was served with.
+  virtual const ServeOptions& display_options() const = 0;
+  virtual void set_display_options(const ServeOptions& options) = 0;
+  virtual bool attached() const = 0;
+  // Keeps `transport` alive with the session; a paused loop can now be
+  // resumed from outside, so the session pauses where it would.
+  virtual void attach(std::unique_ptr<Attachment> transport) = 0;
+  // The attached transport's address; empty without one.
+  virtual std::string url() const = 0;
+};
+
+class SessionCore;
+// The port a SessionCore hands out (session_port.cpp).
+std::unique_ptr<SessionPort> make_port(SessionCore& core);
+// The port of `session`'s engine; null for a disabled session.
+SessionPort* port_of(const Session& session);
+
+}  // namespace nansense::detail
