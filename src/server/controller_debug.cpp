@@ -51,10 +51,8 @@ json Controller::get_debug_report() const {
 }
 
 json Controller::choose_update(const std::string& action) {
-  if (action != "skip" && action != "apply") {
-    throw ControllerError(ControllerError::Kind::kInvalidArgument,
-                          "action must be \"skip\" or \"apply\", got \"" + action + "\"");
-  }
+  // The declaration admits no other action.
+  if (action != "skip" && action != "apply") throw std::logic_error("choose_update: undeclared action " + action);
   try {
     session_.choose_update(action == "skip");
   } catch (const std::logic_error& e) {
