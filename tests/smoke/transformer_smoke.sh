@@ -57,9 +57,9 @@ jq -e '[.edges[] | select(.to == "layers.1.attention.qkv") | .from] == ["layers.
 pass "the layer list reads like the model's code (qkv one Linear layer, shape ops flagged)"
 
 snapshot=$(get /api/snapshot)
-jq -e '(.layers[] | select(.name == "layers.0.attention.masked_fill") | .activation.non_finite) > 0' \
+jq -e '(.layers[] | select(.name == "layers.0.attention.masked_fill") | .activation.neg_inf) > 0' \
   <<<"$snapshot" >/dev/null || fail "the mask's -inf is not in the captured scores"
-jq -e '(.layers[] | select(.name == "layers.0.attention.softmax") | .activation.non_finite) == 0' \
+jq -e '(.layers[] | select(.name == "layers.0.attention.softmax") | .activation | .nan + .pos_inf + .neg_inf) == 0' \
   <<<"$snapshot" >/dev/null || fail "softmax over the masked scores is not finite"
 status=$(get /api/status)
 jq -e '.debug.error == null' <<<"$status" >/dev/null || fail "the guard tripped on the mask: $(jq -c .debug <<<"$status")"
