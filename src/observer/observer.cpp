@@ -119,12 +119,9 @@ void Observer::on_start(const at::RecordFunction& fn) {
   } else {
     // Nested in an op, unless a backward node stands between them (the nodes
     // Tensor::backward() runs are ops of their own).
-    frame.kind = FrameKind::kOp;
-    for (auto it = frames.rbegin(); it != frames.rend(); ++it) {
-      if (it->kind == FrameKind::kNode || it->kind == FrameKind::kWrapper) break;
-      frame.kind = FrameKind::kNestedOp;
-      break;
-    }
+    const bool in_op = !frames.empty() && frames.back().kind != FrameKind::kNode &&
+                       frames.back().kind != FrameKind::kWrapper;
+    frame.kind = in_op ? FrameKind::kNestedOp : FrameKind::kOp;
     frame.op = op_name(frame.name);
   }
   frame.backward = below_backward;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <exception>
@@ -214,6 +215,27 @@ class TrainingThread {
   std::exception_ptr error_;
   std::thread thread_;
 };
+
+// Reading a discovered graph in tests: a layer's producers (sorted), and a
+// layer by name (a test failure, not a crash, when it is missing).
+inline std::vector<std::string> incoming(const Architecture& a, const std::string& layer) {
+  std::vector<std::string> out;
+  for (const auto& [from, to] : a.edges) {
+    if (to == layer) out.push_back(from);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+inline const LayerInfo& layer(const Architecture& a, const std::string& name) {
+  const LayerInfo* l = a.find(name);
+  if (!l) {
+    static const LayerInfo missing;
+    ADD_FAILURE() << "no layer '" << name << "'";
+    return missing;
+  }
+  return *l;
+}
 
 // The message of the exception `f` throws as E; fails the test if none.
 template <class E, class F>

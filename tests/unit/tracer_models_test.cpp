@@ -38,24 +38,8 @@ Names shape_ops(const Architecture& a) {
   return out;
 }
 
-Names incoming(const Architecture& a, const std::string& layer) {
-  Names out;
-  for (const auto& [from, to] : a.edges) {
-    if (to == layer) out.push_back(from);
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-const LayerInfo& layer(const Architecture& a, const std::string& name) {
-  const LayerInfo* l = a.find(name);
-  if (!l) {
-    static const LayerInfo missing;
-    ADD_FAILURE() << "no layer '" << name << "'";
-    return missing;
-  }
-  return *l;
-}
+using test::incoming;
+using test::layer;
 
 template <class Items, class Body>
 std::shared_ptr<const BatchSnapshot> capture_first(std::shared_ptr<torch::nn::Module> model, Items& items,

@@ -24,24 +24,8 @@ std::vector<std::string> names(const Architecture& a) {
   return out;
 }
 
-std::vector<std::string> incoming(const Architecture& a, const std::string& layer) {
-  std::vector<std::string> out;
-  for (const auto& [from, to] : a.edges) {
-    if (to == layer) out.push_back(from);
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-const LayerInfo& layer(const Architecture& a, const std::string& name) {
-  const LayerInfo* l = a.find(name);
-  if (!l) {
-    static const LayerInfo missing;
-    ADD_FAILURE() << "no layer '" << name << "'";
-    return missing;
-  }
-  return *l;
-}
+using test::incoming;
+using test::layer;
 
 using Shape = std::vector<int64_t>;
 
