@@ -48,21 +48,25 @@ namespace nansense {
 // What the debugger checks, and how often. Changed at run time through
 // Session::set_debug_settings, the UI's gear dialog or the MCP tools.
 struct DebugSettings {
-  // Master switch. false: hooks return at once, nothing is checked or recorded.
+  // Master switch. Default true. false: hooks return at once, nothing is
+  // checked or recorded (no cost beyond a flag check per hook).
   TORCH_ARG(bool, enabled) = true;
-  // Check every n-th batch (1 = every batch; >= 1). The guard costs about
-  // 0.1% of a batch on the demo CNN, hence every batch.
+  // Check every n-th batch (>= 1). Default 1, every batch: the guard costs
+  // about 0.1% of a batch on the demo CNN.
   TORCH_ARG(int64_t, interval_batches) = 1;
   // NaN / +-Inf in activations, activation gradients and weight gradients;
-  // one non-finite value trips it. Fractions are of element count.
+  // one non-finite value trips it. Fractions are of element count. Default
+  // true; part of the guard's cost above.
   TORCH_ARG(bool, check_nan_inf) = true;
   // Gradient underflow / overflow, dtype-aware: subnormal when
   // 0 < |g| < finfo.tiny, overflow when |g| >= finfo.max / 16. Trips when the
   // band holds at least `threshold_fraction` of a layer's summed finite |grad|.
+  // Default true; computed only when the guard's per-parameter sums look
+  // suspicious, so it adds nothing to a healthy batch.
   TORCH_ARG(bool, check_under_over) = true;
-  // In (0, 1].
+  // In (0, 1]. Default 0.1.
   TORCH_ARG(double, threshold_fraction) = 0.1;
-  // Also trace every n-th batch at op level (0 = never). Captured batches (the
+  // Also trace every n-th batch at op level. Default 0: never. Captured batches (the
   // ones the UI shows) and re-runs of a tripped batch are always traced.
   // Tracing costs about 10% of the batches it covers (bench/numerics).
   TORCH_ARG(int64_t, trace_interval_batches) = 0;
@@ -71,11 +75,15 @@ struct DebugSettings {
   // the same batch item again, traced, to name the producer. The loop body then
   // runs twice for that batch (loss sums and counters see it twice); the
   // re-run assumes the body zeroes gradients, as almost every loop does.
+  // Default true. Cost: only when the guard trips (the batch runs again);
+  // the recorder's per-batch bookkeeping is in the guard's 0.1%.
   TORCH_ARG(bool, rerun_to_trace) = true;
   // Intended non-finite values that must not trip: op names ("masked_fill" or
   // "aten::masked_fill") or layer names (a module path covers its children).
+  // Default none (explicit +-inf fills are intended anyway). No cost.
   TORCH_ARG(std::vector<std::string>, allow) = {};
-  // Where NaN capsules are written (created when first needed). Empty: no file.
+  // Where NaN capsules are written (created when first needed). Default
+  // "nansense_capsules"; empty: no file. Cost: one file when the guard trips.
   TORCH_ARG(std::string, capsule_dir) = "nansense_capsules";
 
  public:

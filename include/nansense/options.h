@@ -52,19 +52,23 @@ struct InputTransforms {
   const InputTransform& for_input(const std::string& input) const;
 };
 
-// How the UI is served.
+// How the UI is served. None of these options costs the training loop
+// anything: the server runs on its own threads and reads only published
+// copies (a listener thread, plus one push thread while a page is open).
 struct ServeOptions {
-  // TCP port. 0 picks a free port (the banner and Session::url() tell which).
+  // TCP port. Default 8080. 0 picks a free port (the banner and
+  // Session::url() tell which).
   TORCH_ARG(int, port) = 8080;
-  // Bind address. The default serves this machine only.
+  // Bind address. Default "127.0.0.1": this machine only.
   TORCH_ARG(std::string, host) = "127.0.0.1";
   // Open the printed address in a browser tab where a desktop browser exists.
+  // Default true.
   TORCH_ARG(bool, open_browser) = true;
-  // Print the address banner on stdout once the port is bound.
+  // Print the address banner on stdout once the port is bound. Default true.
   TORCH_ARG(bool, print_banner) = true;
   // Serve the MCP endpoint at /mcp on the same port, so a coding agent can
-  // drive and inspect the run the browser shows (same access checks). false
-  // answers /mcp with 404.
+  // drive and inspect the run the browser shows (same access checks).
+  // Default true; false answers /mcp with 404.
   TORCH_ARG(bool, mcp) = true;
 
  public:
@@ -86,31 +90,33 @@ struct ServeOptions {
 
 // Everything nansense::start takes.
 struct StartOptions {
-  // Total epoch count, if known up front (epochs() or set_schedule() can set it later).
+  // Total epoch count, if known up front. Default: unknown (epochs() or
+  // set_schedule() can set it later). No cost.
   TORCH_ARG(std::optional<int64_t>, epochs) = std::nullopt;
   // Declare every phase and its batch count up front for exact progress and
-  // boundary stops from batch 0. Without it, phases are learned in epoch 0.
+  // boundary stops from batch 0. Default: phases are learned in epoch 0.
+  // No cost.
   TORCH_ARG(std::optional<PhaseCounts>, phases) = std::nullopt;
-  // false makes the session inert: no tracing, no server, batches() is a
-  // pass-through. Keep nansense wired in and switch it off with one flag.
+  // Default true. false makes the session inert: no tracing, no server,
+  // batches() is a pass-through costing one flag check per batch
+  // (bench/overhead: within 1% of a plain loop). Keep nansense wired in and
+  // switch it off with one flag.
   TORCH_ARG(bool, enabled) = true;
-  // When given, time travel restores the LR schedule too. Not owned.
+  // When given, time travel and NaN capsules save and restore the LR schedule
+  // too (a few numbers per checkpoint). Default none. Not owned.
   TORCH_ARG(SchedulerPtr, scheduler) = nullptr;
-  // When given, the UI is served at once on this port (see ServeOptions).
-  TORCH_ARG(std::optional<int>, port) = std::nullopt;
-  TORCH_ARG(std::string, host) = "127.0.0.1";
-  TORCH_ARG(bool, open_browser) = true;
-  // See ServeOptions::mcp.
-  TORCH_ARG(bool, mcp) = true;
-  // Numerical checks, root-cause tracing and the NaN flight recorder (on by
-  // default; see nansense/debug.h for what each costs).
+  // Numerical checks, root-cause tracing and the NaN flight recorder.
+  // Default: every check on every batch, about 0.1% of a batch for the guard;
+  // see nansense/debug.h for what each part costs.
   TORCH_ARG(DebugSettings, debug) = {};
 
  public:
   // The optimizer training the model. When given, snapshots carry each
   // parameter's optimizer state and its group's hyperparameters (SGD, Adam,
   // AdamW, RMSprop, Adagrad), and time travel and NaN capsules save and
-  // restore its state. Not owned. Replaces what optimizers() set.
+  // restore its state. Default none. Cost: a captured batch copies the
+  // optimizer state to the CPU (about the model's size per state buffer);
+  // checkpoints and capsules store it. Not owned. Replaces what optimizers() set.
   StartOptions& optimizer(OptimizerPtr optimizer) {
     optimizers_.clear();
     if (optimizer) optimizers_.push_back(optimizer);
@@ -128,6 +134,31 @@ struct StartOptions {
   }
   const std::vector<OptimizerPtr>& optimizers() const { return optimizers_; }
 
+  // How the UI is served: port, host, browser, banner, MCP, input display.
+  // Giving a whole ServeOptions, or a port, serves the UI at once from
+  // nansense::start (otherwise call nansense::serve(session, ...) later, or
+  // never: without a server a batch costs one flag check). Serving costs one
+  // listener thread and, while a page is open, one push thread; a batch pays
+  // nothing until a page or agent asks for something.
+  StartOptions& serve(ServeOptions options) {
+    serve_ = std::move(options);
+    serve_at_start_ = true;
+    return *this;
+  }
+  const ServeOptions& serve() const { return serve_; }
+  // Whether nansense::start serves the UI (a port or serve() was given).
+  bool serve_at_start() const { return serve_at_start_; }
+
+  // Shorthands that set one field of serve() (see ServeOptions for each
+  // default). input_mean/input_std (default: none, the input is shown as it
+  // is) and input_transform (default: gray or RGB by channel count) only
+  // change how the UI draws inputs, on a server thread.
+  // port() also means "serve at once"; the others only shape a later serve.
+  StartOptions& port(int port) { serve_.port(port); serve_at_start_ = true; return *this; }
+  StartOptions& host(std::string host) { serve_.host(std::move(host)); return *this; }
+  StartOptions& open_browser(bool open) { serve_.open_browser(open); return *this; }
+  StartOptions& print_banner(bool print) { serve_.print_banner(print); return *this; }
+  StartOptions& mcp(bool on) { serve_.mcp(on); return *this; }
   StartOptions& input_mean(std::vector<double> all) { serve_.input_mean(std::move(all)); return *this; }
   StartOptions& input_mean(std::map<std::string, std::vector<double>> m) { serve_.input_mean(std::move(m)); return *this; }
   StartOptions& input_std(std::vector<double> all) { serve_.input_std(std::move(all)); return *this; }
@@ -135,11 +166,9 @@ struct StartOptions {
   StartOptions& input_transform(InputTransform all) { serve_.input_transform(std::move(all)); return *this; }
   StartOptions& input_transform(std::map<std::string, InputTransform> m) { serve_.input_transform(std::move(m)); return *this; }
 
-  // The ServeOptions these options imply (port, host, browser, normalisation).
-  ServeOptions serve_options() const;
-
  private:
   ServeOptions serve_;
+  bool serve_at_start_ = false;
   std::vector<OptimizerPtr> optimizers_;
 };
 

@@ -89,7 +89,9 @@ std::shared_ptr<SchedulerAdapter> adapt_scheduler(torch::optim::LRScheduler& sch
 // How Session::epochs() checkpoints and resumes.
 struct EpochOptions {
   // Folder of the checkpoints, one file per epoch start (epoch_<n>.ckpt),
-  // created when missing. Files are written atomically (temp file, fsync,
+  // created when missing. Default ".nansense_cache". Cost: one checkpoint
+  // written per epoch on the training thread (the model, buffers, optimizer
+  // state and RNG; one copy to the CPU and one fsynced file). Files are written atomically (temp file, fsync,
   // rename, fsync of the folder) with a checksum per section, in the state
   // file format NaN capsules share, and checked before use. They outlive the
   // process: a later run can resume from them (start_epoch); files of an
@@ -103,12 +105,12 @@ struct EpochOptions {
   // optimizers and scheduler (parameter and buffer names, shapes and dtypes;
   // the number and order of the optimizers, each one's kind and param-group
   // sizes; the scheduler's kind), and a mismatch throws TimeTravelError naming
-  // the first difference. 0 trains from scratch.
+  // the first difference. Default 0: train from scratch.
   TORCH_ARG(int64_t, start_epoch) = 0;
   // Most bytes the checkpoints may take on disk. When a new checkpoint goes
   // over it, the oldest are deleted first (oldest written), never epoch 0.
-  // nullopt: no limit. A checkpoint is about the size of the model plus the
-  // optimizer state.
+  // Default nullopt: no limit. A checkpoint is about the size of the model
+  // plus the optimizer state.
   TORCH_ARG(std::optional<uint64_t>, cache_budget_bytes) = std::nullopt;
   // Saves and restores the LR schedule. Default: adapt_scheduler() of
   // StartOptions().scheduler() when one was given, else no schedule state.

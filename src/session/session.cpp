@@ -28,18 +28,12 @@ const InputTransform& InputTransforms::for_input(const std::string& input) const
   return it != per_input.end() ? it->second : all;
 }
 
-ServeOptions StartOptions::serve_options() const {
-  ServeOptions s = serve_;
-  s.port(port_.value_or(8080)).host(host_).open_browser(open_browser_).mcp(mcp_);
-  return s;
-}
-
 namespace detail {
 
 SessionCore::SessionCore(std::shared_ptr<torch::nn::Module> model, const StartOptions& options)
     : model_(std::move(model)),
       optimizers_(options.optimizers()),
-      display_(options.serve_options()),
+      display_(options.serve()),
       schedule_(options.epochs(), options.phases()) {
   if (!model_) throw UsageError("nansense::start needs a model, got a null module");
   port_ = make_port(*this);
@@ -322,7 +316,7 @@ void Session::clear_debug_error() {
 Session start(std::shared_ptr<torch::nn::Module> model, StartOptions options) {
   if (!options.enabled()) return Session(nullptr);
   Session session(std::make_shared<detail::SessionCore>(std::move(model), options));
-  if (options.port()) serve(session, options.serve_options());
+  if (options.serve_at_start()) serve(session, options.serve());
   return session;
 }
 

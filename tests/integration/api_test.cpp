@@ -306,6 +306,31 @@ TEST(ApiRemoteTest, NonLoopbackBindRequiresTheToken) {
   session.close();
 }
 
+// StartOptions holds one ServeOptions: serve() gives it whole, the shorthands
+// set one field of it, and only a port or serve() serves from start().
+TEST(ApiStartOptionsTest, ServeOptionsAreHeldWholeAndServedFromStart) {
+  auto model = TinyNet();
+  auto options = nansense::StartOptions().host("0.0.0.0").mcp(false).open_browser(false).print_banner(false);
+  EXPECT_FALSE(options.serve_at_start());
+  EXPECT_EQ(options.serve().host(), "0.0.0.0");
+  EXPECT_FALSE(options.serve().mcp());
+  EXPECT_EQ(options.serve().port(), 8080);
+  {
+    auto unserved = nansense::start(model, options);
+    EXPECT_EQ(unserved.url(), "");
+    unserved.close();
+  }
+
+  auto whole = nansense::StartOptions().serve(
+      nansense::ServeOptions().port(0).open_browser(false).print_banner(false).mcp(false));
+  EXPECT_TRUE(whole.serve_at_start());
+  auto session = nansense::start(model, whole);
+  const int port = port_of(session.url());
+  EXPECT_EQ(http_request(port, "GET", "/api/status").status, 200u);
+  EXPECT_EQ(http_request(port, "POST", "/mcp", R"({"jsonrpc":"2.0","id":1,"method":"ping"})").status, 404u);
+  session.close();
+}
+
 TEST(ApiDisabledTest, DisabledSessionServesNothing) {
   auto model = TinyNet();
   auto session = nansense::start(model, nansense::StartOptions().enabled(false).port(0));
