@@ -1,0 +1,45 @@
+// The signed-log histogram every statistic shares (the original's 211 bins):
+// 7 bins per decade over |x| in 1e-9 .. 1e6 on each side, a zero band
+// |x| < 1e-9 in the middle, and open end bins that take everything beyond
+// +-1e6 (infinities included; the UI marks those bars as clipped).
+//
+//   bin 0 .. 104    negative values, most negative first
+//   bin 105         the zero band (|x| < 1e-9)
+//   bin 106 .. 210  positive values, smallest first
+//
+// NaN is never binned: it is counted on its own (TensorStatsView::nan).
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace nansense::stats {
+
+constexpr int kBinsPerDecade = 7;
+constexpr int kDecades = 15;                               // 1e-9 .. 1e6
+constexpr int kSideBins = kBinsPerDecade * kDecades;       // 105
+constexpr int kZeroBin = kSideBins;                        // 105
+constexpr int kBins = 2 * kSideBins + 1;                   // 211
+constexpr double kZeroBand = 1e-9;
+constexpr double kTop = 1e6;
+
+// The 212 bin edges, ascending: -1e6 .. -1e-9, then 1e-9 .. 1e6; bin i lies
+// between edges[i] and edges[i+1] (the zero band between -1e-9 and 1e-9).
+// The end bins also hold everything beyond their outer edge.
+const std::vector<double>& bin_edges();
+
+// Where bin i is drawn and what a median falling in it reports: the
+// geometric midpoint of its edges, signed; 0 for the zero band.
+double bin_center(int bin);
+
+// The bin of every element (int64, same shape and device as x). NaN elements
+// get -1. Records no sync: runs on the tensor's own device.
+torch::Tensor bin_index(const torch::Tensor& x);
+
+// The centre of the bin that holds the median count; NaN for an empty
+// histogram.
+double median_from_hist(const std::vector<int64_t>& hist);
+
+}  // namespace nansense::stats
