@@ -11,4 +11,5 @@
 #include "nansense/schedule.h"
 #include "nansense/session.h"
 #include "nansense/snapshot.h"
+#include "nansense/stats.h"
 #include "nansense/time_travel.h"
