@@ -1,0 +1,44 @@
+// Histograms over the signed-log bins (stats/histogram.h) drawn as a chart:
+// one panel per kind (activations, gradients), one coloured series per phase
+// or channel, axes with tick labels, a legend, and the clipped end bins
+// marked. What MCP's render_histogram returns (kept under 1568 px).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "render/image.h"
+
+namespace nansense::render {
+
+struct HistogramSeries {
+  std::string label;        // "train ep 3", "channel 5"
+  Rgba color{0, 0, 0, 255};
+  std::vector<int64_t> counts;  // one per signed-log bin (211)
+  // Of the end bins' counts, how many were +-inf (drawn as clipped).
+  int64_t neg_overflow = 0;
+  int64_t pos_overflow = 0;
+};
+
+struct HistogramPanel {
+  std::string title;  // "features.0 activations"
+  std::vector<HistogramSeries> series;  // empty: the panel says "no data"
+  std::string empty_reason;             // why there is no data, when empty
+};
+
+struct HistogramPlotOptions {
+  // Symlog x: every bin the same width (off: a linear value axis spanning
+  // the occupied bins).
+  bool log_x = false;
+  bool log_y = false;  // log count axis
+  // Dotted vertical lines (e.g. +-finfo.tiny, +-finfo.max/16); lines outside
+  // the drawn span are left out.
+  std::vector<double> marks;
+  int width = 960;  // at most 1568
+};
+
+// Panels stacked top to bottom, sharing the x axis.
+Image render_histogram_plot(const std::vector<HistogramPanel>& panels, const HistogramPlotOptions& options);
+
+}  // namespace nansense::render
