@@ -15,15 +15,24 @@ import { TopBar } from './topbar/TopBar';
 export function App() {
   return (
     <div class="app">
-      <TopBar />
+      <TopBar page="main" />
       <Banners />
       <Panes left={<GraphPane />} centre={<CardsPane />} right={<InputPane />} />
+      <Dialogs />
+    </div>
+  );
+}
+
+// The dialogs the top bar and banners open, on every page.
+export function Dialogs() {
+  return (
+    <>
       <CustomStepDialogHost />
       <ConfirmLastBatch />
       <DebugDialogHost />
       <DebugSettingsHost />
       <TimeTravelDialogHost />
       <Toasts />
-    </div>
+    </>
   );
 }

@@ -36,9 +36,14 @@ async function errorFrom(res: Response): Promise<ApiError> {
   return new ApiError(res.status, message);
 }
 
-// A query without arguments.
-async function get<K extends keyof Replies & keyof typeof routes>(name: K, signal?: AbortSignal): Promise<Replies[K]> {
-  const res = await fetch(routes[name].path, { headers: headers(), cache: 'no-store', signal });
+// A query; its arguments, if any, in the query string (lists comma-separated).
+async function get<K extends keyof Replies & keyof typeof routes>(
+  name: K,
+  signal?: AbortSignal,
+  params?: Record<string, string>,
+): Promise<Replies[K]> {
+  const query = params && Object.keys(params).length ? `?${new URLSearchParams(params)}` : '';
+  const res = await fetch(routes[name].path + query, { headers: headers(), cache: 'no-store', signal });
   if (!res.ok) throw await errorFrom(res);
   return (await res.json()) as Replies[K];
 }
@@ -83,6 +88,25 @@ export const silenceDebug = (category?: CommandArgs['silence_debug_check']['cate
 export const clearDebug = () => post('clear_debug_error', {});
 // 409 when no update is held.
 export const chooseUpdate = (action: CommandArgs['choose_update']['action']) => post('choose_update', { action });
+
+// Capture the next batch without pausing (the page follows it over the push).
+export const refresh = () => post('refresh', now);
+
+export const getSettings = (signal?: AbortSignal) => get('get_settings', signal);
+export const setUpdateFrequency = (f: CommandArgs['set_update_frequency']) => post('set_update_frequency', f);
+export const setStatsScope = (scope: CommandArgs['set_stats_scope']['scope']) => post('set_stats_scope', { scope });
+export const watchLayers = (layers: string[]) => post('watch_layers', { layers });
+export const unwatchLayers = (layers: string[]) => post('unwatch_layers', { layers });
+// A partial update; the reply says whether it cleared the statistics.
+export const setWatchPerformance = (patch: CommandArgs['set_watch_performance']) => post('set_watch_performance', patch);
+
+export const listStats = (signal?: AbortSignal) => get('list_stats', signal);
+export const getStatsHistory = (args: CommandArgs['get_stats_history'], signal?: AbortSignal) =>
+  get('get_stats_history', signal, args.phase ? { layer: args.layer, phase: args.phase } : { layer: args.layer });
+export const getCurrentStats = (layer: string, signal?: AbortSignal) =>
+  get('get_current_stats', signal, { layer } satisfies Record<keyof CommandArgs['get_current_stats'], string>);
+export const getMetrics = (layers?: string[], signal?: AbortSignal) =>
+  get('get_metrics', signal, layers ? { layers: layers.join(',') } : undefined);
 
 // A rendered PNG and what it shows (the X-Nansense-Render header's JSON).
 export interface Rendered<I> {

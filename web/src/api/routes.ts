@@ -17,6 +17,17 @@ export const routes = {
   choose_update: { method: 'POST', path: '/api/debug/choose_update' },
   render_strip: { method: 'GET', path: '/api/render/strip' },
   render_input: { method: 'GET', path: '/api/render/input' },
+  refresh: { method: 'POST', path: '/api/refresh' },
+  get_settings: { method: 'GET', path: '/api/settings' },
+  set_update_frequency: { method: 'POST', path: '/api/settings/update_frequency' },
+  set_stats_scope: { method: 'POST', path: '/api/stats/scope' },
+  watch_layers: { method: 'POST', path: '/api/stats/watch' },
+  unwatch_layers: { method: 'POST', path: '/api/stats/unwatch' },
+  set_watch_performance: { method: 'POST', path: '/api/stats/performance' },
+  list_stats: { method: 'GET', path: '/api/stats' },
+  get_stats_history: { method: 'GET', path: '/api/stats/history' },
+  get_current_stats: { method: 'GET', path: '/api/stats/current' },
+  get_metrics: { method: 'GET', path: '/api/metrics' },
 } as const;
 
 export type Routes = typeof routes;

@@ -72,6 +72,8 @@ export interface Status {
   internal_errors?: string[];
   // Only from refresh.
   refreshed?: boolean;
+  // Statistics collection and the live-update cadence.
+  stats: StatsStatus;
 }
 
 // ---- Numerical debugging (GET /api/debug, the status's `debug`) ----
@@ -317,6 +319,142 @@ export interface InputInfo {
   hint?: string;
 }
 
+// ---- Statistics over time (issue 12) ----
+
+// Which layers fold their batches into the statistics.
+export type StatsScope = 'none' | 'watched' | 'all';
+
+// When a batch is captured and published while the loop runs: every n
+// batches (of one phase, or any), every n epochs, or every n seconds.
+export interface UpdateFrequency {
+  unit: 'batch' | 'epoch' | 'seconds';
+  // batch/epoch: an integer >= 1; seconds: > 0.
+  n: number;
+  // Only with the batch unit; null: any phase.
+  phase: string | null;
+}
+
+// The status's part.
+export interface StatsStatus {
+  scope: StatsScope;
+  watched_layers: string[];
+  // The published statistics' sequence; 0 before any.
+  sequence: number;
+  collecting: boolean;
+  update_frequency: UpdateFrequency;
+}
+
+export interface WatchPerformance {
+  channel_limit_enabled: boolean;
+  channel_limit: number;
+}
+
+export interface Settings {
+  update_frequency: UpdateFrequency;
+  stats_scope: StatsScope;
+  watched_layers: string[];
+  watch_performance: WatchPerformance;
+  stats_collecting: boolean;
+}
+
+// One accumulator: a layer's activations or activation gradients over one
+// phase's batches of one epoch. mean/std/median/min/max are null when n == 0.
+// hist: 211 counts over the signed-log bins (null once the epoch is no longer
+// the newest: older epochs keep scalars, median and dead count).
+export interface RunningStats {
+  n: number;
+  sum: Num;
+  sum_sq: Num;
+  mean: Num | null;
+  std: Num | null;
+  median: Num | null;
+  min: Num | null;
+  max: Num | null;
+  nan: number;
+  pos_inf: number;
+  neg_inf: number;
+  hist: number[] | null;
+  channel_hists: number[][] | null;
+  channels: number;
+  dead_count: number | null;
+  dead_channels: number[];
+}
+
+// One (layer, phase, epoch) bucket.
+export interface EpochStats {
+  epoch: number;
+  batches: number;
+  activation: RunningStats | null;
+  gradient: RunningStats | null;
+}
+
+// A parameter at an epoch's first collected batch.
+export interface ParameterSample {
+  epoch: number;
+  value_norm: Num;
+  mean: Num;
+  std: Num;
+  min: Num;
+  max: Num;
+  grad_norm: Num | null;
+  grad_mean: Num | null;
+  grad_std: Num | null;
+  grad_min: Num | null;
+  grad_max: Num | null;
+  update_ratio: Num | null;
+}
+
+export interface SeriesKey {
+  name: string;
+  phase: string;
+  layer: string;
+}
+
+// GET /api/stats: what has statistics, layers in graph order.
+export interface StatsList {
+  sequence: number;
+  edges: Num[];
+  layers: { layer: string; phases: { phase: string; epochs: number[] }[] }[];
+  parameters: Record<string, string[]>;
+  series: SeriesKey[];
+  device_bytes: number;
+}
+
+// GET /api/stats/history: one layer's buckets by phase, ascending epochs.
+export interface StatsHistory {
+  layer: string;
+  edges: Num[];
+  phases: Record<string, EpochStats[]>;
+  parameters: Record<string, ParameterSample[]>;
+}
+
+// GET /api/stats/current: one layer over the last captured batch.
+export interface CurrentStats {
+  layer: string;
+  position: Position;
+  activation: RunningStats | null;
+  gradient: RunningStats | null;
+}
+
+export interface MetricPoint {
+  epoch: number;
+  // null for a point reduced over its epoch.
+  batch: number | null;
+  // epoch + batch / batches of that epoch's phase.
+  x: number;
+  value: Num;
+}
+
+export interface MetricSeries extends SeriesKey {
+  points: MetricPoint[];
+}
+
+export interface Metrics {
+  series: MetricSeries[];
+  // Instruments that threw and were disabled.
+  failed: { name: string; error: string }[];
+}
+
 // ---- The push channel (/ws) ----
 
 // A strip the page asks the server to push with every snapshot: exactly
@@ -368,6 +506,15 @@ export interface CommandArgs {
   choose_update: { action: UpdateAction };
   render_strip: StripView;
   render_input: { input: number; sample: number };
+  refresh: { timeout_seconds: number };
+  set_update_frequency: { unit: UpdateFrequency['unit']; n: number; phase?: string | null };
+  set_stats_scope: { scope: StatsScope };
+  watch_layers: { layers: string[] };
+  unwatch_layers: { layers: string[] };
+  set_watch_performance: Partial<WatchPerformance>;
+  get_stats_history: { layer: string; phase?: string };
+  get_current_stats: { layer: string };
+  get_metrics: { layers?: string[] };
 }
 
 // What the page reads from each command it uses (a picture's: the info
@@ -389,4 +536,16 @@ export interface Replies {
   choose_update: DebugReport;
   render_strip: StripInfo;
   render_input: InputInfo;
+  refresh: Status;
+  get_settings: Settings;
+  set_update_frequency: Settings;
+  set_stats_scope: Settings;
+  watch_layers: Settings;
+  unwatch_layers: Settings;
+  // Whether the change cleared what was collected.
+  set_watch_performance: Settings & { statistics_flushed: boolean };
+  list_stats: StatsList;
+  get_stats_history: StatsHistory;
+  get_current_stats: CurrentStats;
+  get_metrics: Metrics;
 }

@@ -7,7 +7,10 @@ import type { Layer, SnapshotLayer, StripKind, TensorStats } from '../api/types'
 import { formatNum } from '../format';
 import { hideLayer, requestFocus, sampleExists, setHovered, snapshotLayer, store } from '../state/app';
 import { debugMarkOf, MARK_TEXT } from '../state/debug';
+import { pageHref } from '../links';
+import { isWatched } from '../state/stats';
 import { useSelector } from '../state/store';
+import { WatchEye } from '../stats/WatchEye';
 import { shapeText, stripGeometry } from './geometry';
 import { StripLabel, StripView } from './StripParts';
 import { useStrip } from './useStrip';
@@ -44,6 +47,7 @@ export const LayerCard = memo(function LayerCard({ layer }: { layer: Layer }) {
   const values = useSelector(store, (s) => s.values);
   const hovered = useSelector(store, (s) => s.hovered === name);
   const mark = useSelector(store, (s) => debugMarkOf(s, name));
+  const watched = useSelector(store, (s) => isWatched(s.status?.stats?.watched_layers, name));
 
   useEffect(() => {
     if (!body.current || !visibility) return;
@@ -97,6 +101,19 @@ export const LayerCard = memo(function LayerCard({ layer }: { layer: Layer }) {
           </span>
         )}
         <Stats summary={entry?.activation ?? null} />
+        <a
+          class="icon-button card-stats-link"
+          data-testid={`stats-link-${name}`}
+          href={pageHref('stats', { layer: name })}
+          title={`Statistics of ${name} over time`}
+          aria-label={`Statistics of ${name}`}
+          onClick={(e) => e.stopPropagation()}
+        >
+          <svg viewBox="0 0 24 24" width="15" height="15" aria-hidden="true">
+            <path fill="currentColor" d="M4 20h16v-2H4v2zm1-4h3V9H5v7zm5 0h3V4h-3v12zm5 0h3v-5h-3v5z" />
+          </svg>
+        </a>
+        <WatchEye layer={name} watched={watched} />
         <button
           class="icon-button card-hide"
           data-testid={`hide-${name}`}

@@ -1,6 +1,6 @@
-// The gear: error-check settings, loaded from GET /api/debug and saved as a
-// partial update (only what changed). The server validates; its refusal is
-// shown beside the form.
+// The gear: the statistics sections (applied on change), then the error-check
+// settings, loaded from GET /api/debug and saved as a partial update (only
+// what changed). The server validates; its refusal is shown beside the form.
 import { useEffect, useState } from 'preact/hooks';
 import * as api from '../api/client';
 import type { DebugSettings } from '../api/types';
@@ -8,6 +8,7 @@ import { store, toast } from '../state/app';
 import { saveDebugSettings } from '../state/debug';
 import { useSelector } from '../state/store';
 import { Modal } from './Modal';
+import { StatsSettings } from './StatsSettings';
 
 export function DebugSettingsHost() {
   const open = useSelector(store, (s) => s.debugSettingsOpen);
@@ -123,7 +124,9 @@ function DebugSettingsDialog() {
 
   const threshold = Number(form?.threshold);
   return (
-    <Modal title="Error checks" testid="debug-settings-dialog" onClose={close}>
+    <Modal title="Settings" testid="debug-settings-dialog" onClose={close} wide>
+      <StatsSettings />
+      <h3 class="settings-heading">Error checks</h3>
       {loadError && <p class="form-error">{loadError}</p>}
       {!form && !loadError && <p class="form-note">Loading…</p>}
       {form && base && (

@@ -35,6 +35,7 @@ export const run = () => confirmingLastBatch(api.run);
 export const stepBy = (unit: StepUnit) => confirmingLastBatch(() => api.step(unit));
 export const pause = () => void send(api.pause);
 export const detach = () => void send(api.detach);
+export const refresh = () => void send(api.refresh);
 // The custom-step dialog shows a refusal itself, beside the fields.
 export const runUntil = (phase: string, epoch: number, batch: number) =>
   send(() => api.runUntil(phase, epoch, batch), false);

@@ -1,6 +1,7 @@
 // The bar on every page: run controls, where the loop is, and the link state.
 import type { Status } from '../api/types';
-import { detach, pause, run, stepBy } from '../state/commands';
+import { pageHref, type Page } from '../links';
+import { detach, pause, refresh, run, stepBy } from '../state/commands';
 import { store, type Connection } from '../state/app';
 import { positionLabel } from '../state/position';
 import { useSelector } from '../state/store';
@@ -11,6 +12,8 @@ export interface Controls {
   step: boolean;
   pause: boolean;
   detach: boolean;
+  // Capture the next batch without pausing: only while it runs.
+  refresh: boolean;
 }
 
 // Paused: go forward. Running: pause. Finished, lost or offline: nothing.
@@ -18,10 +21,18 @@ export function controlsFor(status: Status | null, connection: Connection): Cont
   const live = connection !== 'closed' && status != null;
   const paused = live && status.state === 'paused';
   const running = live && status.state === 'running';
-  return { run: paused, step: paused, pause: running, detach: paused || (running && status.mode !== 'detach') };
+  return {
+    run: paused,
+    step: paused,
+    pause: running,
+    detach: paused || (running && status.mode !== 'detach'),
+    refresh: running,
+  };
 }
 
-export function TopBar() {
+// The bar on the main page and the Stats page: the same controls, and a link
+// to the other page.
+export function TopBar({ page }: { page: Page }) {
   const status = useSelector(store, (s) => s.status);
   const connection = useSelector(store, (s) => s.connection);
   const c = controlsFor(status, connection);
@@ -81,17 +92,39 @@ export function TopBar() {
         )}
       </div>
       <div class="toolbar-spacer" />
+      <button
+        class="btn btn-quiet"
+        data-testid="refresh"
+        disabled={!c.refresh}
+        onClick={refresh}
+        title={c.refresh ? 'Capture the next batch now, without pausing' : 'Refresh captures a batch while training runs'}
+      >
+        <svg viewBox="0 0 24 24" width="14" height="14" aria-hidden="true">
+          <path fill="currentColor" d="M17.65 6.35A7.96 7.96 0 0 0 12 4a8 8 0 1 0 7.74 10h-2.08A6 6 0 1 1 12 6c1.66 0 3.14.69 4.22 1.78L13 11h7V4l-2.35 2.35z" />
+        </svg>
+        Refresh
+      </button>
+      {page === 'main' ? (
+        <a class="btn btn-quiet" data-testid="stats-link" href={pageHref('stats')} title="Statistics over time: histograms and graphs by epoch">
+          Stats
+        </a>
+      ) : (
+        <a class="btn btn-quiet" data-testid="back-link" href={pageHref('main')} title="Back to the layers">
+          ← Layers
+        </a>
+      )}
       <ConnectionIndicator connection={connection} />
       <SettingsGear status={status} />
     </header>
   );
 }
 
-// Error-check settings; a mark on the gear while the checks are off.
+// Statistics, update frequency and error-check settings; a mark on the gear
+// while the error checks are off.
 function SettingsGear({ status }: { status: Status | null }) {
   const debug = status?.debug;
   const off = debug != null && (!debug.enabled || debug.checks.length === 0);
-  const title = off ? 'Error checks are off — open the settings' : 'Error-check settings';
+  const title = off ? 'Error checks are off — open the settings' : 'Settings: statistics, update frequency, error checks';
   return (
     <button
       class={`icon-button gear ${off ? 'gear-off' : ''}`}

@@ -1,0 +1,197 @@
+// The gear dialog's statistics sections: which layers collect, how much
+// per-channel detail they keep, and how often a running loop publishes a
+// batch. Each change applies at once; the server validates, and its refusal
+// is shown beside the field.
+import { useEffect, useState } from 'preact/hooks';
+import * as api from '../api/client';
+import type { Settings, StatsScope, UpdateFrequency } from '../api/types';
+import { store, toast } from '../state/app';
+import { useSelector } from '../state/store';
+
+const SCOPES: { value: StatsScope; label: string }[] = [
+  { value: 'none', label: 'No layers (collection off)' },
+  { value: 'watched', label: 'Watched layers (the eye on a card)' },
+  { value: 'all', label: 'All layers' },
+];
+
+const UNITS: { value: UpdateFrequency['unit']; label: string }[] = [
+  { value: 'batch', label: 'Every n batches' },
+  { value: 'epoch', label: 'Every n epochs' },
+  { value: 'seconds', label: 'Every n seconds' },
+];
+
+type Section = 'scope' | 'performance' | 'frequency';
+
+function message(e: unknown): string {
+  return e instanceof Error ? e.message : String(e);
+}
+
+export function StatsSettings() {
+  const phases = useSelector(store, (s) => s.status?.schedule.phases.map((p) => p.name) ?? []);
+  const [settings, setSettings] = useState<Settings | null>(null);
+  const [loadError, setLoadError] = useState<string | null>(null);
+  const [errors, setErrors] = useState<Partial<Record<Section, string>>>({});
+  const [saved, setSaved] = useState<Section | null>(null);
+  // Typed text, kept until applied so a half-typed number is not rewritten.
+  const [n, setN] = useState('');
+  const [limit, setLimit] = useState('');
+
+  const adopt = (next: Settings) => {
+    setSettings(next);
+    setN(String(next.update_frequency.n));
+    setLimit(String(next.watch_performance.channel_limit));
+  };
+
+  useEffect(() => {
+    const abort = new AbortController();
+    api.getSettings(abort.signal).then(adopt, (e: Error) => {
+      if (e.name !== 'AbortError') setLoadError(e.message);
+    });
+    return () => abort.abort();
+  }, []);
+
+  const apply = async (section: Section, call: () => Promise<Settings & { statistics_flushed?: boolean }>) => {
+    setErrors((x) => ({ ...x, [section]: undefined }));
+    setSaved(null);
+    try {
+      const next = await call();
+      adopt(next);
+      setSaved(section);
+      if (next.statistics_flushed) toast('Statistics flushed: the new channel settings start from empty', 'info');
+    } catch (e) {
+      setErrors((x) => ({ ...x, [section]: message(e) }));
+    }
+  };
+
+  if (loadError) return <p class="form-error">Could not load the statistics settings: {loadError}</p>;
+  if (!settings) return <p class="form-note">Loading…</p>;
+  const f = settings.update_frequency;
+  const perf = settings.watch_performance;
+
+  const setFrequency = (patch: Partial<UpdateFrequency>) => {
+    const unit = patch.unit ?? f.unit;
+    const value = Number((patch.n ?? n).toString().trim());
+    const phase = unit === 'batch' ? (patch.phase !== undefined ? patch.phase : f.phase) : null;
+    void apply('frequency', () => api.setUpdateFrequency({ unit, n: value, phase }));
+  };
+
+  return (
+    <div class="settings-sections" data-testid="stats-settings">
+      <section class="settings-section">
+        <h3>Statistics collection</h3>
+        <label class="settings-row">
+          <span>Collect for</span>
+          <select
+            data-testid="stats-scope"
+            class="settings-wide"
+            value={settings.stats_scope}
+            onChange={(e) => void apply('scope', () => api.setStatsScope(e.currentTarget.value as StatsScope))}
+          >
+            {SCOPES.map((s) => (
+              <option key={s.value} value={s.value}>
+                {s.label}
+              </option>
+            ))}
+          </select>
+        </label>
+        <p class="form-hint">
+          {settings.stats_collecting ? 'Collecting' : 'Not collecting'}; watched:{' '}
+          <span class="mono">{settings.watched_layers.length ? settings.watched_layers.join(', ') : 'none'}</span>
+        </p>
+        <Feedback error={errors.scope} saved={saved === 'scope'} testid="stats-scope" />
+      </section>
+
+      <section class="settings-section">
+        <h3>Performance</h3>
+        <label class="switch-row">
+          <input
+            type="checkbox"
+            data-testid="channel-limit-enabled"
+            checked={perf.channel_limit_enabled}
+            onChange={(e) => {
+              const on = e.currentTarget.checked;
+              void apply('performance', () => api.setWatchPerformance({ channel_limit_enabled: on }));
+            }}
+          />
+          <span>Limit recorded channels</span>
+        </label>
+        <label class="settings-row">
+          <span>Channels</span>
+          <input
+            type="number"
+            min={1}
+            step={1}
+            data-testid="channel-limit"
+            disabled={!perf.channel_limit_enabled}
+            value={limit}
+            onInput={(e) => setLimit(e.currentTarget.value)}
+            onChange={(e) => {
+              const v = Number(e.currentTarget.value.trim());
+              void apply('performance', () => api.setWatchPerformance({ channel_limit: v }));
+            }}
+          />
+          <span class="form-hint">per-channel histograms kept per layer</span>
+        </label>
+        <p class="form-hint settings-warn">Changing these clears the statistics collected so far.</p>
+        <Feedback error={errors.performance} saved={saved === 'performance'} testid="performance" />
+      </section>
+
+      <section class="settings-section">
+        <h3>Update frequency</h3>
+        <p class="form-hint">While training runs, a batch is captured and published at this cadence, without pausing.</p>
+        <label class="settings-row">
+          <span>Update</span>
+          <select data-testid="update-unit" class="settings-wide" value={f.unit} onChange={(e) => setFrequency({ unit: e.currentTarget.value as UpdateFrequency['unit'] })}>
+            {UNITS.map((u) => (
+              <option key={u.value} value={u.value}>
+                {u.label}
+              </option>
+            ))}
+          </select>
+        </label>
+        <label class="settings-row">
+          <span>n</span>
+          <input
+            type="number"
+            min={f.unit === 'seconds' ? 0 : 1}
+            step={f.unit === 'seconds' ? 'any' : 1}
+            data-testid="update-n"
+            value={n}
+            onInput={(e) => setN(e.currentTarget.value)}
+            onChange={(e) => setFrequency({ n: Number(e.currentTarget.value.trim()) })}
+          />
+          <span class="form-hint">{f.unit === 'seconds' ? 'seconds of training (> 0)' : `${f.unit === 'batch' ? 'batches' : 'epochs'} (a whole number ≥ 1)`}</span>
+        </label>
+        {f.unit === 'batch' && (
+          <label class="settings-row">
+            <span>Phase</span>
+            <select data-testid="update-phase" class="settings-wide" value={f.phase ?? ''} onChange={(e) => setFrequency({ phase: e.currentTarget.value || null })}>
+              <option value="">(any phase)</option>
+              {[...new Set([...phases, ...(f.phase ? [f.phase] : [])])].map((p) => (
+                <option key={p} value={p}>
+                  {p}
+                </option>
+              ))}
+            </select>
+          </label>
+        )}
+        <Feedback error={errors.frequency} saved={saved === 'frequency'} testid="update-frequency" />
+      </section>
+    </div>
+  );
+}
+
+function Feedback({ error, saved, testid }: { error: string | undefined; saved: boolean; testid: string }) {
+  if (error) {
+    return (
+      <div class="form-error" role="alert" data-testid={`${testid}-error`}>
+        {error}
+      </div>
+    );
+  }
+  return (
+    <div class="form-hint settings-saved" data-testid={`${testid}-saved`} aria-live="polite">
+      {saved ? 'Saved' : ''}
+    </div>
+  );
+}

@@ -1,0 +1,14 @@
+// Links between the pages (real hrefs: middle-click opens a tab), keeping the
+// page's token on a non-loopback bind.
+import { pageToken } from './api/client';
+
+export type Page = 'main' | 'stats';
+
+export function pageHref(page: Page, params: Record<string, string> = {}): string {
+  const q = new URLSearchParams(params);
+  if (pageToken) q.set('token', pageToken);
+  const query = q.toString();
+  return `./${page === 'stats' ? 'stats' : ''}${query ? `?${query}` : ''}`;
+}
+
+export const currentPage = (): Page => (/\/stats\/?$/.test(location.pathname) ? 'stats' : 'main');

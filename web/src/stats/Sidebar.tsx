@@ -1,0 +1,119 @@
+// The Stats page's choices: view, phase (with "Current batch"), layer (in
+// graph order, "All watched layers" while few carry statistics) and how the
+// axes are drawn.
+import { pageHref } from '../links';
+import { store } from '../state/app';
+import { ALL_LAYERS, choose, offersAll, phasesOf, statsLayers, statsStore, type StatsView } from '../state/stats';
+import { useSelector } from '../state/store';
+import { phaseColor } from './colors';
+
+export function Sidebar({ layers, phase }: { layers: string[]; phase: string | null }) {
+  const s = useSelector(statsStore, (x) => x);
+  const architecture = useSelector(store, (x) => x.architecture);
+  const withStats = statsLayers(s.list);
+  const phases = phasesOf(s.list, withStats);
+  const current = phase === null;
+  // The current batch has every captured layer; the rest only those with statistics.
+  const pickable = current && s.view === 'histogram' ? (architecture?.layers.map((l) => l.name) ?? withStats) : withStats;
+  const selected = s.layer === ALL_LAYERS && offersAll(s.list) ? ALL_LAYERS : (layers[0] ?? '');
+  const options = selected && selected !== ALL_LAYERS && !pickable.includes(selected) ? [selected, ...pickable] : pickable;
+
+  return (
+    <aside class="stats-sidebar" data-testid="stats-sidebar">
+      <h1 class="stats-heading">
+        Stats <span class="muted">{withStats.length} layer{withStats.length === 1 ? '' : 's'}</span>
+      </h1>
+
+      <fieldset class="side-group">
+        <legend>View</legend>
+        {(['histogram', 'graphs'] as StatsView[]).map((v) => (
+          <label class="radio-row" key={v}>
+            <input type="radio" name="view" data-testid={`view-${v}`} checked={s.view === v} onChange={() => choose({ view: v })} />
+            {v === 'histogram' ? 'Histogram' : 'Graphs'}
+          </label>
+        ))}
+      </fieldset>
+
+      <fieldset class="side-group">
+        <legend>Phase</legend>
+        {phases.length === 0 && s.view === 'graphs' && <p class="form-hint">No phase has statistics yet.</p>}
+        {phases.map((p) => (
+          <label class="radio-row" key={p}>
+            <input type="radio" name="phase" data-testid={`phase-${p}`} checked={phase === p} onChange={() => choose({ phase: p })} />
+            <i class="phase-swatch" style={{ background: phaseColor(p, phases) }} />
+            {p}
+          </label>
+        ))}
+        {s.view === 'histogram' && (
+          <>
+            {phases.length > 0 && <hr class="side-divider" />}
+            <label class="radio-row" title="The last captured batch, for any layer">
+              <input type="radio" name="phase" data-testid="phase-current" checked={current} onChange={() => choose({ phase: null })} />
+              Current batch
+            </label>
+          </>
+        )}
+      </fieldset>
+
+      <fieldset class="side-group">
+        <legend>Layer</legend>
+        <select
+          class="side-select mono"
+          data-testid="layer-picker"
+          value={selected}
+          onChange={(e) => choose({ layer: e.currentTarget.value })}
+          disabled={options.length === 0}
+        >
+          {offersAll(s.list) && <option value={ALL_LAYERS}>All watched layers</option>}
+          {options.map((l) => (
+            <option key={l} value={l}>
+              {l}
+            </option>
+          ))}
+        </select>
+      </fieldset>
+
+      <fieldset class="side-group">
+        <legend>Axes</legend>
+        {s.view === 'histogram' && (
+          <Check id="log-x" label="Log x" checked={s.logX} title="Signed log by bin (powers of ten evenly spaced); off: a linear value axis" onChange={(v) => statsStore.set({ logX: v })} />
+        )}
+        <Check id="log-y" label="Log y" checked={s.logY} title={s.view === 'histogram' ? 'Log count axis' : 'Symmetric log value axis'} onChange={(v) => statsStore.set({ logY: v })} />
+        <Check id="retain-axes" label="Retain axes" checked={s.retain} title="Keep the current ranges instead of fitting each update" onChange={(v) => statsStore.set({ retain: v })} />
+        {s.view === 'histogram' && <BandCheck />}
+      </fieldset>
+
+      <a class="btn btn-quiet side-back" href={pageHref('main')} data-testid="stats-back">
+        ← Back to the layers
+      </a>
+    </aside>
+  );
+}
+
+function Check(props: { id: string; label: string; checked: boolean; title: string; onChange(v: boolean): void }) {
+  return (
+    <label class="switch-row" title={props.title}>
+      <input type="checkbox" data-testid={props.id} checked={props.checked} onChange={(e) => props.onChange(e.currentTarget.checked)} />
+      {props.label}
+    </label>
+  );
+}
+
+// Pre-checked while the under/overflow check has tripped.
+function BandCheck() {
+  const band = useSelector(statsStore, (s) => s.band);
+  const tripped = useSelector(store, bandTripped);
+  return (
+    <Check
+      id="show-band"
+      label="Show subnormal/overflow"
+      checked={band ?? tripped}
+      title="The dtype's subnormal (±finfo.tiny) and overflow (±finfo.max/16) edges, where they fall inside 1e-9..1e6"
+      onChange={(v) => statsStore.set({ band: v })}
+    />
+  );
+}
+
+export function bandTripped(s: ReturnType<typeof store.get>): boolean {
+  return s.status?.debug?.error?.reasons.some((r) => r === 'underflow' || r === 'overflow') ?? false;
+}
