@@ -73,7 +73,7 @@ export interface Status {
   // Only from refresh.
   refreshed?: boolean;
   // Statistics collection and the live-update cadence.
-  stats: StatsStatus;
+  stats: StatsSummary;
 }
 
 // ---- Numerical debugging (GET /api/debug, the status's `debug`) ----
@@ -335,7 +335,7 @@ export interface UpdateFrequency {
 }
 
 // The status's part.
-export interface StatsStatus {
+export interface StatsSummary {
   scope: StatsScope;
   watched_layers: string[];
   // The published statistics' sequence; 0 before any.
@@ -355,6 +355,9 @@ export interface Settings {
   watched_layers: string[];
   watch_performance: WatchPerformance;
   stats_collecting: boolean;
+  // Only from set_watch_performance: whether the change cleared what was
+  // collected.
+  statistics_flushed?: boolean;
 }
 
 // One accumulator: a layer's activations or activation gradients over one
@@ -404,7 +407,7 @@ export interface ParameterSample {
   update_ratio: Num | null;
 }
 
-export interface SeriesKey {
+export interface SeriesInfo {
   name: string;
   phase: string;
   layer: string;
@@ -413,17 +416,17 @@ export interface SeriesKey {
 // GET /api/stats: what has statistics, layers in graph order.
 export interface StatsList {
   sequence: number;
-  edges: Num[];
+  edges: number[];
   layers: { layer: string; phases: { phase: string; epochs: number[] }[] }[];
   parameters: Record<string, string[]>;
-  series: SeriesKey[];
+  series: SeriesInfo[];
   device_bytes: number;
 }
 
 // GET /api/stats/history: one layer's buckets by phase, ascending epochs.
 export interface StatsHistory {
   layer: string;
-  edges: Num[];
+  edges: number[];
   phases: Record<string, EpochStats[]>;
   parameters: Record<string, ParameterSample[]>;
 }
@@ -436,23 +439,28 @@ export interface CurrentStats {
   gradient: RunningStats | null;
 }
 
-export interface MetricPoint {
+export interface ScalarPoint {
   epoch: number;
   // null for a point reduced over its epoch.
   batch: number | null;
   // epoch + batch / batches of that epoch's phase.
-  x: number;
+  x: Num;
   value: Num;
 }
 
-export interface MetricSeries extends SeriesKey {
-  points: MetricPoint[];
+export interface Series extends SeriesInfo {
+  points: ScalarPoint[];
+}
+
+export interface FailedMetric {
+  name: string;
+  error: string;
 }
 
 export interface Metrics {
-  series: MetricSeries[];
+  series: Series[];
   // Instruments that threw and were disabled.
-  failed: { name: string; error: string }[];
+  failed: FailedMetric[];
 }
 
 // ---- The push channel (/ws) ----
@@ -542,8 +550,7 @@ export interface Replies {
   set_stats_scope: Settings;
   watch_layers: Settings;
   unwatch_layers: Settings;
-  // Whether the change cleared what was collected.
-  set_watch_performance: Settings & { statistics_flushed: boolean };
+  set_watch_performance: Settings;
   list_stats: StatsList;
   get_stats_history: StatsHistory;
   get_current_stats: CurrentStats;

@@ -50,7 +50,7 @@ export function StatsSettings() {
     return () => abort.abort();
   }, []);
 
-  const apply = async (section: Section, call: () => Promise<Settings & { statistics_flushed?: boolean }>) => {
+  const apply = async (section: Section, call: () => Promise<Settings>) => {
     setErrors((x) => ({ ...x, [section]: undefined }));
     setSaved(null);
     try {

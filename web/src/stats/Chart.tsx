@@ -7,6 +7,7 @@ import { useContext, useEffect, useRef, useState } from 'preact/hooks';
 import uPlot from 'uplot';
 import 'uplot/dist/uPlot.min.css';
 import { VisibilityContext } from '../cards/visibility';
+import { formatNum } from '../format';
 import { fileName, saveFile, toCsv, toJson } from './download';
 
 export interface ChartSeries {
@@ -77,7 +78,9 @@ function options(spec: ChartSpec, width: number, latest: { current: ChartSpec })
     axes: [
       { ...AXIS, label: spec.xLabel, ...spec.xAxis },
       { ...AXIS, label: spec.yLabel ?? '', scale: 'y', size: 60, ...spec.yAxis },
-      ...(hasY2 ? [{ ...AXIS, label: spec.y2Label ?? '', scale: 'y2', side: 1 as const, grid: { show: false } }] : []),
+      ...(hasY2
+        ? [{ ...AXIS, label: spec.y2Label ?? '', scale: 'y2', side: 1 as const, size: 70, grid: { show: false }, values: (_u: uPlot, splits: number[]) => splits.map((v) => formatNum(v)) }]
+        : []),
     ],
     series: [
       { label: spec.xLabel },

@@ -61,23 +61,22 @@ export function decadeLabel(v: number): string {
 }
 
 // The edge indices on a power of ten, and the zero band's middle (labelled
-// 0), between min and max; thinned to every k-th decade so labels fit.
+// 0; its own edges ±1e-9 would crowd it), between min and max; thinned to
+// every k-th decade, the same on both sides, so labels fit in `room`.
 export function decadeTicks(edges: number[], min: number, max: number, room: number): number[] {
+  const zero = ZERO_BIN + 0.5;
   const ticks: number[] = [];
   for (let i = 0; i < edges.length; i++) {
-    const v = Math.abs(edges[i]!);
-    if (v === 0) continue;
-    const exp = Math.log10(v);
+    if (i === ZERO_BIN || i === ZERO_BIN + 1) continue;
+    const exp = Math.log10(Math.abs(edges[i]!));
     if (Math.abs(exp - Math.round(exp)) < 1e-9 && i >= min && i <= max) ticks.push(i);
   }
-  const zero = ZERO_BIN + 0.5;
   if (zero >= min && zero <= max) ticks.push(zero);
   ticks.sort((a, b) => a - b);
-  const maxTicks = Math.max(2, Math.floor(room));
-  const step = Math.ceil(ticks.length / maxTicks);
+  const step = Math.ceil(ticks.length / Math.max(2, Math.floor(room)));
   if (step <= 1) return ticks;
-  // Keep 0 and the decades a whole step from it on either side.
-  return ticks.filter((t) => t === zero || Math.round(Math.abs(t - zero) / 7) % step === 0);
+  // Decade k from the zero band's edge on either side: keep every step-th.
+  return ticks.filter((t) => t === zero || Math.round((Math.abs(t - zero) - 0.5) / 7) % step === 0);
 }
 
 export function tickLabel(index: number, edges: number[]): string {
@@ -109,7 +108,13 @@ export function bandEdges(dtype: string | null | undefined, bands: DebugBand[] =
 }
 
 // The first and last bin with a count in any row; null when all are empty.
-export function occupied(rows: (number[] | null)[]): [number, number] | null {
+// `inner`: leave out the end bins (their far edges are ±1e6 whatever the
+// values; a linear axis would squash everything else) unless they are all.
+export function occupied(rows: (number[] | null)[], inner = false): [number, number] | null {
+  if (inner) {
+    const span = occupied(rows.map((r) => r?.map((c, i) => (i === 0 || i === BINS - 1 ? 0 : c)) ?? null));
+    if (span) return span;
+  }
   let first = Infinity;
   let last = -Infinity;
   for (const row of rows) {

@@ -2,9 +2,9 @@
 // the distribution across epochs, per-epoch lines, parameters and logged
 // series. Each spec's table is exactly what its chart plots.
 import type uPlot from 'uplot';
-import type { EpochStats, MetricSeries, Num, ParameterSample, RunningStats } from '../api/types';
+import type { EpochStats, Num, ParameterSample, RunningStats, Series } from '../api/types';
 import { formatNum } from '../format';
-import { BINS, decadeTicks, edgeValues, indexOf, occupied, plotted, tickLabel } from './bins';
+import { BINS, decadeTicks, edgeValues, indexOf, num, occupied, plotted, tickLabel } from './bins';
 import type { ChartSeries, ChartSpec, ChartTable } from './Chart';
 import { STAT_COLORS } from './colors';
 
@@ -19,6 +19,10 @@ const symlogY: uPlot.Scale = { distr: 4, asinh: 1e-3 };
 function numberAxis(): Partial<uPlot.Axis> {
   return { values: (_u, splits) => splits.map((v) => formatNum(v)) };
 }
+
+// Epochs are whole numbers: ticks on whole epochs only.
+const EPOCH_INCRS = [1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000];
+const epochAxis: Partial<uPlot.Axis> = { incrs: EPOCH_INCRS, values: (_u, splits) => splits.map((v) => String(v)) };
 
 export interface HistogramRow {
   label: string;
@@ -50,7 +54,7 @@ export function histogramSpec(o: HistogramOptions): ChartSpec {
     y.push(y[y.length - 1] ?? null);
     return y;
   });
-  const span = occupied(o.rows.map((r) => r.counts));
+  const span = occupied(o.rows.map((r) => r.counts), !o.logX);
   let xRange: [number, number] | null = null;
   if (span) {
     const lo = Math.max(0, span[0] - (o.logX ? 2 : 0));
@@ -118,7 +122,8 @@ export function histogramSpec(o: HistogramOptions): ChartSpec {
       o.rows.forEach((r, k) => {
         for (const bin of [0, BINS - 1]) {
           if (!(r.counts[bin]! > 0)) continue;
-          const mid = u.valToPos((x[bin]! + x[bin + 1]!) / 2, 'x', true);
+          // On a linear axis the end bin may lie outside the range: mark it at the edge.
+          const mid = Math.max(left + s, Math.min(left + width - s, u.valToPos((x[bin]! + x[bin + 1]!) / 2, 'x', true)));
           const y = top + s + k * s * 1.4;
           ctx.fillStyle = r.color;
           ctx.strokeStyle = '#0d1015';
@@ -178,6 +183,7 @@ export function distributionSpec(testid: string, title: string, buckets: EpochSt
     title,
     structure: `dist|${logY}`,
     xLabel: 'epoch',
+    xAxis: epochAxis,
     x: epochs,
     series,
     ys,
@@ -219,6 +225,7 @@ export function linesSpec(testid: string, title: string, buckets: EpochStats[], 
     title,
     structure: `lines|${kind}|${logY}`,
     xLabel: 'epoch',
+    xAxis: epochAxis,
     y2Label: kind === 'activation' ? 'dead channels' : undefined,
     x: epochs,
     series,
@@ -247,6 +254,7 @@ export function parameterSpec(testid: string, title: string, samples: ParameterS
     title,
     structure: `param|${logY}`,
     xLabel: 'epoch',
+    xAxis: epochAxis,
     y2Label: 'update / weight',
     x: epochs,
     series,
@@ -261,14 +269,15 @@ export function parameterSpec(testid: string, title: string, samples: ParameterS
 }
 
 // A logged scalar or metric: per-batch points at their epoch fraction.
-export function metricSpec(testid: string, title: string, s: MetricSeries, color: string, logY: boolean, retain: boolean): ChartSpec {
-  const points = s.points;
+export function metricSpec(testid: string, title: string, s: Series, color: string, logY: boolean, retain: boolean): ChartSpec {
+  // A point needs a place on the axis.
+  const points = s.points.filter((p) => Number.isFinite(num(p.x)));
   return {
     testid,
     title,
     structure: `metric|${logY}|${color}`,
     xLabel: 'epoch',
-    x: points.map((p) => p.x),
+    x: points.map((p) => num(p.x)),
     series: [{ label: s.name, color, points: points.length < 60 }],
     ys: [points.map((p) => plotted(p.value))],
     yScale: logY ? symlogY : {},
