@@ -61,6 +61,9 @@ export function histogramSpec(o: HistogramOptions): ChartSpec {
     const hi = Math.min(BINS, span[1] + 1 + (o.logX ? 2 : 0));
     xRange = [x[lo]!, x[hi]!];
   }
+  // Counts start at 0, with room above the tallest bar for the markers.
+  const tallest = Math.max(0, ...o.rows.map((r) => Math.max(0, ...r.counts)));
+  const yRange: [number, number] | null = o.logY || o.retain || tallest === 0 ? null : [0, tallest * 1.12];
   const series: ChartSeries[] = o.rows.map((r) => ({
     label: r.label,
     color: r.color,
@@ -92,7 +95,7 @@ export function histogramSpec(o: HistogramOptions): ChartSpec {
     xAxis,
     yAxis: numberAxis(),
     xRange: o.retain ? null : xRange,
-    yRange: null,
+    yRange,
     retain: o.retain,
     table,
     empty: span ? null : 'No values in these bins.',
