@@ -202,7 +202,9 @@ int main(int argc, char** argv) {
                  .open_browser(!flags.no_browser)
                  .input_mean({kFashionMnistMean})
                  .input_std({kFashionMnistStd})
-                 .debug(nansense::DebugSettings().capsule_dir(flags.capsule_dir)));
+                 .debug(nansense::DebugSettings().capsule_dir(flags.capsule_dir))
+                 // The conv and linear layers collect statistics over time (the Stats page).
+                 .watch({"features.0", "features.3", "classifier.1", "classifier.4"}));
 
   stop_signal.watch([&session] { release(session); });
   if (flags.detach) session.detach();
@@ -235,7 +237,9 @@ int main(int argc, char** argv) {
       auto loss = train_loss_of(model->forward(batch.data), batch.target, flags.nan);
       loss.backward();
       optimizer.step();
-      train_loss += loss.item<double>();
+      const double value = loss.item<double>();
+      session.log_scalar("loss", value);
+      train_loss += value;
       ++train_seen;
     }
     if (stop_signal.requested()) return;
@@ -247,8 +251,12 @@ int main(int argc, char** argv) {
     for (auto& batch : session.batches(val_data, "val", epoch)) {
       if (stop_signal.requested()) break;
       auto output = model->forward(batch.data);
-      val_loss += torch::nll_loss(output, batch.target).item<double>();
-      correct += output.argmax(1).eq(batch.target).sum().item<int64_t>();
+      const double loss = torch::nll_loss(output, batch.target).item<double>();
+      const int64_t right = output.argmax(1).eq(batch.target).sum().item<int64_t>();
+      session.log_scalar("loss", loss);
+      session.log_scalar("accuracy", static_cast<double>(right) / static_cast<double>(batch.target.size(0)));
+      val_loss += loss;
+      correct += right;
       total += batch.target.size(0);
       ++val_seen;
     }

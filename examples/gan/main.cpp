@@ -183,8 +183,11 @@ int main(int argc, char** argv) {
       g_loss.backward();
       g_opt.step();
 
-      d_total += d_loss.item<double>();
-      g_total += g_loss.item<double>();
+      const double d_value = d_loss.item<double>(), g_value = g_loss.item<double>();
+      session.log_scalar("d_loss", d_value);
+      session.log_scalar("g_loss", g_value);
+      d_total += d_value;
+      g_total += g_value;
       ++seen;
     }
     if (stop_signal.requested()) return;

@@ -205,7 +205,9 @@ int main(int argc, char** argv) {
       auto loss = torch::cross_entropy_loss(logits, batch.target);
       loss.backward();
       optimizer.step();
-      train_loss += loss.item<double>();
+      const double value = loss.item<double>();
+      session.log_scalar("loss", value);
+      train_loss += value;
       train_correct += logits.argmax(1).eq(batch.target).sum().item<int64_t>();
       train_total += batch.target.size(0);
       ++train_seen;
@@ -219,7 +221,9 @@ int main(int argc, char** argv) {
     for (auto& batch : session.batches(val_data, "val", epoch)) {
       if (stop_signal.requested()) break;
       auto logits = model->forward(batch.data);
-      val_loss += torch::cross_entropy_loss(logits, batch.target).item<double>();
+      const double loss = torch::cross_entropy_loss(logits, batch.target).item<double>();
+      session.log_scalar("loss", loss);
+      val_loss += loss;
       correct += logits.argmax(1).eq(batch.target).sum().item<int64_t>();
       total += batch.target.size(0);
       ++val_seen;

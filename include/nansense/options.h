@@ -14,6 +14,7 @@
 
 #include "nansense/debug.h"
 #include "nansense/schedule.h"
+#include "nansense/stats.h"
 
 namespace torch::optim {
 class Optimizer;
@@ -109,6 +110,17 @@ struct StartOptions {
   // Default: every check on every batch, about 0.1% of a batch for the guard;
   // see nansense/debug.h for what each part costs.
   TORCH_ARG(DebugSettings, debug) = {};
+  // Statistics over time (nansense/stats.h, the README's "Watching training
+  // evolve"): which layers collect (default kWatched), the layers watched
+  // from the start (default none, so nothing is collected; a name the first
+  // captured batch does not have is dropped and reported), how often a
+  // running loop is published without pausing (default every second of
+  // training, under 2% on the demo) and the per-channel detail kept
+  // (default the first 16 channels). Each says its cost in nansense/stats.h.
+  TORCH_ARG(StatsScope, stats_scope) = StatsScope::kWatched;
+  TORCH_ARG(std::vector<std::string>, watch) = {};
+  TORCH_ARG(UpdateFrequency, update_frequency) = {};
+  TORCH_ARG(WatchPerformance, watch_performance) = {};
 
  public:
   // The optimizer training the model. When given, snapshots carry each

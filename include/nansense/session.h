@@ -21,6 +21,7 @@
 #include "nansense/position.h"
 #include "nansense/schedule.h"
 #include "nansense/snapshot.h"
+#include "nansense/stats.h"
 #include "nansense/time_travel.h"
 
 namespace nansense {
@@ -224,6 +225,48 @@ class Session {
   void silence_debug_check(const std::string& category = "");
   // Dismisses the standing error; the checks stay on.
   void clear_debug_error();
+
+  // Watching training evolve (nansense/stats.h, the README's section of that
+  // name). Settings are callable from any thread and take effect at the next
+  // batch boundary; on a disabled session every call does nothing.
+  //
+  // Watch layers by name (get_architecture's names). Once a batch has been
+  // captured, a name the architecture lacks throws UsageError naming it and
+  // nothing changes; before that, names are kept and checked at the first
+  // capture (unknown ones are then dropped and reported in the status).
+  void watch_layers(const std::vector<std::string>& layers);
+  void unwatch_layers(const std::vector<std::string>& layers);
+  std::vector<std::string> watched_layers() const;
+  // Narrowing to kWatched drops what the other layers collected.
+  void set_stats_scope(StatsScope scope);
+  StatsScope stats_scope() const;
+  // Throws UsageError for n out of range, a phase with a non-batch unit, or
+  // a phase the schedule does not have.
+  void set_update_frequency(const UpdateFrequency& frequency);
+  UpdateFrequency update_frequency() const;
+  // Returns whether the change flushes the statistics collected so far
+  // (any effective change does). Throws UsageError for channel_limit < 1.
+  bool set_watch_performance(const WatchPerformance& performance);
+  WatchPerformance watch_performance() const;
+  // Records `value` under `name` at the current batch: its phase, and
+  // x = epoch + batch / batches in the phase (points of a phase whose length
+  // is not known yet, in an undeclared epoch 0, are kept back until the
+  // phase ends). Training thread, inside batches(); UsageError before the
+  // first batch or for an empty name.
+  void log_scalar(const std::string& name, double value);
+  // Registers an instrument evaluated for every collected layer on every
+  // collected batch (at the batch's end, on the training thread, under
+  // NoGradGuard). on = kBatch keeps a point per batch; kEpoch reduces the
+  // epoch's values into one point (batch null, x = epoch) when the epoch
+  // ends. An instrument that throws is disabled and reported
+  // (failed_metrics(), the status' internal errors); training goes on.
+  // UsageError for an empty or taken name or an empty function.
+  void watch_metric(const std::string& name, MetricFn fn, MetricOn on = MetricOn::kBatch,
+                    MetricReduce reduce = MetricReduce::kMean);
+  std::vector<FailedMetric> failed_metrics() const;
+  // Everything collected as of the last publish (a captured batch, an epoch
+  // boundary, a pause); null before the first. Any thread.
+  std::shared_ptr<const StatsSnapshot> stats() const;
 
   // The UI's address once served ("http://127.0.0.1:8080/"), else empty.
   std::string url() const;

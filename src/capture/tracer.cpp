@@ -197,8 +197,8 @@ std::string describe_args(c10::ArrayRef<const c10::IValue> inputs) {
 
 }  // namespace
 
-Tracer::Tracer(const torch::nn::Module& model, observer::Observer& observer)
-    : observer_(observer), result_(std::make_shared<TraceResult>()) {
+Tracer::Tracer(const torch::nn::Module& model, observer::Observer& observer, Keep keep)
+    : observer_(observer), keep_(keep), result_(std::make_shared<TraceResult>()) {
   // Parameter identity is rebuilt for every capture: Module::to() and
   // set_data() keep TensorImpls, but a user may replace parameters between batches.
   for (const auto& item : model.named_modules("", /*include_self=*/true)) {
@@ -374,22 +374,24 @@ std::shared_ptr<TraceResult> Tracer::finish() {
   }
   // The captured tensors move to the final names; a gradient that arrives
   // later finds its layer's final name (dropped layers record nothing).
-  std::map<std::string, torch::Tensor> activations;
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    auto it = result_->activations.find(layers_[i].name);
-    if (names[i].kept && it != result_->activations.end()) activations[final[i]] = std::move(it->second);
-  }
-  result_->activations = std::move(activations);
+  auto rename = [&](std::map<std::string, torch::Tensor>& tensors) {
+    std::map<std::string, torch::Tensor> renamed;
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      auto it = tensors.find(layers_[i].name);
+      if (names[i].kept && it != tensors.end()) renamed[final[i]] = std::move(it->second);
+    }
+    tensors = std::move(renamed);
+  };
+  rename(result_->activations);
+  rename(result_->device_activations);
   {
     std::lock_guard lock(result_->grad_mu);
-    std::map<std::string, torch::Tensor> gradients;
+    rename(result_->gradients);
+    rename(result_->device_gradients);
     for (size_t i = 0; i < layers_.size(); ++i) {
-      auto it = result_->gradients.find(layers_[i].name);
-      if (names[i].kept && it != result_->gradients.end()) gradients[final[i]] = std::move(it->second);
       result_->layer_names[i] = final[i];
       if (!names[i].kept) result_->final_op[i] = -2;
     }
-    result_->gradients = std::move(gradients);
   }
   result_->architecture = std::move(arch);
   keep_alive_.clear();
@@ -413,9 +415,12 @@ void Tracer::set_inputs(const std::vector<torch::Tensor>& inputs, bool stacked) 
     info.output_shape = shown.sizes().vec();
     info.dtype = common::dtype_name(shown.scalar_type());
     int idx = add_layer(std::move(info));
-    auto copy = cpu_copy(shown);
-    result_->activations[layers_[idx].name] = copy;
-    result_->inputs.push_back(copy);
+    if (keep_.device) result_->device_activations[layers_[idx].name] = shown.detach();
+    if (keep_.cpu) {
+      auto copy = cpu_copy(shown);
+      result_->activations[layers_[idx].name] = copy;
+      result_->inputs.push_back(copy);
+    }
     return idx;
   };
   if (stacked && !inputs.empty()) {
@@ -618,8 +623,10 @@ void Tracer::capture_activation(int layer, const torch::Tensor& out, int64_t op_
   LayerInfo& info = layers_[layer];
   info.output_shape = out.sizes().vec();
   info.dtype = common::dtype_name(out.scalar_type());
-  // Copied now: a later in-place op may overwrite the live tensor.
-  result_->activations[info.name] = cpu_copy(out);
+  // Copied now: a later in-place op may overwrite the live tensor (the
+  // device reference for statistics then sees the overwritten values).
+  if (keep_.cpu) result_->activations[info.name] = cpu_copy(out);
+  if (keep_.device) result_->device_activations[info.name] = out.detach();
   {
     std::lock_guard lock(result_->grad_mu);
     result_->final_op[layer] = op_seq;
@@ -628,14 +635,17 @@ void Tracer::capture_activation(int layer, const torch::Tensor& out, int64_t op_
     std::weak_ptr<TraceResult> weak = result_;
     // The hook stays on the autograd graph; it records only while this op is
     // still the layer's final op, and never keeps the result alive.
-    const_cast<torch::Tensor&>(out).register_hook([weak, layer, op_seq](torch::Tensor grad) {
+    const Keep keep = keep_;
+    const_cast<torch::Tensor&>(out).register_hook([weak, layer, op_seq, keep](torch::Tensor grad) {
       auto result = weak.lock();
       if (!result || !grad.defined()) return;
       at::DisableRecordFunctionGuard no_record;
       std::lock_guard lock(result->grad_mu);
       if (result->final_op[layer] != op_seq) return;
       try {
-        result->gradients[result->layer_names[layer]] = cpu_copy(grad);
+        const auto& name = result->layer_names[layer];
+        if (keep.cpu) result->gradients[name] = cpu_copy(grad);
+        if (keep.device) result->device_gradients[name] = grad;
       } catch (const std::exception& e) {
         // Never into the user's backward(): the snapshot goes without it.
         if (result->error.empty()) result->error = std::string("gradient capture failed: ") + e.what();

@@ -25,8 +25,13 @@ struct TraceResult {
   std::map<std::string, torch::Tensor> activations;  // CPU copies
   std::vector<torch::Tensor> inputs;                 // CPU copies, input-layer order
 
+  // With Tracer::Keep::device: the live tensors themselves (references on
+  // their device, for statistics folded at the batch's end).
+  std::map<std::string, torch::Tensor> device_activations;
+
   std::mutex grad_mu;
   std::map<std::string, torch::Tensor> gradients;  // CPU copies
+  std::map<std::string, torch::Tensor> device_gradients;
   // Per layer index: its name and the op whose output is its activation; a
   // gradient hook only records when it belongs to that final op.
   std::vector<std::string> layer_names;
@@ -56,10 +61,19 @@ struct TraceResult {
 //   calls): parameterless ops after a loss are kept only when the model uses
 //   them again (a module or a loss consumes them), so metrics computed on the
 //   outputs do not become layers.
+// What a trace keeps of each activation and gradient: CPU copies (a
+// published snapshot), references to the live device tensors (statistics
+// folded on the device; no copy, no sync), or both.
+struct TraceKeep {
+  bool cpu = true;
+  bool device = false;
+};
+
 class Tracer : public observer::Consumer {
  public:
+  using Keep = TraceKeep;
   // Attaches to `observer`, which outlives it.
-  Tracer(const torch::nn::Module& model, observer::Observer& observer);
+  Tracer(const torch::nn::Module& model, observer::Observer& observer, Keep keep = {});
   ~Tracer();
   Tracer(const Tracer&) = delete;
   Tracer& operator=(const Tracer&) = delete;
@@ -151,6 +165,7 @@ class Tracer : public observer::Consumer {
   bool seen_loss_ = false;
   bool stopped_ = false;    // tracing failed part-way
   observer::Observer& observer_;
+  Keep keep_;
   bool attached_ = false;
   std::shared_ptr<TraceResult> result_;
 };

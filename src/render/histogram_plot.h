@@ -36,9 +36,17 @@ struct HistogramPlotOptions {
   // the drawn span are left out.
   std::vector<double> marks;
   int width = 960;  // at most 1568
+  // The bin edges, ascending: one more than each series has counts (212 for
+  // stats/histogram.h's bins). Given here so that render/ needs nothing of
+  // stats/. The end bins are open-ended: they are drawn between their nominal
+  // edges (edges.front(), edges.back()).
+  std::vector<double> edges;
 };
 
-// Panels stacked top to bottom, sharing the x axis.
+// Panels stacked top to bottom, sharing the x axis; about 300 px each, fewer
+// when that would pass 1568 px in all. Throws std::invalid_argument for edges
+// that are not ascending or do not match a series' counts, and for more panels
+// than fit in 1568 px.
 Image render_histogram_plot(const std::vector<HistogramPanel>& panels, const HistogramPlotOptions& options);
 
 }  // namespace nansense::render

@@ -353,6 +353,131 @@ std::vector<Command> table() {
                  return r;
                }});
 
+  // --- statistics over time (controller_history.cpp) ---
+  const std::string settings_reply =
+      " Returns the settings: update_frequency {unit, n, phase}, stats_scope, watched_layers, watch_performance "
+      "{channel_limit_enabled, channel_limit} and stats_collecting (whether batches are collected now).";
+
+  t.push_back({"get_settings", "Statistics and live-update settings",
+               "How often a running loop is captured and published without pausing (update_frequency), which "
+               "layers collect statistics over time (stats_scope none/watched/all, watched_layers), how much "
+               "per-channel detail is kept (watch_performance) and whether collection is on (stats_collecting).",
+               {}, Route{"GET", "/api/settings"}, true, true, "Settings",
+               [](Controller& c, const Args&) { return json_reply(c.get_settings()); }});
+
+  t.push_back({"set_update_frequency", "Set the live-update cadence",
+               "While the loop runs, capture and publish a batch without pausing every n batches (of one phase "
+               "when phase is given), every n epochs (the epoch's first batch) or every n seconds of training, so "
+               "get_status, the stats tools and pictures follow the run. A detached run publishes nothing. The "
+               "default, every 1 second, costs under 2% on the demo; every batch costs what capture costs (about "
+               "1.5x a batch)." + settings_reply,
+               {string_arg("unit", "What n counts.").one_of({"batch", "epoch", "seconds"}).mandatory(),
+                number_arg("n", "How many: a whole number >= 1 for batch and epoch, any number > 0 for seconds.")
+                    .above(0)
+                    .at_most(1e6)
+                    .mandatory(),
+                string_arg("phase", "Unit batch only: count only this phase's batches, e.g. \"train\".").not_empty()},
+               Route{"POST", "/api/settings/update_frequency"}, true, false, "Settings",
+               [](Controller& c, const Args& a) {
+                 return json_reply(c.set_update_frequency(a.string("unit"), a.number("n"), a.optional_string("phase")));
+               }});
+
+  t.push_back({"set_stats_scope", "Choose which layers collect statistics",
+               "none: collect nothing (what was collected stays); watched: the watched layers (watch_layers); all: "
+               "every layer but pure shape ops. Narrowing to watched drops what the other layers collected. "
+               "Collection runs on the collected batches' own device with no copy; every layer on every batch "
+               "costs about 1.5x a plain batch." + settings_reply,
+               {string_arg("scope", "Which layers collect.").one_of({"none", "watched", "all"}).mandatory()},
+               Route{"POST", "/api/stats/scope"}, true, false, "Settings",
+               [](Controller& c, const Args& a) { return json_reply(c.set_stats_scope(a.string("scope"))); }});
+
+  t.push_back({"watch_layers", "Watch layers",
+               "Add layers to the watched set: with stats_scope watched (the default) they collect per-epoch "
+               "statistics of their activations and gradients from the next batch on. Names come from "
+               "get_architecture; unknown names are refused, naming each, and nothing changes." + settings_reply,
+               {kLayers.mandatory()}, Route{"POST", "/api/stats/watch"}, true, false, "Settings",
+               [](Controller& c, const Args& a) { return json_reply(c.watch_layers(a.strings("layers"))); }});
+
+  t.push_back({"unwatch_layers", "Stop watching layers",
+               "Remove layers from the watched set; with stats_scope watched their collected statistics are "
+               "dropped at the next batch." + settings_reply,
+               {kLayers.mandatory()}, Route{"POST", "/api/stats/unwatch"}, true, false, "Settings",
+               [](Controller& c, const Args& a) { return json_reply(c.unwatch_layers(a.strings("layers"))); }});
+
+  t.push_back({"set_watch_performance", "Per-channel detail of the statistics",
+               "How many channels (dim 1) keep their own histogram. Any effective change flushes every statistic "
+               "collected so far (statistics_flushed says whether it did). Arguments left out keep their value." +
+                   settings_reply,
+               {boolean_arg("channel_limit_enabled", "Keep per-channel histograms for only the first channel_limit "
+                                                     "channels (default true)."),
+                integer_arg("channel_limit", "Channels kept per layer when limited (default 16).")
+                    .at_least(1)
+                    .at_most(4096)},
+               Route{"POST", "/api/stats/performance"}, true, false, "Settings", [](Controller& c, const Args& a) {
+                 return json_reply(
+                     c.set_watch_performance(a.optional_boolean("channel_limit_enabled"), a.optional_integer("channel_limit")));
+               }});
+
+  t.push_back({"list_stats", "What statistics were collected",
+               "The statistics collected over time: layers in graph order with their phases and the epochs each "
+               "has, the parameters sampled per layer, the logged scalar and metric series (name, phase, layer), "
+               "the 212 signed-log bin edges and the device memory held. sequence grows with every publish.",
+               {}, Route{"GET", "/api/stats"}, true, true, "StatsList",
+               [](Controller& c, const Args&) { return json_reply(c.list_stats()); }});
+
+  t.push_back({"get_stats_history", "A layer's statistics per epoch",
+               "Per phase and epoch, a layer's activation and gradient statistics over every collected batch: n, "
+               "sum, sum_sq, mean, std, median, min, max over finite values, NaN/+Inf/-Inf counts, dead channels "
+               "(every value in the zero band |x| < 1e-9) and, for the newest epoch, 211-bin signed-log "
+               "histograms (edges given) for the layer and per channel; plus its parameters' samples at each "
+               "epoch's first collected batch (norms, mean, std, min, max of value and gradient, update_ratio = "
+               "||step change|| / ||weight||).",
+               {kLayer.mandatory(), string_arg("phase", "Only this phase, e.g. \"train\".").not_empty()},
+               Route{"GET", "/api/stats/history"}, true, true, "StatsHistory", [](Controller& c, const Args& a) {
+                 return json_reply(c.get_stats_history(a.string("layer"), a.optional_string("phase")));
+               }});
+
+  t.push_back({"get_current_stats", "A layer's statistics in the last captured batch",
+               "The same statistics as get_stats_history (same bins and channel limit) over the last captured "
+               "batch only, for any layer, watched or not.",
+               {kLayer.mandatory()}, Route{"GET", "/api/stats/current"}, true, true, "CurrentStats",
+               [](Controller& c, const Args& a) { return json_reply(c.get_current_stats(a.string("layer"))); }});
+
+  t.push_back({"get_metrics", "Logged scalars and metric series",
+               "Every series logged with session.log_scalar (loss, accuracy, ...) and every watch_metric "
+               "instrument's series per layer and phase: points {epoch, batch (null for an epoch-reduced point), "
+               "x = epoch + batch / batches in the phase, value}; failed lists instruments that threw and were "
+               "disabled.",
+               {kLayers.described("Only the metric series of these layers (logged scalars always come); omit for "
+                                  "all.")},
+               Route{"GET", "/api/metrics"}, true, true, "Metrics",
+               [](Controller& c, const Args& a) { return json_reply(c.get_metrics(a.strings("layers"))); }});
+
+  t.push_back({"render_histogram", "Picture a layer's value distribution",
+               "A PNG chart of the newest epoch's histograms over the 211 signed-log bins (7 per decade over "
+               "1e-9..1e6 each side, a zero band in the middle): per layer a panel for activations and one for "
+               "gradients, a coloured series per phase, end bins that hold +-Inf marked as clipped. Drawn by the "
+               "server with axes, labels and a legend, under 1568 px.",
+               {kLayers.mandatory().items(1, 8),
+                string_arg("phase", "Only this phase; omit for every phase.").not_empty(),
+                boolean_arg("log_x", "Symmetric log x axis: every bin the same width (default false: a linear "
+                                     "value axis over the occupied bins).")
+                    .or_else(false),
+                boolean_arg("log_y", "Log count axis.").or_else(false),
+                integer_arg("channel", "One channel's histogram (an index along dim 1) instead of the layer's.")
+                    .at_least(0)},
+               Route{"GET", "/api/render/histogram"}, true, true, "HistogramInfo", [](Controller& c, const Args& a) {
+                 Controller::HistogramOptions o;
+                 o.layers = a.strings("layers");
+                 o.phase = a.optional_string("phase");
+                 o.log_x = a.boolean("log_x");
+                 o.log_y = a.boolean("log_y");
+                 o.channel = a.optional_integer("channel");
+                 Reply r;
+                 r.histogram = c.render_histogram(o);
+                 return r;
+               }});
+
   return t;
 }
 

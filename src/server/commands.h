@@ -34,6 +34,7 @@ struct Reply {
   // Pictures, instead of or beside the JSON.
   std::vector<std::shared_ptr<const StripPicture>> strips;
   std::shared_ptr<const InputPicture> input;
+  std::shared_ptr<const HistogramPicture> histogram;
   // render_layer: the strips that could not be drawn, and why.
   struct Missing {
     std::string layer;

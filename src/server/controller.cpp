@@ -38,6 +38,7 @@ Status Controller::get_status() const {
   if (status.state == RunState::kLost) status.lost_reason = session_.lost_reason();
   status.internal_errors = session_.internal_errors();
   status.debug = debug_summary();
+  status.stats = stats_summary();
   return status;
 }
 

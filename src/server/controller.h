@@ -92,6 +92,40 @@ class Controller {
   // cached, or whose checkpoint is corrupted or belongs to another model.
   Status time_travel(int64_t epoch, Wait wait);
 
+  // --- statistics over time (controller_history.cpp) ---
+  // Settings = {update_frequency, stats_scope, watched_layers,
+  // watch_performance, stats_collecting}.
+  json get_settings() const;
+  // Each setter returns get_settings(); a refused value is kInvalidArgument
+  // saying why, and nothing changes.
+  json set_update_frequency(const std::string& unit, double n, const std::optional<std::string>& phase);
+  json set_stats_scope(const std::string& scope);
+  json watch_layers(const std::vector<std::string>& layers);
+  json unwatch_layers(const std::vector<std::string>& layers);
+  // Absent fields keep their value; the reply adds statistics_flushed.
+  json set_watch_performance(std::optional<bool> channel_limit_enabled, std::optional<int64_t> channel_limit);
+  // What was collected: layers (graph order) with their phases and epochs,
+  // parameters per layer, the scalar series, the bin edges.
+  json list_stats() const;
+  // A layer's per-epoch statistics per phase (one phase when given) and its
+  // parameters' samples. kNotFound naming the known layers or phases.
+  json get_stats_history(const std::string& layer, const std::optional<std::string>& phase) const;
+  // The last captured batch's statistics of any layer, binned like the
+  // collected ones (the Stats page's "current batch").
+  json get_current_stats(const std::string& layer) const;
+  // Logged scalars and metric series (those of `layers` and every logged
+  // scalar when layers are given) and the instruments that failed.
+  json get_metrics(const std::vector<std::string>& layers) const;
+  struct HistogramOptions {
+    std::vector<std::string> layers;
+    std::optional<std::string> phase;
+    bool log_x = false;
+    bool log_y = false;
+    std::optional<int64_t> channel;
+  };
+  // The newest epoch's histograms of each layer as a chart (PNG).
+  std::shared_ptr<const HistogramPicture> render_histogram(const HistogramOptions& options) const;
+
   // --- numerical debugging (controller_debug.cpp) ---
   // The checks' settings, the standing error (null when none: reasons,
   // position, per-layer fractions, band edges, root cause, capsule) and how
@@ -128,6 +162,10 @@ class Controller {
   json time_travel_summary() const;
   // The `debug` field of the status: what a banner shows.
   json debug_summary() const;
+  // The `stats` field of the status: settings and the view's sequence.
+  json stats_summary() const;
+  // The published statistics; an empty view before the first.
+  std::shared_ptr<const StatsSnapshot> require_stats() const;
   // The last published snapshot; kNotFound before the first capture.
   std::shared_ptr<const BatchSnapshot> require_snapshot() const;
 
@@ -137,6 +175,7 @@ class Controller {
   mutable std::shared_ptr<const json> cached_snapshot_;
   mutable render::RenderCache<StripPicture> strip_cache_{256};
   mutable render::RenderCache<InputPicture> input_cache_{32};
+  mutable render::RenderCache<HistogramPicture> histogram_cache_{32};
 };
 
 }  // namespace nansense::server

@@ -33,4 +33,16 @@ json info_json(const InputPicture& p) {
   return out;
 }
 
+json info_json(const HistogramPicture& p) {
+  return {{"layers", p.layers},
+          {"phase", p.phase ? json(*p.phase) : json(nullptr)},
+          {"channel", p.channel ? json(*p.channel) : json(nullptr)},
+          {"log_x", p.log_x},
+          {"log_y", p.log_y},
+          {"sequence", p.sequence},
+          {"width", p.width},
+          {"height", p.height},
+          {"series", p.series}};
+}
+
 }  // namespace nansense::server

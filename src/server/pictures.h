@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "nansense/position.h"
 #include "render/strip.h"
@@ -40,8 +42,26 @@ struct InputPicture {
   std::string hint;  // how to see it as an image, when it is not one
 };
 
+// Histograms of collected statistics over the signed-log bins
+// (render_histogram): one panel per layer and kind, a series per phase (or
+// one channel of each phase).
+struct HistogramPicture {
+  std::string png;
+  std::vector<std::string> layers;
+  std::optional<std::string> phase;  // nullopt: every phase
+  std::optional<int64_t> channel;
+  bool log_x = false;
+  bool log_y = false;
+  uint64_t sequence = 0;  // the statistics view it was drawn from
+  int64_t width = 0;
+  int64_t height = 0;
+  // What each series shows: "features.0 activations: train epoch 3 (12 batches)".
+  std::vector<std::string> series;
+};
+
 // Everything but the PNG.
 json info_json(const StripPicture& picture);
 json info_json(const InputPicture& picture);
+json info_json(const HistogramPicture& picture);
 
 }  // namespace nansense::server

@@ -22,7 +22,8 @@ json to_json(const Status& s) {
               {"schedule", s.schedule},
               {"hint", hint(s.state)},
               {"time_travel", s.time_travel},
-              {"debug", s.debug}};
+              {"debug", s.debug},
+              {"stats", s.stats}};
   if (s.paused_at_ms) out["paused_at_ms"] = *s.paused_at_ms;
   if (s.state == RunState::kLost) out["lost_reason"] = s.lost_reason;
   if (!s.internal_errors.empty()) out["internal_errors"] = s.internal_errors;

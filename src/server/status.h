@@ -28,6 +28,7 @@ struct Status {
   std::string lost_reason;                         // only when lost
   std::vector<std::string> internal_errors;        // parts of nansense that gave up
   json debug;                                      // what the numerical banner needs
+  json stats;                                      // statistics settings and the view's sequence
   // Only from refresh: whether a newer snapshot arrived within the wait.
   std::optional<bool> refreshed;
 };

@@ -76,6 +76,7 @@ json build() {
   const json update = nullable(one_of({"held", "applied", "skipped"}));
   const json strip_kind = one_of({"activation", "gradient"});
   const json values = one_of({"unchanged", "abs", "square"});
+  const json scope = one_of({"none", "watched", "all"});
   const json time_travel_summary = object({{"available", boolean()},
                                            {"reason?", str()},
                                            {"cached_epochs", array(integer())},
@@ -114,6 +115,13 @@ json build() {
                                    {"skip_update", boolean()}});
   d["DebugSummary"] =
       object({{"enabled", boolean()}, {"checks", array(check)}, {"error", nullable(ref("DebugErrorSummary"))}});
+  d["UpdateFrequency"] =
+      object({{"unit", one_of({"batch", "epoch", "seconds"})}, {"n", number()}, {"phase", nullable(str())}});
+  d["StatsSummary"] = object({{"scope", scope},
+                              {"watched_layers", array(str())},
+                              {"sequence", integer()},
+                              {"collecting", boolean()},
+                              {"update_frequency", ref("UpdateFrequency")}});
   d["Status"] = object({{"state", one_of({"running", "paused", "finished", "lost"})},
                         {"mode", one_of({"step_batch", "step_phase", "step_epoch", "run_until", "run", "detach"})},
                         {"live_position", nullable(ref("Position"))},
@@ -124,6 +132,7 @@ json build() {
                         {"hint", str()},
                         {"time_travel", ref("TimeTravelStatus")},
                         {"debug", ref("DebugSummary")},
+                        {"stats", ref("StatsSummary")},
                         {"paused_at_ms?", integer()},
                         {"lost_reason?", str()},
                         {"internal_errors?", array(str())},
@@ -192,6 +201,69 @@ json build() {
                              {"position", ref("Position")},
                              {"sequence", integer()},
                              {"parameters", array(ref("ParameterStats"))}});
+
+  // --- statistics over time ---
+  d["WatchPerformance"] = object({{"channel_limit_enabled", boolean()}, {"channel_limit", integer()}});
+  d["Settings"] = object({{"update_frequency", ref("UpdateFrequency")},
+                          {"stats_scope", scope},
+                          {"watched_layers", array(str())},
+                          {"watch_performance", ref("WatchPerformance")},
+                          {"stats_collecting", boolean()},
+                          // Only from set_watch_performance.
+                          {"statistics_flushed?", boolean()}});
+  d["RunningStats"] = object({{"n", integer()},
+                              {"sum", num()},
+                              {"sum_sq", num()},
+                              {"mean", nullable(num())},
+                              {"std", nullable(num())},
+                              {"median", nullable(num())},
+                              {"min", nullable(num())},
+                              {"max", nullable(num())},
+                              {"nan", integer()},
+                              {"pos_inf", integer()},
+                              {"neg_inf", integer()},
+                              {"hist", nullable(array(integer()))},
+                              {"channel_hists", nullable(array(array(integer())))},
+                              {"channels", integer()},
+                              {"dead_count", nullable(integer())},
+                              {"dead_channels", array(integer())}});
+  d["EpochStats"] = object({{"epoch", integer()},
+                            {"batches", integer()},
+                            {"activation", nullable(ref("RunningStats"))},
+                            {"gradient", nullable(ref("RunningStats"))}});
+  d["ParameterSample"] = object({{"epoch", integer()},
+                                 {"value_norm", num()},
+                                 {"mean", num()},
+                                 {"std", num()},
+                                 {"min", num()},
+                                 {"max", num()},
+                                 {"grad_norm", nullable(num())},
+                                 {"grad_mean", nullable(num())},
+                                 {"grad_std", nullable(num())},
+                                 {"grad_min", nullable(num())},
+                                 {"grad_max", nullable(num())},
+                                 {"update_ratio", nullable(num())}});
+  d["SeriesInfo"] = object({{"name", str()}, {"phase", str()}, {"layer", str()}});
+  d["StatsList"] = object(
+      {{"sequence", integer()},
+       {"edges", array(number())},
+       {"layers", array(object({{"layer", str()},
+                                {"phases", array(object({{"phase", str()}, {"epochs", array(integer())}}))}}))},
+       {"parameters", map(array(str()))},
+       {"series", array(ref("SeriesInfo"))},
+       {"device_bytes", integer()}});
+  d["StatsHistory"] = object({{"layer", str()},
+                              {"edges", array(number())},
+                              {"phases", map(array(ref("EpochStats")))},
+                              {"parameters", map(array(ref("ParameterSample")))}});
+  d["CurrentStats"] = object({{"layer", str()},
+                              {"position", ref("Position")},
+                              {"activation", nullable(ref("RunningStats"))},
+                              {"gradient", nullable(ref("RunningStats"))}});
+  d["ScalarPoint"] = object({{"epoch", integer()}, {"batch", nullable(integer())}, {"x", num()}, {"value", num()}});
+  d["Series"] = extend(d["SeriesInfo"], {{"points", array(ref("ScalarPoint"))}});
+  d["FailedMetric"] = object({{"name", str()}, {"error", str()}});
+  d["Metrics"] = object({{"series", array(ref("Series"))}, {"failed", array(ref("FailedMetric"))}});
 
   // --- numerical debugging ---
   d["OpReport"] = object({{"op", str()},
@@ -283,6 +355,16 @@ json build() {
                            {"height", integer()},
                            {"hint?", str()}});
 
+  d["HistogramInfo"] = object({{"layers", array(str())},
+                               {"phase", nullable(str())},
+                               {"channel", nullable(integer())},
+                               {"log_x", boolean()},
+                               {"log_y", boolean()},
+                               {"sequence", integer()},
+                               {"width", integer()},
+                               {"height", integer()},
+                               {"series", array(str())}});
+
   // --- refusals ---
   // A REST refusal's body (with its 4xx status); `argument` names the
   // argument it is about, when it is about one.
@@ -299,7 +381,8 @@ json build() {
   d["InputImage"] = extend(d["InputInfo"], sent);
   d["MissingStrip"] = object({{"layer", str()}, {"kind", strip_kind}, {"reason", str()}});
   d["LayerImages"] = object({{"images", array(ref("StripImage"))}, {"missing", array(ref("MissingStrip"))}});
-  d["McpImages"] = any_of({ref("InputImage"), ref("LayerImages")});
+  d["HistogramImage"] = extend(d["HistogramInfo"], sent);
+  d["McpImages"] = any_of({ref("InputImage"), ref("LayerImages"), ref("HistogramImage")});
 
   // --- the push channel (/ws) ---
   d["StripView"] = strip_view;

@@ -34,6 +34,8 @@ void SessionCore::jump_to(int64_t epoch) {
   }
   schedule_.rewind_to_epoch(epoch);
   loop_epoch_ = epoch;
+  // Statistics of the abandoned timeline's epochs go with it.
+  stats_->rewind(epoch);
   // The standing numerical error belongs to the abandoned timeline.
   debug().clear();
   // Pause on the target epoch's first batch, whatever the mode was.

@@ -1,5 +1,6 @@
 #include "session/run_control.h"
 
+#include <cmath>
 #include <exception>
 #include <iostream>
 
@@ -21,15 +22,78 @@ bool RunControl::pauses_at(const BatchPosition& pos) const {
   return false;
 }
 
-BoundaryDecision RunControl::decide(const BatchPosition& pos) {
+bool RunControl::update_due(const BatchPosition& pos, std::chrono::steady_clock::time_point now) {
+  // A detached loop captures nothing: it trains as if nansense were not there.
+  if (mode_ == Mode::kDetach) return false;
+  const double n = frequency_.n();
+  switch (frequency_.unit()) {
+    case UpdateFrequency::Unit::kBatch:
+      if (frequency_.phase() && *frequency_.phase() != pos.phase) return false;
+      return ++batches_since_update_ >= static_cast<int64_t>(n);
+    case UpdateFrequency::Unit::kEpoch:
+      return pos.batch_idx == 0 && schedule_.phase_index(pos.phase) == std::optional<size_t>(0) &&
+             pos.epoch % static_cast<int64_t>(n) == 0;
+    case UpdateFrequency::Unit::kSeconds:
+      if (!update_clock_) {
+        update_clock_ = now;
+        return false;
+      }
+      return std::chrono::duration<double>(now - *update_clock_).count() >= n;
+  }
+  return false;
+}
+
+BoundaryDecision RunControl::decide(const BatchPosition& pos, bool collect) {
   std::lock_guard lock(mu_);
   BoundaryDecision d;
   if (finished_ || lost_) return d;
   d.pause_after = pauses_at(pos);
+  d.collect = collect;
   commands_at_decision_ = commands_;
-  d.capture = d.pause_after || snapshot_requested_;
-  if (d.capture) snapshot_requested_ = false;
+  const auto now = std::chrono::steady_clock::now();
+  d.capture = update_due(pos, now) || d.pause_after || snapshot_requested_;
+  if (d.capture) {
+    snapshot_requested_ = false;
+    batches_since_update_ = 0;
+    update_clock_ = now;
+  }
   return d;
+}
+
+void RunControl::set_update_frequency(const UpdateFrequency& f) {
+  using Unit = UpdateFrequency::Unit;
+  const std::string unit(to_string(f.unit()));
+  if (!(f.n() > 0) || !std::isfinite(f.n())) {
+    throw UsageError("update frequency: n must be " + std::string(f.unit() == Unit::kSeconds ? "> 0" : ">= 1") +
+                     " " + unit + (f.unit() == Unit::kSeconds ? "" : "es") + ", got " + std::to_string(f.n()));
+  }
+  if (f.unit() != Unit::kSeconds && (f.n() < 1 || f.n() != std::floor(f.n()))) {
+    throw UsageError("update frequency: every n " + unit + (f.unit() == Unit::kBatch ? "es" : "s") +
+                     " needs a whole number n >= 1, got " + std::to_string(f.n()));
+  }
+  if (f.phase()) {
+    if (f.unit() != Unit::kBatch) {
+      throw UsageError("update frequency: a phase applies only to the batch unit (count that phase's batches); "
+                       "leave phase out for unit " + unit);
+    }
+    const auto order = schedule_.phase_order();
+    if (f.phase()->empty() || (!order.empty() && !schedule_.phase_index(*f.phase()))) {
+      std::string known;
+      for (const auto& p : order) known += (known.empty() ? "" : ", ") + p;
+      throw UsageError("update frequency: unknown phase '" + *f.phase() + "'; known phases: " +
+                       (known.empty() ? "(none yet)" : known));
+    }
+  }
+  std::lock_guard lock(mu_);
+  frequency_ = f;
+  batches_since_update_ = 0;
+  update_clock_.reset();
+  changed();
+}
+
+UpdateFrequency RunControl::update_frequency() const {
+  std::lock_guard lock(mu_);
+  return frequency_;
 }
 
 void RunControl::pause_at(const BatchPosition& pos) {
@@ -65,6 +129,8 @@ void RunControl::pause_at(const BatchPosition& pos) {
   }
   paused_at_.reset();
   resume_ = false;
+  // Time spent paused is not training time.
+  if (update_clock_) update_clock_ = std::chrono::steady_clock::now();
   changed();
 }
 

@@ -14,6 +14,7 @@
 #include "nansense/position.h"
 #include "nansense/schedule.h"
 #include "nansense/session.h"
+#include "nansense/stats.h"
 
 namespace nansense::detail {
 
@@ -22,6 +23,7 @@ namespace nansense::detail {
 struct BoundaryDecision {
   bool capture = false;      // trace this batch and publish a snapshot
   bool pause_after = false;  // pause once the batch's body has run
+  bool collect = false;      // trace this batch and fold its statistics
 };
 
 class RunControl {
@@ -29,7 +31,8 @@ class RunControl {
   explicit RunControl(const Schedule& schedule) : schedule_(schedule) {}
 
   // --- training thread ---
-  BoundaryDecision decide(const BatchPosition& pos);
+  // `collect`: whether the statistics settings collect on this batch.
+  BoundaryDecision decide(const BatchPosition& pos, bool collect = false);
   // Blocks in the pause loop, running queued work, until a command resumes
   // the run or the session closes.
   void pause_at(const BatchPosition& pos);
@@ -43,6 +46,10 @@ class RunControl {
   void detach();
   void pause();
   void refresh();
+  // The live-update cadence (nansense/stats.h). Throws UsageError for n out
+  // of range, a phase with a non-batch unit or a phase the schedule lacks.
+  void set_update_frequency(const UpdateFrequency& frequency);
+  UpdateFrequency update_frequency() const;
   void close();
   void mark_lost(const std::string& reason);
   // Queues `work` for the training thread; it runs at the current or next pause.
@@ -76,6 +83,9 @@ class RunControl {
   void require_live() const;
   BatchPosition reference() const;
   bool pauses_at(const BatchPosition& pos) const;
+  // Whether the cadence publishes this batch (counts it when it is of the
+  // cadence's phase).
+  bool update_due(const BatchPosition& pos, std::chrono::steady_clock::time_point now);
 
   const Schedule& schedule_;
   mutable std::mutex mu_;
@@ -92,6 +102,11 @@ class RunControl {
   uint64_t commands_ = 0;
   uint64_t commands_at_decision_ = 0;
   bool snapshot_requested_ = false;
+  UpdateFrequency frequency_;
+  int64_t batches_since_update_ = 0;
+  // Training time is counted from here: the last capture or the end of the
+  // last pause.
+  std::optional<std::chrono::steady_clock::time_point> update_clock_;
   bool finished_ = false;
   bool lost_ = false;
   bool interrupted_ = false;

@@ -36,6 +36,11 @@ SessionCore::SessionCore(std::shared_ptr<torch::nn::Module> model, const StartOp
       display_(options.serve()),
       schedule_(options.epochs(), options.phases()) {
   if (!model_) throw UsageError("nansense::start needs a model, got a null module");
+  control_.set_update_frequency(options.update_frequency());
+  StatsCollector::Host stats_host;
+  stats_host.report_error = [this](const std::string& what) { report_part_error(what); };
+  stats_host.changed = [this] { control_.notify_changed(); };
+  stats_ = std::make_unique<StatsCollector>(*model_, schedule_, options, std::move(stats_host));
   port_ = make_port(*this);
   restorer_ = make_restorer(options.scheduler());
   try {
@@ -81,12 +86,13 @@ bool SessionCore::begin_batch(const std::string& phase, std::optional<int64_t> e
       throw;
     }
   }
-  decision_ = control_.decide(pos_);
+  decision_ = control_.decide(pos_, stats_->collecting() && !capture_disabled_);
   const auto trace = numerics_->plan_batch(pos_, repeat);
   // A re-run is captured, so the UI shows the batch that went non-finite.
   if (trace == numerics::Monitor::Trace::kCapture) decision_.capture = true;
   const bool capture = decision_.capture && !capture_disabled_;
-  if (capture || trace != numerics::Monitor::Trace::kNone) {
+  stats_->begin_batch(pos_, decision_.collect, architecture_.load().get());
+  if (capture || decision_.collect || trace != numerics::Monitor::Trace::kNone) {
     // One observer of the batch's ops feeds both the capture and root cause.
     try {
       observer_ = std::make_unique<observer::Observer>();
@@ -94,14 +100,19 @@ bool SessionCore::begin_batch(const std::string& phase, std::optional<int64_t> e
       report_numerics_error(std::string("this batch is not traced: ") + e.what());
     }
   }
-  if (capture && observer_) {
+  if ((capture || decision_.collect) && observer_) {
     try {
-      tracer_ = std::make_unique<capture::Tracer>(*model_, *observer_);
+      // A batch only collected keeps its tensors on their device: no copy.
+      tracer_ = std::make_unique<capture::Tracer>(*model_, *observer_,
+                                                  capture::Tracer::Keep{.cpu = capture, .device = decision_.collect});
     } catch (const std::exception& e) {
       report_internal_error(std::string("capture disabled: ") + e.what());
     }
   }
-  numerics_->begin_batch(tracer_.get(), observer_ ? trace : numerics::Monitor::Trace::kNone, observer_.get());
+  // The checks read a captured batch's CPU copies; a batch only collected is
+  // checked as an untraced one.
+  numerics_->begin_batch(capture ? tracer_.get() : nullptr, observer_ ? trace : numerics::Monitor::Trace::kNone,
+                         observer_.get());
   return tracer_ != nullptr;
 }
 
@@ -118,14 +129,38 @@ void SessionCore::set_batch_inputs(std::vector<torch::Tensor> inputs, bool stack
 
 void SessionCore::publish_capture() {
   if (!tracer_) return;
-  numerics_->release_tracer();
+  const bool capture = decision_.capture;
+  if (capture) numerics_->release_tracer();
+  std::shared_ptr<capture::TraceResult> trace;
   try {
-    auto trace = tracer_->finish();
+    trace = tracer_->finish();
     tracer_.reset();
     if (!trace->error.empty()) throw std::runtime_error(trace->error);
+  } catch (const std::exception& e) {
+    tracer_.reset();
+    report_internal_error(std::string(capture ? "snapshot failed: " : "statistics tracing failed: ") + e.what());
+    return;
+  }
+  if (capture) publish_snapshot(*trace);
+  if (decision_.collect) stats_->fold(pos_, *trace);
+  if (capture) stats_->publish();
+}
+
+void SessionCore::publish_snapshot(capture::TraceResult& trace) {
+  try {
     auto pos = schedule_.with_flags(pos_);
-    auto snap = capture::build_snapshot(pos, ++sequence_, *trace, *model_, optimizers_);
-    if (!snap->architecture->layers.empty()) architecture_.store(snap->architecture);
+    auto snap = capture::build_snapshot(pos, ++sequence_, trace, *model_, optimizers_);
+    if (!snap->architecture->layers.empty()) {
+      // The first architecture settles the layers watched before it.
+      if (!architecture_.load()) {
+        if (auto dropped = stats_->check_watched(*snap->architecture); !dropped.empty()) {
+          std::string names;
+          for (const auto& n : dropped) names += (names.empty() ? "\"" : ", \"") + n + "\"";
+          report_part_error("watched layers not in the architecture were dropped: " + names);
+        }
+      }
+      architecture_.store(snap->architecture);
+    }
     {
       std::lock_guard lock(publish_mu_);
       snapshot_.store(std::move(snap));
@@ -133,7 +168,6 @@ void SessionCore::publish_capture() {
     published_.notify_all();
     control_.notify_changed();
   } catch (const std::exception& e) {
-    tracer_.reset();
     report_internal_error(std::string("snapshot failed: ") + e.what());
   }
 }
@@ -149,6 +183,9 @@ bool SessionCore::finish_batch(bool can_repeat) {
   }
   publish_capture();
   observer_.reset();
+  // After the loop's optimizer step: the parameter sample's update ratio.
+  stats_->end_batch(architecture_.load().get());
+  if (decision_.capture) stats_->publish();
   if (numerics.pause) {
     control_.pause();
     decision_.pause_after = true;
@@ -168,7 +205,18 @@ bool SessionCore::finish_batch(bool can_repeat) {
   return false;
 }
 
-void SessionCore::end_phase(const std::string& phase, int64_t count) { schedule_.end_phase(phase, count); }
+void SessionCore::end_phase(const std::string& phase, int64_t count) {
+  schedule_.end_phase(phase, count);
+  stats_->end_phase(phase, count);
+}
+
+void SessionCore::log_scalar(const std::string& name, double value) {
+  if (pos_.phase.empty()) {
+    throw UsageError("log_scalar(\"" + name + "\") needs a batch position: call it inside a batches() loop, after "
+                     "its first batch began");
+  }
+  stats_->log_scalar(name, value, pos_);
+}
 
 void SessionCore::abandon_batch(bool by_exception) {
   if (!by_exception) {
@@ -184,6 +232,7 @@ void SessionCore::abandon_batch(bool by_exception) {
 }
 
 void SessionCore::close() {
+  if (!closed_) stats_->finish();
   closed_ = true;
   control_.close();
   std::lock_guard lock(publish_mu_);
@@ -216,7 +265,9 @@ void SessionCore::report_internal_error(const std::string& what) {
   internal_errors_.push_back(what);
 }
 
-void SessionCore::report_numerics_error(const std::string& what) {
+void SessionCore::report_numerics_error(const std::string& what) { report_part_error(what); }
+
+void SessionCore::report_part_error(const std::string& what) {
   std::cerr << "[nansense] " << what << " (training continues)\n";
   {
     std::lock_guard lock(errors_mu_);

@@ -21,6 +21,7 @@
 #include "numerics/monitor.h"
 #include "session/run_control.h"
 #include "session/session_port.h"
+#include "session/stats_collector.h"
 #include "time_travel/restorer.h"
 
 namespace nansense::detail {
@@ -38,6 +39,8 @@ class SessionCore {
   bool end_batch() { return finish_batch(/*can_repeat=*/true); }
   void end_phase(const std::string& phase, int64_t count);
   void abandon_batch(bool by_exception);
+  // Session::log_scalar: at the current batch position.
+  void log_scalar(const std::string& name, double value);
   void close();
   void mark_lost(const std::string& reason);
 
@@ -59,6 +62,9 @@ class SessionCore {
   // Numerical checks, root cause and flight recorder (see nansense/debug.h).
   numerics::DebugState& debug() { return numerics_->state(); }
   const numerics::DebugState& debug() const { return numerics_->state(); }
+  // Statistics over time: settings from any thread, the published view.
+  StatsCollector& stats() { return *stats_; }
+  const StatsCollector& stats() const { return *stats_; }
 
   // The transport's view of this session (see session_port.h).
   SessionPort& port() { return *port_; }
@@ -79,9 +85,13 @@ class SessionCore {
   void report_internal_error(const std::string& what);
   // Reported like an internal error, without turning capture off.
   void report_numerics_error(const std::string& what);
+  // Reports a part that gave up, leaving capture on.
+  void report_part_error(const std::string& what);
   bool finish_batch(bool can_repeat);
-  // Finishes the batch's capture and publishes it as the snapshot.
+  // Finishes the batch's trace: publishes it as the snapshot when the batch
+  // is captured, folds its statistics when collected.
   void publish_capture();
+  void publish_snapshot(capture::TraceResult& trace);
   std::unique_ptr<numerics::Monitor> make_monitor(const DebugSettings& settings);
   std::unique_ptr<time_travel::TrainingRestorer> make_restorer(torch::optim::LRScheduler* scheduler);
   // At a batch boundary: unwinds with the requested jump, if any.
@@ -115,6 +125,9 @@ class SessionCore {
   mutable std::condition_variable published_;
   mutable std::mutex errors_mu_;
   std::vector<std::string> internal_errors_;
+
+  // Training thread apart from its settings and published view.
+  std::unique_ptr<StatsCollector> stats_;
 
   std::unique_ptr<SessionPort> port_;
   // The web server; destroyed first (~SessionCore), while port_ still stands.

@@ -52,6 +52,27 @@ class CorePort final : public SessionPort {
   void silence_debug_check(const std::string& category) override { core_.debug().silence(category); }
   void clear_debug_error() override { core_.debug().clear(); }
 
+  StatsScope stats_scope() const override { return core_.stats().scope(); }
+  void set_stats_scope(StatsScope scope) override { core_.stats().set_scope(scope); }
+  std::vector<std::string> watched_layers() const override { return core_.stats().watched(); }
+  void watch_layers(const std::vector<std::string>& layers) override {
+    core_.stats().watch(layers, core_.architecture().get());
+  }
+  void unwatch_layers(const std::vector<std::string>& layers) override {
+    core_.stats().unwatch(layers, core_.architecture().get());
+  }
+  bool stats_collecting() const override { return core_.stats().collecting(); }
+  UpdateFrequency update_frequency() const override { return core_.control().update_frequency(); }
+  void set_update_frequency(const UpdateFrequency& frequency) override {
+    core_.control().set_update_frequency(frequency);
+  }
+  WatchPerformance watch_performance() const override { return core_.stats().performance(); }
+  bool set_watch_performance(const WatchPerformance& performance) override {
+    return core_.stats().set_performance(performance);
+  }
+  std::shared_ptr<const StatsSnapshot> stats() const override { return core_.stats().snapshot(); }
+  std::vector<FailedMetric> failed_metrics() const override { return core_.stats().failed_metrics(); }
+
   TimeTravelStatus time_travel_status() const override { return core_.restorer().status(); }
   std::map<int64_t, uint64_t> checkpoint_sizes() const override { return core_.restorer().checkpoint_sizes(); }
   void request_time_travel(int64_t epoch) override { core_.request_time_travel(epoch); }

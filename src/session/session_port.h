@@ -21,6 +21,7 @@
 #include "nansense/schedule.h"
 #include "nansense/session.h"
 #include "nansense/snapshot.h"
+#include "nansense/stats.h"
 #include "nansense/time_travel.h"
 
 namespace nansense::detail {
@@ -88,6 +89,21 @@ class SessionPort {
   // Throws std::invalid_argument for an unknown category.
   virtual void silence_debug_check(const std::string& category) = 0;
   virtual void clear_debug_error() = 0;
+
+  // --- statistics over time: as Session's methods of the same names (UsageError when refused) ---
+  virtual StatsScope stats_scope() const = 0;
+  virtual void set_stats_scope(StatsScope scope) = 0;
+  virtual std::vector<std::string> watched_layers() const = 0;
+  virtual void watch_layers(const std::vector<std::string>& layers) = 0;
+  virtual void unwatch_layers(const std::vector<std::string>& layers) = 0;
+  // Whether batches are collected now (scope all, or watched with a layer).
+  virtual bool stats_collecting() const = 0;
+  virtual UpdateFrequency update_frequency() const = 0;
+  virtual void set_update_frequency(const UpdateFrequency& frequency) = 0;
+  virtual WatchPerformance watch_performance() const = 0;
+  virtual bool set_watch_performance(const WatchPerformance& performance) = 0;
+  virtual std::shared_ptr<const StatsSnapshot> stats() const = 0;
+  virtual std::vector<FailedMetric> failed_metrics() const = 0;
 
   // --- time travel ---
   virtual TimeTravelStatus time_travel_status() const = 0;

@@ -20,7 +20,10 @@ const char* const kInstructions =
     "describes; while the loop runs, refresh captures a newer batch without pausing. When a NaN, an Inf or a "
     "gradient under/overflow appears, the run pauses before the optimizer step and get_status's debug field says "
     "so: get_debug_report names the op that produced it and the layers affected; configure_debug_checks and "
-    "silence_debug_check tune the checks. Numbers are rounded to 6 "
+    "silence_debug_check tune the checks. Statistics over time: watch_layers (or set_stats_scope all) collects "
+    "per-epoch statistics of layers while the loop runs; list_stats, get_stats_history, get_metrics (logged "
+    "scalars such as loss) and render_histogram read them; get_settings / set_update_frequency set how often a "
+    "running loop is published. Numbers are rounded to 6 "
     "significant digits; non-finite values are the strings \"nan\", \"inf\", \"-inf\". A refusal (finished run, "
     "lost loop, unknown layer, bad argument) is a tool error whose message says what to do instead.";
 
@@ -85,6 +88,17 @@ std::string describe(const InputPicture& p) {
   return caption;
 }
 
+std::string describe(const HistogramPicture& p) {
+  std::string caption = "Histograms over the 211 signed-log bins (7 per decade over 1e-9..1e6 on each side, the "
+                        "zero band |x| < 1e-9 in the middle; end bins hold everything beyond +-1e6, +-Inf marked "
+                        "clipped), x axis " +
+                        std::string(p.log_x ? "symmetric log" : "linear") + ", y axis " +
+                        (p.log_y ? "log" : "linear") + " counts. Series:";
+  for (const auto& s : p.series) caption += " " + s + ";";
+  if (p.series.empty()) caption += " none (nothing collected for what was asked);";
+  return caption;
+}
+
 // Appends a PNG as image content with its caption; returns the caption's
 // facts about size for structuredContent.
 json append_image(ToolResult& r, const std::string& png, const std::string& caption) {
@@ -134,6 +148,12 @@ ToolResult tool_result(Reply reply) {
     } else {
       r.structured = {{"images", std::move(images)}, {"missing", std::move(missing)}};
     }
+    return r;
+  }
+  if (reply.histogram) {
+    json info = info_json(*reply.histogram);
+    info.update(append_image(r, reply.histogram->png, describe(*reply.histogram)));
+    r.structured = std::move(info);
     return r;
   }
   r.content.push_back(text(dump(reply.body)));

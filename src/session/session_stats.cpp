@@ -1,0 +1,43 @@
+// Session's statistics-over-time methods: settings forward to the parts that
+// own them (run control's cadence, the stats collector).
+#include "nansense/errors.h"
+#include "nansense/session.h"
+#include "session/session_core.h"
+
+namespace nansense {
+
+void Session::watch_layers(const std::vector<std::string>& layers) {
+  if (core_) core_->stats().watch(layers, core_->architecture().get());
+}
+void Session::unwatch_layers(const std::vector<std::string>& layers) {
+  if (core_) core_->stats().unwatch(layers, core_->architecture().get());
+}
+std::vector<std::string> Session::watched_layers() const { return core_ ? core_->stats().watched() : std::vector<std::string>{}; }
+void Session::set_stats_scope(StatsScope scope) {
+  if (core_) core_->stats().set_scope(scope);
+}
+StatsScope Session::stats_scope() const { return core_ ? core_->stats().scope() : StatsScope::kNone; }
+void Session::set_update_frequency(const UpdateFrequency& frequency) {
+  if (core_) core_->control().set_update_frequency(frequency);
+}
+UpdateFrequency Session::update_frequency() const {
+  return core_ ? core_->control().update_frequency() : UpdateFrequency();
+}
+bool Session::set_watch_performance(const WatchPerformance& performance) {
+  return core_ ? core_->stats().set_performance(performance) : false;
+}
+WatchPerformance Session::watch_performance() const {
+  return core_ ? core_->stats().performance() : WatchPerformance();
+}
+void Session::log_scalar(const std::string& name, double value) {
+  if (core_) core_->log_scalar(name, value);
+}
+void Session::watch_metric(const std::string& name, MetricFn fn, MetricOn on, MetricReduce reduce) {
+  if (core_) core_->stats().add_metric(name, std::move(fn), on, reduce);
+}
+std::vector<FailedMetric> Session::failed_metrics() const {
+  return core_ ? core_->stats().failed_metrics() : std::vector<FailedMetric>{};
+}
+std::shared_ptr<const StatsSnapshot> Session::stats() const { return core_ ? core_->stats().snapshot() : nullptr; }
+
+}  // namespace nansense

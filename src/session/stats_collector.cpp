@@ -1,0 +1,461 @@
+#include "session/stats_collector.h"
+
+#include <algorithm>
+#include <iostream>
+#include <set>
+
+#include "nansense/errors.h"
+
+namespace nansense {
+
+std::string_view to_string(StatsScope scope) {
+  switch (scope) {
+    case StatsScope::kNone: return "none";
+    case StatsScope::kWatched: return "watched";
+    case StatsScope::kAll: return "all";
+  }
+  return "none";
+}
+
+std::string_view to_string(UpdateFrequency::Unit unit) {
+  switch (unit) {
+    case UpdateFrequency::Unit::kBatch: return "batch";
+    case UpdateFrequency::Unit::kEpoch: return "epoch";
+    case UpdateFrequency::Unit::kSeconds: return "seconds";
+  }
+  return "seconds";
+}
+
+namespace detail {
+
+namespace {
+
+void check_performance(const WatchPerformance& p) {
+  if (p.channel_limit() < 1) {
+    throw UsageError("watch performance: channel_limit must be >= 1 (channels kept per layer), got " +
+                     std::to_string(p.channel_limit()));
+  }
+}
+
+std::string quoted_list(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "\"" : ", \"") + n + "\"";
+  return out;
+}
+
+// Names of `layers` the architecture lacks; UsageError for an empty name.
+std::vector<std::string> unknown_layers(const std::vector<std::string>& layers, const Architecture* architecture) {
+  std::vector<std::string> unknown;
+  for (const auto& name : layers) {
+    if (name.empty()) throw UsageError("layer names must not be empty");
+    if (architecture && !architecture->find(name)) unknown.push_back(name);
+  }
+  return unknown;
+}
+
+[[noreturn]] void refuse_unknown(const std::vector<std::string>& unknown, const Architecture& architecture) {
+  std::string known;
+  for (const auto& l : architecture.layers) known += (known.empty() ? "" : ", ") + l.name;
+  throw UsageError(std::string("unknown layer") + (unknown.size() > 1 ? "s " : " ") + quoted_list(unknown) +
+                   " (not in the architecture); layers: " + known);
+}
+
+}  // namespace
+
+void StatsCollector::Reduction::add(double v) {
+  if (count == 0) {
+    min = max = v;
+  } else {
+    min = std::min(min, v);
+    max = std::max(max, v);
+  }
+  sum += v;
+  last = v;
+  ++count;
+}
+
+double StatsCollector::Reduction::value(MetricReduce reduce) const {
+  switch (reduce) {
+    case MetricReduce::kMean: return sum / static_cast<double>(count);
+    case MetricReduce::kSum: return sum;
+    case MetricReduce::kMin: return min;
+    case MetricReduce::kMax: return max;
+    case MetricReduce::kLast: return last;
+  }
+  return last;
+}
+
+StatsCollector::StatsCollector(torch::nn::Module& model, const Schedule& schedule, const StartOptions& options,
+                               Host host)
+    : model_(model),
+      schedule_(schedule),
+      host_(std::move(host)),
+      scope_(options.stats_scope()),
+      performance_(options.watch_performance()),
+      store_((check_performance(options.watch_performance()), options.watch_performance())) {
+  unknown_layers(options.watch(), nullptr);
+  for (const auto& name : options.watch()) {
+    if (std::find(watched_.begin(), watched_.end(), name) == watched_.end()) watched_.push_back(name);
+  }
+}
+
+StatsScope StatsCollector::scope() const {
+  std::lock_guard lock(mu_);
+  return scope_;
+}
+
+void StatsCollector::set_scope(StatsScope scope) {
+  {
+    std::lock_guard lock(mu_);
+    if (scope_ == scope) return;
+    scope_ = scope;
+    ++version_;
+  }
+  host_.changed();
+}
+
+std::vector<std::string> StatsCollector::watched() const {
+  std::lock_guard lock(mu_);
+  return watched_;
+}
+
+void StatsCollector::watch(const std::vector<std::string>& layers, const Architecture* architecture) {
+  if (auto unknown = unknown_layers(layers, architecture); !unknown.empty()) refuse_unknown(unknown, *architecture);
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& name : layers) {
+      if (std::find(watched_.begin(), watched_.end(), name) == watched_.end()) watched_.push_back(name);
+    }
+    ++version_;
+  }
+  host_.changed();
+}
+
+void StatsCollector::unwatch(const std::vector<std::string>& layers, const Architecture* architecture) {
+  if (auto unknown = unknown_layers(layers, architecture); !unknown.empty()) refuse_unknown(unknown, *architecture);
+  {
+    std::lock_guard lock(mu_);
+    std::erase_if(watched_, [&](const std::string& w) {
+      return std::find(layers.begin(), layers.end(), w) != layers.end();
+    });
+    ++version_;
+  }
+  host_.changed();
+}
+
+WatchPerformance StatsCollector::performance() const {
+  std::lock_guard lock(mu_);
+  return performance_;
+}
+
+bool StatsCollector::set_performance(const WatchPerformance& performance) {
+  check_performance(performance);
+  {
+    std::lock_guard lock(mu_);
+    if (performance_ == performance) return false;
+    performance_ = performance;
+    ++version_;
+  }
+  host_.changed();
+  return true;
+}
+
+bool StatsCollector::collecting() const {
+  std::lock_guard lock(mu_);
+  return !disabled_ && (scope_ == StatsScope::kAll || (scope_ == StatsScope::kWatched && !watched_.empty()));
+}
+
+void StatsCollector::add_metric(const std::string& name, MetricFn fn, MetricOn on, MetricReduce reduce) {
+  if (name.empty()) throw UsageError("watch_metric needs a name (its chart's title), got an empty one");
+  if (!fn) throw UsageError("watch_metric(\"" + name + "\") needs a function, got an empty one");
+  auto metric = std::make_shared<Metric>();
+  metric->name = name;
+  metric->fn = std::move(fn);
+  metric->on = on;
+  metric->reduce = reduce;
+  std::lock_guard lock(mu_);
+  for (const auto& m : metrics_) {
+    if (m->name == name) throw UsageError("a metric named \"" + name + "\" is already watched; choose another name");
+  }
+  metrics_.push_back(std::move(metric));
+}
+
+std::vector<FailedMetric> StatsCollector::failed_metrics() const {
+  std::lock_guard lock(mu_);
+  return failed_;
+}
+
+template <class F>
+void StatsCollector::guarded(const char* what, F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    {
+      std::lock_guard lock(mu_);
+      disabled_ = true;
+    }
+    host_.report_error(std::string("statistics disabled: ") + what + " failed: " + e.what());
+  }
+}
+
+std::vector<std::string> StatsCollector::check_watched(const Architecture& architecture) {
+  std::vector<std::string> dropped;
+  std::lock_guard lock(mu_);
+  std::erase_if(watched_, [&](const std::string& name) {
+    if (architecture.find(name)) return false;
+    dropped.push_back(name);
+    return true;
+  });
+  if (!dropped.empty()) ++version_;
+  return dropped;
+}
+
+void StatsCollector::apply_settings() {
+  WatchPerformance performance;
+  {
+    std::lock_guard lock(mu_);
+    if (version_ == applied_version_) return;
+    applied_version_ = version_;
+    applied_scope_ = scope_;
+    applied_watched_ = watched_;
+    performance = performance_;
+  }
+  if (store_.set_detail(performance)) dirty_ = true;
+  // Narrowing to the watched layers drops what the others collected.
+  if (applied_scope_ == StatsScope::kWatched) {
+    store_.keep_only(applied_watched_);
+    dirty_ = true;
+  }
+}
+
+std::vector<const LayerInfo*> StatsCollector::layers_in_scope(const Architecture& architecture) const {
+  std::vector<const LayerInfo*> out;
+  for (const auto& layer : architecture.layers) {
+    const bool in = applied_scope_ == StatsScope::kAll
+                        ? !layer.shape_op  // a shape op repeats its input's values
+                        : applied_scope_ == StatsScope::kWatched &&
+                              std::find(applied_watched_.begin(), applied_watched_.end(), layer.name) !=
+                                  applied_watched_.end();
+    if (in) out.push_back(&layer);
+  }
+  return out;
+}
+
+void StatsCollector::begin_batch(const BatchPosition& pos, bool collect, const Architecture* architecture) {
+  guarded("starting a batch", [&] {
+    apply_settings();
+    if (epoch_ && pos.epoch != *epoch_) close_epoch(*epoch_);
+    epoch_ = pos.epoch;
+    if (!collect || sampling_parameters_ || !store_.wants_parameter_sample(pos.epoch)) return;
+    // The parameters of the layers in scope (all of them before the first
+    // architecture is known).
+    std::set<std::string> wanted;
+    if (architecture) {
+      for (const LayerInfo* layer : layers_in_scope(*architecture)) {
+        wanted.insert(layer->parameters.begin(), layer->parameters.end());
+      }
+    }
+    std::vector<std::pair<std::string, torch::Tensor>> params;
+    for (const auto& p : model_.named_parameters()) {
+      if (!architecture || wanted.count(p.key())) params.emplace_back(p.key(), p.value());
+    }
+    store_.begin_parameter_sample(pos.epoch, params);
+    sampling_parameters_ = true;
+  });
+}
+
+void StatsCollector::fold(const BatchPosition& pos, capture::TraceResult& trace) {
+  guarded("folding a batch", [&] {
+    if (!trace.architecture) return;
+    const auto layers = layers_in_scope(*trace.architecture);
+    if (layers.empty()) return;
+    std::map<std::string, torch::Tensor> gradients;
+    {
+      std::lock_guard lock(trace.grad_mu);
+      gradients = trace.device_gradients;
+    }
+    torch::NoGradGuard no_grad;
+    auto add = [&](const std::map<std::string, torch::Tensor>& tensors, const std::string& layer, stats::Kind kind) {
+      auto it = tensors.find(layer);
+      if (it != tensors.end() && it->second.defined() && it->second.is_floating_point()) {
+        store_.add(layer, pos.phase, pos.epoch, kind, it->second);
+      }
+    };
+    for (const LayerInfo* layer : layers) {
+      add(trace.device_activations, layer->name, stats::Kind::kActivation);
+      add(gradients, layer->name, stats::Kind::kGradient);
+    }
+    store_.end_batch();
+    dirty_ = true;
+    run_metrics(pos, layers, trace, gradients);
+  });
+}
+
+void StatsCollector::run_metrics(const BatchPosition& pos, const std::vector<const LayerInfo*>& layers,
+                                 const capture::TraceResult& trace,
+                                 const std::map<std::string, torch::Tensor>& gradients) {
+  std::vector<std::shared_ptr<Metric>> metrics;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& m : metrics_) {
+      if (!m->failed) metrics.push_back(m);
+    }
+  }
+  if (metrics.empty()) return;
+  std::map<std::string, torch::Tensor> params;
+  for (const auto& p : model_.named_parameters()) params.emplace(p.key(), p.value());
+  torch::NoGradGuard no_grad;
+  for (const LayerInfo* layer : layers) {
+    LayerContext ctx;
+    ctx.layer = layer->name;
+    ctx.phase = pos.phase;
+    ctx.position = pos;
+    if (auto a = trace.device_activations.find(layer->name); a != trace.device_activations.end()) {
+      ctx.activation = a->second;
+    }
+    if (auto g = gradients.find(layer->name); g != gradients.end()) ctx.gradient = g->second;
+    for (const auto& name : layer->parameters) {
+      auto p = params.find(name);
+      if (p == params.end()) continue;
+      ctx.weights.emplace(name, p->second);
+      if (p->second.grad().defined()) ctx.weight_gradients.emplace(name, p->second.grad());
+    }
+    for (const auto& metric : metrics) {
+      if (metric->failed) continue;
+      std::optional<double> value;
+      try {
+        value = metric->fn(ctx);
+      } catch (const std::exception& e) {
+        fail_metric(*metric, layer->name, e.what());
+        continue;
+      } catch (...) {
+        fail_metric(*metric, layer->name, "it threw something that is not a std::exception");
+        continue;
+      }
+      if (!value) continue;
+      if (metric->on == MetricOn::kBatch) {
+        log_point(metric->name, layer->name, pos, *value);
+      } else {
+        reductions_[{metric->name, layer->name, pos.phase, pos.epoch}].add(*value);
+      }
+    }
+  }
+}
+
+void StatsCollector::fail_metric(Metric& metric, const std::string& layer, const std::string& error) {
+  metric.failed = true;
+  {
+    std::lock_guard lock(mu_);
+    failed_.push_back({metric.name, "on layer \"" + layer + "\": " + error});
+  }
+  host_.report_error("metric instrument \"" + metric.name + "\" threw on layer \"" + layer + "\" and is disabled: " +
+                     error);
+}
+
+void StatsCollector::end_batch(const Architecture* architecture) {
+  if (!sampling_parameters_) return;
+  sampling_parameters_ = false;
+  guarded("sampling parameters", [&] {
+    std::map<std::string, std::string> owner;
+    if (architecture) {
+      for (const auto& layer : architecture->layers) {
+        for (const auto& p : layer.parameters) owner.emplace(p, layer.name);
+      }
+    }
+    store_.finish_parameter_sample(owner);
+    dirty_ = true;
+  });
+}
+
+void StatsCollector::log_point(const std::string& name, const std::string& layer, const BatchPosition& pos,
+                               double value) {
+  const auto count = schedule_.phase_count(pos.phase);
+  if (!count || *count <= 0) {
+    held_.push_back({name, layer, pos.phase, pos.epoch, pos.batch_idx, value});
+    return;
+  }
+  store_.log_scalar(name, layer, pos.phase, pos.epoch, pos.batch_idx,
+                    static_cast<double>(pos.epoch) + static_cast<double>(pos.batch_idx) / static_cast<double>(*count),
+                    value);
+  dirty_ = true;
+}
+
+void StatsCollector::log_scalar(const std::string& name, double value, const BatchPosition& pos) {
+  if (name.empty()) throw UsageError("log_scalar needs a name (its chart's title), got an empty one");
+  guarded("logging a scalar", [&] { log_point(name, "", pos, value); });
+}
+
+void StatsCollector::end_phase(const std::string& phase, int64_t count) {
+  if (held_.empty()) return;
+  guarded("logging a scalar", [&] {
+    int64_t length = schedule_.phase_count(phase).value_or(count);
+    for (const auto& p : held_) {
+      if (p.phase == phase) length = std::max(length, p.batch + 1);
+    }
+    std::vector<HeldPoint> still;
+    for (auto& p : held_) {
+      if (p.phase != phase) {
+        still.push_back(std::move(p));
+        continue;
+      }
+      store_.log_scalar(p.name, p.layer, p.phase, p.epoch, p.batch,
+                        static_cast<double>(p.epoch) + static_cast<double>(p.batch) / static_cast<double>(length),
+                        p.value);
+      dirty_ = true;
+    }
+    held_ = std::move(still);
+  });
+}
+
+void StatsCollector::close_epoch(int64_t epoch) {
+  std::map<std::string, MetricReduce> reduce_of;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& m : metrics_) reduce_of.emplace(m->name, m->reduce);
+  }
+  for (auto it = reductions_.begin(); it != reductions_.end();) {
+    const auto& [name, layer, phase, e] = it->first;
+    if (e > epoch) {
+      ++it;
+      continue;
+    }
+    store_.log_scalar(name, layer, phase, e, std::nullopt, static_cast<double>(e),
+                      it->second.value(reduce_of[name]));
+    dirty_ = true;
+    it = reductions_.erase(it);
+  }
+  publish();
+}
+
+void StatsCollector::rewind(int64_t epoch) {
+  guarded("rewinding", [&] {
+    store_.drop_from_epoch(epoch);
+    std::erase_if(held_, [&](const HeldPoint& p) { return p.epoch >= epoch; });
+    std::erase_if(reductions_, [&](const auto& entry) { return std::get<3>(entry.first) >= epoch; });
+    epoch_.reset();
+    sampling_parameters_ = false;
+    dirty_ = true;
+    publish();
+  });
+}
+
+void StatsCollector::publish() {
+  if (!dirty_) return;
+  dirty_ = false;
+  guarded("publishing", [&] { published_.store(store_.publish()); });
+  host_.changed();
+}
+
+void StatsCollector::finish() {
+  guarded("finishing", [&] {
+    for (const auto& phase : schedule_.phase_order()) end_phase(phase, 0);
+    if (epoch_) {
+      close_epoch(*epoch_);
+    } else {
+      publish();
+    }
+  });
+}
+
+}  // namespace detail
+}  // namespace nansense

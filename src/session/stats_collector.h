@@ -1,0 +1,147 @@
+// Statistics over time on the session's side: the settings (any thread), the
+// engine's store, the metric instruments and the logged scalars (training
+// thread), and the published view (any thread). The session decides which
+// batches are collected and hands over their traces; this part decides what
+// of a trace is folded and when a view is published.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "capture/tracer.h"
+#include "nansense/architecture.h"
+#include "nansense/options.h"
+#include "nansense/position.h"
+#include "nansense/schedule.h"
+#include "nansense/stats.h"
+#include "stats/stats_store.h"
+
+namespace nansense::detail {
+
+class StatsCollector {
+ public:
+  struct Host {
+    // A part of the statistics failed and was disabled; training goes on.
+    std::function<void(const std::string&)> report_error;
+    // The settings or the published view changed (the status shows both).
+    std::function<void()> changed;
+  };
+  StatsCollector(torch::nn::Module& model, const Schedule& schedule, const StartOptions& options, Host host);
+
+  // --- any thread: settings ---
+  StatsScope scope() const;
+  void set_scope(StatsScope scope);
+  std::vector<std::string> watched() const;
+  // `architecture`: the last captured one; null before the first capture,
+  // when names are kept unchecked. Throws UsageError naming every unknown
+  // layer, changing nothing.
+  void watch(const std::vector<std::string>& layers, const Architecture* architecture);
+  void unwatch(const std::vector<std::string>& layers, const Architecture* architecture);
+  WatchPerformance performance() const;
+  // Whether the change flushes what was collected. UsageError for a bad value.
+  bool set_performance(const WatchPerformance& performance);
+  // Whether batches are collected: scope all, or watched with a watched
+  // layer (and collection not disabled by a failure).
+  bool collecting() const;
+  void add_metric(const std::string& name, MetricFn fn, MetricOn on, MetricReduce reduce);
+  std::vector<FailedMetric> failed_metrics() const;
+  std::shared_ptr<const StatsSnapshot> snapshot() const { return published_.load(); }
+
+  // --- training thread ---
+  // At a batch boundary: applies changed settings, closes a finished epoch
+  // (its metric reductions, a publish), and when this collected batch is its
+  // epoch's first, begins the parameter sample.
+  void begin_batch(const BatchPosition& pos, bool collect, const Architecture* architecture);
+  // Folds the batch's traced device tensors (final names) of the layers in
+  // scope, and runs the metric instruments on them.
+  void fold(const BatchPosition& pos, capture::TraceResult& trace);
+  // At the batch's end, after the loop's optimizer step: finishes a
+  // parameter sample begun at its start.
+  void end_batch(const Architecture* architecture);
+  // UsageError for an empty name.
+  void log_scalar(const std::string& name, double value, const BatchPosition& pos);
+  // The phase's length is known now: its held-back points get their x.
+  void end_phase(const std::string& phase, int64_t count);
+  // The first capture: drops the watched names `architecture` lacks and
+  // returns them.
+  std::vector<std::string> check_watched(const Architecture& architecture);
+  // A time-travel jump to `epoch`: everything of epochs >= epoch goes.
+  void rewind(int64_t epoch);
+  // Publishes a new view when something changed since the last one.
+  void publish();
+  // The run is over: the last epoch's reductions, then a publish.
+  void finish();
+
+ private:
+  struct Metric {
+    std::string name;
+    MetricFn fn;
+    MetricOn on = MetricOn::kBatch;
+    MetricReduce reduce = MetricReduce::kMean;
+    std::atomic<bool> failed{false};
+  };
+  // An epoch's values of one (metric, layer, phase), reduced as they come.
+  struct Reduction {
+    int64_t count = 0;
+    double sum = 0, min = 0, max = 0, last = 0;
+    void add(double v);
+    double value(MetricReduce reduce) const;
+  };
+  // A point whose x waits for its phase's length.
+  struct HeldPoint {
+    std::string name, layer, phase;
+    int64_t epoch = 0, batch = 0;
+    double value = 0;
+  };
+
+  // Training thread; each guarded so a failure disables collection.
+  template <class F>
+  void guarded(const char* what, F&& f);
+  void apply_settings();
+  void close_epoch(int64_t epoch);
+  void log_point(const std::string& name, const std::string& layer, const BatchPosition& pos, double value);
+  void run_metrics(const BatchPosition& pos, const std::vector<const LayerInfo*>& layers,
+                   const capture::TraceResult& trace, const std::map<std::string, torch::Tensor>& gradients);
+  void fail_metric(Metric& metric, const std::string& layer, const std::string& error);
+  // The layers a trace's architecture has in scope, in its order.
+  std::vector<const LayerInfo*> layers_in_scope(const Architecture& architecture) const;
+
+  torch::nn::Module& model_;
+  const Schedule& schedule_;
+  Host host_;
+
+  // Settings: any thread, under mu_.
+  mutable std::mutex mu_;
+  StatsScope scope_;
+  std::vector<std::string> watched_;
+  WatchPerformance performance_;
+  uint64_t version_ = 1;
+  bool disabled_ = false;  // a failure turned collection off
+  std::vector<std::shared_ptr<Metric>> metrics_;
+  std::vector<FailedMetric> failed_;
+
+  // Training thread only.
+  stats::StatsStore store_;
+  uint64_t applied_version_ = 0;
+  StatsScope applied_scope_ = StatsScope::kNone;  // settings as of the last batch boundary
+  std::vector<std::string> applied_watched_;
+  std::optional<int64_t> epoch_;  // the epoch of the last batch seen
+  bool sampling_parameters_ = false;
+  bool dirty_ = false;  // collected or logged since the last publish
+  std::map<std::tuple<std::string, std::string, std::string, int64_t>, Reduction> reductions_;
+  std::vector<HeldPoint> held_;
+
+  std::atomic<std::shared_ptr<const StatsSnapshot>> published_;
+};
+
+}  // namespace nansense::detail
