@@ -10,7 +10,9 @@ const UI_TIMEOUT_MS = h.uiTimeoutMs;
 // Long enough that the run is still going while the checks watch it; the
 // test pauses it once they have seen what they wait for.
 const DEMO_ARGS = ['--epochs', '40', '--limit-batches', '10'];
+// Watched by the demo from the start; EYE_LAYER is not, until the eye says so.
 const LAYER = 'features.0';
+const EYE_LAYER = 'features.1';
 const LINES = `chart-${LAYER}-lines-activation`;
 const HIST = `chart-${LAYER}-hist-activation`;
 
@@ -64,17 +66,13 @@ async function main() {
   await expectText('connection', 'live');
 
   await check('the eye on a card watches its layer (the status says so)', async () => {
-    await api('/api/stats/scope', { scope: 'watched' });
-    const eye = byTestId(`watch-${LAYER}`);
-    await eye.waitFor({ timeout: UI_TIMEOUT_MS });
-    if ((await eye.getAttribute('data-watched')) !== 'false') {
-      await eye.click();
-      await page.locator(`[data-testid="watch-${LAYER}"][data-watched="false"]`).waitFor({ timeout: UI_TIMEOUT_MS });
-    }
+    const eye = byTestId(`watch-${EYE_LAYER}`);
+    await page.locator(`[data-testid="watch-${EYE_LAYER}"][data-watched="false"]`).waitFor({ timeout: UI_TIMEOUT_MS });
     await eye.click();
-    await page.locator(`[data-testid="watch-${LAYER}"][data-watched="true"]`).waitFor({ timeout: UI_TIMEOUT_MS });
+    await page.locator(`[data-testid="watch-${EYE_LAYER}"][data-watched="true"]`).waitFor({ timeout: UI_TIMEOUT_MS });
     const { stats } = await api('/api/status');
-    if (!stats.watched_layers.includes(LAYER)) throw new Error(`status.stats.watched_layers is ${JSON.stringify(stats.watched_layers)}`);
+    if (!stats.watched_layers.includes(EYE_LAYER)) throw new Error(`status.stats.watched_layers is ${JSON.stringify(stats.watched_layers)}`);
+    await screenshot('watched');
   });
 
   await check('the settings dialog refuses a bad update frequency inline, then sets one the server confirms', async () => {

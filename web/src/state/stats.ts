@@ -104,14 +104,21 @@ export function shownLayers(s: Pick<StatsPageState, 'layer' | 'list'>, fallback:
   return layer ? [layer] : [];
 }
 
-// The phase shown: the user's pick; else the training phase when it has
-// statistics here; else (Histogram) the current batch or (Graphs) the first
-// phase with statistics.
+// The phase shown: the user's pick (Graphs has no current batch: its first
+// phase instead); until then the training phase when it has statistics
+// here, else the current batch. settlePhase keeps that first answer, so a
+// page opened on a running loop does not flip between its phases.
 export function shownPhase(s: StatsPageState, layers: string[], livePhase: string | null): string | null {
   const phases = phasesOf(s.list, layers);
-  if (s.phase !== undefined && (s.phase !== null || s.view === 'histogram')) return s.phase;
-  if (livePhase && phases.includes(livePhase)) return livePhase;
-  return s.view === 'graphs' ? (phases[0] ?? null) : null;
+  if (s.view === 'graphs') return typeof s.phase === 'string' ? s.phase : (phases[0] ?? null);
+  if (s.phase !== undefined) return s.phase;
+  return livePhase && phases.includes(livePhase) ? livePhase : null;
+}
+
+export function settlePhase(): void {
+  const s = statsStore.get();
+  if (s.phase !== undefined || !s.list) return;
+  statsStore.set({ phase: displayed().phase });
 }
 
 function firstLayer(): string | null {
@@ -167,6 +174,7 @@ async function fetchStats(): Promise<void> {
   try {
     const list = await api.listStats();
     statsStore.set({ list });
+    settlePhase();
     const { layers } = displayed();
     const have = new Set(statsLayers(list));
     const wanted = layers.filter((l) => have.has(l));
