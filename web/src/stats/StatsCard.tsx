@@ -286,7 +286,10 @@ function GraphsBody({ layer, phase, history }: { layer: string; phase: string | 
         <div class="stats-params" data-testid={`params-${layer}`}>
           <h3 class="stats-subhead">Parameters (at each epoch's first collected batch)</h3>
           {params.map(([name, samples]) => (
-            <Chart key={name} spec={parameterSpec(`chart-${layer}-param-${name}`, `${layer}.${name}`, samples, s.logY, s.retain)} />
+            <Chart
+              key={name}
+              spec={parameterSpec(`chart-${layer}-param-${name}`, name.startsWith(`${layer}.`) ? name : `${layer}.${name}`, samples, s.logY, s.retain)}
+            />
           ))}
         </div>
       )}
