@@ -126,8 +126,9 @@ function firstLayer(): string | null {
   return arch?.layers.find((l) => l.role !== 'input')?.name ?? arch?.layers[0]?.name ?? null;
 }
 
-function displayed(): { layers: string[]; phase: string | null } {
-  const s = statsStore.get();
+// What the page shows, with `list` in place of the one it holds.
+function displayed(list: StatsList | null = statsStore.get().list): { layers: string[]; phase: string | null } {
+  const s = { ...statsStore.get(), list };
   const layers = shownLayers(s, firstLayer());
   return { layers, phase: shownPhase(s, layers, store.get().status?.live_position?.phase ?? null) };
 }
@@ -173,9 +174,7 @@ async function fetchStats(): Promise<void> {
   const generation = store.get().generation;
   try {
     const list = await api.listStats();
-    statsStore.set({ list });
-    settlePhase();
-    const { layers } = displayed();
+    const { layers } = displayed(list);
     const have = new Set(statsLayers(list));
     const wanted = layers.filter((l) => have.has(l));
     const [histories, metrics] = await Promise.all([
@@ -183,7 +182,9 @@ async function fetchStats(): Promise<void> {
       statsStore.get().view === 'graphs' ? api.getMetrics(layers) : Promise.resolve(statsStore.get().metrics),
     ]);
     if (generation !== store.get().generation) return;
-    statsStore.set({ histories: Object.fromEntries(histories.map((h) => [h.layer, h])), metrics, loading: false });
+    // The list with its histories: the page never shows one newer than the other.
+    statsStore.set({ list, histories: Object.fromEntries(histories.map((h) => [h.layer, h])), metrics, loading: false });
+    settlePhase();
     reportedStatsError = '';
   } catch (e) {
     statsStore.set({ loading: false });

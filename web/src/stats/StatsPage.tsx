@@ -35,7 +35,14 @@ export function StatsPage() {
       <Banners />
       <div class="stats-body">
         <Sidebar layers={layers} phase={phase} />
-        <main class="stats-main" ref={setScroller} data-testid="stats-main" data-view={s.view} data-phase={phase ?? 'current'}>
+        <main
+          class="stats-main"
+          ref={setScroller}
+          data-testid="stats-main"
+          data-view={s.view}
+          data-phase={phase ?? 'current'}
+          data-stats-sequence={s.list?.sequence ?? 0}
+        >
           <VisibilityContext.Provider value={visibility}>
             <StatsEmpty layers={layers} phase={phase} />
             {layers.map((layer) => (
