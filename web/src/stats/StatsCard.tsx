@@ -9,7 +9,7 @@ import { pageHref } from '../links';
 import { store } from '../state/app';
 import { isWatched, statsStore } from '../state/stats';
 import { useSelector } from '../state/store';
-import { bandEdges } from './bins';
+import { bandEdges, hasBands } from './bins';
 import { Chart } from './Chart';
 import { CURRENT_COLOR, phaseColor } from './colors';
 import { bandTripped } from './Sidebar';
@@ -107,12 +107,20 @@ function HistogramBody(props: {
 
   const channels = Math.max(0, ...columns.flatMap((c) => [c.activation?.channel_hists?.length ?? 0, c.gradient?.channel_hists?.length ?? 0]));
   const ch = Math.min(channel, Math.max(0, channels - 1));
-  const bands = (s.band ?? tripped) ? bandEdges(dtype, reportBands ?? []) : [];
+  const showBands = s.band ?? tripped;
+  const bands = showBands ? bandEdges(dtype, reportBands ?? []) : [];
   const position = phase === null && current ? current.position.text : null;
 
   return (
     <>
       {position && <p class="stats-note">Last captured batch: {position}</p>}
+      {showBands && bands.length === 0 && (
+        <p class="stats-note" data-testid={`band-note-${layer}`}>
+          {hasBands(dtype, reportBands ?? [])
+            ? `${dtype}'s subnormal and overflow edges lie outside the bins' span (1e-9..1e6): nothing to mark.`
+            : `No subnormal/overflow band for ${dtype ?? 'an unknown dtype'}.`}
+        </p>
+      )}
       <div class="stats-tables">
         {columns.map((c) => (
           <StatsTable key={c.label} column={c} />

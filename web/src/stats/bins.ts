@@ -93,6 +93,11 @@ const FINFO: Record<string, { tiny: number; max: number }> = {
   float64: { tiny: 2.2250738585072014e-308, max: 1.7976931348623157e308 },
 };
 
+// Whether the dtype has band edges at all (a floating dtype).
+export function hasBands(dtype: string | null | undefined, bands: DebugBand[] = []): boolean {
+  return dtype != null && (dtype in FINFO || bands.some((b) => b.dtype === dtype));
+}
+
 // The subnormal / overflow band edges of a dtype (±finfo.tiny, ±finfo.max/16:
 // the numerical check's), those inside the span the bins resolve. The debug
 // report's own band for the dtype wins when it has one.
