@@ -128,10 +128,12 @@ struct TensorStatsView {
   // dim 1 changed size mid-stream (token counts).
   std::vector<std::vector<int64_t>> channel_hists;
   int64_t channels = 0;  // dim-1 size seen; 0 when per-channel is off
-  // From hist, or cached when the bins were collapsed.
+  // From hist (the non-NaN values, infinities in the end bins), or cached
+  // when the bins were collapsed.
   double median = std::numeric_limits<double>::quiet_NaN();
-  // Channels whose every value fell in the zero band (of those tracked);
-  // nullopt when unknown (no per-channel histograms).
+  // Channels whose every value fell in the zero band (of those tracked,
+  // that saw a value; a NaN or infinity keeps a channel alive); nullopt when
+  // unknown (no per-channel histograms).
   std::optional<int64_t> dead_count;
   std::vector<int64_t> dead_channels;  // their indices (while bins exist)
 
@@ -155,8 +157,9 @@ struct ParameterSample {
   int64_t epoch = 0;
   double value_norm = 0, mean = 0, std = 0, min = 0, max = 0;
   std::optional<double> grad_norm, grad_mean, grad_std, grad_min, grad_max;
-  // ||w after the batch's optimizer step - w before|| / ||w before||;
-  // nullopt when the batch changed nothing (eval) or w before was zero.
+  // ||w after the batch's optimizer step - w before|| / ||w before||: 0.0
+  // when the batch changed nothing (eval, a frozen parameter); nullopt only
+  // when w before was all zeros (no ratio to take).
   std::optional<double> update_ratio;
 };
 
@@ -185,6 +188,9 @@ struct StatsSnapshot {
   std::map<std::string, std::string> owner;
   std::vector<SeriesView> series;
   size_t device_bytes = 0;  // what the accumulators hold on their device
+
+  // Approximate CPU memory of this snapshot (views, strings, containers).
+  size_t host_bytes() const;
 };
 
 // The metric instruments that failed and were disabled, with their error.
