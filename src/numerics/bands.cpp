@@ -10,6 +10,8 @@
 #include <map>
 #include <utility>
 
+#include "common/host_copy.h"
+
 namespace nansense::numerics {
 
 std::optional<Band> band_of(c10::ScalarType dtype) {
@@ -41,9 +43,7 @@ namespace {
 
 // Sums in float64 where the device has it: counts of a billion elements and
 // |x| sums of float32 values near finfo.max stay exact enough to compare.
-c10::ScalarType accumulator(const torch::Tensor& t) {
-  return t.device().is_mps() ? torch::kFloat : torch::kDouble;
-}
+c10::ScalarType accumulator(const torch::Tensor& t) { return common::accumulator_dtype(t.device()); }
 
 // [numel, nan, inf, under_abs, over_abs, finite_abs] of one floating tensor.
 torch::Tensor band_vector(const torch::Tensor& x, const Band& band) {

@@ -31,12 +31,28 @@ constexpr double kTop = 1e6;
 const std::vector<double>& bin_edges();
 
 // Where bin i is drawn and what a median falling in it reports: the
-// geometric midpoint of its edges, signed; 0 for the zero band.
+// geometric midpoint of its edges, signed; 0 for the zero band. The end bins
+// report the midpoint of their finite edges (about +-8.5e5) whatever lies
+// beyond +-1e6: a saturated median reads as the top of the scale.
 double bin_center(int bin);
 
 // The bin of every element (int64, same shape and device as x). NaN elements
-// get -1. Records no sync: runs on the tensor's own device.
+// get -1. Records no sync: runs on the tensor's own device. A value exactly
+// on an edge (as the tensor's dtype rounds it) lands in the bin on the larger
+// magnitude's side: 1e-9 in bin 106, -1e-9 in bin 104, +-1e6 in the end bins.
 torch::Tensor bin_index(const torch::Tensor& x);
+
+// What accumulators count: the 211 bins of the non-infinite values, then one
+// slot each for NaN, +inf and -inf, so one count over slot_index() gives
+// the histogram and the non-finite counts together.
+constexpr int kNanSlot = kBins;          // 211
+constexpr int kPosInfSlot = kBins + 1;   // 212
+constexpr int kNegInfSlot = kBins + 2;   // 213
+constexpr int kSlots = kBins + 3;        // 214
+torch::Tensor slot_index(const torch::Tensor& x);
+
+// The 211-bin histogram of kSlots counts: the infinities join the end bins.
+std::vector<int64_t> hist_from_slots(const int64_t* slots);
 
 // The centre of the bin that holds the median count; NaN for an empty
 // histogram.

@@ -14,7 +14,9 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "nansense/stats.h"
@@ -31,11 +33,19 @@ enum class Kind { kActivation, kGradient };
 class TensorAccumulator {
  public:
   explicit TensorAccumulator(Detail detail);
-  // Folds in every element of t (any float dtype, cast to float32 on its
-  // device). No host sync.
+  // Folds in every element of t (any real dtype; computed in float32 on its
+  // device, float64 stays float64; complex tensors are skipped). No host
+  // sync. An empty tensor changes nothing. Per-channel tracking is fixed by
+  // the first non-empty tensor (dim 1 of a tensor of >= 2 dims) and ends for
+  // good when dim 1 changes size or a tensor of < 2 dims comes.
   void add(const torch::Tensor& t);
-  // Caches median and dead channels, then frees the bins (one sync).
+  // Caches median and dead channels, then frees the bins (one sync). The
+  // scalars move to the host too: a collapsed accumulator holds no device
+  // memory, and add() on it changes nothing (its epoch is over).
   void collapse();
+  // The same from CPU copies of buffers() that the caller took in a batched
+  // copy with others (no sync of its own).
+  void collapse(const std::vector<torch::Tensor>& cpu_buffers);
   bool collapsed() const;
   // Device bytes held.
   size_t bytes() const;
@@ -45,6 +55,9 @@ class TensorAccumulator {
   TensorStatsView view(const std::vector<torch::Tensor>& cpu_buffers) const;
 
  private:
+  // view(), or (bins false) the collapsed form: no histograms, counts kept.
+  TensorStatsView describe(const std::vector<torch::Tensor>& cpu_buffers, bool bins) const;
+
   struct State;
   std::shared_ptr<State> state_;
 };
@@ -59,7 +72,9 @@ class StatsStore {
   const Detail& detail() const { return detail_; }
 
   // Folds one batch's tensor of `layer` into its (layer, phase, epoch)
-  // bucket. Starting a newer epoch for (layer, phase) collapses the older one.
+  // bucket. Starting a newer epoch for (layer, phase) collapses the older one:
+  // at the next end_batch() or publish(), all such buckets in one batched
+  // copy (one sync per epoch boundary, not one per layer).
   void add(const std::string& layer, const std::string& phase, int64_t epoch, Kind kind, const torch::Tensor& t);
   // Counts a batch into the buckets touched since the last call.
   void end_batch();
@@ -67,6 +82,10 @@ class StatsStore {
   // Per parameter, at an epoch's first collected batch: call
   // begin_parameter_sample before the batch's optimizer step would run (its
   // start) and finish_parameter_sample after it (the batch's end).
+  // begin clones the parameters on their device (the weights before the
+  // step); finish takes values, gradients (where defined) and the update
+  // ratio of the same tensors in one batched copy, then frees the clones.
+  // wants_parameter_sample is false for an epoch sampled or being sampled.
   bool wants_parameter_sample(int64_t epoch) const;
   void begin_parameter_sample(int64_t epoch, const std::vector<std::pair<std::string, torch::Tensor>>& params);
   void finish_parameter_sample(const std::map<std::string, std::string>& owner_of);
@@ -96,6 +115,16 @@ class StatsStore {
   std::map<std::string, std::string> owner_;
   std::vector<SeriesView> series_;
   uint64_t sequence_ = 0;
+  // Buckets added to since the last end_batch(), and older epochs' buckets
+  // waiting to collapse; a bucket dropped meanwhile is skipped.
+  std::vector<std::shared_ptr<Bucket>> touched_;
+  std::vector<std::shared_ptr<Bucket>> collapse_queue_;
+  std::set<int64_t> sampled_epochs_;
+  std::map<std::tuple<std::string, std::string, std::string>, size_t> series_index_;  // (name, layer, phase)
+
+  bool live(const std::shared_ptr<Bucket>& bucket) const;
+  void collapse_queued();
+  void forget_dropped();
 };
 
 }  // namespace nansense::stats

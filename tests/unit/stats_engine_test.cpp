@@ -1,0 +1,623 @@
+// The statistics engine against direct computation on known tensors: the
+// signed-log bins and their edges, saturation, the zero band, NaN and
+// infinities, medians, dead channels, the per-channel limit, exact running
+// sums, collapsing older epochs, rewinds, parameter samples over a real
+// optimizer step, and what it holds for a large network over many epochs.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <iostream>
+#include <limits>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "nansense/stats.h"
+#include "stats/histogram.h"
+#include "stats/stats_store.h"
+
+namespace nansense::stats {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// Independent of the engine: the bin of one value by a search over
+// bin_edges() rounded to the dtype compared in (what "exactly on an edge"
+// means for a float32 value).
+template <typename T>
+int reference_bin(T v) {
+  if (std::isnan(v)) return -1;
+  const auto& edges = bin_edges();
+  const T magnitude = std::abs(v);
+  if (magnitude < static_cast<T>(kZeroBand)) return kZeroBin;
+  // Magnitude bins by the positive edges 1e-9 .. 1e6 (edges[106..211]).
+  int k = 0;
+  while (k + 1 < kSideBins && magnitude >= static_cast<T>(edges[kZeroBin + 2 + k])) ++k;
+  return v > 0 ? kZeroBin + 1 + k : kZeroBin - 1 - k;
+}
+
+template <typename T>
+std::vector<int64_t> reference_hist(const torch::Tensor& x) {
+  std::vector<int64_t> hist(kBins, 0);
+  auto flat = x.contiguous().reshape({-1});
+  for (int64_t i = 0; i < flat.numel(); ++i) {
+    const int b = reference_bin<T>(flat[i].item<T>());
+    if (b >= 0) ++hist[b];
+  }
+  return hist;
+}
+
+std::vector<int64_t> bins_of(const torch::Tensor& x) {
+  auto b = bin_index(x).contiguous();
+  return std::vector<int64_t>(b.data_ptr<int64_t>(), b.data_ptr<int64_t>() + b.numel());
+}
+
+TensorStatsView published(const TensorAccumulator& acc) {
+  std::vector<torch::Tensor> cpu;
+  for (const auto& b : acc.buffers()) cpu.push_back(b.cpu().clone());
+  return acc.view(cpu);
+}
+
+Detail limit(int64_t channels) { return Detail().channel_limit_enabled(true).channel_limit(channels); }
+Detail unlimited() { return Detail().channel_limit_enabled(false); }
+
+// --- bins --------------------------------------------------------------
+
+TEST(StatsHistogram, EdgesAreMonotoneWithExactPowersOfTenEverySevenBins) {
+  const auto& e = bin_edges();
+  ASSERT_EQ(e.size(), 212u);
+  for (size_t i = 1; i < e.size(); ++i) EXPECT_LT(e[i - 1], e[i]) << i;
+  EXPECT_EQ(e.front(), -1e6);
+  EXPECT_EQ(e[105], -1e-9);
+  EXPECT_EQ(e[106], 1e-9);
+  EXPECT_EQ(e.back(), 1e6);
+  const double decades[] = {1e-9, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2,
+                            1e-1, 1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6};
+  for (int d = 0; d < 16; ++d) {
+    EXPECT_EQ(e[106 + 7 * d], decades[d]) << d;
+    EXPECT_EQ(e[105 - 7 * d], -decades[d]) << d;
+  }
+  // Six log-spaced interior edges per decade.
+  for (int i = 107; i < 212; ++i) EXPECT_NEAR(e[i] / e[i - 1], std::pow(10.0, 1.0 / 7), 1e-12) << i;
+  for (int i = 0; i < 106; ++i) EXPECT_EQ(e[i], -e[211 - i]);
+}
+
+TEST(StatsHistogram, ChosenValuesLandInTheirBins) {
+  const std::vector<double> values = {0,    -0.0, 1e-10, -1e-10, 1e-9, -1e-9, 1,      -1,    1e6,
+                                      -1e6, 1e7,  -1e7,  kInf,   -kInf, kNaN, 1.2e-9, -2e-9};
+  const std::vector<int64_t> expected = {105, 105, 105, 105, 106, 104, 169, 41, 210,
+                                         0,   210, 0,   210, 0,   -1,  106, 102};
+  for (auto dtype : {torch::kDouble, torch::kFloat}) {
+    EXPECT_EQ(bins_of(torch::tensor(values, torch::kDouble).to(dtype)), expected) << dtype;
+  }
+  // Shape is kept, a 0-dim tensor included.
+  EXPECT_EQ(bin_index(torch::zeros({2, 3, 4})).sizes(), (std::vector<int64_t>{2, 3, 4}));
+  EXPECT_EQ(bin_index(torch::tensor(1.0)).item<int64_t>(), 169);
+  EXPECT_EQ(bin_index(torch::zeros({2, 3, 4})).scalar_type(), torch::kLong);
+}
+
+TEST(StatsHistogram, ValuesOnEveryEdgeLandOnTheLargerMagnitudesSide) {
+  const auto& e = bin_edges();
+  std::vector<double> on, below;
+  std::vector<int64_t> on_bin, below_bin;
+  for (int i = 1; i < 211; ++i) {
+    on.push_back(e[i]);
+    below.push_back(std::nextafter(e[i], 0.0));  // just inside, towards zero
+    if (e[i] > 0) {
+      on_bin.push_back(i);
+      below_bin.push_back(i - 1);
+    } else {
+      on_bin.push_back(i - 1);
+      below_bin.push_back(i);
+    }
+  }
+  EXPECT_EQ(bins_of(torch::tensor(on, torch::kDouble)), on_bin);
+  EXPECT_EQ(bins_of(torch::tensor(below, torch::kDouble)), below_bin);
+  // float32: the edges as float32 rounds them.
+  std::vector<float> on_f, below_f;
+  for (double v : on) on_f.push_back(static_cast<float>(v));
+  for (float v : on_f) below_f.push_back(std::nextafter(v, 0.0f));
+  EXPECT_EQ(bins_of(torch::tensor(on_f)), on_bin);
+  EXPECT_EQ(bins_of(torch::tensor(below_f)), below_bin);
+  for (size_t k = 0; k < on_f.size(); ++k) EXPECT_EQ(reference_bin(on_f[k]), on_bin[k]);
+}
+
+TEST(StatsHistogram, EveryBinCentreLandsInItsBinAndRandomValuesMatchTheReference) {
+  std::vector<double> centres;
+  for (int b = 0; b < kBins; ++b) centres.push_back(bin_center(b));
+  std::vector<int64_t> all(kBins);
+  for (int b = 0; b < kBins; ++b) all[b] = b;
+  EXPECT_EQ(bins_of(torch::tensor(centres, torch::kDouble)), all);
+  EXPECT_EQ(bin_center(kZeroBin), 0.0);
+  EXPECT_NEAR(bin_center(210), std::pow(10.0, 6 - 1.0 / 14), 1e-6);
+  EXPECT_EQ(bin_center(0), -bin_center(210));
+  EXPECT_TRUE(std::isnan(bin_center(-1)));
+  EXPECT_TRUE(std::isnan(bin_center(kBins)));
+
+  torch::manual_seed(3);
+  auto x = torch::randn({4000}) * torch::pow(10.0, torch::randn({4000}) * 6);
+  auto hist = reference_hist<float>(x);
+  auto b = bins_of(x);
+  std::vector<int64_t> counted(kBins, 0);
+  for (auto i : b) ++counted[i];
+  EXPECT_EQ(counted, hist);
+}
+
+TEST(StatsHistogram, MedianIsTheCentreOfTheBinHoldingTheMedian) {
+  EXPECT_TRUE(std::isnan(median_from_hist(std::vector<int64_t>(kBins, 0))));
+  // 50 x -2, 49 near zero, 100 x 1: the 100th of 199 values is a 1.
+  std::vector<int64_t> hist(kBins, 0);
+  hist[bin_index(torch::tensor(-2.0)).item<int64_t>()] = 50;
+  hist[kZeroBin] = 49;
+  hist[169] = 100;
+  EXPECT_EQ(median_from_hist(hist), bin_center(169));
+  hist[kZeroBin] = 50;  // 200 values: the lower median (100th) is near zero
+  EXPECT_EQ(median_from_hist(hist), 0.0);
+
+  // Known distributions (odd counts): the bin of the true median.
+  torch::manual_seed(7);
+  const std::vector<torch::Tensor> samples = {torch::rand({1001}) * 99 + 1, torch::randn({2001}).exp(),
+                                              -torch::randn({501}).abs() * 1e-4, torch::randn({999}) * 1e5};
+  for (const auto& x : samples) {
+    TensorAccumulator acc(limit(16));
+    acc.add(x);
+    const double median = std::get<0>(x.to(torch::kDouble).median(0)).item<double>();
+    EXPECT_EQ(published(acc).median, bin_center(bin_index(torch::tensor(median)).item<int64_t>()));
+  }
+}
+
+// --- one accumulator ---------------------------------------------------
+
+TEST(StatsAccumulator, SaturationZeroBandAndNonFiniteCounts) {
+  TensorAccumulator acc(limit(16));
+  auto x = torch::tensor({0.0, 1e-12, -5e-10, 2e6, -3e9, kInf, -kInf, kNaN, kNaN, 1.0}, torch::kDouble);
+  acc.add(x);
+  auto v = published(acc);
+  EXPECT_EQ(v.n, 6);
+  EXPECT_EQ(v.nan, 2);
+  EXPECT_EQ(v.pos_inf, 1);
+  EXPECT_EQ(v.neg_inf, 1);
+  ASSERT_EQ(v.hist.size(), 211u);
+  EXPECT_EQ(v.hist[kZeroBin], 3);
+  EXPECT_EQ(v.hist[210], 2);  // 2e6 and +inf saturate
+  EXPECT_EQ(v.hist[0], 2);    // -3e9 and -inf
+  EXPECT_EQ(v.hist[169], 1);
+  int64_t total = 0;
+  for (auto c : v.hist) total += c;
+  EXPECT_EQ(total, v.n + v.pos_inf + v.neg_inf);  // NaN is not binned
+  EXPECT_EQ(v.min, -3e9);
+  EXPECT_EQ(v.max, 2e6);
+  const double sum = 1e-12 - 5e-10 + 2e6 - 3e9 + 1.0, sum_sq = 1e-24 + 25e-20 + 4e12 + 9e18 + 1.0;
+  EXPECT_NEAR(v.sum, sum, std::abs(sum) * 1e-15);
+  EXPECT_NEAR(v.sum_sq, sum_sq, sum_sq * 1e-15);
+  EXPECT_EQ(v.channels, 0);  // 1-D: no channels
+  EXPECT_TRUE(v.channel_hists.empty());
+  EXPECT_FALSE(v.dead_count.has_value());
+
+  TensorAccumulator only_nan(limit(16));
+  only_nan.add(torch::full({5}, kNaN));
+  auto w = published(only_nan);
+  EXPECT_EQ(w.n, 0);
+  EXPECT_EQ(w.nan, 5);
+  EXPECT_TRUE(std::isnan(w.min));
+  EXPECT_TRUE(std::isnan(w.max));
+  EXPECT_TRUE(std::isnan(w.mean()));
+  EXPECT_TRUE(std::isnan(w.median));
+}
+
+TEST(StatsAccumulator, DeadChannelsSawValuesAllInTheZeroBand) {
+  torch::manual_seed(1);
+  auto x = torch::randn({4, 6, 3});
+  x.select(1, 1).zero_();
+  x.select(1, 4).fill_(1e-12);
+  x.select(1, 2).zero_();
+  x[0][2][0] = kNaN;  // a NaN keeps a channel alive
+  x.select(1, 5).zero_();
+  x[3][5][2] = 1e-3;
+  TensorAccumulator acc(limit(16));
+  acc.add(x);
+  auto v = published(acc);
+  EXPECT_EQ(v.channels, 6);
+  ASSERT_EQ(v.channel_hists.size(), 6u);
+  ASSERT_TRUE(v.dead_count.has_value());
+  EXPECT_EQ(*v.dead_count, 2);
+  EXPECT_EQ(v.dead_channels, (std::vector<int64_t>{1, 4}));
+  // A later batch where channel 4 wakes up.
+  auto y = torch::zeros({2, 6, 3});
+  y.select(1, 4).fill_(0.5);
+  acc.add(y);
+  v = published(acc);
+  EXPECT_EQ(v.dead_channels, (std::vector<int64_t>{1}));
+}
+
+TEST(StatsAccumulator, PerChannelHistogramsUpToTheLimitAndTheLayerOverAll) {
+  torch::manual_seed(2);
+  auto x = torch::randn({3, 40, 5}) * torch::arange(1, 41).view({1, 40, 1});
+  for (const auto& detail : {limit(16), unlimited()}) {
+    TensorAccumulator acc(detail);
+    acc.add(x);
+    acc.add(x * -3);
+    auto both = torch::cat({x, x * -3});
+    auto v = published(acc);
+    const size_t rows = detail.channel_limit_enabled() ? 16 : 40;
+    EXPECT_EQ(v.channels, 40);
+    ASSERT_EQ(v.channel_hists.size(), rows);
+    EXPECT_EQ(v.hist, reference_hist<float>(both));
+    std::vector<int64_t> sum(kBins, 0);
+    for (size_t c = 0; c < rows; ++c) {
+      EXPECT_EQ(v.channel_hists[c], reference_hist<float>(both.select(1, c))) << c;
+      for (int b = 0; b < kBins; ++b) sum[b] += v.channel_hists[c][b];
+    }
+    if (rows == 40) {
+      EXPECT_EQ(sum, v.hist);
+    }
+  }
+  // Features of a 2-D tensor are its channels.
+  TensorAccumulator flat(limit(4));
+  flat.add(torch::randn({8, 10}));
+  auto v = published(flat);
+  EXPECT_EQ(v.channels, 10);
+  EXPECT_EQ(v.channel_hists.size(), 4u);
+}
+
+TEST(StatsAccumulator, Dim1ChangingMidStreamEndsPerChannelTrackingForGood) {
+  for (const auto& detail : {limit(4), unlimited()}) {
+    TensorAccumulator acc(detail);
+    auto a = torch::randn({2, 5, 8});
+    auto b = torch::randn({2, 7, 8});
+    auto c = torch::randn({2, 5, 8});
+    acc.add(a);
+    EXPECT_EQ(published(acc).channels, 5);
+    EXPECT_NO_THROW(acc.add(b));
+    EXPECT_NO_THROW(acc.add(c));
+    auto v = published(acc);
+    EXPECT_EQ(v.channels, 0);
+    EXPECT_TRUE(v.channel_hists.empty());
+    EXPECT_FALSE(v.dead_count.has_value());
+    EXPECT_EQ(v.n, 80 + 112 + 80);
+    EXPECT_EQ(v.hist, reference_hist<float>(torch::cat({a.reshape(-1), b.reshape(-1), c.reshape(-1)})));
+  }
+}
+
+TEST(StatsAccumulator, HalfPrecisionIsWidenedOnTheDevice) {
+  const std::vector<double> values = {-2.0, 0.5, 0.0, 65504.0, -kInf, kNaN, 1e-3};
+  for (auto dtype : {torch::kHalf, torch::kBFloat16}) {
+    auto x = torch::tensor(values, torch::kDouble).to(dtype);
+    auto widened = x.to(torch::kDouble);
+    TensorAccumulator acc(limit(16));
+    acc.add(x.view({1, 7}));
+    auto v = published(acc);
+    EXPECT_EQ(v.n, 5);
+    EXPECT_EQ(v.nan, 1);
+    EXPECT_EQ(v.neg_inf, 1);
+    EXPECT_EQ(v.min, -2.0);
+    EXPECT_EQ(v.max, widened[3].item<double>());
+    const double finite_sum = torch::nan_to_num(widened, 0, 0, 0).sum().item<double>();
+    EXPECT_EQ(v.sum, finite_sum);
+    EXPECT_EQ(v.hist, reference_hist<float>(x.to(torch::kFloat)));
+    EXPECT_EQ(bins_of(x), bins_of(x.to(torch::kFloat)));
+  }
+}
+
+TEST(StatsAccumulator, EmptyTensorsChangeNothing) {
+  TensorAccumulator acc(limit(16));
+  acc.add(torch::empty({0, 4}));
+  acc.add(torch::Tensor());
+  auto v = published(acc);
+  EXPECT_EQ(v.n, 0);
+  EXPECT_EQ(v.nan, 0);
+  acc.add(torch::ones({2, 4}));
+  acc.add(torch::empty({0, 9}));  // no values: not a change of dim 1 either
+  v = published(acc);
+  EXPECT_EQ(v.n, 8);
+  EXPECT_EQ(v.channels, 4);
+  EXPECT_EQ(v.sum, 8.0);
+}
+
+TEST(StatsAccumulator, SumsOverManyBatchesEqualFloat64DirectSums) {
+  torch::manual_seed(5);
+  TensorAccumulator acc(limit(16));
+  std::vector<torch::Tensor> seen;
+  for (int batch = 0; batch < 300; ++batch) {
+    // Large offset, small spread: what float32 running sums get wrong.
+    auto x = (torch::randn({16, 8, 4}) * 0.01 + 1000.0 + batch).to(torch::kFloat);
+    if (batch % 50 == 0) x[0][0][0] = kNaN;
+    acc.add(x);
+    seen.push_back(x.to(torch::kDouble).reshape({-1}));
+  }
+  auto all = torch::cat(seen);
+  auto finite = all.masked_select(torch::isfinite(all));
+  auto v = published(acc);
+  EXPECT_EQ(v.n, finite.numel());
+  EXPECT_EQ(v.nan, 6);
+  const double sum = finite.sum().item<double>();
+  const double sum_sq = finite.square().sum().item<double>();
+  EXPECT_NEAR(v.sum, sum, std::abs(sum) * 1e-13);
+  EXPECT_NEAR(v.sum_sq, sum_sq, std::abs(sum_sq) * 1e-13);
+  EXPECT_EQ(v.min, finite.min().item<double>());
+  EXPECT_EQ(v.max, finite.max().item<double>());
+  EXPECT_NEAR(v.mean(), finite.mean().item<double>(), 1e-9);
+  EXPECT_NEAR(v.std(), finite.std(/*unbiased=*/false).item<double>(), 1e-6);
+}
+
+TEST(StatsAccumulator, CollapseKeepsScalarsMedianAndDeadCountAndFreesTheDevice) {
+  auto x = torch::randn({4, 6, 3});
+  x.select(1, 2).zero_();
+  TensorAccumulator acc(limit(16));
+  acc.add(x);
+  auto before = published(acc);
+  EXPECT_GT(acc.bytes(), 6u * kSlots * sizeof(int64_t));
+  acc.collapse();
+  EXPECT_TRUE(acc.collapsed());
+  EXPECT_EQ(acc.bytes(), 0u);
+  EXPECT_TRUE(acc.buffers().empty());
+  auto after = acc.view({});
+  EXPECT_TRUE(after.hist.empty());
+  EXPECT_TRUE(after.channel_hists.empty());
+  EXPECT_TRUE(after.dead_channels.empty());
+  EXPECT_EQ(after.median, before.median);
+  EXPECT_EQ(after.dead_count, std::optional<int64_t>(1));
+  EXPECT_EQ(after.n, before.n);
+  EXPECT_EQ(after.sum, before.sum);
+  EXPECT_EQ(after.sum_sq, before.sum_sq);
+  EXPECT_EQ(after.min, before.min);
+  EXPECT_EQ(after.max, before.max);
+  acc.add(torch::ones({4, 6, 3}));  // its epoch is over
+  EXPECT_EQ(acc.view({}).n, before.n);
+}
+
+// --- the store ---------------------------------------------------------
+
+const LayerStatsView& bucket(const StatsSnapshot& s, const std::string& layer, const std::string& phase,
+                             int64_t epoch) {
+  for (const auto& b : s.layers.at({layer, phase})) {
+    if (b.epoch == epoch) return b;
+  }
+  throw std::runtime_error("no bucket");
+}
+
+TEST(StatsStore, BucketsPerLayerPhaseEpochCountBatchesAndKinds) {
+  StatsStore store;
+  store.add("fc", "train", 0, Kind::kActivation, torch::ones({2, 3}));
+  store.add("fc", "train", 0, Kind::kGradient, torch::full({2, 3}, -1.0));
+  store.add("relu", "train", 0, Kind::kActivation, torch::ones({2, 3}));
+  store.end_batch();
+  store.add("fc", "train", 0, Kind::kActivation, torch::ones({2, 3}));
+  store.end_batch();
+  store.end_batch();  // nothing touched
+  auto s = store.publish();
+  const auto& fc = bucket(*s, "fc", "train", 0);
+  EXPECT_EQ(fc.batches, 2);
+  ASSERT_TRUE(fc.activation && fc.gradient);
+  EXPECT_EQ(fc.activation->n, 12);
+  EXPECT_EQ(fc.gradient->n, 6);
+  EXPECT_EQ(fc.gradient->sum, -6.0);
+  const auto& relu = bucket(*s, "relu", "train", 0);
+  EXPECT_EQ(relu.batches, 1);
+  EXPECT_FALSE(relu.gradient.has_value());
+  EXPECT_EQ(s->device_bytes, store.device_bytes());
+  EXPECT_GT(s->device_bytes, 0u);
+}
+
+TEST(StatsStore, ANewerEpochCollapsesTheOlderBucketOfItsPhaseOnly) {
+  auto x = torch::randn({4, 6, 3});
+  x.select(1, 0).zero_();
+  StatsStore store;
+  store.add("fc", "train", 0, Kind::kActivation, x);
+  store.add("fc", "val", 0, Kind::kActivation, x);
+  store.end_batch();
+  const auto per_accumulator = store.device_bytes() / 2;
+  auto s0 = store.publish();
+  store.add("fc", "train", 1, Kind::kActivation, x * 2);
+  store.end_batch();  // the epoch boundary's one batched copy
+  EXPECT_EQ(store.device_bytes(), 2 * per_accumulator);
+  auto s = store.publish();
+  const auto& old = bucket(*s, "fc", "train", 0);
+  EXPECT_TRUE(old.activation->hist.empty());
+  EXPECT_EQ(old.activation->median, bucket(*s0, "fc", "train", 0).activation->median);
+  EXPECT_EQ(old.activation->dead_count, std::optional<int64_t>(1));
+  EXPECT_EQ(old.activation->n, 72);
+  EXPECT_EQ(bucket(*s, "fc", "train", 1).activation->hist.size(), 211u);
+  EXPECT_EQ(bucket(*s, "fc", "val", 0).activation->hist.size(), 211u);
+  ASSERT_EQ(s->layers.at({"fc", "train"}).size(), 2u);
+  EXPECT_EQ(s->layers.at({"fc", "train"})[0].epoch, 0);  // ascending epochs
+
+  // publish() collapses from its own copy when no end_batch() came between.
+  store.add("fc", "val", 1, Kind::kActivation, x);
+  auto s2 = store.publish();
+  EXPECT_TRUE(bucket(*s2, "fc", "val", 0).activation->hist.empty());
+  EXPECT_EQ(bucket(*s2, "fc", "val", 0).activation->n, 72);
+  EXPECT_EQ(store.device_bytes(), 2 * per_accumulator);
+  // An older epoch's bucket takes no more values.
+  store.add("fc", "val", 0, Kind::kActivation, x);
+  EXPECT_EQ(bucket(*store.publish(), "fc", "val", 0).activation->n, 72);
+}
+
+TEST(StatsStore, DropFromEpochForgetsBucketsSamplesAndPoints) {
+  StatsStore store;
+  torch::nn::Linear fc(2, 2);
+  std::vector<std::pair<std::string, torch::Tensor>> params = {{"fc.weight", fc->weight}};
+  for (int64_t epoch = 0; epoch < 4; ++epoch) {
+    store.add("fc", "train", epoch, Kind::kActivation, torch::ones({2, 2}));
+    store.begin_parameter_sample(epoch, params);
+    store.finish_parameter_sample({{"fc.weight", "fc"}});
+    store.log_scalar("loss", "", "train", epoch, 0, epoch, 1.0 / (epoch + 1));
+    store.end_batch();
+  }
+  EXPECT_FALSE(store.wants_parameter_sample(2));
+  store.drop_from_epoch(2);
+  auto s = store.publish();
+  const auto& buckets = s->layers.at({"fc", "train"});
+  ASSERT_EQ(buckets.size(), 2u);
+  EXPECT_EQ(buckets.back().epoch, 1);
+  ASSERT_EQ(s->parameters.at("fc.weight").size(), 2u);
+  EXPECT_EQ(s->parameters.at("fc.weight").back().epoch, 1);
+  ASSERT_EQ(s->series.size(), 1u);
+  EXPECT_EQ(s->series[0].points.size(), 2u);
+  EXPECT_TRUE(store.wants_parameter_sample(2));
+  EXPECT_FALSE(store.wants_parameter_sample(1));
+  // Training again from epoch 2 builds a fresh bucket.
+  store.add("fc", "train", 2, Kind::kActivation, torch::ones({2, 2}));
+  store.end_batch();
+  EXPECT_EQ(bucket(*store.publish(), "fc", "train", 2).activation->n, 4);
+  store.drop_from_epoch(0);
+  s = store.publish();
+  EXPECT_TRUE(s->layers.empty());
+  EXPECT_TRUE(s->parameters.empty());
+  EXPECT_TRUE(s->series.empty());
+  EXPECT_EQ(store.device_bytes(), 0u);
+}
+
+TEST(StatsStore, KeepOnlyDropsOtherLayers) {
+  StatsStore store;
+  for (const char* layer : {"a", "b", "c"}) store.add(layer, "train", 0, Kind::kActivation, torch::ones({3}));
+  store.end_batch();
+  store.keep_only({"a", "c", "never-seen"});
+  auto s = store.publish();
+  EXPECT_EQ(s->layers.size(), 2u);
+  EXPECT_EQ(s->layers.count({"b", "train"}), 0u);
+  EXPECT_EQ(s->layers.count({"c", "train"}), 1u);
+}
+
+TEST(StatsStore, ADifferentDetailFlushes) {
+  StatsStore store(limit(16));
+  store.add("a", "train", 0, Kind::kActivation, torch::ones({2, 40}));
+  store.log_scalar("loss", "", "train", 0, 0, 0.0, 1.0);
+  EXPECT_FALSE(store.set_detail(limit(16)));
+  EXPECT_EQ(store.publish()->layers.size(), 1u);
+  EXPECT_TRUE(store.set_detail(unlimited()));
+  EXPECT_EQ(store.detail(), unlimited());
+  auto s = store.publish();
+  EXPECT_TRUE(s->layers.empty());
+  EXPECT_TRUE(s->series.empty());
+  store.add("a", "train", 0, Kind::kActivation, torch::ones({2, 40}));
+  EXPECT_EQ(bucket(*store.publish(), "a", "train", 0).activation->channel_hists.size(), 40u);
+}
+
+TEST(StatsStore, ParameterSamplesOverARealOptimizerStep) {
+  torch::manual_seed(11);
+  torch::nn::Linear fc(4, 3);
+  torch::optim::SGD sgd(fc->parameters(), torch::optim::SGDOptions(0.1));
+  auto zero = torch::zeros({5});  // a parameter of zeros: no ratio to take
+  std::vector<std::pair<std::string, torch::Tensor>> params = {
+      {"fc.weight", fc->weight}, {"fc.bias", fc->bias}, {"frozen", zero}};
+  StatsStore store;
+  ASSERT_TRUE(store.wants_parameter_sample(0));
+  sgd.zero_grad();
+  torch::mse_loss(fc(torch::randn({8, 4})), torch::randn({8, 3})).backward();
+  store.begin_parameter_sample(0, params);
+  EXPECT_FALSE(store.wants_parameter_sample(0));
+  auto before = fc->weight.detach().clone();
+  auto grad = fc->weight.grad().clone();
+  sgd.step();
+  store.finish_parameter_sample({{"fc.weight", "fc"}, {"fc.bias", "fc"}});
+  EXPECT_FALSE(store.wants_parameter_sample(0));
+  EXPECT_TRUE(store.wants_parameter_sample(1));
+
+  auto s = store.publish();
+  const auto& w = s->parameters.at("fc.weight").at(0);
+  auto after = fc->weight.detach().to(torch::kDouble);
+  auto b = before.to(torch::kDouble);
+  EXPECT_EQ(w.epoch, 0);
+  EXPECT_NEAR(w.value_norm, after.norm().item<double>(), 1e-12);
+  EXPECT_NEAR(w.mean, after.mean().item<double>(), 1e-12);
+  EXPECT_NEAR(w.std, after.std(/*unbiased=*/false).item<double>(), 1e-12);
+  EXPECT_EQ(w.min, after.min().item<double>());
+  EXPECT_EQ(w.max, after.max().item<double>());
+  auto g = grad.to(torch::kDouble);
+  ASSERT_TRUE(w.grad_norm && w.grad_mean && w.grad_std && w.grad_min && w.grad_max);
+  EXPECT_NEAR(*w.grad_norm, g.norm().item<double>(), 1e-12);
+  EXPECT_NEAR(*w.grad_mean, g.mean().item<double>(), 1e-12);
+  EXPECT_NEAR(*w.grad_std, g.std(false).item<double>(), 1e-12);
+  EXPECT_EQ(*w.grad_min, g.min().item<double>());
+  ASSERT_TRUE(w.update_ratio);
+  const double ratio = ((after - b).norm() / b.norm()).item<double>();
+  EXPECT_GT(ratio, 0);
+  EXPECT_NEAR(*w.update_ratio, ratio, 1e-12);
+  // Plain SGD: the step is lr * grad.
+  EXPECT_NEAR(*w.update_ratio, 0.1 * g.norm().item<double>() / b.norm().item<double>(), 1e-6);
+
+  const auto& frozen = s->parameters.at("frozen").at(0);
+  EXPECT_FALSE(frozen.update_ratio.has_value());
+  EXPECT_FALSE(frozen.grad_norm.has_value());
+  EXPECT_EQ(s->owner.at("fc.bias"), "fc");
+  EXPECT_EQ(s->owner.count("frozen"), 0u);
+
+  // An eval batch: nothing changes the weights.
+  store.begin_parameter_sample(1, params);
+  store.finish_parameter_sample({});
+  s = store.publish();
+  EXPECT_EQ(s->parameters.at("fc.weight").size(), 2u);
+  EXPECT_EQ(s->parameters.at("fc.weight").at(1).update_ratio, std::optional<double>(0.0));
+  EXPECT_EQ(store.device_bytes(), 0u);  // the clones are gone
+}
+
+TEST(StatsStore, PublishedSnapshotsAreNumberedAndNeverChange) {
+  StatsStore store;
+  store.add("fc", "train", 0, Kind::kActivation, torch::ones({4}));
+  store.log_scalar("loss", "", "train", 0, 0, 0.0, 2.0);
+  auto first = store.publish();
+  store.add("fc", "train", 0, Kind::kActivation, torch::ones({4}));
+  store.log_scalar("loss", "", "train", 0, 1, 0.5, 1.0);
+  store.log_scalar("loss", "", "val", 0, std::nullopt, 1.0, 3.0);
+  store.log_scalar("acc", "fc", "train", 0, 1, 0.5, 0.9);
+  store.log_scalar("loss", "", "train", 0, 2, 0.75, kNaN);
+  auto second = store.publish();
+  EXPECT_EQ(first->sequence + 1, second->sequence);
+  EXPECT_EQ(bucket(*first, "fc", "train", 0).activation->n, 4);
+  EXPECT_EQ(bucket(*second, "fc", "train", 0).activation->n, 8);
+  ASSERT_EQ(first->series.size(), 1u);
+  EXPECT_EQ(first->series[0].points.size(), 1u);
+  ASSERT_EQ(second->series.size(), 3u);
+  const auto& loss = second->series[0];
+  EXPECT_EQ(loss.name, "loss");
+  EXPECT_EQ(loss.phase, "train");
+  ASSERT_EQ(loss.points.size(), 3u);
+  EXPECT_EQ(loss.points[1].batch, std::optional<int64_t>(1));
+  EXPECT_EQ(loss.points[1].x, 0.5);
+  EXPECT_TRUE(std::isnan(loss.points[2].value));
+  EXPECT_EQ(second->series[2].layer, "fc");
+  EXPECT_FALSE(second->series[1].points[0].batch.has_value());
+  EXPECT_GT(second->host_bytes(), first->host_bytes());
+}
+
+// What the engine holds for a 200-layer network (64-channel activations,
+// train and val, activation gradients in train) after 100 epochs: older
+// epochs hold no device memory, so it does not grow with epochs.
+TEST(StatsStore, MemoryOfTwoHundredLayersOverAHundredEpochs) {
+  constexpr int kLayers = 200, kEpochs = 100;
+  std::vector<std::string> layers;
+  for (int i = 0; i < kLayers; ++i) layers.push_back("layers." + std::to_string(i));
+  auto act = torch::randn({2, 64});
+  auto grad = torch::randn({2, 64}) * 1e-3;
+  StatsStore store;
+  size_t after_first = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (int epoch = 0; epoch < kEpochs; ++epoch) {
+    for (const auto& l : layers) {
+      store.add(l, "train", epoch, Kind::kActivation, act);
+      store.add(l, "train", epoch, Kind::kGradient, grad);
+    }
+    store.end_batch();
+    for (const auto& l : layers) store.add(l, "val", epoch, Kind::kActivation, act);
+    store.end_batch();
+    if (epoch == 0) after_first = store.device_bytes();
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  auto s = store.publish();
+  std::cout << "[ stats memory ] " << kLayers << " layers x " << kEpochs << " epochs: device "
+            << s->device_bytes / 1024 << " KiB (after epoch 0: " << after_first / 1024 << " KiB), published snapshot "
+            << s->host_bytes() / 1024 << " KiB on the host; " << 3 * kLayers * kEpochs << " adds in " << seconds
+            << " s\n";
+  EXPECT_EQ(s->device_bytes, after_first);
+  EXPECT_EQ(s->layers.at({"layers.7", "val"}).size(), static_cast<size_t>(kEpochs));
+  EXPECT_EQ(s->layers.at({"layers.7", "val"}).back().activation->hist.size(), 211u);
+  EXPECT_EQ(s->layers.at({"layers.7", "train"}).front().gradient->n, 128);
+}
+
+}  // namespace
+}  // namespace nansense::stats
