@@ -414,8 +414,8 @@ std::vector<Command> table() {
                     .at_least(1)
                     .at_most(4096)},
                Route{"POST", "/api/stats/performance"}, true, false, "Settings", [](Controller& c, const Args& a) {
-                 return json_reply(
-                     c.set_watch_performance(a.optional_boolean("channel_limit_enabled"), a.optional_integer("channel_limit")));
+                 return json_reply(c.set_watch_performance(a.optional_boolean("channel_limit_enabled"),
+                                                           a.optional_integer("channel_limit")));
                }});
 
   t.push_back({"list_stats", "What statistics were collected",

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "nansense/snapshot.h"
+#include "nansense/stats.h"
 #include "render/render_cache.h"
 #include "render/strip.h"
 #include "server/controller_error.h"

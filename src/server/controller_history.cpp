@@ -352,14 +352,14 @@ std::shared_ptr<const HistogramPicture> Controller::render_histogram(const Histo
           if (options.channel) {
             const auto c = static_cast<size_t>(*options.channel);
             if (c >= view->channel_hists.size()) {
-              throw ControllerError(
-                  ControllerError::Kind::kInvalidArgument,
-                  "channel " + std::to_string(*options.channel) + " is out of range: " + layer + " keeps " +
-                      (view->channel_hists.empty()
-                           ? std::string("no per-channel histograms (fewer than 2 dims, or a changing dim 1)")
-                           : "per-channel histograms of channels 0.." + std::to_string(view->channel_hists.size() - 1)) +
-                      "; set_watch_performance changes how many",
-                  "channel");
+              const std::string kept =
+                  view->channel_hists.empty()
+                      ? std::string("no per-channel histograms (fewer than 2 dims, or a changing dim 1)")
+                      : "per-channel histograms of channels 0.." + std::to_string(view->channel_hists.size() - 1);
+              throw ControllerError(ControllerError::Kind::kInvalidArgument,
+                                    "channel " + std::to_string(*options.channel) + " is out of range: " + layer +
+                                        " keeps " + kept + "; set_watch_performance changes how many",
+                                    "channel");
             }
             series.counts = view->channel_hists[c];
             series.label += " channel " + std::to_string(c);

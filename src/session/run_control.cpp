@@ -3,6 +3,7 @@
 #include <cmath>
 #include <exception>
 #include <iostream>
+#include <sstream>
 
 #include "nansense/errors.h"
 
@@ -63,13 +64,13 @@ BoundaryDecision RunControl::decide(const BatchPosition& pos, bool collect) {
 void RunControl::set_update_frequency(const UpdateFrequency& f) {
   using Unit = UpdateFrequency::Unit;
   const std::string unit(to_string(f.unit()));
-  if (!(f.n() > 0) || !std::isfinite(f.n())) {
-    throw UsageError("update frequency: n must be " + std::string(f.unit() == Unit::kSeconds ? "> 0" : ">= 1") +
-                     " " + unit + (f.unit() == Unit::kSeconds ? "" : "es") + ", got " + std::to_string(f.n()));
-  }
-  if (f.unit() != Unit::kSeconds && (f.n() < 1 || f.n() != std::floor(f.n()))) {
-    throw UsageError("update frequency: every n " + unit + (f.unit() == Unit::kBatch ? "es" : "s") +
-                     " needs a whole number n >= 1, got " + std::to_string(f.n()));
+  const bool seconds = f.unit() == Unit::kSeconds;
+  const bool bad = !std::isfinite(f.n()) || (seconds ? !(f.n() > 0) : f.n() < 1 || f.n() != std::floor(f.n()));
+  if (bad) {
+    std::ostringstream shown;
+    shown << f.n();
+    throw UsageError("update frequency: every n " + (seconds ? unit : unit + (unit == "batch" ? "es" : "s")) +
+                     " needs " + (seconds ? "a number n > 0" : "a whole number n >= 1") + ", got " + shown.str());
   }
   if (f.phase()) {
     if (f.unit() != Unit::kBatch) {

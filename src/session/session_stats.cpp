@@ -12,7 +12,9 @@ void Session::watch_layers(const std::vector<std::string>& layers) {
 void Session::unwatch_layers(const std::vector<std::string>& layers) {
   if (core_) core_->stats().unwatch(layers, core_->architecture().get());
 }
-std::vector<std::string> Session::watched_layers() const { return core_ ? core_->stats().watched() : std::vector<std::string>{}; }
+std::vector<std::string> Session::watched_layers() const {
+  return core_ ? core_->stats().watched() : std::vector<std::string>{};
+}
 void Session::set_stats_scope(StatsScope scope) {
   if (core_) core_->stats().set_scope(scope);
 }

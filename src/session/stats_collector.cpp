@@ -1,5 +1,7 @@
 #include "session/stats_collector.h"
 
+#include <ATen/record_function.h>
+
 #include <algorithm>
 #include <iostream>
 #include <set>
@@ -274,6 +276,8 @@ void StatsCollector::fold(const BatchPosition& pos, capture::TraceResult& trace)
       std::lock_guard lock(trace.grad_mu);
       gradients = trace.device_gradients;
     }
+    // The batch's observer may still be listening: folding is not the model's work.
+    at::DisableRecordFunctionGuard no_record;
     torch::NoGradGuard no_grad;
     auto add = [&](const std::map<std::string, torch::Tensor>& tensors, const std::string& layer, stats::Kind kind) {
       auto it = tensors.find(layer);

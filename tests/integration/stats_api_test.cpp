@@ -67,6 +67,10 @@ TEST_F(StatsApiTest, DefaultsCollectNothingUntilALayerIsWatched) {
   step("batch");
   EXPECT_TRUE(stats_layers().empty());
   EXPECT_EQ(session_->stats(), nullptr);
+  // The Stats page is the same page, routed by its path.
+  Reply page = http_request(port_, "GET", "/stats");
+  EXPECT_EQ(page.status, 200u);
+  EXPECT_EQ(page.body, http_request(port_, "GET", "/").body);
 }
 
 TEST_F(StatsApiTest, ScopesCollectTheirLayersAndNarrowingDropsOutsiders) {
@@ -251,7 +255,9 @@ TEST_F(StatsLoopTest, LoggedScalarsAndMetricsKeepTheirPositions) {
   EXPECT_EQ(metrics["failed"], json::array());
   std::map<std::string, json> by_key;
   for (const auto& s : metrics["series"]) {
-    by_key[s["name"].get<std::string>() + "|" + s["phase"].get<std::string>() + "|" + s["layer"].get<std::string>()] = s;
+    const std::string key = s["name"].get<std::string>() + "|" + s["phase"].get<std::string>() + "|" +
+                            s["layer"].get<std::string>();
+    by_key[key] = s;
   }
   ASSERT_TRUE(by_key.count("loss|train|")) << metrics.dump();
   const json& loss = by_key["loss|train|"]["points"];

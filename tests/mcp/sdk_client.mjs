@@ -62,7 +62,9 @@ try {
   const { tools } = await client.listTools();
   const names = tools.map((t) => t.name);
   for (const name of ['get_status', 'get_architecture', 'get_layer_stats', 'get_weight_stats', 'step', 'run',
-                      'run_until', 'pause', 'refresh', 'render_layer', 'render_input']) {
+                      'run_until', 'pause', 'refresh', 'render_layer', 'render_input', 'get_settings',
+                      'set_update_frequency', 'set_stats_scope', 'watch_layers', 'unwatch_layers',
+                      'set_watch_performance', 'list_stats', 'get_stats_history', 'get_metrics', 'render_histogram']) {
     if (!names.includes(name)) fail(`tools/list lacks ${name}: ${names}`);
   }
   check(tools.every((t) => t.inputSchema?.type === 'object' && t.description.length > 40),
@@ -89,6 +91,38 @@ try {
   const weights = json(await client.callTool({ name: 'get_weight_stats', arguments: { layer: 'features.0' } }));
   check(weights.parameters.length > 0 && typeof weights.parameters[0].hyperparameters?.lr === 'number',
         'get_weight_stats: parameters with the learning rate', weights.parameters[0]);
+
+  // Statistics over time: the demo watches its conv and linear layers and logs its loss.
+  const settings = json(await client.callTool({ name: 'get_settings', arguments: {} }));
+  check(settings.watched_layers.includes('features.0') && settings.stats_collecting &&
+        settings.update_frequency.unit === 'seconds', 'get_settings: the demo watches its conv and linear layers',
+        settings);
+  const listed = json(await client.callTool({ name: 'list_stats', arguments: {} }));
+  check(listed.layers.some((l) => l.layer === 'features.0') && listed.edges.length === 212,
+        'list_stats: features.0 collected, 212 bin edges', listed.layers);
+  const history = json(await client.callTool({
+    name: 'get_stats_history', arguments: { layer: 'features.0', phase: 'train' } }));
+  const epoch0 = history.phases.train?.[0];
+  check(epoch0?.batches === 2 && epoch0.activation.n > 0 && epoch0.activation.hist.length === 211 &&
+        epoch0.gradient !== null, 'get_stats_history: batches 0 and 1 folded, with histograms', epoch0);
+  const metrics = json(await client.callTool({ name: 'get_metrics', arguments: {} }));
+  const loss = metrics.series.find((s) => s.name === 'loss' && s.phase === 'train');
+  check(loss?.points.length === 2 && loss.points[1].batch === 1, 'get_metrics: the loss of each batch', loss);
+  const histogram = await client.callTool({ name: 'render_histogram', arguments: { layers: ['features.0'] } });
+  const histogramImage = histogram.content.find((c) => c.type === 'image');
+  const histogramSize = histogramImage && decodePng(Buffer.from(histogramImage.data, 'base64'));
+  check(!histogram.isError && histogramSize && Math.max(histogramSize.width, histogramSize.height) <= 1568 &&
+        histogram.content[0].text.includes('signed-log'), 'render_histogram: a PNG chart with its caption',
+        histogram.content[0]);
+  const frequency = json(await client.callTool({
+    name: 'set_update_frequency', arguments: { unit: 'batch', n: 10, phase: 'train' } }));
+  check(frequency.update_frequency.n === 10 && frequency.update_frequency.phase === 'train',
+        'set_update_frequency: every 10 train batches', frequency.update_frequency);
+  const unknownLayer = await client.callTool({ name: 'watch_layers', arguments: { layers: ['no_such_layer'] } });
+  check(unknownLayer.isError && unknownLayer.content[0].text.includes('"no_such_layer"'),
+        'watch_layers: an unknown layer is a tool error naming it', unknownLayer.content);
+  const scope = json(await client.callTool({ name: 'set_stats_scope', arguments: { scope: 'all' } }));
+  check(scope.stats_scope === 'all', 'set_stats_scope: all', scope);
 
   const picture = await client.callTool({
     name: 'render_layer', arguments: { layers: ['features.0'], kind: 'both', sample: 0 } });

@@ -526,3 +526,63 @@ TEST(Batches, UnstackedExampleBatchesAreOneInputLayer) {
   session.detach();
   trainer.join();
 }
+
+namespace nansense {
+namespace {
+
+// The live-update cadence, decided at each boundary by run control alone.
+std::vector<std::string> captured_batches(detail::RunControl& control, int64_t epochs) {
+  std::vector<std::string> out;
+  for (int64_t e = 0; e < epochs; ++e) {
+    for (const auto& [phase, n] : PhaseCounts{{"train", 4}, {"val", 2}}) {
+      for (int64_t b = 0; b < n; ++b) {
+        if (control.decide(at(phase, e, b)).capture) out.push_back(at(phase, e, b).to_string());
+      }
+    }
+  }
+  return out;
+}
+
+TEST(UpdateCadenceTest, EveryNBatchesOfAPhaseOrEveryNEpochsAndNeverDetached) {
+  Schedule schedule(3, PhaseCounts{{"train", 4}, {"val", 2}});
+  detail::RunControl control(schedule);
+  control.run();  // no pause before the last batch of the run
+  control.set_update_frequency(UpdateFrequency::batches(2, "train"));
+  EXPECT_EQ(captured_batches(control, 2),
+            std::vector<std::string>({at("train", 0, 1).to_string(), at("train", 0, 3).to_string(),
+                                      at("train", 1, 1).to_string(), at("train", 1, 3).to_string()}));
+  control.set_update_frequency(UpdateFrequency::batches(4));
+  EXPECT_EQ(captured_batches(control, 1),
+            std::vector<std::string>({at("train", 0, 3).to_string(), at("val", 0, 1).to_string()}));
+  control.set_update_frequency(UpdateFrequency::epochs(2));
+  EXPECT_EQ(captured_batches(control, 3),
+            std::vector<std::string>({at("train", 0, 0).to_string(), at("train", 2, 0).to_string()}));
+  // A refresh still captures the next batch, whatever the cadence.
+  control.refresh();
+  EXPECT_TRUE(control.decide(at("train", 1, 2)).capture);
+  control.detach();
+  control.set_update_frequency(UpdateFrequency::batches(1));
+  EXPECT_TRUE(captured_batches(control, 1).empty());
+}
+
+TEST(UpdateCadenceTest, BadFrequenciesAreRefusedAndChangeNothing) {
+  Schedule schedule(3, PhaseCounts{{"train", 4}, {"val", 2}});
+  detail::RunControl control(schedule);
+  const auto before = control.update_frequency();
+  EXPECT_EQ(before, UpdateFrequency::seconds(1));
+  auto refusal = [&](const UpdateFrequency& f) {
+    return message_of<UsageError>([&] { control.set_update_frequency(f); });
+  };
+  EXPECT_NE(refusal(UpdateFrequency::batches(0)).find("whole number n >= 1"), std::string::npos);
+  EXPECT_NE(refusal(UpdateFrequency().unit(UpdateFrequency::Unit::kBatch).n(2.5)).find("whole number"),
+            std::string::npos);
+  EXPECT_NE(refusal(UpdateFrequency::seconds(-1)).find("n > 0"), std::string::npos);
+  EXPECT_NE(refusal(UpdateFrequency::epochs(1).phase("train")).find("only to the batch unit"),
+            std::string::npos);
+  EXPECT_NE(refusal(UpdateFrequency::batches(1, "test")).find("known phases: train, val"),
+            std::string::npos);
+  EXPECT_EQ(control.update_frequency(), before);
+}
+
+}  // namespace
+}  // namespace nansense
