@@ -170,6 +170,14 @@ function singleFlight(task: () => Promise<void>): () => void {
 
 let reportedStatsError = '';
 
+// A layer's statistics can go between the list and its history (flushed by a
+// performance change, dropped by narrowing the scope or a time-travel jump):
+// the next publish brings a list without it.
+function droppedMeanwhile(e: unknown): null {
+  if (e instanceof api.ApiError && e.status === 404) return null;
+  throw e;
+}
+
 async function fetchStats(): Promise<void> {
   const generation = store.get().generation;
   try {
@@ -178,12 +186,13 @@ async function fetchStats(): Promise<void> {
     const have = new Set(statsLayers(list));
     const wanted = layers.filter((l) => have.has(l));
     const [histories, metrics] = await Promise.all([
-      Promise.all(wanted.map((layer) => api.getStatsHistory({ layer }))),
+      Promise.all(wanted.map((layer) => api.getStatsHistory({ layer }).catch(droppedMeanwhile))),
       statsStore.get().view === 'graphs' ? api.getMetrics(layers) : Promise.resolve(statsStore.get().metrics),
     ]);
     if (generation !== store.get().generation) return;
     // The list with its histories: the page never shows one newer than the other.
-    statsStore.set({ list, histories: Object.fromEntries(histories.map((h) => [h.layer, h])), metrics, loading: false });
+    const kept = histories.filter((h): h is StatsHistory => h != null);
+    statsStore.set({ list, histories: Object.fromEntries(kept.map((h) => [h.layer, h])), metrics, loading: false });
     settlePhase();
     reportedStatsError = '';
   } catch (e) {
