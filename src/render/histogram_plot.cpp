@@ -297,7 +297,7 @@ void draw_triangle(Image& image, int cx, int cy, int direction, Rgba color) {
 
 struct LegendEntry {
   int x, y;
-  const HistogramSeries* series;  // null: the "+N more" note
+  const HistogramSeries* series;  // null: the "N more" note
   std::string text;
 };
 
@@ -342,7 +342,7 @@ Header lay_out_header(const HistogramPanel& panel, int width, bool with_legend) 
       // No room: the last entry gives way to a count of those left out.
       auto& last = header.legend.back();
       last.series = nullptr;
-      last.text = "+" + std::to_string(labelled.size() - i + 1) + " more";
+      last.text = std::to_string(labelled.size() - i + 1) + " more";
       break;
     }
     header.legend.push_back({x, header.height + row * row_h + 2, labelled[i], labelled[i]->label});

@@ -2,6 +2,7 @@
 // asserted on the pixels: where each series' colour lands, what log y reveals,
 // the clipped-bin triangles, the marks, the size cap, the messages.
 #include <gtest/gtest.h>
+#include <stb/stb_image.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -355,8 +356,9 @@ TEST(HistogramPlot, AnEmptyPanelSaysWhy) {
   EXPECT_GT(count_pixels(nothing, [](Rgba p) { return !white(p); }), 100);
 }
 
-// A picture to look at: two panels, overlaid phases, marks, a clipped bin and
-// an empty panel below.
+// Pictures to look at, written to $TMPDIR: two panels with overlaid phases,
+// marks, a clipped bin and an empty panel below; sixteen channels on a linear
+// axis.
 TEST(HistogramPlot, WritesASamplePicture) {
   auto bell = [](int center, double spread, double peak) {
     std::vector<std::pair<int, int64_t>> bins;
@@ -381,10 +383,16 @@ TEST(HistogramPlot, WritesASamplePicture) {
       {"classifier.2 gradients", {}, "no gradients: the layer is frozen (requires_grad is false)"}};
   const Image image = render_histogram_plot(panels, o);
   const std::string png = encode_png(image);
-  ASSERT_GT(png.size(), 1000u);
+  int w = 0, h = 0, components = 0;
+  ASSERT_TRUE(stbi_info_from_memory(reinterpret_cast<const stbi_uc*>(png.data()), static_cast<int>(png.size()), &w,
+                                    &h, &components));
+  EXPECT_EQ(w, image.width);
+  EXPECT_EQ(h, image.height);
   const char* dir = std::getenv("TMPDIR");
   const std::string stem = std::string(dir && *dir ? dir : "/tmp") + "/nansense_histogram_plot";
-  std::ofstream(stem + ".png", std::ios::binary) << png;
+  std::ofstream out(stem + ".png", std::ios::binary);
+  out << png;
+  EXPECT_TRUE(out.good()) << "cannot write " << stem << ".png";
 
   // Per channel on a linear axis: sixteen series, the legend in rows.
   std::vector<HistogramSeries> channels;
@@ -396,8 +404,9 @@ TEST(HistogramPlot, WritesASamplePicture) {
   o.log_x = false;
   o.log_y = false;
   o.marks.clear();
-  std::ofstream(stem + "_channels.png", std::ios::binary)
-      << encode_png(render_histogram_plot({{"features.3 activations, per channel", channels, ""}}, o));
+  std::ofstream per_channel(stem + "_channels.png", std::ios::binary);
+  per_channel << encode_png(render_histogram_plot({{"features.3 activations, per channel", channels, ""}}, o));
+  EXPECT_TRUE(per_channel.good()) << "cannot write " << stem << "_channels.png";
 }
 
 }  // namespace
