@@ -2,15 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
-#include <functional>
 #include <limits>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 
+#include "render/axis_ticks.h"
 #include "render/draw.h"
 #include "render/text.h"
 
@@ -128,89 +126,11 @@ BinSpan widen_to_decades(BinSpan bins, const std::vector<double>& edges) {
   return {lo, hi - 1};
 }
 
-// 1, 2 or 5 times a power of ten, at least `raw`.
-double nice_step(double raw) {
-  const double p = std::pow(10.0, std::floor(std::log10(raw)));
-  for (double m : {1.0, 2.0, 5.0}) {
-    if (m * p >= raw * (1 - 1e-9)) return m * p;
-  }
-  return 10 * p;
-}
-
-std::string printf_string(const char* format, int precision, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, format, precision, v);
-  return buf;
-}
-
-std::string strip_zeros(std::string s) {
-  if (s.find('.') == std::string::npos) return s;
-  while (s.back() == '0') s.pop_back();
-  if (s.back() == '.') s.pop_back();
-  return s;
-}
-
-// A tick value on a linear axis whose ticks are `step` apart: as many
-// decimals as the step needs, scientific past 1e5 or below 1e-3.
-std::string format_value(double v, double step) {
-  if (std::abs(v) < step * 1e-6) return "0";
-  const double a = std::abs(v);
-  const int step_exponent = static_cast<int>(std::floor(std::log10(step) + 1e-9));
-  if (a >= 1e-3 && a < 1e5) return printf_string("%.*f", std::clamp(-step_exponent, 0, 6), v);
-  int exponent = static_cast<int>(std::floor(std::log10(a)));
-  const int digits = std::clamp(exponent - step_exponent, 0, 3);
-  std::string mantissa = printf_string("%.*f", digits, v / std::pow(10.0, exponent));
-  if (std::abs(std::atof(mantissa.c_str())) >= 10) {  // 9.99 rounded up to 10.0
-    ++exponent;
-    mantissa = printf_string("%.*f", digits, v / std::pow(10.0, exponent));
-  }
-  return strip_zeros(mantissa) + "e" + std::to_string(exponent);
-}
-
-// Counts as people read them: 950, 9500, 12k, 1.5M.
-std::string format_count(double c) {
-  if (c < 1e4) return std::to_string(std::llround(c));
-  static constexpr std::string_view kUnits = "kMGTP";
-  size_t unit = 0;
-  c /= 1e3;
-  while (c >= 1e3 && unit + 1 < kUnits.size()) {
-    c /= 1e3;
-    ++unit;
-  }
-  return printf_string("%.*g", 3, c) + kUnits[unit];
-}
-
 // 0.01, 0.1, 1, 10, 100 in full; 1e-6, 1e3 beyond.
 std::string decade_label(int exponent, bool negative) {
   static const char* kNear[] = {"0.01", "0.1", "1", "10", "100"};
   std::string s = exponent >= -2 && exponent <= 2 ? kNear[exponent + 2] : "1e" + std::to_string(exponent);
   return negative ? "-" + s : s;
-}
-
-struct Tick {
-  double pos;  // pixel along the axis
-  std::string label;
-};
-
-// The ticks whose labels, `extent(tick)` pixels long and centred on their
-// position, keep `gap` pixels from every label kept before them: earlier ticks
-// win.
-std::vector<Tick> without_overlaps(const std::vector<Tick>& ticks, const std::function<int(const Tick&)>& extent,
-                                   int gap) {
-  std::vector<Tick> kept;
-  std::vector<std::pair<double, double>> taken;
-  for (const auto& tick : ticks) {
-    const double half = extent(tick) / 2.0 + gap / 2.0;
-    const double lo = tick.pos - half, hi = tick.pos + half;
-    const bool clear = std::none_of(taken.begin(), taken.end(), [&](const auto& t) {
-      return lo < t.second && t.first < hi;
-    });
-    if (clear) {
-      taken.emplace_back(lo, hi);
-      kept.push_back(tick);
-    }
-  }
-  return kept;
 }
 
 // The value axis: where bins and values land between the plot's left and
@@ -309,7 +229,7 @@ class XAxis {
     std::vector<Tick> ticks;
     for (double k = std::ceil(lo_ / step); k * step <= hi_; ++k) {
       const double v = k * step;
-      ticks.push_back({left + (v - lo_) / (hi_ - lo_) * (right - left), format_value(v, step)});
+      ticks.push_back({left + (v - lo_) / (hi_ - lo_) * (right - left), format_tick(v, step)});
     }
     return ticks;
   }
@@ -375,30 +295,9 @@ void draw_triangle(Image& image, int cx, int cy, int direction, Rgba color) {
   }
 }
 
-// Words of `text` in lines no wider than `width`.
-std::vector<std::string> wrap(std::string_view text, float px, int width) {
-  std::vector<std::string> lines;
-  std::string line;
-  size_t i = 0;
-  while (i < text.size()) {
-    const size_t end = std::min(text.find(' ', i), text.size());
-    const std::string word(text.substr(i, end - i));
-    const std::string joined = line.empty() ? word : line + " " + word;
-    if (!line.empty() && text_width(joined, px) > width) {
-      lines.push_back(line);
-      line = word;
-    } else {
-      line = joined;
-    }
-    i = end + 1;
-  }
-  if (!line.empty()) lines.push_back(line);
-  return lines;
-}
-
 struct LegendEntry {
   int x, y;
-  const HistogramSeries* series;  // null: the "+N more" note
+  const HistogramSeries* series;  // null: the "N more" note
   std::string text;
 };
 
@@ -443,7 +342,7 @@ Header lay_out_header(const HistogramPanel& panel, int width, bool with_legend) 
       // No room: the last entry gives way to a count of those left out.
       auto& last = header.legend.back();
       last.series = nullptr;
-      last.text = "+" + std::to_string(labelled.size() - i + 1) + " more";
+      last.text = std::to_string(labelled.size() - i + 1) + " more";
       break;
     }
     header.legend.push_back({x, header.height + row * row_h + 2, labelled[i], labelled[i]->label});
@@ -488,7 +387,7 @@ void draw_empty_panel(Image& image, const HistogramPanel& panel, const PanelLayo
   horizontal_line(image, left, right - 1, layout.plot_bottom, frame);
   vertical_line(image, left, layout.plot_top, layout.plot_bottom, frame);
   vertical_line(image, right - 1, layout.plot_top, layout.plot_bottom, frame);
-  const auto lines = wrap(panel.empty_reason.empty() ? "no data" : panel.empty_reason, kMessagePx,
+  const auto lines = wrap_text(panel.empty_reason.empty() ? "no data" : panel.empty_reason, kMessagePx,
                           right - left - 2 * kPad);
   const int lh = line_height(kMessagePx);
   int y = (layout.plot_top + layout.plot_bottom) / 2 - lh * static_cast<int>(lines.size()) / 2;

@@ -28,14 +28,15 @@ struct HistogramPanel {
 };
 
 struct HistogramPlotOptions {
-  // Symlog x: every bin the same width (off: a linear value axis spanning
-  // the occupied bins).
+  // Symlog x: every bin the same width, spanning the occupied bins widened to
+  // whole decades, three at least (off: a linear value axis spanning the
+  // occupied bins, each bar at its true edges and at least 1 px wide).
   bool log_x = false;
   bool log_y = false;  // log count axis
   // Dotted vertical lines (e.g. +-finfo.tiny, +-finfo.max/16); lines outside
   // the drawn span are left out.
   std::vector<double> marks;
-  int width = 960;  // at most 1568
+  int width = 960;  // clamped to 320..1568
   // The bin edges, ascending: one more than each series has counts (212 for
   // stats/histogram.h's bins). Given here so that render/ needs nothing of
   // stats/. The end bins are open-ended: they are drawn between their nominal
@@ -44,7 +45,8 @@ struct HistogramPlotOptions {
 };
 
 // Panels stacked top to bottom, sharing the x axis; about 300 px each, fewer
-// when that would pass 1568 px in all. Throws std::invalid_argument for edges
+// when that would pass 1568 px in all. A panel without counts is a short frame
+// saying its empty_reason ("no data" when that is empty). Throws std::invalid_argument for edges
 // that are not ascending or do not match a series' counts, and for more panels
 // than fit in 1568 px.
 Image render_histogram_plot(const std::vector<HistogramPanel>& panels, const HistogramPlotOptions& options);

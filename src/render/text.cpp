@@ -2,9 +2,11 @@
 
 #include <stb/stb_truetype.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "render/draw.h"
@@ -135,6 +137,26 @@ void draw_text_vertical(Image& image, std::string_view text, int x, int y_center
   // Turned a quarter left: the line's x runs up the image, its y runs right.
   auto plot = [&](int gx, int gy, float coverage) { blend(image, x + gy, bottom - gx, color, ink(coverage)); };
   lay_out(text, px, &plot);
+}
+
+std::vector<std::string> wrap_text(std::string_view text, float px, int width) {
+  std::vector<std::string> lines;
+  std::string line;
+  size_t i = 0;
+  while (i < text.size()) {
+    const size_t end = std::min(text.find(' ', i), text.size());
+    const std::string word(text.substr(i, end - i));
+    const std::string joined = line.empty() ? word : line + " " + word;
+    if (!line.empty() && text_width(joined, px) > width) {
+      lines.push_back(line);
+      line = word;
+    } else {
+      line = joined;
+    }
+    i = end + 1;
+  }
+  if (!line.empty()) lines.push_back(line);
+  return lines;
 }
 
 }  // namespace nansense::render

@@ -3,7 +3,9 @@
 // picture looks the same on every machine and needs no font at run time.
 #pragma once
 
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "render/image.h"
 
@@ -29,5 +31,9 @@ int draw_text(Image& image, std::string_view text, int x, int y, float px, Rgba 
 // Draws `text` turned a quarter left, reading bottom to top (a y-axis label):
 // the top of its line at column `x`, centred on row `y_center`.
 void draw_text_vertical(Image& image, std::string_view text, int x, int y_center, float px, Rgba color);
+
+// The words of `text` (split at spaces) in lines no wider than `width` at
+// `px`; a word wider than that gets a line of its own.
+std::vector<std::string> wrap_text(std::string_view text, float px, int width);
 
 }  // namespace nansense::render

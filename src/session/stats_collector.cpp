@@ -99,6 +99,8 @@ StatsCollector::StatsCollector(torch::nn::Module& model, const Schedule& schedul
   for (const auto& name : options.watch()) {
     if (std::find(watched_.begin(), watched_.end(), name) == watched_.end()) watched_.push_back(name);
   }
+  applied_scope_ = scope_;
+  applied_watched_ = watched_;
 }
 
 StatsScope StatsCollector::scope() const {
@@ -214,6 +216,8 @@ std::vector<std::string> StatsCollector::check_watched(const Architecture& archi
 
 void StatsCollector::apply_settings() {
   WatchPerformance performance;
+  const StatsScope was_scope = applied_scope_;
+  const std::vector<std::string> was_watched = applied_watched_;
   {
     std::lock_guard lock(mu_);
     if (version_ == applied_version_) return;
@@ -224,7 +228,11 @@ void StatsCollector::apply_settings() {
   }
   if (store_.set_detail(performance)) dirty_ = true;
   // Narrowing to the watched layers drops what the others collected.
-  if (applied_scope_ == StatsScope::kWatched) {
+  const bool narrowed =
+      was_scope != StatsScope::kWatched || std::any_of(was_watched.begin(), was_watched.end(), [&](const auto& w) {
+        return std::find(applied_watched_.begin(), applied_watched_.end(), w) == applied_watched_.end();
+      });
+  if (applied_scope_ == StatsScope::kWatched && narrowed) {
     store_.keep_only(applied_watched_);
     dirty_ = true;
   }

@@ -33,7 +33,8 @@ class StatsApiTest : public TrainingServerTest {
   // The layers list_stats has, in its order.
   std::vector<std::string> stats_layers() { return names(get("/api/stats").json()["layers"], "layer"); }
   std::vector<int64_t> epochs_of(const std::string& layer, const std::string& phase) {
-    for (const auto& l : get("/api/stats").json()["layers"]) {
+    const json listed = get("/api/stats").json();
+    for (const auto& l : listed["layers"]) {
       if (l["layer"] != layer) continue;
       for (const auto& p : l["phases"]) {
         if (p["phase"] == phase) return p["epochs"].get<std::vector<int64_t>>();
@@ -107,7 +108,8 @@ TEST_F(StatsApiTest, ScopesCollectTheirLayersAndNarrowingDropsOutsiders) {
   EXPECT_EQ(post("/api/stats/scope", {{"scope", "all"}}).json()["stats_scope"], "all");
   step("batch");
   std::set<std::string> expected;
-  for (const auto& layer : get("/api/architecture").json()["layers"]) {
+  const json architecture = get("/api/architecture").json();
+  for (const auto& layer : architecture["layers"]) {
     if (!layer["shape_op"].get<bool>()) expected.insert(layer["name"]);
   }
   const auto all = stats_layers();
@@ -279,7 +281,8 @@ TEST_F(StatsLoopTest, LoggedScalarsAndMetricsKeepTheirPositions) {
     ASSERT_EQ(points.size(), 2u) << phase;
     for (const auto& p : points) {
       EXPECT_TRUE(p["batch"].is_null());
-      EXPECT_NEAR(p["value"].get<double>(), epoch_max[{phase, p["epoch"].get<int64_t>()}], 1e-5);
+      const double want = epoch_max[std::make_pair(phase, p["epoch"].get<int64_t>())];
+      EXPECT_NEAR(p["value"].get<double>(), want, 1e-5);
     }
   }
   // A layer filter keeps the logged scalars.

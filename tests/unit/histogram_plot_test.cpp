@@ -1,7 +1,8 @@
-// The histogram chart (render_histogram's picture) and the text it is labelled
-// with, asserted on the pixels: where each series' colour lands, what log y
-// reveals, the clipped-bin triangles, the marks, the size cap, the messages.
+// The histogram chart (render_histogram's picture), its text and tick labels,
+// asserted on the pixels: where each series' colour lands, what log y reveals,
+// the clipped-bin triangles, the marks, the size cap, the messages.
 #include <gtest/gtest.h>
+#include <stb/stb_image.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -9,6 +10,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "render/axis_ticks.h"
 #include "render/histogram_plot.h"
 #include "render/text.h"
 
@@ -148,6 +150,44 @@ TEST(Text, ClipsAtTheImageEdgesAndTurnsForAxisLabels) {
   EXPECT_GT(max_y - min_y, 3 * (max_x - min_x));  // runs up the image
   EXPECT_NEAR((min_y + max_y) / 2.0, 100, 4);
   EXPECT_GE(min_x, 5);
+}
+
+TEST(Text, WrapsAtSpacesToTheWidth) {
+  const auto lines = wrap_text("no gradients: the layer is frozen", 13, text_width("no gradients: the", 13));
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0], "no gradients: the");
+  EXPECT_EQ(lines[1], "layer is frozen");
+  EXPECT_EQ(wrap_text("unbreakable", 13, 5), std::vector<std::string>{"unbreakable"});
+  EXPECT_TRUE(wrap_text("", 13, 100).empty());
+}
+
+TEST(AxisTicks, StepsAndLabelsReadAsPeopleWriteThem) {
+  EXPECT_DOUBLE_EQ(nice_step(0.7), 1);
+  EXPECT_DOUBLE_EQ(nice_step(1.2), 2);
+  EXPECT_DOUBLE_EQ(nice_step(3), 5);
+  EXPECT_DOUBLE_EQ(nice_step(6), 10);
+  EXPECT_DOUBLE_EQ(nice_step(2e-4), 2e-4);
+
+  EXPECT_EQ(format_tick(0.25, 0.05), "0.25");
+  EXPECT_EQ(format_tick(-3, 1), "-3");
+  EXPECT_EQ(format_tick(1e-17, 0.1), "0");  // 0.3 - 0.1 * 3 is zero on the axis
+  EXPECT_EQ(format_tick(200000, 100000), "2e5");
+  EXPECT_EQ(format_tick(1.5e-4, 5e-5), "1.5e-4");
+  EXPECT_EQ(format_tick(-2.5e6, 5e5), "-2.5e6");
+
+  EXPECT_EQ(format_count(0), "0");
+  EXPECT_EQ(format_count(9500), "9500");
+  EXPECT_EQ(format_count(12000), "12k");
+  EXPECT_EQ(format_count(1.5e6), "1.5M");
+  EXPECT_EQ(format_count(3e9), "3G");
+
+  // Earlier ticks win; a later one that would touch them is dropped.
+  const std::vector<Tick> ticks = {{100, "0"}, {104, "1e-9"}, {60, "-1e-3"}, {140, "1e-3"}};
+  const auto kept = without_overlaps(ticks, [](const Tick&) { return 20; }, 4);
+  ASSERT_EQ(kept.size(), 3u);
+  EXPECT_EQ(kept[0].label, "0");
+  EXPECT_EQ(kept[1].label, "-1e-3");
+  EXPECT_EQ(kept[2].label, "1e-3");
 }
 
 TEST(HistogramPlot, SizeStaysUnderTheCap) {
@@ -316,8 +356,9 @@ TEST(HistogramPlot, AnEmptyPanelSaysWhy) {
   EXPECT_GT(count_pixels(nothing, [](Rgba p) { return !white(p); }), 100);
 }
 
-// A picture to look at: two panels, overlaid phases, marks, a clipped bin and
-// an empty panel below.
+// Pictures to look at, written to $TMPDIR: two panels with overlaid phases,
+// marks, a clipped bin and an empty panel below; sixteen channels on a linear
+// axis.
 TEST(HistogramPlot, WritesASamplePicture) {
   auto bell = [](int center, double spread, double peak) {
     std::vector<std::pair<int, int64_t>> bins;
@@ -342,10 +383,16 @@ TEST(HistogramPlot, WritesASamplePicture) {
       {"classifier.2 gradients", {}, "no gradients: the layer is frozen (requires_grad is false)"}};
   const Image image = render_histogram_plot(panels, o);
   const std::string png = encode_png(image);
-  ASSERT_GT(png.size(), 1000u);
+  int w = 0, h = 0, components = 0;
+  ASSERT_TRUE(stbi_info_from_memory(reinterpret_cast<const stbi_uc*>(png.data()), static_cast<int>(png.size()), &w,
+                                    &h, &components));
+  EXPECT_EQ(w, image.width);
+  EXPECT_EQ(h, image.height);
   const char* dir = std::getenv("TMPDIR");
   const std::string stem = std::string(dir && *dir ? dir : "/tmp") + "/nansense_histogram_plot";
-  std::ofstream(stem + ".png", std::ios::binary) << png;
+  std::ofstream out(stem + ".png", std::ios::binary);
+  out << png;
+  EXPECT_TRUE(out.good()) << "cannot write " << stem << ".png";
 
   // Per channel on a linear axis: sixteen series, the legend in rows.
   std::vector<HistogramSeries> channels;
@@ -357,8 +404,9 @@ TEST(HistogramPlot, WritesASamplePicture) {
   o.log_x = false;
   o.log_y = false;
   o.marks.clear();
-  std::ofstream(stem + "_channels.png", std::ios::binary)
-      << encode_png(render_histogram_plot({{"features.3 activations, per channel", channels, ""}}, o));
+  std::ofstream per_channel(stem + "_channels.png", std::ios::binary);
+  per_channel << encode_png(render_histogram_plot({{"features.3 activations, per channel", channels, ""}}, o));
+  EXPECT_TRUE(per_channel.good()) << "cannot write " << stem << "_channels.png";
 }
 
 }  // namespace
