@@ -143,8 +143,7 @@ void run_fold_parts() {
   const double add = time_ms([&] { accumulator.add(x); });
   const double slots = time_ms([&] { nansense::stats::slot_index(x); });
   const double to_double = time_ms([&] { (void)x.to(torch::kDouble).sum(); });
-  std::printf("
-folding one [64,16,28,28] float tensor (802816 values): TensorAccumulator::add %.2f ms, of which "
+  std::printf("\nfolding one [64,16,28,28] float tensor (802816 values): TensorAccumulator::add %.2f ms, of which "
               "slot_index (searchsorted binning) %.2f ms; a float64 copy + sum alone %.2f ms\n",
               add, slots, to_double);
 }
