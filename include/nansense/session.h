@@ -244,8 +244,9 @@ class Session {
   // a phase the schedule does not have.
   void set_update_frequency(const UpdateFrequency& frequency);
   UpdateFrequency update_frequency() const;
-  // Returns whether the change flushes the statistics collected so far
-  // (any effective change does). Throws UsageError for channel_limit < 1.
+  // Returns whether the change flushed the layer statistics collected so far
+  // (any effective change does; logged scalars, metrics and parameter samples
+  // stay). Throws UsageError for channel_limit < 1.
   bool set_watch_performance(const WatchPerformance& performance);
   WatchPerformance watch_performance() const;
   // Records `value` under `name` at the current batch: its phase, and

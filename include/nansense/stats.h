@@ -93,8 +93,9 @@ struct LayerContext {
 // An instrument that throws is disabled and reported; training goes on.
 using MetricFn = std::function<std::optional<double>(const LayerContext&)>;
 
-// How much per-channel detail the statistics keep. Changing it flushes what
-// was collected.
+// How much per-channel detail the statistics keep. Changing it flushes the
+// layer statistics collected so far (logged scalars, metrics and parameter
+// samples stay).
 struct WatchPerformance {
   // Keep per-channel histograms for only the first `channel_limit` channels
   // (dim 1). Default true, 16 channels: about 27 KB of device memory per

@@ -405,8 +405,9 @@ std::vector<Command> table() {
                [](Controller& c, const Args& a) { return json_reply(c.unwatch_layers(a.strings("layers"))); }});
 
   t.push_back({"set_watch_performance", "Per-channel detail of the statistics",
-               "How many channels (dim 1) keep their own histogram. Any effective change flushes every statistic "
-               "collected so far (statistics_flushed says whether it did). Arguments left out keep their value." +
+               "How many channels (dim 1) keep their own histogram. Any effective change flushes the layer statistics "
+               "collected so far (statistics_flushed says whether it did); logged scalars, metrics and parameter "
+               "samples stay. Arguments left out keep their value." +
                    settings_reply,
                {boolean_arg("channel_limit_enabled", "Keep per-channel histograms for only the first channel_limit "
                                                      "channels (default true)."),

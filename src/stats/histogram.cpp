@@ -1,12 +1,16 @@
 #include "stats/histogram.h"
 
+#include <ATen/Parallel.h>
 #include <ATen/record_function.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 
@@ -108,7 +112,86 @@ torch::Tensor assign(const torch::Tensor& x, bool slots) {
   return x.dim() == 0 ? out.reshape({}) : out;
 }
 
+// Per float32 exponent field E (|x| in [2^(E-127), 2^(E-126))): how many
+// magnitude edges lie below the octave, and the (at most four) edges inside
+// it, padded with +inf. A value's edge count m is then one table read and
+// four compares, the same m searchsorted(right) finds over float32 edges.
+struct OctaveTable {
+  int32_t below[256];
+  float inside[256][4];
+};
+
+const OctaveTable& octave_table() {
+  static const OctaveTable table = [] {
+    OctaveTable t{};
+    std::vector<float> edges;
+    for (double e : magnitude_edges()) edges.push_back(static_cast<float>(e));
+    for (int E = 0; E < 256; ++E) {
+      // Exponent field 0 holds zero and the subnormals: [0, 2^-126).
+      const double lo = E == 0 ? 0.0 : std::ldexp(1.0, E - 127);
+      const double hi = std::ldexp(1.0, E - 126);
+      int below = 0, inside = 0;
+      for (auto& slot : t.inside[E]) slot = std::numeric_limits<float>::infinity();
+      for (float e : edges) {
+        if (e < lo) {
+          ++below;
+        } else if (e < hi) {
+          if (inside == 4) throw std::logic_error("histogram: more than four edges in one octave");
+          t.inside[E][inside++] = e;
+        }
+      }
+      t.below[E] = below;
+    }
+    return t;
+  }();
+  return table;
+}
+
 }  // namespace
+
+void count_cpu(const float* values, int64_t outer, int64_t channels, int64_t inner, const int64_t* row_offset,
+               int64_t* slots, int64_t slot_count, FoldedValues& into) {
+  const auto& table = octave_table();
+  std::mutex merge_mu;
+  const int64_t rows = outer * channels;
+  // Grain: a chunk of about 32k values per task.
+  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, inner));
+  at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+    std::vector<int64_t> local(static_cast<size_t>(slot_count), 0);
+    double sum = 0, sum_sq = 0;
+    float lo = std::numeric_limits<float>::infinity(), hi = -std::numeric_limits<float>::infinity();
+    for (int64_t r = begin; r < end; ++r) {
+      int64_t* counts = local.data() + (row_offset ? row_offset[r % channels] : 0);
+      const float* v = values + r * inner;
+      for (int64_t i = 0; i < inner; ++i) {
+        const float x = v[i];
+        uint32_t bits;
+        std::memcpy(&bits, &x, sizeof bits);
+        const uint32_t exponent = (bits >> 23) & 0xffu;
+        const bool negative = bits >> 31;
+        if (exponent == 0xffu) {
+          ++counts[std::isnan(x) ? kNanSlot : negative ? kNegInfSlot : kPosInfSlot];
+          continue;
+        }
+        sum += x;
+        sum_sq += static_cast<double>(x) * x;
+        lo = std::min(lo, x);
+        hi = std::max(hi, x);
+        const float a = std::fabs(x);
+        const float* inside = table.inside[exponent];
+        int m = table.below[exponent] + (a >= inside[0]) + (a >= inside[1]) + (a >= inside[2]) + (a >= inside[3]);
+        m = std::min(m, kSideBins);  // at or beyond 1e6: the end bin
+        ++counts[negative ? kZeroBin - m : kZeroBin + m];
+      }
+    }
+    std::lock_guard lock(merge_mu);
+    for (int64_t k = 0; k < slot_count; ++k) slots[k] += local[static_cast<size_t>(k)];
+    into.sum += sum;
+    into.sum_sq += sum_sq;
+    into.min = std::min(into.min, static_cast<double>(lo));
+    into.max = std::max(into.max, static_cast<double>(hi));
+  });
+}
 
 const std::vector<double>& bin_edges() {
   static const std::vector<double> edges = [] {

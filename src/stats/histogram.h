@@ -13,6 +13,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 namespace nansense::stats {
@@ -50,6 +51,22 @@ constexpr int kPosInfSlot = kBins + 1;   // 212
 constexpr int kNegInfSlot = kBins + 2;   // 213
 constexpr int kSlots = kBins + 3;        // 214
 torch::Tensor slot_index(const torch::Tensor& x);
+
+// The CPU path of counting, one pass over float32 values laid out as
+// [outer, channels, inner] (a contiguous tensor with channels at dim 1; 1 and
+// numel for a tensor without channels): adds each value's slot count to
+// `slots` at row_offset[channel] (kSlots apart; all at 0 when row_offset is
+// null), with the same slots as slot_index() gives, and folds the finite
+// values into `into`. Runs on this thread pool (at::parallel_for); about a
+// nanosecond per value where the torch ops above take tens.
+struct FoldedValues {
+  double sum = 0;
+  double sum_sq = 0;
+  double min = std::numeric_limits<double>::infinity();
+  double max = -std::numeric_limits<double>::infinity();
+};
+void count_cpu(const float* values, int64_t outer, int64_t channels, int64_t inner, const int64_t* row_offset,
+               int64_t* slots, int64_t slot_count, FoldedValues& into);
 
 // The 211-bin histogram of kSlots counts: the infinities join the end bins.
 std::vector<int64_t> hist_from_slots(const int64_t* slots);

@@ -106,6 +106,13 @@ void TensorAccumulator::add(const torch::Tensor& t) {
   // Half precision is widened once; float64 keeps its own.
   if (x.scalar_type() != torch::kDouble && x.scalar_type() != torch::kFloat) x = x.to(torch::kFloat);
 
+  // On the CPU one hand-written pass does what the ops below do, some twenty
+  // times faster (bench/stats): the CPU has no kernel launches to batch.
+  if (x.is_cpu() && x.scalar_type() == torch::kFloat) {
+    add_on_cpu(x.contiguous());
+    return;
+  }
+
   // Counts. torch::bincount would count the slots too, but on CUDA it reads
   // the index range back to size its result (a sync); index_add_ into the
   // running counts, whose size is known, does it on the device.
@@ -124,6 +131,22 @@ void TensorAccumulator::add(const torch::Tensor& t) {
   auto batch_extremes = torch::stack({torch::nan_to_num(d, kInf, kInf, kInf).amin(),
                                       torch::nan_to_num(d, -kInf, -kInf, -kInf).amax().neg()});
   at::minimum_out(s.extremes, s.extremes, batch_extremes);
+}
+
+void TensorAccumulator::add_on_cpu(const torch::Tensor& x) {
+  auto& s = *state_;
+  const int64_t channels = s.per_channel ? s.channels : 1;
+  const int64_t outer = s.per_channel ? x.size(0) : 1;
+  const int64_t inner = x.numel() / (outer * channels);
+  FoldedValues folded;
+  count_cpu(x.data_ptr<float>(), outer, channels, inner, s.per_channel ? s.row_offsets.data_ptr<int64_t>() : nullptr,
+            s.slots.data_ptr<int64_t>(), s.slots.numel(), folded);
+  // scalars: [sum, sum of squares, min, -max], as the device path keeps them.
+  auto scalars = s.scalars.accessor<double, 1>();
+  scalars[0] += folded.sum;
+  scalars[1] += folded.sum_sq;
+  scalars[2] = std::min(scalars[2], folded.min);
+  scalars[3] = std::min(scalars[3], -folded.max);
 }
 
 void TensorAccumulator::collapse() {
@@ -237,7 +260,11 @@ StatsStore::StatsStore(Detail detail) : detail_(std::move(detail)) {}
 bool StatsStore::set_detail(const Detail& detail) {
   if (detail == detail_) return false;
   detail_ = detail;
-  clear();
+  // Only the layer histograms depend on the detail: logged scalars, metric
+  // series and parameter samples stay (a loss curve must survive a setting).
+  buckets_.clear();
+  touched_.clear();
+  collapse_queue_.clear();
   return true;
 }
 

@@ -59,6 +59,8 @@ class TensorAccumulator {
   TensorStatsView describe(const std::vector<torch::Tensor>& cpu_buffers, bool bins) const;
 
   struct State;
+  // add() for a float32 CPU tensor, contiguous: count_cpu's one pass.
+  void add_on_cpu(const torch::Tensor& x);
   std::shared_ptr<State> state_;
 };
 
@@ -67,7 +69,8 @@ class StatsStore {
  public:
   explicit StatsStore(Detail detail = {});
 
-  // Flushes everything when the detail changes; returns whether it did.
+  // Flushes the layer statistics when the detail changes (scalars, metric
+  // series and parameter samples stay); returns whether it did.
   bool set_detail(const Detail& detail);
   const Detail& detail() const { return detail_; }
 

@@ -147,6 +147,67 @@ TEST(StatsHistogram, EveryBinCentreLandsInItsBinAndRandomValuesMatchTheReference
   EXPECT_EQ(counted, hist);
 }
 
+// The CPU pass counts what the op path counts: every edge, just inside it,
+// zero, subnormals, NaN, the infinities, beyond 1e6, random magnitudes, per
+// channel rows and the finite values' sums and extremes.
+TEST(StatsHistogram, TheCpuPassCountsWhatTheOpPathCounts) {
+  std::vector<float> values = {0.0f, -0.0f, 1e-45f, -1e-40f, 3.0f, -7.5e7f, 2e9f,
+                               static_cast<float>(kNaN), static_cast<float>(kInf), static_cast<float>(-kInf)};
+  for (double e : bin_edges()) {
+    values.push_back(static_cast<float>(e));
+    values.push_back(std::nextafter(static_cast<float>(e), 0.0f));
+  }
+  auto random = torch::randn({4000}) * torch::pow(10.0, torch::randint(-12, 9, {4000}).to(torch::kFloat));
+  for (int64_t i = 0; i < random.numel(); ++i) values.push_back(random[i].item<float>());
+  while (values.size() % 12 != 0) values.push_back(1.0f);
+  // [outer, channels 3, inner 4]: rows at offsets 0, kSlots, 0 (channel 2
+  // shares channel 0's row) to check the row map is followed.
+  auto x = torch::tensor(values).view({-1, 3, 4});
+  std::vector<int64_t> offsets = {0, kSlots, 0};
+  std::vector<int64_t> counts(2 * kSlots, 0);
+  FoldedValues folded;
+  count_cpu(x.data_ptr<float>(), x.size(0), 3, 4, offsets.data(), counts.data(), counts.size(), folded);
+
+  std::vector<int64_t> expected(2 * kSlots, 0);
+  auto slots = slot_index(x).contiguous();
+  for (int64_t o = 0; o < x.size(0); ++o) {
+    for (int64_t c = 0; c < 3; ++c) {
+      for (int64_t i = 0; i < 4; ++i) ++expected[offsets[c] + slots[o][c][i].item<int64_t>()];
+    }
+  }
+  EXPECT_EQ(counts, expected);
+  auto d = x.to(torch::kDouble);
+  auto finite = torch::isfinite(d);
+  auto kept = d.masked_select(finite);
+  EXPECT_NEAR(folded.sum, kept.sum().item<double>(), 1e-6 * kept.abs().sum().item<double>());
+  EXPECT_NEAR(folded.sum_sq, kept.square().sum().item<double>(), 1e-9 * kept.square().sum().item<double>());
+  EXPECT_EQ(folded.min, kept.min().item<double>());
+  EXPECT_EQ(folded.max, kept.max().item<double>());
+}
+
+// float64 tensors take the op path, float32 the CPU pass: the same values
+// (exact in both) give the same statistics.
+TEST(StatsAccumulator, TheOpPathAndTheCpuPassAgree) {
+  auto x = torch::randint(-2000, 2000, {8, 5, 6}).to(torch::kFloat) / 64;
+  x[0][0][0] = kNaN;
+  x[1][2][3] = kInf;
+  x[2][4][5] = 0;
+  TensorAccumulator by_ops(limit(3)), by_pass(limit(3));
+  by_ops.add(x.to(torch::kDouble));
+  by_pass.add(x);
+  const auto a = published(by_ops), b = published(by_pass);
+  EXPECT_EQ(a.hist, b.hist);
+  EXPECT_EQ(a.channel_hists, b.channel_hists);
+  EXPECT_EQ(a.n, b.n);
+  EXPECT_EQ(a.nan, b.nan);
+  EXPECT_EQ(a.pos_inf, b.pos_inf);
+  EXPECT_DOUBLE_EQ(a.sum, b.sum);
+  EXPECT_DOUBLE_EQ(a.sum_sq, b.sum_sq);
+  EXPECT_EQ(a.min, b.min);
+  EXPECT_EQ(a.max, b.max);
+  EXPECT_EQ(a.dead_channels, b.dead_channels);
+}
+
 TEST(StatsHistogram, MedianIsTheCentreOfTheBinHoldingTheMedian) {
   EXPECT_TRUE(std::isnan(median_from_hist(std::vector<int64_t>(kBins, 0))));
   // 50 x -2, 49 near zero, 100 x 1: the 100th of 199 values is a 1.
@@ -493,7 +554,9 @@ TEST(StatsStore, ADifferentDetailFlushes) {
   EXPECT_EQ(store.detail(), unlimited());
   auto s = store.publish();
   EXPECT_TRUE(s->layers.empty());
-  EXPECT_TRUE(s->series.empty());
+  // A logged loss curve survives a detail change.
+  ASSERT_EQ(s->series.size(), 1u);
+  EXPECT_EQ(s->series[0].points.size(), 1u);
   store.add("a", "train", 0, Kind::kActivation, torch::ones({2, 40}));
   EXPECT_EQ(bucket(*store.publish(), "a", "train", 0).activation->channel_hists.size(), 40u);
 }

@@ -57,7 +57,7 @@ export function StatsSettings() {
       const next = await call();
       adopt(next);
       setSaved(section);
-      if (next.statistics_flushed) toast('Statistics flushed: the new channel settings start from empty', 'info');
+      if (next.statistics_flushed) toast('Layer statistics flushed: the new channel settings start from empty (logged scalars stay)', 'info');
     } catch (e) {
       setErrors((x) => ({ ...x, [section]: message(e) }));
     }
@@ -132,7 +132,7 @@ export function StatsSettings() {
           />
           <span class="form-hint">per-channel histograms kept per layer</span>
         </label>
-        <p class="form-hint settings-warn">Changing these clears the statistics collected so far.</p>
+        <p class="form-hint settings-warn">Changing these clears the layer statistics collected so far (logged scalars and metrics stay).</p>
         <Feedback error={errors.performance} saved={saved === 'performance'} testid="performance" />
       </section>
 
