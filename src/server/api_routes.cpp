@@ -78,6 +78,17 @@ HttpResponse handle_api(Controller& controller, const HttpRequest& request) {
   }
   try {
     return respond(route->run(controller, Args(route->args, arguments_of(*route, request))));
+  } catch (const SnapshotReplaced& e) {
+    // Not an error of the page's snapshot: no error status (which a browser
+    // logs as a failed load even when the page handles it), no picture.
+    HttpResponse res;
+    res.status = 204;
+    std::string why = e.what();
+    for (auto& ch : why) {
+      if (static_cast<unsigned char>(ch) < 0x20) ch = ' ';
+    }
+    res.headers.emplace_back("X-Nansense-Replaced", why);
+    return res;
   } catch (const ControllerError& e) {
     return error_response(status_for(e.kind()), e.what(), e.argument());
   }

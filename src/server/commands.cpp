@@ -36,6 +36,20 @@ const Arg kValues = string_arg("values",
                                "averaging.")
                         .one_of({"unchanged", "abs", "square"})
                         .or_else("unchanged");
+// The snapshot a page shows, so that a picture the newer snapshot that
+// replaced it cannot give is no refusal of the page's own.
+const Arg kShown = integer_arg("sequence",
+                               "The snapshot the caller shows (get_status's snapshot_sequence). The picture is "
+                               "drawn from the latest snapshot; when that is another one and cannot give it (an eval "
+                               "batch has no gradient, a phase's last batch fewer samples), the reply says the "
+                               "snapshot was replaced instead of refusing (REST: 204 No Content; MCP: a conflict naming the latest "
+                               "sequence).")
+                       .at_least(0);
+
+std::optional<uint64_t> shown_of(const Args& a) {
+  const auto shown = a.optional_integer("sequence");
+  return shown ? std::optional<uint64_t>(static_cast<uint64_t>(*shown)) : std::nullopt;
+}
 
 // --- replies ---
 
@@ -313,10 +327,10 @@ std::vector<Command> table() {
   t.push_back({"render_strip", "Picture one strip",
                "A PNG of one sample's activation or gradient of one layer in the last captured batch (the UI's "
                "strips), with what it shows as JSON beside it.",
-               {kLayer.mandatory(), kKind, kSample, kAverage, kValues}, Route{"GET", "/api/render/strip"}, false, true,
-               "StripInfo", [](Controller& c, const Args& a) {
+               {kLayer.mandatory(), kKind, kSample, kAverage, kValues, kShown}, Route{"GET", "/api/render/strip"},
+               false, true, "StripInfo", [](Controller& c, const Args& a) {
                  Reply r;
-                 r.strips.push_back(c.render_strip(a.string("layer"), a.string("kind"), strip_options(a)));
+                 r.strips.push_back(c.render_strip(a.string("layer"), a.string("kind"), strip_options(a), shown_of(a)));
                  return r;
                }});
 
@@ -346,10 +360,10 @@ std::vector<Command> table() {
                {integer_arg("input", "Index of the model input (get_architecture's inputs, in order).")
                     .at_least(0)
                     .or_else(0),
-                kSample},
+                kSample, kShown},
                Route{"GET", "/api/render/input"}, true, true, "InputInfo", [](Controller& c, const Args& a) {
                  Reply r;
-                 r.input = c.render_input(a.integer("input"), a.integer("sample"));
+                 r.input = c.render_input(a.integer("input"), a.integer("sample"), shown_of(a));
                  return r;
                }});
 

@@ -18,6 +18,18 @@ int64_t batch_size_of(const BatchSnapshot& snap) {
   return !snap.inputs.empty() && snap.inputs[0].dim() > 0 ? snap.inputs[0].size(0) : 0;
 }
 
+// Draws a picture of `snap`; a refusal of it when the caller shows another
+// snapshot (`shown`) is about a snapshot the caller has not seen yet.
+template <class Draw>
+auto drawn_for(const BatchSnapshot& snap, std::optional<uint64_t> shown, Draw&& draw) {
+  try {
+    return draw();
+  } catch (const ControllerError& e) {
+    if (shown && *shown != snap.sequence) throw SnapshotReplaced(*shown, snap.sequence, e.what());
+    throw;
+  }
+}
+
 }  // namespace
 
 Status Controller::get_status() const {
@@ -123,8 +135,15 @@ json Controller::get_snapshot() const {
 }
 
 std::shared_ptr<const StripPicture> Controller::render_strip(const std::string& layer, const std::string& kind,
-                                                             const render::StripOptions& options) const {
+                                                             const render::StripOptions& options,
+                                                             std::optional<uint64_t> shown) const {
   auto snap = require_snapshot();
+  return drawn_for(*snap, shown, [&] { return draw_strip(snap, layer, kind, options); });
+}
+
+std::shared_ptr<const StripPicture> Controller::draw_strip(const std::shared_ptr<const BatchSnapshot>& snap,
+                                                           const std::string& layer, const std::string& kind,
+                                                           const render::StripOptions& options) const {
   if (!snap->architecture->find(layer)) {
     std::string known;
     for (const auto& l : snap->architecture->layers) known += (known.empty() ? "" : ", ") + l.name;
@@ -167,8 +186,14 @@ uint64_t Controller::snapshot_sequence() const {
   return snap ? snap->sequence : 0;
 }
 
-std::shared_ptr<const InputPicture> Controller::render_input(int64_t input, int64_t sample) const {
+std::shared_ptr<const InputPicture> Controller::render_input(int64_t input, int64_t sample,
+                                                             std::optional<uint64_t> shown) const {
   auto snap = require_snapshot();
+  return drawn_for(*snap, shown, [&] { return draw_input(snap, input, sample); });
+}
+
+std::shared_ptr<const InputPicture> Controller::draw_input(const std::shared_ptr<const BatchSnapshot>& snap,
+                                                           int64_t input, int64_t sample) const {
   const auto count = static_cast<int64_t>(snap->inputs.size());
   if (count == 0) {
     throw ControllerError(ControllerError::Kind::kNotFound,

@@ -54,11 +54,17 @@ class Controller {
 
   // A layer's activation or gradient strip for one sample of the last captured
   // batch, as PNG, with what it shows (scale, layout, non-finite counts).
+  // `shown`: the snapshot the caller shows. A refusal of the latest snapshot
+  // when that is another one throws SnapshotReplaced instead (the caller's
+  // snapshot was not refused; a picture the latest can give is still drawn).
   std::shared_ptr<const StripPicture> render_strip(const std::string& layer, const std::string& kind,
-                                                   const render::StripOptions& options) const;
+                                                   const render::StripOptions& options,
+                                                   std::optional<uint64_t> shown = std::nullopt) const;
   // One sample of model input `input` (index into the snapshot's inputs) as
-  // the image it was (input_mean/std, input_transform) or a colour strip.
-  std::shared_ptr<const InputPicture> render_input(int64_t input, int64_t sample) const;
+  // the image it was (input_mean/std, input_transform) or a colour strip;
+  // `shown` as for render_strip.
+  std::shared_ptr<const InputPicture> render_input(int64_t input, int64_t sample,
+                                                   std::optional<uint64_t> shown = std::nullopt) const;
 
   // The last published snapshot's sequence number; 0 before the first.
   uint64_t snapshot_sequence() const;
@@ -169,6 +175,12 @@ class Controller {
   std::shared_ptr<const StatsSnapshot> require_stats() const;
   // The last published snapshot; kNotFound before the first capture.
   std::shared_ptr<const BatchSnapshot> require_snapshot() const;
+  // render_strip's and render_input's pictures of `snap`.
+  std::shared_ptr<const StripPicture> draw_strip(const std::shared_ptr<const BatchSnapshot>& snap,
+                                                 const std::string& layer, const std::string& kind,
+                                                 const render::StripOptions& options) const;
+  std::shared_ptr<const InputPicture> draw_input(const std::shared_ptr<const BatchSnapshot>& snap, int64_t input,
+                                                 int64_t sample) const;
 
   detail::SessionPort& session_;
   mutable std::mutex cache_mu_;

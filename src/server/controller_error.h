@@ -3,6 +3,7 @@
 // {"error", "argument"}, an MCP error result).
 #pragma once
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -25,6 +26,21 @@ class ControllerError : public std::runtime_error {
  private:
   Kind kind_;
   std::string argument_;
+};
+
+// A picture asked of snapshot `shown` (the one the caller shows) that the
+// latest snapshot, which replaced it, cannot give: a batch without gradients
+// or with fewer samples. Not a refusal of the snapshot the caller asked
+// about: REST answers 204 No Content, the push channel counts the snapshot as
+// overtaken; elsewhere it is a conflict.
+class SnapshotReplaced : public ControllerError {
+ public:
+  SnapshotReplaced(uint64_t shown, uint64_t latest, const std::string& reason)
+      : ControllerError(Kind::kConflict,
+                        "snapshot " + std::to_string(shown) + " was replaced by snapshot " + std::to_string(latest) +
+                            ", which cannot give this picture (" + reason + "); ask again with sequence " +
+                            std::to_string(latest),
+                        "sequence") {}
 };
 
 }  // namespace nansense::server

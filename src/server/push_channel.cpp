@@ -126,19 +126,18 @@ bool PushChannel::push_strips(WebSocketPeer& peer, const std::vector<WatchedStri
     try {
       // render_strip draws the newest snapshot: a newer sequence means this
       // one was overtaken while we rendered.
-      auto picture = controller_.render_strip(strip.layer, strip.kind, strip.options);
+      auto picture = controller_.render_strip(strip.layer, strip.kind, strip.options, sequence);
       if (picture->sequence != sequence) {
         overtaken = true;
         break;
       }
       peer.send_binary(encode_strip_frame(info_json(*picture), picture->png));
+    } catch (const SnapshotReplaced&) {
+      // A refusal of a newer snapshot (an eval batch without gradients):
+      // only this snapshot's own refusals are reported.
+      overtaken = true;
+      break;
     } catch (const std::exception& e) {
-      // The refusal may be about a newer snapshot (an eval batch without
-      // gradients): only this snapshot's own refusals are reported.
-      if (controller_.snapshot_sequence() != sequence) {
-        overtaken = true;
-        break;
-      }
       if (!dynamic_cast<const ControllerError*>(&e)) std::cerr << "[nansense] strip push render: " << e.what() << "\n";
       json entry = to_json(strip);
       entry["error"] = e.what();

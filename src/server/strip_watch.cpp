@@ -26,10 +26,13 @@ std::string shown(const json& v) {
 }
 
 // One entry, checked against render_strip's declared arguments: a watched
-// strip is exactly what GET /api/render/strip would be asked.
+// strip is exactly what GET /api/render/strip would be asked (without the
+// snapshot's sequence).
 WatchedStrip parse_entry(const json& entry, size_t index) {
   const std::string where = "strips[" + std::to_string(index) + "]";
   if (!entry.is_object()) refuse(where + " must be an object, got " + type_name(entry));
+  // Every snapshot's strips are pushed: a watched strip names none.
+  if (entry.contains("sequence")) refuse(where + ": a watched strip takes no \"sequence\"");
   try {
     const Args args(args_of("render_strip"), entry);
     WatchedStrip out;

@@ -117,6 +117,53 @@ TEST_F(ApiTest, RenderLayerServesPngStrips) {
   EXPECT_EQ(http_request(port_, "POST", "/api/render/strip?layer=fc1").status, 405u);
 }
 
+// A page asks for pictures of the snapshot it shows; the server draws its
+// latest. When the latest replaced the page's and cannot give the picture
+// (an eval batch has no gradient, a batch fewer samples), the reply is 204,
+// not a refusal of the page's snapshot (which a browser logs as an error).
+TEST_F(ApiTest, PicturesOfAReplacedSnapshotAreNoRefusal) {
+  start();
+  const uint64_t shown = wait_paused()["snapshot_sequence"].get<uint64_t>();
+  const std::string gradient = "/api/render/strip?layer=relu&kind=gradient";
+  ASSERT_EQ(get(gradient + "&sequence=" + std::to_string(shown)).status, 200u);
+
+  // The page still shows the train batch; the server moved on to an eval one.
+  json status = post("/api/step", {{"unit", "phase"}, {"timeout_seconds", 20}}).json();
+  ASSERT_EQ(status["snapshot_position"]["phase"], "val");
+  const uint64_t latest = status["snapshot_sequence"].get<uint64_t>();
+  ASSERT_GT(latest, shown);
+  const std::string old_seq = "&sequence=" + std::to_string(shown);
+  const std::string new_seq = "&sequence=" + std::to_string(latest);
+
+  Reply replaced = get(gradient + old_seq);
+  EXPECT_EQ(replaced.status, 204u) << replaced.body;
+  EXPECT_TRUE(replaced.body.empty());
+  EXPECT_NE(replaced.headers["X-Nansense-Replaced"].find("snapshot " + std::to_string(shown) +
+                                                         " was replaced by snapshot " + std::to_string(latest)),
+            std::string::npos)
+      << replaced.headers["X-Nansense-Replaced"];
+  // The same sample out of range: also the newer batch's, not the page's.
+  EXPECT_EQ(get("/api/render/strip?layer=fc1&sample=9" + old_seq).status, 204u);
+  EXPECT_EQ(get("/api/render/input?sample=9" + old_seq).status, 204u);
+
+  // Refusals of the snapshot named, or of none named, stay refusals.
+  EXPECT_EQ(get(gradient + new_seq).status, 404u);
+  EXPECT_EQ(get(gradient).status, 404u);
+  EXPECT_EQ(get("/api/render/strip?layer=fc1&sample=9" + new_seq).status, 400u);
+  EXPECT_EQ(get("/api/render/input?sample=9" + new_seq).status, 400u);
+  // A request's own mistake is refused whatever snapshot it names.
+  EXPECT_EQ(get("/api/render/strip?layer=fc1&values=log" + old_seq).status, 400u);
+  EXPECT_EQ(get("/api/render/strip?layer=fc1&sequence=-1").status, 400u);
+
+  // A picture the newer snapshot can give is drawn from it.
+  Reply activation = get("/api/render/strip?layer=fc1&kind=activation" + old_seq);
+  ASSERT_EQ(activation.status, 200u) << activation.body;
+  EXPECT_EQ(json::parse(activation.headers["X-Nansense-Render"])["sequence"], latest);
+  Reply input = get("/api/render/input?sample=1" + old_seq);
+  ASSERT_EQ(input.status, 200u) << input.body;
+  EXPECT_EQ(json::parse(input.headers["X-Nansense-Render"])["sequence"], latest);
+}
+
 TEST_F(ApiTest, StepCommandsMoveThePausePosition) {
   start();
   wait_paused();

@@ -370,6 +370,8 @@ TEST_F(PushTest, BadWatchMessagesAreRefusedAndTheSocketKeepsItsList) {
        "strips[0]: argument \"layer\" must be a string, got 7"},
       {R"({"type":"watch","strips":[{"layer":"fc1","kind":"activation","sample":0,"colour":"red"}]})",
        "strips[0]: unknown argument \"colour\""},
+      {R"({"type":"watch","strips":[{"layer":"fc1","kind":"activation","sample":0,"sequence":3}]})",
+       "strips[0]: a watched strip takes no \"sequence\""},
       {json{{"type", "watch"}, {"strips", too_many}}.dump(), "too many strips: 513 listed, at most 512"},
   };
   for (const auto& [message, expected] : bad) {

@@ -19,6 +19,18 @@ export class ApiError extends Error {
   }
 }
 
+// A picture asked of a snapshot the page shows that the server's newer
+// snapshot cannot give (no gradient in an eval batch, fewer samples): not a
+// refusal of the page's snapshot. The server answers 204 No Content (an error
+// status would be logged by the browser as a failed load); the page drops the
+// request, as the newer snapshot is on its way to it.
+export class SnapshotReplaced extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'SnapshotReplaced';
+  }
+}
+
 function headers(extra?: Record<string, string>): Record<string, string> {
   const h: Record<string, string> = { ...extra };
   if (pageToken) h.Authorization = `Bearer ${pageToken}`;
@@ -117,6 +129,9 @@ export interface Rendered<I> {
 async function getImage<I>(path: string, params: Record<string, string>, signal?: AbortSignal): Promise<Rendered<I>> {
   const res = await fetch(`${path}?${new URLSearchParams(params)}`, { headers: headers(), cache: 'no-store', signal });
   if (!res.ok) throw await errorFrom(res);
+  if (res.status === 204) {
+    throw new SnapshotReplaced(res.headers.get('X-Nansense-Replaced') ?? `snapshot ${params.sequence} was replaced`);
+  }
   const header = res.headers.get('X-Nansense-Render');
   if (!header) throw new ApiError(res.status, `${path} answered without an X-Nansense-Render header`);
   return { png: new Uint8Array(await res.arrayBuffer()), info: JSON.parse(header) as I };
@@ -136,7 +151,9 @@ export function pngUrl(png: Uint8Array): string {
   return `data:image/png;base64,${btoa(binary)}`;
 }
 
-export const renderStrip = (view: StripView, signal?: AbortSignal) =>
+// `sequence`: the snapshot the page shows, for which the picture is asked
+// (SnapshotReplaced when the server's newer one cannot give it).
+export const renderStrip = (view: StripView, sequence: number, signal?: AbortSignal) =>
   getImage<StripInfo>(
     routes.render_strip.path,
     {
@@ -145,13 +162,18 @@ export const renderStrip = (view: StripView, signal?: AbortSignal) =>
       sample: String(view.sample),
       average: String(view.average),
       values: view.values,
+      sequence: String(sequence),
     } satisfies Record<keyof CommandArgs['render_strip'], string>,
     signal,
   );
 
-export const renderInput = (input: number, sample: number, signal?: AbortSignal) =>
+export const renderInput = (input: number, sample: number, sequence: number, signal?: AbortSignal) =>
   getImage<InputInfo>(
     routes.render_input.path,
-    { input: String(input), sample: String(sample) } satisfies Record<keyof CommandArgs['render_input'], string>,
+    {
+      input: String(input),
+      sample: String(sample),
+      sequence: String(sequence),
+    } satisfies Record<keyof CommandArgs['render_input'], string>,
     signal,
   );

@@ -512,8 +512,10 @@ export interface CommandArgs {
   silence_debug_check: { category?: DebugCheck };
   clear_debug_error: Record<never, never>;
   choose_update: { action: UpdateAction };
-  render_strip: StripView;
-  render_input: { input: number; sample: number };
+  // `sequence`: the snapshot the page shows (a newer one that cannot give
+  // the picture is answered 204 No Content, not refused).
+  render_strip: StripView & { sequence?: number };
+  render_input: { input: number; sample: number; sequence?: number };
   refresh: { timeout_seconds: number };
   set_update_frequency: { unit: UpdateFrequency['unit']; n: number; phase?: string | null };
   set_stats_scope: { scope: StatsScope };

@@ -1,7 +1,8 @@
 // Rendered strips by (connection generation, snapshot sequence, layer, kind,
-// sample, options). The server's render URL names no snapshot (it always
-// draws the latest), so the snapshot identity lives in this key instead, and
-// a new snapshot is a new key. Entries are fetched here or put in by the
+// sample, options). The server always draws its latest snapshot (the request
+// names the page's only so that a newer one that cannot give the picture is
+// no refusal), so the snapshot identity lives in this key, and a new snapshot
+// is a new key. Entries are fetched here or put in by the
 // push channel (stripPush.ts) as the server sends them.
 import { renderStrip, type Rendered } from '../api/client';
 import type { StripView } from '../api/types';
@@ -18,7 +19,8 @@ export function renderKey(generation: number, sequence: number, p: StripView): s
   return `${generation}|${sequence}|${p.layer}|${p.kind}|${p.sample}|${p.average}|${p.values}`;
 }
 
-export function loadStrip(key: string, params: StripView): Promise<RenderedStrip> {
+// `sequence`: the snapshot the page shows (in `key`).
+export function loadStrip(key: string, params: StripView, sequence: number): Promise<RenderedStrip> {
   const hit = cache.get(key);
   if (hit) {
     // Refresh its place in the eviction order.
@@ -26,7 +28,7 @@ export function loadStrip(key: string, params: StripView): Promise<RenderedStrip
     cache.set(key, hit);
     return hit;
   }
-  return putStrip(key, renderStrip(params));
+  return putStrip(key, renderStrip(params, sequence));
 }
 
 export function hasStrip(key: string): boolean {

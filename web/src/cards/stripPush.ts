@@ -4,7 +4,7 @@
 // PNGs over /ws, then "strips_done" naming those it could not draw. A strip
 // the push does not bring (watch changed meanwhile, link lost, snapshot
 // overtaken) is fetched over HTTP as before.
-import { ApiError, renderStrip } from '../api/client';
+import { ApiError, renderStrip, SnapshotReplaced } from '../api/client';
 import { sendPush } from '../api/push';
 import type { StripInfo, StripView, WatchMessage } from '../api/types';
 import { store } from '../state/app';
@@ -162,14 +162,17 @@ function settle(key: string, p: Pending): void {
 }
 
 // The server draws only its latest snapshot: once the page knows of a newer
-// one, fetching would bring that one's picture (or a refusal, when that batch
-// has no gradient or fewer samples), so a strip of an overtaken snapshot is
-// given up; its card has moved on to the newer snapshot's strip.
+// one, fetching would bring that one's picture, so a strip of an overtaken
+// snapshot is given up; its card has moved on to the newer snapshot's strip.
+// A newer snapshot the page has not heard of yet (strips_done of an overtaken
+// snapshot comes before the news of the next) may not have the picture (no
+// gradient, fewer samples): the server then says it replaced ours
+// (SnapshotReplaced) instead of refusing.
 function fetchInstead(key: string, p: Pending): void {
   settle(key, p);
   if (store.get().sequence > p.sequence) {
-    p.reject(new ApiError(409, `snapshot ${p.sequence} was replaced before its picture came`));
+    p.reject(new SnapshotReplaced(`snapshot ${p.sequence} was replaced before its picture came`));
     return;
   }
-  renderStrip(p.view).then(p.resolve, p.reject);
+  renderStrip(p.view, p.sequence).then(p.resolve, p.reject);
 }

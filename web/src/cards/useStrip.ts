@@ -2,6 +2,7 @@
 // while its card is on screen, and reports when it shows the latest snapshot.
 // A strip on screen is watched: the server pushes it with every snapshot.
 import { useEffect, useState } from 'preact/hooks';
+import { SnapshotReplaced } from '../api/client';
 import type { StripInfo, StripKind, Values } from '../api/types';
 import { forgetStrip, reportStrip } from '../state/rendered';
 import { loadStrip, renderKey } from './renderCache';
@@ -59,7 +60,7 @@ export function useStrip(r: StripRequest): StripState {
     reportStrip(id, { visible, generation, sequence: 0 });
     if (!ready) return;
     let cancelled = false;
-    loadStrip(key, params).then(
+    loadStrip(key, params, sequence).then(
       async ({ png, info }) => {
         // Decoded before the swap, so the old picture stays up meanwhile
         // (no blank frame between snapshots).
@@ -77,7 +78,8 @@ export function useStrip(r: StripRequest): StripState {
         settled(Math.max(sequence, info.sequence));
       },
       (e: unknown) => {
-        if (cancelled) return;
+        // A newer snapshot is on its way; this card will ask for its picture.
+        if (cancelled || e instanceof SnapshotReplaced) return;
         setError({ key, message: e instanceof Error ? e.message : String(e) });
         settled(sequence);
       },

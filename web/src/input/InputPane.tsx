@@ -2,7 +2,7 @@
 // server), which input of a multi-input model, and which sample every strip
 // on the page shows.
 import { useEffect, useState } from 'preact/hooks';
-import { pngUrl, renderInput } from '../api/client';
+import { pngUrl, renderInput, SnapshotReplaced } from '../api/client';
 import type { InputInfo, Snapshot } from '../api/types';
 import { batchSize, sampleExists, setSample, store } from '../state/app';
 import { useSelector } from '../state/store';
@@ -55,7 +55,7 @@ export function InputPane() {
   useEffect(() => {
     if (!ready || picture?.key === key) return;
     let cancelled = false;
-    renderInput(input, sample).then(
+    renderInput(input, sample, sequence).then(
       async ({ png, info }) => {
         const url = pngUrl(png);
         const probe = new Image();
@@ -66,7 +66,10 @@ export function InputPane() {
         setError(null);
       },
       (e: unknown) => {
-        if (!cancelled) setError({ key, message: e instanceof Error ? e.message : String(e) });
+        // A newer snapshot is on its way; its picture will be asked for.
+        if (!cancelled && !(e instanceof SnapshotReplaced)) {
+          setError({ key, message: e instanceof Error ? e.message : String(e) });
+        }
       },
     );
     return () => {
