@@ -551,9 +551,11 @@ TEST(UpdateCadenceTest, EveryNBatchesOfAPhaseOrEveryNEpochsAndNeverDetached) {
   EXPECT_EQ(captured_batches(control, 2),
             std::vector<std::string>({at("train", 0, 1).to_string(), at("train", 0, 3).to_string(),
                                       at("train", 1, 1).to_string(), at("train", 1, 3).to_string()}));
+  // Without a phase every batch counts: the 4th, 8th and 12th of 2 x (4 + 2).
   control.set_update_frequency(UpdateFrequency::batches(4));
-  EXPECT_EQ(captured_batches(control, 1),
-            std::vector<std::string>({at("train", 0, 3).to_string(), at("val", 0, 1).to_string()}));
+  EXPECT_EQ(captured_batches(control, 2),
+            std::vector<std::string>({at("train", 0, 3).to_string(), at("train", 1, 1).to_string(),
+                                      at("val", 1, 1).to_string()}));
   control.set_update_frequency(UpdateFrequency::epochs(2));
   EXPECT_EQ(captured_batches(control, 3),
             std::vector<std::string>({at("train", 0, 0).to_string(), at("train", 2, 0).to_string()}));
