@@ -13,6 +13,7 @@
 #include <set>
 #include <thread>
 
+#include "integration/epoch_loop_fixture.h"
 #include "integration/mcp_client.h"
 #include "integration/training_fixture.h"
 #include "session/session_access.h"
@@ -403,28 +404,9 @@ TEST_F(StatsLoopTest, RenderHistogramIsAPngUnderTheCap) {
 }
 
 // A served session whose loop runs session.epochs(3, ...) with fc1 watched.
-class StatsRewindTest : public TrainingServerTest {
+class StatsRewindTest : public EpochLoopServerTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("nansense_stats_rewind_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    nansense::StartOptions options;
-    options.watch({"fc1"});
-    serve_session(4, 2, options);
-    if (HasFatalFailure()) return;
-    trainer_ = std::thread([this] {
-      try {
-        session_->epochs(3, [&](int64_t) { run_epoch(); }, nansense::EpochOptions().cache_dir(dir_.string()));
-        session_->close();
-      } catch (const std::exception&) {
-      }
-    });
-  }
-  void TearDown() override {
-    TrainingServerTest::TearDown();
-    fs::remove_all(dir_);
-  }
-  fs::path dir_;
+  void SetUp() override { start_epoch_loop("nansense_stats_rewind", nansense::StartOptions().watch({"fc1"})); }
 };
 
 TEST_F(StatsRewindTest, AJumpDropsTheStatisticsOfLaterEpochs) {

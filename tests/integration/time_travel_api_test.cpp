@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "integration/epoch_loop_fixture.h"
 #include "integration/training_fixture.h"
 
 namespace {
@@ -36,27 +37,9 @@ TEST_F(TimeTravelWithoutLoopTest, IsUnavailableWithTheReason) {
 }
 
 // A served session whose loop runs session.epochs(3, ...) on its own thread.
-class TimeTravelApiTest : public TrainingServerTest {
+class TimeTravelApiTest : public nansense::testing::EpochLoopServerTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("nansense_tt_api_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    serve_session(4, 2, nansense::StartOptions());
-    if (HasFatalFailure()) return;
-    trainer_ = std::thread([this] {
-      try {
-        session_->epochs(3, [&](int64_t) { run_epoch(); }, nansense::EpochOptions().cache_dir(dir_.string()));
-        session_->close();
-      } catch (const std::exception&) {
-      }
-    });
-  }
-  void TearDown() override {
-    TrainingServerTest::TearDown();
-    fs::remove_all(dir_);
-  }
-
-  fs::path dir_;
+  void SetUp() override { start_epoch_loop("nansense_tt_api", nansense::StartOptions()); }
 };
 
 TEST_F(TimeTravelApiTest, StatusAndDetailsDescribeTheCache) {
