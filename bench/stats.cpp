@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdio>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -87,7 +88,7 @@ struct Row {
   uint64_t seen = 0;  // snapshots published (cadence) or (layer, phase) streams collected
 };
 
-void run_ratios(int64_t batch_count, int rounds) {
+void run_ratios(int64_t batch_count, int rounds, const std::string& only) {
   auto batches = synthetic_batches(batch_count, 64);
   std::vector<Row> rows = {
       {Variant::kPlain, "plain loop", nullptr, 0, {}, {}},
@@ -97,6 +98,15 @@ void run_ratios(int64_t batch_count, int rounds) {
       {Variant::kAll, "all layers, every batch", "<= 1.5", 1.5, {}, {}},
       {Variant::kDefaultCadence, "default live updates", "<= 1.02", 1.02, {}, {}},
   };
+  if (!only.empty()) {
+    // One variant alone, for a profiler: no ratios.
+    for (auto& row : rows) {
+      if (only != row.name) continue;
+      for (int r = 0; r < rounds; ++r) std::printf("%s: %.3f ms/batch\n", row.name, measure(row.variant, batches, nullptr));
+      return;
+    }
+    throw std::invalid_argument("--only: no variant named '" + only + "'");
+  }
   std::printf("\ndemo CNN, batches of 64 [1x28x28]: %d rounds of %lld synthetic batches\n", rounds,
               static_cast<long long>(batch_count));
   std::fflush(stdout);
@@ -204,6 +214,7 @@ int main(int argc, char** argv) {
   int64_t batch_count = 200;
   int rounds = 5;
   int64_t epochs = 100;
+  std::string only;
   CLI::App app{"Statistics over time: cost on the demo CNN and memory for a 200-layer network."};
   app.add_option("--batches", batch_count, "Batches per timed pass (the default cadence publishes once a second)")
       ->capture_default_str()
@@ -213,6 +224,7 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--epochs", epochs, "Epochs of the 200-layer memory run")->capture_default_str()->check(
       CLI::PositiveNumber);
+  app.add_option("--only", only, "Time one variant by its row name (e.g. \"3 watched, every batch\"), for a profiler");
   CLI11_PARSE(app, argc, argv);
 
   torch::set_num_threads(1);
@@ -220,7 +232,8 @@ int main(int argc, char** argv) {
   std::printf("nansense statistics over time\n");
   std::printf("torch threads: 1; times are the training thread's CPU time; ratio = median over rounds of "
               "(variant / plain loop of the same round)\n");
-  run_ratios(batch_count, rounds);
+  run_ratios(batch_count, rounds, only);
+  if (!only.empty()) return 0;
   run_fold_parts();
   run_memory(epochs, 16);
   return 0;

@@ -102,10 +102,20 @@ struct WatchPerformance {
   // (layer, phase, kind) for the newest epoch.
   TORCH_ARG(bool, channel_limit_enabled) = true;
   TORCH_ARG(int64_t, channel_limit) = 16;
+  // On the CPU, histograms (the layer's and each channel's) count at most
+  // this many values of each tensor, a stratified random sample over it
+  // (runs of 16 values, one in each equal window); 0 counts every
+  // value. Count, sum, mean, std, min, max, the non-finite counts and dead
+  // channels stay exact either way (TensorStatsView::binned says how many
+  // values the bins hold). Default 16384: a histogram's shape to about 1%,
+  // and every layer on every batch within bench/stats' target. On a GPU
+  // every value is counted.
+  TORCH_ARG(int64_t, histogram_sample) = 16384;
 
  public:
   bool operator==(const WatchPerformance& o) const {
-    return channel_limit_enabled_ == o.channel_limit_enabled_ && channel_limit_ == o.channel_limit_;
+    return channel_limit_enabled_ == o.channel_limit_enabled_ && channel_limit_ == o.channel_limit_ &&
+           histogram_sample_ == o.histogram_sample_;
   }
 };
 
@@ -130,6 +140,10 @@ struct TensorStatsView {
   // dim 1 changed size mid-stream (token counts).
   std::vector<std::vector<int64_t>> channel_hists;
   int64_t channels = 0;  // dim-1 size seen; 0 when per-channel is off
+  // Values the bins count (the layer's histogram plus its NaN count): n +
+  // nan + pos_inf + neg_inf, or fewer when the histograms were sampled
+  // (WatchPerformance::histogram_sample); 0 once collapsed.
+  int64_t binned = 0;
   // From hist (the non-NaN values, infinities in the end bins), or cached
   // when the bins were collapsed.
   double median = std::numeric_limits<double>::quiet_NaN();

@@ -328,6 +328,19 @@ std::vector<Tracer::FinalName> Tracer::final_names() const {
   return out;
 }
 
+bool Tracer::wanted_on_device(int layer) const {
+  if (!keep_.device_layer) return true;
+  const LayerInfo& info = layers_[static_cast<size_t>(layer)];
+  // A module's layer keeps its name; a parameterless op may take a module's.
+  if (info.role != LayerInfo::Role::kOp) return keep_.device_layer(info);
+  const auto names = final_names();
+  const auto& fate = names[static_cast<size_t>(layer)];
+  if (!fate.kept || fate.name == info.name) return keep_.device_layer(info);
+  LayerInfo renamed = info;
+  renamed.name = fate.name;
+  return keep_.device_layer(renamed);
+}
+
 std::string Tracer::final_name(const std::string& provisional) const {
   for (size_t i = 0; i < layers_.size(); ++i) {
     if (layers_[i].name != provisional) continue;
@@ -626,16 +639,21 @@ void Tracer::capture_activation(int layer, const torch::Tensor& out, int64_t op_
   // Copied now: a later in-place op may overwrite the live tensor (the
   // device reference for statistics then sees the overwritten values).
   if (keep_.cpu) result_->activations[info.name] = cpu_copy(out);
-  if (keep_.device) result_->device_activations[info.name] = out.detach();
+  const bool device = keep_.device && wanted_on_device(layer);
+  if (device) {
+    result_->device_activations[info.name] = out.detach();
+  } else {
+    result_->device_activations.erase(info.name);  // an earlier op's output of this layer
+  }
   {
     std::lock_guard lock(result_->grad_mu);
     result_->final_op[layer] = op_seq;
   }
-  if (out.requires_grad()) {
+  if (out.requires_grad() && (keep_.cpu || device)) {
     std::weak_ptr<TraceResult> weak = result_;
     // The hook stays on the autograd graph; it records only while this op is
     // still the layer's final op, and never keeps the result alive.
-    const Keep keep = keep_;
+    const Keep keep{.cpu = keep_.cpu, .device = device};
     const_cast<torch::Tensor&>(out).register_hook([weak, layer, op_seq, keep](torch::Tensor grad) {
       auto result = weak.lock();
       if (!result || !grad.defined()) return;

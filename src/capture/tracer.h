@@ -4,6 +4,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -67,6 +68,11 @@ struct TraceResult {
 struct TraceKeep {
   bool cpu = true;
   bool device = false;
+  // With device: the layers whose device tensors are kept (judged by the
+  // layer as it stands when its output appears: its name as finish() would
+  // give it then); all when empty. The others' gradients are not held to
+  // the batch's end.
+  std::function<bool(const LayerInfo&)> device_layer;
 };
 
 class Tracer : public observer::Consumer {
@@ -134,6 +140,8 @@ class Tracer : public observer::Consumer {
   std::string fresh_name(const std::string& base);
   std::string fresh_call_name(const std::string& module_path);
   void capture_activation(int layer, const torch::Tensor& out, int64_t op_seq);
+  // Whether Keep::device_layer wants this layer's device tensors.
+  bool wanted_on_device(int layer) const;
   struct FinalName {
     bool kept = false;   // false: an op after a loss that the model never used
     std::string name;

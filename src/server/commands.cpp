@@ -419,7 +419,8 @@ std::vector<Command> table() {
                [](Controller& c, const Args& a) { return json_reply(c.unwatch_layers(a.strings("layers"))); }});
 
   t.push_back({"set_watch_performance", "Per-channel detail of the statistics",
-               "How many channels (dim 1) keep their own histogram. Any effective change flushes the layer statistics "
+               "How many channels (dim 1) keep their own histogram, and how many values of each tensor the CPU "
+               "histograms count (count, mean, std, min, max, non-finite counts and dead channels stay exact). Any effective change flushes the layer statistics "
                "collected so far (statistics_flushed says whether it did); logged scalars, metrics and parameter "
                "samples stay. Arguments left out keep their value." +
                    settings_reply,
@@ -427,10 +428,14 @@ std::vector<Command> table() {
                                                      "channels (default true)."),
                 integer_arg("channel_limit", "Channels kept per layer when limited (default 16).")
                     .at_least(1)
-                    .at_most(4096)},
+                    .at_most(4096),
+                integer_arg("histogram_sample", "On the CPU, the most values of each tensor a histogram counts, "
+                                                "evenly spread (default 16384; 0 counts every value).")
+                    .at_least(0)},
                Route{"POST", "/api/stats/performance"}, true, false, "Settings", [](Controller& c, const Args& a) {
                  return json_reply(c.set_watch_performance(a.optional_boolean("channel_limit_enabled"),
-                                                           a.optional_integer("channel_limit")));
+                                                           a.optional_integer("channel_limit"),
+                                                           a.optional_integer("histogram_sample")));
                }});
 
   t.push_back({"list_stats", "What statistics were collected",

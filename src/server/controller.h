@@ -110,7 +110,8 @@ class Controller {
   json watch_layers(const std::vector<std::string>& layers);
   json unwatch_layers(const std::vector<std::string>& layers);
   // Absent fields keep their value; the reply adds statistics_flushed.
-  json set_watch_performance(std::optional<bool> channel_limit_enabled, std::optional<int64_t> channel_limit);
+  json set_watch_performance(std::optional<bool> channel_limit_enabled, std::optional<int64_t> channel_limit,
+                             std::optional<int64_t> histogram_sample = std::nullopt);
   // What was collected: layers (graph order) with their phases and epochs,
   // parameters per layer, the scalar series, the bin edges.
   json list_stats() const;

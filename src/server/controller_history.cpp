@@ -46,6 +46,7 @@ json running_stats(const TensorStatsView& v) {
           {"hist", v.hist.empty() ? json(nullptr) : json(v.hist)},
           {"channel_hists", v.channel_hists.empty() ? json(nullptr) : json(v.channel_hists)},
           {"channels", v.channels},
+          {"binned", v.binned},
           {"dead_count", v.dead_count ? json(*v.dead_count) : json(nullptr)},
           {"dead_channels", v.dead_channels}};
 }
@@ -147,7 +148,8 @@ json Controller::get_settings() const {
           {"watched_layers", session_.watched_layers()},
           {"watch_performance",
            {{"channel_limit_enabled", performance.channel_limit_enabled()},
-            {"channel_limit", performance.channel_limit()}}},
+            {"channel_limit", performance.channel_limit()},
+            {"histogram_sample", performance.histogram_sample()}}},
           {"stats_collecting", session_.stats_collecting()}};
 }
 
@@ -184,15 +186,17 @@ json Controller::unwatch_layers(const std::vector<std::string>& layers) {
 }
 
 json Controller::set_watch_performance(std::optional<bool> channel_limit_enabled,
-                                       std::optional<int64_t> channel_limit) {
+                                       std::optional<int64_t> channel_limit,
+                                       std::optional<int64_t> histogram_sample) {
   auto performance = session_.watch_performance();
   if (channel_limit_enabled) performance.channel_limit_enabled(*channel_limit_enabled);
   if (channel_limit) performance.channel_limit(*channel_limit);
+  if (histogram_sample) performance.histogram_sample(*histogram_sample);
   bool flushed = false;
   try {
     flushed = session_.set_watch_performance(performance);
   } catch (const UsageError& e) {
-    refuse(ControllerError::Kind::kInvalidArgument, e, "channel_limit");
+    refuse(ControllerError::Kind::kInvalidArgument, e, histogram_sample && !channel_limit ? "histogram_sample" : "channel_limit");
   }
   json out = get_settings();
   out["statistics_flushed"] = flushed;

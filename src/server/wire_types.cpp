@@ -203,7 +203,8 @@ json build() {
                              {"parameters", array(ref("ParameterStats"))}});
 
   // --- statistics over time ---
-  d["WatchPerformance"] = object({{"channel_limit_enabled", boolean()}, {"channel_limit", integer()}});
+  d["WatchPerformance"] = object(
+      {{"channel_limit_enabled", boolean()}, {"channel_limit", integer()}, {"histogram_sample", integer()}});
   d["Settings"] = object({{"update_frequency", ref("UpdateFrequency")},
                           {"stats_scope", scope},
                           {"watched_layers", array(str())},
@@ -225,6 +226,7 @@ json build() {
                               {"hist", nullable(array(integer()))},
                               {"channel_hists", nullable(array(array(integer())))},
                               {"channels", integer()},
+                              {"binned", integer()},
                               {"dead_count", nullable(integer())},
                               {"dead_channels", array(integer())}});
   d["EpochStats"] = object({{"epoch", integer()},

@@ -103,8 +103,13 @@ bool SessionCore::begin_batch(const std::string& phase, std::optional<int64_t> e
   if ((capture || decision_.collect) && observer_) {
     try {
       // A batch only collected keeps its tensors on their device: no copy.
-      tracer_ = std::make_unique<capture::Tracer>(*model_, *observer_,
-                                                  capture::Tracer::Keep{.cpu = capture, .device = decision_.collect});
+      // Only the layers in the statistics' scope: the others' gradients are
+      // not held to the batch's end.
+      tracer_ = std::make_unique<capture::Tracer>(
+          *model_, *observer_,
+          capture::Tracer::Keep{.cpu = capture,
+                                .device = decision_.collect,
+                                .device_layer = decision_.collect ? stats_->device_filter() : nullptr});
     } catch (const std::exception& e) {
       report_internal_error(std::string("capture disabled: ") + e.what());
     }

@@ -37,6 +37,10 @@ void check_performance(const WatchPerformance& p) {
     throw UsageError("watch performance: channel_limit must be >= 1 (channels kept per layer), got " +
                      std::to_string(p.channel_limit()));
   }
+  if (p.histogram_sample() < 0) {
+    throw UsageError("watch performance: histogram_sample must be >= 0 (values a CPU histogram counts per tensor; "
+                     "0 counts every value), got " + std::to_string(p.histogram_sample()));
+  }
 }
 
 std::string quoted_list(const std::vector<std::string>& names) {
@@ -238,17 +242,27 @@ void StatsCollector::apply_settings() {
   }
 }
 
+namespace {
+
+bool in_scope(StatsScope scope, const std::vector<std::string>& watched, const LayerInfo& layer) {
+  if (scope == StatsScope::kAll) return !layer.shape_op;  // a shape op repeats its input's values
+  return scope == StatsScope::kWatched && std::find(watched.begin(), watched.end(), layer.name) != watched.end();
+}
+
+}  // namespace
+
 std::vector<const LayerInfo*> StatsCollector::layers_in_scope(const Architecture& architecture) const {
   std::vector<const LayerInfo*> out;
   for (const auto& layer : architecture.layers) {
-    const bool in = applied_scope_ == StatsScope::kAll
-                        ? !layer.shape_op  // a shape op repeats its input's values
-                        : applied_scope_ == StatsScope::kWatched &&
-                              std::find(applied_watched_.begin(), applied_watched_.end(), layer.name) !=
-                                  applied_watched_.end();
-    if (in) out.push_back(&layer);
+    if (in_scope(applied_scope_, applied_watched_, layer)) out.push_back(&layer);
   }
   return out;
+}
+
+std::function<bool(const LayerInfo&)> StatsCollector::device_filter() const {
+  return [scope = applied_scope_, watched = applied_watched_](const LayerInfo& layer) {
+    return in_scope(scope, watched, layer);
+  };
 }
 
 void StatsCollector::begin_batch(const BatchPosition& pos, bool collect, const Architecture* architecture) {

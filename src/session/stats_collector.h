@@ -62,6 +62,9 @@ class StatsCollector {
   // (its metric reductions, a publish), and when this collected batch is its
   // epoch's first, begins the parameter sample.
   void begin_batch(const BatchPosition& pos, bool collect, const Architecture* architecture);
+  // Which layers a collected batch's tracer keeps on the device: those in
+  // scope as of begin_batch (watched ones, or every layer but shape ops).
+  std::function<bool(const LayerInfo&)> device_filter() const;
   // Folds the batch's traced device tensors (final names) of the layers in
   // scope, and runs the metric instruments on them.
   void fold(const BatchPosition& pos, capture::TraceResult& trace);

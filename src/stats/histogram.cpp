@@ -14,6 +14,10 @@
 #include <string>
 #include <tuple>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 namespace nansense::stats {
 
 namespace {
@@ -147,49 +151,238 @@ const OctaveTable& octave_table() {
   return table;
 }
 
+
+// The slot of one float32 value, as slot_index() gives it.
+inline int slot_of(const OctaveTable& table, float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  const uint32_t exponent = (bits >> 23) & 0xffu;
+  const bool negative = bits >> 31;
+  if (exponent == 0xffu) return std::isnan(x) ? kNanSlot : negative ? kNegInfSlot : kPosInfSlot;
+  const float a = std::fabs(x);
+  const float* inside = table.inside[exponent];
+  int m = table.below[exponent] + (a >= inside[0]) + (a >= inside[1]) + (a >= inside[2]) + (a >= inside[3]);
+  m = std::min(m, kSideBins);  // at or beyond 1e6: the end bin
+  return negative ? kZeroBin - m : kZeroBin + m;
+}
+
+constexpr int64_t kChunk = 512;  // values per finite-path attempt
+constexpr float kFloatInf = std::numeric_limits<float>::infinity();
+
+// One chunk of values on the assumption that all are finite: their count,
+// float64 sums (each value widened before it is summed or squared, so the
+// sums are as exact as a float64 loop's) and extremes, into `f`; false,
+// folding nothing, when a NaN or infinity makes a sum non-finite. SSE2 where
+// the CPU has it (every x86-64), a plain loop elsewhere.
+bool fold_chunk_finite(const float* v, int64_t n, ExactFold& f) {
+  double sum = 0, sum_sq = 0;
+  float mn = kFloatInf, mx = -kFloatInf;
+  int64_t i = 0;
+#if defined(__SSE2__)
+  __m128d s[4] = {_mm_setzero_pd(), _mm_setzero_pd(), _mm_setzero_pd(), _mm_setzero_pd()};
+  __m128d q[4] = {_mm_setzero_pd(), _mm_setzero_pd(), _mm_setzero_pd(), _mm_setzero_pd()};
+  __m128 lo[2] = {_mm_set1_ps(kFloatInf), _mm_set1_ps(kFloatInf)};
+  __m128 hi[2] = {_mm_set1_ps(-kFloatInf), _mm_set1_ps(-kFloatInf)};
+  for (; i + 8 <= n; i += 8) {
+    for (int h = 0; h < 2; ++h) {
+      const __m128 x = _mm_loadu_ps(v + i + 4 * h);
+      const __m128d a = _mm_cvtps_pd(x);
+      const __m128d b = _mm_cvtps_pd(_mm_movehl_ps(x, x));
+      s[2 * h] = _mm_add_pd(s[2 * h], a);
+      s[2 * h + 1] = _mm_add_pd(s[2 * h + 1], b);
+      q[2 * h] = _mm_add_pd(q[2 * h], _mm_mul_pd(a, a));
+      q[2 * h + 1] = _mm_add_pd(q[2 * h + 1], _mm_mul_pd(b, b));
+      // minps/maxps return the second operand for a NaN: the running value.
+      lo[h] = _mm_min_ps(x, lo[h]);
+      hi[h] = _mm_max_ps(x, hi[h]);
+    }
+  }
+  alignas(16) double sd[2], qd[2];
+  for (int k = 0; k < 4; ++k) {
+    _mm_store_pd(sd, s[k]);
+    _mm_store_pd(qd, q[k]);
+    sum += sd[0] + sd[1];
+    sum_sq += qd[0] + qd[1];
+  }
+  alignas(16) float lf[4], hf[4];
+  for (int h = 0; h < 2; ++h) {
+    _mm_store_ps(lf, lo[h]);
+    _mm_store_ps(hf, hi[h]);
+    for (int k = 0; k < 4; ++k) {
+      mn = std::min(mn, lf[k]);
+      mx = std::max(mx, hf[k]);
+    }
+  }
+#endif
+  for (; i < n; ++i) {
+    const float x = v[i];
+    const double d = x;
+    sum += d;
+    sum_sq += d * d;
+    mn = x < mn ? x : mn;
+    mx = x > mx ? x : mx;
+  }
+  if (!std::isfinite(sum) || !std::isfinite(sum_sq)) return false;
+  f.n += n;
+  f.sum += sum;
+  f.sum_sq += sum_sq;
+  f.min = std::min(f.min, static_cast<double>(mn));
+  f.max = std::max(f.max, static_cast<double>(mx));
+  return true;
+}
+
+void fold_chunk_exact(const float* v, int64_t n, ExactFold& f) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = v[i];
+    if (std::isnan(x)) {
+      ++f.nan;
+    } else if (std::isinf(x)) {
+      ++(x > 0 ? f.pos_inf : f.neg_inf);
+    } else {
+      const double d = x;
+      ++f.n;
+      f.sum += d;
+      f.sum_sq += d * d;
+      f.min = std::min(f.min, d);
+      f.max = std::max(f.max, d);
+    }
+  }
+}
+
+void merge(ExactFold& into, const ExactFold& f) {
+  into.n += f.n;
+  into.nan += f.nan;
+  into.pos_inf += f.pos_inf;
+  into.neg_inf += f.neg_inf;
+  into.sum += f.sum;
+  into.sum_sq += f.sum_sq;
+  into.min = std::min(into.min, f.min);
+  into.max = std::max(into.max, f.max);
+}
+
+// Folds n values chunk by chunk into `into`; returns the finite extremes and
+// whether a non-finite value was among them, for a channel's range.
+void fold_values(const float* v, int64_t n, ExactFold& into, ChannelRange* range) {
+  for (int64_t begin = 0; begin < n; begin += kChunk) {
+    const int64_t count = std::min(kChunk, n - begin);
+    ExactFold chunk;
+    if (!fold_chunk_finite(v + begin, count, chunk)) fold_chunk_exact(v + begin, count, chunk);
+    if (range) {
+      range->seen += count;
+      range->min = std::min(range->min, chunk.min);
+      range->max = std::max(range->max, chunk.max);
+      range->nonfinite = range->nonfinite || chunk.nan + chunk.pos_inf + chunk.neg_inf > 0;
+    }
+    merge(into, chunk);
+  }
+}
+
+// A channel's range from values spread over rows too short to fold one by
+// one (a Linear's [batch, features]: one value per row).
+void range_of(const float* v, int64_t n, ChannelRange& r) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = v[i];
+    if (!std::isfinite(x)) {
+      r.nonfinite = true;
+    } else {
+      r.min = std::min(r.min, static_cast<double>(x));
+      r.max = std::max(r.max, static_cast<double>(x));
+    }
+  }
+  r.seen += n;
+}
+
+void merge(ChannelRange& into, const ChannelRange& r) {
+  into.seen += r.seen;
+  into.min = std::min(into.min, r.min);
+  into.max = std::max(into.max, r.max);
+  into.nonfinite = into.nonfinite || r.nonfinite;
+}
+
 }  // namespace
 
-void count_cpu(const float* values, int64_t outer, int64_t channels, int64_t inner, const int64_t* row_offset,
-               int64_t* slots, int64_t slot_count, FoldedValues& into) {
+bool ChannelRange::zero_band() const {
+  if (seen == 0 || nonfinite) return false;
   const auto& table = octave_table();
+  return slot_of(table, static_cast<float>(min)) == kZeroBin && slot_of(table, static_cast<float>(max)) == kZeroBin;
+}
+
+void fold_exact_cpu(const float* values, int64_t outer, int64_t channels, int64_t inner, int64_t tracked,
+                    ChannelRange* ranges, ExactFold& into) {
   std::mutex merge_mu;
+  tracked = ranges ? std::min(tracked, channels) : 0;
   const int64_t rows = outer * channels;
-  // Grain: a chunk of about 32k values per task.
-  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, inner));
-  at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+  // Rows long enough: each folded on its own, its channel's range on the way.
+  if (tracked == 0 || inner >= 64) {
+    const int64_t row_len = tracked == 0 ? outer * channels * inner : inner;
+    const int64_t row_count = tracked == 0 ? 1 : rows;
+    // Without channels the whole tensor is one row, cut into grains here.
+    const int64_t pieces = tracked == 0 ? (row_len + 32767) / 32768 : row_count;
+    const int64_t piece_len = tracked == 0 ? 32768 : row_len;
+    at::parallel_for(0, pieces, /*grain_size=*/std::max<int64_t>(1, 32768 / std::max<int64_t>(1, piece_len)),
+                     [&](int64_t begin, int64_t end) {
+                       ExactFold local;
+                       std::vector<ChannelRange> local_ranges(static_cast<size_t>(tracked));
+                       for (int64_t r = begin; r < end; ++r) {
+                         const int64_t start = r * piece_len;
+                         const int64_t len = std::min(piece_len, row_len * row_count - start);
+                         const int64_t channel = tracked == 0 ? -1 : r % channels;
+                         ChannelRange* range = channel >= 0 && channel < tracked
+                                                   ? &local_ranges[static_cast<size_t>(channel)]
+                                                   : nullptr;
+                         fold_values(values + start, len, local, range);
+                       }
+                       std::lock_guard lock(merge_mu);
+                       merge(into, local);
+                       for (int64_t c = 0; c < tracked; ++c) merge(ranges[c], local_ranges[static_cast<size_t>(c)]);
+                     });
+    return;
+  }
+  // Short rows: the whole tensor in one run, then each tracked channel's
+  // values gathered for its range.
+  fold_exact_cpu(values, outer, channels, inner, 0, nullptr, into);
+  for (int64_t c = 0; c < tracked; ++c) {
+    for (int64_t o = 0; o < outer; ++o) range_of(values + (o * channels + c) * inner, inner, ranges[c]);
+  }
+}
+
+int64_t run_start(int64_t j, int64_t stride, int64_t run, uint64_t seed) {
+  if (stride <= run) return j * stride;
+  // splitmix64 of (seed, j): a position inside the j-th window.
+  uint64_t z = seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(j) + 0x632be59bd9b4e019ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return j * stride + static_cast<int64_t>(z % static_cast<uint64_t>(stride - run + 1));
+}
+
+void bin_cpu(const float* values, int64_t outer, int64_t channels, int64_t inner, const int64_t* row_offset,
+             int64_t stride, int64_t run, uint64_t seed, int64_t* slots, int64_t slot_count) {
+  const auto& table = octave_table();
+  const int64_t numel = outer * channels * inner;
+  if (numel <= 0 || inner <= 0) return;
+  run = std::max<int64_t>(1, run);
+  if (stride <= run) {
+    // Every value: runs of 32k to share among the threads.
+    stride = run = 32768;
+  }
+  const int64_t windows = (numel + stride - 1) / stride;
+  std::mutex merge_mu;
+  at::parallel_for(0, windows, /*grain_size=*/std::max<int64_t>(1, 32768 / run), [&](int64_t begin, int64_t end) {
     std::vector<int64_t> local(static_cast<size_t>(slot_count), 0);
-    double sum = 0, sum_sq = 0;
-    float lo = std::numeric_limits<float>::infinity(), hi = -std::numeric_limits<float>::infinity();
-    for (int64_t r = begin; r < end; ++r) {
-      int64_t* counts = local.data() + (row_offset ? row_offset[r % channels] : 0);
-      const float* v = values + r * inner;
-      for (int64_t i = 0; i < inner; ++i) {
-        const float x = v[i];
-        uint32_t bits;
-        std::memcpy(&bits, &x, sizeof bits);
-        const uint32_t exponent = (bits >> 23) & 0xffu;
-        const bool negative = bits >> 31;
-        if (exponent == 0xffu) {
-          ++counts[std::isnan(x) ? kNanSlot : negative ? kNegInfSlot : kPosInfSlot];
-          continue;
-        }
-        sum += x;
-        sum_sq += static_cast<double>(x) * x;
-        lo = std::min(lo, x);
-        hi = std::max(hi, x);
-        const float a = std::fabs(x);
-        const float* inside = table.inside[exponent];
-        int m = table.below[exponent] + (a >= inside[0]) + (a >= inside[1]) + (a >= inside[2]) + (a >= inside[3]);
-        m = std::min(m, kSideBins);  // at or beyond 1e6: the end bin
-        ++counts[negative ? kZeroBin - m : kZeroBin + m];
+    for (int64_t j = begin; j < end; ++j) {
+      int64_t p = run_start(j, stride, run, seed);
+      const int64_t stop = std::min(numel, p + run);
+      while (p < stop) {
+        // Within one row (a channel of one sample): its slots' offset once.
+        const int64_t row = p / inner;
+        const int64_t row_end = std::min(stop, (row + 1) * inner);
+        int64_t* counts = local.data() + (row_offset ? row_offset[row % channels] : 0);
+        for (; p < row_end; ++p) ++counts[slot_of(table, values[p])];
       }
     }
     std::lock_guard lock(merge_mu);
     for (int64_t k = 0; k < slot_count; ++k) slots[k] += local[static_cast<size_t>(k)];
-    into.sum += sum;
-    into.sum_sq += sum_sq;
-    into.min = std::min(into.min, static_cast<double>(lo));
-    into.max = std::max(into.max, static_cast<double>(hi));
   });
 }
 

@@ -52,21 +52,44 @@ constexpr int kNegInfSlot = kBins + 2;   // 213
 constexpr int kSlots = kBins + 3;        // 214
 torch::Tensor slot_index(const torch::Tensor& x);
 
-// The CPU path of counting, one pass over float32 values laid out as
-// [outer, channels, inner] (a contiguous tensor with channels at dim 1; 1 and
-// numel for a tensor without channels): adds each value's slot count to
-// `slots` at row_offset[channel] (kSlots apart; all at 0 when row_offset is
-// null), with the same slots as slot_index() gives, and folds the finite
-// values into `into`. Runs on this thread pool (at::parallel_for); about a
-// nanosecond per value where the torch ops above take tens.
-struct FoldedValues {
+// The CPU path, for float32 values laid out as [outer, channels, inner] (a
+// contiguous tensor with channels at dim 1; 1, 1 and numel for a tensor
+// without channels). Each runs on this thread pool (at::parallel_for).
+//
+// fold_exact_cpu: one pass over every value, exact in what it counts: the
+// finite values' count, sum, sum of squares and extremes, and the NaN, +inf
+// and -inf counts, summed in float64 (SSE2 on x86-64: well under a
+// nanosecond per value). With `ranges`, each channel c < tracked also gets
+// its range merged into ranges[c] (which may hold earlier batches): whether
+// every value lies in the zero band, for dead channels.
+struct ExactFold {
+  int64_t n = 0, nan = 0, pos_inf = 0, neg_inf = 0;
   double sum = 0;
   double sum_sq = 0;
   double min = std::numeric_limits<double>::infinity();
   double max = -std::numeric_limits<double>::infinity();
 };
-void count_cpu(const float* values, int64_t outer, int64_t channels, int64_t inner, const int64_t* row_offset,
-               int64_t* slots, int64_t slot_count, FoldedValues& into);
+struct ChannelRange {
+  int64_t seen = 0;  // values, non-finite ones included
+  double min = std::numeric_limits<double>::infinity();   // finite values
+  double max = -std::numeric_limits<double>::infinity();
+  bool nonfinite = false;
+  // Every value seen lies in the zero band (a NaN or infinity does not).
+  bool zero_band() const;
+};
+void fold_exact_cpu(const float* values, int64_t outer, int64_t channels, int64_t inner, int64_t tracked,
+                    ChannelRange* ranges, ExactFold& into);
+
+// bin_cpu: adds to `slots` the slot of values at row_offset[channel] (kSlots
+// apart; all at 0 when row_offset is null), the slots slot_index() gives, at
+// a few nanoseconds per value binned. With stride <= run, every value; else
+// a stratified sample: in each window of `stride` values one run of `run`
+// consecutive values (a cache line's worth, not one value per line) at
+// run_start(window, ...), a position drawn from `seed` — random within its
+// window, so no image row, channel or batch layout aliases with it.
+int64_t run_start(int64_t window, int64_t stride, int64_t run, uint64_t seed);
+void bin_cpu(const float* values, int64_t outer, int64_t channels, int64_t inner, const int64_t* row_offset,
+             int64_t stride, int64_t run, uint64_t seed, int64_t* slots, int64_t slot_count);
 
 // The 211-bin histogram of kSlots counts: the infinities join the end bins.
 std::vector<int64_t> hist_from_slots(const int64_t* slots);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <unordered_set>
 #include <utility>
 
@@ -57,6 +58,12 @@ struct TensorAccumulator::State {
   torch::Tensor row_offsets;  // [channels]: each channel's row * kSlots
   torch::Tensor one;          // [1] int64, expanded as the counts' source
   TensorStatsView cached;     // what a collapsed accumulator reports
+  // The CPU path's exact counts (its histogram may be sampled), and per
+  // tracked channel its extremes for dead-channel detection; the device path
+  // counts every value into the slots and keeps neither.
+  std::optional<ExactFold> exact;
+  std::vector<ChannelRange> ranges;
+  int64_t adds = 0;  // tensors folded in: seeds the histogram's sample
 
   void start(const torch::Tensor& x) {
     started = true;
@@ -83,6 +90,7 @@ struct TensorAccumulator::State {
   void stop_per_channel() {
     slots = slots.view({-1, kSlots}).sum(0);
     row_offsets = torch::Tensor();
+    ranges.clear();
     per_channel = false;
     channels = tracked = 0;
   }
@@ -135,18 +143,43 @@ void TensorAccumulator::add(const torch::Tensor& t) {
 
 void TensorAccumulator::add_on_cpu(const torch::Tensor& x) {
   auto& s = *state_;
+  const int64_t numel = x.numel();
   const int64_t channels = s.per_channel ? s.channels : 1;
   const int64_t outer = s.per_channel ? x.size(0) : 1;
-  const int64_t inner = x.numel() / (outer * channels);
-  FoldedValues folded;
-  count_cpu(x.data_ptr<float>(), outer, channels, inner, s.per_channel ? s.row_offsets.data_ptr<int64_t>() : nullptr,
-            s.slots.data_ptr<int64_t>(), s.slots.numel(), folded);
+  const int64_t inner = numel / (outer * channels);
+  const float* values = x.data_ptr<float>();
+
+  // Exact: counts, sums and extremes of every value, and each tracked
+  // channel's extremes (a dead channel is exact too).
+  ExactFold folded;
+  if (s.per_channel) s.ranges.resize(static_cast<size_t>(s.tracked));
+  fold_exact_cpu(values, outer, channels, inner, s.per_channel ? s.tracked : 0,
+                 s.per_channel ? s.ranges.data() : nullptr, folded);
+  if (!s.exact) s.exact.emplace();
+  auto& e = *s.exact;
+  e.n += folded.n;
+  e.nan += folded.nan;
+  e.pos_inf += folded.pos_inf;
+  e.neg_inf += folded.neg_inf;
   // scalars: [sum, sum of squares, min, -max], as the device path keeps them.
   auto scalars = s.scalars.accessor<double, 1>();
   scalars[0] += folded.sum;
   scalars[1] += folded.sum_sq;
   scalars[2] = std::min(scalars[2], folded.min);
   scalars[3] = std::min(scalars[3], -folded.max);
+
+  // The histogram from at most histogram_sample values: runs of 16 (a cache
+  // line of floats), one at a random place in each equal window, drawn anew
+  // for every tensor.
+  constexpr int64_t kRun = 16;
+  int64_t stride = 1;
+  const int64_t budget = s.detail.histogram_sample();
+  if (budget > 0 && numel > budget) {
+    const int64_t runs = std::max<int64_t>(1, budget / kRun);
+    stride = std::max(kRun, (numel + runs - 1) / runs);
+  }
+  bin_cpu(values, outer, channels, inner, s.per_channel ? s.row_offsets.data_ptr<int64_t>() : nullptr, stride, kRun,
+          static_cast<uint64_t>(s.adds++), s.slots.data_ptr<int64_t>(), s.slots.numel());
 }
 
 void TensorAccumulator::collapse() {
@@ -197,10 +230,20 @@ TensorStatsView TensorAccumulator::describe(const std::vector<torch::Tensor>& cp
   for (int64_t r = 1; r < n_rows; ++r) {
     for (int k = 0; k < kSlots; ++k) layer[k] += rows[r * kSlots + k];
   }
-  v.nan = layer[kNanSlot];
-  v.pos_inf = layer[kPosInfSlot];
-  v.neg_inf = layer[kNegInfSlot];
-  for (int b = 0; b < kBins; ++b) v.n += layer[b];
+  int64_t binned = 0;
+  for (int k = 0; k < kSlots; ++k) binned += layer[k];
+  if (s.exact) {
+    v.n = s.exact->n;
+    v.nan = s.exact->nan;
+    v.pos_inf = s.exact->pos_inf;
+    v.neg_inf = s.exact->neg_inf;
+  } else {
+    v.nan = layer[kNanSlot];
+    v.pos_inf = layer[kPosInfSlot];
+    v.neg_inf = layer[kNegInfSlot];
+    for (int b = 0; b < kBins; ++b) v.n += layer[b];
+  }
+  v.binned = binned;
   v.sum = scalars[0];
   v.sum_sq = scalars[1];
   if (v.n > 0) {
@@ -214,9 +257,16 @@ TensorStatsView TensorAccumulator::describe(const std::vector<torch::Tensor>& cp
     int64_t dead = 0;
     for (int64_t c = 0; c < s.tracked; ++c) {
       const int64_t* row = rows + c * kSlots;
-      int64_t seen = 0;
-      for (int k = 0; k < kSlots; ++k) seen += row[k];
-      if (seen > 0 && row[kZeroBin] == seen) {
+      bool is_dead = false;
+      if (!s.ranges.empty()) {
+        // Exact, from every value (the bins may be a sample).
+        is_dead = s.ranges[static_cast<size_t>(c)].zero_band();
+      } else {
+        int64_t seen = 0;
+        for (int k = 0; k < kSlots; ++k) seen += row[k];
+        is_dead = seen > 0 && row[kZeroBin] == seen;
+      }
+      if (is_dead) {
         ++dead;
         if (bins) v.dead_channels.push_back(c);
       }
@@ -224,7 +274,10 @@ TensorStatsView TensorAccumulator::describe(const std::vector<torch::Tensor>& cp
     }
     v.dead_count = dead;
   }
-  if (!bins) v.hist.clear();
+  if (!bins) {
+    v.hist.clear();
+    v.binned = 0;
+  }
   return v;
 }
 

@@ -59,7 +59,8 @@ class TensorAccumulator {
   TensorStatsView describe(const std::vector<torch::Tensor>& cpu_buffers, bool bins) const;
 
   struct State;
-  // add() for a float32 CPU tensor, contiguous: count_cpu's one pass.
+  // add() for a float32 CPU tensor, contiguous: an exact pass for counts,
+  // sums and extremes, and the histogram from at most histogram_sample values.
   void add_on_cpu(const torch::Tensor& x);
   std::shared_ptr<State> state_;
 };

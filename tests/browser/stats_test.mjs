@@ -173,6 +173,12 @@ async function main() {
     if (points !== 212) throw new Error(`the histogram plots ${points} edges, not 212`);
     await screenshot('histogram');
     const history = await api(`/api/stats/history?layer=${encodeURIComponent(LAYER)}`);
+    // features.0's [64,16,28,28] activations are binned from an even sample
+    // (histogram_sample): the API and the page both say so.
+    const sampledPhase = Object.values(history.phases).map((b) => b.at(-1)?.activation).find((a) => a?.hist);
+    const total = sampledPhase.n + sampledPhase.nan + sampledPhase.pos_inf + sampledPhase.neg_inf;
+    if (!(sampledPhase.binned > 0 && sampledPhase.binned < total)) throw new Error(`binned ${sampledPhase.binned} of ${total}`);
+    await expectText(`stats-card-${LAYER}`, /histogram sampled: .+ of .+ values \(about 1 in \d+, evenly spread\)/);
     const [header, ...rows] = await downloadCsv(HIST);
     if (rows.length !== 211) throw new Error(`the histogram CSV has ${rows.length} bins`);
     header.slice(3).forEach((label, k) => {

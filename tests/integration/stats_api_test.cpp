@@ -65,7 +65,8 @@ TEST_F(StatsApiTest, DefaultsCollectNothingUntilALayerIsWatched) {
   EXPECT_EQ(status["stats"]["update_frequency"], json({{"unit", "seconds"}, {"n", 1}, {"phase", nullptr}}));
   json settings = get("/api/settings").json();
   EXPECT_EQ(settings["stats_scope"], "watched");
-  EXPECT_EQ(settings["watch_performance"], json({{"channel_limit_enabled", true}, {"channel_limit", 16}}));
+  EXPECT_EQ(settings["watch_performance"],
+            json({{"channel_limit_enabled", true}, {"channel_limit", 16}, {"histogram_sample", 16384}}));
   step("batch");
   EXPECT_TRUE(stats_layers().empty());
   EXPECT_EQ(session_->stats(), nullptr);
@@ -313,6 +314,23 @@ TEST_F(StatsLoopTest, AThrowingInstrumentIsDisabledAndReportedWhileTrainingCompl
   EXPECT_EQ(batches_of("fc1", "train", 1), 4);
 }
 
+TEST_F(StatsApiTest, WatchPerformanceRefusesBadValuesAndTakesGoodOnes) {
+  start();
+  wait_paused();
+  for (const json& body : {json{{"histogram_sample", -5}}, json{{"channel_limit", 0}}, json{{"histogram_sample", "all"}}}) {
+    Reply r = post("/api/stats/performance", body);
+    EXPECT_EQ(r.status, 400u) << body.dump();
+    EXPECT_EQ(r.json()["argument"], body.begin().key()) << r.body;
+  }
+  EXPECT_EQ(session_->watch_performance(), nansense::WatchPerformance());
+  json settings = post("/api/stats/performance", {{"histogram_sample", 0}}).json();
+  EXPECT_EQ(settings["watch_performance"]["histogram_sample"], 0);
+  EXPECT_TRUE(settings["statistics_flushed"].get<bool>());
+  EXPECT_EQ(session_->watch_performance().histogram_sample(), 0);
+  EXPECT_THROW(session_->set_watch_performance(nansense::WatchPerformance().histogram_sample(-1)),
+               nansense::UsageError);
+}
+
 TEST_F(StatsLoopTest, HistoryEqualsADirectComputation) {
   nansense::StartOptions options;
   options.watch({"fc1"});
@@ -349,6 +367,7 @@ TEST_F(StatsLoopTest, HistoryEqualsADirectComputation) {
   int64_t total = 0;
   for (const auto& c : a["hist"]) total += c.get<int64_t>();
   EXPECT_EQ(total, all.numel());
+  EXPECT_EQ(a["binned"], all.numel());  // small tensors: every value binned
   EXPECT_EQ(a["channels"], 8);
   EXPECT_TRUE(epoch["gradient"].is_object());
   // The parameters of fc1, sampled at the epoch's first collected batch.

@@ -12,6 +12,7 @@
 #include <iostream>
 #include <limits>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -147,10 +148,10 @@ TEST(StatsHistogram, EveryBinCentreLandsInItsBinAndRandomValuesMatchTheReference
   EXPECT_EQ(counted, hist);
 }
 
-// The CPU pass counts what the op path counts: every edge, just inside it,
+// The CPU passes count what the op path counts: every edge, just inside it,
 // zero, subnormals, NaN, the infinities, beyond 1e6, random magnitudes, per
-// channel rows and the finite values' sums and extremes.
-TEST(StatsHistogram, TheCpuPassCountsWhatTheOpPathCounts) {
+// channel rows, and the finite values' count, sums and extremes.
+TEST(StatsHistogram, TheCpuPassesCountWhatTheOpPathCounts) {
   std::vector<float> values = {0.0f, -0.0f, 1e-45f, -1e-40f, 3.0f, -7.5e7f, 2e9f,
                                static_cast<float>(kNaN), static_cast<float>(kInf), static_cast<float>(-kInf)};
   for (double e : bin_edges()) {
@@ -165,8 +166,22 @@ TEST(StatsHistogram, TheCpuPassCountsWhatTheOpPathCounts) {
   auto x = torch::tensor(values).view({-1, 3, 4});
   std::vector<int64_t> offsets = {0, kSlots, 0};
   std::vector<int64_t> counts(2 * kSlots, 0);
-  FoldedValues folded;
-  count_cpu(x.data_ptr<float>(), x.size(0), 3, 4, offsets.data(), counts.data(), counts.size(), folded);
+  bin_cpu(x.data_ptr<float>(), x.size(0), 3, 4, offsets.data(), /*stride=*/1, /*run=*/16, /*seed=*/0,
+          counts.data(), static_cast<int64_t>(counts.size()));
+  ExactFold folded;
+  fold_exact_cpu(x.data_ptr<float>(), x.numel(), 1, 1, 0, nullptr, folded);
+  // The same by rows, with channel ranges: the same sums.
+  ExactFold by_rows;
+  std::vector<ChannelRange> ranges(3);
+  fold_exact_cpu(x.data_ptr<float>(), x.size(0), 3, 4, 3, ranges.data(), by_rows);
+  EXPECT_EQ(by_rows.n, folded.n);
+  EXPECT_EQ(by_rows.nan, folded.nan);
+  EXPECT_EQ(by_rows.min, folded.min);
+  EXPECT_EQ(by_rows.max, folded.max);
+  EXPECT_NEAR(by_rows.sum_sq, folded.sum_sq, 1e-12 * folded.sum_sq);
+  int64_t seen = 0;
+  for (const auto& r : ranges) seen += r.seen;
+  EXPECT_EQ(seen, x.numel());
 
   std::vector<int64_t> expected(2 * kSlots, 0);
   auto slots = slot_index(x).contiguous();
@@ -179,10 +194,111 @@ TEST(StatsHistogram, TheCpuPassCountsWhatTheOpPathCounts) {
   auto d = x.to(torch::kDouble);
   auto finite = torch::isfinite(d);
   auto kept = d.masked_select(finite);
-  EXPECT_NEAR(folded.sum, kept.sum().item<double>(), 1e-6 * kept.abs().sum().item<double>());
-  EXPECT_NEAR(folded.sum_sq, kept.square().sum().item<double>(), 1e-9 * kept.square().sum().item<double>());
+  EXPECT_EQ(folded.n, kept.numel());
+  EXPECT_EQ(folded.nan, torch::isnan(d).sum().item<int64_t>());
+  EXPECT_EQ(folded.pos_inf, d.eq(kInf).sum().item<int64_t>());
+  EXPECT_EQ(folded.neg_inf, d.eq(-kInf).sum().item<int64_t>());
+  EXPECT_NEAR(folded.sum, kept.sum().item<double>(), 1e-12 * kept.abs().sum().item<double>());
+  EXPECT_NEAR(folded.sum_sq, kept.square().sum().item<double>(), 1e-12 * kept.square().sum().item<double>());
   EXPECT_EQ(folded.min, kept.min().item<double>());
   EXPECT_EQ(folded.max, kept.max().item<double>());
+}
+
+// A sampled pass bins exactly the runs run_start() places, one inside each
+// window, into their channel's row.
+TEST(StatsHistogram, TheSampledPassBinsOneRunPerWindowIntoItsChannelRow) {
+  torch::manual_seed(3);
+  auto x = torch::randn({5, 4, 7, 9}) * torch::pow(10.0, torch::randint(-6, 4, {5, 4, 7, 9}).to(torch::kFloat));
+  x[2][1][3][3] = kNaN;
+  const int64_t stride = 50, run = 16;
+  const uint64_t seed = 7;
+  std::vector<int64_t> row_offsets = {0, kSlots, 2 * kSlots, 2 * kSlots};  // channel 3 shares row 2
+  std::vector<int64_t> counts(3 * kSlots, 0);
+  bin_cpu(x.data_ptr<float>(), 5, 4, 63, row_offsets.data(), stride, run, seed, counts.data(),
+          static_cast<int64_t>(counts.size()));
+  std::vector<int64_t> expected(3 * kSlots, 0);
+  auto flat = x.reshape({-1});
+  auto slots = slot_index(flat);
+  int64_t sampled = 0;
+  std::set<int64_t> windows_seen;
+  for (int64_t j = 0; j * stride < flat.numel(); ++j) {
+    const int64_t start = run_start(j, stride, run, seed);
+    EXPECT_GE(start, j * stride);
+    EXPECT_LE(start + run, (j + 1) * stride);
+    windows_seen.insert(start % stride);
+    for (int64_t p = start; p < std::min(start + run, flat.numel()); ++p, ++sampled) {
+      ++expected[row_offsets[(p / 63) % 4] + slots[p].item<int64_t>()];
+    }
+  }
+  EXPECT_EQ(counts, expected);
+  int64_t total = 0;
+  for (auto c : counts) total += c;
+  EXPECT_EQ(total, sampled);
+  EXPECT_GT(windows_seen.size(), 3u);  // not one fixed phase
+}
+
+// Above histogram_sample values a CPU tensor's histograms count an even
+// sample; everything else stays exact: counts, sums, extremes, non-finite
+// counts and dead channels (a channel alive by one value the sample misses
+// is not called dead).
+TEST(StatsAccumulator, ASampledHistogramKeepsEveryOtherStatisticExact) {
+  torch::manual_seed(4);
+  auto x = torch::randn({64, 16, 28, 28});
+  x.select(1, 3).zero_();                // dead
+  x.select(1, 5).zero_();
+  x[17][5][13][2] = 0.5;                 // alive by one value
+  x[0][0][0][0] = kNaN;
+  x[1][2][3][4] = kInf;
+  x[9][7][1][1] = -kInf;
+  x[30][8][8][8] = 7e7;                  // the largest finite value
+  TensorAccumulator sampled(limit(16).histogram_sample(4096));
+  TensorAccumulator every(limit(16).histogram_sample(0));
+  sampled.add(x);
+  every.add(x);
+  const auto s = published(sampled), e = published(every);
+
+  auto d = x.to(torch::kDouble);
+  auto kept = d.masked_select(torch::isfinite(d));
+  for (const auto* v : {&s, &e}) {
+    EXPECT_EQ(v->n, kept.numel());
+    EXPECT_EQ(v->nan, 1);
+    EXPECT_EQ(v->pos_inf, 1);
+    EXPECT_EQ(v->neg_inf, 1);
+    EXPECT_NEAR(v->sum, kept.sum().item<double>(), 1e-9 * kept.abs().sum().item<double>());
+    EXPECT_NEAR(v->sum_sq, kept.square().sum().item<double>(), 1e-12 * kept.square().sum().item<double>());
+    EXPECT_EQ(v->min, kept.min().item<double>());
+    EXPECT_EQ(v->max, 7e7f);
+    EXPECT_EQ(v->dead_channels, std::vector<int64_t>({3}));
+  }
+  EXPECT_EQ(e.binned, x.numel());
+  int64_t hist_total = 0;
+  for (auto c : s.hist) hist_total += c;
+  // Every value is counted once without sampling; with it, 256 runs of 16.
+  EXPECT_GE(s.binned, hist_total);  // the rest: a sampled NaN
+  EXPECT_LE(s.binned, hist_total + 1);
+  EXPECT_LE(s.binned, 4096);
+  EXPECT_GE(s.binned, 3000);
+  EXPECT_LT(s.binned, e.binned);
+  // The sample's median lies within a bin of the whole tensor's.
+  const auto& edges = bin_edges();
+  auto bin_of_median = [&](double m) { return std::upper_bound(edges.begin(), edges.end(), m) - edges.begin(); };
+  EXPECT_LE(std::abs(bin_of_median(s.median) - bin_of_median(e.median)), 1);
+  // Every channel gets its share of the sample.
+  ASSERT_EQ(s.channel_hists.size(), 16u);
+  for (const auto& row : s.channel_hists) {
+    int64_t total = 0;
+    for (auto c : row) total += c;
+    EXPECT_GT(total, 4096 / 16 / 4);
+  }
+  // Another batch samples other places: the same tensor twice gives two
+  // different samples.
+  TensorAccumulator twice(limit(16).histogram_sample(4096));
+  twice.add(x);
+  const auto first = published(twice).hist;
+  twice.add(x);
+  auto second = published(twice).hist;
+  for (size_t i = 0; i < second.size(); ++i) second[i] -= first[i];
+  EXPECT_NE(first, second);
 }
 
 // float64 tensors take the op path, float32 the CPU pass: the same values

@@ -347,6 +347,8 @@ export interface StatsSummary {
 export interface WatchPerformance {
   channel_limit_enabled: boolean;
   channel_limit: number;
+  // On the CPU, the most values of each tensor a histogram counts (0: all).
+  histogram_sample: number;
 }
 
 export interface Settings {
@@ -379,6 +381,10 @@ export interface RunningStats {
   hist: number[] | null;
   channel_hists: number[][] | null;
   channels: number;
+  // Values the bins hold: n + nan + pos_inf + neg_inf, fewer when the
+  // histograms were sampled (the scalars and counts above stay exact); 0
+  // once collapsed.
+  binned: number;
   dead_count: number | null;
   dead_channels: number[];
 }

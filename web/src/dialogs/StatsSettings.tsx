@@ -35,11 +35,13 @@ export function StatsSettings() {
   // Typed text, kept until applied so a half-typed number is not rewritten.
   const [n, setN] = useState('');
   const [limit, setLimit] = useState('');
+  const [sample, setSample] = useState('');
 
   const adopt = (next: Settings) => {
     setSettings(next);
     setN(String(next.update_frequency.n));
     setLimit(String(next.watch_performance.channel_limit));
+    setSample(String(next.watch_performance.histogram_sample));
   };
 
   useEffect(() => {
@@ -131,6 +133,22 @@ export function StatsSettings() {
             }}
           />
           <span class="form-hint">per-channel histograms kept per layer</span>
+        </label>
+        <label class="settings-row">
+          <span>Histogram sample</span>
+          <input
+            type="number"
+            min={0}
+            step={1024}
+            data-testid="histogram-sample"
+            value={sample}
+            onInput={(e) => setSample(e.currentTarget.value)}
+            onChange={(e) => {
+              const v = Number(e.currentTarget.value.trim());
+              void apply('performance', () => api.setWatchPerformance({ histogram_sample: v }));
+            }}
+          />
+          <span class="form-hint">values per tensor a CPU histogram counts (0 = all); n, mean, std, min, max stay exact</span>
         </label>
         <p class="form-hint settings-warn">Changing these clears the layer statistics collected so far (logged scalars and metrics stay).</p>
         <Feedback error={errors.performance} saved={saved === 'performance'} testid="performance" />

@@ -155,6 +155,8 @@ function HistogramBody(props: {
             rows.push({ label: c.label, color: c.color, counts: use });
             const clipped = clippedText(use, st);
             if (clipped) notes.push(`${c.label}: ${clipped}`);
+            const sampled = sampledText(st);
+            if (sampled) notes.push(`${c.label}: ${sampled}`);
           }
           const spec = histogramSpec({
             testid: `chart-${layer}-hist-${kind}`,
@@ -254,6 +256,17 @@ function StatsTable({ column }: { column: Column }) {
         </tr>
       </tbody>
     </table>
+  );
+}
+
+// The CPU histograms count an even sample of a big tensor's values
+// (WatchPerformance.histogram_sample); say so, and what stays exact.
+function sampledText(st: RunningStats): string | null {
+  const total = st.n + st.nan + st.pos_inf + st.neg_inf;
+  if (!st.hist || !st.binned || st.binned >= total) return null;
+  return (
+    `histogram sampled: ${formatCount(st.binned)} of ${formatCount(total)} values (about 1 in ${Math.round(total / st.binned)}, evenly spread); ` +
+    'n, mean, std, min, max, NaN/±Inf counts and dead channels count every value'
   );
 }
 
