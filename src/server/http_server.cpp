@@ -15,6 +15,10 @@
 #include <stdexcept>
 #include <thread>
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 namespace nansense::server {
 
 namespace asio = boost::asio;
@@ -103,13 +107,14 @@ struct HttpServer::Impl {
   HttpHandler handler;
   WebSocketHandler on_websocket;
   HttpServerLimits limits;
-  WaitClassifier may_wait;
+  LaneClassifier lane_of;
   asio::io_context ioc;
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
   std::optional<tcp::acceptor> acceptor;
   // Made at start(), from the limits then in force.
   std::optional<asio::thread_pool> workers;
   std::optional<asio::thread_pool> waits;
+  std::optional<asio::thread_pool> status;
   std::vector<std::thread> threads;
   std::atomic<size_t> connections{0};
   std::atomic<size_t> waiting{0};
@@ -130,8 +135,8 @@ struct HttpServer::Impl {
     if (--replies_pending == 0) replies_done.notify_all();
   }
 
-  Impl(HttpHandler h, WebSocketHandler ws, HttpServerLimits l, WaitClassifier w)
-      : handler(std::move(h)), on_websocket(std::move(ws)), limits(l), may_wait(std::move(w)) {}
+  Impl(HttpHandler h, WebSocketHandler ws, HttpServerLimits l, LaneClassifier c)
+      : handler(std::move(h)), on_websocket(std::move(ws)), limits(l), lane_of(std::move(c)) {}
 
   void accept();
 };
@@ -150,6 +155,15 @@ class ConnectionSlot {
  private:
   std::atomic<size_t>& count_;
 };
+
+// The calling pool thread's CPU priority, lowered once (Linux: per thread):
+// request handlers yield the CPU to the training thread.
+void lower_priority() {
+  thread_local const bool lowered = [] {
+    return ::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 10) == 0;
+  }();
+  (void)lowered;
+}
 
 // A connection over the limit: a 503 saying why, then closed, without
 // reading the request (its socket must not wait on the client either).
@@ -333,7 +347,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     auto self = shared_from_this();
     // A request that may wait for the loop runs on the wait lane, so the
     // workers stay free for everyone else; the lane is bounded.
-    const bool waits = server_.may_wait && !upgrade && server_.may_wait(*request);
+    const Lane lane = server_.lane_of && !upgrade ? server_.lane_of(*request) : Lane::kWorker;
+    const bool waits = lane == Lane::kWait;
     if (waits && server_.waiting.fetch_add(1) >= static_cast<size_t>(std::max(0, server_.limits.max_waiting))) {
       --server_.waiting;
       HttpResponse busy;
@@ -347,7 +362,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
       return write(std::move(busy), keep_alive, version);
     }
     server_.reply_started();
-    asio::post(waits ? *server_.waits : *server_.workers, [self, req, request, keep_alive, version, upgrade, waits] {
+    auto& pool = lane == Lane::kStatus ? *server_.status : waits ? *server_.waits : *server_.workers;
+    asio::post(pool, [self, req, request, keep_alive, version, upgrade, waits, lane] {
+      if (lane != Lane::kStatus) lower_priority();
       HttpResponse res;
       try {
         res = self->server_.handler(*request);
@@ -439,8 +456,8 @@ void HttpServer::Impl::accept() {
 }
 
 HttpServer::HttpServer(HttpHandler handler, WebSocketHandler on_websocket, HttpServerLimits limits,
-                       WaitClassifier may_wait)
-    : impl_(std::make_unique<Impl>(std::move(handler), std::move(on_websocket), limits, std::move(may_wait))) {}
+                       LaneClassifier lane_of)
+    : impl_(std::make_unique<Impl>(std::move(handler), std::move(on_websocket), limits, std::move(lane_of))) {}
 
 void HttpServer::set_limits(const HttpServerLimits& limits) {
   if (impl_->running) throw std::logic_error("HttpServer::set_limits after start()");
@@ -471,6 +488,7 @@ void HttpServer::start(const std::string& host, int port) {
   impl_->port = acceptor.local_endpoint().port();
   impl_->workers.emplace(static_cast<size_t>(std::max(1, impl_->limits.worker_threads)));
   impl_->waits.emplace(static_cast<size_t>(std::max(1, impl_->limits.max_waiting)));
+  impl_->status.emplace(static_cast<size_t>(std::max(1, impl_->limits.status_threads)));
   impl_->acceptor.emplace(std::move(acceptor));
   impl_->work.emplace(impl_->ioc.get_executor());
   impl_->accept();
@@ -506,6 +524,7 @@ void HttpServer::stop() {
   impl_->threads.clear();
   impl_->workers->join();
   impl_->waits->join();
+  impl_->status->join();
 }
 
 }  // namespace nansense::server

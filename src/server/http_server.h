@@ -72,8 +72,13 @@ using WebSocketHandler =
 struct HttpServerLimits {
   size_t body_limit = 1 << 20;  // larger bodies get 413
   int io_threads = 2;
-  // Answer every request that does not wait for the loop.
+  // Answer every request that does not wait for the loop, at a lower CPU
+  // priority than the training thread (nice +10): a burst of heavy queries
+  // takes spare CPU, not the training loop's.
   int worker_threads = 8;
+  // Answer the status alone (Lane::kStatus), at normal priority, so that it
+  // never queues behind heavy queries.
+  int status_threads = 2;
   // Requests the classifier says may wait run on their own threads, at most
   // this many at once; one more gets 503 without running.
   int max_waiting = 64;
@@ -86,14 +91,16 @@ struct HttpServerLimits {
   std::chrono::milliseconds write_timeout{30'000};
 };
 
-// Whether a request may wait for long (a command waiting for the loop to
-// pause): such requests are run off the worker pool.
-using WaitClassifier = std::function<bool(const HttpRequest&)>;
+// Where a request runs: the workers; the wait lane (a command that may wait
+// for the loop to pause, each on its own thread, bounded); or the status
+// lane (cheap, never blocking, answered first).
+enum class Lane { kWorker, kWait, kStatus };
+using LaneClassifier = std::function<Lane(const HttpRequest&)>;
 
 class HttpServer {
  public:
   HttpServer(HttpHandler handler, WebSocketHandler on_websocket = {}, HttpServerLimits limits = {},
-             WaitClassifier may_wait = {});
+             LaneClassifier lane_of = {});
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;

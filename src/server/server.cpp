@@ -82,7 +82,7 @@ Server::Server(detail::SessionPort& session)
     : controller_(session),
       http_([this](const HttpRequest& r) { return handle(r); },
             [this](std::shared_ptr<WebSocketPeer> peer, const HttpRequest&) { return push_.add(std::move(peer)); },
-            HttpServerLimits{}, may_wait),
+            HttpServerLimits{}, lane_of),
       push_(controller_) {}
 
 Server::~Server() { http_.stop(); }

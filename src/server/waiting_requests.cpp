@@ -60,4 +60,9 @@ bool may_wait(const HttpRequest& request) {
   return false;
 }
 
+Lane lane_of(const HttpRequest& request) {
+  if ((request.method == "GET" || request.method == "HEAD") && request.path == "/api/status") return Lane::kStatus;
+  return may_wait(request) ? Lane::kWait : Lane::kWorker;
+}
+
 }  // namespace nansense::server
