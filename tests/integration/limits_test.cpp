@@ -140,13 +140,16 @@ tcp::socket connect(asio::io_context& ioc, int port) {
 
 // --- the HTTP server alone -------------------------------------------------
 
-// A server whose "/wait" requests block on a latch (and count themselves in),
-// and whose other requests answer at once.
+// A server whose "/wait" (wait lane) and "/busy" (a worker) requests block on
+// a latch (and count themselves in), and whose other requests answer at once.
 class BlockingServer {
  public:
   explicit BlockingServer(server::HttpServerLimits limits)
       : http_([this](const server::HttpRequest& r) { return handle(r); }, {}, limits,
-              [](const server::HttpRequest& r) { return r.path == "/wait"; }) {
+              [](const server::HttpRequest& r) {
+                if (r.path == "/api/status") return server::Lane::kStatus;
+                return r.path == "/wait" ? server::Lane::kWait : server::Lane::kWorker;
+              }) {
     http_.start("127.0.0.1", 0);
   }
   ~BlockingServer() {
@@ -165,7 +168,7 @@ class BlockingServer {
  private:
   server::HttpResponse handle(const server::HttpRequest& request) {
     server::HttpResponse res;
-    if (request.path == "/wait") {
+    if (request.path == "/wait" || request.path == "/busy") {
       {
         std::lock_guard lock(mu_);
         ++inside_;
@@ -209,6 +212,22 @@ TEST(HttpServerLimits, WaitingRequestsRunBesideTheWorkersAndAreBounded) {
   server.release.open();
   for (auto& t : clients) t.join();
   for (const auto& reply : waits.at_least(6)) EXPECT_EQ(reply.status, 200u) << reply.body;
+}
+
+TEST(HttpServerLimits, TheStatusIsAnsweredWhileEveryWorkerIsBusy) {
+  server::HttpServerLimits limits;
+  limits.worker_threads = 2;
+  BlockingServer server(limits);
+  Replies busy;
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 2; ++i) {
+    clients.emplace_back([&] { busy.add(http_request(server.port(), "GET", "/busy")); });
+  }
+  ASSERT_TRUE(server.waiting(2)) << "the workers did not both start";
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(http_request(server.port(), "GET", "/api/status").status, 200u);
+  EXPECT_EQ(busy.size(), 0u);
+  server.release.open();
+  for (auto& t : clients) t.join();
 }
 
 TEST(HttpServerLimits, ConnectionsOverTheLimitGet503AndAreClosed) {
@@ -424,6 +443,12 @@ TEST(WaitingRequests, EveryMovingCommandWithATimeoutIsAWait) {
     waiting_commands += has_timeout;
   }
   EXPECT_GE(waiting_commands, 6u);  // step, run, run_until, pause, refresh, time_travel
+  server::HttpRequest status;
+  status.method = "GET";
+  status.path = "/api/status";
+  EXPECT_EQ(server::lane_of(status), server::Lane::kStatus);
+  EXPECT_EQ(server::lane_of(post("/api/step", "{}")), server::Lane::kWait);
+  EXPECT_EQ(server::lane_of(post("/api/step", R"({"timeout_seconds":0})")), server::Lane::kWorker);
   EXPECT_FALSE(server::may_wait(post("/api/run", R"({"detach":true})")));
   EXPECT_FALSE(server::may_wait(post("/api/step", "{not json")));
   EXPECT_TRUE(server::may_wait(post("/mcp", json::array({json{{"jsonrpc", "2.0"},
