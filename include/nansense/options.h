@@ -5,6 +5,7 @@
 #include <torch/arg.h>
 #include <torch/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -53,6 +54,31 @@ struct InputTransforms {
   const InputTransform& for_input(const std::string& input) const;
 };
 
+// What clients can hold of the server, so that slow, dead or very many
+// clients (a socket that stops reading, a half-open connection, a request
+// sent a byte a second, hundreds of viewers, agents that never end their
+// MCP session) cannot stall it or grow its memory without bound. Requests
+// over a limit are answered at once with a status and a message saying
+// which limit; nothing here ever waits on the training loop. The README's
+// Security section lists every limit.
+struct ServeLimits {
+  // Open connections at once (HTTP keep-alive and WebSocket). Default 1024.
+  // One more is answered 503 and closed. Each costs a socket and a few KB.
+  TORCH_ARG(int, max_connections) = 1024;
+  // Requests waiting for the loop at once (a moving command's
+  // timeout_seconds, over REST or MCP). They wait on their own threads, so
+  // they never hold up the workers that answer every other request; one
+  // more is answered 503 at once. Default 64 (a thread each while waiting).
+  TORCH_ARG(int, max_waiting_requests) = 64;
+  // How long a client may take to send one whole request (headers and
+  // body), and how long an idle keep-alive connection stays open: a client
+  // sending a byte a second is closed when it runs out. Default 30 s.
+  TORCH_ARG(std::chrono::milliseconds, request_timeout) = std::chrono::seconds(30);
+  // An MCP session not used for this long is dropped; a request naming it
+  // then gets 404, on which MCP clients start a new session. Default 1 h.
+  TORCH_ARG(std::chrono::milliseconds, mcp_session_idle_timeout) = std::chrono::hours(1);
+};
+
 // How the UI is served. None of these options costs the training loop
 // anything: the server runs on its own threads and reads only published
 // copies (a listener thread, plus one push thread while a page is open).
@@ -71,6 +97,8 @@ struct ServeOptions {
   // drive and inspect the run the browser shows (same access checks).
   // Default true; false answers /mcp with 404.
   TORCH_ARG(bool, mcp) = true;
+  // Limits on what clients can hold (see ServeLimits). Default: ServeLimits().
+  TORCH_ARG(ServeLimits, limits) = {};
 
  public:
   ServeOptions& input_mean(std::vector<double> all) { mean_.all = std::move(all); return *this; }

@@ -15,6 +15,10 @@
 #include <stdexcept>
 #include <thread>
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 namespace nansense::server {
 
 namespace asio = boost::asio;
@@ -103,11 +107,17 @@ struct HttpServer::Impl {
   HttpHandler handler;
   WebSocketHandler on_websocket;
   HttpServerLimits limits;
+  LaneClassifier lane_of;
   asio::io_context ioc;
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
   std::optional<tcp::acceptor> acceptor;
-  asio::thread_pool workers;
+  // Made at start(), from the limits then in force.
+  std::optional<asio::thread_pool> workers;
+  std::optional<asio::thread_pool> waits;
+  std::optional<asio::thread_pool> status;
   std::vector<std::thread> threads;
+  std::atomic<size_t> connections{0};
+  std::atomic<size_t> waiting{0};
   int port = 0;
   bool running = false;
   // Requests read whose reply is not written yet: stop() lets them finish
@@ -125,11 +135,56 @@ struct HttpServer::Impl {
     if (--replies_pending == 0) replies_done.notify_all();
   }
 
-  Impl(HttpHandler h, WebSocketHandler ws, HttpServerLimits l)
-      : handler(std::move(h)), on_websocket(std::move(ws)), limits(l), workers(static_cast<size_t>(std::max(1, l.worker_threads))) {}
+  Impl(HttpHandler h, WebSocketHandler ws, HttpServerLimits l, LaneClassifier c)
+      : handler(std::move(h)), on_websocket(std::move(ws)), limits(l), lane_of(std::move(c)) {}
 
   void accept();
 };
+
+namespace {
+
+// One open connection counted against limits.max_connections, for as long
+// as its socket lives (passed on from the HTTP connection to its WebSocket).
+class ConnectionSlot {
+ public:
+  explicit ConnectionSlot(std::atomic<size_t>& count) : count_(count) {}
+  ~ConnectionSlot() { --count_; }
+  ConnectionSlot(const ConnectionSlot&) = delete;
+  ConnectionSlot& operator=(const ConnectionSlot&) = delete;
+
+ private:
+  std::atomic<size_t>& count_;
+};
+
+// The calling pool thread's CPU priority, lowered once (Linux: per thread):
+// request handlers yield the CPU to the training thread.
+void lower_priority() {
+  thread_local const bool lowered = [] {
+    return ::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 10) == 0;
+  }();
+  (void)lowered;
+}
+
+// A connection over the limit: a 503 saying why, then closed, without
+// reading the request (its socket must not wait on the client either).
+void refuse_connection(tcp::socket socket, size_t limit) {
+  auto stream = std::make_shared<beast::tcp_stream>(std::move(socket));
+  auto msg = std::make_shared<http::response<http::string_body>>(http::status::service_unavailable, 11);
+  msg->set(http::field::server, "nansense");
+  msg->set(http::field::content_type, "application/json");
+  msg->set(http::field::retry_after, "1");
+  msg->keep_alive(false);
+  msg->body() = json_error("too many open connections (the limit is " + std::to_string(limit) +
+                           ", ServeLimits::max_connections): close some pages or clients and retry");
+  msg->prepare_payload();
+  stream->expires_after(std::chrono::seconds(5));
+  http::async_write(*stream, *msg, [stream, msg](beast::error_code, size_t) {
+    beast::error_code ec;
+    stream->socket().shutdown(tcp::socket::shutdown_both, ec);
+  });
+}
+
+}  // namespace
 
 namespace {
 
@@ -137,13 +192,18 @@ namespace {
 // loop that hands the client's text messages to the app's handler.
 class WebSocketSession : public WebSocketPeer, public std::enable_shared_from_this<WebSocketSession> {
  public:
-  WebSocketSession(beast::tcp_stream stream, HttpServer::Impl& server) : ws_(std::move(stream)), server_(server) {}
+  WebSocketSession(beast::tcp_stream stream, HttpServer::Impl& server, std::unique_ptr<ConnectionSlot> slot)
+      : ws_(std::move(stream)), server_(server), slot_(std::move(slot)) {}
 
   void accept(std::shared_ptr<http::request<http::string_body>> upgrade, std::shared_ptr<HttpRequest> request) {
-    // The WebSocket's own timeouts (pings on idle, close on a dead peer)
-    // replace the HTTP ones.
+    // The WebSocket's own timeouts replace the HTTP ones: 30 s for the
+    // handshake, and a ping after half the idle time (300 s) without a frame
+    // from the peer; a page answers it, a half-open or dead peer is closed
+    // when the other half passes without a frame.
     beast::get_lowest_layer(ws_).expires_never();
-    ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
+    auto timeouts = websocket::stream_base::timeout::suggested(beast::role_type::server);
+    timeouts.keep_alive_pings = true;
+    ws_.set_option(timeouts);
     ws_.set_option(websocket::stream_base::decorator(
         [](websocket::response_type& res) { res.set(http::field::server, "nansense"); }));
     ws_.read_message_max(kMaxIncomingMessage);
@@ -242,6 +302,7 @@ class WebSocketSession : public WebSocketPeer, public std::enable_shared_from_th
 
   websocket::stream<beast::tcp_stream> ws_;
   HttpServer::Impl& server_;
+  std::unique_ptr<ConnectionSlot> slot_;
   beast::flat_buffer buffer_;
   std::deque<Frame> queue_;  // touched on the strand only
   size_t queued_bytes_ = 0;  // the strand only
@@ -251,13 +312,16 @@ class WebSocketSession : public WebSocketPeer, public std::enable_shared_from_th
 
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(tcp::socket socket, HttpServer::Impl& server) : stream_(std::move(socket)), server_(server) {}
+  Connection(tcp::socket socket, HttpServer::Impl& server, std::unique_ptr<ConnectionSlot> slot)
+      : stream_(std::move(socket)), server_(server), slot_(std::move(slot)) {}
 
   void read() {
     parser_.emplace();
     parser_->body_limit(server_.limits.body_limit);
     parser_->header_limit(16 * 1024);
-    stream_.expires_after(std::chrono::seconds(120));
+    // One deadline for the whole request (and the idle time before it):
+    // bytes trickling in do not extend it.
+    stream_.expires_after(server_.limits.request_timeout);
     http::async_read(stream_, buffer_, *parser_, beast::bind_front_handler(&Connection::on_read, shared_from_this()));
   }
 
@@ -281,8 +345,26 @@ class Connection : public std::enable_shared_from_this<Connection> {
     head_ = req->method() == http::verb::head;
     const bool upgrade = websocket::is_upgrade(*req);
     auto self = shared_from_this();
+    // A request that may wait for the loop runs on the wait lane, so the
+    // workers stay free for everyone else; the lane is bounded.
+    const Lane lane = server_.lane_of && !upgrade ? server_.lane_of(*request) : Lane::kWorker;
+    const bool waits = lane == Lane::kWait;
+    if (waits && server_.waiting.fetch_add(1) >= static_cast<size_t>(std::max(0, server_.limits.max_waiting))) {
+      --server_.waiting;
+      HttpResponse busy;
+      busy.status = 503;
+      busy.body = json_error("too many requests waiting for the training loop (the limit is " +
+                             std::to_string(server_.limits.max_waiting) +
+                             ", ServeLimits::max_waiting_requests): retry, or send timeout_seconds 0 and follow "
+                             "the run with get_status or the /ws push channel");
+      busy.headers.emplace_back("Retry-After", "1");
+      server_.reply_started();
+      return write(std::move(busy), keep_alive, version);
+    }
     server_.reply_started();
-    asio::post(server_.workers, [self, req, request, keep_alive, version, upgrade] {
+    auto& pool = lane == Lane::kStatus ? *server_.status : waits ? *server_.waits : *server_.workers;
+    asio::post(pool, [self, req, request, keep_alive, version, upgrade, waits, lane] {
+      if (lane != Lane::kStatus) lower_priority();
       HttpResponse res;
       try {
         res = self->server_.handler(*request);
@@ -293,10 +375,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
         res.status = 500;
         res.body = json_error("internal error");
       }
+      if (waits) --self->server_.waiting;
       if (upgrade && res.accept_websocket) {
         asio::post(self->stream_.get_executor(), [self, req, request] {
           self->server_.reply_finished();
-          std::make_shared<WebSocketSession>(std::move(self->stream_), self->server_)->accept(req, request);
+          std::make_shared<WebSocketSession>(std::move(self->stream_), self->server_, std::move(self->slot_))
+              ->accept(req, request);
         });
         return;
       }
@@ -332,7 +416,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       msg->content_length(length);
     }
     auto self = shared_from_this();
-    stream_.expires_after(std::chrono::seconds(30));
+    stream_.expires_after(server_.limits.write_timeout);
     http::async_write(stream_, *msg, [self, msg](beast::error_code ec, size_t) {
       self->server_.reply_finished();
       if (ec || !msg->keep_alive()) return self->close();
@@ -350,6 +434,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::optional<http::request_parser<http::string_body>> parser_;
   bool head_ = false;  // the request being answered is a HEAD
   HttpServer::Impl& server_;
+  std::unique_ptr<ConnectionSlot> slot_;
 };
 
 }  // namespace
@@ -357,13 +442,30 @@ class Connection : public std::enable_shared_from_this<Connection> {
 void HttpServer::Impl::accept() {
   acceptor->async_accept(asio::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
     if (ec == asio::error::operation_aborted || !acceptor->is_open()) return;
-    if (!ec) std::make_shared<Connection>(std::move(socket), *this)->read();
+    if (!ec) {
+      if (connections.fetch_add(1) >= limits.max_connections) {
+        --connections;
+        refuse_connection(std::move(socket), limits.max_connections);
+      } else {
+        auto slot = std::make_unique<ConnectionSlot>(connections);
+        std::make_shared<Connection>(std::move(socket), *this, std::move(slot))->read();
+      }
+    }
     accept();
   });
 }
 
-HttpServer::HttpServer(HttpHandler handler, WebSocketHandler on_websocket, HttpServerLimits limits)
-    : impl_(std::make_unique<Impl>(std::move(handler), std::move(on_websocket), limits)) {}
+HttpServer::HttpServer(HttpHandler handler, WebSocketHandler on_websocket, HttpServerLimits limits,
+                       LaneClassifier lane_of)
+    : impl_(std::make_unique<Impl>(std::move(handler), std::move(on_websocket), limits, std::move(lane_of))) {}
+
+void HttpServer::set_limits(const HttpServerLimits& limits) {
+  if (impl_->running) throw std::logic_error("HttpServer::set_limits after start()");
+  impl_->limits = limits;
+}
+
+size_t HttpServer::connection_count() const { return impl_->connections; }
+size_t HttpServer::waiting_count() const { return impl_->waiting; }
 
 HttpServer::~HttpServer() { stop(); }
 
@@ -384,6 +486,9 @@ void HttpServer::start(const std::string& host, int port) {
     throw std::runtime_error("cannot serve on " + where + ": " + why);
   }
   impl_->port = acceptor.local_endpoint().port();
+  impl_->workers.emplace(static_cast<size_t>(std::max(1, impl_->limits.worker_threads)));
+  impl_->waits.emplace(static_cast<size_t>(std::max(1, impl_->limits.max_waiting)));
+  impl_->status.emplace(static_cast<size_t>(std::max(1, impl_->limits.status_threads)));
   impl_->acceptor.emplace(std::move(acceptor));
   impl_->work.emplace(impl_->ioc.get_executor());
   impl_->accept();
@@ -417,7 +522,9 @@ void HttpServer::stop() {
   impl_->ioc.stop();
   for (auto& t : impl_->threads) t.join();
   impl_->threads.clear();
-  impl_->workers.join();
+  impl_->workers->join();
+  impl_->waits->join();
+  impl_->status->join();
 }
 
 }  // namespace nansense::server

@@ -1,7 +1,10 @@
 // A small HTTP/1.1 server on Boost.Beast: async I/O threads that never run
-// handlers, and a worker pool that does (handlers may block on waits).
+// handlers; a worker pool that runs them; and a bounded lane of threads for
+// the requests that may wait long (a command waiting for the loop), so that
+// waiting clients never starve the others.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <functional>
 #include <map>
@@ -69,12 +72,35 @@ using WebSocketHandler =
 struct HttpServerLimits {
   size_t body_limit = 1 << 20;  // larger bodies get 413
   int io_threads = 2;
+  // Answer every request that does not wait for the loop, at a lower CPU
+  // priority than the training thread (nice +10): a burst of heavy queries
+  // takes spare CPU, not the training loop's.
   int worker_threads = 8;
+  // Answer the status alone (Lane::kStatus), at normal priority, so that it
+  // never queues behind heavy queries.
+  int status_threads = 2;
+  // Requests the classifier says may wait run on their own threads, at most
+  // this many at once; one more gets 503 without running.
+  int max_waiting = 64;
+  // Open connections (HTTP and WebSocket); one more gets 503 and is closed.
+  size_t max_connections = 1024;
+  // To send one whole request, or to start the next on a kept-alive
+  // connection; on expiry the connection is closed.
+  std::chrono::milliseconds request_timeout{30'000};
+  // To take one reply off the server's hands.
+  std::chrono::milliseconds write_timeout{30'000};
 };
+
+// Where a request runs: the workers; the wait lane (a command that may wait
+// for the loop to pause, each on its own thread, bounded); or the status
+// lane (cheap, never blocking, answered first).
+enum class Lane { kWorker, kWait, kStatus };
+using LaneClassifier = std::function<Lane(const HttpRequest&)>;
 
 class HttpServer {
  public:
-  HttpServer(HttpHandler handler, WebSocketHandler on_websocket = {}, HttpServerLimits limits = {});
+  HttpServer(HttpHandler handler, WebSocketHandler on_websocket = {}, HttpServerLimits limits = {},
+             LaneClassifier lane_of = {});
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
@@ -84,6 +110,11 @@ class HttpServer {
   void start(const std::string& host, int port);
   int port() const;
   void stop();
+  // Before start(): replaces the limits given at construction.
+  void set_limits(const HttpServerLimits& limits);
+  // Open connections (HTTP and WebSocket) and requests waiting now.
+  size_t connection_count() const;
+  size_t waiting_count() const;
 
   struct Impl;  // the Beast machinery, defined in http_server.cpp
 

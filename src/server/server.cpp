@@ -2,12 +2,14 @@
 
 #include <boost/asio/ip/address.hpp>
 
+#include <algorithm>
 #include <iostream>
 #include <random>
 
 #include "server/api_routes.h"
 #include "server/banner.h"
 #include "server/static_assets.h"
+#include "server/waiting_requests.h"
 
 namespace nansense::server {
 
@@ -54,6 +56,19 @@ std::string cookie_value(const std::string& cookies, const std::string& name) {
 
 }  // namespace
 
+bool constant_time_equal(const std::string& a, const std::string& b) {
+  // Every byte of the longer string is looked at whatever the contents, so
+  // the time taken says nothing about how much of a guess was right.
+  const size_t n = std::max(a.size(), b.size());
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
+    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
+    diff |= static_cast<unsigned char>(x ^ y);
+  }
+  return diff == 0;
+}
+
 bool is_loopback_host(const std::string& host) {
   const std::string h = host_without_port(host);
   if (h == "localhost") return true;
@@ -66,7 +81,8 @@ bool is_loopback_host(const std::string& host) {
 Server::Server(detail::SessionPort& session)
     : controller_(session),
       http_([this](const HttpRequest& r) { return handle(r); },
-            [this](std::shared_ptr<WebSocketPeer> peer, const HttpRequest&) { return push_.add(std::move(peer)); }),
+            [this](std::shared_ptr<WebSocketPeer> peer, const HttpRequest&) { return push_.add(std::move(peer)); },
+            HttpServerLimits{}, lane_of),
       push_(controller_) {}
 
 Server::~Server() { http_.stop(); }
@@ -75,8 +91,14 @@ bool Server::start(const ServeOptions& options) {
   host_ = options.host();
   loopback_ = is_loopback_host(host_);
   if (!loopback_) token_ = random_token();
-  if (options.mcp()) mcp_ = std::make_unique<mcp::Endpoint>(controller_);
+  const ServeLimits& limits = options.limits();
+  if (options.mcp()) mcp_ = std::make_unique<mcp::Endpoint>(controller_, limits.mcp_session_idle_timeout());
+  HttpServerLimits http_limits;
+  http_limits.max_connections = static_cast<size_t>(std::max(1, limits.max_connections()));
+  http_limits.max_waiting = std::max(1, limits.max_waiting_requests());
+  http_limits.request_timeout = limits.request_timeout();
   try {
+    http_.set_limits(http_limits);
     http_.start(host_ == "localhost" ? "127.0.0.1" : host_, options.port());
   } catch (const std::exception& e) {
     std::cerr << "[nansense] " << e.what() << " — training continues without the UI\n";
@@ -132,7 +154,7 @@ std::optional<HttpResponse> Server::refuse(const HttpRequest& request) const {
     if (auth.rfind("Bearer ", 0) == 0) presented = auth.substr(7);
   }
   if (presented.empty()) presented = cookie_value(request.header("cookie"), "nansense_token");
-  if (presented != token_) {
+  if (presented.empty() || !constant_time_equal(presented, token_)) {
     return error_response(401, "a token is required on a non-loopback bind: open the URL printed in the "
                                "training log (it ends with ?token=...)");
   }

@@ -45,6 +45,10 @@ class Server final : public detail::Attachment {
   int port_ = 0;
 };
 
+// Whether two strings are equal, in a time that depends on their lengths
+// only (the token check: no timing tells an attacker a correct prefix).
+bool constant_time_equal(const std::string& a, const std::string& b);
+
 // Whether `host` (an address or host name, no port) names this machine only.
 bool is_loopback_host(const std::string& host);
 

@@ -54,14 +54,16 @@ class TrainingServerTest : public ::testing::Test {
 
   // The model, its optimizer, the batches and a session served on a free
   // port; the training loop is the caller's (start() or a fixture's own).
-  void serve_session(int64_t train_batches, int64_t val_batches, nansense::StartOptions options) {
+  // `serve`: how the UI is served (port, browser and banner are set here).
+  void serve_session(int64_t train_batches, int64_t val_batches, nansense::StartOptions options,
+                     nansense::ServeOptions serve = {}) {
     torch::manual_seed(0);
     model_ = TinyNet();
     optimizer_ = std::make_unique<torch::optim::SGD>(model_->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
     for (int64_t i = 0; i < train_batches; ++i) train_.emplace_back(torch::randn({5, 4}), torch::randint(0, 3, {5}));
     for (int64_t i = 0; i < val_batches; ++i) val_.emplace_back(torch::randn({5, 4}), torch::randint(0, 3, {5}));
     session_ = std::make_unique<nansense::Session>(nansense::start(model_, options.optimizer(optimizer_.get())));
-    ASSERT_TRUE(nansense::serve(*session_, nansense::ServeOptions().port(0).open_browser(false).print_banner(false)));
+    ASSERT_TRUE(nansense::serve(*session_, serve.port(0).open_browser(false).print_banner(false)));
     port_ = port_of(session_->url());
   }
 

@@ -17,7 +17,6 @@ namespace {
 
 // Revisions before this one allow JSON-RPC batches; 2025-06-18 removed them.
 constexpr const char* kFirstWithoutBatches = "2025-06-18";
-constexpr size_t kMaxSessions = 1000;
 
 std::string known_versions() {
   std::string out;
@@ -95,7 +94,14 @@ bool is_initialize(const json& message) {
 
 }  // namespace
 
-Endpoint::Endpoint(Controller& controller) : tools_(controller) {}
+Endpoint::Endpoint(Controller& controller, std::chrono::milliseconds idle_timeout, Clock clock)
+    : tools_(controller), idle_timeout_(idle_timeout), clock_(std::move(clock)) {}
+
+void Endpoint::drop_idle(std::chrono::steady_clock::time_point now) {
+  for (auto it = sessions_.begin(); it != sessions_.end();) {
+    it = now - it->second.last_used > idle_timeout_ ? sessions_.erase(it) : std::next(it);
+  }
+}
 
 size_t Endpoint::session_count() const {
   std::lock_guard lock(mu_);
@@ -187,13 +193,15 @@ HttpResponse Endpoint::initialize(const json& message, bool sse) {
   const std::string session_id = new_session_id();
   {
     std::lock_guard lock(mu_);
+    const auto now = clock_();
+    drop_idle(now);
     if (sessions_.size() >= kMaxSessions) {
       auto oldest = std::min_element(sessions_.begin(), sessions_.end(), [](const auto& a, const auto& b) {
         return a.second.last_used < b.second.last_used;
       });
       sessions_.erase(oldest);
     }
-    sessions_[session_id] = Session{version, std::chrono::steady_clock::now()};
+    sessions_[session_id] = Session{version, now};
   }
   json server_info = {{"name", "nansense"}, {"version", NANSENSE_VERSION}};
   if (version >= "2025-06-18") server_info["title"] = "NaNsense training debugger";
@@ -216,11 +224,15 @@ std::variant<std::string, HttpResponse> Endpoint::session_version(const HttpRequ
   std::string version;
   {
     std::lock_guard lock(mu_);
+    const auto now = clock_();
+    drop_idle(now);
     auto it = sessions_.find(id);
     if (it == sessions_.end()) {
-      return refusal(404, kInvalidRequest, "unknown or ended MCP session \"" + id + "\": initialize a new one");
+      return refusal(404, kInvalidRequest,
+                     "unknown, ended or expired MCP session \"" + id + "\" (sessions idle for " +
+                         std::to_string(idle_timeout_.count()) + " ms are dropped): initialize a new one");
     }
-    it->second.last_used = std::chrono::steady_clock::now();
+    it->second.last_used = now;
     version = it->second.protocol_version;
   }
   const std::string& stated = request.header("mcp-protocol-version");
@@ -239,6 +251,7 @@ HttpResponse Endpoint::end_session(const HttpRequest& request) {
   if (id.empty())
     return refusal(400, kInvalidRequest, "DELETE /mcp needs the Mcp-Session-Id header of the session to end");
   std::lock_guard lock(mu_);
+  drop_idle(clock_());
   if (sessions_.erase(id) == 0) {
     return refusal(404, kInvalidRequest, "unknown or ended MCP session \"" + id + "\"");
   }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -22,7 +23,15 @@ extern const std::vector<std::string> kProtocolVersions;
 
 class Endpoint {
  public:
-  explicit Endpoint(Controller& controller);
+  using Clock = std::function<std::chrono::steady_clock::time_point()>;
+  // Sessions unused for longer than `idle_timeout` are dropped (a request
+  // naming one gets 404, on which clients start a new session); at most
+  // kMaxSessions live at once, the least recently used going first.
+  // `clock`: the time source (tests pass their own).
+  explicit Endpoint(Controller& controller, std::chrono::milliseconds idle_timeout = std::chrono::hours(1),
+                    Clock clock = std::chrono::steady_clock::now);
+
+  static constexpr size_t kMaxSessions = 1000;
 
   // Any request to /mcp: POST carries messages, DELETE ends a session, other
   // methods get 405 (no server-initiated stream is offered on GET).
@@ -45,8 +54,12 @@ class Endpoint {
   json call_method(const std::string& method, const json& params, const std::string& protocol_version);
   // The session's negotiated revision, or a refusal (400 missing, 404 unknown).
   std::variant<std::string, HttpResponse> session_version(const HttpRequest& request);
+  // Drops the sessions idle for longer than idle_timeout_; under mu_.
+  void drop_idle(std::chrono::steady_clock::time_point now);
 
   Tools tools_;
+  std::chrono::milliseconds idle_timeout_;
+  Clock clock_;
   mutable std::mutex mu_;
   std::map<std::string, Session> sessions_;
 };

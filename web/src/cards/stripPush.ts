@@ -7,7 +7,7 @@
 import { ApiError, renderStrip, SnapshotReplaced } from '../api/client';
 import { sendPush } from '../api/push';
 import type { StripInfo, StripView, WatchMessage } from '../api/types';
-import { store } from '../state/app';
+import { sampleExists, store } from '../state/app';
 import { hasStrip, putStrip, renderKey, type RenderedStrip } from './renderCache';
 
 // A pushed strip that has not come after this long is fetched instead.
@@ -168,11 +168,29 @@ function settle(key: string, p: Pending): void {
 // snapshot comes before the news of the next) may not have the picture (no
 // gradient, fewer samples): the server then says it replaced ours
 // (SnapshotReplaced) instead of refusing.
+//
+// Nor is a strip fetched that no card shows any more: a card whose sample
+// changed meanwhile has moved on. That is how a phase's smaller last batch
+// clamps the sample (63 -> 15): the watch list still named sample 63 when
+// the snapshot was announced, the server then pushed nothing for it (the
+// list changed after the announcement), and fetching it would be refused
+// (sample out of range) and logged by the browser as a failed load.
 function fetchInstead(key: string, p: Pending): void {
   settle(key, p);
-  if (store.get().sequence > p.sequence) {
+  const s = store.get();
+  if (s.sequence > p.sequence) {
     p.reject(new SnapshotReplaced(`snapshot ${p.sequence} was replaced before its picture came`));
     return;
   }
+  if (!isWatched(p.view) || p.view.sample !== s.sample || !sampleExists(s)) {
+    p.reject(new SnapshotReplaced(`no card shows ${p.view.layer} ${p.view.kind} of sample ${p.view.sample} any more`));
+    return;
+  }
   renderStrip(p.view, p.sequence).then(p.resolve, p.reject);
+}
+
+function isWatched(view: StripView): boolean {
+  const key = renderKey(0, 0, view);
+  for (const v of watched.values()) if (renderKey(0, 0, v) === key) return true;
+  return false;
 }
