@@ -93,7 +93,17 @@ class Batches {
     }
   }
 
+  // Each begin() is one pass over the loader: a Batches made once before the
+  // epoch loop can be handed, as the loader, to a function that iterates it
+  // every epoch.
   iterator begin() {
+    if (core_ && open_) {
+      // The previous pass was left early (a break): end it as ~Batches would.
+      open_ = false;
+      detail::abandon_batch(*core_, /*by_exception=*/false);
+      detail::end_phase(*core_, phase_, 0);
+    }
+    count_ = 0;
     exceptions_ = std::uncaught_exceptions();
     InnerIt it = std::begin(range_);
     open_at(it);
@@ -154,7 +164,9 @@ class Session {
   // Works on torch::data loaders and any range; see BatchTraits for how the
   // model inputs are found in an item. `epoch` is inferred when omitted (a new
   // epoch starts when the first phase runs again). Throws ScheduleError when a
-  // declared schedule is violated.
+  // declared schedule is violated. The wrapper may be kept and iterated once
+  // per epoch (made before the epoch loop, passed where the loader was); it
+  // refers to the session and the loader, so declare it after both.
   template <class Range>
   Batches<Range> batches(Range& loader, std::string phase, std::optional<int64_t> epoch = std::nullopt) {
     return Batches<Range>(core_.get(), loader, std::move(phase), epoch);
@@ -282,10 +294,16 @@ class Session {
 // Create a session for `model`; serves the UI at once when options.port is set.
 Session start(std::shared_ptr<torch::nn::Module> model, StartOptions options = {});
 
+// A model made with TORCH_MODULE (`Net model;` where Net is a ModuleHolder).
 template <class Impl>
 Session start(const torch::nn::ModuleHolder<Impl>& model, StartOptions options = {}) {
   return start(std::static_pointer_cast<torch::nn::Module>(model.ptr()), std::move(options));
 }
+
+// A model held as a plain object (`struct Net : torch::nn::Module`, `Net model;`
+// on the stack, passed around as Net&). The session does not own it: the
+// model must outlive the Session object (declare the session after it).
+Session start(torch::nn::Module& model, StartOptions options = {});
 
 // Serve the UI and the HTTP API for `session`. A no-op on a disabled session.
 // Returns false (after printing one line saying why) when the port cannot be

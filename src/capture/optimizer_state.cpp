@@ -2,6 +2,8 @@
 
 #include <unordered_map>
 
+#include "common/torch_compat.h"
+
 namespace nansense::capture {
 
 namespace {
@@ -89,9 +91,7 @@ OptimizerView read_optimizer(torch::optim::Optimizer& optimizer, const torch::nn
       auto name = names.find(p.unsafeGetTensorImpl());
       if (name == names.end()) continue;  // a parameter outside the debugged model
       view.hyperparams[name->second] = hyper;
-      // LibTorch keys optimizer state by the parameter's TensorImpl address.
-      auto it = states.find(c10::guts::to_string(p.unsafeGetTensorImpl()));
-      if (it != states.end() && it->second) view.state[name->second] = read_state(*it->second);
+      if (const auto* state = compat::optimizer_state(optimizer, p)) view.state[name->second] = read_state(*state);
     }
   }
   return view;

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "common/torch_compat.h"
+
 namespace nansense::observer {
 
 namespace {
@@ -71,10 +73,7 @@ Observer::Observer() : training_thread_(std::this_thread::get_id()), generation_
   if (!g_active.compare_exchange_strong(none, this)) {
     throw std::runtime_error("another session is tracing a batch in this process; this batch is not traced");
   }
-  handle_ = at::addThreadLocalCallback(at::RecordFunctionCallback(&on_start_callback, &on_end_callback)
-                                           .needsInputs(true)
-                                           .needsOutputs(true)
-                                           .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}));
+  handle_ = compat::add_thread_local_observer(&on_start_callback, &on_end_callback);
 }
 
 Observer::~Observer() {

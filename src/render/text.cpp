@@ -9,16 +9,17 @@
 #include <string>
 #include <vector>
 
+#include "common/asm_embed.h"
 #include "render/draw.h"
 
 // The font file is assembled into the library (.incbin, as cmake/embed_web.cmake
 // does for the web UI); CMake passes its path as NANSENSE_FONT_FILE.
-__asm__(".pushsection .rodata\n"
+__asm__(NANSENSE_ASM_RODATA_BEGIN
         ".balign 16\n"
         "nansense_font_begin:\n"
         ".incbin \"" NANSENSE_FONT_FILE "\"\n"
         "nansense_font_end:\n"
-        ".popsection\n");
+        NANSENSE_ASM_RODATA_END);
 extern const unsigned char nansense_font_begin[] __asm__("nansense_font_begin");
 extern const unsigned char nansense_font_end[] __asm__("nansense_font_end");
 

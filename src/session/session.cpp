@@ -376,4 +376,11 @@ Session start(std::shared_ptr<torch::nn::Module> model, StartOptions options) {
   return session;
 }
 
+Session start(torch::nn::Module& model, StartOptions options) {
+  // Not owned: a no-op deleter. Owning it through a shared_ptr also lets
+  // LibTorch's named_modules() (which asks the root for shared_from_this)
+  // work on a module that lives on the stack, while the session holds it.
+  return start(std::shared_ptr<torch::nn::Module>(&model, [](torch::nn::Module*) {}), std::move(options));
+}
+
 }  // namespace nansense

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "capture/tracer.h"
+#include "common/atomic_shared_ptr.h"
 #include "observer/observer.h"
 #include "nansense/options.h"
 #include "nansense/schedule.h"
@@ -118,8 +119,8 @@ class SessionCore {
   std::optional<int64_t> loop_epoch_;  // the epoch epochs() runs, for batches() without one
   std::unique_ptr<time_travel::TrainingRestorer> restorer_;
 
-  std::atomic<std::shared_ptr<const BatchSnapshot>> snapshot_;
-  std::atomic<std::shared_ptr<const Architecture>> architecture_;
+  common::AtomicSharedPtr<const BatchSnapshot> snapshot_;
+  common::AtomicSharedPtr<const Architecture> architecture_;
   std::atomic<bool> closed_{false};
   mutable std::mutex publish_mu_;
   mutable std::condition_variable published_;

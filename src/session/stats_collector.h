@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "capture/tracer.h"
+#include "common/atomic_shared_ptr.h"
 #include "nansense/architecture.h"
 #include "nansense/options.h"
 #include "nansense/position.h"
@@ -144,7 +145,7 @@ class StatsCollector {
   std::map<std::tuple<std::string, std::string, std::string, int64_t>, Reduction> reductions_;
   std::vector<HeldPoint> held_;
 
-  std::atomic<std::shared_ptr<const StatsSnapshot>> published_;
+  common::AtomicSharedPtr<const StatsSnapshot> published_;
 };
 
 }  // namespace nansense::detail

@@ -7,25 +7,17 @@
 #include <mutex>
 #include <string>
 
+#include "common/torch_compat.h"
 #include "state/state_error.h"
 
 namespace nansense::state {
 
 namespace {
 
-at::Generator cuda_generator(int64_t device) {
-  return at::globalContext().defaultGenerator(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(device)));
-}
-
-torch::Tensor state_of(at::Generator gen) {
-  std::lock_guard lock(gen.mutex());
-  return gen.get_state();
-}
-
-void set_state_of(at::Generator gen, const torch::Tensor& state) {
-  std::lock_guard lock(gen.mutex());
-  gen.set_state(state);
-}
+using compat::default_cpu_generator;
+using compat::default_cuda_generator;
+using compat::generator_state;
+using compat::set_generator_state;
 
 }  // namespace
 
@@ -35,9 +27,9 @@ RngState RngState::capture() {
   // Reading a state clones a tensor: not an op of the user's batch.
   at::DisableRecordFunctionGuard no_record;
   RngState s;
-  s.cpu = state_of(at::detail::getDefaultCPUGenerator());
+  s.cpu = generator_state(default_cpu_generator());
   const int64_t devices = cuda_generator_count();
-  for (int64_t i = 0; i < devices; ++i) s.cuda.push_back(state_of(cuda_generator(i)));
+  for (int64_t i = 0; i < devices; ++i) s.cuda.push_back(generator_state(default_cuda_generator(i)));
   return s;
 }
 
@@ -48,8 +40,8 @@ void RngState::apply() const {
                      std::to_string(cuda_generator_count()) + " CUDA devices");
   }
   at::DisableRecordFunctionGuard no_record;
-  set_state_of(at::detail::getDefaultCPUGenerator(), cpu);
-  for (int64_t i = 0; i < devices; ++i) set_state_of(cuda_generator(i), cuda[static_cast<size_t>(i)]);
+  set_generator_state(default_cpu_generator(), cpu);
+  for (int64_t i = 0; i < devices; ++i) set_generator_state(default_cuda_generator(i), cuda[static_cast<size_t>(i)]);
 }
 
 void RngState::save(torch::serialize::OutputArchive& archive) const {

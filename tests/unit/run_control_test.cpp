@@ -527,6 +527,81 @@ TEST(Batches, UnstackedExampleBatchesAreOneInputLayer) {
   trainer.join();
 }
 
+namespace {
+// A model as LibTorch's MNIST example holds it: a plain object, no TORCH_MODULE.
+struct StackNet : torch::nn::Module {
+  StackNet() {
+    register_module("fc1", fc1);
+    register_module("fc2", fc2);
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return fc2->forward(torch::relu(fc1->forward(x))); }
+  torch::nn::Linear fc1{3, 4};
+  torch::nn::Linear fc2{4, 2};
+};
+
+// A loop in a template function taking the loader by reference, as the MNIST
+// example's train() and test() do; counts the batches it saw.
+template <class Loader>
+int run_loop(StackNet& model, Loader& loader, int stop_after = -1) {
+  int seen = 0;
+  for (const auto& batch : loader) {
+    model.forward(batch.data);
+    if (++seen == stop_after) break;
+  }
+  return seen;
+}
+}  // namespace
+
+TEST(Batches, AModelOnTheStackIsTakenByReference) {
+  StackNet model;
+  torch::optim::SGD optimizer(model.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  auto session = nansense::start(model, nansense::StartOptions().optimizer(&optimizer));
+  std::vector<torch::data::Example<>> data;
+  for (int i = 0; i < 2; ++i) data.push_back({torch::randn({4, 3}), torch::randint(2, {4})});
+  std::thread trainer([&] {
+    for (auto& batch : session.batches(data, "train")) {
+      optimizer.zero_grad();
+      torch::cross_entropy_loss(model.forward(batch.data), batch.target).backward();
+      optimizer.step();
+    }
+    session.close();
+  });
+  ASSERT_EQ(session.wait_until_stopped(std::chrono::seconds(20)), nansense::RunState::kPaused);
+  auto snap = session.snapshot();
+  ASSERT_TRUE(snap);
+  std::vector<std::string> names;
+  for (const auto& l : snap->architecture->layers) names.push_back(l.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"input", "fc1", "relu", "fc2"}));
+  EXPECT_EQ(snap->optimizer_state.at("fc1.weight").count("momentum_buffer"), 1u);
+  session.detach();
+  trainer.join();
+  EXPECT_EQ(session.state(), nansense::RunState::kFinished);
+}
+
+TEST(Batches, AWrapperMadeOnceServesEveryEpoch) {
+  StackNet model;
+  auto session = nansense::start(model, nansense::StartOptions());
+  session.detach();
+  std::vector<torch::data::Example<>> data;
+  for (int i = 0; i < 3; ++i) data.push_back({torch::randn({2, 3}), torch::zeros({2}, torch::kLong)});
+  auto train = session.batches(data, "train");
+  EXPECT_EQ(run_loop(model, train), 3);
+  EXPECT_EQ(session.schedule().phase_count("train"), 3);
+  // A pass left early (a break) ends there; the next pass is a new epoch from batch 0.
+  EXPECT_EQ(run_loop(model, train, /*stop_after=*/1), 1);
+  auto pos = session.live_position();
+  ASSERT_TRUE(pos);
+  EXPECT_EQ(pos->epoch, 1);
+  EXPECT_EQ(pos->batch_idx, 0);
+  EXPECT_EQ(run_loop(model, train), 3);
+  pos = session.live_position();
+  ASSERT_TRUE(pos);
+  EXPECT_EQ(pos->epoch, 2);
+  EXPECT_EQ(pos->batch_idx, 2);
+  EXPECT_EQ(session.schedule().phase_count("train"), 3);
+  session.close();
+}
+
 namespace nansense {
 namespace {
 
