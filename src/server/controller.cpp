@@ -35,7 +35,8 @@ void require_kept(const BatchSnapshot& snap, int64_t sample) {
                         "sample " + std::to_string(sample) + " was not kept: the snapshot at " +
                             snap.position.to_string() + " holds samples 0.." + std::to_string(snap.samples_kept - 1) +
                             " of " + std::to_string(snap.batch_size) + " (snapshot budget " +
-                            mib(snap.budget_bytes) + "; every sample needs about " + mib(snap.full_bytes) +
+                            mib(snap.budget_bytes) + "; all " + std::to_string(snap.batch_size) + " would take " +
+                            mib(snap.full_bytes) +
                             "). StartOptions().snapshot_budget(bytes) raises the budget, 0 keeps every sample",
                         "sample");
 }
@@ -199,6 +200,8 @@ std::shared_ptr<const StripPicture> Controller::draw_strip(const std::shared_ptr
     out->sequence = snap->sequence;
     out->options = options;
     out->drawn = strip.info;
+    // The batch's size, not the samples the budget kept of it.
+    if (snap->trimmed() && strip.info.batch_size == snap->samples_kept) out->drawn.batch_size = snap->batch_size;
     out->width = strip.image.width;
     out->height = strip.image.height;
     return out;
@@ -260,7 +263,7 @@ std::shared_ptr<const InputPicture> Controller::draw_input(const std::shared_ptr
   out->position = snap->position;
   out->sequence = snap->sequence;
   out->sample = sample;
-  out->batch_size = image.batch_size;
+  out->batch_size = snap->trimmed() ? snap->batch_size : image.batch_size;
   out->layout = image.layout;
   out->width = image.image.width;
   out->height = image.image.height;

@@ -50,8 +50,8 @@ json budget_json(const BatchSnapshot& snap) {
               {"trimmed", snap.trimmed()}};
   if (snap.trimmed()) {
     out["note"] = "showing " + std::to_string(snap.samples_kept) + " of " + std::to_string(snap.batch_size) +
-                  " samples (snapshot budget " + mib(snap.budget_bytes) + ", every sample would take " +
-                  mib(snap.full_bytes) + "); statistics cover all " + std::to_string(snap.batch_size);
+                  " samples (snapshot budget " + mib(snap.budget_bytes) + "; all " + std::to_string(snap.batch_size) +
+                  " would take " + mib(snap.full_bytes) + "); statistics cover all " + std::to_string(snap.batch_size);
   }
   return out;
 }

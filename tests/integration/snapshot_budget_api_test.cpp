@@ -54,7 +54,9 @@ TEST_F(SnapshotBudgetApiTest, ATrimmedSnapshotSaysWhatItKeptAndRefusesTheRest) {
     if (l["name"] == "fc1") EXPECT_EQ(l["activation"]["shape"], json::array({5, 8}));
   }
 
-  EXPECT_EQ(get("/api/render/strip?layer=fc1&sample=" + std::to_string(kept - 1)).status, 200u);
+  Reply strip = get("/api/render/strip?layer=fc1&sample=" + std::to_string(kept - 1));
+  EXPECT_EQ(strip.status, 200u);
+  EXPECT_EQ(json::parse(strip.headers["X-Nansense-Render"])["batch_size"], 5) << "the batch's size, not the kept";
   Reply refused = get("/api/render/strip?layer=fc1&sample=4");
   EXPECT_EQ(refused.status, 400u);
   const std::string message = refused.json()["error"].get<std::string>();
