@@ -42,6 +42,7 @@ struct Flags {
   std::string capsule_dir = "nansense_capsules";
   std::string cache_dir;  // empty: a folder of this run's own, removed at exit
   int64_t start_epoch = 0;
+  double snapshot_budget_mib = static_cast<double>(nansense::StartOptions::kDefaultSnapshotBudget) / (1 << 20);
 };
 
 // The default time-travel cache: private to this process, so demos running
@@ -160,6 +161,10 @@ int main(int argc, char** argv) {
   app.add_option("--replay", flags.replay,
                  "Replay a NaN capsule bit for bit, paused in the UI (use the flags of the run that wrote it)");
   app.add_option("--capsule-dir", flags.capsule_dir, "Where NaN capsules are written")->capture_default_str();
+  app.add_option("--snapshot-budget-mib", flags.snapshot_budget_mib,
+                 "Host memory a snapshot may spend on activations, gradients and inputs (0 = every sample)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--cache-dir", flags.cache_dir,
                  "Time-travel checkpoint folder, kept after the run (default: a temp folder removed at exit)");
   app.add_option("--start-epoch", flags.start_epoch, "Resume at this epoch from --cache-dir's checkpoint")
@@ -203,6 +208,7 @@ int main(int argc, char** argv) {
                  .input_mean({kFashionMnistMean})
                  .input_std({kFashionMnistStd})
                  .debug(nansense::DebugSettings().capsule_dir(flags.capsule_dir))
+                 .snapshot_budget(static_cast<int64_t>(flags.snapshot_budget_mib * (1 << 20)))
                  // The conv and linear layers collect statistics over time (the Stats page).
                  .watch({"features.0", "features.3", "classifier.1", "classifier.4"}));
 

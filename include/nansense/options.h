@@ -149,6 +149,22 @@ struct StartOptions {
   TORCH_ARG(std::vector<std::string>, watch) = {};
   TORCH_ARG(UpdateFrequency, update_frequency) = {};
   TORCH_ARG(WatchPerformance, watch_performance) = {};
+  // Host memory a published snapshot may spend on the tensors that grow with
+  // the batch (activations, their gradients, inputs), in bytes. Default
+  // 512 MiB (kDefaultSnapshotBudget); 0 keeps every sample. When a batch's
+  // copies would exceed it, each keeps only its first k samples, the same k
+  // for every tensor, the largest that fits (at least one sample). What the
+  // UI and MCP show per layer (counts, min, max, mean) and the numerical
+  // checks still cover the whole batch: they are computed on the tensor's own
+  // device before it is trimmed. Pictures, the sample picker and the
+  // statistics queries' spread, histograms and dead channels cover the kept
+  // samples, and say so. Parameters, their gradients and optimizer state do
+  // not grow with the batch and are kept whole, outside the budget. Cost:
+  // trimmed tensors pay one statistics pass on their device at capture;
+  // nothing when the batch fits. Negative values are refused by start().
+ public:
+  static constexpr int64_t kDefaultSnapshotBudget = int64_t{512} << 20;
+  TORCH_ARG(int64_t, snapshot_budget) = kDefaultSnapshotBudget;
 
  public:
   // The optimizer training the model. When given, snapshots carry each

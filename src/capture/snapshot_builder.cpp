@@ -15,23 +15,37 @@ std::shared_ptr<const BatchSnapshot> build_snapshot(const BatchPosition& positio
   snap->position = position;
   snap->sequence = sequence;
   snap->architecture = trace.architecture;
-  snap->activations = trace.activations;
   {
     std::lock_guard lock(trace.grad_mu);
+    snap->activations = trace.activations;
     snap->activation_gradients = trace.gradients;
+    snap->inputs = trace.inputs;
+    snap->activation_stats = trace.activation_stats;
+    snap->activation_gradient_stats = trace.gradient_stats;
+    snap->batch_size = trace.budget.batch_size;
+    snap->samples_kept = trace.budget.kept;
+    snap->budget_bytes = trace.budget.bytes;
+    snap->held_bytes = held_bytes(trace);
+    snap->full_bytes = full_bytes(trace);
   }
+  auto bytes = [](const torch::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); };
   for (const auto& p : model.named_parameters()) {
     const auto& w = p.value();
-    snap->weights[p.key()] = w.detach().to(torch::kCPU, false, true);
-    if (w.grad().defined()) snap->weight_gradients[p.key()] = w.grad().detach().to(torch::kCPU, false, true);
+    snap->parameter_bytes += bytes(snap->weights[p.key()] = w.detach().to(torch::kCPU, false, true));
+    if (w.grad().defined()) {
+      snap->parameter_bytes +=
+          bytes(snap->weight_gradients[p.key()] = w.grad().detach().to(torch::kCPU, false, true));
+    }
   }
   // Each parameter shows the optimizer that holds it (several: a GAN's two).
   for (auto* optimizer : optimizers) {
     auto view = read_optimizer(*optimizer, model);
+    for (const auto& [_, state] : view.state) {
+      for (const auto& [_, t] : state) snap->parameter_bytes += bytes(t);
+    }
     snap->optimizer_state.merge(view.state);
     snap->optimizer_hyperparams.merge(view.hyperparams);
   }
-  snap->inputs = trace.inputs;
   return snap;
 }
 

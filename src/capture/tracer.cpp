@@ -156,10 +156,6 @@ std::string parent_scope(const std::string& path) {
   return dot == std::string::npos ? "" : path.substr(0, dot);
 }
 
-torch::Tensor cpu_copy(const torch::Tensor& t) {
-  return t.detach().to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
-}
-
 // "Conv2d(1, 16, kernel_size=[3, 3], stride=[1, 1])": the module's printout
 // without the namespace.
 std::string describe(const torch::nn::Module& module) {
@@ -197,8 +193,10 @@ std::string describe_args(c10::ArrayRef<const c10::IValue> inputs) {
 
 }  // namespace
 
-Tracer::Tracer(const torch::nn::Module& model, observer::Observer& observer, Keep keep)
-    : observer_(observer), keep_(keep), result_(std::make_shared<TraceResult>()) {
+Tracer::Tracer(const torch::nn::Module& model, observer::Observer& observer, Keep keep, int64_t budget_bytes,
+               int64_t start_samples)
+    : observer_(observer), keep_(keep), start_samples_(start_samples), result_(std::make_shared<TraceResult>()) {
+  result_->budget.bytes = budget_bytes;
   // Parameter identity is rebuilt for every capture: Module::to() and
   // set_data() keep TensorImpls, but a user may replace parameters between batches.
   for (const auto& item : model.named_modules("", /*include_self=*/true)) {
@@ -387,19 +385,30 @@ std::shared_ptr<TraceResult> Tracer::finish() {
   }
   // The captured tensors move to the final names; a gradient that arrives
   // later finds its layer's final name (dropped layers record nothing).
-  auto rename = [&](std::map<std::string, torch::Tensor>& tensors) {
-    std::map<std::string, torch::Tensor> renamed;
+  auto rename = [&](auto& tensors) {
+    std::remove_reference_t<decltype(tensors)> renamed;
     for (size_t i = 0; i < layers_.size(); ++i) {
       auto it = tensors.find(layers_[i].name);
       if (names[i].kept && it != tensors.end()) renamed[final[i]] = std::move(it->second);
     }
     tensors = std::move(renamed);
   };
-  rename(result_->activations);
   rename(result_->device_activations);
   {
     std::lock_guard lock(result_->grad_mu);
+    // Dropped layers' copies go, and with them their place in the budget.
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      if (names[i].kept) continue;
+      for (const auto* held : {&result_->activations, &result_->gradients}) {
+        if (auto it = held->find(layers_[i].name); it != held->end()) {
+          result_->budget.batch_copies.erase(it->second.unsafeGetTensorImpl());
+        }
+      }
+    }
+    rename(result_->activations);
+    rename(result_->activation_stats);
     rename(result_->gradients);
+    rename(result_->gradient_stats);
     rename(result_->device_gradients);
     for (size_t i = 0; i < layers_.size(); ++i) {
       result_->layer_names[i] = final[i];
@@ -430,12 +439,32 @@ void Tracer::set_inputs(const std::vector<torch::Tensor>& inputs, bool stacked) 
     int idx = add_layer(std::move(info));
     if (keep_.device) result_->device_activations[layers_[idx].name] = shown.detach();
     if (keep_.cpu) {
-      auto copy = cpu_copy(shown);
-      result_->activations[layers_[idx].name] = copy;
-      result_->inputs.push_back(copy);
+      std::lock_guard lock(result_->grad_mu);
+      const auto& name = layers_[idx].name;
+      hold(*result_, result_->activations, result_->activation_stats, name, shown);
+      result_->inputs.push_back(result_->activations[name]);
     }
     return idx;
   };
+  // The batch's size, for the snapshot budget: the examples stacked, else the
+  // first tensor input's leading dimension.
+  {
+    std::lock_guard lock(result_->grad_mu);
+    SampleBudget& budget = result_->budget;
+    if (budget.batch_size == 0) {
+      if (stacked) {
+        budget.batch_size = static_cast<int64_t>(inputs.size());
+      } else {
+        for (const auto& t : inputs) {
+          if (t.defined() && t.dim() > 0) {
+            budget.batch_size = t.size(0);
+            break;
+          }
+        }
+      }
+      budget.kept = start_samples_ > 0 ? std::min(start_samples_, budget.batch_size) : budget.batch_size;
+    }
+  }
   if (stacked && !inputs.empty()) {
     bool same_shape = std::all_of(inputs.begin(), inputs.end(),
                                   [&](const auto& t) { return t.sizes() == inputs[0].sizes(); });
@@ -638,7 +667,6 @@ void Tracer::capture_activation(int layer, const torch::Tensor& out, int64_t op_
   info.dtype = common::dtype_name(out.scalar_type());
   // Copied now: a later in-place op may overwrite the live tensor (the
   // device reference for statistics then sees the overwritten values).
-  if (keep_.cpu) result_->activations[info.name] = cpu_copy(out);
   const bool device = keep_.device && wanted_on_device(layer);
   if (device) {
     result_->device_activations[info.name] = out.detach();
@@ -647,6 +675,7 @@ void Tracer::capture_activation(int layer, const torch::Tensor& out, int64_t op_
   }
   {
     std::lock_guard lock(result_->grad_mu);
+    if (keep_.cpu) hold(*result_, result_->activations, result_->activation_stats, info.name, out);
     result_->final_op[layer] = op_seq;
   }
   if (out.requires_grad() && (keep_.cpu || device)) {
@@ -662,7 +691,7 @@ void Tracer::capture_activation(int layer, const torch::Tensor& out, int64_t op_
       if (result->final_op[layer] != op_seq) return;
       try {
         const auto& name = result->layer_names[layer];
-        if (keep.cpu) result->gradients[name] = cpu_copy(grad);
+        if (keep.cpu) hold(*result, result->gradients, result->gradient_stats, name, grad);
         if (keep.device) result->device_gradients[name] = grad;
       } catch (const std::exception& e) {
         // Never into the user's backward(): the snapshot goes without it.

@@ -14,7 +14,9 @@
 #include <unordered_set>
 #include <vector>
 
+#include "capture/sample_budget.h"
 #include "nansense/architecture.h"
+#include "nansense/tensor_stats.h"
 #include "observer/observer.h"
 
 namespace nansense::capture {
@@ -30,9 +32,16 @@ struct TraceResult {
   // their device, for statistics folded at the batch's end).
   std::map<std::string, torch::Tensor> device_activations;
 
+  // Guards the gradients, and the CPU copies and budget below: a gradient
+  // hook may trim every copy to fit the snapshot budget.
   std::mutex grad_mu;
   std::map<std::string, torch::Tensor> gradients;  // CPU copies
   std::map<std::string, torch::Tensor> device_gradients;
+  // The snapshot budget's state, and the whole-batch statistics of the copies
+  // it trimmed (computed on the tensor's device before trimming).
+  SampleBudget budget;
+  std::map<std::string, TensorStats> activation_stats;
+  std::map<std::string, TensorStats> gradient_stats;
   // Per layer index: its name and the op whose output is its activation; a
   // gradient hook only records when it belongs to that final op.
   std::vector<std::string> layer_names;
@@ -79,7 +88,11 @@ class Tracer : public observer::Consumer {
  public:
   using Keep = TraceKeep;
   // Attaches to `observer`, which outlives it.
-  Tracer(const torch::nn::Module& model, observer::Observer& observer, Keep keep = {});
+  // The CPU copies keep at most `budget_bytes` (0: no limit; see
+  // StartOptions::snapshot_budget), starting from `start_samples` per batch
+  // tensor (0: all; the last capture's fit saves trimming the same batch again).
+  Tracer(const torch::nn::Module& model, observer::Observer& observer, Keep keep = {}, int64_t budget_bytes = 0,
+         int64_t start_samples = 0);
   ~Tracer();
   Tracer(const Tracer&) = delete;
   Tracer& operator=(const Tracer&) = delete;
@@ -174,6 +187,7 @@ class Tracer : public observer::Consumer {
   bool stopped_ = false;    // tracing failed part-way
   observer::Observer& observer_;
   Keep keep_;
+  int64_t start_samples_ = 0;
   bool attached_ = false;
   std::shared_ptr<TraceResult> result_;
 };

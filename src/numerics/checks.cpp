@@ -99,6 +99,23 @@ void scan(const DebugSettings& s, Table& table, const std::vector<std::pair<std:
   }
 }
 
+// The NaN and Inf counts of whole batches whose copies the snapshot budget
+// trimmed (their subnormal and overflow bands are judged on the kept samples).
+void apply_counts(const DebugSettings& s, Table& table, const std::map<std::string, TensorStats>* stats,
+                  const std::set<std::string>& inf_intended, const char* source, std::vector<std::string>& reasons) {
+  if (!stats) return;
+  for (const auto& [layer, st] : *stats) {
+    if (layer_allowed(s, layer)) continue;
+    BandStats counts;
+    counts.numel = static_cast<double>(st.numel);
+    counts.nan = static_cast<double>(st.nan);
+    if (!inf_intended.count(layer)) counts.inf = static_cast<double>(st.pos_inf + st.neg_inf);
+    if (counts.nan == 0 && counts.inf == 0) continue;
+    // Counts only: the bands' fractions stay those of the kept samples.
+    apply(s, table.row(layer), counts, /*gradient=*/false, source, reasons);
+  }
+}
+
 }  // namespace
 
 bool layer_allowed(const DebugSettings& settings, const std::string& layer) {
@@ -138,8 +155,10 @@ CheckResult run_checks(const DebugSettings& s, const CheckInput& in) {
   };
   if (s.check_nan_inf()) {
     scan(s, table, named(in.activations, in.intended_activations), /*gradient=*/false, "activation", reasons);
+    apply_counts(s, table, in.activation_stats, in.intended_activations, "activation", reasons);
   }
   scan(s, table, named(in.activation_gradients, {}), /*gradient=*/true, "activation_gradient", reasons);
+  apply_counts(s, table, in.activation_gradient_stats, {}, "activation_gradient", reasons);
 
   for (const auto* r : {"nan", "inf", "underflow", "overflow"}) {
     if (std::find(reasons.begin(), reasons.end(), r) != reasons.end()) out.reasons.push_back(r);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "nansense/debug.h"
+#include "nansense/tensor_stats.h"
 
 namespace nansense::numerics {
 
@@ -21,6 +22,10 @@ struct CheckInput {
   // copies); null when the batch was not captured.
   const std::map<std::string, torch::Tensor>* activations = nullptr;
   const std::map<std::string, torch::Tensor>* activation_gradients = nullptr;
+  // The whole batch's statistics of copies the snapshot budget trimmed to
+  // their first samples: their NaN and Inf counts cover the samples left out.
+  const std::map<std::string, TensorStats>* activation_stats = nullptr;
+  const std::map<std::string, TensorStats>* activation_gradient_stats = nullptr;
   // Layers whose activations' ±Inf values are intended (an explicit ±inf
   // fill and what carried it along): their NaNs are checked, not their Infs.
   std::set<std::string> intended_activations;

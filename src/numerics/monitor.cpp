@@ -183,11 +183,17 @@ std::optional<DebugError> Monitor::check(bool gradients) {
     }
   }
   std::shared_ptr<capture::TraceResult> trace = tracer_ ? tracer_->result() : nullptr;
-  std::map<std::string, torch::Tensor> activation_gradients;
+  std::map<std::string, torch::Tensor> activations, activation_gradients;
+  std::map<std::string, TensorStats> activation_stats, activation_gradient_stats;
   if (trace) {
-    in.activations = &trace->activations;
     std::lock_guard lock(trace->grad_mu);
+    activations = trace->activations;
     activation_gradients = trace->gradients;
+    activation_stats = trace->activation_stats;
+    activation_gradient_stats = trace->gradient_stats;
+    in.activations = &activations;
+    in.activation_stats = &activation_stats;
+    in.activation_gradient_stats = &activation_gradient_stats;
     // Mid-batch the capture holds its tensors under provisional names.
     in.layer_order = trace->layer_names;
     in.activation_gradients = &activation_gradients;

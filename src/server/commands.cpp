@@ -29,7 +29,11 @@ const Arg kKind = string_arg("kind",
                              "into it.")
                       .one_of({"activation", "gradient"})
                       .or_else("activation");
-const Arg kSample = integer_arg("sample", "Index of the sample within the batch.").at_least(0).or_else(0);
+const Arg kSample = integer_arg("sample",
+                                "Index of the sample within the batch; one the snapshot budget left out "
+                                "(past get_snapshot's samples_kept) is refused.")
+                        .at_least(0)
+                        .or_else(0);
 const Arg kAverage = boolean_arg("average", "Average the channels into one tile.").or_else(false);
 const Arg kValues = string_arg("values",
                                "Show the values as they are, or their magnitude (abs) or square, applied before "
@@ -128,7 +132,9 @@ std::vector<Command> table() {
 
   t.push_back({"get_snapshot", "Snapshot summary",
                "The last captured batch in brief: per layer its activation's and gradient's tensor statistics, per "
-               "parameter its weight's, gradient's and optimizer state's, and the model inputs.",
+               "parameter its weight's, gradient's and optimizer state's, and the model inputs. The statistics "
+               "cover the whole batch; pictures exist for samples 0..samples_kept-1 only, as the snapshot budget "
+               "(budget) may keep fewer than batch_size samples of a big model's tensors.",
                {}, Route{"GET", "/api/snapshot"}, false, true, "Snapshot",
                [](Controller& c, const Args&) { return json_reply(c.get_snapshot()); }});
 
@@ -139,7 +145,9 @@ std::vector<Command> table() {
        "-Inf values, then over the finite values min, max, mean, population std, median and zero_fraction, and "
        "dead_channels (channels along dim 1 that are exactly zero over the whole batch, e.g. dead ReLUs). "
        "gradient is null with a gradient_note in eval phases and for inputs. Optionally a histogram of the finite "
-       "values as [bin centre, count] pairs of the non-empty bins, and the same statistics for one channel.",
+       "values as [bin centre, count] pairs of the non-empty bins, and the same statistics for one channel. Where "
+       "the snapshot budget kept only the batch's first samples (the reply's samples), counts, min, max and mean "
+       "still cover the whole batch; the other figures cover the kept samples.",
        {kLayers.described("Layer names from get_architecture (e.g. \"features.0\", \"relu_1\", \"input\"); omit "
                           "for every layer."),
         boolean_arg("include_histogram", "Add a histogram of each activation's and gradient's finite values.")

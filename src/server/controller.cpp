@@ -14,8 +14,31 @@ namespace {
 
 json summary(const torch::Tensor& t) { return common::to_json(common::tensor_stats(t)); }
 
+// A layer's tensor summarised over the whole batch: the statistics taken
+// before the snapshot budget trimmed it, else its copy (which is whole).
+json summary(const std::map<std::string, torch::Tensor>& tensors, const std::map<std::string, TensorStats>& whole,
+             const std::string& name) {
+  if (auto s = whole.find(name); s != whole.end()) return common::to_json(s->second);
+  auto t = tensors.find(name);
+  return t != tensors.end() ? summary(t->second) : json(nullptr);
+}
+
 int64_t batch_size_of(const BatchSnapshot& snap) {
+  if (snap.batch_size > 0) return snap.batch_size;
   return !snap.inputs.empty() && snap.inputs[0].dim() > 0 ? snap.inputs[0].size(0) : 0;
+}
+
+// Refuses a sample the snapshot budget left out, saying how to keep it.
+void require_kept(const BatchSnapshot& snap, int64_t sample) {
+  if (!snap.trimmed() || sample < snap.samples_kept || sample >= snap.batch_size) return;
+  throw ControllerError(ControllerError::Kind::kInvalidArgument,
+                        "sample " + std::to_string(sample) + " was not kept: the snapshot at " +
+                            snap.position.to_string() + " holds samples 0.." + std::to_string(snap.samples_kept - 1) +
+                            " of " + std::to_string(snap.batch_size) + " (snapshot budget " +
+                            mib(snap.budget_bytes) + "; all " + std::to_string(snap.batch_size) + " would take " +
+                            mib(snap.full_bytes) +
+                            "). StartOptions().snapshot_budget(bytes) raises the budget, 0 keeps every sample",
+                        "sample");
 }
 
 // Draws a picture of `snap`; a refusal of it when the caller shows another
@@ -41,6 +64,7 @@ Status Controller::get_status() const {
     status.snapshot_position = snap->position;
     status.snapshot_sequence = snap->sequence;
     status.snapshot_batch_size = batch_size_of(*snap);
+    status.snapshot_samples_kept = snap->trimmed() ? snap->samples_kept : status.snapshot_batch_size;
   }
   status.schedule = to_json(session_.schedule());
   if (auto since = session_.paused_since()) {
@@ -86,10 +110,8 @@ json Controller::get_snapshot() const {
   json layers = json::array();
   for (const auto& layer : snap->architecture->layers) {
     json entry = {{"name", layer.name}, {"kind", layer.kind}};
-    auto a = snap->activations.find(layer.name);
-    entry["activation"] = a != snap->activations.end() ? summary(a->second) : json(nullptr);
-    auto g = snap->activation_gradients.find(layer.name);
-    entry["gradient"] = g != snap->activation_gradients.end() ? summary(g->second) : json(nullptr);
+    entry["activation"] = summary(snap->activations, snap->activation_stats, layer.name);
+    entry["gradient"] = summary(snap->activation_gradients, snap->activation_gradient_stats, layer.name);
     layers.push_back(std::move(entry));
   }
   json params = json::array();
@@ -125,6 +147,8 @@ json Controller::get_snapshot() const {
   auto out = std::make_shared<const json>(json{{"position", to_json(snap->position)},
                                                {"sequence", snap->sequence},
                                                {"batch_size", batch_size},
+                                               {"samples_kept", snap->trimmed() ? snap->samples_kept : batch_size},
+                                               {"budget", budget_json(*snap)},
                                                {"inputs", inputs},
                                                {"layers", layers},
                                                {"parameters", params}});
@@ -161,6 +185,7 @@ std::shared_ptr<const StripPicture> Controller::draw_strip(const std::shared_ptr
                             "layer \"" + layer + "\" has no " + kind + " in the batch at " +
                                 snap->position.to_string() + (kind == "gradient" ? " (no backward ran through it)" : ""));
     }
+    require_kept(*snap, options.sample);
     render::Strip strip;
     try {
       strip = render::render_strip(it->second, options);
@@ -175,6 +200,8 @@ std::shared_ptr<const StripPicture> Controller::draw_strip(const std::shared_ptr
     out->sequence = snap->sequence;
     out->options = options;
     out->drawn = strip.info;
+    // The batch's size, not the samples the budget kept of it.
+    if (snap->trimmed() && strip.info.batch_size == snap->samples_kept) out->drawn.batch_size = snap->batch_size;
     out->width = strip.image.width;
     out->height = strip.image.height;
     return out;
@@ -218,6 +245,7 @@ std::shared_ptr<const InputPicture> Controller::draw_input(const std::shared_ptr
   options.mean = display.input_mean().for_input(name);
   options.std = display.input_std().for_input(name);
   options.transform = display.input_transform().for_input(name);
+  require_kept(*snap, sample);
   render::InputImage image;
   try {
     image = render::render_input(snap->inputs[static_cast<size_t>(input)], options);
@@ -235,7 +263,7 @@ std::shared_ptr<const InputPicture> Controller::draw_input(const std::shared_ptr
   out->position = snap->position;
   out->sequence = snap->sequence;
   out->sample = sample;
-  out->batch_size = image.batch_size;
+  out->batch_size = snap->trimmed() ? snap->batch_size : image.batch_size;
   out->layout = image.layout;
   out->width = image.image.width;
   out->height = image.image.height;

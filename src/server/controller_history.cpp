@@ -283,10 +283,12 @@ json Controller::get_current_stats(const std::string& layer) const {
     accumulator.add(it->second);
     return running_stats(accumulator.view(accumulator.buffers()));
   };
-  return {{"layer", layer},
-          {"position", to_json(snap->position)},
-          {"activation", binned(snap->activations)},
-          {"gradient", binned(snap->activation_gradients)}};
+  json out = {{"layer", layer},
+              {"position", to_json(snap->position)},
+              {"activation", binned(snap->activations)},
+              {"gradient", binned(snap->activation_gradients)}};
+  if (snap->trimmed()) out["samples"] = samples_kept(*snap, "these bins count the kept samples");
+  return out;
 }
 
 json Controller::get_metrics(const std::vector<std::string>& layers) const {

@@ -90,6 +90,16 @@ std::optional<std::pair<double, double>> finite_range(const torch::Tensor& t) {
   return std::make_pair(values.min().item<double>(), values.max().item<double>());
 }
 
+// A layer's figures with the counts, min, max and mean of the whole batch
+// where the snapshot budget trimmed its copy.
+json with_whole_batch(json figures, const std::map<std::string, TensorStats>& whole, const std::string& layer) {
+  auto it = whole.find(layer);
+  if (it == whole.end()) return figures;
+  const json whole_batch = common::to_json(it->second);
+  for (const auto& [key, value] : whole_batch.items()) figures[key] = value;
+  return figures;
+}
+
 std::string join(const std::vector<std::string>& names) {
   std::string out;
   for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
@@ -152,9 +162,11 @@ json Controller::get_layer_stats(const std::vector<std::string>& names, const La
       }
       return s;
     };
-    entry["activation"] = act != snap->activations.end() ? summarise(act->second) : json(nullptr);
+    entry["activation"] = act != snap->activations.end()
+                              ? with_whole_batch(summarise(act->second), snap->activation_stats, layer->name)
+                              : json(nullptr);
     if (grad != snap->activation_gradients.end()) {
-      entry["gradient"] = summarise(grad->second);
+      entry["gradient"] = with_whole_batch(summarise(grad->second), snap->activation_gradient_stats, layer->name);
     } else {
       entry["gradient"] = nullptr;
       entry["gradient_note"] = layer->role == LayerInfo::Role::kInput
@@ -164,7 +176,12 @@ json Controller::get_layer_stats(const std::vector<std::string>& names, const La
     }
     out_layers.push_back(std::move(entry));
   }
-  return {{"position", to_json(snap->position)}, {"sequence", snap->sequence}, {"layers", std::move(out_layers)}};
+  json out = {{"position", to_json(snap->position)}, {"sequence", snap->sequence}, {"layers", std::move(out_layers)}};
+  if (snap->trimmed()) {
+    out["samples"] = samples_kept(*snap, "counts, min, max and mean cover the whole batch; std, median, zero_fraction, "
+                                         "norm, dead channels, histograms and channel figures cover the kept samples");
+  }
+  return out;
 }
 
 json Controller::get_weight_stats(const std::string& layer_name, const std::vector<std::string>& wanted) const {

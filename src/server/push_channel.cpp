@@ -179,6 +179,7 @@ void PushChannel::loop() {
                         {"sequence", sequence},
                         {"position", to_json(status.snapshot_position)},
                         {"batch_size", status.snapshot_batch_size},
+                        {"samples_kept", status.snapshot_samples_kept},
                         {"architecture_changed", changed}}),
                   sequence);
         // Then the strips each page watches, rendered off this thread.

@@ -19,6 +19,7 @@ json to_json(const Status& s) {
               {"snapshot_position", to_json(s.snapshot_position)},
               {"snapshot_sequence", s.snapshot_sequence},
               {"snapshot_batch_size", s.snapshot_batch_size},
+              {"snapshot_samples_kept", s.snapshot_samples_kept},
               {"schedule", s.schedule},
               {"hint", hint(s.state)},
               {"time_travel", s.time_travel},

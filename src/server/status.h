@@ -22,6 +22,9 @@ struct Status {
   std::optional<BatchPosition> snapshot_position;  // the batch every view shows
   uint64_t snapshot_sequence = 0;                  // 0 before the first capture
   int64_t snapshot_batch_size = 0;
+  // The samples its batch tensors hold (snapshot budget); == batch size when
+  // nothing was left out.
+  int64_t snapshot_samples_kept = 0;
   json schedule;                                   // to_json(Schedule)
   std::optional<int64_t> paused_at_ms;             // wall clock, while paused
   json time_travel;                                // what the Time Travel button needs

@@ -128,6 +128,7 @@ json build() {
                         {"snapshot_position", nullable(ref("Position"))},
                         {"snapshot_sequence", integer()},
                         {"snapshot_batch_size", integer()},
+                        {"snapshot_samples_kept", integer()},
                         {"schedule", ref("Schedule")},
                         {"hint", str()},
                         {"time_travel", ref("TimeTravelStatus")},
@@ -166,9 +167,17 @@ json build() {
                                    {"gradient", nullable(ref("TensorStats"))},
                                    {"optimizer_state?", map(any_of({num(), ref("TensorStats")}))},
                                    {"hyperparameters?", map(num())}});
+  d["SnapshotBudget"] = object({{"budget_bytes", integer()},
+                                {"held_bytes", integer()},
+                                {"full_bytes", integer()},
+                                {"parameter_bytes", integer()},
+                                {"trimmed", boolean()},
+                                {"note?", str()}});
   d["Snapshot"] = object({{"position", ref("Position")},
                           {"sequence", integer()},
                           {"batch_size", integer()},
+                          {"samples_kept", integer()},
+                          {"budget", ref("SnapshotBudget")},
                           {"inputs", array(ref("SnapshotInput"))},
                           {"layers", array(ref("SnapshotLayer"))},
                           {"parameters", array(ref("SnapshotParameter"))}});
@@ -186,8 +195,12 @@ json build() {
                                  {"activation", nullable(ref("LayerTensorStats"))},
                                  {"gradient", nullable(ref("LayerTensorStats"))},
                                  {"gradient_note?", str()}});
-  d["LayerStats"] =
-      object({{"position", ref("Position")}, {"sequence", integer()}, {"layers", array(ref("LayerStatsEntry"))}});
+  // Where the snapshot budget left samples out: what a reply's figures cover.
+  d["SamplesKept"] = object({{"kept", integer()}, {"of", integer()}, {"note", str()}});
+  d["LayerStats"] = object({{"position", ref("Position")},
+                            {"sequence", integer()},
+                            {"layers", array(ref("LayerStatsEntry"))},
+                            {"samples?", ref("SamplesKept")}});
   d["ParameterStats"] = object({{"name", str()},
                                 {"value", nullable(ref("TensorStats"))},
                                 {"note?", str()},
@@ -261,7 +274,8 @@ json build() {
   d["CurrentStats"] = object({{"layer", str()},
                               {"position", ref("Position")},
                               {"activation", nullable(ref("RunningStats"))},
-                              {"gradient", nullable(ref("RunningStats"))}});
+                              {"gradient", nullable(ref("RunningStats"))},
+                              {"samples?", ref("SamplesKept")}});
   d["ScalarPoint"] = object({{"epoch", integer()}, {"batch", nullable(integer())}, {"x", num()}, {"value", num()}});
   d["Series"] = extend(d["SeriesInfo"], {{"points", array(ref("ScalarPoint"))}});
   d["FailedMetric"] = object({{"name", str()}, {"error", str()}});
@@ -395,6 +409,7 @@ json build() {
                {"sequence", integer()},
                {"position", ref("Position")},
                {"batch_size", integer()},
+               {"samples_kept", integer()},
                {"architecture_changed", boolean()}}),
        object({{"type", literal("strips_done")}, {"sequence", integer()}, {"failed", array(ref("FailedStrip"))}}),
        object({{"type", literal("error")}, {"message", str()}})});

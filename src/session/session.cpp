@@ -36,6 +36,12 @@ SessionCore::SessionCore(std::shared_ptr<torch::nn::Module> model, const StartOp
       display_(options.serve()),
       schedule_(options.epochs(), options.phases()) {
   if (!model_) throw UsageError("nansense::start needs a model, got a null module");
+  if (options.snapshot_budget() < 0) {
+    throw UsageError("StartOptions().snapshot_budget(" + std::to_string(options.snapshot_budget()) +
+                     "): a budget is a byte count >= 0 (0 keeps every sample; default " +
+                     std::to_string(StartOptions::kDefaultSnapshotBudget) + ")");
+  }
+  snapshot_budget_ = options.snapshot_budget();
   control_.set_update_frequency(options.update_frequency());
   StatsCollector::Host stats_host;
   stats_host.report_error = [this](const std::string& what) { report_part_error(what); };
@@ -109,7 +115,8 @@ bool SessionCore::begin_batch(const std::string& phase, std::optional<int64_t> e
           *model_, *observer_,
           capture::Tracer::Keep{.cpu = capture,
                                 .device = decision_.collect,
-                                .device_layer = decision_.collect ? stats_->device_filter() : nullptr});
+                                .device_layer = decision_.collect ? stats_->device_filter() : nullptr},
+          snapshot_budget_, samples_that_fit_);
     } catch (const std::exception& e) {
       report_internal_error(std::string("capture disabled: ") + e.what());
     }
@@ -155,6 +162,10 @@ void SessionCore::publish_snapshot(capture::TraceResult& trace) {
   try {
     auto pos = schedule_.with_flags(pos_);
     auto snap = capture::build_snapshot(pos, ++sequence_, trace, *model_, optimizers_);
+    {
+      std::lock_guard lock(trace.grad_mu);
+      samples_that_fit_ = capture::next_start_samples(trace);
+    }
     if (!snap->architecture->layers.empty()) {
       // The first architecture settles the layers watched before it.
       if (!architecture_.load()) {

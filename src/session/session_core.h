@@ -113,6 +113,10 @@ class SessionCore {
   std::unique_ptr<observer::Observer> observer_;
   std::unique_ptr<capture::Tracer> tracer_;
   uint64_t sequence_ = 0;
+  // StartOptions::snapshot_budget, and the samples the last capture found to
+  // fit it: the next capture starts there instead of trimming again.
+  int64_t snapshot_budget_ = 0;
+  int64_t samples_that_fit_ = 0;
   bool capture_disabled_ = false;
   bool warned_no_ui_ = false;
   bool repeat_batch_ = false;  // the next begin_batch delivers the same batch again

@@ -212,6 +212,23 @@ async function main() {
   await check('refusals and pushed states: toast, Step custom server message, lost banner, finished chip; pane widths persist', async () => {
     await pushedStates(base);
   });
+
+  await check('a snapshot over its budget: the picker stops at the kept samples and a note says what was left out', async () => {
+    await h.demo.kill();
+    await h.demo.start(h.port, [...DEMO_ARGS, '--snapshot-budget-mib', '4']);
+    const snapshot = await (await fetch(`${base}/api/snapshot`)).json();
+    if (!snapshot.budget.trimmed || snapshot.samples_kept >= snapshot.batch_size) {
+      throw new Error(`a 4 MiB budget kept every sample: ${JSON.stringify(snapshot.budget)}`);
+    }
+    await page.reload();
+    const note = new RegExp(`showing ${snapshot.samples_kept} of ${snapshot.batch_size} samples`);
+    await expectText('budget-note', note, START_TIMEOUT_MS);
+    await byTestId('sample-input').fill('999');
+    const last = snapshot.samples_kept - 1;
+    await page.locator(`[data-testid="input-image"][data-sample="${last}"]`).waitFor({ timeout: UI_TIMEOUT_MS });
+    await expectImageLoaded('input-image');
+    await screenshot('snapshot-budget');
+  });
 }
 
 // States a healthy demo does not reach on cue (a lost loop, a refused

@@ -62,6 +62,9 @@ export interface Status {
   snapshot_position: Position | null;
   snapshot_sequence: number;
   snapshot_batch_size: number;
+  // The samples its batch tensors hold: fewer than the batch where the
+  // snapshot budget left some out.
+  snapshot_samples_kept: number;
   schedule: Schedule;
   hint: string;
   time_travel: TimeTravelStatus;
@@ -268,10 +271,22 @@ export interface SnapshotParameter {
   hyperparameters?: Record<string, Num>;
 }
 
+// What the snapshot budget (StartOptions::snapshot_budget) left out.
+export interface SnapshotBudget {
+  budget_bytes: number;
+  held_bytes: number;
+  full_bytes: number;
+  parameter_bytes: number;
+  trimmed: boolean;
+  note?: string;
+}
+
 export interface Snapshot {
   position: Position;
   sequence: number;
   batch_size: number;
+  samples_kept: number;
+  budget: SnapshotBudget;
   inputs: SnapshotInput[];
   layers: SnapshotLayer[];
   parameters: SnapshotParameter[];
@@ -438,11 +453,19 @@ export interface StatsHistory {
 }
 
 // GET /api/stats/current: one layer over the last captured batch.
+// Where the snapshot budget left samples out: what a reply's figures cover.
+export interface SamplesKept {
+  kept: number;
+  of: number;
+  note: string;
+}
+
 export interface CurrentStats {
   layer: string;
   position: Position;
   activation: RunningStats | null;
   gradient: RunningStats | null;
+  samples?: SamplesKept;
 }
 
 export interface ScalarPoint {
@@ -488,7 +511,14 @@ export interface FailedStrip extends StripView {
 export type PushMessage =
   | { type: 'status'; status: Status }
   // Carries the batch size so the page can clamp its sample before the JSON.
-  | { type: 'snapshot'; sequence: number; position: Position; batch_size: number; architecture_changed: boolean }
+  | {
+      type: 'snapshot';
+      sequence: number;
+      position: Position;
+      batch_size: number;
+      samples_kept: number;
+      architecture_changed: boolean;
+    }
   // Every watched strip of snapshot `sequence` was pushed, except `failed`.
   | { type: 'strips_done'; sequence: number; failed: FailedStrip[] }
   // The server could not use a message the page sent.

@@ -123,7 +123,9 @@ export function InputPane() {
           </div>
         )}
         <label class="field">
-          <span>Select sample in batch ({n}):</span>
+          <span>
+            Select sample in batch ({snapshot?.budget?.trimmed ? `${n} of ${snapshot.batch_size} kept` : n}):
+          </span>
           <input
             type="number"
             data-testid="sample-input"
@@ -145,6 +147,11 @@ export function InputPane() {
             }}
           />
         </label>
+        {snapshot?.budget?.trimmed && (
+          <div class="hint-amber" data-testid="budget-note" title="StartOptions().snapshot_budget(bytes) raises it">
+            {snapshot.budget.note}
+          </div>
+        )}
         {snapshot && (
           <div class="input-meta mono" data-testid="snapshot-position">
             snapshot #{snapshot.sequence} · {snapshot.position.text}

@@ -31,8 +31,8 @@ export interface AppState {
   // while its JSON is in flight.
   sequence: number;
   snapshot: Snapshot | null;
-  // The batch size of snapshot `sequence` when the push announcing it said
-  // so, before its JSON is in.
+  // The samples snapshot `sequence` holds (see batchSize) when the push
+  // announcing it said so, before its JSON is in.
   announcedBatchSize: number | null;
   // Layers with a card, in the order they were shown.
   shown: string[];
@@ -153,10 +153,12 @@ export function dismissToast(id: number): void {
   store.set((s) => ({ toasts: s.toasts.filter((t) => t.id !== id) }));
 }
 
-// The samples a snapshot holds: the contract's batch_size, else the leading
-// dimension of an input's (or any layer's) activation.
+// The samples a snapshot holds: the contract's samples_kept (fewer than the
+// batch where the snapshot budget left some out), else its batch_size, else
+// the leading dimension of an input's (or any layer's) activation.
 export function batchSize(snapshot: Snapshot | null): number {
   if (!snapshot) return 0;
+  if (typeof snapshot.samples_kept === 'number') return snapshot.samples_kept;
   if (typeof snapshot.batch_size === 'number') return snapshot.batch_size;
   const input = snapshot.inputs?.[0]?.shape[0];
   if (typeof input === 'number') return input;

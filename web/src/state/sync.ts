@@ -101,7 +101,8 @@ function onMessage(message: PushMessage): void {
     if (message.sequence >= sequence) {
       expectStrips(generation, message.sequence);
       const known = message.sequence === sequence ? announcedBatchSize : null;
-      store.set({ sequence: message.sequence, announcedBatchSize: message.batch_size ?? known });
+      const held = message.samples_kept ?? message.batch_size;
+      store.set({ sequence: message.sequence, announcedBatchSize: held ?? known });
       setSample(store.get().sample);
     }
     if (message.architecture_changed) void refreshArchitecture();
