@@ -27,12 +27,14 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "bench_common.h"
+#include "integration/http_client.h"
 
 namespace {
 
@@ -69,32 +71,19 @@ struct HttpReply {
   std::string session;  // Mcp-Session-Id
 };
 
+// The tests' loopback client, with a deadline past the longest wait here
+// (60 s) and a failed transport counted rather than thrown.
 HttpReply request(int port, const std::string& method, const std::string& target, const std::string& body = "",
                   const std::string& session = "", bool mcp = false) {
   HttpReply out;
   try {
-    asio::io_context ioc;
-    beast::tcp_stream stream(ioc);
-    stream.expires_after(120s);
-    stream.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)));
-    http::request<http::string_body> req(http::string_to_verb(method), target, 11);
-    req.set(http::field::host, "127.0.0.1:" + std::to_string(port));
-    if (method == "POST") req.set(http::field::content_type, "application/json");
-    if (mcp) req.set(http::field::accept, "application/json, text/event-stream");
-    if (!session.empty()) req.set("Mcp-Session-Id", session);
-    req.body() = body;
-    req.prepare_payload();
-    http::write(stream, req);
-    beast::flat_buffer buffer;
-    http::response_parser<http::string_body> parser;
-    parser.body_limit(64 << 20);
-    http::read(stream, buffer, parser);
-    auto res = parser.release();
-    out.status = res.result_int();
-    out.body = std::move(res.body());
-    if (auto it = res.find("Mcp-Session-Id"); it != res.end()) out.session = std::string(it->value());
-    beast::error_code ec;
-    stream.socket().shutdown(tcp::socket::shutdown_both, ec);
+    std::map<std::string, std::string> headers;
+    if (mcp) headers["Accept"] = "application/json, text/event-stream";
+    if (!session.empty()) headers["Mcp-Session-Id"] = session;
+    auto reply = nansense::testing::http_request(port, method, target, body, headers, 120s);
+    out.status = reply.status;
+    out.body = std::move(reply.body);
+    if (auto it = reply.headers.find("Mcp-Session-Id"); it != reply.headers.end()) out.session = it->second;
   } catch (const std::exception&) {
     out.status = 0;
   }

@@ -5,6 +5,7 @@
 #include <boost/beast.hpp>
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <map>
 #include <string>
 
@@ -17,14 +18,17 @@ struct Reply {
   nlohmann::json json() const { return nlohmann::json::parse(body); }
 };
 
+// One request on a fresh loopback connection; throws on a transport failure
+// or when the reply takes longer than `deadline`.
 inline Reply http_request(int port, const std::string& method, const std::string& target,
-                          const std::string& body = "", const std::map<std::string, std::string>& headers = {}) {
+                          const std::string& body = "", const std::map<std::string, std::string>& headers = {},
+                          std::chrono::seconds deadline = std::chrono::seconds(60)) {
   namespace beast = boost::beast;
   namespace http = beast::http;
   boost::asio::io_context ioc;
   boost::asio::ip::tcp::resolver resolver(ioc);
   beast::tcp_stream stream(ioc);
-  stream.expires_after(std::chrono::seconds(60));
+  stream.expires_after(deadline);
   stream.connect(resolver.resolve("127.0.0.1", std::to_string(port)));
   http::request<http::string_body> req(http::string_to_verb(method), target, 11);
   req.set(http::field::host, "127.0.0.1:" + std::to_string(port));
