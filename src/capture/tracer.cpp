@@ -420,6 +420,10 @@ std::shared_ptr<TraceResult> Tracer::finish() {
   return result_;
 }
 
+void Tracer::pin(const torch::Tensor& t) {
+  if (t.defined()) keep_alive_.emplace_back(t.getIntrusivePtr());
+}
+
 std::optional<std::string> Tracer::layer_of(const c10::TensorImpl* impl) const {
   auto it = producer_.find(impl);
   if (it == producer_.end()) return std::nullopt;
@@ -472,7 +476,7 @@ void Tracer::set_inputs(const std::vector<torch::Tensor>& inputs, bool stacked) 
     stacked_input_ = idx;
     for (const auto& t : inputs) {
       producer_[t.unsafeGetTensorImpl()] = idx;
-      keep_alive_.push_back(t);
+      pin(t);
     }
     return;
   }
@@ -480,7 +484,7 @@ void Tracer::set_inputs(const std::vector<torch::Tensor>& inputs, bool stacked) 
     if (!t.defined()) continue;
     int idx = add_input(fresh_name("input"), t);
     producer_[t.unsafeGetTensorImpl()] = idx;
-    keep_alive_.push_back(t);
+    pin(t);
   }
 }
 
@@ -575,7 +579,7 @@ void Tracer::record_op(const std::string& op, const std::vector<torch::Tensor>& 
       const Owner derived = *owner;
       for (const auto& out : outputs) {
         owners_.emplace(out.unsafeGetTensorImpl(), derived);
-        keep_alive_.push_back(out);
+        pin(out);
       }
       return;
     }
@@ -597,7 +601,7 @@ void Tracer::record_op(const std::string& op, const std::vector<torch::Tensor>& 
   if (!owner && (is_transparent_op(op) || stacks_examples)) {
     for (const auto& out : outputs) {
       producer_[out.unsafeGetTensorImpl()] = producers.front();
-      keep_alive_.push_back(out);
+      pin(out);
     }
     return;
   }
@@ -654,7 +658,7 @@ void Tracer::record_op(const std::string& op, const std::vector<torch::Tensor>& 
   }
   for (const auto& out : outputs) {
     producer_[out.unsafeGetTensorImpl()] = layer;
-    keep_alive_.push_back(out);
+    pin(out);
   }
   last_layer_ = layer;
   capture_activation(layer, *activation, seq);

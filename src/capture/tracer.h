@@ -178,7 +178,11 @@ class Tracer : public observer::Consumer {
   std::vector<LayerInfo> layers_;
   std::vector<LayerTrace> traces_;
   std::vector<std::vector<int>> producers_;  // per layer: layers feeding it
-  std::vector<torch::Tensor> keep_alive_;  // pins TensorImpl addresses for identity
+  // Pins the TensorImpl objects whose addresses identify tensors above, so
+  // no later tensor reuses one: weak references keep the object, not its
+  // storage, so values free when the loop drops them, as without tracing.
+  std::vector<c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>> keep_alive_;
+  void pin(const torch::Tensor& t);
   std::vector<torch::Tensor> pending_inputs_;
   int64_t op_seq_ = 0;
   int last_layer_ = -1;

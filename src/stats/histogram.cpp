@@ -17,6 +17,10 @@
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define NANSENSE_HAVE_AVX2_PATH 1
+#endif
 
 namespace nansense::stats {
 
@@ -174,7 +178,7 @@ constexpr float kFloatInf = std::numeric_limits<float>::infinity();
 // sums are as exact as a float64 loop's) and extremes, into `f`; false,
 // folding nothing, when a NaN or infinity makes a sum non-finite. SSE2 where
 // the CPU has it (every x86-64), a plain loop elsewhere.
-bool fold_chunk_finite(const float* v, int64_t n, ExactFold& f) {
+bool fold_chunk_finite_portable(const float* v, int64_t n, ExactFold& f) {
   double sum = 0, sum_sq = 0;
   float mn = kFloatInf, mx = -kFloatInf;
   int64_t i = 0;
@@ -229,6 +233,74 @@ bool fold_chunk_finite(const float* v, int64_t n, ExactFold& f) {
   f.min = std::min(f.min, static_cast<double>(mn));
   f.max = std::max(f.max, static_cast<double>(mx));
   return true;
+}
+
+#if defined(NANSENSE_HAVE_AVX2_PATH)
+// The same with AVX2 (16 values a step, four float64 lanes per register),
+// on CPUs that have it: the sums add the same widened values and squares
+// (no fused multiply-add), only in another order.
+__attribute__((target("avx2"))) bool fold_chunk_finite_avx2(const float* v, int64_t n, ExactFold& f) {
+  __m256d s[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
+  __m256d q[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
+  __m256 lo[2] = {_mm256_set1_ps(kFloatInf), _mm256_set1_ps(kFloatInf)};
+  __m256 hi[2] = {_mm256_set1_ps(-kFloatInf), _mm256_set1_ps(-kFloatInf)};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (int h = 0; h < 2; ++h) {
+      const __m256 x = _mm256_loadu_ps(v + i + 8 * h);
+      const __m256d a = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
+      const __m256d b = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
+      s[2 * h] = _mm256_add_pd(s[2 * h], a);
+      s[2 * h + 1] = _mm256_add_pd(s[2 * h + 1], b);
+      q[2 * h] = _mm256_add_pd(q[2 * h], _mm256_mul_pd(a, a));
+      q[2 * h + 1] = _mm256_add_pd(q[2 * h + 1], _mm256_mul_pd(b, b));
+      // As minps/maxps: a NaN yields the running value (the sums catch it).
+      lo[h] = _mm256_min_ps(x, lo[h]);
+      hi[h] = _mm256_max_ps(x, hi[h]);
+    }
+  }
+  alignas(32) double sd[4], qd[4];
+  double sum = 0, sum_sq = 0;
+  for (int k = 0; k < 4; ++k) {
+    _mm256_store_pd(sd, s[k]);
+    _mm256_store_pd(qd, q[k]);
+    sum += (sd[0] + sd[1]) + (sd[2] + sd[3]);
+    sum_sq += (qd[0] + qd[1]) + (qd[2] + qd[3]);
+  }
+  alignas(32) float lf[8], hf[8];
+  float mn = kFloatInf, mx = -kFloatInf;
+  for (int h = 0; h < 2; ++h) {
+    _mm256_store_ps(lf, lo[h]);
+    _mm256_store_ps(hf, hi[h]);
+    for (int k = 0; k < 8; ++k) {
+      mn = std::min(mn, lf[k]);
+      mx = std::max(mx, hf[k]);
+    }
+  }
+  for (; i < n; ++i) {
+    const float x = v[i];
+    const double d = x;
+    sum += d;
+    sum_sq += d * d;
+    mn = x < mn ? x : mn;
+    mx = x > mx ? x : mx;
+  }
+  if (!std::isfinite(sum) || !std::isfinite(sum_sq)) return false;
+  f.n += n;
+  f.sum += sum;
+  f.sum_sq += sum_sq;
+  f.min = std::min(f.min, static_cast<double>(mn));
+  f.max = std::max(f.max, static_cast<double>(mx));
+  return true;
+}
+#endif
+
+bool fold_chunk_finite(const float* v, int64_t n, ExactFold& f) {
+#if defined(NANSENSE_HAVE_AVX2_PATH)
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2) return fold_chunk_finite_avx2(v, n, f);
+#endif
+  return fold_chunk_finite_portable(v, n, f);
 }
 
 void fold_chunk_exact(const float* v, int64_t n, ExactFold& f) {

@@ -305,5 +305,41 @@ TEST(Tracer, UncapturedBatchesInstallNoCallback) {
   EXPECT_EQ(session.snapshot()->sequence, 2u);
 }
 
+// Identity needs the TensorImpl objects, not their values: a value the loop
+// drops during a traced batch is freed then, as it is without tracing (the
+// conv output here: relu saves its own output for backward, not its input).
+TEST(Tracer, ATracedBatchFreesTheValuesTheLoopDrops) {
+  test::Cnn model;
+  torch::optim::SGD opt(model->parameters(), 0.1);
+  auto data = test::make_batches(1, 5, {1, 8, 8});
+  bool traced = false, freed_on_drop = false, kept_while_held = false;
+  auto session = start(model);
+  TrainingThread thread(session, [&] {
+    for (auto& b : session.batches(data, "train")) {
+      traced = at::hasThreadLocalCallbacks();
+      opt.zero_grad();
+      auto conv_out = model->conv(b.first);
+      auto storage = conv_out.storage().getWeakStorageImpl();
+      auto h = torch::relu(conv_out);
+      kept_while_held = !storage.expired();
+      conv_out = torch::Tensor();
+      freed_on_drop = storage.expired();
+      auto loss = torch::nn::functional::cross_entropy(model->fc(torch::max_pool2d(h, 2).flatten(1)), b.second);
+      loss.backward();
+      opt.step();
+    }
+    session.close();
+  });
+  ASSERT_EQ(session.wait_until_stopped(kWait), RunState::kPaused);
+  ASSERT_TRUE(session.snapshot() && session.snapshot()->architecture);
+  EXPECT_TRUE(session.snapshot()->architecture->find("conv")) << "the conv call was traced as a layer";
+  session.run();
+  ASSERT_EQ(session.wait_until_stopped(kWait), RunState::kFinished);
+  thread.join();
+  EXPECT_TRUE(traced);
+  EXPECT_TRUE(kept_while_held);
+  EXPECT_TRUE(freed_on_drop) << "the tracer held the conv output's storage after the loop dropped it";
+}
+
 }  // namespace
 }  // namespace nansense
