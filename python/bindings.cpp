@@ -101,6 +101,9 @@ class Engine {
     py::gil_scoped_release release;
     return core_->begin_batch(phase, epoch);
   }
+  void set_module_scope(std::string path) {
+    if (auto* tracer = core_->tracer()) tracer->set_module_scope(std::move(path));
+  }
   void set_inputs(std::vector<torch::Tensor> inputs) { core_->set_batch_inputs(std::move(inputs), false); }
   void record_item(std::vector<torch::Tensor> tensors) { core_->record_item(std::move(tensors)); }
   bool end_batch() {
@@ -345,6 +348,7 @@ PYBIND11_MODULE(_nansense, m) {
            py::arg("print_banner"), py::arg("input_mean"), py::arg("input_std"))
       .def("begin_batch", &Engine::begin_batch)
       .def("set_inputs", &Engine::set_inputs)
+      .def("set_module_scope", &Engine::set_module_scope)
       .def("record_item", &Engine::record_item)
       .def("end_batch", &Engine::end_batch)
       .def("abandon_batch", &Engine::abandon_batch)

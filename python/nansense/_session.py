@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Optional, Union
 
 import torch
+from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
 from . import _nansense
 from ._types import BatchPosition, BatchSnapshot, DebugError, DebugSettings, Mode, RunState, TimeTravelStatus
@@ -194,6 +195,7 @@ class Session:
         self._optimizer = optimizer
         self._scheduler = scheduler
         self._inputs_pending = False
+        self._module_paths = {id(module): path for path, module in model.named_modules()} if engine else {}
         self._closed = False
         self._epoch_loop = False     # a session.epochs() loop is running
         self._jump_target = None     # the jump restore_point() caught
@@ -274,10 +276,31 @@ class Session:
             raise _nansense.UsageError("batches() was used after session.close()")
         return self._batches(loader, phase, epoch)
 
-    def _input_hook(self, module: torch.nn.Module, args: tuple) -> None:
-        if self._inputs_pending:
-            self._inputs_pending = False
-            self._engine.set_inputs(_tensors_of(args))
+    def _watch_module_calls(self) -> list:
+        """For a traced batch: hooks that tell the engine the model input
+        (the root forward's arguments) and, for every op, the module call it
+        runs in, so layer names and scopes are exact (Python, unlike C++, can
+        observe module calls). Removed when the batch ends."""
+        engine, paths, root = self._engine, self._module_paths, self._model
+        stack: list[str] = []
+
+        def enter(module, args):
+            if module is root and self._inputs_pending:
+                self._inputs_pending = False
+                engine.set_inputs(_tensors_of(args))
+            path = paths.get(id(module))
+            # A module outside the model (a loss module) keeps the scope it runs in.
+            stack.append(path if path is not None else (stack[-1] if stack else ""))
+            engine.set_module_scope(stack[-1])
+
+        def leave(module, args, output):
+            if stack:
+                stack.pop()
+            engine.set_module_scope(stack[-1] if stack else "")
+
+        self._inputs_pending = True
+        engine.set_module_scope("")
+        return [register_module_forward_pre_hook(enter), register_module_forward_hook(leave)]
 
     def _batches(self, loader: Iterable, phase: str, epoch: Optional[int]) -> Iterator:
         engine, model = self._engine, self._model
@@ -287,14 +310,11 @@ class Session:
             while True:
                 capture = engine.begin_batch(phase, epoch, model.training)
                 engine.record_item(tensors)
-                hook = None
-                if capture:
-                    self._inputs_pending = True
-                    hook = model.register_forward_pre_hook(self._input_hook)
+                hooks = self._watch_module_calls() if capture else ()
                 try:
                     yield item
                 except GeneratorExit:
-                    if hook is not None:
+                    for hook in hooks:
                         hook.remove()
                     normal = _closed_normally(sys._getframe())
                     engine.abandon_batch(not normal)
@@ -303,11 +323,11 @@ class Session:
                         engine.end_phase(phase, 0)
                     raise
                 except BaseException:
-                    if hook is not None:
+                    for hook in hooks:
                         hook.remove()
                     engine.abandon_batch(True)
                     raise
-                if hook is not None:
+                for hook in hooks:
                     hook.remove()
                 self._inputs_pending = False
                 # True: the engine restored the batch's starting state to run it

@@ -44,6 +44,9 @@ class SessionCore {
   void log_scalar(const std::string& name, double value);
   void close();
   void mark_lost(const std::string& reason);
+  // The batch's tracer while one runs (a captured or collected batch), for
+  // a caller that reports module scopes (Tracer::set_module_scope).
+  capture::Tracer* tracer() { return tracer_.get(); }
 
   // --- any thread ---
   Schedule& schedule() { return schedule_; }

@@ -124,3 +124,21 @@ def test_serve_refuses_bad_arguments(model):
     with pytest.raises(TypeError, match="mcp must be a bool"):
         nansense.serve(session, mcp="no")
     session.close()
+
+
+def test_a_break_ends_the_phase_and_an_exception_loses_the_loop(model):
+    session = nansense.start(model)
+    session.detach()
+    loader = make_loader(make_data(32), batch_size=8, shuffle=False)
+    for i, (x, y) in enumerate(session.batches(loader, phase="train")):
+        if i == 1:
+            break
+    assert session.state == nansense.RunState.RUNNING
+    for x, y in session.batches(loader, phase="val"):
+        model(x)
+    assert session.live_position.phase == "val"
+    assert session.state == nansense.RunState.RUNNING
+    with pytest.raises(KeyError):
+        for x, y in session.batches(loader, phase="train"):
+            raise KeyError("boom")
+    assert session.state == nansense.RunState.LOST

@@ -159,3 +159,48 @@ def test_run_control_from_python_and_the_mcp_endpoint():
     thread.join()
     assert [p.batch_idx for p in positions] == [0, 1, 2, 3]
     assert session.state == nansense.RunState.FINISHED
+
+
+class Swish(torch.nn.Module):
+    def forward(self, x):
+        return x * torch.sigmoid(x)
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+        self.act = Swish()
+
+    def forward(self, x):
+        return self.act(self.fc(x)) + x
+
+
+class ScopedNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inp = torch.nn.Linear(4, 8)
+        self.blocks = torch.nn.Sequential(Block(), Block())
+        self.relu = torch.nn.ReLU()  # called twice
+        self.out = torch.nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.out(self.relu(self.blocks(self.relu(self.inp(x)))))
+
+
+def test_module_calls_give_every_op_its_exact_scope():
+    model = ScopedNet()
+    session = nansense.start(model)
+    session.detach()
+    session.refresh()  # capture the first batch without pausing
+    for x, y in session.batches([(torch.randn(5, 4), torch.tensor([0, 1, 2, 0, 1]))], phase="train"):
+        F.cross_entropy(model(x), y).backward()
+    session.close()
+    assert session.layer_names == [
+        "input", "inp", "relu",
+        "blocks.0.fc", "blocks.0.act.sigmoid", "blocks.0.act.mul", "blocks.0.add",
+        "blocks.1.fc", "blocks.1.act.sigmoid", "blocks.1.act.mul", "blocks.1.add",
+        "relu#2", "out"]
+    snap = session.snapshot
+    assert torch.equal(snap.activations["blocks.0.act.mul"],
+                       snap.activations["blocks.0.fc"] * torch.sigmoid(snap.activations["blocks.0.fc"]))
