@@ -142,3 +142,13 @@ def test_a_break_ends_the_phase_and_an_exception_loses_the_loop(model):
         for x, y in session.batches(loader, phase="train"):
             raise KeyError("boom")
     assert session.state == nansense.RunState.LOST
+
+
+def test_import_refuses_a_torch_it_was_not_built_for(monkeypatch):
+    from nansense import _build_info, _check
+    monkeypatch.setattr(_build_info, "TORCH_VERSION", "9.9.9")
+    with pytest.raises(ImportError, match=r"built for torch 9\.9\.9 but this Python imports torch " +
+                       torch.__version__.replace(".", r"\.")):
+        _check.check_torch()
+    monkeypatch.undo()
+    _check.check_torch()  # the torch it was built for passes
