@@ -265,6 +265,25 @@ std::vector<Tracer::FinalName> Tracer::final_names() const {
       out[i].name = layer.name;
       continue;
     }
+    if (const auto& reported = traces_[i].scope) {
+      // The module call it ran in is known: that module ran it when it is a
+      // parameterless one that runs such an op (an in-place form too).
+      scopes[i] = *reported;
+      auto m = module_index_.find(*reported);
+      const std::string& op = layer.kind;
+      if (m != module_index_.end() && modules_[m->second].parameterless &&
+          (module_runs(modules_[m->second].kind, op) ||
+           (!op.empty() && op.back() == '_' && module_runs(modules_[m->second].kind, op.substr(0, op.size() - 1))))) {
+        const int call = ++call_counts[*reported];
+        out[i].name = call == 1 ? *reported : *reported + "#" + std::to_string(call);
+        out[i].module = static_cast<int>(m->second);
+        continue;
+      }
+      const std::string base = reported->empty() ? op : *reported + "." + op;
+      const int k = op_counts[base]++;
+      out[i].name = k == 0 ? base : base + "_" + std::to_string(k);
+      continue;
+    }
     // The module calls around the op: its scope is what they share, and a
     // registered parameterless module between them may be what ran it.
     auto next = std::upper_bound(module_layers.begin(), module_layers.end(), static_cast<int>(i));
@@ -501,7 +520,7 @@ std::string Tracer::fresh_call_name(const std::string& module_path) {
 int Tracer::add_layer(LayerInfo info) {
   layers_.push_back(std::move(info));
   producers_.emplace_back();
-  traces_.push_back(LayerTrace{seen_loss_, false});
+  traces_.push_back(LayerTrace{seen_loss_, false, scoped_ ? std::optional(module_scope_) : std::nullopt});
   std::lock_guard lock(result_->grad_mu);
   result_->layer_names.push_back(layers_.back().name);
   result_->final_op.push_back(-1);

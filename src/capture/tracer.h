@@ -108,6 +108,15 @@ class Tracer : public observer::Consumer {
   // names; gradients as hooks deliver them), for checks that run before
   // finish(). `final_name` maps its names to what finish() will call them.
   std::shared_ptr<TraceResult> result() const { return result_; }
+  // Where the ops now run, for a caller that sees module calls (Python's
+  // global module forward hooks): the path of the innermost open call of a
+  // registered module ("" outside them all). Once reported, each op layer is
+  // scoped by it, and a parameterless module that runs the op names it,
+  // instead of both being judged from the module calls around the op.
+  void set_module_scope(std::string path) {
+    module_scope_ = std::move(path);
+    scoped_ = true;
+  }
   // The layer whose op produced `impl` in this batch (provisional name);
   // nullopt when none did.
   std::optional<std::string> layer_of(const c10::TensorImpl* impl) const;
@@ -138,6 +147,7 @@ class Tracer : public observer::Consumer {
   struct LayerTrace {
     bool after_loss = false;   // created after the batch's first loss op
     bool feeds_loss = false;   // a loss op consumed its output
+    std::optional<std::string> scope;  // the reported module scope it ran in
   };
 
   // The literal arguments of the op starting, for an op layer's description.
@@ -188,6 +198,8 @@ class Tracer : public observer::Consumer {
   int last_layer_ = -1;
   int stacked_input_ = -1;  // the input layer of a stacked batch, if any
   bool seen_loss_ = false;
+  std::string module_scope_;  // set_module_scope()
+  bool scoped_ = false;
   bool stopped_ = false;    // tracing failed part-way
   observer::Observer& observer_;
   Keep keep_;

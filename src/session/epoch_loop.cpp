@@ -43,50 +43,69 @@ void SessionCore::jump_to(int64_t epoch) {
   restorer_->complete_jump();
 }
 
-void SessionCore::run_epochs(int64_t n, const std::function<void(int64_t)>& body, const EpochOptions& options) {
+int64_t SessionCore::open_epochs(int64_t n, const EpochOptions& options) {
   if (closed_) throw UsageError("epochs() was called after session.close()");
-  if (n < 1) throw UsageError("epochs(n, body) needs n >= 1, got " + std::to_string(n));
-  if (!body) throw UsageError("epochs(n, body) needs a body");
+  if (n < 1) throw UsageError("epochs(n) needs n >= 1, got " + std::to_string(n));
   if (restorer_->active()) throw UsageError("epochs() is already running: epoch loops do not nest");
   schedule_.set_epochs(n);
-  int64_t epoch = restorer_->open(n, options);
+  loop_epochs_ = n;
+  return restorer_->open(n, options);
+}
+
+void SessionCore::start_epoch(int64_t epoch) {
+  loop_epoch_ = epoch;
+  restorer_->save_epoch_start(epoch);
+}
+
+std::optional<int64_t> SessionCore::end_epoch(int64_t epoch, std::optional<int64_t> target) {
+  if (!target && restorer_->jump_armed()) {
+    if (restorer_->jump_in_flight()) {
+      std::cerr << "[nansense] a catch (...) in the epoch body swallowed a time-travel jump; it is carried "
+                   "out now (rethrow nansense::TimeTravelJump to leave the body at once)\n";
+    }
+    // Requested after the epoch's last batch boundary: nothing of it is left to abandon.
+    target = restorer_->take_jump();
+  }
+  int64_t next = epoch + 1;
+  if (target) {
+    jump_to(*target);
+    next = *target;
+  }
+  while (next >= loop_epochs_) {
+    if (restorer_->finish()) {
+      loop_epoch_.reset();
+      return std::nullopt;
+    }
+    // A jump arrived as the last epoch ended.
+    next = restorer_->take_jump().value_or(loop_epochs_);
+    if (next < loop_epochs_) jump_to(next);
+  }
+  return next;
+}
+
+void SessionCore::abort_epochs() {
+  loop_epoch_.reset();
+  restorer_->close();
+}
+
+void SessionCore::run_epochs(int64_t n, const std::function<void(int64_t)>& body, const EpochOptions& options) {
+  if (!body) throw UsageError("epochs(n, body) needs a body");
+  std::optional<int64_t> epoch = open_epochs(n, options);
   try {
-    while (true) {
-      while (epoch < n) {
-        loop_epoch_ = epoch;
-        restorer_->save_epoch_start(epoch);
-        std::optional<int64_t> target;
-        try {
-          body(epoch);
-          if (restorer_->jump_armed()) {
-            if (restorer_->jump_in_flight()) {
-              std::cerr << "[nansense] a catch (...) in the epoch body swallowed a time-travel jump; it is carried "
-                           "out now (rethrow nansense::TimeTravelJump to leave the body at once)\n";
-            }
-            // Requested after the epoch's last batch boundary: nothing of it is left to abandon.
-            target = restorer_->take_jump();
-          }
-        } catch (const TimeTravelJump& jump) {
-          target = jump.epoch();
-        }
-        if (target) {
-          jump_to(*target);
-          epoch = *target;
-        } else {
-          ++epoch;
-        }
+    while (epoch) {
+      start_epoch(*epoch);
+      std::optional<int64_t> target;
+      try {
+        body(*epoch);
+      } catch (const TimeTravelJump& jump) {
+        target = jump.epoch();
       }
-      if (restorer_->finish()) break;
-      // A jump arrived as the last epoch ended.
-      epoch = restorer_->take_jump().value_or(n);
-      if (epoch < n) jump_to(epoch);
+      epoch = end_epoch(*epoch, target);
     }
   } catch (...) {
-    loop_epoch_.reset();
-    restorer_->close();
+    abort_epochs();
     throw;
   }
-  loop_epoch_.reset();
 }
 
 void SessionCore::request_time_travel(int64_t epoch) {

@@ -44,6 +44,9 @@ class SessionCore {
   void log_scalar(const std::string& name, double value);
   void close();
   void mark_lost(const std::string& reason);
+  // The batch's tracer while one runs (a captured or collected batch), for
+  // a caller that reports module scopes (Tracer::set_module_scope).
+  capture::Tracer* tracer() { return tracer_.get(); }
 
   // --- any thread ---
   Schedule& schedule() { return schedule_; }
@@ -79,6 +82,16 @@ class SessionCore {
   void run_epochs(int64_t n, const std::function<void(int64_t)>& body, const EpochOptions& options);
   // Any thread: arms a jump (TimeTravelError when refused).
   void request_time_travel(int64_t epoch);
+  // The same loop as steps, for a caller that cannot hand over a body
+  // (Python's `for epoch in session.epochs(n)` generator): open_epochs
+  // returns the first epoch; start_epoch runs before each body; end_epoch
+  // after it, with the target of a jump that unwound it, and returns the
+  // next epoch to run (nullopt: the loop is done); abort_epochs when the
+  // loop is left otherwise. run_epochs is these steps around `body`.
+  int64_t open_epochs(int64_t n, const EpochOptions& options);
+  void start_epoch(int64_t epoch);
+  std::optional<int64_t> end_epoch(int64_t epoch, std::optional<int64_t> jumped_to);
+  void abort_epochs();
   time_travel::TrainingRestorer& restorer() { return *restorer_; }
   const time_travel::TrainingRestorer& restorer() const { return *restorer_; }
 
@@ -121,6 +134,7 @@ class SessionCore {
   bool warned_no_ui_ = false;
   bool repeat_batch_ = false;  // the next begin_batch delivers the same batch again
   std::optional<int64_t> loop_epoch_;  // the epoch epochs() runs, for batches() without one
+  int64_t loop_epochs_ = 0;            // epochs()'s n
   std::unique_ptr<time_travel::TrainingRestorer> restorer_;
 
   common::AtomicSharedPtr<const BatchSnapshot> snapshot_;

@@ -1,0 +1,62 @@
+"""nansense: a debugger for PyTorch training loops.
+
+Wrap the loop, get a live web UI and an MCP endpoint that pause, step and
+inspect it::
+
+    import nansense
+    session = nansense.start(model, optimizer=optimizer, port=8080)
+    for epoch in range(10):
+        for inputs, targets in session.batches(train_loader, phase="train"):
+            ...
+    session.close()
+
+The engine is the C++ library (nansense._nansense), which sees every op at
+PyTorch's dispatcher; this package is its Python face.
+"""
+
+from ._check import check_torch as _check_torch
+
+_check_torch()
+
+from ._capsule import Capsule, replay_capsule  # noqa: E402
+from ._session import DEFAULT_CACHE_DIR, Session, TimeTravelJump, serve, start  # noqa: E402
+from ._types import (  # noqa: E402
+    BatchPosition,
+    BatchSnapshot,
+    DebugError,
+    DebugSettings,
+    LayerReport,
+    Mode,
+    RunState,
+    TimeTravelStatus,
+)
+from ._nansense import (  # noqa: E402
+    CapsuleError,
+    ControlError,
+    ScheduleError,
+    TimeTravelError,
+    UsageError,
+)
+
+__all__ = [
+    "start",
+    "serve",
+    "Session",
+    "replay_capsule",
+    "Capsule",
+    "BatchPosition",
+    "BatchSnapshot",
+    "DebugError",
+    "DebugSettings",
+    "LayerReport",
+    "Mode",
+    "RunState",
+    "TimeTravelStatus",
+    "TimeTravelJump",
+    "DEFAULT_CACHE_DIR",
+    "CapsuleError",
+    "ControlError",
+    "ScheduleError",
+    "TimeTravelError",
+    "UsageError",
+]

@@ -1,0 +1,642 @@
+"""nansense.start, nansense.serve and the Session."""
+
+from __future__ import annotations
+
+import contextlib
+import dis
+import io
+import json
+import os
+import math
+import numbers
+import sys
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, Optional, Union
+
+import torch
+from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+
+from . import _nansense
+from ._types import BatchPosition, BatchSnapshot, DebugError, DebugSettings, Mode, RunState, TimeTravelStatus
+
+DEFAULT_CACHE_DIR = ".nansense_cache"
+
+
+class TimeTravelJump(BaseException):
+    """Raised at a batch boundary to unwind the loop to restore_point().
+
+    A BaseException on purpose: the jump must travel through the user's
+    training code (which may hold broad `except Exception` handlers) to the
+    `with session.restore_point():` block that suppresses it."""
+
+    def __init__(self, epoch: int):
+        super().__init__(epoch)
+        self.epoch = epoch
+
+    def __str__(self) -> str:
+        return (f"time-travel jump to epoch {self.epoch}: wrap each epoch's body in `with session.restore_point():` "
+                "inside `for epoch in session.epochs(n):`")
+
+
+_nansense._set_jump_type(TimeTravelJump)
+
+MeanStd = Union[float, Sequence[float]]
+
+_LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+
+
+# ---------------------------------------------------------------- arguments
+
+
+def _check_int(name: str, value: Any, minimum: int, *, none_ok: bool = True) -> Optional[int]:
+    if value is None and none_ok:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return int(value)
+
+
+def _check_bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _check_phases(name: str, phases: Any) -> Optional[list[tuple[str, int]]]:
+    if phases is None:
+        return None
+    if not isinstance(phases, Mapping):
+        raise TypeError(f'{name} must be a dict of phase name -> batch count, e.g. {{"train": 938, "val": 157}}, '
+                        f"got {type(phases).__name__}")
+    if not phases:
+        raise ValueError(f"{name} must name at least one phase")
+    out = []
+    for phase, count in phases.items():
+        if not isinstance(phase, str) or not phase:
+            raise TypeError(f"{name}: phase names must be non-empty strings, got {phase!r}")
+        out.append((phase, _check_int(f"{name}[{phase!r}]", count, 1, none_ok=False)))
+    return out
+
+
+def _mean_std(name: str, value: Any) -> Union[None, list[float], dict[str, list[float]]]:
+    def values(label: str, v: Any) -> list[float]:
+        if isinstance(v, torch.Tensor):
+            v = v.flatten().tolist()
+        if isinstance(v, numbers.Real) and not isinstance(v, bool):
+            v = [v]
+        if isinstance(v, (str, bytes)) or not isinstance(v, Sequence) or not v:
+            raise TypeError(f"{label} must be a number or a non-empty sequence of numbers (one per channel), got {v!r}")
+        out = []
+        for x in v:
+            if isinstance(x, bool) or not isinstance(x, numbers.Real) or not math.isfinite(x):
+                raise ValueError(f"{label} must hold finite numbers, got {x!r}")
+            out.append(float(x))
+        return out
+
+    if value is None:
+        return None
+    if isinstance(value, Mapping):
+        if not value:
+            raise ValueError(f"{name} must not be an empty dict")
+        for k in value:
+            if not isinstance(k, str) or not k:
+                raise TypeError(f'{name}: keys are input names ("input", "input_1", ...), got {k!r}')
+        return {k: values(f"{name}[{k!r}]", v) for k, v in value.items()}
+    return values(name, value)
+
+
+def _check_serve_args(port: Any, host: Any, open_browser: Any, input_mean: Any, input_std: Any,
+                      input_transform: Any, *, port_none_ok: bool) -> tuple:
+    if port is not None or not port_none_ok:
+        _check_int("port", port, 0, none_ok=False)
+        if port > 65535:
+            raise ValueError(f"port must be in 0..65535 (0 picks a free port), got {port}")
+    if not isinstance(host, str) or not host:
+        raise TypeError(f'host must be a non-empty string such as "127.0.0.1", got {host!r}')
+    _check_bool("open_browser", open_browser)
+    if input_transform is not None:
+        raise NotImplementedError(
+            "input_transform is not supported by the Python package yet: the UI's server threads never call "
+            "Python. Use input_mean/input_std for normalised images")
+    return _mean_std("input_mean", input_mean), _mean_std("input_std", input_std)
+
+
+def _unwrap(model: Any) -> torch.nn.Module:
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"nansense.start needs a torch.nn.Module, got {type(model).__name__}")
+    wrappers = (torch.nn.DataParallel, torch.nn.parallel.DistributedDataParallel)
+    while isinstance(model, wrappers):
+        model = model.module
+    return model
+
+
+def _module_specs(model: torch.nn.Module) -> list:
+    specs = []
+    for path, module in model.named_modules():
+        extra = module.extra_repr()
+        specs.append(_nansense.ModuleSpec(
+            path=path,
+            kind=type(module).__name__,
+            description=f"{type(module).__name__}({extra})",
+            parameters=[(n, p) for n, p in module.named_parameters(recurse=False) if p is not None],
+            buffers=[(n, b) for n, b in module.named_buffers(recurse=False) if b is not None]))
+    return specs
+
+
+def _tensors_of(item: Any, out: Optional[list] = None) -> list:
+    """Every tensor of a batch item, depth first (tuples, lists, dicts)."""
+    if out is None:
+        out = []
+    if isinstance(item, torch.Tensor):
+        out.append(item)
+    elif isinstance(item, Mapping):
+        for v in item.values():
+            _tensors_of(v, out)
+    elif isinstance(item, (tuple, list)):
+        for v in item:
+            _tensors_of(v, out)
+    return out
+
+
+# Instructions at which a suspended generator is closed without an exception
+# in flight: the for loop's iterator dropped by break or return, or a del.
+_NORMAL_EXITS = {dis.opmap[name] for name in ("POP_TOP", "RETURN_VALUE", "DELETE_FAST", "DELETE_NAME",
+                                              "DELETE_GLOBAL", "DELETE_DEREF") if name in dis.opmap}
+
+
+def _closed_normally(generator_frame) -> bool:
+    """Whether a batches() generator is being closed by a break (or return)
+    rather than by an exception unwinding the loop. Python tells a generator
+    neither, so it is read off the instruction the loop's frame stands on."""
+    caller = generator_frame.f_back
+    if caller is None:
+        return True
+    code = caller.f_code.co_code
+    return 0 <= caller.f_lasti < len(code) and code[caller.f_lasti] in _NORMAL_EXITS
+
+
+# ---------------------------------------------------------------- the session
+
+
+class Session:
+    """The bridge between a live training loop and the nansense UI.
+
+    Create one with nansense.start. The loop drives it through batches()
+    (wrap each phase's loader) and close(); the served UI and MCP endpoint,
+    or the run-control methods here, pause, step and inspect it. With
+    enabled=False every method is a near-zero-overhead no-op.
+    """
+
+    def __init__(self, model: torch.nn.Module, engine: Optional[Any], optimizer=None, scheduler=None):
+        self._model = model
+        self._engine = engine
+        self._optimizer = optimizer
+        self._scheduler = scheduler
+        self._inputs_pending = False
+        self._module_paths = {id(module): path for path, module in model.named_modules()} if engine else {}
+        self._closed = False
+        self._epoch_loop = False     # a session.epochs() loop is running
+        self._jump_target = None     # the jump restore_point() caught
+        self._loop_epoch = None
+        self._start_epochs = None
+
+    # ---- properties
+
+    @property
+    def enabled(self) -> bool:
+        """Whether this session captures anything. Set once at start()."""
+        return self._engine is not None
+
+    @property
+    def snapshot(self) -> Optional[BatchSnapshot]:
+        """The last published snapshot (None before the first capture)."""
+        return BatchSnapshot._from(self._engine.snapshot()) if self._engine else None
+
+    @property
+    def live_position(self) -> Optional[BatchPosition]:
+        """Position of the batch the training thread is on."""
+        return BatchPosition._from(self._engine.live_position()) if self._engine else None
+
+    @property
+    def mode(self) -> Mode:
+        return Mode(self._engine.mode()) if self._engine else Mode.DETACH
+
+    @property
+    def state(self) -> RunState:
+        return RunState(self._engine.state()) if self._engine else RunState.RUNNING
+
+    @property
+    def url(self) -> Optional[str]:
+        """The UI's address once served, else None."""
+        url = self._engine.url() if self._engine else ""
+        return url or None
+
+    @property
+    def layer_names(self) -> list[str]:
+        """The discovered layers, in execution order (empty before the first capture)."""
+        return self._engine.layer_names() if self._engine else []
+
+    @property
+    def internal_errors(self) -> list[str]:
+        """Failures of nansense's own machinery that disabled a part (training went on)."""
+        return self._engine.internal_errors() if self._engine else []
+
+    @property
+    def schedule(self) -> dict:
+        """epochs (None until known), phases (name -> batch count, as learned) and phase_order."""
+        if not self._engine:
+            return {"epochs": None, "phases": {}, "phase_order": []}
+        return self._engine.schedule()
+
+    # ---- the training loop
+
+    def batches(self, loader: Iterable, *, phase: str, epoch: Optional[int] = None) -> Iterator:
+        """Iterate loader with each item wrapped as one debugger batch::
+
+            for inputs, targets in session.batches(loader, phase="train"):
+                ...  # forward / backward / step
+
+        loader is a torch.utils.data.DataLoader or any iterable. The batch
+        ends (and may pause) when the loop asks for the next item. The model
+        inputs shown in the UI are the arguments the model's forward is
+        called with. epoch is inferred when omitted (a new epoch starts when
+        the first phase runs again). Raises ScheduleError (a ValueError) when
+        a declared schedule is violated.
+        """
+        if not isinstance(phase, str) or not phase:
+            raise TypeError(f'phase must be a non-empty string such as "train", got {phase!r}')
+        _check_int("epoch", epoch, 0)
+        if not isinstance(loader, Iterable):
+            raise TypeError(f"loader must be iterable (a DataLoader or any iterable), got {type(loader).__name__}")
+        if self._engine is None:
+            return iter(loader)
+        if self._closed:
+            raise _nansense.UsageError("batches() was used after session.close()")
+        return self._batches(loader, phase, epoch)
+
+    def _watch_module_calls(self) -> list:
+        """For a traced batch: hooks that tell the engine the model input
+        (the root forward's arguments) and, for every op, the module call it
+        runs in, so layer names and scopes are exact (Python, unlike C++, can
+        observe module calls). Removed when the batch ends."""
+        engine, paths, root = self._engine, self._module_paths, self._model
+        stack: list[str] = []
+
+        def enter(module, args):
+            if module is root and self._inputs_pending:
+                self._inputs_pending = False
+                engine.set_inputs(_tensors_of(args))
+            path = paths.get(id(module))
+            # A module outside the model (a loss module) keeps the scope it runs in.
+            stack.append(path if path is not None else (stack[-1] if stack else ""))
+            engine.set_module_scope(stack[-1])
+
+        def leave(module, args, output):
+            if stack:
+                stack.pop()
+            engine.set_module_scope(stack[-1] if stack else "")
+
+        self._inputs_pending = True
+        engine.set_module_scope("")
+        return [register_module_forward_pre_hook(enter), register_module_forward_hook(leave)]
+
+    def _batches(self, loader: Iterable, phase: str, epoch: Optional[int]) -> Iterator:
+        engine, model = self._engine, self._model
+        count = 0
+        for item in loader:
+            tensors = _tensors_of(item)
+            while True:
+                capture = engine.begin_batch(phase, epoch, model.training)
+                engine.record_item(tensors)
+                hooks = self._watch_module_calls() if capture else ()
+                try:
+                    yield item
+                except GeneratorExit:
+                    for hook in hooks:
+                        hook.remove()
+                    normal = _closed_normally(sys._getframe())
+                    engine.abandon_batch(not normal)
+                    if normal:
+                        # A loop left early ends its phase; its length stays unlearned.
+                        engine.end_phase(phase, 0)
+                    raise
+                except BaseException:
+                    for hook in hooks:
+                        hook.remove()
+                    engine.abandon_batch(True)
+                    raise
+                for hook in hooks:
+                    hook.remove()
+                self._inputs_pending = False
+                # True: the engine restored the batch's starting state to run it
+                # again traced (a NaN's root cause): the same item once more.
+                if not engine.end_batch():
+                    break
+            count += 1
+        engine.end_phase(phase, count)
+
+    def epochs(self, n: Optional[int] = None, *, cache_dir: Union[str, os.PathLike] = DEFAULT_CACHE_DIR,
+               start_epoch: int = 0) -> Iterator[int]:
+        """Time-travel-aware epoch loop: yields start_epoch ... n - 1 like
+        range, checkpointing each epoch start to cache_dir (model, buffers,
+        the optimizer's and scheduler's state_dict(), RNG), so the UI can jump
+        back to any cached epoch. Wrap each epoch's body in restore_point()::
+
+            for epoch in session.epochs(10):
+                with session.restore_point():
+                    for x, y in session.batches(train_loader, phase="train"):
+                        ...
+
+        A jump unwinds the body as a TimeTravelJump, restores the target
+        epoch's state and yields it again, pausing on its first batch.
+        n defaults to start(epochs=...). start_epoch resumes from cache_dir's
+        checkpoint of that epoch (TimeTravelError when it does not fit the
+        model). On a disabled session: range(n), nothing touches the disk.
+        """
+        if n is None:
+            n = self.schedule["epochs"] if self._engine else self._start_epochs
+            if n is None:
+                raise ValueError("epochs() needs the epoch count: session.epochs(n), or nansense.start(..., epochs=n)")
+        _check_int("n", n, 1, none_ok=False)
+        _check_int("start_epoch", start_epoch, 0, none_ok=False)
+        if not isinstance(cache_dir, (str, os.PathLike)) or not os.fspath(cache_dir):
+            raise TypeError(f"cache_dir must be a folder path, got {cache_dir!r}")
+        if self._engine is None:
+            return iter(range(n))
+        if self._closed:
+            raise _nansense.UsageError("epochs() was called after session.close()")
+        if start_epoch >= n:
+            raise ValueError(f"start_epoch must be < n ({n}), got {start_epoch}")
+        return self._epochs(n, os.fspath(cache_dir), start_epoch)
+
+    def _state_adapter(self):
+        """The optimizer's and scheduler's state, as checkpoints hold it."""
+        optimizer, scheduler = self._optimizer, self._scheduler
+        if optimizer is None and scheduler is None:
+            return "", None, None
+        kind = "python:" + "+".join(type(o).__qualname__ for o in (optimizer, scheduler) if o is not None)
+
+        def save() -> bytes:
+            buffer = io.BytesIO()
+            torch.save({"optimizer": optimizer.state_dict() if optimizer is not None else None,
+                        "scheduler": scheduler.state_dict() if scheduler is not None else None}, buffer)
+            return buffer.getvalue()
+
+        def load(data: bytes) -> None:
+            state = torch.load(io.BytesIO(data))
+            if optimizer is not None:
+                optimizer.load_state_dict(state["optimizer"])
+            if scheduler is not None:
+                scheduler.load_state_dict(state["scheduler"])
+
+        return kind, save, load
+
+    def _epochs(self, n: int, cache_dir: str, start_epoch: int) -> Iterator[int]:
+        engine = self._engine
+        kind, save, load = self._state_adapter()
+        epoch = engine.open_epochs(n, cache_dir, start_epoch, kind, save, load)
+        self._epoch_loop = True
+        try:
+            while epoch is not None:
+                engine.start_epoch(epoch)
+                self._jump_target = None
+                self._loop_epoch = epoch
+                yield epoch
+                target, self._jump_target = self._jump_target, None
+                epoch = engine.end_epoch(epoch, target)
+        except BaseException:
+            engine.abort_epochs()
+            raise
+        finally:
+            self._epoch_loop = False
+            self._loop_epoch = None
+
+    @contextlib.contextmanager
+    def restore_point(self) -> Iterator["Session"]:
+        """The per-epoch restore boundary of a session.epochs() loop: a
+        time-travel jump unwinds to here and is suppressed (only that), and
+        epochs() then yields the target epoch with its state restored. Loop
+        state that depends on history (a running best accuracy, curves)
+        belongs inside it, so a jump rewinds it too."""
+        if self._engine is not None and not self._epoch_loop:
+            raise RuntimeError("restore_point() must be used inside a `for epoch in session.epochs(n):` loop")
+        try:
+            yield self
+        except TimeTravelJump as jump:
+            self._jump_target = jump.epoch
+
+    def time_travel_status(self) -> TimeTravelStatus:
+        """Whether and where time travel can jump (what the UI's dialog shows)."""
+        if self._engine is None:
+            return TimeTravelStatus(available=False, reason="nansense is disabled in this session")
+        return TimeTravelStatus(**self._engine.time_travel_status())
+
+    def request_time_travel(self, epoch: int) -> None:
+        """Ask the loop to jump to the start of cached epoch `epoch` at its
+        next batch boundary (any thread). TimeTravelError when refused."""
+        _check_int("epoch", epoch, 0, none_ok=False)
+        if self._engine is None:
+            raise _nansense.TimeTravelError("nansense is disabled in this session: there is nothing to rewind")
+        self._engine.request_time_travel(epoch)
+
+    def set_schedule(self, *, epochs: Optional[int] = None, phases: Optional[dict[str, int]] = None) -> None:
+        """Re-declare the schedule mid-run; batch counters are kept. Either
+        argument may be omitted to leave that part unchanged."""
+        epochs = _check_int("epochs", epochs, 1)
+        phase_list = _check_phases("phases", phases)
+        if self._engine:
+            self._engine.set_schedule(epochs, phase_list)
+
+    def close(self) -> None:
+        """Mark training finished once the loop completes. The UI keeps
+        serving the last captured state for as long as the session lives."""
+        self._closed = True
+        if self._engine:
+            self._engine.close()
+
+    # ---- run control (any thread; takes effect at the next batch boundary)
+
+    def step_batch(self) -> None:
+        """Pause after the next batch."""
+        if self._engine:
+            self._engine.step_batch()
+
+    def step_phase(self) -> None:
+        """Pause at the first batch of the next phase."""
+        if self._engine:
+            self._engine.step_phase()
+
+    def step_epoch(self) -> None:
+        """Pause at the first batch of the next epoch."""
+        if self._engine:
+            self._engine.step_epoch()
+
+    def run_until(self, *, phase: str, epoch: int, batch_idx: int) -> None:
+        """Pause at exactly (phase, epoch, batch_idx), which must lie ahead."""
+        if not isinstance(phase, str) or not phase:
+            raise TypeError(f"phase must be a non-empty string, got {phase!r}")
+        _check_int("epoch", epoch, 0, none_ok=False)
+        _check_int("batch_idx", batch_idx, 0, none_ok=False)
+        if self._engine:
+            self._engine.run_until(phase, epoch, batch_idx)
+
+    def run(self) -> None:
+        """Run to the last batch of the run."""
+        if self._engine:
+            self._engine.run()
+
+    def detach(self) -> None:
+        """Never pause again (a numerical error still does)."""
+        if self._engine:
+            self._engine.detach()
+
+    def pause(self) -> None:
+        """Pause at the next batch boundary."""
+        if self._engine:
+            self._engine.pause()
+
+    def refresh(self) -> None:
+        """Capture and publish the next batch without pausing."""
+        if self._engine:
+            self._engine.refresh()
+
+    def wait_until_stopped(self, timeout: float) -> RunState:
+        """Block until the loop pauses, finishes or is lost, or timeout
+        seconds pass; return the state then. Never call it from the training
+        thread (it would wait for itself)."""
+        if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or not timeout >= 0:
+            raise ValueError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
+        if not self._engine:
+            return RunState.RUNNING
+        return RunState(self._engine.wait_until_stopped(float(timeout)))
+
+    # ---- numerical debugging
+
+    @property
+    def debug_error(self) -> Optional[DebugError]:
+        """The standing numerical error, if a check tripped since the last clear."""
+        return DebugError._from(self._engine.debug_error()) if self._engine else None
+
+    @property
+    def debug_settings(self) -> DebugSettings:
+        return DebugSettings._from_engine(self._engine.debug_settings()) if self._engine else DebugSettings()
+
+    def set_debug_settings(self, settings: DebugSettings) -> None:
+        """Replace the numerical checks' settings; takes effect at the next batch."""
+        if not isinstance(settings, DebugSettings):
+            raise TypeError(f"set_debug_settings takes a nansense.DebugSettings, got {type(settings).__name__}")
+        if self._engine:
+            self._engine.set_debug_settings(json.dumps(settings._to_engine()))
+
+    def disable_debug_check(self, category: str = "") -> None:
+        """Turn a check category off ("nan_inf" or "under_over"; "" = every
+        category of the standing error) and drop it from the standing error."""
+        if category not in ("", "nan_inf", "under_over"):
+            raise ValueError(f'category must be "nan_inf", "under_over" or "" (all), got {category!r}')
+        if self._engine:
+            self._engine.silence_debug_check(category)
+
+    def clear_debug_error(self) -> None:
+        """Dismiss the standing error; the checks stay on."""
+        if self._engine:
+            self._engine.clear_debug_error()
+
+    def __repr__(self) -> str:
+        if not self._engine:
+            return "<nansense.Session disabled>"
+        return f"<nansense.Session {self.state} mode={self.mode} url={self.url}>"
+
+
+# ---------------------------------------------------------------- entry points
+
+
+def start(
+    model: torch.nn.Module,
+    *,
+    epochs: Optional[int] = None,
+    phases: Optional[dict[str, int]] = None,
+    enabled: bool = True,
+    optimizer: Optional[torch.optim.Optimizer] = None,
+    scheduler: Any = None,
+    port: Optional[int] = None,
+    host: str = "127.0.0.1",
+    open_browser: bool = True,
+    input_mean: Union[MeanStd, dict[str, MeanStd], None] = None,
+    input_std: Union[MeanStd, dict[str, MeanStd], None] = None,
+    input_transform: Any = None,
+) -> Session:
+    """Create a Session for model (and serve the UI when port is given).
+
+    epochs is an optional fallback for the epoch count; phases={"train": a,
+    "val": b} declares every phase and its batch count up front (otherwise
+    they are learned during the first epoch). enabled=False makes the
+    session a no-op: nothing is traced, no server. optimizer must train
+    model's parameters. port serves the UI and the MCP endpoint at once
+    (0 picks a free port; see Session.url); host, open_browser, input_mean
+    and input_std are forwarded to serve(). The engine reads the model's
+    structure from model.named_modules(): layer names are module paths
+    ("features.0"); parameterless ops are named fx-style ("relu_1").
+    """
+    model = _unwrap(model)
+    _check_int("epochs", epochs, 1)
+    phase_list = _check_phases("phases", phases)
+    _check_bool("enabled", enabled)
+    if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+    if scheduler is not None and not (hasattr(scheduler, "state_dict") and hasattr(scheduler, "step")):
+        raise TypeError(f"scheduler must be an LR scheduler (with step() and state_dict()), got "
+                        f"{type(scheduler).__name__}")
+    mean, std = _check_serve_args(port, host, open_browser, input_mean, input_std, input_transform,
+                                  port_none_ok=True)
+    if optimizer is not None:
+        owned = {id(p) for p in model.parameters()}
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if id(p) not in owned:
+                    raise ValueError(f"the optimizer holds a parameter of shape {tuple(p.shape)} that is not one of "
+                                     "the model's parameters: pass the model the optimizer trains")
+    if not enabled:
+        session = Session(model, None, optimizer, scheduler)
+        session._start_epochs = epochs
+        return session
+    engine = _nansense.Engine(_module_specs(model), epochs, phase_list)
+    session = Session(model, engine, optimizer, scheduler)
+    if port is not None:
+        engine.serve(port, host, open_browser, True, True, mean, std)
+    return session
+
+
+def serve(
+    session: Session,
+    *,
+    port: int = 8080,
+    host: str = "127.0.0.1",
+    log_level: str = "warning",
+    open_browser: bool = True,
+    mcp: bool = True,
+    input_mean: Union[MeanStd, dict[str, MeanStd], None] = None,
+    input_std: Union[MeanStd, dict[str, MeanStd], None] = None,
+    input_transform: Any = None,
+) -> Optional[str]:
+    """Serve the UI, its HTTP API and (unless mcp=False) the MCP endpoint at
+    /mcp for session, from the engine's own threads.
+
+    Returns the UI's address, or None without starting anything on a
+    disabled session, or when the port cannot be bound (one line says why;
+    training goes on). log_level is accepted for the reference's signature;
+    the native server prints only its banner and errors.
+    """
+    if not isinstance(session, Session):
+        raise TypeError(f"serve takes the Session nansense.start returned, got {type(session).__name__}")
+    if log_level not in _LOG_LEVELS:
+        raise ValueError(f"log_level must be one of {', '.join(_LOG_LEVELS)}, got {log_level!r}")
+    _check_bool("mcp", mcp)
+    mean, std = _check_serve_args(port, host, open_browser, input_mean, input_std, input_transform,
+                                  port_none_ok=False)
+    if session._engine is None:
+        return None
+    if not session._engine.serve(port, host, open_browser, mcp, True, mean, std):
+        return None
+    return session.url

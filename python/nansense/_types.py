@@ -1,0 +1,247 @@
+"""The values the session hands out: positions, modes, snapshots, the
+numerical checks' settings and errors. Immutable dataclasses, as in the
+reference API."""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+
+
+class Mode(enum.StrEnum):
+    """How training proceeds after a resume (Session.mode). Each is named
+    after the command that sets it, as over HTTP and MCP."""
+
+    STEP_BATCH = "step_batch"
+    STEP_PHASE = "step_phase"
+    STEP_EPOCH = "step_epoch"
+    RUN_UNTIL = "run_until"
+    RUN = "run"
+    DETACH = "detach"
+
+
+class RunState(enum.StrEnum):
+    """Where the training side of a session stands (Session.state)."""
+
+    RUNNING = "running"
+    PAUSED = "paused"
+    FINISHED = "finished"
+    LOST = "lost"
+
+
+@dataclass(frozen=True)
+class BatchPosition:
+    """Where a batch sits in the run: phase, 0-indexed epoch and batch_idx.
+    The is_last_* flags are best effort in a schedule still being learned."""
+
+    phase: str
+    epoch: int
+    batch_idx: int
+    is_last_in_phase: bool = False
+    is_last_in_epoch: bool = False
+    is_last_in_run: bool = False
+
+    @classmethod
+    def _from(cls, d: Optional[dict]) -> Optional["BatchPosition"]:
+        if d is None:
+            return None
+        return cls(
+            phase=d["phase"],
+            epoch=int(d["epoch"]),
+            batch_idx=int(d.get("batch_idx", d.get("batch", 0))),
+            is_last_in_phase=bool(d.get("is_last_in_phase", False)),
+            is_last_in_epoch=bool(d.get("is_last_in_epoch", False)),
+            is_last_in_run=bool(d.get("is_last_in_run", False)),
+        )
+
+
+@dataclass(frozen=True)
+class BatchSnapshot:
+    """Immutable per-batch view, on the CPU: independent copies taken when the
+    batch was captured (weights after the optimizer step). Treat the tensors
+    as read-only.
+
+    activations / activation_gradients are keyed by layer name (the
+    architecture graph's: Python module paths such as "features.0", and
+    fx-style names for parameterless ops); weights / weight_gradients by
+    parameter name, matching model.named_parameters()."""
+
+    position: BatchPosition
+    sequence: int
+    layer_names: list[str]
+    activations: dict[str, torch.Tensor]
+    activation_gradients: dict[str, torch.Tensor]
+    weights: dict[str, torch.Tensor]
+    weight_gradients: dict[str, torch.Tensor]
+    optimizer_state: dict[str, dict[str, torch.Tensor]]
+    optimizer_hyperparams: dict[str, dict[str, float]]
+    inputs: list[torch.Tensor]
+
+    @classmethod
+    def _from(cls, d: Optional[dict]) -> Optional["BatchSnapshot"]:
+        if d is None:
+            return None
+        return cls(position=BatchPosition._from(d["position"]), **{k: v for k, v in d.items() if k != "position"})
+
+
+@dataclass(frozen=True)
+class DebugSettings:
+    """Configuration of the numerical checks (Session.set_debug_settings, the
+    UI's gear menu).
+
+    interval is the batch cadence (1 = every batch). check_nan_inf scans
+    activations and gradients for NaN/Inf; check_under_over trips when more
+    than threshold (a fraction of summed |grad|) lands in the dtype's
+    subnormal/overflow band. enabled is the master switch. trace_interval
+    also traces every n-th batch at op level (0: never; tripped batches are
+    re-run traced when rerun_to_trace). allow lists op or layer names whose
+    non-finite values are intended. capsule_dir is where NaN capsules go."""
+
+    enabled: bool = True
+    interval: int = 1
+    check_nan_inf: bool = True
+    check_under_over: bool = True
+    threshold: float = 0.1
+    trace_interval: int = 0
+    rerun_to_trace: bool = True
+    allow: tuple[str, ...] = ()
+    capsule_dir: str = "nansense_capsules"
+
+    def __post_init__(self) -> None:
+        for name in ("enabled", "check_nan_inf", "check_under_over", "rerun_to_trace"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"DebugSettings.{name} must be a bool, got {getattr(self, name)!r}")
+        for name in ("interval", "trace_interval"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise TypeError(f"DebugSettings.{name} must be an int, got {v!r}")
+        if self.interval < 1:
+            raise ValueError(f"DebugSettings.interval must be >= 1 (1 checks every batch), got {self.interval}")
+        if self.trace_interval < 0:
+            raise ValueError(f"DebugSettings.trace_interval must be >= 0 (0: never), got {self.trace_interval}")
+        if isinstance(self.threshold, bool) or not isinstance(self.threshold, (int, float)):
+            raise TypeError(f"DebugSettings.threshold must be a number, got {self.threshold!r}")
+        if not (0 < self.threshold <= 1) or math.isnan(self.threshold):
+            raise ValueError(f"DebugSettings.threshold must be in (0, 1], got {self.threshold}")
+        if isinstance(self.allow, str) or not all(isinstance(a, str) for a in self.allow):
+            raise TypeError(f"DebugSettings.allow must be a sequence of op or layer names, got {self.allow!r}")
+        object.__setattr__(self, "allow", tuple(self.allow))
+
+    def any_check(self) -> bool:
+        """Whether at least one check would run (master + one sub-toggle)."""
+        return self.enabled and (self.check_nan_inf or self.check_under_over)
+
+    def _to_engine(self) -> dict:
+        return {
+            "enabled": self.enabled,
+            "interval_batches": self.interval,
+            "check_nan_inf": self.check_nan_inf,
+            "check_under_over": self.check_under_over,
+            "threshold_fraction": float(self.threshold),
+            "trace_interval_batches": self.trace_interval,
+            "rerun_to_trace": self.rerun_to_trace,
+            "allow": list(self.allow),
+            "capsule_dir": self.capsule_dir,
+        }
+
+    @classmethod
+    def _from_engine(cls, d: dict) -> "DebugSettings":
+        return cls(
+            enabled=d["enabled"],
+            interval=d["interval_batches"],
+            check_nan_inf=d["check_nan_inf"],
+            check_under_over=d["check_under_over"],
+            threshold=d["threshold_fraction"],
+            trace_interval=d["trace_interval_batches"],
+            rerun_to_trace=d["rerun_to_trace"],
+            allow=tuple(d["allow"]),
+            capsule_dir=d["capsule_dir"],
+        )
+
+
+@dataclass(frozen=True)
+class LayerReport:
+    """Per-layer fractions for one detected error (a row of the dialog's
+    table). nan / inf are fractions of element count; underflow / overflow
+    fractions of the layer's summed |grad|; dtype the gradient dtype the bands
+    were measured against (None when none was scanned)."""
+
+    layer: str
+    nan: float
+    inf: float
+    underflow: float
+    overflow: float
+    dtype: Optional[str]
+    sources: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class DebugError:
+    """An immutable record of one detected numerical error.
+
+    position is the batch it was first detected on; reasons the subset of
+    "nan", "inf", "underflow", "overflow" that tripped; checks_used the
+    categories that ran; layers the affected layers in graph order.
+    root_cause (a dict: status, summary, producer op with its layer, pass,
+    shapes and input ranges, the first propagators) names the op that made
+    the first non-finite value; capsule the NaN capsule written for it."""
+
+    position: BatchPosition
+    reasons: tuple[str, ...]
+    checks_used: tuple[str, ...]
+    layers: tuple[LayerReport, ...]
+    root_cause: Optional[dict[str, Any]] = None
+    capsule: Optional[str] = None
+    hits: int = 1
+    update: Optional[str] = None
+    text: str = ""
+
+    @classmethod
+    def _from(cls, d: Optional[dict]) -> Optional["DebugError"]:
+        if d is None:
+            return None
+        return cls(
+            position=BatchPosition._from(d["position"]),
+            reasons=tuple(d["reasons"]),
+            checks_used=tuple(d["checks_used"]),
+            layers=tuple(
+                LayerReport(
+                    layer=r["layer"],
+                    nan=r["nan"],
+                    inf=r["inf"],
+                    underflow=r["underflow"],
+                    overflow=r["overflow"],
+                    dtype=r["dtype"],
+                    sources=tuple(r["sources"]),
+                )
+                for r in d["layers"]
+            ),
+            root_cause=d.get("root_cause"),
+            capsule=d.get("capsule"),
+            hits=int(d.get("hits", 1)),
+            update=d.get("update"),
+            text=d.get("text", ""),
+        )
+
+
+
+@dataclass(frozen=True)
+class TimeTravelStatus:
+    """Whether and where time travel can jump. available is False when no
+    session.epochs() loop runs (reason says why); cached_epochs are the
+    epochs with a loadable checkpoint; total_epochs the run's epoch count."""
+
+    available: bool
+    reason: str = ""
+    cached_epochs: tuple[int, ...] = ()
+    total_epochs: int = 0
+    current_epoch: Optional[int] = None
+    pending_epoch: Optional[int] = None
+    cache_dir: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cached_epochs", tuple(self.cached_epochs))

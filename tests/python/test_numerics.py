@@ -1,0 +1,168 @@
+"""The guard, root cause and NaN capsules on NaNs made by Python code."""
+
+import json
+import os
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import nansense
+from conftest import Api, TrainingThread
+
+
+class Mlp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(4, 8)
+        self.act = nn.ReLU()
+        self.fc2 = nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)))
+
+
+def per_class_loss(logits, y):
+    """The mean loss of each class, summed: a class missing from the batch
+    divides by a zero count."""
+    nll = F.cross_entropy(logits, y, reduction="none")
+    total = logits.new_zeros(())
+    for c in range(3):
+        mask = (y == c).float()
+        total = total + (nll * mask).sum() / mask.sum()
+    return total
+
+
+def class_batches(n=5):
+    g = torch.Generator().manual_seed(2)
+    out = []
+    for i in range(n):
+        y = torch.tensor([0, 1, 1, 0]) if i == 2 else torch.tensor([0, 1, 2, 2])
+        out.append((torch.randn(4, 4, generator=g), y))
+    return out
+
+
+def test_a_division_by_a_zero_count_pauses_before_the_step_and_names_the_producer(tmp_path):
+    torch.manual_seed(1)
+    model = Mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = class_batches()
+    session = nansense.start(model, optimizer=optimizer, port=0, open_browser=False)
+    session.set_debug_settings(nansense.DebugSettings(capsule_dir=str(tmp_path)))
+    session.detach()
+    before, bodies = {}, []
+
+    def loop():
+        for x, y in session.batches(data, phase="train"):
+            before.update({n: p.detach().clone() for n, p in model.named_parameters()})
+            bodies.append(len(bodies))
+            optimizer.zero_grad()
+            per_class_loss(model(x), y).backward()
+            optimizer.step()
+        session.close()
+
+    thread = TrainingThread(loop)
+    assert session.wait_until_stopped(60) == nansense.RunState.PAUSED
+    # Batch 2 ran untraced, tripped, and ran again traced: 2 + 2 bodies.
+    assert len(bodies) == 4
+    error = session.debug_error
+    assert error is not None
+    assert error.position.batch_idx == 2
+    assert "nan" in error.reasons
+    cause = error.root_cause
+    assert cause["status"] == "found", cause["summary"]
+    producer = cause["producer"]
+    assert producer["op"] == "aten::div"
+    assert producer["pass"] == "forward"
+    assert producer["layer"] is None  # the loss, outside the model
+    assert producer["inputs"][1]["max"] == 0.0  # the class count
+    assert "aten::div in the forward" in cause["summary"]
+    # Paused inside backward, before the step: weights are still pre-step.
+    for name, p in model.named_parameters():
+        assert torch.equal(p.detach(), before[name]), name
+    tripped_from = {name: t.clone() for name, t in before.items()}
+    assert not torch.isfinite(model.fc1.weight.grad).all()
+    assert "fc1" in [row.layer for row in error.layers]
+    assert error.capsule and os.path.exists(error.capsule)
+    # The same report over HTTP.
+    report = Api(session.url).get("/api/debug")
+    assert report["error"]["root_cause"]["producer"]["op"] == "aten::div"
+
+    # Replay the capsule into a fresh model: the same NaN gradients, bit for bit.
+    capsule_path = error.capsule
+    session.detach()
+    thread.join()
+    fresh = Mlp()
+    capsule = nansense.replay_capsule(capsule_path, fresh)
+    assert capsule.position.batch_idx == 2
+    for name, p in fresh.named_parameters():
+        assert torch.equal(p.detach(), tripped_from[name]), name
+    x, y = capsule.batch
+    assert torch.equal(x, data[2][0]) and torch.equal(y, data[2][1])
+    fresh.zero_grad()
+    per_class_loss(fresh(x), y).backward()
+    match, difference = capsule.gradients_match()
+    assert match, difference
+    assert not all(torch.isfinite(g).all() for g in capsule.gradients.values())
+    # Other gradients (a healthy batch's) do not match.
+    fresh.zero_grad()
+    per_class_loss(fresh(data[0][0]), data[0][1]).backward()
+    match, difference = capsule.gradients_match()
+    assert not match and difference
+
+
+class GradLog(torch.autograd.Function):
+    """Identity forward; the backward scales the gradient by log(x): NaN
+    wherever x is negative, made in backward only."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * torch.log(x)
+
+
+class LogGradNet(Mlp):
+    def forward(self, x):
+        return self.fc2(self.act(GradLog.apply(self.fc1(x))))
+
+
+def test_log_of_a_negative_value_in_backward_is_found_in_the_backward_pass(tmp_path):
+    torch.manual_seed(3)
+    model = LogGradNet()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = [(torch.randn(4, 4), torch.tensor([0, 1, 2, 0])) for _ in range(3)]
+    session = nansense.start(model, optimizer=optimizer, port=0, open_browser=False)
+    session.set_debug_settings(nansense.DebugSettings(capsule_dir=str(tmp_path)))
+    session.detach()
+    losses = []
+
+    def loop():
+        for x, y in session.batches(data, phase="train"):
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            losses.append(loss.item())
+            loss.backward()
+            optimizer.step()
+        session.close()
+
+    thread = TrainingThread(loop)
+    assert session.wait_until_stopped(60) == nansense.RunState.PAUSED
+    error = session.debug_error
+    assert error is not None and error.position.batch_idx == 0
+    # The forward was finite: only the gradients are not.
+    assert all(map(lambda v: v == v, losses))
+    cause = error.root_cause
+    assert cause["status"] == "found", cause["summary"]
+    producer = cause["producer"]
+    assert producer["op"] == "aten::log"
+    assert producer["pass"] == "backward"
+    assert producer["inputs"][0]["min"] < 0
+    assert "aten::log in the backward" in cause["summary"]
+    assert json.dumps(cause)  # plain data, as the UI and MCP get it
+    session.detach()
+    thread.join()

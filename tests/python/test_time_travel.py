@@ -1,0 +1,95 @@
+"""Time travel from Python: session.epochs() + restore_point(), a jump over
+HTTP, and the replayed epochs' losses bit for bit (shuffling DataLoader,
+SGD with momentum and a StepLR schedule restored from the checkpoints)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import nansense
+from torch.utils.data import DataLoader
+
+from conftest import Api, SmallCnn, TrainingThread, make_data
+
+
+def test_a_jump_replays_the_losses_bit_for_bit(tmp_path):
+    model = SmallCnn()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+    # Shuffles every epoch from torch's global RNG, as a DataLoader does by default.
+    loader = DataLoader(make_data(32), batch_size=8, shuffle=True)
+    session = nansense.start(model, optimizer=optimizer, scheduler=scheduler, port=0, open_browser=False)
+    losses = []       # (epoch, batch, loss, lr) in the order the bodies ran
+    bodies_entered = []
+
+    def loop():
+        for epoch in session.epochs(3, cache_dir=tmp_path / "cache"):
+            bodies_entered.append(epoch)
+            with session.restore_point():
+                for i, (x, y) in enumerate(session.batches(loader, phase="train")):
+                    optimizer.zero_grad()
+                    loss = F.cross_entropy(model(x), y)
+                    try:
+                        loss.backward()
+                        optimizer.step()
+                    except Exception:  # a broad handler must not swallow a jump
+                        raise
+                    losses.append((epoch, i, loss.detach().clone(), optimizer.param_groups[0]["lr"]))
+                scheduler.step()
+        session.close()
+
+    thread = TrainingThread(loop)
+    api = Api(session.url)
+    assert session.wait_until_stopped(60) == nansense.RunState.PAUSED
+    status = api.post("/api/run_until", {"phase": "train", "epoch": 2, "batch": 1, "timeout_seconds": 30})
+    assert status["live_position"]["epoch"] == 2
+    assert session.time_travel_status().cached_epochs == (0, 1, 2)
+    first_timeline = list(losses)
+    assert [(e, i) for e, i, _, _ in first_timeline] == [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 1), (1, 2),
+                                                         (1, 3), (2, 0), (2, 1)]
+
+    status = api.post("/api/time_travel", {"epoch": 1, "timeout_seconds": 30})
+    assert status["state"] == "paused"
+    assert status["live_position"]["epoch"] == 1 and status["live_position"]["batch_idx"] == 0
+    assert bodies_entered == [0, 1, 2, 1]
+    session.detach()
+    thread.join()
+    assert session.state == nansense.RunState.FINISHED
+
+    replay = losses[len(first_timeline):]
+    assert [(e, i) for e, i, _, _ in replay] == [(1, 0), (1, 1), (1, 2), (1, 3), (2, 0), (2, 1), (2, 2), (2, 3)]
+    before = {(e, i): (loss, lr) for e, i, loss, lr in first_timeline}
+    for e, i, loss, lr in replay:
+        if (e, i) in before:
+            assert torch.equal(loss, before[(e, i)][0]), (e, i)
+            assert lr == before[(e, i)][1], (e, i)
+    assert replay[0][3] == 0.025  # the schedule came back with epoch 1
+
+
+def test_epochs_refuses_bad_arguments_and_restore_point_needs_the_loop(tmp_path):
+    session = nansense.start(SmallCnn())
+    with pytest.raises(ValueError, match="needs the epoch count"):
+        session.epochs()
+    with pytest.raises(ValueError, match="n must be >= 1"):
+        session.epochs(0)
+    with pytest.raises(ValueError, match="start_epoch must be < n"):
+        session.epochs(2, start_epoch=2)
+    with pytest.raises(RuntimeError, match="inside a `for epoch in session.epochs"):
+        with session.restore_point():
+            pass
+    with pytest.raises(nansense.TimeTravelError, match="epoch"):
+        session.request_time_travel(0)
+    assert not session.time_travel_status().available
+    session.close()
+
+
+def test_disabled_epochs_is_range_and_touches_no_disk(tmp_path):
+    session = nansense.start(SmallCnn(), enabled=False, epochs=3)
+    epochs = []
+    for epoch in session.epochs(cache_dir=tmp_path / "never"):
+        with session.restore_point():
+            epochs.append(epoch)
+    assert epochs == [0, 1, 2]
+    assert not (tmp_path / "never").exists()
+    assert issubclass(nansense.TimeTravelJump, BaseException)
+    assert not issubclass(nansense.TimeTravelJump, Exception)
