@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -295,10 +296,12 @@ __attribute__((target("avx2"))) bool fold_chunk_finite_avx2(const float* v, int6
 }
 #endif
 
+std::atomic<bool> g_portable_fold{false};
+
 bool fold_chunk_finite(const float* v, int64_t n, ExactFold& f) {
 #if defined(NANSENSE_HAVE_AVX2_PATH)
   static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (avx2) return fold_chunk_finite_avx2(v, n, f);
+  if (avx2 && !g_portable_fold.load(std::memory_order_relaxed)) return fold_chunk_finite_avx2(v, n, f);
 #endif
   return fold_chunk_finite_portable(v, n, f);
 }
@@ -372,6 +375,8 @@ void merge(ChannelRange& into, const ChannelRange& r) {
 }
 
 }  // namespace
+
+void set_fold_path(FoldPath path) { g_portable_fold.store(path == FoldPath::kPortable); }
 
 bool ChannelRange::zero_band() const {
   if (seen == 0 || nonfinite) return false;

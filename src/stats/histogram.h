@@ -58,7 +58,7 @@ torch::Tensor slot_index(const torch::Tensor& x);
 //
 // fold_exact_cpu: one pass over every value, exact in what it counts: the
 // finite values' count, sum, sum of squares and extremes, and the NaN, +inf
-// and -inf counts, summed in float64 (SSE2 on x86-64: well under a
+// and -inf counts, summed in float64 (AVX2 or SSE2 on x86-64: well under a
 // nanosecond per value). With `ranges`, each channel c < tracked also gets
 // its range merged into ranges[c] (which may hold earlier batches): whether
 // every value lies in the zero band, for dead channels.
@@ -79,6 +79,11 @@ struct ChannelRange {
 };
 void fold_exact_cpu(const float* values, int64_t outer, int64_t channels, int64_t inner, int64_t tracked,
                     ChannelRange* ranges, ExactFold& into);
+// The vector path fold_exact_cpu takes: the widest the CPU has (AVX2 where
+// present, the default) or the portable one (SSE2 on x86-64, plain loops
+// elsewhere), so tests can hold the two to the same figures.
+enum class FoldPath { kWidest, kPortable };
+void set_fold_path(FoldPath path);
 
 // bin_cpu: adds to `slots` the slot of values at row_offset[channel] (kSlots
 // apart; all at 0 when row_offset is null), the slots slot_index() gives, at

@@ -204,6 +204,43 @@ TEST(StatsHistogram, TheCpuPassesCountWhatTheOpPathCounts) {
   EXPECT_EQ(folded.max, kept.max().item<double>());
 }
 
+// The widest vector path (AVX2 where the CPU has it) and the portable one
+// count the same values and extremes and reach the same float64 sums, on
+// lengths that leave every kind of tail, with NaN and infinities in chunks.
+TEST(StatsHistogram, TheVectorPathsFoldTheSameFigures) {
+  torch::manual_seed(11);
+  for (int64_t n : {1, 7, 15, 16, 17, 511, 512, 513, 4099}) {
+    auto x = (torch::randn({n}) * torch::pow(10.0, torch::randint(-8, 6, {n}).to(torch::kFloat))).contiguous();
+    if (n > 600) {
+      x[3] = std::numeric_limits<float>::quiet_NaN();
+      x[1000] = kInf;
+      x[2047] = -kInf;
+    }
+    ExactFold widest, portable;
+    std::vector<ChannelRange> r_widest(1), r_portable(1);
+    fold_exact_cpu(x.data_ptr<float>(), 1, 1, n, 1, r_widest.data(), widest);
+    set_fold_path(FoldPath::kPortable);
+    fold_exact_cpu(x.data_ptr<float>(), 1, 1, n, 1, r_portable.data(), portable);
+    set_fold_path(FoldPath::kWidest);
+    EXPECT_EQ(widest.n, portable.n) << n;
+    EXPECT_EQ(widest.nan, portable.nan) << n;
+    EXPECT_EQ(widest.pos_inf, portable.pos_inf) << n;
+    EXPECT_EQ(widest.neg_inf, portable.neg_inf) << n;
+    EXPECT_EQ(widest.min, portable.min) << n;
+    EXPECT_EQ(widest.max, portable.max) << n;
+    EXPECT_NEAR(widest.sum, portable.sum, 1e-12 * x.abs().nan_to_num(0, 0, 0).sum().item<double>()) << n;
+    EXPECT_NEAR(widest.sum_sq, portable.sum_sq, 1e-12 * portable.sum_sq) << n;
+    EXPECT_EQ(r_widest[0].min, r_portable[0].min) << n;
+    EXPECT_EQ(r_widest[0].max, r_portable[0].max) << n;
+    EXPECT_EQ(r_widest[0].nonfinite, r_portable[0].nonfinite) << n;
+    // Both against float64 arithmetic over the finite values.
+    auto d = x.to(torch::kDouble);
+    auto kept = d.masked_select(torch::isfinite(d));
+    EXPECT_EQ(widest.n, kept.numel()) << n;
+    EXPECT_NEAR(widest.sum_sq, kept.square().sum().item<double>(), 1e-12 * kept.square().sum().item<double>()) << n;
+  }
+}
+
 // A sampled pass bins exactly the runs run_start() places, one inside each
 // window, into their channel's row.
 TEST(StatsHistogram, TheSampledPassBinsOneRunPerWindowIntoItsChannelRow) {
