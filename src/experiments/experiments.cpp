@@ -278,7 +278,6 @@ void gauss_legendre(int64_t n, std::vector<double>& nodes, std::vector<double>& 
         p0 = p1;
         p1 = p2;
       }
-      if (n == 1) p1 = x, p0 = 1;
       dp = static_cast<double>(n) * (x * p1 - p0) / (x * x - 1);
       const double dx = p1 / dp;
       x -= dx;

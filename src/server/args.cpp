@@ -300,8 +300,9 @@ json from_query(const std::vector<Arg>& declared, const std::map<std::string, st
                 const std::vector<std::string>& ignored) {
   json out = json::object();
   for (const auto& [key, text] : query) {
-    if (std::find(ignored.begin(), ignored.end(), key) != ignored.end()) continue;
     auto a = std::find_if(declared.begin(), declared.end(), [&](const Arg& d) { return d.name == key; });
+    // A transport's key that the command declares itself is the command's.
+    if (a == declared.end() && std::find(ignored.begin(), ignored.end(), key) != ignored.end()) continue;
     if (a == declared.end()) {
       out[key] = text;  // refused as unknown by the check
       continue;

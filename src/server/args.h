@@ -103,7 +103,7 @@ class Args {
 // numbers parsed, "true"/"false" (and "1"/"0", or no value) as booleans,
 // lists split at commas. A value that does not parse stays a string, so the
 // check refuses it with the usual message. `ignored` names keys a transport
-// uses itself (a token, a cache buster).
+// uses itself (a token, a cache buster), unless the command declares it.
 json from_query(const std::vector<Arg>& declared, const std::map<std::string, std::string>& query,
                 const std::vector<std::string>& ignored = {});
 
