@@ -20,10 +20,21 @@ async function main() {
     await page.locator('[data-testid="experiment-layer"]').waitFor({ timeout: h.uiTimeoutMs });
     await page.waitForFunction(() => document.querySelector('[data-testid="experiment-layer"]')?.value === 'features.3');
     // Grad-CAM cannot use a linear layer: its option is disabled.
-    const disabled = await page.evaluate(
-      () => document.querySelector('[data-testid="experiment-layer"] option[value="classifier.1"]')?.disabled,
-    );
-    if (!disabled) throw new Error('classifier.1 should be disabled for Grad-CAM');
+    await page
+      .waitForFunction(
+        // The page sets each option's value as a property, not an attribute.
+        () =>
+          [...document.querySelectorAll('[data-testid="experiment-layer"] option')].find((o) => o.value === 'classifier.1')
+            ?.disabled === true,
+        null,
+        { timeout: h.uiTimeoutMs },
+      )
+      .catch(async () => {
+        const options = await page.evaluate(() =>
+          [...document.querySelectorAll('[data-testid="experiment-layer"] option')].map((o) => `${o.value}:${o.disabled}`),
+        );
+        throw new Error(`classifier.1 should be disabled for Grad-CAM; options ${options.join(' ')}`);
+      });
     await expectText('experiment-description', /Grad-CAM/);
   });
 

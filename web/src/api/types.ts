@@ -567,6 +567,8 @@ export interface ExperimentList {
   kept_results: number[];
 }
 
+export type ExperimentKindName = 'deep_dream' | 'gradcam' | 'neuron_gradient' | 'neuron_ig' | 'occlusion';
+
 export type ExperimentStage = 'queued' | 'running' | 'done' | 'stopped' | 'failed' | 'absent';
 
 export interface ExperimentResult {
@@ -639,7 +641,7 @@ export interface CommandArgs {
   get_stats_history: { layer: string; phase?: string };
   get_current_stats: { layer: string };
   get_metrics: { layers?: string[] };
-  run_experiment: { kind: string; layer: string; params?: { [key: string]: unknown }; timeout_seconds?: number };
+  run_experiment: { kind: ExperimentKindName; layer: string; params?: { [key: string]: unknown }; timeout_seconds?: number };
   get_experiment_result: { seq: number };
   cancel_experiment: { seq?: number };
   render_experiment: { seq: number; overlay?: boolean };

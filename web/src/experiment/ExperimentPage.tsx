@@ -15,7 +15,7 @@ import {
   runExperiment,
   setAutoRunExperiments,
 } from '../api/client';
-import type { ExperimentKind, ExperimentList, ExperimentParamSpec, ExperimentResult } from '../api/types';
+import type { ExperimentKind, ExperimentKindName, ExperimentList, ExperimentParamSpec, ExperimentResult } from '../api/types';
 import { store } from '../state/app';
 import { useSelector } from '../state/store';
 import { Banners } from '../topbar/Banners';
@@ -47,6 +47,11 @@ function paramsOf(kind: ExperimentKind, values: Values): { params: Record<string
     }
   }
   return { params, missing };
+}
+
+// Whether the result has something to draw yet (asking earlier is a 409).
+function hasPicture(r: ExperimentResult): boolean {
+  return (r.produced_images ?? 0) > 0 || r.attribution_shape !== undefined;
 }
 
 // Deep Dream's sample only matters when starting from the current batch.
@@ -129,7 +134,7 @@ export function ExperimentPage() {
         const r = await getExperimentResult(seq);
         if (token !== polling.current) return;
         setResult(r);
-        if (r.step !== shownStep && r.stage !== 'queued' && r.stage !== 'failed') {
+        if (r.step !== shownStep && hasPicture(r)) {
           shownStep = r.step;
           try {
             const img = await renderExperiment(seq, overlay);
@@ -156,7 +161,7 @@ export function ExperimentPage() {
     setError(null);
     setNotice(null);
     try {
-      const r = await runExperiment(kind.kind, layer, params);
+      const r = await runExperiment(kind.kind as ExperimentKindName, layer, params);
       setResult(r);
       setPicture(null);
       if (r.ignored_params && r.ignored_params.length > 0) setNotice(`Ignored: ${r.ignored_params.join(', ')}`);
@@ -176,7 +181,7 @@ export function ExperimentPage() {
 
   // The overlay switch is a pure re-render of the same result.
   useEffect(() => {
-    if (!result || result.stage === 'queued' || result.stage === 'failed') return;
+    if (!result || !hasPicture(result)) return;
     renderExperiment(result.seq, overlay)
       .then((img) => setPicture(pngUrl(img.png)))
       .catch(() => undefined);
