@@ -773,6 +773,8 @@ void run(const KindSpec& kind, const std::string& layer, const json& params, Con
                                 "TORCH_MODULE model whose forward takes one or two tensors; otherwise call "
                                 "session.set_forward(...)");
   }
+  // A pause inside a validation loop may sit under NoGradGuard or InferenceMode.
+  c10::InferenceMode no_inference(false);
   torch::AutoGradMode grad_on(true);
   Runner runner(kind, layer, params, context, result);
   runner.run();

@@ -93,6 +93,13 @@ TEST_F(ExperimentsApiTest, RestListsRunsRendersAndRefuses) {
   EXPECT_EQ(post("/api/experiments/cancel", json::object()).json()["cancelled"], 0);
   EXPECT_EQ(post("/api/experiments/auto_run", {{"enabled", true}}).json()["auto_run_experiments"], true);
   EXPECT_EQ(get("/api/experiments").json()["auto_run"], true);
+
+  // Paused in the val phase, whose loop runs under NoGradGuard: gradients still flow.
+  post("/api/step", {{"unit", "phase"}, {"timeout_seconds", 20}});
+  ASSERT_EQ(wait_paused()["live_position"]["phase"], "val");
+  json val = post("/api/experiments/run", {{"kind", "neuron_gradient"}, {"layer", "relu"}, {"params", {{"channel", -1}}}}).json();
+  EXPECT_EQ(val["stage"], "done") << val;
+  EXPECT_GT(std::abs(val["attribution_sums"][0].get<double>()) + std::abs(val["target_values"][0].get<double>()), 0);
 }
 
 TEST_F(ExperimentsApiTest, McpToolsRunAndPictureAnExperiment) {
