@@ -3,11 +3,18 @@
 #include <algorithm>
 #include <sstream>
 
+#include "observer/observer.h"
 #include "state/isolation.h"
 
 namespace nansense::experiments {
 
 namespace {
+
+// A numerical check that trips during backward pauses the loop right there,
+// with the batch's op observer still installed: a forward cannot be traced.
+const char* kInsideTracedBatch =
+    "the loop is paused inside a traced batch (a numerical check stopped it during backward, before the optimizer "
+    "step): experiments need a pause between batches; step once, then run the experiment";
 
 torch::Device device_of(torch::nn::Module& model) {
   for (const auto& p : model.parameters()) return p.device();
@@ -92,6 +99,7 @@ Engine::Submitted Engine::submit(const std::string& kind_name, const std::string
     }
   }
   const bool paused = host_.paused();
+  if (paused && observer::Observer::active()) throw Refused(Why::kConflict, kInsideTracedBatch);
   Submitted out;
   {
     std::lock_guard lock(mu_);
@@ -343,6 +351,7 @@ void Engine::run_one(const Request& request) {
   try {
     const KindSpec* kind = find_kind(request.kind);
     if (!kind) throw std::invalid_argument("unknown experiment kind \"" + request.kind + "\"");
+    if (observer::Observer::active()) throw std::runtime_error(kInsideTracedBatch);
     auto snap = host_.snapshot();
     if (!snap) throw std::runtime_error("no captured batch");
     const torch::Device device = device_of(model_);
