@@ -311,7 +311,14 @@ json from_query(const std::vector<Arg>& declared, const std::map<std::string, st
       case Arg::Type::kInteger: {
         int64_t v = 0;
         auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-        out[key] = ec == std::errc() && end == text.data() + text.size() && !text.empty() ? json(v) : json(text);
+        if (ec == std::errc() && end == text.data() + text.size() && !text.empty()) {
+          out[key] = v;
+          break;
+        }
+        // "1.0": a whole number written as a float, as JSON bodies may send it.
+        char* stop = nullptr;
+        const double d = std::strtod(text.c_str(), &stop);
+        out[key] = !text.empty() && stop == text.c_str() + text.size() ? json(d) : json(text);
         break;
       }
       case Arg::Type::kNumber: {
