@@ -5,11 +5,13 @@
 #include <torch/nn/pimpl.h>
 
 #include <chrono>
+#include <concepts>
 #include <exception>
 #include <functional>
 #include <iterator>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -284,6 +286,15 @@ class Session {
   // The UI's address once served ("http://127.0.0.1:8080/"), else empty.
   std::string url() const;
 
+  // How experiments (Grad-CAM, integrated gradients, Deep Dream... run on
+  // the paused model from the Experiment page or MCP) call the model: its
+  // forward on the model inputs of a batch, in input-layer order. start()
+  // sets it for a TORCH_MODULE model whose forward takes one tensor or two;
+  // set it for any other model. Without one, experiments are refused with a
+  // reason. The function runs on the training thread, between batches.
+  using ForwardFn = std::function<torch::Tensor(const std::vector<torch::Tensor>& inputs)>;
+  void set_forward(ForwardFn forward);
+
  private:
   friend Session start(std::shared_ptr<torch::nn::Module>, StartOptions);
   friend struct detail::SessionAccess;  // nansense's own code and tests (src/session/session_access.h)
@@ -295,9 +306,29 @@ class Session {
 Session start(std::shared_ptr<torch::nn::Module> model, StartOptions options = {});
 
 // A model made with TORCH_MODULE (`Net model;` where Net is a ModuleHolder).
+// Experiments get the model's forward when it takes one tensor or two.
 template <class Impl>
 Session start(const torch::nn::ModuleHolder<Impl>& model, StartOptions options = {}) {
-  return start(std::static_pointer_cast<torch::nn::Module>(model.ptr()), std::move(options));
+  Session session = start(std::static_pointer_cast<torch::nn::Module>(model.ptr()), std::move(options));
+  std::shared_ptr<Impl> impl = model.ptr();
+  if constexpr (requires(Impl& m, const torch::Tensor& x) {
+                  { m.forward(x) } -> std::convertible_to<torch::Tensor>;
+                }) {
+    session.set_forward([impl](const std::vector<torch::Tensor>& in) -> torch::Tensor {
+      if (in.size() != 1) throw std::invalid_argument("the model's forward takes 1 input, the batch has " +
+                                                      std::to_string(in.size()));
+      return impl->forward(in[0]);
+    });
+  } else if constexpr (requires(Impl& m, const torch::Tensor& x) {
+                         { m.forward(x, x) } -> std::convertible_to<torch::Tensor>;
+                       }) {
+    session.set_forward([impl](const std::vector<torch::Tensor>& in) -> torch::Tensor {
+      if (in.size() != 2) throw std::invalid_argument("the model's forward takes 2 inputs, the batch has " +
+                                                      std::to_string(in.size()));
+      return impl->forward(in[0], in[1]);
+    });
+  }
+  return session;
 }
 
 // A model held as a plain object (`struct Net : torch::nn::Module`, `Net model;`

@@ -46,6 +46,7 @@ HttpResponse respond(const Reply& reply) {
   if (!reply.strips.empty()) return png_response(reply.strips.front()->png, info_json(*reply.strips.front()));
   if (reply.input) return png_response(reply.input->png, info_json(*reply.input));
   if (reply.histogram) return png_response(reply.histogram->png, info_json(*reply.histogram));
+  if (reply.experiment) return png_response(reply.experiment->png, info_json(*reply.experiment));
   HttpResponse res;
   res.body = dump(reply.body);
   return res;

@@ -58,6 +58,7 @@ const char* type_text(Arg::Type type) {
     case Arg::Type::kNumber: return "a number";
     case Arg::Type::kBoolean: return "true or false";
     case Arg::Type::kStrings: return "a list of strings";
+    case Arg::Type::kObject: return "a JSON object";
   }
   return "a value";
 }
@@ -118,6 +119,9 @@ json checked(const Arg& a, const json& v) {
       }
       return v;
     }
+    case Arg::Type::kObject:
+      if (!v.is_object()) refuse(a, what + " must be " + type_text(a.type) + ", got " + shown(v));
+      return v;
   }
   return v;
 }
@@ -197,6 +201,9 @@ Arg boolean_arg(std::string name, std::string description) {
 Arg strings_arg(std::string name, std::string description) {
   return make(std::move(name), Arg::Type::kStrings, std::move(description));
 }
+Arg object_arg(std::string name, std::string description) {
+  return make(std::move(name), Arg::Type::kObject, std::move(description));
+}
 
 json input_schema(const std::vector<Arg>& args) {
   json properties = json::object();
@@ -209,6 +216,7 @@ json input_schema(const std::vector<Arg>& args) {
       case Arg::Type::kNumber: p["type"] = "number"; break;
       case Arg::Type::kBoolean: p["type"] = "boolean"; break;
       case Arg::Type::kStrings: p["type"] = "array"; break;
+      case Arg::Type::kObject: p["type"] = "object"; break;
     }
     if (a.minimum) p[a.exclusive_minimum ? "exclusiveMinimum" : "minimum"] = *a.minimum;
     if (a.maximum) p[a.exclusive_maximum ? "exclusiveMaximum" : "maximum"] = *a.maximum;
@@ -270,6 +278,8 @@ std::vector<std::string> Args::strings(const std::string& name) const {
   return has(name) ? value(name).get<std::vector<std::string>>() : std::vector<std::string>{};
 }
 
+json Args::object(const std::string& name) const { return has(name) ? value(name) : json::object(); }
+
 std::optional<std::string> Args::optional_string(const std::string& name) const {
   return has(name) ? std::optional(string(name)) : std::nullopt;
 }
@@ -290,8 +300,9 @@ json from_query(const std::vector<Arg>& declared, const std::map<std::string, st
                 const std::vector<std::string>& ignored) {
   json out = json::object();
   for (const auto& [key, text] : query) {
-    if (std::find(ignored.begin(), ignored.end(), key) != ignored.end()) continue;
     auto a = std::find_if(declared.begin(), declared.end(), [&](const Arg& d) { return d.name == key; });
+    // A transport's key that the command declares itself is the command's.
+    if (a == declared.end() && std::find(ignored.begin(), ignored.end(), key) != ignored.end()) continue;
     if (a == declared.end()) {
       out[key] = text;  // refused as unknown by the check
       continue;
@@ -300,7 +311,14 @@ json from_query(const std::vector<Arg>& declared, const std::map<std::string, st
       case Arg::Type::kInteger: {
         int64_t v = 0;
         auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-        out[key] = ec == std::errc() && end == text.data() + text.size() && !text.empty() ? json(v) : json(text);
+        if (ec == std::errc() && end == text.data() + text.size() && !text.empty()) {
+          out[key] = v;
+          break;
+        }
+        // "1.0": a whole number written as a float, as JSON bodies may send it.
+        char* stop = nullptr;
+        const double d = std::strtod(text.c_str(), &stop);
+        out[key] = !text.empty() && stop == text.c_str() + text.size() ? json(d) : json(text);
         break;
       }
       case Arg::Type::kNumber: {
@@ -327,6 +345,11 @@ json from_query(const std::vector<Arg>& declared, const std::map<std::string, st
         break;
       }
       case Arg::Type::kString: out[key] = text; break;
+      case Arg::Type::kObject: {
+        json parsed = json::parse(text, nullptr, /*allow_exceptions=*/false);
+        out[key] = parsed.is_discarded() ? json(text) : parsed;
+        break;
+      }
     }
   }
   return out;

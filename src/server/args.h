@@ -15,7 +15,7 @@
 namespace nansense::server {
 
 struct Arg {
-  enum class Type { kString, kInteger, kNumber, kBoolean, kStrings };
+  enum class Type { kString, kInteger, kNumber, kBoolean, kStrings, kObject };
 
   std::string name;
   Type type = Type::kString;
@@ -56,6 +56,9 @@ Arg integer_arg(std::string name, std::string description);
 Arg number_arg(std::string name, std::string description);
 Arg boolean_arg(std::string name, std::string description);
 Arg strings_arg(std::string name, std::string description);
+// A JSON object of named values, checked by the command itself (an
+// experiment's params, validated against the kind's own declarations).
+Arg object_arg(std::string name, std::string description);
 
 // {"type":"object","properties":…,"required":…,"additionalProperties":false}:
 // JSON Schema for MCP's inputSchema, every constraint included.
@@ -78,6 +81,8 @@ class Args {
   bool boolean(const std::string& name) const;
   // Empty when absent.
   std::vector<std::string> strings(const std::string& name) const;
+  // An empty object when absent.
+  json object(const std::string& name) const;
 
   std::optional<std::string> optional_string(const std::string& name) const;
   std::optional<int64_t> optional_integer(const std::string& name) const;
@@ -98,7 +103,7 @@ class Args {
 // numbers parsed, "true"/"false" (and "1"/"0", or no value) as booleans,
 // lists split at commas. A value that does not parse stays a string, so the
 // check refuses it with the usual message. `ignored` names keys a transport
-// uses itself (a token, a cache buster).
+// uses itself (a token, a cache buster), unless the command declares it.
 json from_query(const std::vector<Arg>& declared, const std::map<std::string, std::string>& query,
                 const std::vector<std::string>& ignored = {});
 

@@ -506,6 +506,78 @@ std::vector<Command> table() {
                  return r;
                }});
 
+  // --- experiments on the paused model (controller_experiments.cpp) ---
+  const Arg seq = integer_arg("seq", "The experiment's number, as run_experiment returned it.").at_least(1);
+  t.push_back({"list_experiments", "Experiment kinds, layers and parameters",
+               "The interpretability experiments that run on the paused model: per kind (deep_dream, gradcam, "
+               "neuron_gradient, neuron_ig, occlusion) its title, one-line summary, description, the layers it "
+               "accepts (and the others with the reason), its parameters (key, type, default as the session sets "
+               "it, minimum, maximum, options, description); the time limit per run in seconds and whether "
+               "auto-run is on.",
+               {}, Route{"GET", "/api/experiments"}, true, true, "ExperimentList",
+               [](Controller& c, const Args&) { return json_reply(c.list_experiments()); }});
+  t.push_back(
+      {"run_experiment", "Run an experiment on the paused model",
+       "Queue an experiment on a layer of the paused model and wait up to timeout_seconds for it: Deep Dream "
+       "(synthesise what each channel responds to), Grad-CAM (where the layer saw evidence for a class), Neuron "
+       "Gradient, Neuron Integrated Gradients and Occlusion (how the input drives a layer-channel's mean "
+       "activation). params are layered: the kind's defaults, then the session's, then these; unknown keys are "
+       "listed in ignored_params. The training loop must be paused unless auto-run is on (then it runs at the next "
+       "live update). Requests run one at a time in order; the model, its gradients, buffers, training flags and "
+       "RNG are left bit for bit as they were. Returns the result: seq (for get_experiment_result, "
+       "render_experiment, cancel_experiment), stage (queued, running, done, stopped, failed), step/total, "
+       "objective, per-sample target values and attribution sums, and notes.",
+       {string_arg("kind", "Which experiment.")
+            .one_of({"deep_dream", "gradcam", "neuron_gradient", "neuron_ig", "occlusion"})
+            .mandatory(),
+        kLayer.described("A layer from get_architecture (list_experiments says which each kind accepts), e.g. "
+                         "\"features.3\" or \"relu_1\".")
+            .mandatory(),
+        object_arg("params", "Parameters by key, e.g. {\"channel\": 3, \"batch\": 4}; see list_experiments."),
+        kTimeout.described("How long to wait for the experiment to finish, in seconds (0 returns at once with "
+                           "the queued result). The experiment goes on after a timeout.")
+            .or_else(120)},
+       Route{"POST", "/api/experiments/run"}, true, false, "ExperimentResult", [](Controller& c, const Args& a) {
+         return json_reply(c.run_experiment(a.string("kind"), a.string("layer"), a.object("params"), wait_of(a)));
+       }});
+  t.push_back({"get_experiment_result", "An experiment's progress or outcome",
+               "The experiment's state: stage (queued with queued_ahead, running, done, stopped with stop_reason, "
+               "failed with error), step/total, objective (Deep Dream's mean target activation, and its "
+               "history), per-sample target values, attribution sums and ranges. Only the 8 most recent "
+               "experiments are kept.",
+               {seq.mandatory()}, Route{"GET", "/api/experiments/result"}, true, true, "ExperimentResult",
+               [](Controller& c, const Args& a) {
+                 return json_reply(c.get_experiment_result(static_cast<uint64_t>(a.integer("seq"))));
+               }});
+  t.push_back({"cancel_experiment", "Cancel experiments",
+               "Stop one experiment (queued or running), or every one when seq is left out. A stopped run keeps "
+               "what it had produced. Returns how many were cancelled.",
+               {seq}, Route{"POST", "/api/experiments/cancel"}, true, false, "ExperimentCancel",
+               [](Controller& c, const Args& a) {
+                 auto s = a.optional_integer("seq");
+                 return json_reply(c.cancel_experiment(s ? std::optional<uint64_t>(static_cast<uint64_t>(*s))
+                                                         : std::nullopt));
+               }});
+  t.push_back({"render_experiment", "Picture an experiment's result",
+               "A PNG of an experiment's result (as far as it got): Deep Dream's dreamed image per channel (after "
+               "the starting sample when it started from one); for the attribution kinds one row per sample, the "
+               "attribution map beside the input, or over it with overlay=true. Maps are drawn at the input's "
+               "size.",
+               {seq.mandatory(), boolean_arg("overlay", "Draw attributions over the input.").or_else(false)},
+               Route{"GET", "/api/render/experiment"}, true, true, "ExperimentPictureInfo",
+               [](Controller& c, const Args& a) {
+                 Reply r;
+                 r.experiment = c.render_experiment(static_cast<uint64_t>(a.integer("seq")), a.boolean("overlay"));
+                 return r;
+               }});
+  t.push_back({"set_auto_run_experiments", "Run experiments while training runs",
+               "On: run_experiment is accepted while the loop runs, and the request runs at the next live update "
+               "(a captured batch), holding training for its duration. Off (the default): experiments need the "
+               "loop paused.",
+               {boolean_arg("enabled", "Auto-run on or off.").mandatory()}, Route{"POST", "/api/experiments/auto_run"},
+               true, false, "ExperimentAutoRun",
+               [](Controller& c, const Args& a) { return json_reply(c.set_auto_run_experiments(a.boolean("enabled"))); }});
+
   return t;
 }
 

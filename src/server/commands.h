@@ -35,6 +35,7 @@ struct Reply {
   std::vector<std::shared_ptr<const StripPicture>> strips;
   std::shared_ptr<const InputPicture> input;
   std::shared_ptr<const HistogramPicture> histogram;
+  std::shared_ptr<const ExperimentPicture> experiment;
   // render_layer: the strips that could not be drawn, and why.
   struct Missing {
     std::string layer;

@@ -134,6 +134,23 @@ class Controller {
   // The newest epoch's histograms of each layer as a chart (PNG).
   std::shared_ptr<const HistogramPicture> render_histogram(const HistogramOptions& options) const;
 
+  // --- experiments on the paused model (controller_experiments.cpp) ---
+  // Every kind with its summary, description, accepted layers (and the others
+  // with the reason), parameter specs with effective defaults and ranges, and
+  // the time limit.
+  json list_experiments() const;
+  // Queues an experiment (params layered: the kind's defaults, the session's,
+  // the caller's; unknown keys come back in ignored_params) and waits up to
+  // `wait` for it to finish. Refusals name the unknown kind or layer, the bad
+  // parameter, or say to pause first.
+  json run_experiment(const std::string& kind, const std::string& layer, const json& params, Wait wait);
+  // Progress or outcome; kNotFound once it left the 8 kept.
+  json get_experiment_result(uint64_t seq) const;
+  // One request, or every one (nullopt); {"cancelled": how many}.
+  json cancel_experiment(std::optional<uint64_t> seq);
+  json set_auto_run_experiments(bool enabled);
+  std::shared_ptr<const ExperimentPicture> render_experiment(uint64_t seq, bool overlay) const;
+
   // --- numerical debugging (controller_debug.cpp) ---
   // The checks' settings, the standing error (null when none: reasons,
   // position, per-layer fractions, band edges, root cause, capsule) and how

@@ -59,9 +59,25 @@ struct HistogramPicture {
   std::vector<std::string> series;
 };
 
+// An experiment's result drawn (render_experiment): dreamed images, or per
+// sample an attribution map beside or over its input.
+struct ExperimentPicture {
+  std::string png;
+  uint64_t seq = 0;
+  std::string kind;
+  std::string stage;
+  int64_t step = 0;
+  int64_t total = 0;
+  bool overlay = false;
+  int64_t width = 0;
+  int64_t height = 0;
+  std::string caption;  // what the tiles are, for an agent
+};
+
 // Everything but the PNG.
 json info_json(const StripPicture& picture);
 json info_json(const InputPicture& picture);
 json info_json(const HistogramPicture& picture);
+json info_json(const ExperimentPicture& picture);
 
 }  // namespace nansense::server

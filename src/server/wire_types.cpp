@@ -397,8 +397,67 @@ json build() {
   d["InputImage"] = extend(d["InputInfo"], sent);
   d["MissingStrip"] = object({{"layer", str()}, {"kind", strip_kind}, {"reason", str()}});
   d["LayerImages"] = object({{"images", array(ref("StripImage"))}, {"missing", array(ref("MissingStrip"))}});
+  // --- experiments (controller_experiments.cpp) ---
+  const json any_value = json::object();
+  d["ExperimentParamSpec"] = object({{"key", str()},
+                                     {"label", str()},
+                                     {"description", str()},
+                                     {"type", one_of({"integer", "number", "boolean", "choice"})},
+                                     {"default", any_value},
+                                     {"minimum?", number()},
+                                     {"maximum?", number()},
+                                     {"options?", array(str())}});
+  d["ExperimentKind"] = object({{"kind", str()},
+                                {"title", str()},
+                                {"summary", str()},
+                                {"description", str()},
+                                {"attribution", boolean()},
+                                {"layers", array(str())},
+                                {"unusable_layers", array(object({{"layer", str()}, {"reason", str()}}))},
+                                {"params", array(ref("ExperimentParamSpec"))}});
+  d["ExperimentList"] = object({{"kinds", array(ref("ExperimentKind"))},
+                                {"time_limit_seconds", number()},
+                                {"auto_run", boolean()},
+                                {"forward_known", boolean()},
+                                {"kept_results", array(integer())}});
+  d["ExperimentResult"] =
+      object({{"seq", integer()},
+              {"kind", str()},
+              {"layer", str()},
+              {"params", map(any_value)},
+              {"stage", one_of({"queued", "running", "done", "stopped", "failed", "absent"})},
+              {"done", boolean()},
+              {"step", integer()},
+              {"total", integer()},
+              {"objective", nullable(num())},
+              {"seconds", num()},
+              {"notes", array(str())},
+              {"queued_ahead?", integer()},
+              {"error?", str()},
+              {"stop_reason?", str()},
+              {"objectives?", array(num())},
+              {"channels?", array(integer())},
+              {"produced_images?", integer()},
+              {"targets?", array(integer())},
+              {"target_values?", array(num())},
+              {"attribution_sums?", array(num())},
+              {"attributions?", array(object({{"min", num()}, {"max", num()}, {"mean_abs", num()}}))},
+              {"attribution_shape?", array(integer())},
+              {"ignored_params?", array(str())}});
+  d["ExperimentCancel"] = object({{"cancelled", integer()}});
+  d["ExperimentAutoRun"] = object({{"auto_run_experiments", boolean()}});
+  d["ExperimentPictureInfo"] = object({{"seq", integer()},
+                                       {"kind", str()},
+                                       {"stage", str()},
+                                       {"step", integer()},
+                                       {"total", integer()},
+                                       {"overlay", boolean()},
+                                       {"width", integer()},
+                                       {"height", integer()}});
+
   d["HistogramImage"] = extend(d["HistogramInfo"], sent);
-  d["McpImages"] = any_of({ref("InputImage"), ref("LayerImages"), ref("HistogramImage")});
+  d["ExperimentImage"] = extend(d["ExperimentPictureInfo"], sent);
+  d["McpImages"] = any_of({ref("InputImage"), ref("LayerImages"), ref("HistogramImage"), ref("ExperimentImage")});
 
   // --- the push channel (/ws) ---
   d["StripView"] = strip_view;

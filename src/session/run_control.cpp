@@ -261,6 +261,11 @@ void RunControl::clear_interrupt() {
   interrupted_ = false;
 }
 
+bool RunControl::leave_requested() const {
+  std::lock_guard lock(mu_);
+  return resume_ || finished_ || lost_ || interrupted_;
+}
+
 RunState RunControl::state() const {
   std::lock_guard lock(mu_);
   if (lost_) return RunState::kLost;

@@ -60,6 +60,10 @@ class RunControl {
   void interrupt();
   void clear_interrupt();
 
+  // Whether the pause is ending (a resume command, a jump) or the run ended:
+  // long queued work (an experiment) checks it between steps and stops.
+  bool leave_requested() const;
+
   RunState state() const;
   Mode mode() const;
   std::optional<BatchPosition> paused_at() const;

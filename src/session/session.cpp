@@ -47,6 +47,21 @@ SessionCore::SessionCore(std::shared_ptr<torch::nn::Module> model, const StartOp
   stats_host.report_error = [this](const std::string& what) { report_part_error(what); };
   stats_host.changed = [this] { control_.notify_changed(); };
   stats_ = std::make_unique<StatsCollector>(*model_, schedule_, options, std::move(stats_host));
+  experiments::Engine::Host experiments_host;
+  experiments_host.snapshot = [this] { return snapshot_.load(); };
+  experiments_host.paused = [this] { return control_.state() == RunState::kPaused; };
+  experiments_host.ended = [this]() -> std::string {
+    switch (control_.state()) {
+      case RunState::kFinished: return "training has finished: experiments run on the paused training loop";
+      case RunState::kLost: return "the training loop was lost (" + control_.lost_reason() + ")";
+      default: return "";
+    }
+  };
+  experiments_host.leave_requested = [this] { return control_.leave_requested(); };
+  experiments_host.post = [this](std::function<void()> work) { control_.post(std::move(work)); };
+  experiments_host.changed = [this] { control_.notify_changed(); };
+  experiments_host.display = [this] { return display_; };
+  experiments_ = std::make_unique<experiments::Engine>(*model_, std::move(experiments_host));
   port_ = make_port(*this);
   restorer_ = make_restorer(options.scheduler());
   try {
@@ -62,7 +77,7 @@ std::unique_ptr<numerics::Monitor> SessionCore::make_monitor(const DebugSettings
   host.pause = [this] {
     // Any mode: a numerical error stops the run where it happened.
     control_.pause();
-    control_.pause_at(schedule_.with_flags(pos_));
+    pause_here(schedule_.with_flags(pos_));
     decision_.pause_after = false;  // this batch has had its pause
   };
   host.can_pause = [this] { return attachment_ != nullptr; };
@@ -199,6 +214,10 @@ bool SessionCore::finish_batch(bool can_repeat) {
   }
   publish_capture();
   observer_.reset();
+  // Auto-run: queued experiments run at each live update.
+  if (decision_.capture && !decision_.pause_after && experiments_->auto_run() && experiments_->pending()) {
+    experiments_->drain();
+  }
   // After the loop's optimizer step: the parameter sample's update ratio.
   stats_->end_batch(architecture_.load().get());
   if (decision_.capture) stats_->publish();
@@ -213,12 +232,23 @@ bool SessionCore::finish_batch(bool can_repeat) {
                 << " with no UI served: nansense::serve(session) or StartOptions().port(...) serves one, "
                    "and session.detach() trains without pausing\n";
     }
-    control_.pause_at(schedule_.with_flags(pos_));
+    pause_here(schedule_.with_flags(pos_));
   }
   decision_ = {};
   // Not from abandon_batch(): a destructor must not throw.
   if (can_repeat && restorer_->jump_armed()) throw_if_jump_due();
   return false;
+}
+
+void SessionCore::pause_here(const BatchPosition& pos) {
+  if (experiments_->pending()) {
+    try {
+      control_.post([this] { experiments_->drain(); });
+    } catch (const std::exception&) {
+      // The run ended: close() stops what was queued.
+    }
+  }
+  control_.pause_at(pos);
 }
 
 void SessionCore::end_phase(const std::string& phase, int64_t count) {
@@ -251,6 +281,7 @@ void SessionCore::close() {
   if (!closed_) stats_->finish();
   closed_ = true;
   control_.close();
+  experiments_->close();
   std::lock_guard lock(publish_mu_);
   published_.notify_all();
 }
@@ -367,6 +398,9 @@ RunState Session::wait_until_stopped(std::chrono::milliseconds timeout) const {
   return core_ ? core_->control().wait_until_stopped(timeout) : RunState::kRunning;
 }
 std::string Session::url() const { return core_ ? core_->url() : std::string(); }
+void Session::set_forward(ForwardFn forward) {
+  if (core_) core_->experiments().set_forward(std::move(forward));
+}
 
 std::optional<DebugError> Session::debug_error() const { return core_ ? core_->debug().error() : std::nullopt; }
 DebugSettings Session::debug_settings() const { return core_ ? core_->debug().settings() : DebugSettings(); }

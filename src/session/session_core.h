@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "capture/tracer.h"
+#include "experiments/engine.h"
 #include "common/atomic_shared_ptr.h"
 #include "observer/observer.h"
 #include "nansense/options.h"
@@ -70,6 +71,9 @@ class SessionCore {
   StatsCollector& stats() { return *stats_; }
   const StatsCollector& stats() const { return *stats_; }
 
+  // Experiments on the paused model (experiments/engine.h).
+  experiments::Engine& experiments() { return *experiments_; }
+
   // The transport's view of this session (see session_port.h).
   SessionPort& port() { return *port_; }
   void set_display_options(const ServeOptions& options) { display_ = options; }
@@ -108,6 +112,8 @@ class SessionCore {
   void publish_snapshot(capture::TraceResult& trace);
   std::unique_ptr<numerics::Monitor> make_monitor(const DebugSettings& settings);
   std::unique_ptr<time_travel::TrainingRestorer> make_restorer(torch::optim::LRScheduler* scheduler);
+  // Pauses the loop at `pos`; queued experiments run first in the pause.
+  void pause_here(const BatchPosition& pos);
   // At a batch boundary: unwinds with the requested jump, if any.
   void throw_if_jump_due();
   // After the unwinding: restores `epoch`, rewinds the schedule, pauses next.
@@ -147,6 +153,8 @@ class SessionCore {
 
   // Training thread apart from its settings and published view.
   std::unique_ptr<StatsCollector> stats_;
+
+  std::unique_ptr<experiments::Engine> experiments_;
 
   std::unique_ptr<SessionPort> port_;
   // The web server; destroyed first (~SessionCore), while port_ still stands.

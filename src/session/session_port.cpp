@@ -43,6 +43,8 @@ class CorePort final : public SessionPort {
   }
   void notify_changed() override { core_.control().notify_changed(); }
 
+  experiments::Engine& experiments() override { return core_.experiments(); }
+
   DebugSettings debug_settings() const override { return core_.debug().settings(); }
   void set_debug_settings(const DebugSettings& settings) override { core_.debug().set_settings(settings); }
   std::optional<DebugError> debug_error() const override { return core_.debug().error(); }

@@ -24,6 +24,10 @@
 #include "nansense/stats.h"
 #include "nansense/time_travel.h"
 
+namespace nansense::experiments {
+class Engine;
+}
+
 namespace nansense::detail {
 
 // A transport attached to a session: kept alive as long as the session, and
@@ -111,6 +115,9 @@ class SessionPort {
   virtual std::map<int64_t, uint64_t> checkpoint_sizes() const = 0;
   // Throws TimeTravelError when refused.
   virtual void request_time_travel(int64_t epoch) = 0;
+
+  // --- experiments on the paused model (src/experiments/engine.h) ---
+  virtual experiments::Engine& experiments() = 0;
 
   // --- the attached transport ---
   // How the pictures show inputs (input_mean/std, transforms): the options

@@ -232,7 +232,7 @@ TEST_F(ArgumentsTest, TheWaitLimitIsOneDeclaration) {
     EXPECT_EQ(properties["timeout_seconds"]["minimum"], 0) << command["name"];
     EXPECT_EQ(properties["timeout_seconds"]["maximum"], 300) << command["name"];
   }
-  EXPECT_EQ(waiting, 6);  // step, run, run_until, pause, refresh, time_travel
+  EXPECT_EQ(waiting, 7);  // step, run, run_until, pause, refresh, time_travel, run_experiment
 }
 
 }  // namespace

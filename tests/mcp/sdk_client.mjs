@@ -150,6 +150,39 @@ try {
   check(badType.isError && badType.content[0].text.includes('"unit" must be a string'),
         'step: a wrong argument type is a tool error', badType.content);
 
+  // Experiments on the paused demo CNN: Grad-CAM on the second convolution,
+  // integrated gradients on a parameterless ReLU, a picture of the result.
+  const kinds = json(await client.callTool({ name: 'list_experiments', arguments: {} }));
+  const gradcamKind = kinds.kinds.find((k) => k.kind === 'gradcam');
+  check(kinds.kinds.length === 5 && gradcamKind.layers.includes('features.3') &&
+        !gradcamKind.layers.includes('classifier.1'),
+        'list_experiments: five kinds, Grad-CAM takes conv layers but not the linear ones', gradcamKind);
+  const cam = json(await client.callTool({
+    name: 'run_experiment',
+    arguments: { kind: 'gradcam', layer: 'features.3', params: { batch: 2 }, timeout_seconds: 60 },
+  }));
+  check(cam.stage === 'done' && cam.targets.length === 2 && cam.attribution_shape.join('x') === '2x14x14',
+        'run_experiment: Grad-CAM on features.3 gives a 14x14 map per sample', cam);
+  const ig = json(await client.callTool({
+    name: 'run_experiment',
+    arguments: { kind: 'neuron_ig', layer: 'features.4', params: { channel: 1, batch: 2, ig_steps: 64 },
+                 timeout_seconds: 60 },
+  }));
+  const complete = ig.attribution_sums.every(
+    (s, i) => Math.abs(s - ig.target_values[i]) <= 0.01 * Math.abs(ig.target_values[i]) + 1e-5);
+  check(ig.stage === 'done' && complete, 'run_experiment: integrated gradients add up to F(x) - F(0)', ig);
+  const drawn = await client.callTool({ name: 'render_experiment', arguments: { seq: cam.seq, overlay: true } });
+  const drawnImage = drawn.content.find((c) => c.type === 'image');
+  const drawnSize = drawnImage && decodePng(Buffer.from(drawnImage.data, 'base64'));
+  check(!drawn.isError && drawnSize.width > 0 && drawn.structuredContent.overlay === true,
+        `render_experiment: the Grad-CAM overlay as a ${drawnSize?.width}x${drawnSize?.height} PNG`,
+        drawn.structuredContent);
+  const badParam = await client.callTool({
+    name: 'run_experiment', arguments: { kind: 'occlusion', layer: 'features.0', params: { window: 0 } },
+  });
+  check(badParam.isError && badParam.content[0].text.includes('"window" must be at least 1'),
+        'run_experiment: a parameter out of range is a tool error naming it', badParam.content);
+
   await transport.terminateSession();
   await client.close();
   check(true, 'session ended');

@@ -2,13 +2,14 @@
 // page's token on a non-loopback bind.
 import { pageToken } from './api/client';
 
-export type Page = 'main' | 'stats';
+export type Page = 'main' | 'stats' | 'experiment';
 
 export function pageHref(page: Page, params: Record<string, string> = {}): string {
   const q = new URLSearchParams(params);
   if (pageToken) q.set('token', pageToken);
   const query = q.toString();
-  return `./${page === 'stats' ? 'stats' : ''}${query ? `?${query}` : ''}`;
+  return `./${page === 'main' ? '' : page}${query ? `?${query}` : ''}`;
 }
 
-export const currentPage = (): Page => (/\/stats\/?$/.test(location.pathname) ? 'stats' : 'main');
+export const currentPage = (): Page =>
+  /\/stats\/?$/.test(location.pathname) ? 'stats' : /\/experiment\/?$/.test(location.pathname) ? 'experiment' : 'main';

@@ -1,5 +1,6 @@
 import { render } from 'preact';
 import { App } from './App';
+import { ExperimentPage } from './experiment/ExperimentPage';
 import { currentPage } from './links';
 import { StatsPage } from './stats/StatsPage';
 import './state/rendered';
@@ -8,6 +9,10 @@ import { startSync } from './state/sync';
 import './styles/index.css';
 
 // One index.html serves every page; the path says which.
-render(currentPage() === 'stats' ? <StatsPage /> : <App />, document.getElementById('app')!);
+const page = currentPage();
+render(
+  page === 'stats' ? <StatsPage /> : page === 'experiment' ? <ExperimentPage /> : <App />,
+  document.getElementById('app')!,
+);
 startSync();
 startDebugWatch();

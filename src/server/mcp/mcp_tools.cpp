@@ -150,6 +150,12 @@ ToolResult tool_result(Reply reply) {
     }
     return r;
   }
+  if (reply.experiment) {
+    json info = info_json(*reply.experiment);
+    info.update(append_image(r, reply.experiment->png, reply.experiment->caption));
+    r.structured = std::move(info);
+    return r;
+  }
   if (reply.histogram) {
     json info = info_json(*reply.histogram);
     info.update(append_image(r, reply.histogram->png, describe(*reply.histogram)));

@@ -3,7 +3,7 @@
 // routes.ts and types.ts, which tests/wire/check_types.sh holds to the
 // server's command table.
 import { routes } from './routes';
-import type { CommandArgs, InputInfo, Replies, StepUnit, StripInfo, StripView } from './types';
+import type { CommandArgs, ExperimentKindName, ExperimentPictureInfo, InputInfo, Replies, StepUnit, StripInfo, StripView } from './types';
 
 // On a non-loopback bind the server prints a URL with ?token=; the page keeps
 // presenting it (the cookie it sets may be blocked or cleared).
@@ -177,3 +177,16 @@ export const renderInput = (input: number, sample: number, sequence: number, sig
     } satisfies Record<keyof CommandArgs['render_input'], string>,
     signal,
   );
+
+// --- experiments (/experiment) ---
+export const listExperiments = (signal?: AbortSignal) => get('list_experiments', signal);
+// timeout_seconds 0: returns at once with the queued result; the page polls.
+export const runExperiment = (kind: ExperimentKindName, layer: string, params: Record<string, unknown>) =>
+  post('run_experiment', { kind, layer, params, timeout_seconds: 0 });
+export const getExperimentResult = (seq: number, signal?: AbortSignal) =>
+  get('get_experiment_result', signal, { seq: String(seq) });
+export const cancelExperiment = (seq?: number) => post('cancel_experiment', seq === undefined ? {} : { seq });
+export const setAutoRunExperiments = (enabled: boolean) => post('set_auto_run_experiments', { enabled });
+// The result drawn (dreamed images, or attribution maps beside or over the inputs).
+export const renderExperiment = (seq: number, overlay: boolean, signal?: AbortSignal) =>
+  getImage<ExperimentPictureInfo>(routes.render_experiment.path, { seq: String(seq), overlay: String(overlay) }, signal);

@@ -28,6 +28,12 @@ export const routes = {
   get_stats_history: { method: 'GET', path: '/api/stats/history' },
   get_current_stats: { method: 'GET', path: '/api/stats/current' },
   get_metrics: { method: 'GET', path: '/api/metrics' },
+  list_experiments: { method: 'GET', path: '/api/experiments' },
+  run_experiment: { method: 'POST', path: '/api/experiments/run' },
+  get_experiment_result: { method: 'GET', path: '/api/experiments/result' },
+  cancel_experiment: { method: 'POST', path: '/api/experiments/cancel' },
+  render_experiment: { method: 'GET', path: '/api/render/experiment' },
+  set_auto_run_experiments: { method: 'POST', path: '/api/experiments/auto_run' },
 } as const;
 
 export type Routes = typeof routes;

@@ -536,6 +536,86 @@ export type StepUnit = 'batch' | 'phase' | 'epoch';
 // What the page sends to each command it uses. Commands take
 // timeout_seconds 0: the page follows the run over the push channel and never
 // holds a request open.
+// --- experiments on the paused model (/experiment) ---
+export interface ExperimentParamSpec {
+  key: string;
+  label: string;
+  description: string;
+  type: 'integer' | 'number' | 'boolean' | 'choice';
+  default: unknown;
+  minimum?: number;
+  maximum?: number;
+  options?: string[];
+}
+
+export interface ExperimentKind {
+  kind: string;
+  title: string;
+  summary: string;
+  description: string;
+  attribution: boolean;
+  layers: string[];
+  unusable_layers: { layer: string; reason: string }[];
+  params: ExperimentParamSpec[];
+}
+
+export interface ExperimentList {
+  kinds: ExperimentKind[];
+  time_limit_seconds: number;
+  auto_run: boolean;
+  forward_known: boolean;
+  kept_results: number[];
+}
+
+export type ExperimentKindName = 'deep_dream' | 'gradcam' | 'neuron_gradient' | 'neuron_ig' | 'occlusion';
+
+export type ExperimentStage = 'queued' | 'running' | 'done' | 'stopped' | 'failed' | 'absent';
+
+export interface ExperimentResult {
+  seq: number;
+  kind: string;
+  layer: string;
+  params: { [key: string]: unknown };
+  stage: ExperimentStage;
+  done: boolean;
+  step: number;
+  total: number;
+  objective: Num | null;
+  seconds: Num;
+  notes: string[];
+  queued_ahead?: number;
+  error?: string;
+  stop_reason?: string;
+  objectives?: Num[];
+  channels?: number[];
+  produced_images?: number;
+  targets?: number[];
+  target_values?: Num[];
+  attribution_sums?: Num[];
+  attributions?: { min: Num; max: Num; mean_abs: Num }[];
+  attribution_shape?: number[];
+  ignored_params?: string[];
+}
+
+export interface ExperimentCancel {
+  cancelled: number;
+}
+
+export interface ExperimentAutoRun {
+  auto_run_experiments: boolean;
+}
+
+export interface ExperimentPictureInfo {
+  seq: number;
+  kind: string;
+  stage: string;
+  step: number;
+  total: number;
+  overlay: boolean;
+  width: number;
+  height: number;
+}
+
 export interface CommandArgs {
   step: { unit: StepUnit; timeout_seconds: number };
   run: { detach?: boolean; timeout_seconds: number };
@@ -561,6 +641,11 @@ export interface CommandArgs {
   get_stats_history: { layer: string; phase?: string };
   get_current_stats: { layer: string };
   get_metrics: { layers?: string[] };
+  run_experiment: { kind: ExperimentKindName; layer: string; params?: { [key: string]: unknown }; timeout_seconds?: number };
+  get_experiment_result: { seq: number };
+  cancel_experiment: { seq?: number };
+  render_experiment: { seq: number; overlay?: boolean };
+  set_auto_run_experiments: { enabled: boolean };
 }
 
 // What the page reads from each command it uses (a picture's: the info
@@ -593,4 +678,10 @@ export interface Replies {
   get_stats_history: StatsHistory;
   get_current_stats: CurrentStats;
   get_metrics: Metrics;
+  list_experiments: ExperimentList;
+  run_experiment: ExperimentResult;
+  get_experiment_result: ExperimentResult;
+  cancel_experiment: ExperimentCancel;
+  render_experiment: ExperimentPictureInfo;
+  set_auto_run_experiments: ExperimentAutoRun;
 }

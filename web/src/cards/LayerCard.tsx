@@ -113,6 +113,20 @@ export const LayerCard = memo(function LayerCard({ layer }: { layer: Layer }) {
             <path fill="currentColor" d="M4 20h16v-2H4v2zm1-4h3V9H5v7zm5 0h3V4h-3v12zm5 0h3v-5h-3v5z" />
           </svg>
         </a>
+        {layer.role !== 'input' && (
+          <a
+            class="icon-button card-experiment-link"
+            data-testid={`experiment-link-${name}`}
+            href={pageHref('experiment', { layer: name })}
+            title={`Experiment on ${name}: Deep Dream, Grad-CAM, attributions`}
+            aria-label={`Experiment on ${name}`}
+            onClick={(e) => e.stopPropagation()}
+          >
+            <svg viewBox="0 0 24 24" width="15" height="15" aria-hidden="true">
+              <path fill="currentColor" d="M9 2v2h1v5.2L4.3 19A2 2 0 0 0 6 22h12a2 2 0 0 0 1.7-3L14 9.2V4h1V2H9zm3 2v5.8l2.3 4.2H9.7L12 9.8V4z" />
+            </svg>
+          </a>
+        )}
         <WatchEye layer={name} watched={watched} />
         <button
           class="icon-button card-hide"

@@ -1,0 +1,384 @@
+#include "experiments/engine.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "observer/observer.h"
+#include "state/isolation.h"
+
+namespace nansense::experiments {
+
+namespace {
+
+// A numerical check that trips during backward pauses the loop right there,
+// with the batch's op observer still installed: a forward cannot be traced.
+const char* kInsideTracedBatch =
+    "the loop is paused inside a traced batch (a numerical check stopped it during backward, before the optimizer "
+    "step): experiments need a pause between batches; step once, then run the experiment";
+
+torch::Device device_of(torch::nn::Module& model) {
+  for (const auto& p : model.parameters()) return p.device();
+  for (const auto& b : model.buffers()) return b.device();
+  return torch::kCPU;
+}
+
+std::string seconds_text(double s) {
+  std::ostringstream out;
+  out << s;
+  return out.str();
+}
+
+}  // namespace
+
+Engine::Engine(torch::nn::Module& model, Host host) : model_(model), host_(std::move(host)) {}
+
+void Engine::set_forward(ForwardFn forward) {
+  std::lock_guard lock(mu_);
+  forward_ = std::move(forward);
+}
+
+bool Engine::has_forward() const {
+  std::lock_guard lock(mu_);
+  return static_cast<bool>(forward_);
+}
+
+Engine::Submitted Engine::submit(const std::string& kind_name, const std::string& layer, const json& params) {
+  using Why = Refused::Why;
+  if (auto ended = host_.ended(); !ended.empty()) throw Refused(Why::kConflict, ended);
+  const KindSpec* kind = find_kind(kind_name);
+  if (!kind) {
+    throw Refused(Why::kInvalid, "unknown experiment kind \"" + kind_name + "\"; kinds: " + kind_names());
+  }
+  auto snap = host_.snapshot();
+  if (!snap || !snap->architecture) {
+    throw Refused(Why::kConflict, "no batch has been captured yet: step the loop once, then run the experiment");
+  }
+  const LayerInfo* info = snap->architecture->find(layer);
+  if (!info) {
+    std::string usable;
+    for (const auto& l : snap->architecture->layers) {
+      if (!why_unusable(*kind, l)) usable += (usable.empty() ? "" : ", ") + l.name;
+    }
+    throw Refused(Why::kNotFound, "unknown layer \"" + layer + "\"; layers " + kind->title +
+                                      " can use: " + (usable.empty() ? "(none)" : usable));
+  }
+  if (auto why = why_unusable(*kind, *info)) throw Refused(Why::kInvalid, *why);
+  if (kind_name == "occlusion") {
+    // Windows slide over images: judged from the traced input's shape.
+    const auto& inputs = snap->architecture->inputs;
+    const LayerInfo* input = inputs.empty() ? nullptr : snap->architecture->find(inputs.front());
+    if (input && input->output_shape.size() != 4) {
+      std::string shape;
+      for (auto d : input->output_shape) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+      throw Refused(Why::kInvalid, kind->title + " needs image inputs [N,C,H,W]; the model input is [" + shape + "]");
+    }
+  }
+  json session_defaults;
+  {
+    std::lock_guard lock(mu_);
+    if (!forward_) {
+      throw Refused(Why::kConflict,
+                    "the session does not know how to call the model's forward: start() finds it for a "
+                    "TORCH_MODULE model whose forward takes one or two tensors; otherwise call session.set_forward()");
+    }
+    if (defaults_.contains(kind_name)) session_defaults = defaults_[kind_name];
+  }
+  Resolved resolved;
+  try {
+    resolved = resolve_params(*kind, {session_defaults, params});
+  } catch (const std::invalid_argument& e) {
+    throw Refused(Why::kInvalid, e.what());
+  }
+  if (resolved.params.contains("channel") && info->output_shape.size() >= 2) {
+    const int64_t channel = resolved.params["channel"].get<int64_t>();
+    const int64_t channels = info->output_shape[1];
+    if (channel >= channels) {
+      throw Refused(Why::kInvalid, kind_name + " parameter \"channel\" is out of range: layer \"" + layer + "\" has " +
+                                       std::to_string(channels) + " channels (0.." + std::to_string(channels - 1) +
+                                       "; -1 = the whole layer), got " + std::to_string(channel));
+    }
+  }
+  const bool paused = host_.paused();
+  if (paused && observer::Observer::active()) throw Refused(Why::kConflict, kInsideTracedBatch);
+  Submitted out;
+  {
+    std::lock_guard lock(mu_);
+    if (closed_) throw Refused(Why::kConflict, "the session has closed: experiments run on a live training loop");
+    if (!paused && !auto_run_) {
+      throw Refused(Why::kConflict,
+                    "training is running: pause it (pause or step) before running an experiment, or turn on "
+                    "auto-run (set_auto_run_experiments) to run it at the next live update");
+    }
+    Request request{next_seq_++, kind_name, layer, resolved.params};
+    out.seq = request.seq;
+    out.params = resolved.params;
+    out.ignored = resolved.ignored;
+    out.queued_ahead = static_cast<int64_t>(queue_.size()) + (running_ ? 1 : 0);
+    queue_.push_back(request);
+    auto r = std::make_shared<Result>();
+    r->seq = request.seq;
+    r->kind = kind_name;
+    r->layer = layer;
+    r->params = resolved.params;
+    results_[r->seq] = std::move(r);
+  }
+  cv_.notify_all();
+  if (host_.changed) host_.changed();
+  if (paused) {
+    try {
+      host_.post([this] { drain(); });
+    } catch (const std::exception&) {
+      // The loop ended meanwhile: close() reports the queued request.
+    }
+  }
+  return out;
+}
+
+int Engine::cancel(std::optional<uint64_t> seq) {
+  int stopped = 0;
+  std::vector<Result> dropped;
+  {
+    std::lock_guard lock(mu_);
+    for (auto it = queue_.begin(); it != queue_.end();) {
+      if (seq && it->seq != *seq) {
+        ++it;
+        continue;
+      }
+      Result r;
+      r.seq = it->seq;
+      r.kind = it->kind;
+      r.layer = it->layer;
+      r.params = it->params;
+      r.stage = Result::Stage::kStopped;
+      r.stop_reason = "cancelled before it ran";
+      dropped.push_back(std::move(r));
+      it = queue_.erase(it);
+      ++stopped;
+    }
+    if (running_ && (!seq || *seq == *running_)) {
+      cancelled_[*running_] = true;
+      ++stopped;
+    }
+  }
+  for (const auto& r : dropped) publish(r);
+  return stopped;
+}
+
+std::shared_ptr<const Result> Engine::result(uint64_t seq) const {
+  std::lock_guard lock(mu_);
+  auto it = results_.find(seq);
+  return it == results_.end() ? nullptr : it->second;
+}
+
+std::optional<int64_t> Engine::queued_ahead(uint64_t seq) const {
+  std::lock_guard lock(mu_);
+  if (running_ == seq) return 0;
+  int64_t ahead = running_ ? 1 : 0;
+  for (const auto& r : queue_) {
+    if (r.seq == seq) return ahead;
+    ++ahead;
+  }
+  return std::nullopt;
+}
+
+std::shared_ptr<const Result> Engine::wait(uint64_t seq, std::chrono::milliseconds timeout) const {
+  std::unique_lock lock(mu_);
+  cv_.wait_for(lock, timeout, [&] {
+    auto it = results_.find(seq);
+    return it == results_.end() || it->second->finished();
+  });
+  auto it = results_.find(seq);
+  return it == results_.end() ? nullptr : it->second;
+}
+
+std::vector<uint64_t> Engine::kept() const {
+  std::lock_guard lock(mu_);
+  std::vector<uint64_t> out;
+  for (const auto& [seq, r] : results_) out.push_back(seq);
+  return out;
+}
+
+bool Engine::auto_run() const {
+  std::lock_guard lock(mu_);
+  return auto_run_;
+}
+
+void Engine::set_auto_run(bool on) {
+  {
+    std::lock_guard lock(mu_);
+    auto_run_ = on;
+  }
+  if (host_.changed) host_.changed();
+}
+
+json Engine::defaults() const {
+  std::lock_guard lock(mu_);
+  return defaults_;
+}
+
+void Engine::set_defaults(const std::string& kind_name, const json& params) {
+  const KindSpec* kind = find_kind(kind_name);
+  if (!kind) {
+    throw Refused(Refused::Why::kInvalid, "unknown experiment kind \"" + kind_name + "\"; kinds: " + kind_names());
+  }
+  Resolved resolved;
+  try {
+    resolved = resolve_params(*kind, {params});
+  } catch (const std::invalid_argument& e) {
+    throw Refused(Refused::Why::kInvalid, e.what());
+  }
+  if (!resolved.ignored.empty()) {
+    std::string keys;
+    for (const auto& k : resolved.ignored) keys += (keys.empty() ? "" : ", ") + k;
+    throw Refused(Refused::Why::kInvalid, kind_name + " has no parameter(s) " + keys);
+  }
+  std::lock_guard lock(mu_);
+  defaults_[kind_name] = params.is_null() ? json::object() : params;
+}
+
+double Engine::time_limit_seconds() const {
+  std::lock_guard lock(mu_);
+  return time_limit_;
+}
+
+void Engine::set_time_limit_seconds(double seconds) {
+  std::lock_guard lock(mu_);
+  time_limit_ = seconds;
+}
+
+bool Engine::pending() const {
+  std::lock_guard lock(mu_);
+  return !queue_.empty();
+}
+
+void Engine::drain() {
+  while (true) {
+    if (host_.leave_requested && host_.leave_requested()) return;
+    Request request;
+    {
+      std::lock_guard lock(mu_);
+      if (queue_.empty() || closed_) return;
+      request = std::move(queue_.front());
+      queue_.pop_front();
+      running_ = request.seq;
+    }
+    run_one(request);
+    {
+      std::lock_guard lock(mu_);
+      running_.reset();
+      cancelled_.erase(request.seq);
+      keep_recent();
+    }
+    cv_.notify_all();
+  }
+}
+
+void Engine::close() {
+  std::vector<Result> dropped;
+  {
+    std::lock_guard lock(mu_);
+    closed_ = true;
+    for (const auto& q : queue_) {
+      Result r;
+      r.seq = q.seq;
+      r.kind = q.kind;
+      r.layer = q.layer;
+      r.params = q.params;
+      r.stage = Result::Stage::kStopped;
+      r.stop_reason = "the session closed before it ran";
+      dropped.push_back(std::move(r));
+    }
+    queue_.clear();
+  }
+  for (const auto& r : dropped) publish(r);
+}
+
+void Engine::publish(const Result& r) {
+  {
+    std::lock_guard lock(mu_);
+    results_[r.seq] = std::make_shared<const Result>(r);
+    keep_recent();
+  }
+  cv_.notify_all();
+  if (host_.changed) host_.changed();
+}
+
+void Engine::keep_recent() {
+  // Finished results beyond the 8 newest go; queued and running ones stay.
+  size_t finished = 0;
+  for (auto it = results_.rbegin(); it != results_.rend();) {
+    if (it->second->finished() && ++finished > kKeptResults) {
+      it = std::make_reverse_iterator(results_.erase(std::next(it).base()));
+    } else {
+      ++it;
+    }
+  }
+}
+
+void Engine::run_one(const Request& request) {
+  const auto began = std::chrono::steady_clock::now();
+  Result r;
+  r.seq = request.seq;
+  r.kind = request.kind;
+  r.layer = request.layer;
+  r.params = request.params;
+  r.stage = Result::Stage::kRunning;
+  publish(r);
+  double limit = 0;
+  Context ctx;
+  {
+    std::lock_guard lock(mu_);
+    ctx.forward = forward_;
+    limit = time_limit_;
+  }
+  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count(); };
+  ctx.model = &model_;
+  ctx.seed = request.seq;
+  ctx.should_stop = [&]() -> std::optional<std::string> {
+    {
+      std::lock_guard lock(mu_);
+      if (cancelled_.count(request.seq)) return "cancelled";
+    }
+    if (elapsed() > limit) return "time limit (" + seconds_text(limit) + " s) reached";
+    if (host_.leave_requested && host_.leave_requested()) return "training resumed, jumped or ended";
+    return std::nullopt;
+  };
+  ctx.progress = [&](const Result& progress) {
+    Result copy = progress;
+    copy.seconds = elapsed();
+    publish(copy);
+  };
+  try {
+    const KindSpec* kind = find_kind(request.kind);
+    if (!kind) throw std::invalid_argument("unknown experiment kind \"" + request.kind + "\"");
+    if (observer::Observer::active()) throw std::runtime_error(kInsideTracedBatch);
+    auto snap = host_.snapshot();
+    if (!snap) throw std::runtime_error("no captured batch");
+    const torch::Device device = device_of(model_);
+    for (const auto& t : snap->inputs) ctx.inputs.push_back(t.to(device));
+    if (snap->trimmed()) {
+      r.notes.push_back("the snapshot kept " + std::to_string(snap->samples_kept) + " of the batch's " +
+                        std::to_string(snap->batch_size) + " samples");
+    }
+    if (host_.display) {
+      const ServeOptions display = host_.display();
+      const std::string input = snap->architecture && !snap->architecture->inputs.empty()
+                                    ? snap->architecture->inputs.front()
+                                    : std::string("input");
+      ctx.mean = display.input_mean().for_input(input);
+      ctx.std = display.input_std().for_input(input);
+    }
+    state::ModelIsolation isolation(model_);
+    run(*kind, request.layer, request.params, ctx, r);
+  } catch (const std::exception& e) {
+    r.stage = Result::Stage::kFailed;
+    r.error = e.what();
+  } catch (...) {
+    r.stage = Result::Stage::kFailed;
+    r.error = "the experiment failed";
+  }
+  r.seconds = elapsed();
+  publish(r);
+}
+
+}  // namespace nansense::experiments

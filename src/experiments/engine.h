@@ -1,0 +1,133 @@
+// The per-session queue of experiments: requests from any thread, run in
+// order on the training thread inside the pause loop (or at the next live
+// update when auto-run is on), each isolated (state/isolation.h) so training
+// and time travel cannot tell it ran. Results are published as immutable
+// copies; the 8 most recent are kept.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "experiments/experiments.h"
+#include "nansense/architecture.h"
+#include "nansense/options.h"
+#include "nansense/snapshot.h"
+
+namespace nansense::experiments {
+
+// A refusal of a request, with what kind of wrong it is (a transport maps it
+// to its status codes).
+class Refused : public std::runtime_error {
+ public:
+  enum class Why { kInvalid, kNotFound, kConflict };
+  Refused(Why why, const std::string& what) : std::runtime_error(what), why_(why) {}
+  Why why() const { return why_; }
+
+ private:
+  Why why_;
+};
+
+class Engine {
+ public:
+  // What the engine needs of its session.
+  struct Host {
+    std::function<std::shared_ptr<const BatchSnapshot>()> snapshot;
+    // Paused in the pause loop now.
+    std::function<bool()> paused;
+    // Training finished or lost: nothing can run any more ("" while live).
+    std::function<std::string()> ended;
+    // The pause is ending (a resume, a jump) or the run ended.
+    std::function<bool()> leave_requested;
+    // Queues work for the training thread's pause loop.
+    std::function<void(std::function<void()>)> post;
+    // A result changed (wakes the push channel's watchers).
+    std::function<void()> changed;
+    // How inputs are normalised (for Deep Dream's clamp).
+    std::function<ServeOptions()> display;
+  };
+  static constexpr size_t kKeptResults = 8;
+  static constexpr double kDefaultTimeLimit = 90;
+
+  Engine(torch::nn::Module& model, Host host);
+
+  // Any thread.
+  void set_forward(ForwardFn forward);
+  bool has_forward() const;
+
+  struct Submitted {
+    uint64_t seq = 0;
+    json params;                       // resolved
+    std::vector<std::string> ignored;  // unknown keys
+    int64_t queued_ahead = 0;
+  };
+  // Validates and queues a request. Refused: unknown kind or layer (naming
+  // the known ones), a layer the kind cannot use (saying why), a parameter of
+  // the wrong type or out of range, no captured batch yet, no forward, or the
+  // loop running without auto-run (kConflict: pause first).
+  Submitted submit(const std::string& kind, const std::string& layer, const json& params);
+  // Cancels one request (queued or running) or, with nullopt, all; returns
+  // how many it stopped.
+  int cancel(std::optional<uint64_t> seq);
+  // The request's result as published (progress or outcome); nullptr when
+  // absent (never submitted, or dropped from the 8 kept).
+  std::shared_ptr<const Result> result(uint64_t seq) const;
+  // Queued requests ahead of `seq` (0 when it runs), nullopt when not queued.
+  std::optional<int64_t> queued_ahead(uint64_t seq) const;
+  // Blocks until `seq` finishes or the timeout passes; its result then.
+  std::shared_ptr<const Result> wait(uint64_t seq, std::chrono::milliseconds timeout) const;
+  std::vector<uint64_t> kept() const;
+
+  bool auto_run() const;
+  void set_auto_run(bool on);
+  // Session defaults, layered between a kind's own and the caller's params.
+  json defaults() const;
+  // Throws Refused(kInvalid) for an unknown kind or a bad value.
+  void set_defaults(const std::string& kind, const json& params);
+  double time_limit_seconds() const;
+  void set_time_limit_seconds(double seconds);
+
+  // Training thread: runs the queued requests in order until the queue is
+  // empty or the pause ends (those left wait for the next pause).
+  void drain();
+  bool pending() const;
+  // The session closed: queued requests become stopped results.
+  void close();
+
+ private:
+  struct Request {
+    uint64_t seq = 0;
+    std::string kind;
+    std::string layer;
+    json params;
+  };
+  void publish(const Result& r);  // mu_ not held
+  void keep_recent();              // mu_ held
+  void run_one(const Request& request);
+
+  torch::nn::Module& model_;
+  Host host_;
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  ForwardFn forward_;
+  uint64_t next_seq_ = 1;
+  std::deque<Request> queue_;
+  std::optional<uint64_t> running_;
+  std::map<uint64_t, bool> cancelled_;
+  std::map<uint64_t, std::shared_ptr<const Result>> results_;
+  bool auto_run_ = false;
+  json defaults_ = json::object();
+  double time_limit_ = kDefaultTimeLimit;
+  bool closed_ = false;
+};
+
+}  // namespace nansense::experiments
