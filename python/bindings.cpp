@@ -198,8 +198,16 @@ class Engine {
     py::gil_scoped_release release;
     return core_->end_epoch(epoch, jumped_to);
   }
-  void abort_epochs() { core_->abort_epochs(); }
-  void request_time_travel(int64_t epoch) { session_->request_time_travel(epoch); }
+  // Both block (waiting for checkpoint writes; reading a checkpoint file):
+  // other Python threads run meanwhile.
+  void abort_epochs() {
+    py::gil_scoped_release release;
+    core_->abort_epochs();
+  }
+  void request_time_travel(int64_t epoch) {
+    py::gil_scoped_release release;
+    session_->request_time_travel(epoch);
+  }
   py::dict time_travel_status() const {
     const auto s = session_->time_travel_status();
     py::dict d;

@@ -10,6 +10,7 @@ import os
 import math
 import numbers
 import sys
+import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Optional, Union
 
@@ -283,8 +284,13 @@ class Session:
         observe module calls). Removed when the batch ends."""
         engine, paths, root = self._engine, self._module_paths, self._model
         stack: list[str] = []
+        # The hooks are process-wide: module calls on other threads (an eval
+        # thread, a second model) are not this batch's and must not move its scope.
+        owner = threading.get_ident()
 
         def enter(module, args):
+            if threading.get_ident() != owner:
+                return
             if module is root and self._inputs_pending:
                 self._inputs_pending = False
                 engine.set_inputs(_tensors_of(args))
@@ -294,6 +300,8 @@ class Session:
             engine.set_module_scope(stack[-1])
 
         def leave(module, args, output):
+            if threading.get_ident() != owner:
+                return
             if stack:
                 stack.pop()
             engine.set_module_scope(stack[-1] if stack else "")
@@ -353,7 +361,8 @@ class Session:
         epoch's state and yields it again, pausing on its first batch.
         n defaults to start(epochs=...). start_epoch resumes from cache_dir's
         checkpoint of that epoch (TimeTravelError when it does not fit the
-        model). On a disabled session: range(n), nothing touches the disk.
+        model). On a disabled session: range(start_epoch, n), nothing touches
+        the disk.
         """
         if n is None:
             n = self.schedule["epochs"] if self._engine else self._start_epochs
@@ -363,12 +372,12 @@ class Session:
         _check_int("start_epoch", start_epoch, 0, none_ok=False)
         if not isinstance(cache_dir, (str, os.PathLike)) or not os.fspath(cache_dir):
             raise TypeError(f"cache_dir must be a folder path, got {cache_dir!r}")
-        if self._engine is None:
-            return iter(range(n))
-        if self._closed:
-            raise _nansense.UsageError("epochs() was called after session.close()")
         if start_epoch >= n:
             raise ValueError(f"start_epoch must be < n ({n}), got {start_epoch}")
+        if self._engine is None:
+            return iter(range(start_epoch, n))
+        if self._closed:
+            raise _nansense.UsageError("epochs() was called after session.close()")
         return self._epochs(n, os.fspath(cache_dir), start_epoch)
 
     def _state_adapter(self):
