@@ -277,6 +277,13 @@ void Monitor::handle_hit(DebugError hit, bool in_backward) {
                               "name the producer");
     state_.record(hit);
     rerun_pending_ = true;
+    // This run's optimizer step is undone by the re-run's restore, but an
+    // optimizer the engine cannot restore (a Python one's momentum, Adam's
+    // moments) would keep what NaN gradients did to it: without gradients
+    // the step changes nothing.
+    if (std::this_thread::get_id() == training_thread_) {
+      for (auto& [_, p] : params_) p.mutable_grad().reset();
+    }
     return;
   }
   if (nan_inf && !hit.root_cause) {

@@ -45,7 +45,9 @@ def class_batches(n=5):
 def test_a_division_by_a_zero_count_pauses_before_the_step_and_names_the_producer(tmp_path):
     torch.manual_seed(1)
     model = Mlp()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    # With momentum: the untraced first run of the tripped batch must not
+    # leave NaN in state the engine cannot restore (a Python optimizer's).
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     data = class_batches()
     session = nansense.start(model, optimizer=optimizer, port=0, open_browser=False)
     session.set_debug_settings(nansense.DebugSettings(capsule_dir=str(tmp_path)))
@@ -82,6 +84,8 @@ def test_a_division_by_a_zero_count_pauses_before_the_step_and_names_the_produce
         assert torch.equal(p.detach(), before[name]), name
     tripped_from = {name: t.clone() for name, t in before.items()}
     assert not torch.isfinite(model.fc1.weight.grad).all()
+    for p in model.parameters():
+        assert torch.isfinite(optimizer.state[p]["momentum_buffer"]).all(), "the first run's step poisoned momentum"
     assert "fc1" in [row.layer for row in error.layers]
     assert error.capsule and os.path.exists(error.capsule)
     # The same report over HTTP.
