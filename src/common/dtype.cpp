@@ -2,6 +2,12 @@
 
 namespace nansense::common {
 
+std::string shape_text(c10::IntArrayRef shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
 std::string dtype_name(c10::ScalarType dtype) {
   switch (dtype) {
     case c10::ScalarType::Half: return "float16";

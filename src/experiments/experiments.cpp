@@ -5,23 +5,16 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
-#include <sstream>
 #include <stdexcept>
 
 #include "capture/tracer.h"
+#include "common/dtype.h"
 #include "observer/observer.h"
 
 namespace nansense::experiments {
 
 namespace {
 
-std::string shape_text(at::IntArrayRef shape) {
-  std::ostringstream out;
-  out << "[";
-  for (size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
-  out << "]";
-  return out.str();
-}
 
 
 // --- reaching a layer's activation -----------------------------------------
@@ -158,7 +151,7 @@ void check_channel(const torch::Tensor& act, int64_t channel, const std::string&
   if (channel < 0) return;
   if (act.dim() < 2) {
     throw std::invalid_argument("layer \"" + layer + "\" has no channel dimension (its activation is " +
-                                shape_text(act.sizes()) + "); use channel -1 for the whole layer");
+                                common::shape_text(act.sizes()) + "); use channel -1 for the whole layer");
   }
   if (channel >= act.size(1)) {
     throw std::invalid_argument("channel " + std::to_string(channel) + " is out of range: layer \"" + layer +
@@ -234,10 +227,10 @@ struct Runner {
       throw std::invalid_argument("the model input is " + std::string(c10::toString(x.scalar_type())) +
                                   ", not floating point: gradients with respect to it do not exist");
     }
-    if (x.dim() < 2) throw std::invalid_argument("the model input " + shape_text(x.sizes()) + " has no batch dimension");
+    if (x.dim() < 2) throw std::invalid_argument("the model input " + common::shape_text(x.sizes()) + " has no batch dimension");
     if (need_image && x.dim() != 4) {
       throw std::invalid_argument(kind.title + " needs image inputs [N,C,H,W]; the model input is " +
-                                  shape_text(x.sizes()));
+                                  common::shape_text(x.sizes()));
     }
     int64_t b = params.contains("batch") ? integer("batch") : 1;
     if (b > x.size(0)) {
@@ -273,11 +266,11 @@ struct Runner {
     const torch::Tensor& act = pass.activation;
     if (act.dim() < 3) {
       throw std::invalid_argument("Grad-CAM needs a layer with spatial maps ([N,C,H,W] or [N,C,L]); \"" + layer +
-                                  "\" gives " + shape_text(act.sizes()));
+                                  "\" gives " + common::shape_text(act.sizes()));
     }
     if (pass.output.dim() != 2) {
       throw std::invalid_argument("Grad-CAM needs a model output of [batch, classes]; this model returns " +
-                                  shape_text(pass.output.sizes()));
+                                  common::shape_text(pass.output.sizes()));
     }
     const int64_t classes = pass.output.size(1);
     const int64_t target = integer("target");
@@ -453,7 +446,7 @@ struct Runner {
     const torch::Tensor real = ctx.inputs[0].detach();
     if (!real.is_floating_point() || real.dim() < 2) {
       throw std::invalid_argument("Deep Dream needs a floating-point model input with a batch dimension; it is " +
-                                  shape_text(real.sizes()) + " " + std::string(c10::toString(real.scalar_type())));
+                                  common::shape_text(real.sizes()) + " " + common::dtype_name(real.scalar_type()));
     }
     const bool image = real.dim() == 4;
     int64_t channels_in_layer = 0;
@@ -462,7 +455,7 @@ struct Runner {
       torch::Tensor act = probe({real.narrow(0, 0, 1)}).activation;
       if (act.dim() < 2) {
         throw std::invalid_argument("Deep Dream needs a layer with a channel dimension; \"" + layer + "\" gives " +
-                                    shape_text(act.sizes()));
+                                    common::shape_text(act.sizes()));
       }
       channels_in_layer = act.size(1);
     }

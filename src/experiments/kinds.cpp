@@ -5,6 +5,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "common/dtype.h"
 #include "experiments/experiments.h"
 
 namespace nansense::experiments {
@@ -108,16 +109,6 @@ std::string type_name(Type t) {
   return "";
 }
 
-
-std::string shape_text(at::IntArrayRef shape) {
-  std::ostringstream out;
-  out << "[";
-  for (size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
-  out << "]";
-  return out.str();
-}
-
-
 }  // namespace
 
 const std::vector<KindSpec>& kinds() {
@@ -160,11 +151,11 @@ std::optional<std::string> why_unusable(const KindSpec& kind, const LayerInfo& l
   const auto rank = layer.output_shape.size();
   if (kind.kind == "gradcam" && rank < 3) {
     return "Grad-CAM needs a layer with spatial maps ([N,C,H,W] or [N,C,L]); \"" + layer.name + "\" gives " +
-           shape_text(layer.output_shape);
+           common::shape_text(layer.output_shape);
   }
   if (rank < 2) {
     return kind.title + " needs a layer with a channel dimension; \"" + layer.name + "\" gives " +
-           shape_text(layer.output_shape);
+           common::shape_text(layer.output_shape);
   }
   return std::nullopt;
 }

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "common/dtype.h"
 #include "render/strip.h"
 
 namespace nansense::render {
@@ -81,7 +82,7 @@ InputImage render_input(const torch::Tensor& batch, const InputImageOptions& opt
       auto shown = options.transform(x.to(torch::kFloat));
       if (!shown.defined() || shown.dim() != 3 || (shown.size(0) != 1 && shown.size(0) != 3)) {
         throw std::invalid_argument("the input transform must return [1,H,W] or [3,H,W], got " +
-                                    (shown.defined() ? shape_text(shown) : std::string("an undefined tensor")));
+                                    (shown.defined() ? common::shape_text(shown.sizes()) : std::string("an undefined tensor")));
       }
       x = shown.detach().to(torch::kCPU, torch::kDouble);
     }

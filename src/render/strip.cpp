@@ -26,18 +26,12 @@ std::pair<torch::Tensor, std::string> as_tiles(const torch::Tensor& s) {
     }
     case 3: return {s, "channels"};
     default:
-      throw std::invalid_argument("cannot show a per-sample tensor of shape " + shape_text(s) +
+      throw std::invalid_argument("cannot show a per-sample tensor of shape " + common::shape_text(s.sizes()) +
                                   ": only [C,H,W], [F], [T,D] and scalars are drawn");
   }
 }
 
 }  // namespace
-
-std::string shape_text(const torch::Tensor& t) {
-  std::string s = "[";
-  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
-  return s + "]";
-}
 
 std::string_view to_string(Values values) {
   switch (values) {

@@ -13,9 +13,6 @@ namespace nansense::render {
 
 enum class Values { kUnchanged, kAbs, kSquare };
 
-// "[64, 16, 28, 28]", for messages.
-std::string shape_text(const torch::Tensor& t);
-
 // "unchanged", "abs", "square"; parse_values throws std::invalid_argument.
 std::string_view to_string(Values values);
 Values parse_values(const std::string& text);
