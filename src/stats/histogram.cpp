@@ -174,6 +174,27 @@ inline int slot_of(const OctaveTable& table, float x) {
 constexpr int64_t kChunk = 512;  // values per finite-path attempt
 constexpr float kFloatInf = std::numeric_limits<float>::infinity();
 
+// The values from i on, one by one, then the chunk's figures into `f`, or
+// false when a sum is not finite (the vector paths' common ending).
+bool finish_chunk(const float* v, int64_t i, int64_t n, double sum, double sum_sq, float mn, float mx,
+                  ExactFold& f) {
+  for (; i < n; ++i) {
+    const float x = v[i];
+    const double d = x;
+    sum += d;
+    sum_sq += d * d;
+    mn = x < mn ? x : mn;
+    mx = x > mx ? x : mx;
+  }
+  if (!std::isfinite(sum) || !std::isfinite(sum_sq)) return false;
+  f.n += n;
+  f.sum += sum;
+  f.sum_sq += sum_sq;
+  f.min = std::min(f.min, static_cast<double>(mn));
+  f.max = std::max(f.max, static_cast<double>(mx));
+  return true;
+}
+
 // One chunk of values on the assumption that all are finite: their count,
 // float64 sums (each value widened before it is summed or squared, so the
 // sums are as exact as a float64 loop's) and extremes, into `f`; false,
@@ -219,21 +240,7 @@ bool fold_chunk_finite_portable(const float* v, int64_t n, ExactFold& f) {
     }
   }
 #endif
-  for (; i < n; ++i) {
-    const float x = v[i];
-    const double d = x;
-    sum += d;
-    sum_sq += d * d;
-    mn = x < mn ? x : mn;
-    mx = x > mx ? x : mx;
-  }
-  if (!std::isfinite(sum) || !std::isfinite(sum_sq)) return false;
-  f.n += n;
-  f.sum += sum;
-  f.sum_sq += sum_sq;
-  f.min = std::min(f.min, static_cast<double>(mn));
-  f.max = std::max(f.max, static_cast<double>(mx));
-  return true;
+  return finish_chunk(v, i, n, sum, sum_sq, mn, mx, f);
 }
 
 #if defined(NANSENSE_HAVE_AVX2_PATH)
@@ -278,21 +285,7 @@ __attribute__((target("avx2"))) bool fold_chunk_finite_avx2(const float* v, int6
       mx = std::max(mx, hf[k]);
     }
   }
-  for (; i < n; ++i) {
-    const float x = v[i];
-    const double d = x;
-    sum += d;
-    sum_sq += d * d;
-    mn = x < mn ? x : mn;
-    mx = x > mx ? x : mx;
-  }
-  if (!std::isfinite(sum) || !std::isfinite(sum_sq)) return false;
-  f.n += n;
-  f.sum += sum;
-  f.sum_sq += sum_sq;
-  f.min = std::min(f.min, static_cast<double>(mn));
-  f.max = std::max(f.max, static_cast<double>(mx));
-  return true;
+  return finish_chunk(v, i, n, sum, sum_sq, mn, mx, f);
 }
 #endif
 
