@@ -391,9 +391,10 @@ TEST_F(LimitsTest, StatusIsServedWhileMoreWaitsThanWorkersArePending) {
   EXPECT_EQ(get("/").status, 200u);
   EXPECT_EQ(agent.tool_json("get_status")["state"], "running");
   EXPECT_EQ(replies.size(), 1u) << "a wait ended while the loop could not pause";
-  // The loop may pause now: every wait ends with the pause.
-  gate_.open();
+  // The loop may pause now: every wait ends with the pause. Asked for
+  // before the gate opens, so the loop cannot finish its last batches first.
   ASSERT_EQ(post("/api/pause", {{"timeout_seconds", 0}}).status, 200u);
+  gate_.open();
   for (auto& t : clients) t.join();
   auto all = replies.at_least(kWaits + 1);
   ASSERT_EQ(all.size(), static_cast<size_t>(kWaits + 1));
