@@ -6,6 +6,8 @@
 // --nan swaps the loss for one that goes non-finite now and then (the NaN
 // scheme's toy example); the debugger pauses on it and writes a NaN capsule.
 // --replay <capsule> runs that batch again, bit for bit, with the UI paused on it.
+// --device cuda trains on a GPU; --dtype bfloat16|float16 autocasts the
+// forward (mixed precision, as torch.autocast does).
 
 #include <CLI/CLI.hpp>
 #include <unistd.h>
@@ -20,6 +22,7 @@
 #include <optional>
 #include <string>
 
+#include "autocast.h"
 #include "fashion_mnist_dataset.h"
 #include "model.h"
 #include "stop_signal.h"
@@ -43,6 +46,10 @@ struct Flags {
   std::string cache_dir;  // empty: a folder of this run's own, removed at exit
   int64_t start_epoch = 0;
   double snapshot_budget_mib = static_cast<double>(nansense::StartOptions::kDefaultSnapshotBudget) / (1 << 20);
+  std::string device_name = "cpu";
+  std::string dtype_name = "float32";
+  torch::Device device = torch::kCPU;               // parsed from device_name
+  std::optional<c10::ScalarType> autocast_dtype;  // parsed from dtype_name; none: float32
 };
 
 // The default time-travel cache: private to this process, so demos running
@@ -70,6 +77,14 @@ torch::Tensor train_loss_of(const torch::Tensor& output, const torch::Tensor& ta
   return nan ? per_class_bce(output, target) : torch::nll_loss(output, target);
 }
 
+// The training loss of one batch on the run's device, its forward and loss
+// autocast to --dtype; backward is the caller's, outside the autocast.
+torch::Tensor batch_loss(FashionCnn& model, const torch::Tensor& data, const torch::Tensor& target,
+                         const Flags& flags) {
+  Autocast autocast(flags.device, flags.autocast_dtype);
+  return train_loss_of(model->forward(data.to(flags.device)), target.to(flags.device), flags.nan);
+}
+
 // Batches one phase will draw: the loader's count, capped by --limit-batches.
 int64_t phase_batches(size_t examples, int64_t batch_size, int64_t limit) {
   const int64_t all = (static_cast<int64_t>(examples) + batch_size - 1) / batch_size;
@@ -91,6 +106,7 @@ void release(nansense::Session& session) {
 // trips on it and the UI opens paused there with the producer named.
 int replay(const Flags& flags, StopSignal& stop_signal) {
   FashionCnn model;
+  model->to(flags.device);
   torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(1e-3));
   nansense::Capsule capsule;
   try {
@@ -122,7 +138,7 @@ int replay(const Flags& flags, StopSignal& stop_signal) {
   model->train();
   for (auto& batch : session.batches(item, capsule.position.phase, capsule.position.epoch)) {
     optimizer.zero_grad();
-    train_loss_of(model->forward(batch.data), batch.target, flags.nan).backward();
+    batch_loss(model, batch.data, batch.target, flags).backward();
     std::string difference;
     if (capsule.gradients_match(*model, &difference)) {
       std::cout << "Replay reproduced the recorded gradients bit for bit" << std::endl;
@@ -169,7 +185,24 @@ int main(int argc, char** argv) {
                  "Time-travel checkpoint folder, kept after the run (default: a temp folder removed at exit)");
   app.add_option("--start-epoch", flags.start_epoch, "Resume at this epoch from --cache-dir's checkpoint")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--device", flags.device_name, "Where the model trains: cpu, cuda or cuda:N")->capture_default_str();
+  app.add_option("--dtype", flags.dtype_name,
+                 "Forward precision: float32, or float16/bfloat16 autocast (mixed precision; LibTorch 1.13's CPU "
+                 "autocast takes bfloat16 only)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  try {
+    flags.device = parse_device(flags.device_name);
+    flags.autocast_dtype = parse_autocast_dtype(flags.dtype_name);
+    Autocast probe(flags.device, flags.autocast_dtype);  // refuses a device/dtype pair LibTorch cannot autocast
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "fashion_mnist_demo: " << e.what() << "\n";
+    return 1;
+  } catch (const c10::Error& e) {
+    std::cerr << "fashion_mnist_demo: --dtype " << flags.dtype_name << " on " << flags.device_name << ": "
+              << e.what_without_backtrace() << "\n";
+    return 1;
+  }
   if (!flags.replay.empty()) return replay(flags, stop_signal);
 
   torch::manual_seed(0);
@@ -193,6 +226,7 @@ int main(int argc, char** argv) {
       torch::data::DataLoaderOptions().batch_size(flags.batch_size));
 
   FashionCnn model;
+  model->to(flags.device);
   torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(1e-3));
   torch::optim::StepLR scheduler(optimizer, /*step_size=*/1, /*gamma=*/0.7);
 
@@ -240,7 +274,7 @@ int main(int argc, char** argv) {
     for (auto& batch : session.batches(train_data, "train", epoch)) {
       if (stop_signal.requested()) break;
       optimizer.zero_grad();
-      auto loss = train_loss_of(model->forward(batch.data), batch.target, flags.nan);
+      auto loss = batch_loss(model, batch.data, batch.target, flags);
       loss.backward();
       optimizer.step();
       const double value = loss.item<double>();
@@ -256,9 +290,11 @@ int main(int argc, char** argv) {
     int64_t correct = 0, total = 0, val_seen = 0;
     for (auto& batch : session.batches(val_data, "val", epoch)) {
       if (stop_signal.requested()) break;
-      auto output = model->forward(batch.data);
-      const double loss = torch::nll_loss(output, batch.target).item<double>();
-      const int64_t right = output.argmax(1).eq(batch.target).sum().item<int64_t>();
+      Autocast autocast(flags.device, flags.autocast_dtype);
+      const auto target = batch.target.to(flags.device);
+      auto output = model->forward(batch.data.to(flags.device));
+      const double loss = torch::nll_loss(output, target).item<double>();
+      const int64_t right = output.argmax(1).eq(target).sum().item<int64_t>();
       session.log_scalar("loss", loss);
       session.log_scalar("accuracy", static_cast<double>(right) / static_cast<double>(batch.target.size(0)));
       val_loss += loss;

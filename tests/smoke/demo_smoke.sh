@@ -46,3 +46,31 @@ rc=0
 wait "$pid" || rc=$?
 ((rc == 0)) || fail "demo exited with status $rc after SIGINT"
 pass "SIGINT exits with status 0"
+
+# Mixed precision: --dtype bfloat16 autocasts the forward on the CPU. The
+# pause shows bfloat16 activations, their strips render, and the step still
+# trains; a device or dtype this LibTorch cannot use is refused up front.
+port=$(free_port)
+base="http://127.0.0.1:$port"
+"$demo" --port "$port" --no-browser --epochs 1 --limit-batches 2 --dtype bfloat16 --exit-when-done >"$log" 2>&1 &
+pid=$!
+wait_for_status '.state == "paused" and .live_position.batch_idx == 0' "the bfloat16 run's pause at batch 0"
+snapshot=$(get /api/snapshot)
+jq -e '.layers[] | select(.name == "features.0") | .activation.dtype == "bfloat16" and .gradient != null' \
+  <<<"$snapshot" >/dev/null ||
+  fail "features.0's activation is not bfloat16: $(jq -c '.layers[] | select(.name == "features.0")' <<<"$snapshot")"
+curl -fsS --max-time 10 -o /dev/null -w '%{content_type}' "$base/api/render/strip?layer=features.0&kind=activation" |
+  grep -q image/png || fail "the bfloat16 activation strip did not render"
+post /api/run '{"detach":true}'
+wait_for_exit 120
+((rc == 0)) || fail "the bfloat16 run exited with status $rc"
+grep -q "Training finished" "$log" || fail "the bfloat16 run did not finish training"
+pass "--dtype bfloat16: bfloat16 activations shown and rendered, training finished"
+
+"$demo" --no-browser --dtype float16 >"$log" 2>&1 && fail "--dtype float16 on the CPU was accepted"
+grep -q "float16 on cpu" "$log" || fail "--dtype float16 on the CPU was not explained"
+if ! grep -qi "cuda" <<<"$(ldd "$demo")"; then
+  "$demo" --no-browser --device cuda >"$log" 2>&1 && fail "--device cuda was accepted by a CPU-only LibTorch"
+  grep -q "no CUDA device" "$log" || fail "--device cuda without CUDA was not explained"
+fi
+pass "a dtype or device this LibTorch cannot use is refused with the reason"
