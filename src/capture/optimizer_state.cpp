@@ -84,7 +84,6 @@ OptimizerView read_optimizer(torch::optim::Optimizer& optimizer, const torch::nn
   for (const auto& p : model.named_parameters()) names[p.value().unsafeGetTensorImpl()] = p.key();
 
   OptimizerView view;
-  auto& states = optimizer.state();
   for (auto& group : optimizer.param_groups()) {
     Hyper hyper = read_hyper(group.options());
     for (auto& p : group.params()) {

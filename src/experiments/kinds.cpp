@@ -168,7 +168,7 @@ Resolved resolve_params(const KindSpec& kind, const std::vector<json>& layers) {
     if (given.is_null()) continue;
     if (!given.is_object()) throw std::invalid_argument("params must be a JSON object, got " + given.dump());
     for (const auto& [key, value] : given.items()) {
-      auto spec = std::find_if(kind.params.begin(), kind.params.end(), [&](const auto& p) { return p.key == key; });
+      auto spec = std::find_if(kind.params.begin(), kind.params.end(), [&key = key](const auto& p) { return p.key == key; });
       if (spec == kind.params.end()) {
         if (std::find(r.ignored.begin(), r.ignored.end(), key) == r.ignored.end()) r.ignored.push_back(key);
         continue;

@@ -244,7 +244,7 @@ Args::Args(const std::vector<Arg>& declared, const json& given) : declared_(decl
   }
   if (given.is_object()) {
     for (const auto& [key, v] : given.items()) {
-      auto a = std::find_if(declared.begin(), declared.end(), [&](const Arg& d) { return d.name == key; });
+      auto a = std::find_if(declared.begin(), declared.end(), [&key = key](const Arg& d) { return d.name == key; });
       if (a == declared.end()) {
         std::string names;
         for (const auto& d : declared) names += (names.empty() ? "" : ", ") + d.name;
@@ -300,7 +300,7 @@ json from_query(const std::vector<Arg>& declared, const std::map<std::string, st
                 const std::vector<std::string>& ignored) {
   json out = json::object();
   for (const auto& [key, text] : query) {
-    auto a = std::find_if(declared.begin(), declared.end(), [&](const Arg& d) { return d.name == key; });
+    auto a = std::find_if(declared.begin(), declared.end(), [&key = key](const Arg& d) { return d.name == key; });
     // A transport's key that the command declares itself is the command's.
     if (a == declared.end() && std::find(ignored.begin(), ignored.end(), key) != ignored.end()) continue;
     if (a == declared.end()) {

@@ -146,7 +146,7 @@ TEST(RootCause, AnExplicitInfFillIsIntended) {
   };
   for (const auto& [what, fill] : fills) {
     SCOPED_TRACE(what);
-    auto cause = trace(net, [&] {
+    auto cause = trace(net, [&fill = fill] {
       auto scores = fill();
       (void)torch::softmax(scores.masked_fill(scores.isinf().all(1, true), 0) + 1, 1);
     });
