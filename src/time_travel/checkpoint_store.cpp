@@ -1,6 +1,10 @@
 #include "time_travel/checkpoint_store.h"
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <system_error>
 #include <thread>
@@ -24,6 +28,22 @@ std::optional<int64_t> epoch_of(const fs::path& file) {
     return std::nullopt;
   }
   return std::stoll(digits);
+}
+
+// "epoch_12.ckpt.tmp.<pid>.<n>" (state/atomic_file.cpp's temp file) whose
+// writer, process <pid>, is gone: a write that never landed, killed before
+// its rename. Nothing will finish or remove it.
+bool is_orphaned_temp(const fs::path& file) {
+  const std::string name = file.filename().string();
+  const std::string marker = ".ckpt.tmp.";
+  const auto at = name.find(marker);
+  if (at == std::string::npos || !epoch_of(fs::path(name.substr(0, at + 5)))) return false;
+  const std::string rest = name.substr(at + marker.size());  // "<pid>.<n>"
+  const auto dot = rest.find('.');
+  const std::string digits = rest.substr(0, dot);
+  if (digits.empty() || digits.size() > 9 || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return false;
+  const auto pid = static_cast<pid_t>(std::stol(digits));
+  return pid > 0 && pid != ::getpid() && ::kill(pid, 0) != 0 && errno == ESRCH;
 }
 
 // Why a file's description is not that of a checkpoint of `epoch`; empty
@@ -68,6 +88,15 @@ std::vector<std::string> CheckpointStore::adopt(
   std::vector<std::string> problems;
   std::error_code ec;
   for (const auto& item : fs::directory_iterator(folder_, ec)) {
+    if (item.is_regular_file() && is_orphaned_temp(item.path())) {
+      std::error_code removed;
+      fs::remove(item.path(), removed);
+      problems.push_back(removed ? "cannot remove " + item.path().string() + ", left by a write that never finished: " +
+                                       removed.message()
+                                 : "removed " + item.path().filename().string() +
+                                       ", left by a checkpoint write that never finished (its process is gone)");
+      continue;
+    }
     auto epoch = epoch_of(item.path());
     if (!epoch || *epoch >= epochs || !item.is_regular_file()) continue;
     try {

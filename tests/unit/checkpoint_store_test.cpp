@@ -2,6 +2,7 @@
 // another process wrote (damaged, foreign and old-format files skipped, with
 // the reason), and a folder that cannot be created.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -111,6 +112,33 @@ TEST(CheckpointStore, AdoptsAnExistingFolderAndSkipsBadFilesSayingWhy) {
   auto why = message_of<state::StateError>([&] { store.read(1); });
   EXPECT_NE(why.find("checksum mismatch in section 'model'"), std::string::npos) << why;
   EXPECT_EQ(store.epochs(), (std::vector<int64_t>{0}));
+}
+
+// A process killed while writing leaves its temp file; adopting the folder
+// removes those of writers that are gone, saying so, and keeps those of
+// processes still running (their write may yet land).
+TEST(CheckpointStore, AdoptingRemovesTheTempFilesOfWritersThatAreGone) {
+  auto dir = fresh_dir("orphans");
+  const pid_t gone = ::fork();
+  ASSERT_GE(gone, 0);
+  if (gone == 0) ::_exit(0);
+  ASSERT_EQ(::waitpid(gone, nullptr, 0), gone);
+  const auto orphan = "epoch_1.ckpt.tmp." + std::to_string(gone) + ".0";
+  const auto running = "epoch_2.ckpt.tmp." + std::to_string(::getppid()) + ".3";
+  const auto mine = "epoch_3.ckpt.tmp." + std::to_string(::getpid()) + ".7";
+  for (const auto& name : {orphan, running, mine, std::string("epoch_4.ckpt.tmp.x.1")}) {
+    std::ofstream(dir / name) << "half a checkpoint";
+  }
+  CheckpointStore store(dir, std::nullopt);
+  auto problems = store.adopt(10, [](int64_t, const nlohmann::json&) { return std::string(); });
+  EXPECT_FALSE(fs::exists(dir / orphan));
+  EXPECT_TRUE(fs::exists(dir / running));
+  EXPECT_TRUE(fs::exists(dir / mine));
+  EXPECT_TRUE(fs::exists(dir / "epoch_4.ckpt.tmp.x.1"));  // not a name nansense writes
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_EQ(problems[0], "removed " + orphan + ", left by a checkpoint write that never finished (its process is gone)");
+  EXPECT_TRUE(store.epochs().empty());
+  fs::remove_all(dir);
 }
 
 TEST(CheckpointStore, AFailedWriteKeepsThePreviousFile) {
