@@ -17,6 +17,7 @@
 
 #include "common/json_values.h"
 #include "mirror.h"
+#include "numerics/capsule.h"
 #include "nansense/nansense.h"
 #include "numerics/debug_json.h"
 #include "session/session_access.h"
@@ -33,6 +34,66 @@ py::object from_json(const nlohmann::json& j) {
 }
 
 py::dict position_dict(const BatchPosition& p) { return from_json(common::to_json(p)); }
+
+// Copies for Python: a snapshot's (or capsule's) tensors are the engine's
+// own, shared by every reader; a user's in-place edit must not change them.
+std::map<std::string, torch::Tensor> clones(const std::map<std::string, torch::Tensor>& in) {
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& [name, t] : in) out.emplace(name, t.defined() ? t.clone() : t);
+  return out;
+}
+template <class Inner>
+std::map<std::string, Inner> clones_nested(const std::map<std::string, Inner>& in) {
+  std::map<std::string, Inner> out;
+  for (const auto& [name, inner] : in) out.emplace(name, clones(inner));
+  return out;
+}
+std::vector<torch::Tensor> clones(const std::vector<torch::Tensor>& in) {
+  std::vector<torch::Tensor> out;
+  out.reserve(in.size());
+  for (const auto& t : in) out.push_back(t.defined() ? t.clone() : t);
+  return out;
+}
+
+bool python_finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return !Py_IsInitialized() || Py_IsFinalizing();
+#else
+  return !Py_IsInitialized() || _Py_IsFinalizing();
+#endif
+}
+
+// A Python object held by C++ code that outlives any one call (a function
+// the engine calls from its own threads): released with the GIL, and leaked
+// when the interpreter is already gone.
+std::shared_ptr<py::object> hold(py::object object) {
+  return std::shared_ptr<py::object>(new py::object(std::move(object)), [](py::object* o) {
+    if (python_finalizing()) return;
+    py::gil_scoped_acquire gil;
+    delete o;
+  });
+}
+
+// input_transform: the user's Python function, called by the server's
+// threads (and experiments' pictures) with the GIL taken for the call. A
+// Python error becomes a C++ one, so the GIL is never needed to report it.
+InputTransform python_transform(py::object function) {
+  auto held = hold(std::move(function));
+  return [held](const torch::Tensor& sample) -> torch::Tensor {
+    if (python_finalizing()) throw std::runtime_error("Python is shutting down");
+    py::gil_scoped_acquire gil;
+    try {
+      py::object out = (*held)(sample);
+      if (!THPVariable_Check(out.ptr())) {
+        throw std::invalid_argument("the input transform must return a torch.Tensor, got " +
+                                    std::string(py::str(py::type::of(out).attr("__name__"))));
+      }
+      return out.cast<torch::Tensor>().detach().to(torch::kCPU);
+    } catch (py::error_already_set& e) {
+      throw std::runtime_error(e.what());
+    }
+  };
+}
 
 // Time travel's view of the Python optimizer and LR scheduler: their
 // state_dict()s, serialised by torch.save on the Python side, ride in every
@@ -82,14 +143,77 @@ class Engine {
     options.epochs(epochs).phases(std::move(phases));
     session_ = std::make_unique<Session>(start(mirror_, options));
     core_ = detail::core_of(*session_);
+    // Ctrl-C while paused: the pause wakes every 50 ms to let Python run its
+    // signal handlers, which run on the main thread only (a loop on another
+    // thread skips the GIL). An exception they raise leaves every pause
+    // until a binding call returns to Python and raises it (raise_pending).
+    const auto main_thread = py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
+    core_->control().set_pause_check(
+        [this, main_thread] {
+          if (pending_) return true;
+          if (PyThread_get_thread_ident() != main_thread || python_finalizing()) return false;
+          py::gil_scoped_acquire gil;
+          if (PyErr_CheckSignals() == 0) return false;
+          pending_ = std::make_unique<py::error_already_set>();
+          return true;
+        },
+        std::chrono::milliseconds(50));
+  }
+  // Called by Python's garbage collector, with the GIL: the server stops
+  // without it, as its threads may be waiting for it (an input transform).
+  ~Engine() {
+    pending_.reset();
+    py::gil_scoped_release release;
+    session_.reset();
   }
 
+  // The Python model's forward, for experiments on the paused model: it
+  // runs on the training thread, which waits in the pause with the GIL
+  // released, so the call takes the GIL back.
+  void set_model(py::object model) {
+    auto held = hold(std::move(model));
+    session_->set_forward([held](const std::vector<torch::Tensor>& inputs) -> torch::Tensor {
+      if (python_finalizing()) throw std::runtime_error("Python is shutting down");
+      py::gil_scoped_acquire gil;
+      try {
+        py::tuple args(inputs.size());
+        for (size_t i = 0; i < inputs.size(); ++i) args[i] = py::cast(inputs[i]);
+        py::object out = (*held)(*args);
+        if (!THPVariable_Check(out.ptr())) {
+          throw std::invalid_argument("experiments need a model whose forward returns one tensor; it returned " +
+                                      std::string(py::str(py::type::of(out).attr("__name__"))));
+        }
+        return out.cast<torch::Tensor>();
+      } catch (py::error_already_set& e) {
+        throw std::runtime_error(std::string("the model's forward raised ") + e.what());
+      }
+    });
+  }
+
+  // The Python optimizer's and scheduler's state_dict(), in every
+  // checkpoint and NaN capsule from now on.
+  void set_state_adapter(const std::string& kind, py::object save, py::object load) {
+    core_->restorer().set_default_adapter(
+        std::make_shared<PythonStateAdapter>(kind, std::move(save), std::move(load)));
+  }
+
+  // transform: None, a callable, or a dict of input name -> callable
+  // (checked on the Python side).
   bool serve(int port, const std::string& host, bool open_browser, bool mcp, bool print_banner,
-             std::optional<MeanStd> mean, std::optional<MeanStd> std) {
+             std::optional<MeanStd> mean, std::optional<MeanStd> std, py::object transform) {
     ServeOptions options;
     options.port(port).host(host).open_browser(open_browser).mcp(mcp).print_banner(print_banner);
     if (mean) std::visit([&](auto& v) { options.input_mean(v); }, *mean);
     if (std) std::visit([&](auto& v) { options.input_std(v); }, *std);
+    if (py::isinstance<py::dict>(transform)) {
+      std::map<std::string, InputTransform> per_input;
+      for (auto [name, f] : transform.cast<py::dict>()) {
+        per_input[name.cast<std::string>()] = python_transform(py::reinterpret_borrow<py::object>(f));
+      }
+      options.input_transform(std::move(per_input));
+    } else if (!transform.is_none()) {
+      options.input_transform(python_transform(std::move(transform)));
+    }
     py::gil_scoped_release release;
     return nansense::serve(*session_, options);
   }
@@ -98,8 +222,14 @@ class Engine {
   bool begin_batch(const std::string& phase, std::optional<int64_t> epoch, bool training) {
     // The engine saves and restores the train/eval flag with the weights.
     if (mirror_->is_training() != training) mirror_->train(training);
-    py::gil_scoped_release release;
-    return core_->begin_batch(phase, epoch);
+    bool capture;
+    {
+      py::gil_scoped_release release;
+      capture = core_->begin_batch(phase, epoch);
+      if (pending_) core_->abandon_batch(/*by_exception=*/true);
+    }
+    raise_pending();
+    return capture;
   }
   void set_module_scope(std::string path) {
     if (auto* tracer = core_->tracer()) tracer->set_module_scope(std::move(path));
@@ -107,12 +237,20 @@ class Engine {
   void set_inputs(std::vector<torch::Tensor> inputs) { core_->set_batch_inputs(std::move(inputs), false); }
   void record_item(std::vector<torch::Tensor> tensors) { core_->record_item(std::move(tensors)); }
   bool end_batch() {
-    py::gil_scoped_release release;
-    return core_->end_batch();
+    bool repeat;
+    {
+      py::gil_scoped_release release;
+      repeat = core_->end_batch();
+    }
+    raise_pending();
+    return repeat;
   }
   void abandon_batch(bool by_exception) {
-    py::gil_scoped_release release;
-    core_->abandon_batch(by_exception);
+    {
+      py::gil_scoped_release release;
+      core_->abandon_batch(by_exception);
+    }
+    raise_pending();
   }
   void end_phase(const std::string& phase, int64_t count) { core_->end_phase(phase, count); }
   void close() {
@@ -143,13 +281,13 @@ class Engine {
     py::dict d;
     d["position"] = position_dict(snap->position);
     d["sequence"] = snap->sequence;
-    d["activations"] = snap->activations;
-    d["activation_gradients"] = snap->activation_gradients;
-    d["weights"] = snap->weights;
-    d["weight_gradients"] = snap->weight_gradients;
-    d["optimizer_state"] = snap->optimizer_state;
+    d["activations"] = clones(snap->activations);
+    d["activation_gradients"] = clones(snap->activation_gradients);
+    d["weights"] = clones(snap->weights);
+    d["weight_gradients"] = clones(snap->weight_gradients);
+    d["optimizer_state"] = clones_nested(snap->optimizer_state);
     d["optimizer_hyperparams"] = snap->optimizer_hyperparams;
-    d["inputs"] = snap->inputs;
+    d["inputs"] = clones(snap->inputs);
     py::list layers;
     if (snap->architecture) {
       for (const auto& l : snap->architecture->layers) layers.append(l.name);
@@ -191,12 +329,20 @@ class Engine {
     return core_->open_epochs(n, options);
   }
   void start_epoch(int64_t epoch) {
-    py::gil_scoped_release release;
-    core_->start_epoch(epoch);
+    {
+      py::gil_scoped_release release;
+      core_->start_epoch(epoch);
+    }
+    raise_pending();
   }
   std::optional<int64_t> end_epoch(int64_t epoch, std::optional<int64_t> jumped_to) {
-    py::gil_scoped_release release;
-    return core_->end_epoch(epoch, jumped_to);
+    std::optional<int64_t> next;
+    {
+      py::gil_scoped_release release;
+      next = core_->end_epoch(epoch, jumped_to);
+    }
+    raise_pending();
+    return next;
   }
   // Both block (waiting for checkpoint writes; reading a checkpoint file):
   // other Python threads run meanwhile.
@@ -251,9 +397,20 @@ class Engine {
   void clear_debug_error() { session_->clear_debug_error(); }
 
  private:
+  // The exception a signal handler raised while the loop was paused, raised
+  // now that the call returns to Python (the GIL is held again).
+  void raise_pending() {
+    if (!pending_) return;
+    py::error_already_set error = std::move(*pending_);
+    pending_.reset();
+    throw error;
+  }
+
   std::shared_ptr<torch::nn::Module> mirror_;
   std::unique_ptr<Session> session_;
   detail::SessionCore* core_ = nullptr;
+  // Training thread only.
+  std::unique_ptr<py::error_already_set> pending_;
 };
 
 // A NaN capsule restored into a Python model (through its mirror, whose
@@ -269,9 +426,18 @@ struct ReplayedCapsule {
   }
 };
 
-ReplayedCapsule replay(const std::string& path, const std::vector<ModuleSpec>& modules) {
+// load_state: None, or the function that loads the Python optimizer's (and
+// scheduler's) state_dict() from a capsule's bytes; state_kind must name them
+// as the recording session did (checked against the capsule).
+ReplayedCapsule replay(const std::string& path, const std::vector<ModuleSpec>& modules, const std::string& state_kind,
+                       py::object load_state) {
   auto mirror = build_mirror(modules);
-  Capsule capsule = replay_capsule(path, *mirror, static_cast<torch::optim::Optimizer*>(nullptr));
+  std::shared_ptr<PythonStateAdapter> adapter;
+  if (!load_state.is_none()) adapter = std::make_shared<PythonStateAdapter>(state_kind, py::none(), load_state);
+  state::Parts parts;
+  parts.optimizers = false;  // a Python session has no C++ optimizers
+  parts.scheduler = adapter != nullptr;
+  Capsule capsule = numerics::replay_into(path, {mirror.get(), {}, adapter.get()}, parts);
   return ReplayedCapsule{std::move(capsule), std::move(mirror)};
 }
 
@@ -337,8 +503,8 @@ PYBIND11_MODULE(_nansense, m) {
   py::class_<ReplayedCapsule>(m, "ReplayedCapsule")
       .def_property_readonly("position",
                              [](const ReplayedCapsule& c) { return nansense::python::position_dict(c.capsule.position); })
-      .def_property_readonly("batch", [](const ReplayedCapsule& c) { return c.capsule.batch; })
-      .def_property_readonly("gradients", [](const ReplayedCapsule& c) { return c.capsule.gradients; })
+      .def_property_readonly("batch", [](const ReplayedCapsule& c) { return nansense::python::clones(c.capsule.batch); })
+      .def_property_readonly("gradients", [](const ReplayedCapsule& c) { return nansense::python::clones(c.capsule.gradients); })
       .def_property_readonly("reasons", [](const ReplayedCapsule& c) { return c.capsule.reasons; })
       .def_property_readonly("notes", [](const ReplayedCapsule& c) { return c.capsule.notes; })
       .def_property_readonly("num_threads", [](const ReplayedCapsule& c) { return c.capsule.num_threads; })
@@ -347,13 +513,16 @@ PYBIND11_MODULE(_nansense, m) {
                                return nansense::python::from_json(nansense::numerics::to_json(c.capsule.settings));
                              })
       .def("gradients_match", &ReplayedCapsule::gradients_match);
-  m.def("replay_capsule", &nansense::python::replay, py::arg("path"), py::arg("modules"));
+  m.def("replay_capsule", &nansense::python::replay, py::arg("path"), py::arg("modules"), py::arg("state_kind"),
+        py::arg("load_state"));
 
   py::class_<Engine>(m, "Engine")
       .def(py::init<const std::vector<ModuleSpec>&, std::optional<int64_t>, std::optional<nansense::PhaseCounts>>(),
            py::arg("modules"), py::arg("epochs"), py::arg("phases"))
       .def("serve", &Engine::serve, py::arg("port"), py::arg("host"), py::arg("open_browser"), py::arg("mcp"),
-           py::arg("print_banner"), py::arg("input_mean"), py::arg("input_std"))
+           py::arg("print_banner"), py::arg("input_mean"), py::arg("input_std"), py::arg("input_transform"))
+      .def("set_model", &Engine::set_model)
+      .def("set_state_adapter", &Engine::set_state_adapter)
       .def("begin_batch", &Engine::begin_batch)
       .def("set_inputs", &Engine::set_inputs)
       .def("set_module_scope", &Engine::set_module_scope)

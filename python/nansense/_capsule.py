@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 
 from . import _nansense
-from ._session import _module_specs, _unwrap
+from ._session import _load_state, _module_specs, _state_kind, _unwrap
 from ._types import BatchPosition, DebugSettings
 
 
@@ -40,23 +40,31 @@ class Capsule:
 
 
 def replay_capsule(path: str | os.PathLike, model: torch.nn.Module,
-                   optimizer: Optional[torch.optim.Optimizer] = None) -> Capsule:
+                   optimizer: Optional[torch.optim.Optimizer] = None, scheduler: Any = None) -> Capsule:
     """Load the NaN capsule at path into model: the weights and buffers the
-    tripping batch began from, the RNG states and torch's thread count. Then
-    run the loop's body once on capsule.batch to reproduce the NaN, bit for
-    bit on the CPU, and check it with capsule.gradients_match().
+    tripping batch began from, the RNG states and torch's thread count, and
+    with optimizer (and scheduler) their state_dict() as it was before the
+    tripping batch's step. Then run the loop's body once on capsule.batch to
+    reproduce the NaN, bit for bit on the CPU, and check it with
+    capsule.gradients_match(); optimizer.step() then makes the very update
+    the recorded run made.
 
     model must be the architecture the capsule was recorded from (names,
-    shapes and dtypes are checked; CapsuleError says what differs, and
-    nothing is changed). The Python optimizer's state is not in capsules
-    yet: a stateless optimizer (SGD without momentum) replays exactly, and
-    passing another one raises NotImplementedError."""
+    shapes and dtypes are checked), and optimizer/scheduler of the types the
+    session was started with (a capsule holds the state of what
+    nansense.start was given); CapsuleError says what differs, and nothing
+    is changed. Without an optimizer, its state is left as it is."""
     model = _unwrap(model)
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a capsule file path, got {type(path).__name__}")
-    if optimizer is not None:
-        if not isinstance(optimizer, torch.optim.Optimizer):
-            raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
-        raise NotImplementedError("capsules do not hold a Python optimizer's state yet: replay with optimizer=None "
-                                  "and a stateless optimizer (SGD without momentum) for an exact replay")
-    return Capsule(_nansense.replay_capsule(os.fspath(path), _module_specs(model)))
+    if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+    if scheduler is not None and not (hasattr(scheduler, "load_state_dict") and hasattr(scheduler, "step")):
+        raise TypeError(f"scheduler must be an LR scheduler (with step() and load_state_dict()), got "
+                        f"{type(scheduler).__name__}")
+    if optimizer is None and scheduler is None:
+        native = _nansense.replay_capsule(os.fspath(path), _module_specs(model), "", None)
+    else:
+        native = _nansense.replay_capsule(os.fspath(path), _module_specs(model), _state_kind(optimizer, scheduler),
+                                          _load_state(optimizer, scheduler))
+    return Capsule(native)

@@ -11,6 +11,7 @@ import math
 import numbers
 import sys
 import threading
+import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Optional, Union
 
@@ -117,11 +118,58 @@ def _check_serve_args(port: Any, host: Any, open_browser: Any, input_mean: Any, 
     if not isinstance(host, str) or not host:
         raise TypeError(f'host must be a non-empty string such as "127.0.0.1", got {host!r}')
     _check_bool("open_browser", open_browser)
-    if input_transform is not None:
-        raise NotImplementedError(
-            "input_transform is not supported by the Python package yet: the UI's server threads never call "
-            "Python. Use input_mean/input_std for normalised images")
-    return _mean_std("input_mean", input_mean), _mean_std("input_std", input_std)
+    return _mean_std("input_mean", input_mean), _mean_std("input_std", input_std), _check_transform(input_transform)
+
+
+def _check_transform(transform: Any) -> Any:
+    if transform is None:
+        return None
+    if isinstance(transform, Mapping):
+        if not transform:
+            raise ValueError("input_transform must not be an empty dict")
+        for k, f in transform.items():
+            if not isinstance(k, str) or not k:
+                raise TypeError(f'input_transform: keys are input names ("input", "input_1", ...), got {k!r}')
+            if not callable(f):
+                raise TypeError(f"input_transform[{k!r}] must be a function of a [C,H,W] tensor, got "
+                                f"{type(f).__name__}")
+        return dict(transform)
+    if not callable(transform):
+        raise TypeError("input_transform must be a function mapping one [C,H,W] input sample to a [1,H,W] or "
+                        f"[3,H,W] image in 0..1 (or a dict of them by input name), got {type(transform).__name__}")
+    return transform
+
+
+def _state_kind(optimizer: Any, scheduler: Any) -> str:
+    """How checkpoints and capsules name the Python state they hold."""
+    return "python:" + "+".join(type(o).__qualname__ for o in (optimizer, scheduler) if o is not None)
+
+
+def _save_state(optimizer: Any, scheduler: Any):
+    def save() -> bytes:
+        buffer = io.BytesIO()
+        torch.save({"optimizer": optimizer.state_dict() if optimizer is not None else None,
+                    "scheduler": scheduler.state_dict() if scheduler is not None else None}, buffer)
+        return buffer.getvalue()
+    return save
+
+
+def _load_state(optimizer: Any, scheduler: Any):
+    def load(data: bytes) -> None:
+        state = torch.load(io.BytesIO(data))
+        if optimizer is not None:
+            optimizer.load_state_dict(state["optimizer"])
+        if scheduler is not None:
+            scheduler.load_state_dict(state["scheduler"])
+    return load
+
+
+def _frame_depth(frame) -> int:
+    depth = 0
+    while frame is not None:
+        depth += 1
+        frame = frame.f_back
+    return depth
 
 
 def _unwrap(model: Any) -> torch.nn.Module:
@@ -202,6 +250,7 @@ class Session:
         self._jump_target = None     # the jump restore_point() caught
         self._loop_epoch = None
         self._start_epochs = None
+        self._server: Optional[threading.Thread] = None
 
     # ---- properties
 
@@ -283,7 +332,11 @@ class Session:
         runs in, so layer names and scopes are exact (Python, unlike C++, can
         observe module calls). Removed when the batch ends."""
         engine, paths, root = self._engine, self._module_paths, self._model
-        stack: list[str] = []
+        # The module calls under way: (module, scope, the depth of the Python
+        # stack at the call). A forward that raised never runs its forward
+        # hook, so its entry stays behind; a later call at the same or a
+        # shallower depth cannot be inside it and drops it.
+        stack: list[tuple[Any, str, int]] = []
         # The hooks are process-wide: module calls on other threads (an eval
         # thread, a second model) are not this batch's and must not move its scope.
         owner = threading.get_ident()
@@ -294,17 +347,24 @@ class Session:
             if module is root and self._inputs_pending:
                 self._inputs_pending = False
                 engine.set_inputs(_tensors_of(args))
+            depth = _frame_depth(sys._getframe(1))
+            while stack and stack[-1][2] >= depth:
+                stack.pop()
             path = paths.get(id(module))
             # A module outside the model (a loss module) keeps the scope it runs in.
-            stack.append(path if path is not None else (stack[-1] if stack else ""))
-            engine.set_module_scope(stack[-1])
+            scope = path if path is not None else (stack[-1][1] if stack else "")
+            stack.append((module, scope, depth))
+            engine.set_module_scope(scope)
 
         def leave(module, args, output):
             if threading.get_ident() != owner:
                 return
-            if stack:
-                stack.pop()
-            engine.set_module_scope(stack[-1] if stack else "")
+            # This call's entry, and any left above it by a forward that raised.
+            for i in range(len(stack) - 1, -1, -1):
+                if stack[i][0] is module:
+                    del stack[i:]
+                    break
+            engine.set_module_scope(stack[-1][1] if stack else "")
 
         self._inputs_pending = True
         engine.set_module_scope("")
@@ -380,32 +440,11 @@ class Session:
             raise _nansense.UsageError("epochs() was called after session.close()")
         return self._epochs(n, os.fspath(cache_dir), start_epoch)
 
-    def _state_adapter(self):
-        """The optimizer's and scheduler's state, as checkpoints hold it."""
-        optimizer, scheduler = self._optimizer, self._scheduler
-        if optimizer is None and scheduler is None:
-            return "", None, None
-        kind = "python:" + "+".join(type(o).__qualname__ for o in (optimizer, scheduler) if o is not None)
-
-        def save() -> bytes:
-            buffer = io.BytesIO()
-            torch.save({"optimizer": optimizer.state_dict() if optimizer is not None else None,
-                        "scheduler": scheduler.state_dict() if scheduler is not None else None}, buffer)
-            return buffer.getvalue()
-
-        def load(data: bytes) -> None:
-            state = torch.load(io.BytesIO(data))
-            if optimizer is not None:
-                optimizer.load_state_dict(state["optimizer"])
-            if scheduler is not None:
-                scheduler.load_state_dict(state["scheduler"])
-
-        return kind, save, load
-
     def _epochs(self, n: int, cache_dir: str, start_epoch: int) -> Iterator[int]:
         engine = self._engine
-        kind, save, load = self._state_adapter()
-        epoch = engine.open_epochs(n, cache_dir, start_epoch, kind, save, load)
+        # The optimizer's and scheduler's state rides in the session's own
+        # adapter (set at start, shared with NaN capsules).
+        epoch = engine.open_epochs(n, cache_dir, start_epoch, "", None, None)
         self._epoch_loop = True
         try:
             while epoch is not None:
@@ -583,10 +622,11 @@ def start(
     they are learned during the first epoch). enabled=False makes the
     session a no-op: nothing is traced, no server. optimizer must train
     model's parameters. port serves the UI and the MCP endpoint at once
-    (0 picks a free port; see Session.url); host, open_browser, input_mean
-    and input_std are forwarded to serve(). The engine reads the model's
-    structure from model.named_modules(): layer names are module paths
-    ("features.0"); parameterless ops are named fx-style ("relu_1").
+    (0 picks a free port; see Session.url); host, open_browser,
+    input_mean, input_std and input_transform are forwarded to serve().
+    The engine reads the model's structure from model.named_modules():
+    layer names are module paths ("features.0"); parameterless ops are
+    named fx-style ("relu_1").
     """
     model = _unwrap(model)
     _check_int("epochs", epochs, 1)
@@ -597,8 +637,8 @@ def start(
     if scheduler is not None and not (hasattr(scheduler, "state_dict") and hasattr(scheduler, "step")):
         raise TypeError(f"scheduler must be an LR scheduler (with step() and state_dict()), got "
                         f"{type(scheduler).__name__}")
-    mean, std = _check_serve_args(port, host, open_browser, input_mean, input_std, input_transform,
-                                  port_none_ok=True)
+    mean, std, transform = _check_serve_args(port, host, open_browser, input_mean, input_std, input_transform,
+                                             port_none_ok=True)
     if optimizer is not None:
         owned = {id(p) for p in model.parameters()}
         for group in optimizer.param_groups:
@@ -611,10 +651,40 @@ def start(
         session._start_epochs = epochs
         return session
     engine = _nansense.Engine(_module_specs(model), epochs, phase_list)
+    engine.set_model(model)
+    if optimizer is not None or scheduler is not None:
+        engine.set_state_adapter(_state_kind(optimizer, scheduler), _save_state(optimizer, scheduler),
+                                 _load_state(optimizer, scheduler))
     session = Session(model, engine, optimizer, scheduler)
     if port is not None:
-        engine.serve(port, host, open_browser, True, True, mean, std)
+        session._server = _ServerThread(session, engine.serve(port, host, open_browser, True, True, mean, std,
+                                                              transform))
     return session
+
+
+class _ServerThread(threading.Thread):
+    """What serve() returns, as the reference returns its server's thread:
+    the native server runs on the engine's own threads, and this daemon
+    thread stands for them. It lives while the session serves (until the
+    Session is garbage collected), so `serve(...).join()` keeps a finished
+    script serving the UI; after a failed bind it has already ended. url is
+    the UI's address (None when the port could not be bound)."""
+
+    def __init__(self, session: "Session", bound: bool):
+        super().__init__(name="nansense-server", daemon=True)
+        self.url: Optional[str] = session.url if bound else None
+        self._served = threading.Event()
+        if bound:
+            weakref.finalize(session, self._served.set)
+        else:
+            self._served.set()
+        self.start()
+
+    def run(self) -> None:
+        self._served.wait()
+
+    def __repr__(self) -> str:
+        return f"<nansense server {self.url or 'not bound'} {'serving' if self.is_alive() else 'stopped'}>"
 
 
 def serve(
@@ -628,24 +698,32 @@ def serve(
     input_mean: Union[MeanStd, dict[str, MeanStd], None] = None,
     input_std: Union[MeanStd, dict[str, MeanStd], None] = None,
     input_transform: Any = None,
-) -> Optional[str]:
+) -> Optional[threading.Thread]:
     """Serve the UI, its HTTP API and (unless mcp=False) the MCP endpoint at
-    /mcp for session, from the engine's own threads.
+    /mcp for session, from the engine's own threads, and return a thread
+    that stands for the server: alive while the session serves (join() it
+    to keep a finished script serving), with the address as .url. When the
+    port cannot be bound, one line says why, training goes on, and the
+    thread returned has already ended (url None). Returns None without
+    starting anything on a disabled session.
 
-    Returns the UI's address, or None without starting anything on a
-    disabled session, or when the port cannot be bound (one line says why;
-    training goes on). log_level is accepted for the reference's signature;
-    the native server prints only its banner and errors.
+    input_transform maps one input sample (a [C,H,W] CPU tensor, already
+    denormalised with input_mean/input_std) to a displayable [1,H,W] or
+    [3,H,W] image in 0..1, for inputs that are not gray or RGB images; a
+    dict gives one per input name. The server's threads call it with the
+    GIL: keep it a quick, pure function. log_level is accepted for the
+    reference's signature; the native server prints only its banner and
+    errors.
     """
     if not isinstance(session, Session):
         raise TypeError(f"serve takes the Session nansense.start returned, got {type(session).__name__}")
     if log_level not in _LOG_LEVELS:
         raise ValueError(f"log_level must be one of {', '.join(_LOG_LEVELS)}, got {log_level!r}")
     _check_bool("mcp", mcp)
-    mean, std = _check_serve_args(port, host, open_browser, input_mean, input_std, input_transform,
-                                  port_none_ok=False)
+    mean, std, transform = _check_serve_args(port, host, open_browser, input_mean, input_std, input_transform,
+                                             port_none_ok=False)
     if session._engine is None:
         return None
-    if not session._engine.serve(port, host, open_browser, mcp, True, mean, std):
-        return None
-    return session.url
+    session._server = _ServerThread(session, session._engine.serve(port, host, open_browser, mcp, True, mean, std,
+                                                                   transform))
+    return session._server

@@ -52,6 +52,11 @@ state::StateFile read_capsule(const std::string& path);
 // naming the first mismatch; nothing is changed then.
 void restore_capsule(const state::StateFile& capsule, const state::LiveState& live, state::Parts parts = {});
 
+// nansense::replay_capsule over a whole live state: a host language's own
+// optimizer state (Python's state_dict()) rides in `live.scheduler`, an
+// adapter, restored when parts.scheduler says so.
+Capsule replay_into(const std::string& path, const state::LiveState& live, state::Parts parts);
+
 // The capsule's own parts, on the CPU. Throw CapsuleError.
 std::vector<torch::Tensor> capsule_batch(const state::StateFile& capsule);
 std::map<std::string, torch::Tensor> capsule_gradients(const state::StateFile& capsule);

@@ -26,6 +26,15 @@ BatchPosition position_from(const nlohmann::json& j) {
 
 Capsule replay_capsule(const std::string& path, torch::nn::Module& model,
                        const std::vector<torch::optim::Optimizer*>& optimizers) {
+  // A replay without optimizers restores the rest; the schedule's own state
+  // is the session's (the learning rates come back with the optimizers).
+  state::Parts parts;
+  parts.optimizers = !optimizers.empty();
+  parts.scheduler = false;
+  return numerics::replay_into(path, {&model, optimizers, nullptr}, parts);
+}
+
+Capsule numerics::replay_into(const std::string& path, const state::LiveState& live, state::Parts parts) {
   auto file = numerics::read_capsule(path);
   Capsule c;
   try {
@@ -40,13 +49,8 @@ Capsule replay_capsule(const std::string& path, torch::nn::Module& model,
   }
   c.batch = numerics::capsule_batch(file);
   c.gradients = numerics::capsule_gradients(file);
-  // Everything is read: only now the live objects change. A replay without
-  // optimizers restores the rest; the schedule's own state is the session's
-  // (the learning rates come back with the optimizers).
-  state::Parts parts;
-  parts.optimizers = !optimizers.empty();
-  parts.scheduler = false;
-  numerics::restore_capsule(file, {&model, optimizers, nullptr}, parts);
+  // Everything is read: only now the live objects change.
+  numerics::restore_capsule(file, live, parts);
   // Reductions split work by thread count: the same count, the same bits.
   if (c.num_threads > 0 && torch::get_num_threads() != c.num_threads) torch::set_num_threads(c.num_threads);
   return c;

@@ -1,5 +1,6 @@
 #include "session/run_control.h"
 
+#include <algorithm>
 #include <cmath>
 #include <exception>
 #include <iostream>
@@ -109,8 +110,18 @@ void RunControl::pause_at(const BatchPosition& pos) {
   target_.reset();
   resume_ = false;
   changed();
+  const auto woken = [&] { return resume_ || finished_ || lost_ || interrupted_ || !work_.empty(); };
   while (true) {
-    cv_.wait(lock, [&] { return resume_ || finished_ || lost_ || interrupted_ || !work_.empty(); });
+    if (!pause_check_) {
+      cv_.wait(lock, woken);
+    } else if (!cv_.wait_for(lock, pause_check_slice_, woken)) {
+      const auto check = pause_check_;
+      lock.unlock();
+      const bool leave = check();
+      lock.lock();
+      if (leave) break;
+      continue;
+    }
     if (!work_.empty() && !interrupted_) {
       auto work = std::move(work_.front());
       work_.pop_front();
@@ -133,6 +144,12 @@ void RunControl::pause_at(const BatchPosition& pos) {
   // Time spent paused is not training time.
   if (update_clock_) update_clock_ = std::chrono::steady_clock::now();
   changed();
+}
+
+void RunControl::set_pause_check(std::function<bool()> check, std::chrono::milliseconds slice) {
+  std::lock_guard lock(mu_);
+  pause_check_ = std::move(check);
+  pause_check_slice_ = std::max(slice, std::chrono::milliseconds(1));
 }
 
 void RunControl::require_live() const {

@@ -36,6 +36,12 @@ class RunControl {
   // Blocks in the pause loop, running queued work, until a command resumes
   // the run or the session closes.
   void pause_at(const BatchPosition& pos);
+  // How a host language hears its own signals while the loop is paused
+  // (Python's Ctrl-C): when set, the pause wakes every `slice` to call
+  // `check` (from the training thread, without the lock); true leaves the
+  // pause at once, the mode kept, and the caller reports why. Unset (C++),
+  // the pause sleeps until woken. Set it before the first batch.
+  void set_pause_check(std::function<bool()> check, std::chrono::milliseconds slice);
 
   // --- any thread ---
   void step_batch();
@@ -116,6 +122,8 @@ class RunControl {
   bool interrupted_ = false;
   std::string lost_reason_;
   std::deque<std::function<void()>> work_;
+  std::function<bool()> pause_check_;
+  std::chrono::milliseconds pause_check_slice_{0};
 };
 
 }  // namespace nansense::detail

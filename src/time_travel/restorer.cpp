@@ -2,6 +2,7 @@
 
 #include <iostream>
 
+#include "nansense/errors.h"
 #include "state/fingerprint.h"
 #include "state/training_state.h"
 
@@ -49,6 +50,13 @@ TrainingRestorer::~TrainingRestorer() {
 }
 
 state::LiveState TrainingRestorer::live() const { return {&model_, optimizers_, scheduler()}; }
+
+void TrainingRestorer::set_default_adapter(std::shared_ptr<SchedulerAdapter> adapter) {
+  std::lock_guard lock(mu_);
+  if (active_) throw UsageError("the state adapter cannot change while an epochs() loop runs");
+  default_adapter_ = std::move(adapter);
+  adapter_ = default_adapter_;
+}
 
 int64_t TrainingRestorer::open(int64_t epochs, const EpochOptions& options) {
   const int64_t start = options.start_epoch();

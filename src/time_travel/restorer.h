@@ -87,6 +87,10 @@ class TrainingRestorer {
   // Training thread: the schedule adapter in use (the epochs() loop's, else
   // the session scheduler's), null when there is none.
   SchedulerAdapter* scheduler() const { return adapter_.get(); }
+  // Training thread, before an epochs() loop opens: the adapter used when
+  // no loop gives its own (the Python optimizer's and scheduler's
+  // state_dict(), which NaN capsules then hold too).
+  void set_default_adapter(std::shared_ptr<SchedulerAdapter> adapter);
 
  private:
   struct Jump {

@@ -30,7 +30,9 @@ def model():
     ({"input_mean": {"": 0.5}}, TypeError, "keys are input names"),
     ({"optimizer": "sgd"}, TypeError, "optimizer must be a torch.optim.Optimizer"),
     ({"scheduler": 3}, TypeError, "scheduler must be an LR scheduler"),
-    ({"input_transform": lambda x: x}, NotImplementedError, "input_transform is not supported"),
+    ({"input_transform": "rgb"}, TypeError, "input_transform must be a function mapping one [C,H,W] input sample"),
+    ({"input_transform": {"input": 3}}, TypeError, "input_transform['input'] must be a function"),
+    ({"input_transform": {}}, ValueError, "input_transform must not be an empty dict"),
 ])
 def test_start_refuses_bad_arguments(model, kwargs, error, words):
     with pytest.raises(error) as caught:

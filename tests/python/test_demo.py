@@ -7,13 +7,23 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import Api
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "examples" / "python" / "fashion_mnist.py"
+# The demo's default --data-dir: Debian's dataset-fashion-mnist.
+DATA = Path("/usr/share/datasets/fashion-mnist")
+FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
+         "t10k-labels-idx1-ubyte.gz")
 
 
 def test_the_demo_serves_pauses_and_names_its_layers():
+    missing = [name for name in FILES if not (DATA / name).is_file()]
+    if missing:
+        pytest.skip(f"the Fashion-MNIST dataset is missing ({', '.join(missing)} not in {DATA}): "
+                    "install dataset-fashion-mnist (scripts/setup does)")
     demo = subprocess.Popen([sys.executable, str(DEMO), "--port", "0", "--no-browser", "--epochs", "1",
                              "--limit-batches", "4", "--exit-when-done"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -1,8 +1,10 @@
 """The guard, root cause and NaN capsules on NaNs made by Python code."""
 
+import copy
 import json
 import os
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -170,3 +172,77 @@ def test_log_of_a_negative_value_in_backward_is_found_in_the_backward_pass(tmp_p
     assert json.dumps(cause)  # plain data, as the UI and MCP get it
     session.detach()
     thread.join()
+
+
+def bits(t):
+    """A tensor's bits, so that NaN payloads compare too."""
+    return t.detach().contiguous().view(torch.int32 if t.dtype == torch.float32 else torch.int64)
+
+
+def test_a_capsule_replays_an_adam_step_bit_for_bit(tmp_path):
+    torch.manual_seed(5)
+    model = Mlp()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    data = class_batches()
+    session = nansense.start(model, optimizer=optimizer)
+    session.set_debug_settings(nansense.DebugSettings(capsule_dir=str(tmp_path)))
+    session.detach()
+    bodies = []
+    for x, y in session.batches(data, phase="train"):
+        state_before = copy.deepcopy(optimizer.state_dict())
+        optimizer.zero_grad()
+        per_class_loss(model(x), y).backward()
+        # None on the untraced first run of the tripping batch (the engine drops them).
+        grads = {n: None if p.grad is None else p.grad.clone() for n, p in model.named_parameters()}
+        optimizer.step()
+        bodies.append({"x": x, "state": state_before, "grads": grads,
+                       "after": {n: p.detach().clone() for n, p in model.named_parameters()}})
+    session.close()
+    error = session.debug_error
+    assert error is not None and error.position.batch_idx == 2 and error.capsule
+    tripped = [b for b in bodies if torch.equal(b["x"], data[2][0])][-1]
+    assert tripped["state"]["state"], "Adam had state before the tripping batch"
+
+    fresh = Mlp()
+    fresh_optimizer = torch.optim.Adam(fresh.parameters(), lr=0.5)
+    capsule = nansense.replay_capsule(error.capsule, fresh, optimizer=fresh_optimizer)
+    # The optimizer's state as the tripping batch began (lr included).
+    restored = fresh_optimizer.state_dict()
+    assert restored["param_groups"][0]["lr"] == 0.01
+    for index, entry in tripped["state"]["state"].items():
+        for key, value in entry.items():
+            assert torch.equal(bits(restored["state"][index][key]), bits(value)), (index, key)
+    x, y = capsule.batch
+    fresh_optimizer.zero_grad()
+    per_class_loss(fresh(x), y).backward()
+    match, difference = capsule.gradients_match()
+    assert match, difference
+    for name, p in fresh.named_parameters():
+        assert torch.equal(bits(p.grad), bits(tripped["grads"][name])), name
+    fresh_optimizer.step()
+    # The very update the recorded run made, NaN payloads included.
+    for name, p in fresh.named_parameters():
+        assert torch.equal(bits(p), bits(tripped["after"][name])), name
+    assert not all(torch.isfinite(p).all() for p in fresh.parameters())
+
+
+def test_a_capsule_refuses_an_optimizer_of_another_type(tmp_path):
+    torch.manual_seed(5)
+    model = Mlp()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    session = nansense.start(model, optimizer=optimizer)
+    session.set_debug_settings(nansense.DebugSettings(capsule_dir=str(tmp_path)))
+    session.detach()
+    for x, y in session.batches(class_batches(), phase="train"):
+        optimizer.zero_grad()
+        per_class_loss(model(x), y).backward()
+        optimizer.step()
+    session.close()
+    fresh = Mlp()
+    before = {n: p.detach().clone() for n, p in fresh.named_parameters()}
+    with pytest.raises(nansense.CapsuleError, match="python:Adam"):
+        nansense.replay_capsule(session.debug_error.capsule, fresh, optimizer=torch.optim.SGD(fresh.parameters(), lr=1))
+    for name, p in fresh.named_parameters():
+        assert torch.equal(p.detach(), before[name]), name
+    with pytest.raises(TypeError, match="optimizer must be a torch.optim.Optimizer"):
+        nansense.replay_capsule(session.debug_error.capsule, fresh, optimizer="adam")

@@ -434,6 +434,34 @@ TEST(RunControl, PostRunsWorkOnTheTrainingThread) {
   EXPECT_THROW(control.post([] {}), ControlError) << "no training thread is left to run it";
 }
 
+// Python's Ctrl-C: a pause check (off by default) runs on the training
+// thread while paused and can leave the pause; the mode is kept.
+TEST(RunControl, APauseCheckCanLeaveAPauseWhichKeepsItsMode) {
+  Trainer t({{"train", 4}}, 1);
+  auto session = start(t.model);
+  auto& control = detail::core_of(session)->control();
+  std::atomic<bool> leave{false}, left{false};
+  std::promise<std::thread::id> checking_again;
+  auto again = checking_again.get_future();
+  control.set_pause_check(
+      [&] {
+        if (leave.exchange(false)) return left = true;
+        if (left.exchange(false)) checking_again.set_value(std::this_thread::get_id());
+        return false;
+      },
+      std::chrono::milliseconds(1));
+  TrainingThread thread(session, [&] { t.run(session); });
+  expect_paused_at(session, at("train", 0, 0));
+  leave = true;
+  ASSERT_EQ(again.wait_for(kWait), std::future_status::ready) << "the check did not run in the next pause";
+  EXPECT_EQ(again.get(), t.body_thread.load());
+  expect_paused_at(session, at("train", 0, 1));
+  EXPECT_EQ(t.bodies.load(), 2);
+  EXPECT_EQ(session.mode(), Mode::kStepBatch);
+  session.detach();
+  EXPECT_EQ(session.wait_until_stopped(kWait), RunState::kFinished);
+}
+
 TEST(RunControl, DisabledSessionIsAPassThrough) {
   Trainer t({{"train", 3}}, 2);
   auto session = start(t.model, StartOptions().enabled(false));
