@@ -42,7 +42,7 @@ bool Engine::has_forward() const {
   return static_cast<bool>(forward_);
 }
 
-Engine::Submitted Engine::submit(const std::string& kind_name, const std::string& layer, const json& params) {
+Engine::Checked Engine::check(const std::string& kind_name, const std::string& layer, const json& params) const {
   using Why = Refused::Why;
   if (auto ended = host_.ended(); !ended.empty()) throw Refused(Why::kConflict, ended);
   const KindSpec* kind = find_kind(kind_name);
@@ -83,14 +83,15 @@ Engine::Submitted Engine::submit(const std::string& kind_name, const std::string
     }
     if (defaults_.contains(kind_name)) session_defaults = defaults_[kind_name];
   }
-  Resolved resolved;
+  Checked out;
+  out.kind = kind;
   try {
-    resolved = resolve_params(*kind, {session_defaults, params});
+    out.resolved = resolve_params(*kind, {session_defaults, params});
   } catch (const std::invalid_argument& e) {
     throw Refused(Why::kInvalid, e.what());
   }
-  if (resolved.params.contains("channel") && info->output_shape.size() >= 2) {
-    const int64_t channel = resolved.params["channel"].get<int64_t>();
+  if (out.resolved.params.contains("channel") && info->output_shape.size() >= 2) {
+    const int64_t channel = out.resolved.params["channel"].get<int64_t>();
     const int64_t channels = info->output_shape[1];
     if (channel >= channels) {
       throw Refused(Why::kInvalid, kind_name + " parameter \"channel\" is out of range: layer \"" + layer + "\" has " +
@@ -98,6 +99,51 @@ Engine::Submitted Engine::submit(const std::string& kind_name, const std::string
                                        "; -1 = the whole layer), got " + std::to_string(channel));
     }
   }
+  return out;
+}
+
+Engine::Submitted Engine::enqueue(Request request) {
+  request.seq = next_seq_++;
+  Submitted out;
+  out.seq = request.seq;
+  out.params = request.params;
+  out.queued_ahead = static_cast<int64_t>(queue_.size()) + (running_ ? 1 : 0);
+  auto r = std::make_shared<Result>();
+  r->seq = request.seq;
+  r->kind = request.kind;
+  r->layer = request.layer;
+  r->params = request.params;
+  r->tab = request.tab;
+  results_[r->seq] = std::move(r);
+  mark_changed(request.seq);
+  queue_.push_back(std::move(request));
+  return out;
+}
+
+std::vector<Result> Engine::drop_queued_of(const std::string& tab) {
+  std::vector<Result> dropped;
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    if (it->tab != tab) {
+      ++it;
+      continue;
+    }
+    Result r;
+    r.seq = it->seq;
+    r.kind = it->kind;
+    r.layer = it->layer;
+    r.params = it->params;
+    r.tab = it->tab;
+    r.stage = Result::Stage::kStopped;
+    r.stop_reason = "replaced by a newer run of the same auto experiment before it ran";
+    dropped.push_back(std::move(r));
+    it = queue_.erase(it);
+  }
+  return dropped;
+}
+
+Engine::Submitted Engine::submit(const std::string& kind_name, const std::string& layer, const json& params) {
+  using Why = Refused::Why;
+  Checked checked = check(kind_name, layer, params);
   const bool paused = host_.paused();
   if (paused && observer::Observer::active()) throw Refused(Why::kConflict, kInsideTracedBatch);
   Submitted out;
@@ -109,19 +155,9 @@ Engine::Submitted Engine::submit(const std::string& kind_name, const std::string
                     "training is running: pause it (pause or step) before running an experiment, or turn on "
                     "auto-run (set_auto_run_experiments) to run it at the next live update");
     }
-    Request request{next_seq_++, kind_name, layer, resolved.params};
-    out.seq = request.seq;
-    out.params = resolved.params;
-    out.ignored = resolved.ignored;
-    out.queued_ahead = static_cast<int64_t>(queue_.size()) + (running_ ? 1 : 0);
-    queue_.push_back(request);
-    auto r = std::make_shared<Result>();
-    r->seq = request.seq;
-    r->kind = kind_name;
-    r->layer = layer;
-    r->params = resolved.params;
-    results_[r->seq] = std::move(r);
+    out = enqueue(Request{0, kind_name, layer, checked.resolved.params, ""});
   }
+  out.ignored = checked.resolved.ignored;
   cv_.notify_all();
   if (host_.changed) host_.changed();
   if (paused) {
@@ -130,6 +166,106 @@ Engine::Submitted Engine::submit(const std::string& kind_name, const std::string
     } catch (const std::exception&) {
       // The loop ended meanwhile: close() reports the queued request.
     }
+  }
+  return out;
+}
+
+Engine::Submitted Engine::set_auto(const std::string& tab, const std::string& kind_name, const std::string& layer,
+                                   const json& params, Clock::time_point now) {
+  using Why = Refused::Why;
+  if (tab.empty()) throw Refused(Why::kInvalid, "an auto experiment needs a tab: a name for the page that renews it");
+  Checked checked = check(kind_name, layer, params);
+  // Paused between batches: a new or changed experiment shows at once.
+  const bool paused = host_.paused() && !observer::Observer::active();
+  Submitted out;
+  std::vector<Result> dropped;
+  {
+    std::lock_guard lock(mu_);
+    if (closed_) throw Refused(Why::kConflict, "the session has closed: experiments run on a live training loop");
+    auto_runs_.expire(now);
+    const bool changed = auto_runs_.put(tab, kind_name, layer, params, now);
+    if (changed && paused) {
+      dropped = drop_queued_of(tab);
+      out = enqueue(Request{0, kind_name, layer, checked.resolved.params, tab});
+    } else {
+      out.params = checked.resolved.params;
+    }
+  }
+  out.ignored = checked.resolved.ignored;
+  for (const auto& r : dropped) publish(r);
+  if (out.seq != 0) {
+    cv_.notify_all();
+    if (host_.changed) host_.changed();
+    try {
+      host_.post([this] { drain(); });
+    } catch (const std::exception&) {
+      // The loop ended meanwhile: close() reports the queued request.
+    }
+  }
+  return out;
+}
+
+bool Engine::clear_auto(const std::string& tab) {
+  std::lock_guard lock(mu_);
+  return auto_runs_.remove(tab);
+}
+
+std::vector<AutoRuns::Entry> Engine::auto_entries(Clock::time_point now) {
+  std::lock_guard lock(mu_);
+  auto_runs_.expire(now);
+  return auto_runs_.entries();
+}
+
+int Engine::snapshot_published(Clock::time_point now) {
+  std::vector<AutoRuns::Entry> entries;
+  {
+    std::lock_guard lock(mu_);
+    auto_runs_.expire(now);
+    if (!auto_run_ || closed_) return 0;
+    entries = auto_runs_.entries();
+  }
+  int queued = 0;
+  std::vector<Result> published;
+  for (const auto& e : entries) {
+    Result failed;
+    try {
+      // Checked again: the architecture or the session defaults may have changed.
+      Checked checked = check(e.kind, e.layer, e.params);
+      std::lock_guard lock(mu_);
+      auto dropped = drop_queued_of(e.tab);
+      published.insert(published.end(), dropped.begin(), dropped.end());
+      enqueue(Request{0, e.kind, e.layer, checked.resolved.params, e.tab});
+      ++queued;
+      continue;
+    } catch (const Refused& refusal) {
+      failed.error = refusal.what();
+    }
+    std::lock_guard lock(mu_);
+    failed.seq = next_seq_++;
+    failed.kind = e.kind;
+    failed.layer = e.layer;
+    failed.params = e.params;
+    failed.tab = e.tab;
+    failed.stage = Result::Stage::kFailed;
+    published.push_back(std::move(failed));
+  }
+  for (const auto& r : published) publish(r);
+  if (queued > 0) {
+    cv_.notify_all();
+    if (host_.changed) host_.changed();
+  }
+  return queued;
+}
+
+Engine::Changes Engine::changes_since(uint64_t version) const {
+  std::lock_guard lock(mu_);
+  Changes out;
+  out.version = version_;
+  if (version_ == version) return out;
+  for (const auto& [seq, r] : results_) {
+    auto at = changed_at_.find(seq);
+    const bool changed = at != changed_at_.end() && at->second > version;
+    if (changed || r->stage == Result::Stage::kQueued) out.results.push_back(r);
   }
   return out;
 }
@@ -149,6 +285,7 @@ int Engine::cancel(std::optional<uint64_t> seq) {
       r.kind = it->kind;
       r.layer = it->layer;
       r.params = it->params;
+      r.tab = it->tab;
       r.stage = Result::Stage::kStopped;
       r.stop_reason = "cancelled before it ran";
       dropped.push_back(std::move(r));
@@ -216,10 +353,13 @@ json Engine::defaults() const {
   return defaults_;
 }
 
-void Engine::set_defaults(const std::string& kind_name, const json& params) {
+std::vector<std::string> Engine::set_defaults(const std::string& kind_name, const json& params) {
   const KindSpec* kind = find_kind(kind_name);
   if (!kind) {
     throw Refused(Refused::Why::kInvalid, "unknown experiment kind \"" + kind_name + "\"; kinds: " + kind_names());
+  }
+  if (!params.is_null() && !params.is_object()) {
+    throw Refused(Refused::Why::kInvalid, "defaults for " + kind_name + " must be an object of parameter values");
   }
   Resolved resolved;
   try {
@@ -227,13 +367,24 @@ void Engine::set_defaults(const std::string& kind_name, const json& params) {
   } catch (const std::invalid_argument& e) {
     throw Refused(Refused::Why::kInvalid, e.what());
   }
-  if (!resolved.ignored.empty()) {
-    std::string keys;
-    for (const auto& k : resolved.ignored) keys += (keys.empty() ? "" : ", ") + k;
-    throw Refused(Refused::Why::kInvalid, kind_name + " has no parameter(s) " + keys);
+  json kept = json::object();
+  if (params.is_object()) {
+    for (const auto& [key, value] : params.items()) {
+      if (std::find(resolved.ignored.begin(), resolved.ignored.end(), key) == resolved.ignored.end()) {
+        kept[key] = resolved.params[key];
+      }
+    }
   }
-  std::lock_guard lock(mu_);
-  defaults_[kind_name] = params.is_null() ? json::object() : params;
+  {
+    std::lock_guard lock(mu_);
+    if (kept.empty()) {
+      defaults_.erase(kind_name);
+    } else {
+      defaults_[kind_name] = std::move(kept);
+    }
+  }
+  if (host_.changed) host_.changed();
+  return resolved.ignored;
 }
 
 double Engine::time_limit_seconds() const {
@@ -284,6 +435,7 @@ void Engine::close() {
       r.kind = q.kind;
       r.layer = q.layer;
       r.params = q.params;
+      r.tab = q.tab;
       r.stage = Result::Stage::kStopped;
       r.stop_reason = "the session closed before it ran";
       dropped.push_back(std::move(r));
@@ -297,17 +449,21 @@ void Engine::publish(const Result& r) {
   {
     std::lock_guard lock(mu_);
     results_[r.seq] = std::make_shared<const Result>(r);
+    mark_changed(r.seq);
     keep_recent();
   }
   cv_.notify_all();
   if (host_.changed) host_.changed();
 }
 
+void Engine::mark_changed(uint64_t seq) { changed_at_[seq] = ++version_; }
+
 void Engine::keep_recent() {
   // Finished results beyond the 8 newest go; queued and running ones stay.
   size_t finished = 0;
   for (auto it = results_.rbegin(); it != results_.rend();) {
     if (it->second->finished() && ++finished > kKeptResults) {
+      changed_at_.erase(it->first);
       it = std::make_reverse_iterator(results_.erase(std::next(it).base()));
     } else {
       ++it;
@@ -322,6 +478,7 @@ void Engine::run_one(const Request& request) {
   r.kind = request.kind;
   r.layer = request.layer;
   r.params = request.params;
+  r.tab = request.tab;
   r.stage = Result::Stage::kRunning;
   publish(r);
   double limit = 0;

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "experiments/auto_runs.h"
 #include "experiments/experiments.h"
 #include "nansense/architecture.h"
 #include "nansense/options.h"
@@ -89,12 +90,44 @@ class Engine {
 
   bool auto_run() const;
   void set_auto_run(bool on);
-  // Session defaults, layered between a kind's own and the caller's params.
+  // Session defaults, layered between a kind's own and the caller's params:
+  // {kind: {key: value}} for the kinds that have any.
   json defaults() const;
-  // Throws Refused(kInvalid) for an unknown kind or a bad value.
-  void set_defaults(const std::string& kind, const json& params);
+  // Replaces `kind`'s session defaults with `params` (an empty object clears
+  // them), checked as run_experiment's are. Unknown keys are not kept: they
+  // are returned, to be reported as ignored. Throws Refused(kInvalid) for an
+  // unknown kind or a bad value.
+  std::vector<std::string> set_defaults(const std::string& kind, const json& params);
   double time_limit_seconds() const;
   void set_time_limit_seconds(double seconds);
+
+  // --- auto experiments: one per page (tab), re-run at each snapshot ---
+  using Clock = AutoRuns::Clock;
+  // Registers or renews (a heartbeat) `tab`'s auto experiment, checked as
+  // submit() checks a request (but accepted while the loop runs). A new or
+  // changed one runs at once when the loop is paused (its seq in the reply;
+  // 0 when it waits for the next snapshot).
+  Submitted set_auto(const std::string& tab, const std::string& kind, const std::string& layer, const json& params,
+                     Clock::time_point now);
+  // Forgets `tab`'s auto experiment; false when it had none.
+  bool clear_auto(const std::string& tab);
+  // The registered auto experiments still renewed at `now` (older ones are
+  // dropped first).
+  std::vector<AutoRuns::Entry> auto_entries(Clock::time_point now);
+  // Training thread, right after a snapshot is published: drops expired
+  // entries and, while auto-run is on, queues each tab's experiment (a tab's
+  // own request still queued gives way to the new one; other tabs' requests
+  // and any running one are untouched). Returns how many it queued.
+  int snapshot_published(Clock::time_point now);
+
+  // --- a change feed for the push channel ---
+  struct Changes {
+    uint64_t version = 0;
+    // The results published after the version asked about (and, when any
+    // were, every queued one: their place in the queue moved).
+    std::vector<std::shared_ptr<const Result>> results;
+  };
+  Changes changes_since(uint64_t version) const;
 
   // Training thread: runs the queued requests in order until the queue is
   // empty or the pause ends (those left wait for the next pause).
@@ -109,9 +142,21 @@ class Engine {
     std::string kind;
     std::string layer;
     json params;
+    std::string tab;  // the auto experiment it re-runs ("" for a direct request)
   };
+  struct Checked {
+    const KindSpec* kind = nullptr;
+    Resolved resolved;
+  };
+  // What submit() refuses before it looks at the pause.
+  Checked check(const std::string& kind, const std::string& layer, const json& params) const;
+  // mu_ held: queues the request and records its queued result.
+  Submitted enqueue(Request request);
+  // mu_ held: `tab`'s queued requests leave the queue (stopped results).
+  std::vector<Result> drop_queued_of(const std::string& tab);
   void publish(const Result& r);  // mu_ not held
   void keep_recent();              // mu_ held
+  void mark_changed(uint64_t seq);  // mu_ held
   void run_one(const Request& request);
 
   torch::nn::Module& model_;
@@ -125,6 +170,9 @@ class Engine {
   std::map<uint64_t, bool> cancelled_;
   std::map<uint64_t, std::shared_ptr<const Result>> results_;
   bool auto_run_ = false;
+  AutoRuns auto_runs_;
+  uint64_t version_ = 0;
+  std::map<uint64_t, uint64_t> changed_at_;  // seq -> version of its last change
   json defaults_ = json::object();
   double time_limit_ = kDefaultTimeLimit;
   bool closed_ = false;

@@ -216,12 +216,47 @@ struct Runner {
     if (ctx.progress) ctx.progress(result);
   }
 
-  // The first `batch` samples of the only model input.
-  torch::Tensor batch_input(bool need_image) {
-    if (ctx.inputs.size() != 1) {
-      throw std::invalid_argument("experiments attribute a model with one input; this batch has " +
-                                  std::to_string(ctx.inputs.size()));
+  // A model with several inputs: experiments work on the first and hold the
+  // others fixed, sample by sample. `others` are their samples [first,
+  // first + count); `inputs(x)` pairs x with them, repeated when x stacks
+  // several copies of those samples (integration steps, occluded copies).
+  std::vector<torch::Tensor> others;
+  int64_t others_count = 1;
+
+  void hold_others(int64_t first, int64_t count) {
+    others.clear();
+    others_count = count;
+    const int64_t n = ctx.inputs[0].size(0);
+    for (size_t i = 1; i < ctx.inputs.size(); ++i) {
+      const torch::Tensor& t = ctx.inputs[i];
+      if (t.dim() == 0 || t.size(0) != n) {
+        throw std::invalid_argument(
+            "experiments work on the model's first input and hold its other inputs fixed, sample by sample; input " +
+            std::to_string(i) + " is " + common::shape_text(t.sizes()) + ", not " + std::to_string(n) +
+            " samples along its first dimension like the first input " + common::shape_text(ctx.inputs[0].sizes()));
+      }
+      others.push_back(t.narrow(0, first, count).detach());
     }
+  }
+
+  std::vector<torch::Tensor> inputs(const torch::Tensor& x) {
+    std::vector<torch::Tensor> all{x};
+    const int64_t copies = x.size(0) / others_count;
+    for (const auto& o : others) {
+      if (copies == 1) {
+        all.push_back(o);
+        continue;
+      }
+      std::vector<int64_t> times(static_cast<size_t>(o.dim()), 1);
+      times[0] = copies;
+      all.push_back(o.repeat(times));
+    }
+    return all;
+  }
+
+  // The first `batch` samples of the (first) model input.
+  torch::Tensor batch_input(bool need_image) {
+    if (ctx.inputs.empty()) throw std::invalid_argument("the captured batch has no model input");
     torch::Tensor x = ctx.inputs[0];
     if (!x.is_floating_point()) {
       throw std::invalid_argument("the model input is " + std::string(c10::toString(x.scalar_type())) +
@@ -238,6 +273,7 @@ struct Runner {
                              " samples at hand");
       b = x.size(0);
     }
+    hold_others(0, b);
     return x.narrow(0, 0, b).detach().clone();
   }
 
@@ -262,7 +298,7 @@ struct Runner {
 
   void gradcam() {
     torch::Tensor x = batch_input(false);
-    auto pass = probe({x});
+    auto pass = probe(inputs(x));
     const torch::Tensor& act = pass.activation;
     if (act.dim() < 3) {
       throw std::invalid_argument("Grad-CAM needs a layer with spatial maps ([N,C,H,W] or [N,C,L]); \"" + layer +
@@ -301,7 +337,7 @@ struct Runner {
 
   void neuron_gradient() {
     torch::Tensor x = batch_input(false).requires_grad_(true);
-    auto pass = probe({x});
+    auto pass = probe(inputs(x));
     torch::Tensor f = target_of(pass.activation, integer("channel"));
     values_of(f);
     torch::Tensor g = grad_of(f.sum(), x);
@@ -320,7 +356,7 @@ struct Runner {
     // F(x) - F(0): completeness says the attributions add up to it.
     {
       torch::NoGradGuard no_grad;
-      auto pass = probe({torch::cat({x, torch::zeros_like(x)})});
+      auto pass = probe(inputs(torch::cat({x, torch::zeros_like(x)})));
       torch::Tensor f = target_of(pass.activation, channel);
       values_of(f.narrow(0, 0, b) - f.narrow(0, b, b));
     }
@@ -336,7 +372,7 @@ struct Runner {
       std::vector<torch::Tensor> scaled;
       for (int64_t j = 0; j < n; ++j) scaled.push_back(x * nodes[static_cast<size_t>(s + j)]);
       torch::Tensor path = torch::cat(scaled).requires_grad_(true);
-      auto pass = probe({path});
+      auto pass = probe(inputs(path));
       torch::Tensor g = grad_of(target_of(pass.activation, channel).sum(), path);
       if (!g.defined()) g = torch::zeros_like(path);
       shape[0] = n;
@@ -365,7 +401,7 @@ struct Runner {
       for (int64_t xx = 0; xx + window <= w; xx += stride) at.emplace_back(y, xx);
     }
     torch::NoGradGuard no_grad;
-    torch::Tensor base = target_of(probe({x}).activation, channel);
+    torch::Tensor base = target_of(probe(inputs(x)).activation, channel);
     values_of(base);
     torch::Tensor attr = torch::zeros_like(x);
     torch::Tensor count = torch::zeros({h, w}, x.options());
@@ -382,7 +418,7 @@ struct Runner {
         c.narrow(2, y, window).narrow(3, xx, window).zero_();
         copies.push_back(c);
       }
-      torch::Tensor f = target_of(probe({torch::cat(copies)}).activation, channel).reshape({n, b});
+      torch::Tensor f = target_of(probe(inputs(torch::cat(copies))).activation, channel).reshape({n, b});
       torch::Tensor diff = base.unsqueeze(0) - f;
       for (int64_t j = 0; j < n; ++j) {
         auto [y, xx] = at[static_cast<size_t>(s + j)];
@@ -439,20 +475,26 @@ struct Runner {
   }
 
   void deep_dream() {
-    if (ctx.inputs.size() != 1) {
-      throw std::invalid_argument("Deep Dream dreams a model with one input; this batch has " +
-                                  std::to_string(ctx.inputs.size()));
-    }
+    if (ctx.inputs.empty()) throw std::invalid_argument("the captured batch has no model input");
     const torch::Tensor real = ctx.inputs[0].detach();
     if (!real.is_floating_point() || real.dim() < 2) {
       throw std::invalid_argument("Deep Dream needs a floating-point model input with a batch dimension; it is " +
                                   common::shape_text(real.sizes()) + " " + common::dtype_name(real.scalar_type()));
     }
     const bool image = real.dim() == 4;
+    const bool from_sample = params.at("start") == "sample";
+    const int64_t sample = from_sample ? integer("sample") : 0;
+    if (sample >= real.size(0)) {
+      throw std::invalid_argument("sample " + std::to_string(sample) + " is out of range: the batch at hand has " +
+                                  std::to_string(real.size(0)) + " samples (0.." + std::to_string(real.size(0) - 1) +
+                                  ")");
+    }
+    // Every dream is paired with the same sample of the other inputs.
+    hold_others(sample, 1);
     int64_t channels_in_layer = 0;
     {
       torch::NoGradGuard no_grad;
-      torch::Tensor act = probe({real.narrow(0, 0, 1)}).activation;
+      torch::Tensor act = probe(inputs(real.narrow(0, sample, 1))).activation;
       if (act.dim() < 2) {
         throw std::invalid_argument("Deep Dream needs a layer with a channel dimension; \"" + layer + "\" gives " +
                                     common::shape_text(act.sizes()));
@@ -469,13 +511,7 @@ struct Runner {
     std::vector<int64_t> shape{n};
     for (int64_t d = 1; d < real.dim(); ++d) shape.push_back(real.size(d));
     torch::Tensor x;
-    if (params.at("start") == "sample") {
-      const int64_t sample = integer("sample");
-      if (sample >= real.size(0)) {
-        throw std::invalid_argument("sample " + std::to_string(sample) + " is out of range: the batch at hand has " +
-                                    std::to_string(real.size(0)) + " samples (0.." +
-                                    std::to_string(real.size(0) - 1) + ")");
-      }
+    if (from_sample) {
       x = real[sample].unsqueeze(0).expand(shape).clone();
     } else {
       const double mean = real.mean().item<double>();
@@ -507,7 +543,7 @@ struct Runner {
         x = torch::roll(x, {dy, dx}, dims);
       }
       torch::Tensor xg = x.detach().requires_grad_(true);
-      torch::Tensor act = probe({xg}).activation;
+      torch::Tensor act = probe(inputs(xg)).activation;
       // Sample i's objective: channel i's mean activation.
       torch::Tensor obj = act.index({index, index}).reshape({n, -1}).mean(1);
       torch::Tensor g = grad_of(obj.sum(), xg);

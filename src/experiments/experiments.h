@@ -72,6 +72,7 @@ struct Result {
   std::string kind;
   std::string layer;
   json params;
+  std::string tab;  // the page (tab) whose auto experiment this is; "" when asked for directly
   Stage stage = Stage::kQueued;
   int64_t step = 0;
   int64_t total = 0;

@@ -378,12 +378,16 @@ std::vector<Command> table() {
   // --- statistics over time (controller_history.cpp) ---
   const std::string settings_reply =
       " Returns the settings: update_frequency {unit, n, phase}, stats_scope, watched_layers, watch_performance "
-      "{channel_limit_enabled, channel_limit} and stats_collecting (whether batches are collected now).";
+      "{channel_limit_enabled, channel_limit}, stats_collecting (whether batches are collected now), "
+      "auto_run_experiments, experiment_defaults (the session's parameter defaults per experiment kind) and "
+      "experiment_time_limit_seconds.";
 
   t.push_back({"get_settings", "Statistics and live-update settings",
                "How often a running loop is captured and published without pausing (update_frequency), which "
                "layers collect statistics over time (stats_scope none/watched/all, watched_layers), how much "
-               "per-channel detail is kept (watch_performance) and whether collection is on (stats_collecting).",
+               "per-channel detail is kept (watch_performance), whether collection is on (stats_collecting), and "
+               "the experiments' settings: auto_run_experiments, experiment_defaults ({kind: {param: value}}, set "
+               "by set_experiment_defaults) and experiment_time_limit_seconds.",
                {}, Route{"GET", "/api/settings"}, true, true, "Settings",
                [](Controller& c, const Args&) { return json_reply(c.get_settings()); }});
 
@@ -577,6 +581,47 @@ std::vector<Command> table() {
                {boolean_arg("enabled", "Auto-run on or off.").mandatory()}, Route{"POST", "/api/experiments/auto_run"},
                true, false, "ExperimentAutoRun",
                [](Controller& c, const Args& a) { return json_reply(c.set_auto_run_experiments(a.boolean("enabled"))); }});
+  t.push_back({"set_experiment_defaults", "Set the session's experiment defaults",
+               "Replace one experiment kind's session defaults: the parameter values run_experiment (and every "
+               "page) starts from, layered between the kind's own defaults and the caller's params (kind defaults "
+               "-> session defaults -> caller). Values are checked as run_experiment checks them; an empty params "
+               "object clears the kind's defaults. list_experiments shows the effective defaults. Returns the "
+               "settings (experiment_defaults among them) and ignored_params: unknown keys, not kept.",
+               {string_arg("kind", "Which experiment kind the defaults are for.")
+                    .one_of({"deep_dream", "gradcam", "neuron_gradient", "neuron_ig", "occlusion"})
+                    .mandatory(),
+                object_arg("params", "Parameter values by key, e.g. {\"steps\": 150, \"channels\": 4}; see "
+                                     "list_experiments.")
+                    .mandatory()},
+               Route{"POST", "/api/experiments/defaults"}, true, false, "ExperimentDefaults",
+               [](Controller& c, const Args& a) {
+                 return json_reply(c.set_experiment_defaults(a.string("kind"), a.object("params")));
+               }});
+  // A page's registration lives only while the page renews it (a heartbeat
+  // every second); an agent has no page to renew it, so these are not MCP tools.
+  const Arg tab = string_arg("tab", "A name for the page (browser tab) that owns the auto experiment.")
+                      .not_empty()
+                      .mandatory();
+  t.push_back({"set_auto_experiment", "Register a page's auto experiment",
+               "Register, or renew, the experiment a page shows so it re-runs at every snapshot (every pause and "
+               "live update) while auto-run is on. Keyed per tab: tabs never replace or cancel each other's runs; "
+               "a tab's own queued run gives way to its newer one. A new or changed experiment runs at once when "
+               "the loop is paused. The registration expires 5 s after its last renewal (the page renews it every "
+               "second). Checked like run_experiment.",
+               {tab, string_arg("kind", "Which experiment.")
+                         .one_of({"deep_dream", "gradcam", "neuron_gradient", "neuron_ig", "occlusion"})
+                         .mandatory(),
+                kLayer.mandatory(), object_arg("params", "Parameters by key, as run_experiment takes them.")},
+               Route{"POST", "/api/experiments/auto"}, false, false, "AutoExperiment",
+               [](Controller& c, const Args& a) {
+                 return json_reply(
+                     c.set_auto_experiment(a.string("tab"), a.string("kind"), a.string("layer"), a.object("params")));
+               }});
+  t.push_back({"clear_auto_experiment", "Forget a page's auto experiment",
+               "Forget a tab's auto experiment (the page closed or auto-run went off); runs already queued or "
+               "running go on.",
+               {tab}, Route{"POST", "/api/experiments/auto/clear"}, false, false, "AutoExperimentCleared",
+               [](Controller& c, const Args& a) { return json_reply(c.clear_auto_experiment(a.string("tab"))); }});
 
   return t;
 }

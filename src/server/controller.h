@@ -101,7 +101,8 @@ class Controller {
 
   // --- statistics over time (controller_history.cpp) ---
   // Settings = {update_frequency, stats_scope, watched_layers,
-  // watch_performance, stats_collecting}.
+  // watch_performance, stats_collecting, auto_run_experiments,
+  // experiment_defaults, experiment_time_limit_seconds}.
   json get_settings() const;
   // Each setter returns get_settings(); a refused value is kInvalidArgument
   // saying why, and nothing changes.
@@ -149,6 +150,20 @@ class Controller {
   // One request, or every one (nullopt); {"cancelled": how many}.
   json cancel_experiment(std::optional<uint64_t> seq);
   json set_auto_run_experiments(bool enabled);
+  // Replaces one kind's session defaults (layered between the kind's own and
+  // a caller's params); returns get_settings() with ignored_params (the
+  // unknown keys, not kept). Bad values are kInvalidArgument naming them.
+  json set_experiment_defaults(const std::string& kind, const json& params);
+  // A page's auto experiment, re-run at every snapshot while auto-run is on:
+  // registered or renewed (its heartbeat) under the page's tab name, and
+  // forgotten by clear_auto_experiment or 5 s after its last renewal.
+  json set_auto_experiment(const std::string& tab, const std::string& kind, const std::string& layer,
+                           const json& params);
+  json clear_auto_experiment(const std::string& tab);
+  // The push channel's experiment events: each result changed since
+  // `version` (as get_experiment_result shows it, less the objective
+  // history); `version` becomes the current one.
+  std::vector<json> experiment_changes(uint64_t& version) const;
   std::shared_ptr<const ExperimentPicture> render_experiment(uint64_t seq, bool overlay) const;
 
   // --- numerical debugging (controller_debug.cpp) ---

@@ -5,8 +5,9 @@
 #include <cmath>
 
 #include "experiments/engine.h"
-#include "render/input_image.h"
 #include "render/colormap.h"
+#include "render/input_image.h"
+#include "render/text.h"
 #include "server/controller.h"
 #include "session/session_port.h"
 
@@ -45,7 +46,7 @@ json attribution_summary(const torch::Tensor& attr) {
   return out;
 }
 
-json result_json(const Result& r, std::optional<int64_t> ahead) {
+json result_json(const Result& r, std::optional<int64_t> ahead, bool history = true) {
   json out = {{"seq", r.seq},
               {"kind", r.kind},
               {"layer", r.layer},
@@ -58,10 +59,11 @@ json result_json(const Result& r, std::optional<int64_t> ahead) {
               {"seconds", common::number(r.seconds)},
               {"notes", r.notes}};
   if (r.stage == Result::Stage::kQueued) out["queued_ahead"] = ahead.value_or(0);
+  if (!r.tab.empty()) out["tab"] = r.tab;
   if (!r.error.empty()) out["error"] = r.error;
   if (!r.stop_reason.empty()) out["stop_reason"] = r.stop_reason;
   if (r.kind == "deep_dream") {
-    out["objectives"] = numbers(r.objectives);
+    if (history) out["objectives"] = numbers(r.objectives);
     out["channels"] = r.channels;
     out["produced_images"] = r.images.defined() ? r.images.size(0) : 0;
   } else {
@@ -128,32 +130,49 @@ render::Image overlay(const render::Image& input, const render::Image& heat, con
   return out;
 }
 
+// A picture in a result, with the caption drawn under it.
+struct Tile {
+  render::Image image;
+  std::string label;
+};
+
 // Tiles side by side in rows, each scaled up by an integer factor so small
-// images (28x28) stay readable.
-render::Image compose(const std::vector<std::vector<render::Image>>& rows) {
+// images (28x28) stay readable, each captioned ("start", "channel 3",
+// "attribution", "input").
+render::Image compose(const std::vector<std::vector<Tile>>& rows) {
+  constexpr float kLabelPx = 12;
   int tile_h = 1, tile_w = 1;
   for (const auto& row : rows) {
     for (const auto& t : row) {
-      tile_h = std::max(tile_h, t.height);
-      tile_w = std::max(tile_w, t.width);
+      tile_h = std::max(tile_h, t.image.height);
+      tile_w = std::max(tile_w, t.image.width);
     }
   }
   const int factor = std::max(1, 112 / std::max(tile_h, 1));
   const int gap = 4;
+  const int label_h = render::line_height(kLabelPx) + 2;
   size_t columns = 0;
-  for (const auto& row : rows) columns = std::max(columns, row.size());
-  const int width = static_cast<int>(columns) * (tile_w * factor + gap) + gap;
-  const int height = static_cast<int>(rows.size()) * (tile_h * factor + gap) + gap;
+  int widest_label = 0;
+  for (const auto& row : rows) {
+    columns = std::max(columns, row.size());
+    for (const auto& t : row) widest_label = std::max(widest_label, render::text_width(t.label, kLabelPx));
+  }
+  const int cell_w = std::max(tile_w * factor, widest_label);
+  const int cell_h = tile_h * factor + label_h;
+  const int width = static_cast<int>(columns) * (cell_w + gap) + gap;
+  const int height = static_cast<int>(rows.size()) * (cell_h + gap) + gap;
   render::Image out(width, height);
   for (auto& p : out.pixels) p = {32, 32, 40, 255};
   for (size_t r = 0; r < rows.size(); ++r) {
     for (size_t c = 0; c < rows[r].size(); ++c) {
-      const auto& t = rows[r][c];
-      const int x0 = gap + static_cast<int>(c) * (tile_w * factor + gap);
-      const int y0 = gap + static_cast<int>(r) * (tile_h * factor + gap);
+      const auto& t = rows[r][c].image;
+      const int x0 = gap + static_cast<int>(c) * (cell_w + gap);
+      const int y0 = gap + static_cast<int>(r) * (cell_h + gap);
       for (int y = 0; y < t.height * factor; ++y) {
         for (int x = 0; x < t.width * factor; ++x) out.at(x0 + x, y0 + y) = t.at(x / factor, y / factor);
       }
+      render::draw_text(out, rows[r][c].label, x0 + t.width * factor / 2, y0 + t.height * factor + 1, kLabelPx,
+                        {200, 200, 210, 255}, render::Align::kCenter);
     }
   }
   return out;
@@ -203,11 +222,16 @@ json Controller::list_experiments() const {
                      {"unusable_layers", std::move(unusable)},
                      {"params", std::move(params)}});
   }
+  json autos = json::array();
+  for (const auto& e : engine.auto_entries(experiments::Engine::Clock::now())) {
+    autos.push_back({{"tab", e.tab}, {"kind", e.kind}, {"layer", e.layer}, {"params", e.params}});
+  }
   return {{"kinds", std::move(kinds)},
           {"time_limit_seconds", engine.time_limit_seconds()},
           {"auto_run", engine.auto_run()},
           {"forward_known", engine.has_forward()},
-          {"kept_results", engine.kept()}};
+          {"kept_results", engine.kept()},
+          {"auto_experiments", std::move(autos)}};
 }
 
 json Controller::run_experiment(const std::string& kind, const std::string& layer, const json& params, Wait wait) {
@@ -260,6 +284,48 @@ json Controller::set_auto_run_experiments(bool enabled) {
   return {{"auto_run_experiments", enabled}};
 }
 
+json Controller::set_experiment_defaults(const std::string& kind, const json& params) {
+  std::vector<std::string> ignored;
+  try {
+    ignored = session_.experiments().set_defaults(kind, params);
+  } catch (const experiments::Refused& e) {
+    throw refused(e);
+  }
+  json out = get_settings();
+  out["ignored_params"] = ignored;
+  return out;
+}
+
+json Controller::set_auto_experiment(const std::string& tab, const std::string& kind, const std::string& layer,
+                                     const json& params) {
+  auto& engine = session_.experiments();
+  experiments::Engine::Submitted sub;
+  try {
+    sub = engine.set_auto(tab, kind, layer, params, experiments::Engine::Clock::now());
+  } catch (const experiments::Refused& e) {
+    throw refused(e);
+  }
+  return {{"tab", tab},
+          {"seq", sub.seq},
+          {"params", sub.params},
+          {"ignored_params", sub.ignored},
+          {"auto_run", engine.auto_run()},
+          {"expires_after_seconds", experiments::AutoRuns::kTtl.count()}};
+}
+
+json Controller::clear_auto_experiment(const std::string& tab) {
+  return {{"tab", tab}, {"removed", session_.experiments().clear_auto(tab)}};
+}
+
+std::vector<json> Controller::experiment_changes(uint64_t& version) const {
+  auto& engine = session_.experiments();
+  auto changes = engine.changes_since(version);
+  version = changes.version;
+  std::vector<json> out;
+  for (const auto& r : changes.results) out.push_back(result_json(*r, engine.queued_ahead(r->seq), false));
+  return out;
+}
+
 std::shared_ptr<const ExperimentPicture> Controller::render_experiment(uint64_t seq, bool overlay_input) const {
   auto result = session_.experiments().result(seq);
   if (!result) {
@@ -280,7 +346,7 @@ std::shared_ptr<const ExperimentPicture> Controller::render_experiment(uint64_t 
     in_opts.sample = i;
     return render::render_input(batch, in_opts).image;
   };
-  std::vector<std::vector<render::Image>> rows;
+  std::vector<std::vector<Tile>> rows;
   auto picture = std::make_shared<ExperimentPicture>();
   picture->seq = seq;
   picture->kind = r.kind;
@@ -293,10 +359,13 @@ std::shared_ptr<const ExperimentPicture> Controller::render_experiment(uint64_t 
         throw ControllerError(ControllerError::Kind::kConflict,
                               "experiment " + std::to_string(seq) + " has no image yet (" + picture->stage + ")");
       }
-      std::vector<render::Image> row;
+      std::vector<Tile> row;
       const bool from_sample = r.params.value("start", "noise") == "sample";
-      if (from_sample) row.push_back(draw_input(r.start, 0));
-      for (int64_t i = 0; i < r.images.size(0); ++i) row.push_back(draw_input(r.images, i));
+      if (from_sample) row.push_back({draw_input(r.start, 0), "start"});
+      for (int64_t i = 0; i < r.images.size(0); ++i) {
+        const int64_t channel = static_cast<size_t>(i) < r.channels.size() ? r.channels[static_cast<size_t>(i)] : i;
+        row.push_back({draw_input(r.images, i), "channel " + std::to_string(channel)});
+      }
       rows.push_back(std::move(row));
       picture->caption = "Deep Dream of layer \"" + r.layer + "\", " + picture->stage + " at step " +
                          std::to_string(r.step) + "/" + std::to_string(r.total) + ": " +
@@ -312,10 +381,11 @@ std::shared_ptr<const ExperimentPicture> Controller::render_experiment(uint64_t 
         render::Image input = draw_input(r.inputs, i);
         torch::Tensor map = stretched(as_map(r.attributions[i]), input.height, input.width);
         render::Image heat = colour_map(map, sequential);
+        const std::string sample = "sample " + std::to_string(i);
         if (overlay_input) {
-          rows.push_back({overlay(input, heat, map)});
+          rows.push_back({Tile{overlay(input, heat, map), sample + ": overlay"}});
         } else {
-          rows.push_back({heat, input});
+          rows.push_back({Tile{heat, sample + ": attribution"}, Tile{input, "input"}});
         }
       }
       picture->caption = r.kind + " of layer \"" + r.layer + "\" (" + picture->stage + "): one row per sample, " +

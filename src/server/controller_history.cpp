@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <set>
 
+#include "experiments/engine.h"
 #include "nansense/errors.h"
 #include "render/histogram_plot.h"
 #include "server/controller.h"
@@ -150,7 +151,10 @@ json Controller::get_settings() const {
            {{"channel_limit_enabled", performance.channel_limit_enabled()},
             {"channel_limit", performance.channel_limit()},
             {"histogram_sample", performance.histogram_sample()}}},
-          {"stats_collecting", session_.stats_collecting()}};
+          {"stats_collecting", session_.stats_collecting()},
+          {"auto_run_experiments", session_.experiments().auto_run()},
+          {"experiment_defaults", session_.experiments().defaults()},
+          {"experiment_time_limit_seconds", session_.experiments().time_limit_seconds()}};
 }
 
 json Controller::set_update_frequency(const std::string& unit, double n, const std::optional<std::string>& phase) {

@@ -156,6 +156,7 @@ void PushChannel::loop() {
   uint64_t last_sequence = 0;
   std::string last_architecture;
   bool running = true;
+  uint64_t experiments_seen = 0;
   while (!stop_) {
     seen = controller_.wait_for_change(seen, running ? kRunningInterval : kIdleInterval);
     if (stop_) break;
@@ -186,6 +187,10 @@ void PushChannel::loop() {
         std::lock_guard lock(strips_mu_);
         strips_wanted_ = sequence;
         strips_cv_.notify_all();
+      }
+      // Experiments' progress and outcomes, each result as it changed.
+      for (auto& result : controller_.experiment_changes(experiments_seen)) {
+        broadcast(dump({{"type", "experiment"}, {"result", std::move(result)}}));
       }
     } catch (const std::exception& e) {
       // A failed view must not end the channel: pages keep their last state.

@@ -1,5 +1,6 @@
-// The push channel: every open WebSocket gets the run's status as it changes
-// and an event when a new snapshot is published, so pages never poll; then,
+// The push channel: every open WebSocket gets the run's status as it changes,
+// an event when a new snapshot is published and each experiment's progress
+// and outcome (as get_experiment_result shows it), so pages never poll; then,
 // for each snapshot, the rendered strips its page watches (strip_watch.h).
 #pragma once
 

@@ -223,6 +223,10 @@ json build() {
                           {"watched_layers", array(str())},
                           {"watch_performance", ref("WatchPerformance")},
                           {"stats_collecting", boolean()},
+                          {"auto_run_experiments", boolean()},
+                          // {kind: {param: value}}: the session's experiment defaults.
+                          {"experiment_defaults", map(map(json::object()))},
+                          {"experiment_time_limit_seconds", number()},
                           // Only from set_watch_performance.
                           {"statistics_flushed?", boolean()}});
   d["RunningStats"] = object({{"n", integer()},
@@ -419,7 +423,11 @@ json build() {
                                 {"time_limit_seconds", number()},
                                 {"auto_run", boolean()},
                                 {"forward_known", boolean()},
-                                {"kept_results", array(integer())}});
+                                {"kept_results", array(integer())},
+                                {"auto_experiments", array(object({{"tab", str()},
+                                                                   {"kind", str()},
+                                                                   {"layer", str()},
+                                                                   {"params", map(any_value)}}))}});
   d["ExperimentResult"] =
       object({{"seq", integer()},
               {"kind", str()},
@@ -433,6 +441,7 @@ json build() {
               {"seconds", num()},
               {"notes", array(str())},
               {"queued_ahead?", integer()},
+              {"tab?", str()},
               {"error?", str()},
               {"stop_reason?", str()},
               {"objectives?", array(num())},
@@ -446,6 +455,14 @@ json build() {
               {"ignored_params?", array(str())}});
   d["ExperimentCancel"] = object({{"cancelled", integer()}});
   d["ExperimentAutoRun"] = object({{"auto_run_experiments", boolean()}});
+  d["ExperimentDefaults"] = extend(d["Settings"], {{"ignored_params", array(str())}});
+  d["AutoExperiment"] = object({{"tab", str()},
+                                {"seq", integer()},
+                                {"params", map(any_value)},
+                                {"ignored_params", array(str())},
+                                {"auto_run", boolean()},
+                                {"expires_after_seconds", integer()}});
+  d["AutoExperimentCleared"] = object({{"tab", str()}, {"removed", boolean()}});
   d["ExperimentPictureInfo"] = object({{"seq", integer()},
                                        {"kind", str()},
                                        {"stage", str()},
@@ -471,6 +488,8 @@ json build() {
                {"samples_kept", integer()},
                {"architecture_changed", boolean()}}),
        object({{"type", literal("strips_done")}, {"sequence", integer()}, {"failed", array(ref("FailedStrip"))}}),
+       // An experiment's progress or outcome (its objective history left out).
+       object({{"type", literal("experiment")}, {"result", ref("ExperimentResult")}}),
        object({{"type", literal("error")}, {"message", str()}})});
   // The JSON header of a binary strip frame.
   d["StripFrameHeader"] = extend(d["StripInfo"], {{"type", literal("strip")}});

@@ -214,7 +214,10 @@ bool SessionCore::finish_batch(bool can_repeat) {
   }
   publish_capture();
   observer_.reset();
-  // Auto-run: queued experiments run at each live update.
+  // Each page's auto experiment re-runs at every snapshot (auto-run on).
+  if (decision_.capture) experiments_->snapshot_published(experiments::Engine::Clock::now());
+  // Auto-run: queued experiments run at each live update (in a pause, the
+  // pause runs them).
   if (decision_.capture && !decision_.pause_after && experiments_->auto_run() && experiments_->pending()) {
     experiments_->drain();
   }

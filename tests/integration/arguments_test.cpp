@@ -38,6 +38,7 @@ json example(const json& spec) {
   if (type == "string") return "fc1";
   if (type == "array") return json::array({"fc1"});
   if (type == "boolean") return true;
+  if (type == "object") return json::object();
   if (spec.contains("minimum")) return spec["minimum"];
   return type == "integer" ? json(1) : json(0.5);
 }

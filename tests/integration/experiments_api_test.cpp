@@ -94,6 +94,34 @@ TEST_F(ExperimentsApiTest, RestListsRunsRendersAndRefuses) {
   EXPECT_EQ(post("/api/experiments/auto_run", {{"enabled", true}}).json()["auto_run_experiments"], true);
   EXPECT_EQ(get("/api/experiments").json()["auto_run"], true);
 
+  // Session defaults sit between the kind's and the caller's; unknown keys are
+  // reported, not kept; bad values are refused naming them; get_settings and
+  // list_experiments show them; an empty object clears them.
+  auto set = post("/api/experiments/defaults",
+                  {{"kind", "neuron_ig"}, {"params", {{"ig_steps", 8}, {"batch", 2}, {"colour", 1}}}});
+  ASSERT_EQ(set.status, 200) << set.body;
+  json settings = set.json();
+  EXPECT_EQ(settings["ignored_params"], json::array({"colour"}));
+  EXPECT_EQ(settings["experiment_defaults"], json({{"neuron_ig", {{"batch", 2}, {"ig_steps", 8}}}}));
+  EXPECT_EQ(get("/api/settings").json()["experiment_defaults"], settings["experiment_defaults"]);
+  EXPECT_EQ(get("/api/settings").json()["auto_run_experiments"], true);
+  EXPECT_EQ(get("/api/settings").json()["experiment_time_limit_seconds"], 90);
+  const json listed = get("/api/experiments").json();
+  for (const auto& p : (*kind_of(listed, "neuron_ig"))["params"]) {
+    if (p["key"] == "ig_steps") EXPECT_EQ(p["default"], 8);
+  }
+  json layered = post("/api/experiments/run", {{"kind", "neuron_ig"}, {"layer", "relu"}, {"params", {{"batch", 3}}}})
+                     .json();
+  EXPECT_EQ(layered["params"]["ig_steps"], 8) << layered;
+  EXPECT_EQ(layered["params"]["batch"], 3) << layered;
+  EXPECT_EQ(layered["params"]["channel"], 0) << layered;
+  auto bad_default = post("/api/experiments/defaults", {{"kind", "neuron_ig"}, {"params", {{"ig_steps", 1}}}});
+  EXPECT_EQ(bad_default.status, 400);
+  EXPECT_NE(bad_default.body.find("ig_steps"), std::string::npos) << bad_default.body;
+  EXPECT_EQ(get("/api/settings").json()["experiment_defaults"]["neuron_ig"]["ig_steps"], 8);
+  auto cleared = post("/api/experiments/defaults", {{"kind", "neuron_ig"}, {"params", json::object()}});
+  EXPECT_EQ(cleared.json()["experiment_defaults"], json::object());
+
   // Paused in the val phase, whose loop runs under NoGradGuard: gradients still flow.
   post("/api/step", {{"unit", "phase"}, {"timeout_seconds", 20}});
   ASSERT_EQ(wait_paused()["live_position"]["phase"], "val");

@@ -5,6 +5,7 @@
 #include <boost/beast.hpp>
 #include <boost/beast/websocket.hpp>
 
+#include <algorithm>
 #include <set>
 
 #include "integration/training_fixture.h"
@@ -192,6 +193,35 @@ TEST_F(PushTest, StatusOnConnectThenEveryPauseWithItsSnapshot) {
   EXPECT_EQ(snapshot["sequence"], paused["status"]["snapshot_sequence"]);
   EXPECT_EQ(snapshot["position"]["batch_idx"], 1);
   EXPECT_EQ(snapshot["batch_size"], 5);
+}
+
+TEST_F(PushTest, ExperimentProgressAndItsOutcomeArePushed) {
+  start();
+  wait_paused();
+  PushClient client(port_);
+  ASSERT_EQ(client.next()["type"], "status");
+  json ran = post("/api/experiments/run", {{"kind", "deep_dream"},
+                                           {"layer", "fc1"},
+                                           {"params", {{"steps", 5000}, {"channels", 2}}},
+                                           {"timeout_seconds", 0}})
+                 .json();
+  const int64_t seq = ran["seq"];
+  std::vector<int64_t> steps;
+  json outcome;
+  for (int i = 0; i < 500 && outcome.is_null(); ++i) {
+    json f = client.next();
+    if (f["type"] != "experiment" || f["result"]["seq"] != seq) continue;
+    EXPECT_FALSE(f["result"].contains("objectives")) << "pushed events leave the history out";
+    steps.push_back(f["result"]["step"].get<int64_t>());
+    if (f["result"]["done"] == true) outcome = f["result"];
+  }
+  ASSERT_FALSE(outcome.is_null()) << "no outcome pushed";
+  EXPECT_EQ(outcome["stage"], "done");
+  EXPECT_EQ(outcome["step"], 5000);
+  // Progress came while it ran: steps between the start and the end, in order.
+  EXPECT_TRUE(std::is_sorted(steps.begin(), steps.end()));
+  EXPECT_TRUE(std::any_of(steps.begin(), steps.end(), [](int64_t s) { return s > 0 && s < 5000; }))
+      << json(steps);
 }
 
 TEST_F(PushTest, RunningLoopReportsFinishedAtTheEnd) {

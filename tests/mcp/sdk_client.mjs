@@ -177,6 +177,19 @@ try {
   check(!drawn.isError && drawnSize.width > 0 && drawn.structuredContent.overlay === true,
         `render_experiment: the Grad-CAM overlay as a ${drawnSize?.width}x${drawnSize?.height} PNG`,
         drawn.structuredContent);
+  // Session defaults: layered under the caller's params, shown by get_settings and list_experiments.
+  const defaults = json(await client.callTool({
+    name: 'set_experiment_defaults', arguments: { kind: 'gradcam', params: { batch: 3, shade: 1 } },
+  }));
+  check(defaults.experiment_defaults.gradcam?.batch === 3 && defaults.ignored_params.join() === 'shade',
+        'set_experiment_defaults: gradcam batch 3, the unknown key reported', defaults);
+  const camDefault = json(await client.callTool({
+    name: 'run_experiment', arguments: { kind: 'gradcam', layer: 'features.3', timeout_seconds: 60 },
+  }));
+  const listedBatch = json(await client.callTool({ name: 'list_experiments', arguments: {} }))
+    .kinds.find((k) => k.kind === 'gradcam').params.find((p) => p.key === 'batch').default;
+  check(camDefault.params.batch === 3 && camDefault.attribution_shape[0] === 3 && listedBatch === 3,
+        'run_experiment: the session default applies; list_experiments shows it', camDefault.params);
   const badParam = await client.callTool({
     name: 'run_experiment', arguments: { kind: 'occlusion', layer: 'features.0', params: { window: 0 } },
   });

@@ -184,6 +184,47 @@ TEST(Experiments, NeuronGradientWorksOnAFunctionalReluOp) {
   EXPECT_TRUE(torch::allclose(r.attributions, g, 1e-5, 1e-8));
 }
 
+TEST(Experiments, AModelWithTwoInputsIsAttributedOnItsFirstWithTheOtherHeldFixed) {
+  torch::manual_seed(8);
+  test::TwoInput model;
+  auto a = torch::randn({4, 4});
+  auto b = torch::randn({4, 2});
+  auto forward = [model](const std::vector<torch::Tensor>& in) mutable { return model->forward(in[0], in[1]); };
+  // F(a) = head's channel 1 with b held fixed, sample by sample.
+  auto f = [&](const torch::Tensor& x, int64_t n) { return model->forward(x, b.narrow(0, 0, n)).select(1, 1); };
+
+  // The path crosses ReLU kinks in fa: quadrature needs more nodes than on
+  // the demo CNN to come within 1%.
+  auto ig = run_kind("neuron_ig", "head", {{"channel", 1}, {"batch", 3}, {"ig_steps", 512}}, *model, forward, {a, b});
+  ASSERT_EQ(ig.stage, Result::Stage::kDone) << ig.error;
+  ASSERT_EQ(ig.attributions.sizes(), (std::vector<int64_t>{3, 4}));
+  {
+    torch::NoGradGuard no_grad;
+    auto x = a.narrow(0, 0, 3);
+    auto delta = f(x, 3) - f(torch::zeros_like(x), 3);
+    auto sums = ig.attributions.sum(1);
+    for (int64_t i = 0; i < 3; ++i) {
+      const double d = delta[i].item<double>();
+      EXPECT_NEAR(sums[i].item<double>(), d, 0.01 * std::abs(d) + 1e-6) << "sample " << i;
+    }
+  }
+  auto grad = run_kind("neuron_gradient", "head", {{"channel", 1}, {"batch", 2}}, *model, forward, {a, b});
+  ASSERT_EQ(grad.stage, Result::Stage::kDone) << grad.error;
+  auto x = a.narrow(0, 0, 2).clone().requires_grad_(true);
+  auto g = torch::autograd::grad({f(x, 2).sum()}, {x})[0];
+  EXPECT_TRUE(torch::allclose(grad.attributions, g, 1e-5, 1e-8)) << (grad.attributions - g).abs().max();
+
+  auto dream = run_kind("deep_dream", "head", {{"steps", 3}, {"channels", 2}, {"start", "sample"}, {"sample", 3}},
+                        *model, forward, {a, b});
+  ASSERT_EQ(dream.stage, Result::Stage::kDone) << dream.error;
+  EXPECT_EQ(dream.images.sizes(), (std::vector<int64_t>{2, 4}));
+
+  // Another input without the first one's samples cannot be held per sample.
+  auto msg = test::message_of<std::invalid_argument>(
+      [&] { run_kind("neuron_gradient", "head", {{"channel", 1}}, *model, forward, {a, torch::randn({3, 2})}); });
+  EXPECT_NE(msg.find("hold its other inputs fixed"), std::string::npos) << msg;
+}
+
 TEST(Experiments, OcclusionEqualsABruteForceLoopOverWindows) {
   torch::manual_seed(5);
   test::Cnn model;

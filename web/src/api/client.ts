@@ -64,11 +64,14 @@ async function get<K extends keyof Replies & keyof typeof routes>(
 async function post<K extends keyof CommandArgs & keyof Replies & keyof typeof routes>(
   name: K,
   args: CommandArgs[K],
+  keepalive = false,
 ): Promise<Replies[K]> {
   const res = await fetch(routes[name].path, {
     method: 'POST',
     headers: headers({ 'Content-Type': 'application/json' }),
     body: JSON.stringify(args),
+    // Outlives the page (a tab closing tells the server on its way out).
+    keepalive,
   });
   if (!res.ok) throw await errorFrom(res);
   return (await res.json()) as Replies[K];
@@ -187,6 +190,14 @@ export const getExperimentResult = (seq: number, signal?: AbortSignal) =>
   get('get_experiment_result', signal, { seq: String(seq) });
 export const cancelExperiment = (seq?: number) => post('cancel_experiment', seq === undefined ? {} : { seq });
 export const setAutoRunExperiments = (enabled: boolean) => post('set_auto_run_experiments', { enabled });
+export const setAutoExperiment = (
+  tab: string,
+  kind: ExperimentKindName,
+  layer: string,
+  params: Record<string, unknown>,
+) => post('set_auto_experiment', { tab, kind, layer, params });
+export const clearAutoExperiment = (tab: string, keepalive = false) =>
+  post('clear_auto_experiment', { tab }, keepalive);
 // The result drawn (dreamed images, or attribution maps beside or over the inputs).
 export const renderExperiment = (seq: number, overlay: boolean, signal?: AbortSignal) =>
   getImage<ExperimentPictureInfo>(routes.render_experiment.path, { seq: String(seq), overlay: String(overlay) }, signal);

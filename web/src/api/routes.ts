@@ -34,6 +34,8 @@ export const routes = {
   cancel_experiment: { method: 'POST', path: '/api/experiments/cancel' },
   render_experiment: { method: 'GET', path: '/api/render/experiment' },
   set_auto_run_experiments: { method: 'POST', path: '/api/experiments/auto_run' },
+  set_auto_experiment: { method: 'POST', path: '/api/experiments/auto' },
+  clear_auto_experiment: { method: 'POST', path: '/api/experiments/auto/clear' },
 } as const;
 
 export type Routes = typeof routes;

@@ -372,6 +372,10 @@ export interface Settings {
   watched_layers: string[];
   watch_performance: WatchPerformance;
   stats_collecting: boolean;
+  auto_run_experiments: boolean;
+  // {kind: {param: value}}: the session's experiment defaults.
+  experiment_defaults: { [key: string]: { [key: string]: unknown } };
+  experiment_time_limit_seconds: number;
   // Only from set_watch_performance: whether the change cleared what was
   // collected.
   statistics_flushed?: boolean;
@@ -521,6 +525,8 @@ export type PushMessage =
     }
   // Every watched strip of snapshot `sequence` was pushed, except `failed`.
   | { type: 'strips_done'; sequence: number; failed: FailedStrip[] }
+  // An experiment's progress or outcome (without its objective history).
+  | { type: 'experiment'; result: ExperimentResult }
   // The server could not use a message the page sent.
   | { type: 'error'; message: string };
 
@@ -565,6 +571,8 @@ export interface ExperimentList {
   auto_run: boolean;
   forward_known: boolean;
   kept_results: number[];
+  // The pages' registered auto experiments (one per tab).
+  auto_experiments: { tab: string; kind: string; layer: string; params: { [key: string]: unknown } }[];
 }
 
 export type ExperimentKindName = 'deep_dream' | 'gradcam' | 'neuron_gradient' | 'neuron_ig' | 'occlusion';
@@ -584,6 +592,8 @@ export interface ExperimentResult {
   seconds: Num;
   notes: string[];
   queued_ahead?: number;
+  // The tab whose auto experiment this run is (absent: asked for directly).
+  tab?: string;
   error?: string;
   stop_reason?: string;
   objectives?: Num[];
@@ -603,6 +613,22 @@ export interface ExperimentCancel {
 
 export interface ExperimentAutoRun {
   auto_run_experiments: boolean;
+}
+
+// set_auto_experiment: seq is the run it started (0: it waits for the next
+// snapshot, or the registration was only renewed).
+export interface AutoExperiment {
+  tab: string;
+  seq: number;
+  params: { [key: string]: unknown };
+  ignored_params: string[];
+  auto_run: boolean;
+  expires_after_seconds: number;
+}
+
+export interface AutoExperimentCleared {
+  tab: string;
+  removed: boolean;
 }
 
 export interface ExperimentPictureInfo {
@@ -646,6 +672,8 @@ export interface CommandArgs {
   cancel_experiment: { seq?: number };
   render_experiment: { seq: number; overlay?: boolean };
   set_auto_run_experiments: { enabled: boolean };
+  set_auto_experiment: { tab: string; kind: ExperimentKindName; layer: string; params?: { [key: string]: unknown } };
+  clear_auto_experiment: { tab: string };
 }
 
 // What the page reads from each command it uses (a picture's: the info
@@ -684,4 +712,6 @@ export interface Replies {
   cancel_experiment: ExperimentCancel;
   render_experiment: ExperimentPictureInfo;
   set_auto_run_experiments: ExperimentAutoRun;
+  set_auto_experiment: AutoExperiment;
+  clear_auto_experiment: AutoExperimentCleared;
 }

@@ -8,22 +8,23 @@ import { useEffect, useRef, useState } from 'preact/hooks';
 import { Dialogs } from '../App';
 import {
   cancelExperiment,
+  clearAutoExperiment,
   getExperimentResult,
   listExperiments,
   pngUrl,
   renderExperiment,
   runExperiment,
+  setAutoExperiment,
   setAutoRunExperiments,
 } from '../api/client';
 import type { ExperimentKind, ExperimentKindName, ExperimentList, ExperimentParamSpec, ExperimentResult } from '../api/types';
 import { store } from '../state/app';
+import { isNewer, latestPushed, onExperimentResult, tabId } from '../state/experiments';
 import { useSelector } from '../state/store';
 import { Banners } from '../topbar/Banners';
 import { TopBar } from '../topbar/TopBar';
 
 type Values = Record<string, string | boolean>;
-
-const POLL_MS = 250;
 
 function defaultsOf(kind: ExperimentKind): Values {
   const v: Values = {};
@@ -86,10 +87,15 @@ function statusText(r: ExperimentResult | null, kind: ExperimentKind | undefined
   }
 }
 
+// Heartbeat of the page's auto experiment: the server forgets it 5 s after
+// the last one.
+const RENEW_MS = 1000;
+
 export function ExperimentPage() {
   const architecture = useSelector(store, (s) => s.architecture);
   const state = useSelector(store, (s) => s.status?.state ?? null);
   const sequence = useSelector(store, (s) => s.status?.snapshot_sequence ?? 0);
+  const generation = useSelector(store, (s) => s.generation);
   const [list, setList] = useState<ExperimentList | null>(null);
   const [kindName, setKindName] = useState('gradcam');
   const [layer, setLayer] = useState(() => new URLSearchParams(location.search).get('layer') ?? '');
@@ -99,7 +105,11 @@ export function ExperimentPage() {
   const [picture, setPicture] = useState<string | null>(null);
   const [notice, setNotice] = useState<string | null>(null);
   const [error, setError] = useState<string | null>(null);
-  const polling = useRef(0);
+  // The run the page shows (0: none yet).
+  const followed = useRef(0);
+  const overlayRef = useRef(overlay);
+  overlayRef.current = overlay;
+  const autoRef = useRef(false);
 
   // The kinds and their layers follow the architecture (known after the first capture).
   useEffect(() => {
@@ -115,6 +125,7 @@ export function ExperimentPage() {
   const usable = kind?.layers ?? [];
   const paused = state === 'paused';
   const autoRun = list?.auto_run ?? false;
+  autoRef.current = autoRun;
   const running = result !== null && !result.done;
 
   // A layer the kind cannot use switches to the first it can, with a notice.
@@ -124,67 +135,137 @@ export function ExperimentPage() {
     setLayer(usable[0]);
   }, [kind, layer, usable.join(',')]);
 
-  // Follows a run until it finishes; redraws the picture at each step.
-  const follow = (seq: number) => {
-    const token = ++polling.current;
-    let shownStep = -1;
-    const tick = async () => {
-      if (token !== polling.current) return;
-      try {
-        const r = await getExperimentResult(seq);
-        if (token !== polling.current) return;
-        setResult(r);
-        if (r.step !== shownStep && hasPicture(r)) {
-          shownStep = r.step;
-          try {
-            const img = await renderExperiment(seq, overlay);
-            if (token === polling.current) setPicture(pngUrl(img.png));
-          } catch {
-            // Nothing drawn yet (a run that had not produced an image).
-          }
+  // The picture follows the shown run: redrawn when its step moves on or it
+  // ends, one render at a time (the newest state wins).
+  const drawing = useRef({ busy: false, again: false, seq: 0, step: -1, done: false });
+  const draw = (r: ExperimentResult, force = false) => {
+    const d = drawing.current;
+    if (!hasPicture(r)) return;
+    if (!force && d.seq === r.seq && d.step === r.step && d.done === r.done) return;
+    if (d.busy) {
+      d.again = true;
+      return;
+    }
+    d.busy = true;
+    d.seq = r.seq;
+    d.step = r.step;
+    d.done = r.done;
+    renderExperiment(r.seq, overlayRef.current)
+      .then((img) => {
+        if (followed.current === r.seq) setPicture(pngUrl(img.png));
+      })
+      .catch(() => undefined) // nothing drawn yet, or the run left the 8 kept
+      .finally(() => {
+        d.busy = false;
+        if (d.again) {
+          d.again = false;
+          const newest = latestPushed(followed.current);
+          if (newest) draw(newest, true);
         }
-        if (!r.done) setTimeout(tick, POLL_MS);
-      } catch (e) {
-        setError((e as Error).message);
-      }
-    };
-    void tick();
+      });
   };
 
-  const run = async () => {
-    if (!kind) return;
+  // A new run keeps the previous picture until its own is drawn.
+  const show = (r: ExperimentResult) => {
+    followed.current = r.seq;
+    setResult(r);
+    draw(r);
+  };
+
+  // Progress and outcomes arrive over the push channel: the page's own run,
+  // and with auto-run this tab's newest auto run.
+  useEffect(
+    () =>
+      onExperimentResult((r) => {
+        if (r.seq === followed.current || (autoRef.current && r.tab === tabId && r.seq > followed.current)) show(r);
+      }),
+    [],
+  );
+
+  // Events sent while the link was down are gone: fetch the shown run once
+  // on each reconnect.
+  useEffect(() => {
+    const seq = followed.current;
+    if (seq === 0 || generation === 0) return;
+    getExperimentResult(seq)
+      .then((r) => {
+        if (r.seq === followed.current) show(r);
+      })
+      .catch(() => undefined);
+  }, [generation]);
+
+  const start = (r: ExperimentResult) => {
+    setPicture(null);
+    const pushed = latestPushed(r.seq);
+    show(pushed && isNewer(pushed, r) ? pushed : r);
+  };
+
+  const checkedParams = () => {
+    if (!kind) return null;
     const { params, missing } = paramsOf(kind, kindValues);
     if (missing.length > 0) {
       setError(`Enter a number for: ${missing.join(', ')}`);
-      return;
+      return null;
     }
+    return params;
+  };
+
+  const run = async () => {
+    const params = checkedParams();
+    if (!kind || !params) return;
     setError(null);
     setNotice(null);
     try {
       const r = await runExperiment(kind.kind as ExperimentKindName, layer, params);
-      setResult(r);
-      setPicture(null);
       if (r.ignored_params && r.ignored_params.length > 0) setNotice(`Ignored: ${r.ignored_params.join(', ')}`);
-      follow(r.seq);
+      start(r);
     } catch (e) {
       setError((e as Error).message);
     }
   };
 
-  // Auto-run: every live update (a new snapshot) runs the page's experiment again.
-  const lastAuto = useRef(0);
+  // Auto-run (the session's setting): the page registers its experiment under
+  // this tab's name and renews it every second; the server re-runs it at every
+  // snapshot and its results come over the push channel. Other tabs' runs are
+  // theirs: registering never cancels them.
+  const autoKey = autoRun && kind && layer ? JSON.stringify([kind.kind, layer, paramsOf(kind, kindValues)]) : '';
   useEffect(() => {
-    if (!autoRun || !kind || !layer || sequence === 0 || sequence === lastAuto.current || running) return;
-    lastAuto.current = sequence;
-    void run();
-  }, [autoRun, sequence, kindName, layer]);
+    if (!autoKey || !kind) return;
+    const params = checkedParams();
+    if (!params) return;
+    let stopped = false;
+    const register = (first: boolean) =>
+      setAutoExperiment(tabId, kind.kind as ExperimentKindName, layer, params)
+        .then((reply) => {
+          if (stopped) return;
+          if (first) setError(null);
+          if (reply.seq > followed.current) {
+            const pushed = latestPushed(reply.seq);
+            if (pushed) show(pushed);
+            else followed.current = reply.seq;
+          }
+        })
+        .catch((e: Error) => !stopped && setError(e.message));
+    void register(true);
+    const timer = setInterval(() => void register(false), RENEW_MS);
+    return () => {
+      stopped = true;
+      clearInterval(timer);
+    };
+  }, [autoKey]);
+  useEffect(() => {
+    if (!autoRun) return;
+    const leave = () => void clearAutoExperiment(tabId, true).catch(() => undefined);
+    window.addEventListener('pagehide', leave);
+    return () => {
+      window.removeEventListener('pagehide', leave);
+      leave();
+    };
+  }, [autoRun]);
 
   // The overlay switch is a pure re-render of the same result.
   useEffect(() => {
-    if (!result || !hasPicture(result)) return;
-    renderExperiment(result.seq, overlay)
-      .then((img) => setPicture(pngUrl(img.png)))
-      .catch(() => undefined);
+    if (result) draw(result, true);
   }, [overlay]);
 
   const setValue = (key: string, v: string | boolean) =>
@@ -201,7 +282,7 @@ export function ExperimentPage() {
       <div class="experiment-body">
         <aside class="experiment-form" data-testid="experiment-form">
           <h1 class="stats-heading">Experiment</h1>
-          <label class="form-row">
+          <label class="form-row form-row-stacked">
             <span>Experiment</span>
             <select
               data-testid="experiment-kind"
@@ -269,7 +350,7 @@ export function ExperimentPage() {
               ))}
           </fieldset>
           {kind?.attribution && (
-            <label class="form-row">
+            <label class="form-row form-row-check">
               <input
                 type="checkbox"
                 data-testid="experiment-overlay"
@@ -279,7 +360,10 @@ export function ExperimentPage() {
               <span>Overlay on input</span>
             </label>
           )}
-          <label class="form-row" title="Run the experiment again at every live update (a setting of the session)">
+          <label
+            class="form-row form-row-check"
+            title="Run this page's experiment again at every pause and live update (auto-run is a setting of the session; each open page re-runs its own experiment)"
+          >
             <input
               type="checkbox"
               data-testid="experiment-auto-run"
@@ -306,7 +390,12 @@ export function ExperimentPage() {
           </p>
         </aside>
         <main class="experiment-main">
-          <p class="experiment-status" data-testid="experiment-status" data-stage={result?.stage ?? 'idle'}>
+          <p
+            class="experiment-status"
+            data-testid="experiment-status"
+            data-stage={result?.stage ?? 'idle'}
+            data-seq={result?.seq ?? 0}
+          >
             {statusText(result, kind, paused, autoRun)}
           </p>
           {result?.notes.map((n) => (
@@ -335,7 +424,7 @@ function Param({
 }) {
   if (spec.type === 'boolean') {
     return (
-      <label class="form-row" title={spec.description}>
+      <label class="form-row form-row-check" title={spec.description}>
         <input
           type="checkbox"
           data-testid={`param-${spec.key}`}

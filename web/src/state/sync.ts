@@ -5,6 +5,7 @@ import { connectPush } from '../api/push';
 import type { PushMessage, Status } from '../api/types';
 import { expectStrips, pushClosed, pushOpened, receiveStrip, stripsDone } from '../cards/stripPush';
 import { setSample, shownFor, store, toast } from './app';
+import { experimentPushed } from './experiments';
 
 // Sequences restart with the server, so everything fetched is tagged with the
 // connection generation it was asked for in, and stale answers are dropped.
@@ -109,6 +110,8 @@ function onMessage(message: PushMessage): void {
     wantSnapshot(message.sequence);
   } else if (message.type === 'strips_done') {
     stripsDone(message.sequence, message.failed ?? []);
+  } else if (message.type === 'experiment') {
+    experimentPushed(message.result);
   } else if (message.type === 'error') {
     // A message this page sent was refused: a bug here, not the user's doing.
     console.warn(`nansense server: ${message.message}`);
