@@ -292,9 +292,16 @@ int Engine::cancel(std::optional<uint64_t> seq) {
       it = queue_.erase(it);
       ++stopped;
     }
+    // The running request, unless its final result is already out (its
+    // caller may have it; the drain has yet to let go of it).
     if (running_ && (!seq || *seq == *running_)) {
-      cancelled_[*running_] = true;
-      ++stopped;
+      auto published = results_.find(*running_);
+      const bool final = published != results_.end() && published->second->stage != Result::Stage::kQueued &&
+                         published->second->stage != Result::Stage::kRunning;
+      if (!final) {
+        cancelled_[*running_] = true;
+        ++stopped;
+      }
     }
   }
   for (const auto& r : dropped) publish(r);
