@@ -190,6 +190,27 @@ class Engine {
     });
   }
 
+  // The Python optimizer's per-parameter state and hyperparameters in every
+  // snapshot: `read` returns ({name: {key: tensor}}, {name: {key: float}}),
+  // the shape of capture::OptimizerView. The engine calls it on the training
+  // thread, which may have released the GIL.
+  void set_optimizer_reader(py::object read) {
+    auto held = hold(std::move(read));
+    core_->set_optimizer_reader([held]() -> capture::OptimizerView {
+      capture::OptimizerView view;
+      if (python_finalizing()) return view;
+      py::gil_scoped_acquire gil;
+      try {
+        py::tuple both = (*held)();
+        view.state = both[0].cast<std::map<std::string, std::map<std::string, torch::Tensor>>>();
+        view.hyperparams = both[1].cast<std::map<std::string, std::map<std::string, double>>>();
+      } catch (py::error_already_set& e) {
+        throw std::runtime_error(std::string("reading the optimizer's state raised ") + e.what());
+      }
+      return view;
+    });
+  }
+
   // The Python optimizer's and scheduler's state_dict(), in every
   // checkpoint and NaN capsule from now on.
   void set_state_adapter(const std::string& kind, py::object save, py::object load) {
@@ -523,6 +544,7 @@ PYBIND11_MODULE(_nansense, m) {
            py::arg("print_banner"), py::arg("input_mean"), py::arg("input_std"), py::arg("input_transform"))
       .def("set_model", &Engine::set_model)
       .def("set_state_adapter", &Engine::set_state_adapter)
+      .def("set_optimizer_reader", &Engine::set_optimizer_reader)
       .def("begin_batch", &Engine::begin_batch)
       .def("set_inputs", &Engine::set_inputs)
       .def("set_module_scope", &Engine::set_module_scope)

@@ -154,6 +154,40 @@ def _save_state(optimizer: Any, scheduler: Any):
     return save
 
 
+def _optimizer_reader(model: torch.nn.Module, optimizer: torch.optim.Optimizer):
+    """What snapshots show of a Python optimizer, as of the C++ ones: per
+    parameter name its state (tensors copied to the CPU, numbers as 0-dim
+    tensors) and its group's numeric hyperparameters (booleans as 0/1, Adam's
+    betas as beta1/beta2)."""
+    def read():
+        names = {id(p): name for name, p in model.named_parameters()}
+        states, hypers = {}, {}
+        for group in optimizer.param_groups:
+            hyper = {}
+            for key, value in group.items():
+                if key == "params" or value is None:
+                    continue
+                if isinstance(value, (bool, int, float)):
+                    hyper[key] = float(value)
+                elif key == "betas" and isinstance(value, (tuple, list)) and len(value) == 2:
+                    hyper["beta1"], hyper["beta2"] = float(value[0]), float(value[1])
+            for p in group["params"]:
+                name = names.get(id(p))
+                if name is None:
+                    continue
+                hypers[name] = hyper
+                state = {}
+                for key, value in optimizer.state.get(p, {}).items():
+                    if torch.is_tensor(value):
+                        state[key] = value.detach().to("cpu", copy=True)
+                    elif isinstance(value, (bool, int, float)):
+                        state[key] = torch.tensor(value)
+                if state:
+                    states[name] = state
+        return states, hypers
+    return read
+
+
 def _load_state(optimizer: Any, scheduler: Any):
     def load(data: bytes) -> None:
         state = torch.load(io.BytesIO(data))
@@ -652,6 +686,8 @@ def start(
         return session
     engine = _nansense.Engine(_module_specs(model), epochs, phase_list)
     engine.set_model(model)
+    if optimizer is not None:
+        engine.set_optimizer_reader(_optimizer_reader(model, optimizer))
     if optimizer is not None or scheduler is not None:
         engine.set_state_adapter(_state_kind(optimizer, scheduler), _save_state(optimizer, scheduler),
                                  _load_state(optimizer, scheduler))

@@ -5,6 +5,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <map>
 #include <string>
 
@@ -20,5 +21,10 @@ struct OptimizerView {
 // Reads SGD, Adam, AdamW, RMSprop and Adagrad; for another optimizer the
 // state is empty and only the learning rate is reported.
 OptimizerView read_optimizer(torch::optim::Optimizer& optimizer, const torch::nn::Module& model);
+
+// The state of an optimizer that is not a torch::optim::Optimizer (a Python
+// one, read by the Python package), keyed by the model's parameter names as
+// OptimizerView is. Called on the training thread at each snapshot.
+using OptimizerReader = std::function<OptimizerView()>;
 
 }  // namespace nansense::capture

@@ -8,7 +8,8 @@ namespace nansense::capture {
 
 std::shared_ptr<const BatchSnapshot> build_snapshot(const BatchPosition& position, uint64_t sequence,
                                                     TraceResult& trace, const torch::nn::Module& model,
-                                                    const std::vector<torch::optim::Optimizer*>& optimizers) {
+                                                    const std::vector<torch::optim::Optimizer*>& optimizers,
+                                                    const OptimizerReader& other_optimizers) {
   at::DisableRecordFunctionGuard no_record;
   torch::NoGradGuard no_grad;
   auto snap = std::make_shared<BatchSnapshot>();
@@ -38,14 +39,15 @@ std::shared_ptr<const BatchSnapshot> build_snapshot(const BatchPosition& positio
     }
   }
   // Each parameter shows the optimizer that holds it (several: a GAN's two).
-  for (auto* optimizer : optimizers) {
-    auto view = read_optimizer(*optimizer, model);
+  auto add = [&](OptimizerView view) {
     for (const auto& [_, state] : view.state) {
       for (const auto& [_, t] : state) snap->parameter_bytes += bytes(t);
     }
     snap->optimizer_state.merge(view.state);
     snap->optimizer_hyperparams.merge(view.hyperparams);
-  }
+  };
+  for (auto* optimizer : optimizers) add(read_optimizer(*optimizer, model));
+  if (other_optimizers) add(other_optimizers());
   return snap;
 }
 

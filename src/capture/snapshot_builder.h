@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "capture/optimizer_state.h"
 #include "capture/tracer.h"
 #include "nansense/snapshot.h"
 
@@ -15,6 +16,7 @@ namespace nansense::capture {
 // combines them with the trace. Runs on the training thread.
 std::shared_ptr<const BatchSnapshot> build_snapshot(const BatchPosition& position, uint64_t sequence,
                                                     TraceResult& trace, const torch::nn::Module& model,
-                                                    const std::vector<torch::optim::Optimizer*>& optimizers);
+                                                    const std::vector<torch::optim::Optimizer*>& optimizers,
+                                                    const OptimizerReader& other_optimizers = {});
 
 }  // namespace nansense::capture

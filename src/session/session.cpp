@@ -176,7 +176,7 @@ void SessionCore::publish_capture() {
 void SessionCore::publish_snapshot(capture::TraceResult& trace) {
   try {
     auto pos = schedule_.with_flags(pos_);
-    auto snap = capture::build_snapshot(pos, ++sequence_, trace, *model_, optimizers_);
+    auto snap = capture::build_snapshot(pos, ++sequence_, trace, *model_, optimizers_, optimizer_reader_);
     {
       std::lock_guard lock(trace.grad_mu);
       samples_that_fit_ = capture::next_start_samples(trace);

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "capture/optimizer_state.h"
 #include "capture/tracer.h"
 #include "experiments/engine.h"
 #include "common/atomic_shared_ptr.h"
@@ -98,6 +99,9 @@ class SessionCore {
   void abort_epochs();
   time_travel::TrainingRestorer& restorer() { return *restorer_; }
   const time_travel::TrainingRestorer& restorer() const { return *restorer_; }
+  // An optimizer the session cannot read itself (a Python one): its state
+  // in every snapshot from now on. Training thread.
+  void set_optimizer_reader(capture::OptimizerReader reader) { optimizer_reader_ = std::move(reader); }
 
  private:
   void report_internal_error(const std::string& what);
@@ -121,6 +125,7 @@ class SessionCore {
 
   std::shared_ptr<torch::nn::Module> model_;
   std::vector<torch::optim::Optimizer*> optimizers_;
+  capture::OptimizerReader optimizer_reader_;
   ServeOptions display_;
   Schedule schedule_;
   RunControl control_{schedule_};

@@ -77,8 +77,19 @@ def test_paused_stepped_and_inspected_over_http():
     assert torch.allclose(snap.activations["features.1"], expected_relu, rtol=0, atol=1e-6)
     assert torch.equal(snap.activations["features.2"], F.max_pool2d(snap.activations["features.1"], 2))
 
+    # The Python optimizer's state and hyperparameters, per parameter name,
+    # as the engine shows a C++ optimizer's.
+    for name, p in model.named_parameters():
+        assert torch.equal(snap.optimizer_state[name]["momentum_buffer"], optimizer.state[p]["momentum_buffer"]), name
+        assert snap.optimizer_hyperparams[name]["lr"] == 0.1 and snap.optimizer_hyperparams[name]["momentum"] == 0.9
+
     # The HTTP snapshot summarises the same tensors.
     http_snap = api.get("/api/snapshot")
+    param = next(p for p in http_snap["parameters"] if p["name"] == "features.0.weight")
+    assert param["hyperparameters"]["lr"] == 0.1 and param["hyperparameters"]["nesterov"] == 0
+    buffer = optimizer.state[model.features[0].weight]["momentum_buffer"]
+    assert param["optimizer_state"]["momentum_buffer"]["shape"] == list(buffer.shape)
+    assert abs(param["optimizer_state"]["momentum_buffer"]["max"] - buffer.max().item()) < 1e-6
     layer = next(layer for layer in http_snap["layers"] if layer["name"] == "classifier.3")
     logits = record[0]["logits"]
     assert layer["activation"]["shape"] == list(logits.shape)
