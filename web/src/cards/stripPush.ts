@@ -7,7 +7,7 @@
 import { ApiError, renderStrip, SnapshotReplaced } from '../api/client';
 import { sendPush } from '../api/push';
 import type { StripInfo, StripView, WatchMessage } from '../api/types';
-import { sampleExists, store } from '../state/app';
+import { sampleExists, snapshotLayer, store } from '../state/app';
 import { hasStrip, putStrip, renderKey, type RenderedStrip } from './renderCache';
 
 // A pushed strip that has not come after this long is fetched instead.
@@ -184,6 +184,15 @@ function fetchInstead(key: string, p: Pending): void {
   }
   if (!isWatched(p.view) || p.view.sample !== s.sample || !sampleExists(s)) {
     p.reject(new SnapshotReplaced(`no card shows ${p.view.layer} ${p.view.kind} of sample ${p.view.sample} any more`));
+    return;
+  }
+  // A gradient exists only on some batches (none in an evaluation phase):
+  // fetched only once this snapshot's JSON says it is there, as a card asks
+  // (LayerCard's canAsk), never to provoke a 404. The card asks itself when
+  // the JSON comes.
+  const layer = s.snapshot?.sequence === p.sequence ? snapshotLayer(s.snapshot, p.view.layer) : null;
+  if (p.view.kind === 'gradient' && layer?.gradient == null) {
+    p.reject(new SnapshotReplaced(`the snapshot ${p.sequence} JSON does not show a gradient of ${p.view.layer} yet`));
     return;
   }
   renderStrip(p.view, p.sequence).then(p.resolve, p.reject);
