@@ -120,6 +120,18 @@ Engine::Submitted Engine::enqueue(Request request) {
   return out;
 }
 
+Result Engine::stopped_before_running(const Request& request, std::string why) {
+  Result r;
+  r.seq = request.seq;
+  r.kind = request.kind;
+  r.layer = request.layer;
+  r.params = request.params;
+  r.tab = request.tab;
+  r.stage = Result::Stage::kStopped;
+  r.stop_reason = std::move(why);
+  return r;
+}
+
 std::vector<Result> Engine::drop_queued_of(const std::string& tab) {
   std::vector<Result> dropped;
   for (auto it = queue_.begin(); it != queue_.end();) {
@@ -127,15 +139,8 @@ std::vector<Result> Engine::drop_queued_of(const std::string& tab) {
       ++it;
       continue;
     }
-    Result r;
-    r.seq = it->seq;
-    r.kind = it->kind;
-    r.layer = it->layer;
-    r.params = it->params;
-    r.tab = it->tab;
-    r.stage = Result::Stage::kStopped;
-    r.stop_reason = "replaced by a newer run of the same auto experiment before it ran";
-    dropped.push_back(std::move(r));
+    dropped.push_back(
+        stopped_before_running(*it, "replaced by a newer run of the same auto experiment before it ran"));
     it = queue_.erase(it);
   }
   return dropped;
@@ -280,15 +285,7 @@ int Engine::cancel(std::optional<uint64_t> seq) {
         ++it;
         continue;
       }
-      Result r;
-      r.seq = it->seq;
-      r.kind = it->kind;
-      r.layer = it->layer;
-      r.params = it->params;
-      r.tab = it->tab;
-      r.stage = Result::Stage::kStopped;
-      r.stop_reason = "cancelled before it ran";
-      dropped.push_back(std::move(r));
+      dropped.push_back(stopped_before_running(*it, "cancelled before it ran"));
       it = queue_.erase(it);
       ++stopped;
     }
@@ -436,17 +433,7 @@ void Engine::close() {
   {
     std::lock_guard lock(mu_);
     closed_ = true;
-    for (const auto& q : queue_) {
-      Result r;
-      r.seq = q.seq;
-      r.kind = q.kind;
-      r.layer = q.layer;
-      r.params = q.params;
-      r.tab = q.tab;
-      r.stage = Result::Stage::kStopped;
-      r.stop_reason = "the session closed before it ran";
-      dropped.push_back(std::move(r));
-    }
+    for (const auto& q : queue_) dropped.push_back(stopped_before_running(q, "the session closed before it ran"));
     queue_.clear();
   }
   for (const auto& r : dropped) publish(r);

@@ -144,6 +144,8 @@ class Engine {
     json params;
     std::string tab;  // the auto experiment it re-runs ("" for a direct request)
   };
+  // The result of a queued request dropped before it ran, saying why.
+  static Result stopped_before_running(const Request& request, std::string why);
   struct Checked {
     const KindSpec* kind = nullptr;
     Resolved resolved;
