@@ -120,14 +120,19 @@ Engine::Submitted Engine::enqueue(Request request) {
   return out;
 }
 
-Result Engine::stopped_before_running(const Request& request, std::string why) {
+Result Engine::result_of(const Request& request, Result::Stage stage) {
   Result r;
   r.seq = request.seq;
   r.kind = request.kind;
   r.layer = request.layer;
   r.params = request.params;
   r.tab = request.tab;
-  r.stage = Result::Stage::kStopped;
+  r.stage = stage;
+  return r;
+}
+
+Result Engine::stopped_before_running(const Request& request, std::string why) {
+  Result r = result_of(request, Result::Stage::kStopped);
   r.stop_reason = std::move(why);
   return r;
 }
@@ -467,13 +472,7 @@ void Engine::keep_recent() {
 
 void Engine::run_one(const Request& request) {
   const auto began = std::chrono::steady_clock::now();
-  Result r;
-  r.seq = request.seq;
-  r.kind = request.kind;
-  r.layer = request.layer;
-  r.params = request.params;
-  r.tab = request.tab;
-  r.stage = Result::Stage::kRunning;
+  Result r = result_of(request, Result::Stage::kRunning);
   publish(r);
   double limit = 0;
   Context ctx;

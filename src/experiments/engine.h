@@ -144,6 +144,8 @@ class Engine {
     json params;
     std::string tab;  // the auto experiment it re-runs ("" for a direct request)
   };
+  // A result of `request` at `stage`: what was asked, nothing computed yet.
+  static Result result_of(const Request& request, Result::Stage stage);
   // The result of a queued request dropped before it ran, saying why.
   static Result stopped_before_running(const Request& request, std::string why);
   struct Checked {
