@@ -9,15 +9,6 @@ cd "$(dirname "$0")/../.."
 source tests/smoke/demo_lib.sh
 smoke_setup demo_nan
 
-work=$(mktemp -d)
-log=$work/demo.log
-pid=""
-cleanup() {
-  if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null || true; fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
 # 1. A detached --nan run with batches of 8: batch 0 lacks a class.
 port=$(free_port)
 base="http://127.0.0.1:$port"

@@ -9,15 +9,9 @@ smoke_setup demo_smoke
 
 port=$(free_port)
 base="http://127.0.0.1:$port"
-log=$(mktemp)
 
 "$demo" --port "$port" --no-browser --epochs 1 --limit-batches 5 >"$log" 2>&1 &
 pid=$!
-cleanup() {
-  if kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null || true; fi
-  rm -f "$log"
-}
-trap cleanup EXIT
 
 wait_for_status '.state == "paused" and .live_position.phase == "train" and .live_position.batch_idx == 0' \
   "the pause at train batch 0"

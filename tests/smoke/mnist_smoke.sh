@@ -12,15 +12,6 @@ cd "$(dirname "$0")/../.."
 source tests/smoke/demo_lib.sh
 smoke_setup mnist_smoke examples/mnist/mnist_example
 
-work=$(mktemp -d)
-log=$work/example.log
-pid=""
-cleanup() {
-  if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null || true; fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
 # LibTorch's MNIST dataset insists on MNIST's sizes: 60000 training images
 # (938 batches of 64) and 10000 test images (10 batches of 1000).
 python3 - "$work" <<'PY'

@@ -10,15 +10,6 @@ cd "$(dirname "$0")/../.."
 source tests/smoke/demo_lib.sh
 smoke_setup transformer_smoke examples/transformer/transformer_demo
 
-work=$(mktemp -d)
-log=$work/demo.log
-pid=""
-cleanup() {
-  if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null || true; fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
 port=$(free_port)
 base="http://127.0.0.1:$port"
 "$demo" --port "$port" --no-browser --epochs 2 --limit-batches 4 --exit-when-done \
