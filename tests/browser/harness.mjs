@@ -156,6 +156,33 @@ export class Harness {
       }
     };
 
+    // expectText for the end of a long run: waits as long as the text of
+    // [data-testid=progressId] keeps changing (the live position while the
+    // loop runs), failing only after stallMs without a change. A busy
+    // machine trains slower; a stuck run does not move at all.
+    this.expectTextWhileProgressing = async (id, expected, { progressId = id, stallMs = 4 * T() } = {}) => {
+      const pattern = expected instanceof RegExp ? expected : new RegExp(`^\\s*${escapeRegExp(expected)}\\s*$`);
+      let seen = null;
+      let changedAt = Date.now();
+      for (;;) {
+        try {
+          await this.byTestId(id).filter({ hasText: pattern }).first().waitFor({ timeout: 1000 });
+          return;
+        } catch {
+          // Not yet: look at the progress.
+        }
+        const progress = await this.byTestId(progressId).first().textContent({ timeout: 1000 }).catch(() => null);
+        if (progress !== seen) {
+          seen = progress;
+          changedAt = Date.now();
+        } else if (Date.now() - changedAt > stallMs) {
+          const actual = await this.byTestId(id).first().textContent({ timeout: 1000 }).catch(() => '(no such element)');
+          throw new Error(`[data-testid=${id}] should read ${pattern}, but reads "${actual}"; ` +
+                          `[data-testid=${progressId}] stayed "${seen}" for ${stallMs} ms`);
+        }
+      }
+    };
+
     this.expectEnabled = async (id, enabled, timeout = T()) => {
       try {
         await this.page.waitForFunction(

@@ -5,7 +5,7 @@ import { Harness, START_TIMEOUT_MS, collectConsoleErrors, escapeRegExp } from '.
 import { fakeManyLayers, showAllLayers } from './many_layers.mjs';
 
 const h = new Harness('ui');
-const { byTestId, expectText, expectEnabled, expectImageLoaded, screenshot, check } = h;
+const { byTestId, expectText, expectTextWhileProgressing, expectEnabled, expectImageLoaded, screenshot, check } = h;
 
 const RUN_TIMEOUT_MS = 90_000;
 const UI_TIMEOUT_MS = h.uiTimeoutMs;
@@ -168,7 +168,7 @@ async function main() {
     await byTestId('custom-batch').fill(String(lastBatch));
     await byTestId('custom-submit').click();
     await byTestId('custom-dialog').waitFor({ state: 'detached', timeout: UI_TIMEOUT_MS });
-    await expectText('position-label', label(lastPhase, lastBatch), RUN_TIMEOUT_MS);
+    await expectTextWhileProgressing('position-label', label(lastPhase, lastBatch));
     await expectText('run-state', 'paused');
     await byTestId('run').click();
     await byTestId('confirm-last-batch').waitFor({ timeout: UI_TIMEOUT_MS });
