@@ -181,9 +181,11 @@ TEST_F(PushTest, StatusOnConnectThenEveryPauseWithItsSnapshot) {
 
   post("/api/step", {{"unit", "batch"}});
   // The snapshot is published just before the loop pauses: either frame may come first.
+  // The event of batch 0's snapshot may still come first: the channel's thread can
+  // announce it after this page connected (to every page that has not seen it).
   json paused, snapshot;
   client.until([&](const json& f) {
-    if (f["type"] == "snapshot") snapshot = f;
+    if (f["type"] == "snapshot" && f["position"]["batch_idx"] == 1) snapshot = f;
     if (f["type"] == "status" && f["status"]["state"] == "paused" && f["status"]["live_position"]["batch_idx"] == 1) {
       paused = f;
     }
@@ -191,7 +193,6 @@ TEST_F(PushTest, StatusOnConnectThenEveryPauseWithItsSnapshot) {
   });
   EXPECT_EQ(paused["status"]["snapshot_position"]["batch_idx"], 1);
   EXPECT_EQ(snapshot["sequence"], paused["status"]["snapshot_sequence"]);
-  EXPECT_EQ(snapshot["position"]["batch_idx"], 1);
   EXPECT_EQ(snapshot["batch_size"], 5);
 }
 
