@@ -183,7 +183,12 @@ async function main() {
     if (rows.length !== 211) throw new Error(`the histogram CSV has ${rows.length} bins`);
     header.slice(3).forEach((label, k) => {
       const phase = label.replace(/ ep \d+$/, '');
-      const newest = history.phases[phase].at(-1);
+      const buckets = history.phases[phase];
+      if (!buckets?.length) {
+        throw new Error(`the CSV's column "${label}" names phase "${phase}", which /api/stats/history lacks ` +
+                        `(its phases: ${JSON.stringify(Object.keys(history.phases))}; CSV header ${JSON.stringify(header)})`);
+      }
+      const newest = buckets.at(-1);
       if (label !== `${phase} ep ${newest.epoch}`) throw new Error(`column ${label}: the newest ${phase} epoch is ${newest.epoch}`);
       rows.forEach((row, i) => {
         if (Number(row[0]) !== i || !same(row[1], history.edges[i]) || !same(row[2], history.edges[i + 1])) throw new Error(`bin ${i}: ${row.slice(0, 3)}`);
