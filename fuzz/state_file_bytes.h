@@ -23,8 +23,8 @@ namespace nansense::fuzz {
 // text; state::encode then writes the file, checksums right. So mutations
 // reach the description's readers and the choice of sections, while every
 // section's bytes stay whole LibTorch archives: LibTorch 1.13's archive
-// reader crashes on crafted archive bytes (see fuzz/README.md), which no
-// check of ours can prevent.
+// reader crashes on crafted archive bytes (fuzz/findings/, and the README's
+// Long checks), which no check of ours can prevent.
 std::string file_of(const uint8_t* data, size_t size, const state::StateFile& seed);
 
 // A two-layer model with an SGD optimizer (momentum) after one step, the
