@@ -3,6 +3,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <stdexcept>
+
+#include "common/json_read.h"
 
 namespace nansense::common {
 
@@ -27,5 +30,32 @@ json to_json(const BatchPosition& pos) {
 }
 
 json to_json(const std::optional<BatchPosition>& pos) { return pos ? to_json(*pos) : json(nullptr); }
+
+int64_t integer_value(const json& object, const std::string& key, int64_t fallback, int64_t min, int64_t max) {
+  if (!object.is_object()) throw std::invalid_argument("expected an object holding \"" + key + "\"");
+  const auto it = object.find(key);
+  if (it == object.end()) return fallback;
+  const json& v = *it;
+  bool ok = false;
+  int64_t n = 0;
+  if (v.is_number_unsigned()) {
+    ok = v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+    if (ok) n = static_cast<int64_t>(v.get<uint64_t>());
+  } else if (v.is_number_integer()) {
+    ok = true;
+    n = v.get<int64_t>();
+  } else if (v.is_number_float()) {
+    // 2^63 is the first double past int64_t's range.
+    const double d = v.get<double>();
+    ok = std::isfinite(d) && d == std::floor(d) && d >= -9223372036854775808.0 && d < 9223372036854775808.0;
+    if (ok) n = static_cast<int64_t>(d);
+  }
+  if (!ok || n < min || n > max) {
+    throw std::invalid_argument("\"" + key + "\" must be a whole number from " + std::to_string(min) + " to " +
+                                std::to_string(max) + ", got " +
+                                v.dump(-1, ' ', false, json::error_handler_t::replace));
+  }
+  return n;
+}
 
 }  // namespace nansense::common

@@ -2,6 +2,7 @@
 
 #include <set>
 
+#include "common/json_read.h"
 #include "common/json_values.h"
 #include "common/tensor_stats.h"
 #include "numerics/bands.h"
@@ -35,11 +36,11 @@ json to_json(const DebugSettings& s) {
 DebugSettings settings_from_json(const json& j) {
   DebugSettings s;
   s.enabled(j.value("enabled", s.enabled()));
-  s.interval_batches(j.value("interval_batches", s.interval_batches()));
+  s.interval_batches(common::integer_value(j, "interval_batches", s.interval_batches(), 1));
   s.check_nan_inf(j.value("check_nan_inf", s.check_nan_inf()));
   s.check_under_over(j.value("check_under_over", s.check_under_over()));
   s.threshold_fraction(j.value("threshold_fraction", s.threshold_fraction()));
-  s.trace_interval_batches(j.value("trace_interval_batches", s.trace_interval_batches()));
+  s.trace_interval_batches(common::integer_value(j, "trace_interval_batches", s.trace_interval_batches(), 0));
   s.rerun_to_trace(j.value("rerun_to_trace", s.rerun_to_trace()));
   s.allow(j.value("allow", s.allow()));
   s.capsule_dir(j.value("capsule_dir", s.capsule_dir()));

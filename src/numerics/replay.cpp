@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "nansense/debug.h"
+#include "common/json_read.h"
 #include "numerics/capsule.h"
 #include "numerics/debug_json.h"
 
@@ -11,11 +12,14 @@ namespace nansense {
 
 namespace {
 
+// More threads than any machine a capsule was recorded on has cores.
+constexpr int64_t kMaxReplayThreads = 4096;
+
 BatchPosition position_from(const nlohmann::json& j) {
   BatchPosition p;
   p.phase = j.value("phase", "");
-  p.epoch = j.value("epoch", int64_t{0});
-  p.batch_idx = j.value("batch_idx", int64_t{0});
+  p.epoch = common::integer_value(j, "epoch", 0, 0);
+  p.batch_idx = common::integer_value(j, "batch_idx", 0, 0);
   p.is_last_in_phase = j.value("is_last_in_phase", false);
   p.is_last_in_epoch = j.value("is_last_in_epoch", false);
   p.is_last_in_run = j.value("is_last_in_run", false);
@@ -42,7 +46,9 @@ Capsule numerics::replay_into(const std::string& path, const state::LiveState& l
     c.position = position_from(meta.at("position"));
     c.settings = numerics::settings_from_json(meta.at("settings"));
     if (meta.at("error").is_object()) c.reasons = meta["error"].value("reasons", std::vector<std::string>{});
-    c.num_threads = meta.value("num_threads", 1);
+    // A thread count the file may not set this process to (a crafted
+    // 100000 would start that many threads at the next parallel op).
+    c.num_threads = static_cast<int>(common::integer_value(meta, "num_threads", 1, 1, kMaxReplayThreads));
     c.notes = meta.value("notes", std::vector<std::string>{});
   } catch (const std::exception& e) {
     throw CapsuleError(path + " has a malformed description: " + e.what());

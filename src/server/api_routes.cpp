@@ -27,7 +27,8 @@ json arguments_of(const Command& command, const HttpRequest& request) {
   if (request.body.find_first_not_of(" \t\r\n") == std::string::npos) return json::object();
   try {
     return json::parse(request.body);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
+    // parse_error, and out_of_range for a number past double's range (1E400).
     throw ControllerError(ControllerError::Kind::kInvalidArgument, std::string("malformed JSON body: ") + e.what());
   }
 }

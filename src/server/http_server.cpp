@@ -69,7 +69,63 @@ HttpRequest to_request(const http::request<http::string_body>& req) {
   return out;
 }
 
+constexpr size_t kHeaderLimit = 16 * 1024;
+
+void configure(http::request_parser<http::string_body>& parser, const HttpServerLimits& limits) {
+  parser.body_limit(limits.body_limit);
+  parser.header_limit(kHeaderLimit);
+}
+
+// What a connection answers to a request its parser refused, before closing.
+HttpResponse refusal_for(const beast::error_code& ec, const HttpServerLimits& limits) {
+  HttpResponse res;
+  if (ec == http::error::body_limit) {
+    res.status = 413;
+    res.body = json_error("request body too large: the limit is " + std::to_string(limits.body_limit) + " bytes");
+  } else {
+    res.status = 400;
+    res.body = json_error("malformed HTTP request: " + ec.message());
+  }
+  return res;
+}
+
 }  // namespace
+
+ParsedRequest parse_request(std::string_view bytes, const HttpServerLimits& limits) {
+  http::request_parser<http::string_body> parser;
+  configure(parser, limits);
+  ParsedRequest out;
+  beast::error_code ec;
+  // Beast's parser takes what it can per call (a header whole, then the
+  // body in pieces), as async_read feeds it.
+  while (!parser.is_done()) {
+    const size_t left = bytes.size() - out.consumed;
+    const size_t n = left == 0 ? 0 : parser.put(asio::buffer(bytes.data() + out.consumed, left), ec);
+    out.consumed += n;
+    // Nothing taken (the bytes are used up): what the stream holds next decides.
+    if (n == 0 && !ec) ec = http::error::need_more;
+    if (ec == http::error::need_more) {
+      if (n > 0 && out.consumed < bytes.size()) {
+        ec = {};
+        continue;
+      }
+      // The bytes end here: as a client closing its side after them.
+      ec = {};
+      parser.put_eof(ec);
+      if (!ec && parser.is_done()) break;
+      out.outcome = ParsedRequest::Outcome::kIncomplete;
+      return out;
+    }
+    if (ec) {
+      out.outcome = ParsedRequest::Outcome::kRefused;
+      out.refusal = refusal_for(ec, limits);
+      return out;
+    }
+  }
+  out.outcome = ParsedRequest::Outcome::kRequest;
+  out.request = to_request(parser.get());
+  return out;
+}
 
 bool is_websocket_upgrade(const HttpRequest& request) {
   auto lower = [](std::string v) {
@@ -317,8 +373,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void read() {
     parser_.emplace();
-    parser_->body_limit(server_.limits.body_limit);
-    parser_->header_limit(16 * 1024);
+    configure(*parser_, server_.limits);
     // One deadline for the whole request (and the idle time before it):
     // bytes trickling in do not extend it.
     stream_.expires_after(server_.limits.request_timeout);
@@ -331,11 +386,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
         ec == asio::error::eof || ec == asio::error::connection_reset) {
       return close();
     }
-    if (ec == http::error::body_limit) {
-      return respond_error(413, "request body too large: the limit is " + std::to_string(server_.limits.body_limit) +
-                                    " bytes", 11);
-    }
-    if (ec) return respond_error(400, "malformed HTTP request: " + ec.message(), 11);
+    if (ec) return respond_error(refusal_for(ec, server_.limits), 11);
     // The handler may wait (up to 300 s): no timer runs until the reply is written.
     stream_.expires_never();
     auto req = std::make_shared<http::request<http::string_body>>(parser_->release());
@@ -390,10 +441,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     });
   }
 
-  void respond_error(unsigned status, const std::string& message, unsigned version) {
-    HttpResponse res;
-    res.status = status;
-    res.body = json_error(message);
+  void respond_error(HttpResponse res, unsigned version) {
     server_.reply_started();
     write(std::move(res), false, version);
   }

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -121,6 +122,23 @@ class HttpServer {
  private:
   std::unique_ptr<Impl> impl_;
 };
+
+// One request read from raw bytes the way a connection reads it: Beast's
+// parser with the connection's limits (body_limit; headers 16 KiB), then the
+// same conversion to an HttpRequest. The in-process entry to the transport's
+// parsing, for the fuzz harnesses (fuzz/), which hand it untrusted bytes.
+struct ParsedRequest {
+  enum class Outcome {
+    kRequest,     // `request` is whole
+    kIncomplete,  // the bytes end before the request does: a connection would wait for more
+    kRefused,     // malformed or over a limit: `refusal` is what the connection answers before closing
+  };
+  Outcome outcome = Outcome::kIncomplete;
+  HttpRequest request;
+  HttpResponse refusal;
+  size_t consumed = 0;  // bytes taken: a pipelined next request starts there
+};
+ParsedRequest parse_request(std::string_view bytes, const HttpServerLimits& limits = {});
 
 // Percent-decoding for paths and query values ('+' is a space in queries).
 std::string url_decode(const std::string& s, bool plus_is_space);

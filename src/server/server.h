@@ -28,9 +28,12 @@ class Server final : public detail::Attachment {
   // The command that adds this session's /mcp endpoint to Claude Code.
   std::string mcp_install_line() const;
   Controller& controller() { return controller_; }
+  // Answers one parsed request as the transport does (access checks, then
+  // the API, MCP, the push channel's upgrade or a web file), in-process: the
+  // fuzz harnesses' entry, after parse_request() and lane_of().
+  HttpResponse handle(const HttpRequest& request);
 
  private:
-  HttpResponse handle(const HttpRequest& request);
   // Host/Origin checks against DNS rebinding, and the token on remote binds.
   std::optional<HttpResponse> refuse(const HttpRequest& request) const;
 
