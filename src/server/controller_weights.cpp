@@ -140,6 +140,8 @@ std::shared_ptr<const WeightPicture> Controller::render_weight(const std::string
                                                                const render::WeightLayoutRequest& layout,
                                                                std::optional<uint64_t> shown) const {
   auto snap = require_snapshot();
+  // An unknown layer or parameter is the caller's mistake whichever snapshot it shows.
+  layer_parameters(*snap, layer, {parameter}, "parameter");
   try {
     return draw_weight(snap, layer, parameter, tensor, layout);
   } catch (const ControllerError& e) {
