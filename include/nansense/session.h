@@ -278,6 +278,22 @@ class Session {
   // UsageError for an empty or taken name or an empty function.
   void watch_metric(const std::string& name, MetricFn fn, MetricOn on = MetricOn::kBatch,
                     MetricReduce reduce = MetricReduce::kMean);
+  // Tensor instruments: on every captured batch (a pause, a step, a live
+  // update), for every layer the statistics collect (the watched ones by
+  // default, see set_stats_scope), on the training thread under NoGradGuard
+  // at the batch's end (after your optimizer.step()). watch_layer_tensor's
+  // function returns a tensor of the layer's activation shape, drawn as an
+  // extra strip under the layer's card; watch_weight_tensor's is called once
+  // per parameter of such a layer and returns a tensor of the parameter's
+  // shape, drawn on the layer's Weights page. The results are copied to the
+  // CPU into the snapshot (custom_activations, custom_weight_tensors). An
+  // instrument that throws or returns a tensor of another shape is disabled
+  // and reported like a metric; training goes on. Returning an undefined
+  // tensor skips the layer or parameter. UsageError for an empty or taken
+  // name or an empty function.
+  void watch_layer_tensor(const std::string& name, LayerTensorFn fn);
+  void watch_weight_tensor(const std::string& name, WeightTensorFn fn);
+  // The metric and tensor instruments that failed, with their errors.
   std::vector<FailedMetric> failed_metrics() const;
   // Everything collected as of the last publish (a captured batch, an epoch
   // boundary, a pause); null before the first. Any thread.

@@ -38,6 +38,13 @@ struct BatchSnapshot {
   // Parameter name -> the numeric hyperparameters of its param group (lr,
   // momentum, betas as beta1/beta2, ...), read at the same instant.
   std::map<std::string, std::map<std::string, double>> optimizer_hyperparams;
+  // The tensor instruments' outputs (Session::watch_layer_tensor,
+  // watch_weight_tensor): layer -> instrument name -> an activation-shaped
+  // tensor (batch dimension first, trimmed like the activations), and
+  // parameter name -> instrument name -> a parameter-shaped tensor. Empty
+  // without registered instruments.
+  std::map<std::string, std::map<std::string, torch::Tensor>> custom_activations;
+  std::map<std::string, std::map<std::string, torch::Tensor>> custom_weight_tensors;
   // The model input(s) of the batch, in input-layer order.
   std::vector<torch::Tensor> inputs;
 

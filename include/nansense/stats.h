@@ -93,6 +93,36 @@ struct LayerContext {
 // An instrument that throws is disabled and reported; training goes on.
 using MetricFn = std::function<std::optional<double>(const LayerContext&)>;
 
+// A layer-tensor instrument (Session::watch_layer_tensor): returns a tensor
+// of the layer's activation shape (batch dimension first), drawn as an extra
+// strip under the layer's card, or an undefined tensor to skip the layer.
+using LayerTensorFn = std::function<at::Tensor(const LayerContext&)>;
+
+// One parameter's live tensors on a captured batch, handed to a weight-tensor
+// instrument (Session::watch_weight_tensor). Read them, never modify them.
+struct WeightContext {
+  std::string layer;      // the layer that owns the parameter
+  std::string parameter;  // qualified: "features.0.weight"
+  std::string phase;
+  BatchPosition position;
+  at::Tensor weight;
+  // Undefined before the first backward (and in forward-only phases after
+  // zero_grad(set_to_none)).
+  at::Tensor gradient;
+  // The optimizer's state entries for the parameter (momentum_buffer,
+  // exp_avg, exp_avg_sq, ...; scalars such as Adam's step as 0-dim tensors),
+  // live on the parameter's device; empty without an optimizer in
+  // StartOptions or before its first step.
+  std::map<std::string, at::Tensor> optimizer_state;
+  // The numeric hyperparameters of its param group (lr, momentum, ...).
+  std::map<std::string, double> hyperparams;
+};
+
+// A weight-tensor instrument: returns a tensor of the parameter's shape, drawn
+// on the Weights page beside the weight, gradient and optimizer state, or an
+// undefined tensor to skip the parameter.
+using WeightTensorFn = std::function<at::Tensor(const WeightContext&)>;
+
 // How much per-channel detail the statistics keep. Changing it flushes the
 // layer statistics collected so far (logged scalars, metrics and parameter
 // samples stay).

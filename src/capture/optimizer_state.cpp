@@ -14,18 +14,18 @@ using Hyper = std::map<std::string, double>;
 torch::Tensor cpu(const torch::Tensor& t) { return t.detach().to(torch::kCPU, false, true); }
 torch::Tensor scalar(int64_t v) { return torch::tensor(v, torch::kInt64); }
 
-void put(State& s, const char* key, const torch::Tensor& t) {
-  if (t.defined()) s[key] = cpu(t);
+void put(State& s, const char* key, const torch::Tensor& t, bool copy) {
+  if (t.defined()) s[key] = copy ? cpu(t) : t;
 }
 
 // Adam and AdamW keep the same state and hyperparameters under different types.
 template <class ParamState>
-State adam_state(const ParamState& st) {
+State adam_state(const ParamState& st, bool copy) {
   State s;
   s["step"] = scalar(st.step());
-  put(s, "exp_avg", st.exp_avg());
-  put(s, "exp_avg_sq", st.exp_avg_sq());
-  put(s, "max_exp_avg_sq", st.max_exp_avg_sq());
+  put(s, "exp_avg", st.exp_avg(), copy);
+  put(s, "exp_avg_sq", st.exp_avg_sq(), copy);
+  put(s, "max_exp_avg_sq", st.max_exp_avg_sq(), copy);
   return s;
 }
 
@@ -35,22 +35,22 @@ Hyper adam_hyper(const Options& o) {
           {"eps", o.eps()}, {"weight_decay", o.weight_decay()}, {"amsgrad", o.amsgrad() ? 1.0 : 0.0}};
 }
 
-State read_state(const torch::optim::OptimizerParamState& base) {
+State read_state(const torch::optim::OptimizerParamState& base, bool copy) {
   State s;
   if (auto* st = dynamic_cast<const torch::optim::SGDParamState*>(&base)) {
-    put(s, "momentum_buffer", st->momentum_buffer());
+    put(s, "momentum_buffer", st->momentum_buffer(), copy);
   } else if (auto* st = dynamic_cast<const torch::optim::AdamParamState*>(&base)) {
-    s = adam_state(*st);
+    s = adam_state(*st, copy);
   } else if (auto* st = dynamic_cast<const torch::optim::AdamWParamState*>(&base)) {
-    s = adam_state(*st);
+    s = adam_state(*st, copy);
   } else if (auto* st = dynamic_cast<const torch::optim::RMSpropParamState*>(&base)) {
     s["step"] = scalar(st->step());
-    put(s, "square_avg", st->square_avg());
-    put(s, "momentum_buffer", st->momentum_buffer());
-    put(s, "grad_avg", st->grad_avg());
+    put(s, "square_avg", st->square_avg(), copy);
+    put(s, "momentum_buffer", st->momentum_buffer(), copy);
+    put(s, "grad_avg", st->grad_avg(), copy);
   } else if (auto* st = dynamic_cast<const torch::optim::AdagradParamState*>(&base)) {
     s["step"] = scalar(st->step());
-    put(s, "sum", st->sum());
+    put(s, "sum", st->sum(), copy);
   }
   return s;
 }
@@ -78,7 +78,7 @@ Hyper read_hyper(const torch::optim::OptimizerOptions& base) {
 
 }  // namespace
 
-OptimizerView read_optimizer(torch::optim::Optimizer& optimizer, const torch::nn::Module& model) {
+OptimizerView read_optimizer(torch::optim::Optimizer& optimizer, const torch::nn::Module& model, bool copy_to_cpu) {
   torch::NoGradGuard no_grad;
   std::unordered_map<const c10::TensorImpl*, std::string> names;
   for (const auto& p : model.named_parameters()) names[p.value().unsafeGetTensorImpl()] = p.key();
@@ -90,7 +90,7 @@ OptimizerView read_optimizer(torch::optim::Optimizer& optimizer, const torch::nn
       auto name = names.find(p.unsafeGetTensorImpl());
       if (name == names.end()) continue;  // a parameter outside the debugged model
       view.hyperparams[name->second] = hyper;
-      if (const auto* state = compat::optimizer_state(optimizer, p)) view.state[name->second] = read_state(*state);
+      if (const auto* state = compat::optimizer_state(optimizer, p)) view.state[name->second] = read_state(*state, copy_to_cpu);
     }
   }
   return view;

@@ -12,15 +12,19 @@
 namespace nansense::capture {
 
 struct OptimizerView {
-  // parameter name -> state key -> CPU tensor (scalars as 0-dim tensors)
+  // parameter name -> state key -> tensor, a CPU copy unless read live
+  // (scalars as 0-dim tensors)
   std::map<std::string, std::map<std::string, torch::Tensor>> state;
   // parameter name -> hyperparameter -> value
   std::map<std::string, std::map<std::string, double>> hyperparams;
 };
 
 // Reads SGD, Adam, AdamW, RMSprop and Adagrad; for another optimizer the
-// state is empty and only the learning rate is reported.
-OptimizerView read_optimizer(torch::optim::Optimizer& optimizer, const torch::nn::Module& model);
+// state is empty and only the learning rate is reported. `copy_to_cpu`
+// false hands out the optimizer's own (live, on-device) state tensors, for
+// the training thread's instruments only.
+OptimizerView read_optimizer(torch::optim::Optimizer& optimizer, const torch::nn::Module& model,
+                             bool copy_to_cpu = true);
 
 // The state of an optimizer that is not a torch::optim::Optimizer (a Python
 // one, read by the Python package), keyed by the model's parameter names as

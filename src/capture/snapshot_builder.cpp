@@ -6,7 +6,7 @@
 
 namespace nansense::capture {
 
-std::shared_ptr<const BatchSnapshot> build_snapshot(const BatchPosition& position, uint64_t sequence,
+std::shared_ptr<BatchSnapshot> build_snapshot(const BatchPosition& position, uint64_t sequence,
                                                     TraceResult& trace, const torch::nn::Module& model,
                                                     const std::vector<torch::optim::Optimizer*>& optimizers,
                                                     const OptimizerReader& other_optimizers) {

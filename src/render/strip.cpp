@@ -65,16 +65,22 @@ Strip render_strip(const torch::Tensor& batch, const StripOptions& options) {
   if (options.values == Values::kSquare) s = s.square();
   auto [tiles, layout] = as_tiles(s);
   if (options.average && tiles.size(0) > 1) tiles = tiles.nanmean(0, /*keepdim=*/true);
-  tiles = tiles.contiguous();
+  Strip strip = render_tiles(tiles, options.values == Values::kUnchanged, layout, "use average to collapse it");
+  strip.info.batch_size = n;
+  return strip;
+}
 
+Strip render_tiles(const torch::Tensor& tiles_in, bool signed_scale, const std::string& layout,
+                   const std::string& too_big_hint) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor tiles = tiles_in.to(torch::kCPU, torch::kDouble).contiguous();
   Strip strip;
   StripInfo& info = strip.info;
   info.layout = layout;
-  info.batch_size = n;
   info.tiles = tiles.size(0);
   info.tile_height = tiles.size(1);
   info.tile_width = tiles.size(2);
-  info.diverging = options.values == Values::kUnchanged;
+  info.diverging = signed_scale;
   auto finite = torch::isfinite(tiles);
   info.nan = torch::isnan(tiles).sum().item<int64_t>();
   info.pos_inf = (tiles == std::numeric_limits<double>::infinity()).sum().item<int64_t>();
@@ -85,7 +91,7 @@ Strip render_strip(const torch::Tensor& batch, const StripOptions& options) {
   const int64_t width = info.tiles * info.tile_width + (info.tiles - 1);
   if (width > 1 << 15 || info.tile_height > 1 << 15) {
     throw std::invalid_argument("the strip would be " + std::to_string(width) + " x " +
-                                std::to_string(info.tile_height) + " pixels; use average to collapse it");
+                                std::to_string(info.tile_height) + " pixels; " + too_big_hint);
   }
   strip.image = Image(static_cast<int>(width), static_cast<int>(info.tile_height));
   const double* v = tiles.data_ptr<double>();

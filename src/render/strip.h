@@ -48,4 +48,12 @@ struct Strip {
 // range or a tensor it cannot show (naming the shape).
 Strip render_strip(const torch::Tensor& batch, const StripOptions& options);
 
+// Draws `tiles` ([T, H, W], any device and floating dtype) as T tiles in a
+// row with 1-pixel transparent gaps, on one scale shared by every tile:
+// symmetric around zero (`signed_scale`) or 0..max for magnitudes. `layout`
+// names what the tiles are; `too_big_hint` says how to shrink a picture over
+// 32768 pixels wide or high (std::invalid_argument). batch_size is left 0.
+Strip render_tiles(const torch::Tensor& tiles, bool signed_scale, const std::string& layout,
+                   const std::string& too_big_hint);
+
 }  // namespace nansense::render

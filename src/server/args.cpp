@@ -58,6 +58,7 @@ const char* type_text(Arg::Type type) {
     case Arg::Type::kNumber: return "a number";
     case Arg::Type::kBoolean: return "true or false";
     case Arg::Type::kStrings: return "a list of strings";
+    case Arg::Type::kIntegers: return "a list of integers";
     case Arg::Type::kObject: return "a JSON object";
   }
   return "a value";
@@ -118,6 +119,27 @@ json checked(const Arg& a, const json& v) {
                       std::to_string(v.size()));
       }
       return v;
+    }
+    case Arg::Type::kIntegers: {
+      if (!v.is_array()) refuse(a, what + " must be " + type_text(a.type) + ", got " + shown(v));
+      json out = json::array();
+      for (const auto& item : v) {
+        if (!integral(item)) refuse(a, what + " must be " + type_text(a.type) + ", got " + shown(v));
+        const double d = item.get<double>();
+        const bool low = a.minimum && (a.exclusive_minimum ? d <= *a.minimum : d < *a.minimum);
+        const bool high = a.maximum && (a.exclusive_maximum ? d >= *a.maximum : d > *a.maximum);
+        if (low || high) refuse(a, what + "'s items must be " + range_text(a) + ", got " + shown(v));
+        out.push_back(static_cast<int64_t>(d));
+      }
+      if (a.min_items && out.size() < *a.min_items) {
+        refuse(a, what + " needs at least " + std::to_string(*a.min_items) + " item" +
+                      (*a.min_items == 1 ? "" : "s"));
+      }
+      if (a.max_items && out.size() > *a.max_items) {
+        refuse(a, what + " takes at most " + std::to_string(*a.max_items) + " items, got " +
+                      std::to_string(out.size()));
+      }
+      return out;
     }
     case Arg::Type::kObject:
       if (!v.is_object()) refuse(a, what + " must be " + type_text(a.type) + ", got " + shown(v));
@@ -201,6 +223,10 @@ Arg boolean_arg(std::string name, std::string description) {
 Arg strings_arg(std::string name, std::string description) {
   return make(std::move(name), Arg::Type::kStrings, std::move(description));
 }
+
+Arg integers_arg(std::string name, std::string description) {
+  return make(std::move(name), Arg::Type::kIntegers, std::move(description));
+}
 Arg object_arg(std::string name, std::string description) {
   return make(std::move(name), Arg::Type::kObject, std::move(description));
 }
@@ -216,10 +242,17 @@ json input_schema(const std::vector<Arg>& args) {
       case Arg::Type::kNumber: p["type"] = "number"; break;
       case Arg::Type::kBoolean: p["type"] = "boolean"; break;
       case Arg::Type::kStrings: p["type"] = "array"; break;
+      case Arg::Type::kIntegers: p["type"] = "array"; break;
       case Arg::Type::kObject: p["type"] = "object"; break;
     }
-    if (a.minimum) p[a.exclusive_minimum ? "exclusiveMinimum" : "minimum"] = *a.minimum;
-    if (a.maximum) p[a.exclusive_maximum ? "exclusiveMaximum" : "maximum"] = *a.maximum;
+    json& bounded = a.type == Arg::Type::kIntegers ? p["items"] : p;
+    if (a.type == Arg::Type::kIntegers) {
+      bounded = {{"type", "integer"}};
+      if (a.min_items) p["minItems"] = *a.min_items;
+      if (a.max_items) p["maxItems"] = *a.max_items;
+    }
+    if (a.minimum) bounded[a.exclusive_minimum ? "exclusiveMinimum" : "minimum"] = *a.minimum;
+    if (a.maximum) bounded[a.exclusive_maximum ? "exclusiveMaximum" : "maximum"] = *a.maximum;
     if (!a.choices.empty()) p["enum"] = a.choices;
     if (a.type == Arg::Type::kString && a.non_empty) p["minLength"] = 1;
     if (a.type == Arg::Type::kStrings) {
@@ -295,6 +328,9 @@ std::optional<bool> Args::optional_boolean(const std::string& name) const {
 std::optional<std::vector<std::string>> Args::optional_strings(const std::string& name) const {
   return has(name) ? std::optional(strings(name)) : std::nullopt;
 }
+std::vector<int64_t> Args::integers(const std::string& name) const {
+  return has(name) ? value(name).get<std::vector<int64_t>>() : std::vector<int64_t>{};
+}
 
 json from_query(const std::vector<Arg>& declared, const std::map<std::string, std::string>& query,
                 const std::vector<std::string>& ignored) {
@@ -339,6 +375,23 @@ json from_query(const std::vector<Arg>& declared, const std::map<std::string, st
           size_t end = text.find(',', start);
           if (end == std::string::npos) end = text.size();
           if (end > start) items.push_back(text.substr(start, end - start));
+          start = end + 1;
+        }
+        out[key] = std::move(items);
+        break;
+      }
+      case Arg::Type::kIntegers: {
+        // "0,3": integers split at commas; an item that does not parse stays
+        // a string for the check to refuse.
+        json items = json::array();
+        size_t start = 0;
+        while (start <= text.size()) {
+          size_t end = text.find(',', start);
+          if (end == std::string::npos) end = text.size();
+          const std::string item = text.substr(start, end - start);
+          int64_t v = 0;
+          auto [stop, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+          if (!item.empty()) items.push_back(ec == std::errc() && stop == item.data() + item.size() ? json(v) : json(item));
           start = end + 1;
         }
         out[key] = std::move(items);

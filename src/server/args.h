@@ -15,14 +15,15 @@
 namespace nansense::server {
 
 struct Arg {
-  enum class Type { kString, kInteger, kNumber, kBoolean, kStrings, kObject };
+  enum class Type { kString, kInteger, kNumber, kBoolean, kStrings, kIntegers, kObject };
 
   std::string name;
   Type type = Type::kString;
   // What an agent (and the README) reads: what it means, its unit.
   std::string description;
   bool required = false;
-  // Numbers: inclusive bounds unless the exclusive flag is set.
+  // Numbers (and each item of a list of integers): inclusive bounds unless
+  // the exclusive flag is set.
   std::optional<double> minimum;
   std::optional<double> maximum;
   bool exclusive_minimum = false;
@@ -56,6 +57,8 @@ Arg integer_arg(std::string name, std::string description);
 Arg number_arg(std::string name, std::string description);
 Arg boolean_arg(std::string name, std::string description);
 Arg strings_arg(std::string name, std::string description);
+// A list of integers; at_least/at_most bound each item.
+Arg integers_arg(std::string name, std::string description);
 // A JSON object of named values, checked by the command itself (an
 // experiment's params, validated against the kind's own declarations).
 Arg object_arg(std::string name, std::string description);
@@ -81,6 +84,7 @@ class Args {
   bool boolean(const std::string& name) const;
   // Empty when absent.
   std::vector<std::string> strings(const std::string& name) const;
+  std::vector<int64_t> integers(const std::string& name) const;
   // An empty object when absent.
   json object(const std::string& name) const;
 

@@ -50,6 +50,37 @@ const Arg kShown = integer_arg("sequence",
                                "sequence).")
                        .at_least(0);
 
+// How a parameter's tensor is laid out (render/weight_strip.h): each
+// dimension is X, Y, Tile or Index.
+const Arg kXDim = integer_arg("x_dim",
+                              "The dimension drawn across each tile (X); -1 for none. Omit for the default (the "
+                              "last dimension). A dimension given a role leaves its old one; the role's old holder "
+                              "becomes an Index.")
+                      .at_least(-1);
+const Arg kYDim = integer_arg("y_dim",
+                              "The dimension drawn down each tile (Y); -1 for none. Omit for the default (a "
+                              "matrix's rows, a conv kernel's height).")
+                      .at_least(-1);
+const Arg kTileDim = integer_arg("tile_dim",
+                                 "The dimension whose indices become tiles in a row (Tile); -1 for none. Omit for "
+                                 "the default (a conv weight's input channels).")
+                         .at_least(-1);
+const Arg kIndex = integers_arg("index",
+                                "Where each Index dimension (one not given X, Y or Tile) is held, one entry per "
+                                "dimension in order (entries of X/Y/Tile dimensions are ignored; missing ones are "
+                                "0), e.g. [3] shows a conv weight's output channel 3.")
+                       .at_least(0)
+                       .items(0, 16);
+
+render::WeightLayoutRequest layout_of(const Args& a) {
+  render::WeightLayoutRequest r;
+  r.x_dim = a.optional_integer("x_dim");
+  r.y_dim = a.optional_integer("y_dim");
+  r.tile_dim = a.optional_integer("tile_dim");
+  r.index = a.integers("index");
+  return r;
+}
+
 std::optional<uint64_t> shown_of(const Args& a) {
   const auto shown = a.optional_integer("sequence");
   return shown ? std::optional<uint64_t>(static_cast<uint64_t>(*shown)) : std::nullopt;
@@ -341,6 +372,73 @@ std::vector<Command> table() {
                  r.strips.push_back(c.render_strip(a.string("layer"), a.string("kind"), strip_options(a), shown_of(a)));
                  return r;
                }});
+
+  t.push_back({"render_instrument_strip", "Picture one layer-tensor instrument's output",
+               "A PNG of one sample of a watch_layer_tensor instrument's output for a layer in the last captured "
+               "batch (the extra strips under a card), drawn like render_strip, with what it shows as JSON beside "
+               "it (kind \"instrument:<name>\").",
+               {kLayer.mandatory(),
+                string_arg("instrument", "The instrument's name, as registered with watch_layer_tensor.")
+                    .not_empty()
+                    .mandatory(),
+                kSample, kAverage, kValues, kShown},
+               Route{"GET", "/api/render/instrument_strip"}, false, true, "InstrumentStripInfo",
+               [](Controller& c, const Args& a) {
+                 Reply r;
+                 r.strips.push_back(c.render_strip(a.string("layer"), "instrument:" + a.string("instrument"),
+                                                   strip_options(a), shown_of(a)));
+                 return r;
+               }});
+
+  t.push_back({"render_weight_strip", "Picture one tensor of a parameter",
+               "A PNG of one tensor of a layer's parameter in the last captured batch (the Weights page's strips): "
+               "the weight, its gradient, a tensor-valued optimizer state entry or a weight-tensor instrument's "
+               "output, laid out by dimension roles, with what it shows as JSON beside it.",
+               {kLayer.described("A layer name from get_architecture that has parameters, e.g. \"features.0\".")
+                    .mandatory(),
+                string_arg("parameter", "The parameter, qualified (\"features.0.weight\") or short (\"weight\").")
+                    .not_empty()
+                    .mandatory(),
+                string_arg("tensor",
+                           "Which tensor: \"weight\", \"gradient\", \"state:<key>\" (an optimizer state entry, "
+                           "e.g. \"state:exp_avg\") or \"instrument:<name>\" (a watch_weight_tensor instrument).")
+                    .not_empty()
+                    .or_else("weight"),
+                kXDim, kYDim, kTileDim, kIndex, kShown},
+               Route{"GET", "/api/render/weight_strip"}, false, true, "WeightStripInfo",
+               [](Controller& c, const Args& a) {
+                 Reply r;
+                 r.weights.push_back(c.render_weight(a.string("layer"), a.string("parameter"), a.string("tensor"),
+                                                     layout_of(a), shown_of(a)));
+                 return r;
+               }});
+
+  t.push_back(
+      {"render_weights", "Picture a layer's weights, gradients and optimizer state",
+       "PNG pictures of each parameter of a layer in the last captured batch (read after the optimizer step): the "
+       "weight, its gradient, every tensor-valued optimizer state entry (SGD's momentum_buffer, Adam's exp_avg and "
+       "exp_avg_sq, ...) and each weight-tensor instrument's output, one strip each on a diverging scale centred "
+       "on zero (blue negative, red positive; NaN a magenta/black checker, +Inf yellow, -Inf green). Each "
+       "dimension takes a role: X (across a tile), Y (down a tile), Tile (one tile per index, in a row) or Index "
+       "(held at one index). Defaults: a conv weight [O,I,kH,kW] shows output channel index[0]'s kernels as tiles "
+       "across the input channels; a matrix one image; a vector one row. x_dim/y_dim/tile_dim/index apply to the "
+       "tensors shaped like their parameter; the others keep their defaults. The text adds per parameter the "
+       "scalar optimizer state (Adam's step) and the param group's live hyperparameters (lr, momentum, ...).",
+       {kLayer.described("A layer name from get_architecture that has parameters, e.g. \"features.0\".").mandatory(),
+        strings_arg("parameters",
+                    "Only these parameters, qualified (\"features.0.weight\") or short (\"weight\", \"bias\"); omit "
+                    "for all.")
+            .not_empty()
+            .items(1, 64),
+        kXDim, kYDim, kTileDim, kIndex},
+       std::nullopt, true, true, "", [](Controller& c, const Args& a) {
+         auto drawn = c.render_weights(a.string("layer"), a.strings("parameters"), layout_of(a));
+         Reply r;
+         r.weights = std::move(drawn.pictures);
+         r.weights_missing = std::move(drawn.missing);
+         r.body = {{"parameters", std::move(drawn.parameters)}};
+         return r;
+       }});
 
   t.push_back(
       {"render_layer", "Picture a layer's activations and gradients",

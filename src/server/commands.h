@@ -36,6 +36,11 @@ struct Reply {
   std::shared_ptr<const InputPicture> input;
   std::shared_ptr<const HistogramPicture> histogram;
   std::shared_ptr<const ExperimentPicture> experiment;
+  // render_weights, render_weight_strip: parameter tensors drawn, and (for
+  // render_weights) those that could not be, with body = {"parameters": per
+  // parameter its shape, layout, scalar state and hyperparameters}.
+  std::vector<std::shared_ptr<const WeightPicture>> weights;
+  std::vector<Controller::WeightPictures::Missing> weights_missing;
   // render_layer: the strips that could not be drawn, and why.
   struct Missing {
     std::string layer;

@@ -14,6 +14,9 @@ namespace {
 
 json summary(const torch::Tensor& t) { return common::to_json(common::tensor_stats(t)); }
 
+// render_strip's kind for a layer-tensor instrument's output: "instrument:<name>".
+const std::string kInstrumentKind = "instrument:";
+
 // A layer's tensor summarised over the whole batch: the statistics taken
 // before the snapshot budget trimmed it, else its copy (which is whole).
 json summary(const std::map<std::string, torch::Tensor>& tensors, const std::map<std::string, TensorStats>& whole,
@@ -112,6 +115,11 @@ json Controller::get_snapshot() const {
     json entry = {{"name", layer.name}, {"kind", layer.kind}};
     entry["activation"] = summary(snap->activations, snap->activation_stats, layer.name);
     entry["gradient"] = summary(snap->activation_gradients, snap->activation_gradient_stats, layer.name);
+    if (auto in = snap->custom_activations.find(layer.name); in != snap->custom_activations.end()) {
+      json instruments = json::object();
+      for (const auto& [name, t] : in->second) instruments[name] = summary(t);
+      entry["instruments"] = std::move(instruments);
+    }
     layers.push_back(std::move(entry));
   }
   json params = json::array();
@@ -178,17 +186,35 @@ std::shared_ptr<const StripPicture> Controller::draw_strip(const std::shared_ptr
                           std::to_string(options.sample) + "|" + (options.average ? "avg" : "all") + "|" +
                           std::string(render::to_string(options.values));
   return strip_cache_.get_or_compute(key, [&]() -> std::shared_ptr<const StripPicture> {
-    const auto& tensors = kind == "gradient" ? snap->activation_gradients : snap->activations;
-    auto it = tensors.find(layer);
-    if (it == tensors.end()) {
-      throw ControllerError(ControllerError::Kind::kNotFound,
-                            "layer \"" + layer + "\" has no " + kind + " in the batch at " +
-                                snap->position.to_string() + (kind == "gradient" ? " (no backward ran through it)" : ""));
+    const torch::Tensor* tensor = nullptr;
+    if (kind.rfind(kInstrumentKind, 0) == 0) {
+      const std::string name = kind.substr(kInstrumentKind.size());
+      auto outputs = snap->custom_activations.find(layer);
+      if (outputs != snap->custom_activations.end()) {
+        if (auto t = outputs->second.find(name); t != outputs->second.end()) tensor = &t->second;
+      }
+      if (!tensor) {
+        throw ControllerError(ControllerError::Kind::kNotFound,
+                              "layer \"" + layer + "\" has no output of the layer-tensor instrument \"" + name +
+                                  "\" in the batch at " + snap->position.to_string() +
+                                  " (instruments run for the layers the statistics collect, on captured batches)",
+                              "instrument");
+      }
+    } else {
+      const auto& tensors = kind == "gradient" ? snap->activation_gradients : snap->activations;
+      auto it = tensors.find(layer);
+      if (it == tensors.end()) {
+        throw ControllerError(ControllerError::Kind::kNotFound,
+                              "layer \"" + layer + "\" has no " + kind + " in the batch at " +
+                                  snap->position.to_string() +
+                                  (kind == "gradient" ? " (no backward ran through it)" : ""));
+      }
+      tensor = &it->second;
     }
     require_kept(*snap, options.sample);
     render::Strip strip;
     try {
-      strip = render::render_strip(it->second, options);
+      strip = render::render_strip(*tensor, options);
     } catch (const std::invalid_argument& e) {
       throw ControllerError(ControllerError::Kind::kInvalidArgument, e.what());
     }

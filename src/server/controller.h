@@ -54,6 +54,7 @@ class Controller {
 
   // A layer's activation or gradient strip for one sample of the last captured
   // batch, as PNG, with what it shows (scale, layout, non-finite counts).
+  // kind "instrument:<name>" draws a layer-tensor instrument's output.
   // `shown`: the snapshot the caller shows. A refusal of the latest snapshot
   // when that is another one throws SnapshotReplaced instead (the caller's
   // snapshot was not refused; a picture the latest can give is still drawn).
@@ -86,6 +87,37 @@ class Controller {
   Status run_until(const std::string& phase, int64_t epoch, int64_t batch, Wait wait);
   // `refreshed` says whether a newer snapshot arrived within the wait.
   Status refresh(Wait wait);
+
+  // --- the Weights page (controller_weights.cpp) ---
+  // One tensor of a layer's parameter in the last captured batch, laid out
+  // by dimension roles (render/weight_strip.h): `tensor` is "weight",
+  // "gradient", "state:<key>" (a tensor-valued optimizer state entry) or
+  // "instrument:<name>" (a watch_weight_tensor instrument); `parameter` is
+  // qualified or short ("weight"). Refusals name what the layer, parameter or
+  // tensor has; a layout out of range says what fits. `shown` as for
+  // render_strip.
+  std::shared_ptr<const WeightPicture> render_weight(const std::string& layer, const std::string& parameter,
+                                                     const std::string& tensor,
+                                                     const render::WeightLayoutRequest& layout,
+                                                     std::optional<uint64_t> shown = std::nullopt) const;
+  // Every tensor of each of a layer's parameters (all when `parameters` is
+  // empty): weight, gradient, tensor-valued optimizer state, instruments.
+  // `layout` applies to the tensors shaped like their parameter; the others
+  // get their own default. What cannot be drawn is named with its reason;
+  // `parameters` holds per parameter its shape, layout, scalar optimizer
+  // state (Adam's step) and its group's hyperparameters.
+  struct WeightPictures {
+    struct Missing {
+      std::string parameter;
+      std::string tensor;
+      std::string reason;
+    };
+    std::vector<std::shared_ptr<const WeightPicture>> pictures;
+    std::vector<Missing> missing;
+    json parameters = json::array();
+  };
+  WeightPictures render_weights(const std::string& layer, const std::vector<std::string>& parameters,
+                                const render::WeightLayoutRequest& layout) const;
 
   // --- time travel (controller_time_travel.cpp) ---
   // The Time Travel dialog's data: availability and reason, cached epochs,
@@ -204,6 +236,18 @@ class Controller {
   json debug_summary() const;
   // The `stats` field of the status: settings and the view's sequence.
   json stats_summary() const;
+  // A layer of `snap` that has parameters, and the qualified names of those
+  // `wanted` names (qualified or short; all when empty). kNotFound for an
+  // unknown layer or parameter (about `argument`), kInvalidArgument for a
+  // layer without parameters, each naming what there is.
+  std::pair<const LayerInfo*, std::vector<std::string>> layer_parameters(const BatchSnapshot& snap,
+                                                                         const std::string& layer,
+                                                                         const std::vector<std::string>& wanted,
+                                                                         const std::string& argument = "parameters") const;
+  std::shared_ptr<const WeightPicture> draw_weight(const std::shared_ptr<const BatchSnapshot>& snap,
+                                                   const std::string& layer, const std::string& parameter,
+                                                   const std::string& tensor,
+                                                   const render::WeightLayoutRequest& layout) const;
   // The published statistics; an empty view before the first.
   std::shared_ptr<const StatsSnapshot> require_stats() const;
   // The last published snapshot; kNotFound before the first capture.
@@ -222,6 +266,7 @@ class Controller {
   mutable render::RenderCache<StripPicture> strip_cache_{256};
   mutable render::RenderCache<InputPicture> input_cache_{32};
   mutable render::RenderCache<HistogramPicture> histogram_cache_{32};
+  mutable render::RenderCache<WeightPicture> weight_cache_{128};
 };
 
 }  // namespace nansense::server

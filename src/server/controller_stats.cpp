@@ -186,30 +186,8 @@ json Controller::get_layer_stats(const std::vector<std::string>& names, const La
 
 json Controller::get_weight_stats(const std::string& layer_name, const std::vector<std::string>& wanted) const {
   auto snap = require_snapshot();
-  const LayerInfo& layer = find_layer(*snap->architecture, layer_name);
-  if (layer.parameters.empty()) {
-    std::vector<std::string> with;
-    for (const auto& l : snap->architecture->layers) {
-      if (!l.parameters.empty()) with.push_back(l.name);
-    }
-    throw ControllerError(
-        ControllerError::Kind::kInvalidArgument,
-        "layer \"" + layer.name + "\" (" + layer.kind + ") has no parameters; layers with parameters: " + join(with));
-  }
-  std::vector<std::string> chosen;
-  for (const auto& name : wanted) {
-    std::string match;
-    for (const auto& p : layer.parameters) {
-      if (p == name || p == layer.module + "." + name) match = p;
-    }
-    if (match.empty()) {
-      throw ControllerError(
-          ControllerError::Kind::kNotFound,
-          "layer \"" + layer.name + "\" has no parameter \"" + name + "\"; its parameters: " + join(layer.parameters));
-    }
-    chosen.push_back(match);
-  }
-  if (chosen.empty()) chosen = layer.parameters;
+  auto [found, chosen] = layer_parameters(*snap, layer_name, wanted);
+  const LayerInfo& layer = *found;
 
   Describe how;
   how.norm = true;
@@ -225,6 +203,7 @@ json Controller::get_weight_stats(const std::string& layer_name, const std::vect
       continue;
     }
     entry["value"] = describe(w->second, how);
+    entry["default_layout"] = weight_layout_json(render::default_weight_layout(w->second.sizes()));
     auto g = snap->weight_gradients.find(name);
     entry["gradient"] = g != snap->weight_gradients.end() ? describe(g->second, how) : json(nullptr);
     if (g == snap->weight_gradients.end()) {
@@ -244,6 +223,11 @@ json Controller::get_weight_stats(const std::string& layer_name, const std::vect
       json hyper = json::object();
       for (const auto& [key, v] : hp->second) hyper[key] = number(v);
       entry["hyperparameters"] = std::move(hyper);
+    }
+    if (auto in = snap->custom_weight_tensors.find(name); in != snap->custom_weight_tensors.end()) {
+      json instruments = json::object();
+      for (const auto& [key, t] : in->second) instruments[key] = describe(t, how);
+      entry["instruments"] = std::move(instruments);
     }
     if (!entry.contains("optimizer_state")) {
       entry["optimizer_state_note"] =

@@ -45,4 +45,29 @@ json info_json(const HistogramPicture& p) {
           {"series", p.series}};
 }
 
+json weight_layout_json(const render::WeightLayout& l) {
+  const auto dim = [](int64_t d) { return d >= 0 ? json(d) : json(nullptr); };
+  return {{"x_dim", dim(l.x_dim)}, {"y_dim", dim(l.y_dim)}, {"tile_dim", dim(l.tile_dim)}, {"index", l.index}};
+}
+
+json info_json(const WeightPicture& p) {
+  const auto& d = p.drawn;
+  return {{"layer", p.layer},
+          {"parameter", p.parameter},
+          {"tensor", p.tensor},
+          {"shape", p.shape},
+          {"layout", weight_layout_json(p.layout)},
+          {"position", to_json(p.position)},
+          {"sequence", p.sequence},
+          {"tiles", d.tiles},
+          {"tile_width", d.tile_width},
+          {"tile_height", d.tile_height},
+          {"width", p.width},
+          {"height", p.height},
+          {"scale_max", number(d.scale_max)},
+          {"nan", d.nan},
+          {"pos_inf", d.pos_inf},
+          {"neg_inf", d.neg_inf}};
+}
+
 }  // namespace nansense::server

@@ -10,6 +10,7 @@
 
 #include "nansense/position.h"
 #include "render/strip.h"
+#include "render/weight_strip.h"
 #include "server/json_views.h"
 
 namespace nansense::server {
@@ -74,10 +75,31 @@ struct ExperimentPicture {
   std::string caption;  // what the tiles are, for an agent
 };
 
+// One tensor of one parameter (its weight, gradient, an optimizer state entry
+// or a weight-tensor instrument's output) laid out by dimension roles.
+struct WeightPicture {
+  std::string png;
+  std::string layer;
+  std::string parameter;  // qualified: "features.0.weight"
+  // "weight", "gradient", "state:<key>" (an optimizer state entry) or
+  // "instrument:<name>" (a watch_weight_tensor instrument).
+  std::string tensor;
+  std::vector<int64_t> shape;
+  render::WeightLayout layout;
+  BatchPosition position;
+  uint64_t sequence = 0;
+  render::StripInfo drawn;
+  int64_t width = 0;
+  int64_t height = 0;
+};
+
 // Everything but the PNG.
 json info_json(const StripPicture& picture);
 json info_json(const InputPicture& picture);
 json info_json(const HistogramPicture& picture);
 json info_json(const ExperimentPicture& picture);
+json info_json(const WeightPicture& picture);
+// {x_dim, y_dim, tile_dim (null for none), index}.
+json weight_layout_json(const render::WeightLayout& layout);
 
 }  // namespace nansense::server

@@ -25,7 +25,8 @@ built. Run <code>scripts/setup</code> (it installs Node.js packages and rebuilds
 
 // The page's own routes: each gets index.html, whose script shows the page.
 bool is_page_route(std::string_view path) {
-  return path == "/" || path == "/index.html" || path == "/stats" || path == "/experiment";
+  return path == "/" || path == "/index.html" || path == "/stats" || path == "/experiment" ||
+         path == "/weights";
 }
 
 HttpResponse file_response(std::string_view path, std::string body) {

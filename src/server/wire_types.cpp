@@ -160,7 +160,9 @@ json build() {
   d["SnapshotLayer"] = object({{"name", str()},
                                {"kind", str()},
                                {"activation", nullable(ref("TensorStats"))},
-                               {"gradient", nullable(ref("TensorStats"))}});
+                               {"gradient", nullable(ref("TensorStats"))},
+                               // watch_layer_tensor instruments' outputs by name.
+                               {"instruments?", map(ref("TensorStats"))}});
   d["SnapshotInput"] = object({{"index", integer()}, {"name", str()}, {"shape", array(integer())}, {"dtype", str()}});
   d["SnapshotParameter"] = object({{"name", str()},
                                    {"weight", ref("TensorStats")},
@@ -208,7 +210,16 @@ json build() {
                                 {"gradient_note?", str()},
                                 {"optimizer_state?", map(any_of({num(), ref("TensorStats")}))},
                                 {"optimizer_state_note?", str()},
-                                {"hyperparameters?", map(num())}});
+                                {"hyperparameters?", map(num())},
+                                // Where the Weights page starts: the layout of the value's shape.
+                                {"default_layout?", ref("WeightLayout")},
+                                // watch_weight_tensor instruments' outputs by name.
+                                {"instruments?", map(ref("TensorStats"))}});
+  // Each dimension's role in a weight strip (null: no dimension holds it).
+  d["WeightLayout"] = object({{"x_dim", nullable(integer())},
+                              {"y_dim", nullable(integer())},
+                              {"tile_dim", nullable(integer())},
+                              {"index", array(integer())}});
   d["WeightStats"] = object({{"layer", str()},
                              {"kind", str()},
                              {"position", ref("Position")},
@@ -375,6 +386,26 @@ json build() {
                            {"height", integer()},
                            {"hint?", str()}});
 
+  // A layer-tensor instrument's strip: kind is "instrument:<name>".
+  d["InstrumentStripInfo"] = d["StripInfo"];
+  d["InstrumentStripInfo"]["properties"]["kind"] = str();
+  d["WeightStripInfo"] = object({{"layer", str()},
+                                 {"parameter", str()},
+                                 {"tensor", str()},
+                                 {"shape", array(integer())},
+                                 {"layout", ref("WeightLayout")},
+                                 {"position", ref("Position")},
+                                 {"sequence", integer()},
+                                 {"tiles", integer()},
+                                 {"tile_width", integer()},
+                                 {"tile_height", integer()},
+                                 {"width", integer()},
+                                 {"height", integer()},
+                                 {"scale_max", num()},
+                                 {"nan", integer()},
+                                 {"pos_inf", integer()},
+                                 {"neg_inf", integer()}});
+
   d["HistogramInfo"] = object({{"layers", array(str())},
                                {"phase", nullable(str())},
                                {"channel", nullable(integer())},
@@ -474,7 +505,17 @@ json build() {
 
   d["HistogramImage"] = extend(d["HistogramInfo"], sent);
   d["ExperimentImage"] = extend(d["ExperimentPictureInfo"], sent);
-  d["McpImages"] = any_of({ref("InputImage"), ref("LayerImages"), ref("HistogramImage"), ref("ExperimentImage")});
+  d["WeightImage"] = extend(d["WeightStripInfo"], sent);
+  d["WeightImages"] = object(
+      {{"images", array(ref("WeightImage"))},
+       {"missing", array(object({{"parameter", str()}, {"tensor", str()}, {"reason", str()}}))},
+       {"parameters", array(object({{"name", str()},
+                                    {"shape", array(integer())},
+                                    {"layout", ref("WeightLayout")},
+                                    {"scalars", map(num())},
+                                    {"hyperparameters", map(num())}}))}});
+  d["McpImages"] = any_of({ref("InputImage"), ref("LayerImages"), ref("HistogramImage"), ref("ExperimentImage"),
+                           ref("WeightImages")});
 
   // --- the push channel (/ws) ---
   d["StripView"] = strip_view;

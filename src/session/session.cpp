@@ -177,6 +177,20 @@ void SessionCore::publish_snapshot(capture::TraceResult& trace) {
   try {
     auto pos = schedule_.with_flags(pos_);
     auto snap = capture::build_snapshot(pos, ++sequence_, trace, *model_, optimizers_, optimizer_reader_);
+    stats_->run_tensor_instruments(pos, trace, *snap, [this] {
+      capture::OptimizerView live;
+      for (auto* optimizer : optimizers_) {
+        auto view = capture::read_optimizer(*optimizer, *model_, /*copy_to_cpu=*/false);
+        live.state.merge(view.state);
+        live.hyperparams.merge(view.hyperparams);
+      }
+      if (optimizer_reader_) {
+        auto view = optimizer_reader_();
+        live.state.merge(view.state);
+        live.hyperparams.merge(view.hyperparams);
+      }
+      return live;
+    });
     {
       std::lock_guard lock(trace.grad_mu);
       samples_that_fit_ = capture::next_start_samples(trace);

@@ -37,6 +37,16 @@ void Session::log_scalar(const std::string& name, double value) {
 void Session::watch_metric(const std::string& name, MetricFn fn, MetricOn on, MetricReduce reduce) {
   if (core_) core_->stats().add_metric(name, std::move(fn), on, reduce);
 }
+void Session::watch_layer_tensor(const std::string& name, LayerTensorFn fn) {
+  if (!core_) return;
+  if (!fn) throw UsageError("watch_layer_tensor(\"" + name + "\") needs a function, got an empty one");
+  core_->stats().add_tensor_instrument(name, std::move(fn), nullptr);
+}
+void Session::watch_weight_tensor(const std::string& name, WeightTensorFn fn) {
+  if (!core_) return;
+  if (!fn) throw UsageError("watch_weight_tensor(\"" + name + "\") needs a function, got an empty one");
+  core_->stats().add_tensor_instrument(name, nullptr, std::move(fn));
+}
 std::vector<FailedMetric> Session::failed_metrics() const {
   return core_ ? core_->stats().failed_metrics() : std::vector<FailedMetric>{};
 }

@@ -6,6 +6,7 @@
 #include <iostream>
 #include <set>
 
+#include "common/dtype.h"
 #include "nansense/errors.h"
 
 namespace nansense {
@@ -188,6 +189,24 @@ void StatsCollector::add_metric(const std::string& name, MetricFn fn, MetricOn o
   metrics_.push_back(std::move(metric));
 }
 
+void StatsCollector::add_tensor_instrument(const std::string& name, LayerTensorFn layer_fn, WeightTensorFn weight_fn) {
+  const char* call = layer_fn || !weight_fn ? "watch_layer_tensor" : "watch_weight_tensor";
+  if (name.empty()) throw UsageError(std::string(call) + " needs a name (its strip's label), got an empty one");
+  if (!layer_fn && !weight_fn) throw UsageError(std::string(call) + "(\"" + name + "\") needs a function, got an empty one");
+  auto instrument = std::make_shared<TensorInstrument>();
+  instrument->name = name;
+  instrument->layer_fn = std::move(layer_fn);
+  instrument->weight_fn = std::move(weight_fn);
+  std::lock_guard lock(mu_);
+  for (const auto& t : tensor_instruments_) {
+    if (t->name == name && bool(t->layer_fn) == bool(instrument->layer_fn)) {
+      throw UsageError(std::string("a tensor instrument named \"") + name + "\" is already registered with " + call +
+                       "; choose another name");
+    }
+  }
+  tensor_instruments_.push_back(std::move(instrument));
+}
+
 std::vector<FailedMetric> StatsCollector::failed_metrics() const {
   std::lock_guard lock(mu_);
   return failed_;
@@ -366,6 +385,118 @@ void StatsCollector::run_metrics(const BatchPosition& pos, const std::vector<con
       }
     }
   }
+}
+
+void StatsCollector::run_tensor_instruments(const BatchPosition& pos, capture::TraceResult& trace,
+                                            BatchSnapshot& snap,
+                                            const std::function<capture::OptimizerView()>& live_optimizer) {
+  std::vector<std::shared_ptr<TensorInstrument>> instruments;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& t : tensor_instruments_) {
+      if (!t->failed) instruments.push_back(t);
+    }
+  }
+  if (instruments.empty() || !trace.architecture) return;
+  guarded("running tensor instruments", [&] {
+    const auto layers = layers_in_scope(*trace.architecture);
+    if (layers.empty()) return;
+    bool wants_weights = false;
+    for (const auto& t : instruments) wants_weights |= bool(t->weight_fn);
+    std::map<std::string, torch::Tensor> activations, gradients;
+    {
+      std::lock_guard lock(trace.grad_mu);
+      activations = trace.activations;
+      gradients = trace.gradients;
+      for (const auto& [name, t] : trace.device_activations) activations[name] = t;
+      for (const auto& [name, t] : trace.device_gradients) gradients[name] = t;
+    }
+    std::map<std::string, torch::Tensor> params;
+    for (const auto& p : model_.named_parameters()) params.emplace(p.key(), p.value());
+    const capture::OptimizerView optimizer = wants_weights && live_optimizer ? live_optimizer() : capture::OptimizerView{};
+    at::DisableRecordFunctionGuard no_record;
+    torch::NoGradGuard no_grad;
+    const auto cpu = [](const torch::Tensor& t) { return t.detach().to(torch::kCPU, false, true); };
+    const auto call = [&](TensorInstrument& instrument, const std::string& where, auto&& fn) -> torch::Tensor {
+      try {
+        return fn();
+      } catch (const std::exception& e) {
+        fail_instrument(instrument.failed, instrument.layer_fn ? "layer-tensor" : "weight-tensor", instrument.name,
+                        where, e.what());
+      } catch (...) {
+        fail_instrument(instrument.failed, instrument.layer_fn ? "layer-tensor" : "weight-tensor", instrument.name,
+                        where, "it threw something that is not a std::exception");
+      }
+      return {};
+    };
+    const auto shape_of = [](const torch::Tensor& t) { return common::shape_text(t.sizes()); };
+    for (const LayerInfo* layer : layers) {
+      LayerContext ctx;
+      ctx.layer = layer->name;
+      ctx.phase = pos.phase;
+      ctx.position = pos;
+      if (auto a = activations.find(layer->name); a != activations.end()) ctx.activation = a->second;
+      if (auto g = gradients.find(layer->name); g != gradients.end()) ctx.gradient = g->second;
+      for (const auto& name : layer->parameters) {
+        auto p = params.find(name);
+        if (p == params.end()) continue;
+        ctx.weights.emplace(name, p->second);
+        if (p->second.grad().defined()) ctx.weight_gradients.emplace(name, p->second.grad());
+      }
+      for (const auto& instrument : instruments) {
+        if (instrument->failed) continue;
+        const std::string where = "layer \"" + layer->name + "\"";
+        if (instrument->layer_fn) {
+          if (!ctx.activation.defined()) continue;
+          torch::Tensor out = call(*instrument, where, [&] { return instrument->layer_fn(ctx); });
+          if (!out.defined()) continue;
+          if (out.sizes() != ctx.activation.sizes()) {
+            fail_instrument(instrument->failed, "layer-tensor", instrument->name, where,
+                            "it returned a " + shape_of(out) + " tensor; the activation is " +
+                                shape_of(ctx.activation) + " and the output must have its shape");
+            continue;
+          }
+          // Trimmed like the activations the snapshot kept.
+          if (snap.trimmed() && out.dim() > 0 && out.size(0) == snap.batch_size) out = out.narrow(0, 0, snap.samples_kept);
+          snap.custom_activations[layer->name][instrument->name] = cpu(out);
+          continue;
+        }
+        for (const auto& name : layer->parameters) {
+          auto p = params.find(name);
+          if (p == params.end() || instrument->failed) continue;
+          WeightContext w;
+          w.layer = layer->name;
+          w.parameter = name;
+          w.phase = pos.phase;
+          w.position = pos;
+          w.weight = p->second;
+          w.gradient = p->second.grad();
+          if (auto st = optimizer.state.find(name); st != optimizer.state.end()) w.optimizer_state = st->second;
+          if (auto hp = optimizer.hyperparams.find(name); hp != optimizer.hyperparams.end()) w.hyperparams = hp->second;
+          const std::string on = "parameter \"" + name + "\"";
+          torch::Tensor out = call(*instrument, on, [&] { return instrument->weight_fn(w); });
+          if (!out.defined()) continue;
+          if (out.sizes() != w.weight.sizes()) {
+            fail_instrument(instrument->failed, "weight-tensor", instrument->name, on,
+                            "it returned a " + shape_of(out) + " tensor; the parameter is " + shape_of(w.weight) +
+                                " and the output must have its shape");
+            continue;
+          }
+          snap.custom_weight_tensors[name][instrument->name] = cpu(out);
+        }
+      }
+    }
+  });
+}
+
+void StatsCollector::fail_instrument(std::atomic<bool>& failed, const std::string& what, const std::string& name,
+                                     const std::string& where, const std::string& error) {
+  failed = true;
+  {
+    std::lock_guard lock(mu_);
+    failed_.push_back({name, "on " + where + ": " + error});
+  }
+  host_.report_error(what + " instrument \"" + name + "\" failed on " + where + " and is disabled: " + error);
 }
 
 void StatsCollector::fail_metric(Metric& metric, const std::string& layer, const std::string& error) {

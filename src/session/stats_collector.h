@@ -18,12 +18,14 @@
 #include <tuple>
 #include <vector>
 
+#include "capture/optimizer_state.h"
 #include "capture/tracer.h"
 #include "common/atomic_shared_ptr.h"
 #include "nansense/architecture.h"
 #include "nansense/options.h"
 #include "nansense/position.h"
 #include "nansense/schedule.h"
+#include "nansense/snapshot.h"
 #include "nansense/stats.h"
 #include "stats/stats_store.h"
 
@@ -55,6 +57,9 @@ class StatsCollector {
   // layer (and collection not disabled by a failure).
   bool collecting() const;
   void add_metric(const std::string& name, MetricFn fn, MetricOn on, MetricReduce reduce);
+  // Tensor instruments (Session::watch_layer_tensor / watch_weight_tensor):
+  // exactly one function is set. UsageError for an empty or taken name.
+  void add_tensor_instrument(const std::string& name, LayerTensorFn layer_fn, WeightTensorFn weight_fn);
   std::vector<FailedMetric> failed_metrics() const;
   std::shared_ptr<const StatsSnapshot> snapshot() const { return published_.load(); }
 
@@ -79,6 +84,14 @@ class StatsCollector {
   // The first capture: drops the watched names `architecture` lacks and
   // returns them.
   std::vector<std::string> check_watched(const Architecture& architecture);
+  // On a captured batch, at its end: runs the tensor instruments for the
+  // layers in scope (as of begin_batch) on the batch's live tensors (the
+  // device ones a collected batch kept, else the CPU copies) and puts CPU
+  // copies of their outputs into `snap` (activation-shaped ones trimmed to
+  // the samples it kept). `live_optimizer` reads the optimizer state without
+  // copying it.
+  void run_tensor_instruments(const BatchPosition& pos, capture::TraceResult& trace, BatchSnapshot& snap,
+                              const std::function<capture::OptimizerView()>& live_optimizer);
   // A time-travel jump to `epoch`: everything of epochs >= epoch goes.
   void rewind(int64_t epoch);
   // Publishes a new view when something changed since the last one.
@@ -92,6 +105,12 @@ class StatsCollector {
     MetricFn fn;
     MetricOn on = MetricOn::kBatch;
     MetricReduce reduce = MetricReduce::kMean;
+    std::atomic<bool> failed{false};
+  };
+  struct TensorInstrument {
+    std::string name;
+    LayerTensorFn layer_fn;
+    WeightTensorFn weight_fn;
     std::atomic<bool> failed{false};
   };
   // An epoch's values of one (metric, layer, phase), reduced as they come.
@@ -117,6 +136,10 @@ class StatsCollector {
   void run_metrics(const BatchPosition& pos, const std::vector<const LayerInfo*>& layers,
                    const capture::TraceResult& trace, const std::map<std::string, torch::Tensor>& gradients);
   void fail_metric(Metric& metric, const std::string& layer, const std::string& error);
+  // `what`: "metric", "layer-tensor" or "weight-tensor"; `where`: "layer
+  // \"fc1\"" or "parameter \"fc1.weight\"".
+  void fail_instrument(std::atomic<bool>& failed, const std::string& what, const std::string& name,
+                       const std::string& where, const std::string& error);
   // The layers a trace's architecture has in scope, in its order.
   std::vector<const LayerInfo*> layers_in_scope(const Architecture& architecture) const;
 
@@ -132,6 +155,7 @@ class StatsCollector {
   uint64_t version_ = 1;
   bool disabled_ = false;  // a failure turned collection off
   std::vector<std::shared_ptr<Metric>> metrics_;
+  std::vector<std::shared_ptr<TensorInstrument>> tensor_instruments_;
   std::vector<FailedMetric> failed_;
 
   // Training thread only.

@@ -82,6 +82,18 @@ std::vector<Probe> probes(const json& spec) {
     out.push_back({"true", true, true});
     out.push_back({"false", false, true});
     out.push_back({"a word", "maybe", false});
+  } else if (type == "array" && spec["items"].value("type", "") == "integer") {
+    // A list of integers (a weight strip's index), each item bounded.
+    const int64_t low = spec["items"].value("minimum", 0);
+    if (spec.contains("maxItems")) {
+      const size_t max = spec["maxItems"];
+      out.push_back({"the most items", json(std::vector<int64_t>(max, low)), true});
+      out.push_back({"one item too many", json(std::vector<int64_t>(max + 1, low)), false});
+    }
+    if (spec["items"].contains("minimum")) out.push_back({"an item below the minimum", json::array({low - 1}), false});
+    out.push_back({"a word in the list", json::array({"many"}), false});
+    out.push_back({"a fraction in the list", json::array({1.5}), false, /*in_query=*/false});
+    out.push_back({"a plain string", "fc1", false, /*in_query=*/false});
   } else if (type == "array") {
     if (spec.contains("minItems") && spec["minItems"].get<size_t>() > 0) {
       out.push_back({"too few items", json::array(), false});
@@ -103,7 +115,7 @@ std::string query_text(const json& v) {
   if (v.is_string()) return v.get<std::string>();
   if (v.is_array()) {
     std::string out;
-    for (const auto& item : v) out += (out.empty() ? "" : ",") + item.get<std::string>();
+    for (const auto& item : v) out += (out.empty() ? "" : ",") + (item.is_string() ? item.get<std::string>() : item.dump());
     return out;
   }
   return v.dump();
@@ -146,7 +158,8 @@ class ArgumentsTest : public TrainingServerTest {
     const std::string method = command["rest"]["method"];
     const std::string path = command["rest"]["path"];
     Reply r = method == "GET" ? get(path + query_of(args)) : post(path, args);
-    if (r.status == 200 || r.headers.count("X-Nansense-Render")) return {};
+    // 204: a picture of a replaced snapshot (`sequence`), an answer, not a refusal.
+    if (r.status == 200 || r.status == 204 || r.headers.count("X-Nansense-Render")) return {};
     const std::string message = r.json().value("error", "");
     return {r.status == 400 && argument_refusal(message), message};
   }

@@ -64,7 +64,8 @@ try {
   for (const name of ['get_status', 'get_architecture', 'get_layer_stats', 'get_weight_stats', 'step', 'run',
                       'run_until', 'pause', 'refresh', 'render_layer', 'render_input', 'get_settings',
                       'set_update_frequency', 'set_stats_scope', 'watch_layers', 'unwatch_layers',
-                      'set_watch_performance', 'list_stats', 'get_stats_history', 'get_metrics', 'render_histogram']) {
+                      'set_watch_performance', 'list_stats', 'get_stats_history', 'get_metrics', 'render_histogram',
+                      'render_weights']) {
     if (!names.includes(name)) fail(`tools/list lacks ${name}: ${names}`);
   }
   check(tools.every((t) => t.inputSchema?.type === 'object' && t.description.length > 40),
@@ -142,6 +143,23 @@ try {
   check(!input.isError && inputInfo.layout === 'image' && inputInfo.width === 28 && inputInfo.height === 28 &&
         inputSize.width === inputInfo.sent_width && inputSize.height === inputInfo.sent_height,
         `render_input: the 28x28 Fashion-MNIST sample as a ${inputSize.width}x${inputSize.height} PNG`, inputInfo);
+
+  // The demo's first convolution, [16, 1, 3, 3] under Adam: output channel 3's
+  // kernels (one input channel: one 3x3 tile) for the weight, its gradient and
+  // both moment estimates, and Adam's step with the live lr in the text.
+  const weightPictures = await client.callTool({
+    name: 'render_weights', arguments: { layer: 'features.0', parameters: ['weight'], index: [3] } });
+  const weightInfo = weightPictures.structuredContent;
+  check(!weightPictures.isError && weightInfo.images.map((i) => i.tensor).join() === 'weight,gradient,state:exp_avg,state:exp_avg_sq' &&
+        weightInfo.images.every((i) => i.tiles === 1 && i.tile_width === 3 && i.tile_height === 3 && i.layout.index[0] === 3) &&
+        weightPictures.content.filter((c) => c.type === 'image').length === 4,
+        'render_weights: weight, gradient, exp_avg and exp_avg_sq of output channel 3 as 3x3 kernels', weightInfo.images);
+  check(weightInfo.parameters[0].scalars.step >= 1 && weightInfo.parameters[0].hyperparameters.lr > 0 &&
+        weightPictures.content.some((c) => c.type === 'text' && /features\.0\.weight: lr=0\.001 step=\d+ /.test(c.text)),
+        "render_weights: Adam's step and the live lr in a text line", weightInfo.parameters);
+  const outOfRange = await client.callTool({ name: 'render_weights', arguments: { layer: 'features.0', index: [16] } });
+  check(outOfRange.isError && outOfRange.content[0].text.includes('index 16 of dimension 0 is out of range'),
+        'render_weights: an index out of range is a tool error saying what fits', outOfRange.content);
 
   const refused = await client.callTool({ name: 'render_layer', arguments: { layers: ['no_such_layer'] } });
   check(refused.isError && refused.content[0].text.includes('unknown layer'), 'render_layer: unknown layer is a tool error',

@@ -2,7 +2,7 @@
 // page's token on a non-loopback bind.
 import { pageToken } from './api/client';
 
-export type Page = 'main' | 'stats' | 'experiment';
+export type Page = 'main' | 'stats' | 'experiment' | 'weights';
 
 export function pageHref(page: Page, params: Record<string, string> = {}): string {
   const q = new URLSearchParams(params);
@@ -11,5 +11,9 @@ export function pageHref(page: Page, params: Record<string, string> = {}): strin
   return `./${page === 'main' ? '' : page}${query ? `?${query}` : ''}`;
 }
 
-export const currentPage = (): Page =>
-  /\/stats\/?$/.test(location.pathname) ? 'stats' : /\/experiment\/?$/.test(location.pathname) ? 'experiment' : 'main';
+export function currentPage(): Page {
+  for (const page of ['stats', 'experiment', 'weights'] as const) {
+    if (new RegExp(`/${page}/?$`).test(location.pathname)) return page;
+  }
+  return 'main';
+}

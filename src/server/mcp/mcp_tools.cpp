@@ -13,7 +13,9 @@ const char* const kInstructions =
     "step. Start with get_status (state, where the loop is, the schedule, a hint), then get_architecture (the layer "
     "names every other tool takes). Inspect the last captured batch with get_layer_stats (NaN/Inf counts, ranges, "
     "mean/std, dead channels, histograms), get_weight_stats (a layer's parameters, gradients, optimizer state and "
-    "learning rate) and render_layer / render_input (PNG pictures of activations, gradients and inputs). Move the "
+    "learning rate), render_layer / render_input (PNG pictures of activations, gradients and inputs) and "
+    "render_weights (a layer's weights, gradients and optimizer state as pictures, laid out by dimension roles). "
+    "Move the "
     "run with step (batch, phase or epoch), run_until (a phase/epoch/batch position), run (to the end, or detached) "
     "and pause; each command waits for the next pause up to timeout_seconds and returns the status. Two positions "
     "matter: live_position is where the loop is now, snapshot_position is the batch every stats tool and picture "
@@ -99,6 +101,45 @@ std::string describe(const HistogramPicture& p) {
   return caption;
 }
 
+std::string describe(const WeightPicture& p) {
+  const auto& d = p.drawn;
+  std::string shape;
+  for (int64_t n : p.shape) shape += (shape.empty() ? "" : ",") + std::to_string(n);
+  const std::string scale_max = number(d.scale_max).dump();
+  return p.parameter + " " + p.tensor + " [" + shape + "] at " + p.position.to_string() + ", layout " +
+         render::describe(p.layout) + ": " + std::to_string(d.tiles) + " tile" + (d.tiles == 1 ? "" : "s") + " of " +
+         dims(d.tile_width, d.tile_height) + " px" + (d.tiles > 1 ? " in one row with 1 px transparent gaps" : "") +
+         "; diverging scale -" + scale_max + " (blue) .. 0 (white) .. +" + scale_max + " (red); NaN " +
+         std::to_string(d.nan) + ", +Inf " + std::to_string(d.pos_inf) + ", -Inf " + std::to_string(d.neg_inf) + ".";
+}
+
+// A parameter's scalar optimizer state and hyperparameters in one line.
+std::string scalars_line(const json& parameter) {
+  std::string line = parameter.at("name").get<std::string>() + ":";
+  const auto add = [&](const json& values) {
+    for (const auto& [key, v] : values.items()) {
+      // "step=2", "lr=0.001": 6 significant digits, no trailing ".0".
+      char value[32];
+      if (v.is_number()) std::snprintf(value, sizeof value, "%.6g", v.get<double>());
+      line += " " + key + "=" + (v.is_string() ? v.get<std::string>() : v.is_number() ? std::string(value) : v.dump());
+    }
+  };
+  // The learning rate first: what an agent reads the line for.
+  json hyper = parameter.at("hyperparameters");
+  json lr_first = json::object();
+  if (hyper.contains("lr")) {
+    lr_first["lr"] = hyper["lr"];
+    hyper.erase("lr");
+  }
+  add(lr_first);
+  add(parameter.at("scalars"));
+  add(hyper);
+  if (parameter.at("scalars").empty() && parameter.at("hyperparameters").empty()) {
+    line += " no optimizer state or hyperparameters (no optimizer holds it, or none was given to start())";
+  }
+  return line;
+}
+
 // Appends a PNG as image content with its caption; returns the caption's
 // facts about size for structuredContent.
 json append_image(ToolResult& r, const std::string& png, const std::string& caption) {
@@ -148,6 +189,23 @@ ToolResult tool_result(Reply reply) {
     } else {
       r.structured = {{"images", std::move(images)}, {"missing", std::move(missing)}};
     }
+    return r;
+  }
+  if (!reply.weights.empty() || !reply.weights_missing.empty()) {
+    json images = json::array();
+    for (const auto& picture : reply.weights) {
+      json info = info_json(*picture);
+      info.update(append_image(r, picture->png, describe(*picture)));
+      images.push_back(std::move(info));
+    }
+    json missing = json::array();
+    for (const auto& m : reply.weights_missing) {
+      r.content.push_back(text("no " + m.tensor + " image for " + m.parameter + ": " + m.reason));
+      missing.push_back({{"parameter", m.parameter}, {"tensor", m.tensor}, {"reason", m.reason}});
+    }
+    json parameters = reply.body.value("parameters", json::array());
+    for (const auto& p : parameters) r.content.push_back(text(scalars_line(p)));
+    r.structured = {{"images", std::move(images)}, {"missing", std::move(missing)}, {"parameters", parameters}};
     return r;
   }
   if (reply.experiment) {

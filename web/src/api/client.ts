@@ -3,7 +3,19 @@
 // routes.ts and types.ts, which tests/wire/check_types.sh holds to the
 // server's command table.
 import { routes } from './routes';
-import type { CommandArgs, ExperimentKindName, ExperimentPictureInfo, InputInfo, Replies, StepUnit, StripInfo, StripView } from './types';
+import type {
+  CommandArgs,
+  ExperimentKindName,
+  ExperimentPictureInfo,
+  InputInfo,
+  InstrumentStripInfo,
+  Replies,
+  StepUnit,
+  StripInfo,
+  StripView,
+  WeightLayout,
+  WeightStripInfo,
+} from './types';
 
 // On a non-loopback bind the server prints a URL with ?token=; the page keeps
 // presenting it (the cookie it sets may be blocked or cleared).
@@ -180,6 +192,53 @@ export const renderInput = (input: number, sample: number, sequence: number, sig
     } satisfies Record<keyof CommandArgs['render_input'], string>,
     signal,
   );
+
+// One sample of a layer-tensor instrument's output (the extra strips under a card).
+export const renderInstrumentStrip = (
+  view: Omit<StripView, 'kind'> & { instrument: string },
+  sequence: number,
+  signal?: AbortSignal,
+) =>
+  getImage<InstrumentStripInfo>(
+    routes.render_instrument_strip.path,
+    {
+      layer: view.layer,
+      instrument: view.instrument,
+      sample: String(view.sample),
+      average: String(view.average),
+      values: view.values,
+      sequence: String(sequence),
+    } satisfies Record<keyof CommandArgs['render_instrument_strip'], string>,
+    signal,
+  );
+
+// --- the Weights page (/weights) ---
+export const getWeightStats = (layer: string, signal?: AbortSignal) =>
+  get('get_weight_stats', signal, { layer } satisfies Partial<Record<keyof CommandArgs['get_weight_stats'], string>>);
+// `tensor`: "weight", "gradient", "state:<key>" or "instrument:<name>";
+// without a layout the server's default for the tensor's shape.
+export const renderWeightStrip = (
+  layer: string,
+  parameter: string,
+  tensor: string,
+  layout: WeightLayout | null,
+  sequence: number,
+  signal?: AbortSignal,
+) => {
+  const params: Partial<Record<keyof CommandArgs['render_weight_strip'], string>> = {
+    layer,
+    parameter,
+    tensor,
+    sequence: String(sequence),
+  };
+  if (layout) {
+    params.x_dim = String(layout.x_dim ?? -1);
+    params.y_dim = String(layout.y_dim ?? -1);
+    params.tile_dim = String(layout.tile_dim ?? -1);
+    if (layout.index.length) params.index = layout.index.join(',');
+  }
+  return getImage<WeightStripInfo>(routes.render_weight_strip.path, params as Record<string, string>, signal);
+};
 
 // --- experiments (/experiment) ---
 export const listExperiments = (signal?: AbortSignal) => get('list_experiments', signal);

@@ -254,6 +254,8 @@ export interface SnapshotLayer {
   kind: string;
   activation: TensorStats | null;
   gradient: TensorStats | null;
+  // watch_layer_tensor instruments' outputs by name.
+  instruments?: Record<string, TensorStats>;
 }
 
 export interface SnapshotInput {
@@ -292,7 +294,82 @@ export interface Snapshot {
   parameters: SnapshotParameter[];
 }
 
+// ---- A layer's parameters (the Weights page) ----
+
+// Each dimension's role in a weight strip: X across a tile, Y down it, Tile
+// (one tile per index), the others held at `index` (one entry per dimension).
+export interface WeightLayout {
+  x_dim: number | null;
+  y_dim: number | null;
+  tile_dim: number | null;
+  index: number[];
+}
+
+export interface ParameterStats {
+  name: string;
+  value: TensorStats | null;
+  note?: string;
+  gradient?: TensorStats | null;
+  gradient_note?: string;
+  optimizer_state?: Record<string, Num | TensorStats>;
+  optimizer_state_note?: string;
+  hyperparameters?: Record<string, Num>;
+  default_layout?: WeightLayout;
+  instruments?: Record<string, TensorStats>;
+}
+
+export interface WeightStats {
+  layer: string;
+  kind: string;
+  position: Position;
+  sequence: number;
+  parameters: ParameterStats[];
+}
+
 // ---- Pictures ----
+
+// The X-Nansense-Render header of a weight strip.
+export interface WeightStripInfo {
+  layer: string;
+  parameter: string;
+  tensor: string;
+  shape: number[];
+  layout: WeightLayout;
+  position: Position;
+  sequence: number;
+  tiles: number;
+  tile_width: number;
+  tile_height: number;
+  width: number;
+  height: number;
+  scale_max: Num;
+  nan: number;
+  pos_inf: number;
+  neg_inf: number;
+}
+
+// A layer-tensor instrument's strip: a StripInfo whose kind is "instrument:<name>".
+export interface InstrumentStripInfo {
+  layer: string;
+  kind: string;
+  position: Position;
+  sequence: number;
+  sample: number;
+  batch_size: number;
+  average: boolean;
+  values: Values;
+  layout: string;
+  tiles: number;
+  tile_width: number;
+  tile_height: number;
+  width: number;
+  height: number;
+  scale: 'diverging' | 'sequential';
+  scale_max: Num;
+  nan: number;
+  pos_inf: number;
+  neg_inf: number;
+}
 
 export type StripKind = 'activation' | 'gradient';
 export type Values = 'unchanged' | 'abs' | 'square';
@@ -658,6 +735,19 @@ export interface CommandArgs {
   // the picture is answered 204 No Content, not refused).
   render_strip: StripView & { sequence?: number };
   render_input: { input: number; sample: number; sequence?: number };
+  get_weight_stats: { layer: string; parameters?: string[] };
+  // x_dim / y_dim / tile_dim: -1 for none; index: one entry per dimension.
+  render_weight_strip: {
+    layer: string;
+    parameter: string;
+    tensor?: string;
+    x_dim?: number;
+    y_dim?: number;
+    tile_dim?: number;
+    index?: number[];
+    sequence?: number;
+  };
+  render_instrument_strip: Omit<StripView, 'kind'> & { instrument: string; sequence?: number };
   refresh: { timeout_seconds: number };
   set_update_frequency: { unit: UpdateFrequency['unit']; n: number; phase?: string | null };
   set_stats_scope: { scope: StatsScope };
@@ -695,6 +785,9 @@ export interface Replies {
   choose_update: DebugReport;
   render_strip: StripInfo;
   render_input: InputInfo;
+  get_weight_stats: WeightStats;
+  render_weight_strip: WeightStripInfo;
+  render_instrument_strip: InstrumentStripInfo;
   refresh: Status;
   get_settings: Settings;
   set_update_frequency: Settings;

@@ -7,10 +7,11 @@ import type { Layer, SnapshotLayer, StripKind, TensorStats } from '../api/types'
 import { formatNum } from '../format';
 import { hideLayer, requestFocus, sampleExists, setHovered, snapshotLayer, store } from '../state/app';
 import { debugMarkOf, MARK_TEXT } from '../state/debug';
-import { pageHref } from '../links';
 import { isWatched } from '../state/stats';
 import { useSelector } from '../state/store';
 import { WatchEye } from '../stats/WatchEye';
+import { CardLinks } from './CardLinks';
+import { InstrumentCell, InstrumentLabel } from './InstrumentStrip';
 import { shapeText, stripGeometry } from './geometry';
 import { StripLabel, StripView } from './StripParts';
 import { useStrip } from './useStrip';
@@ -81,6 +82,9 @@ export const LayerCard = memo(function LayerCard({ layer }: { layer: Layer }) {
   });
   const aMessage = a.absent ?? aState.error;
   const gMessage = g.absent ?? gState.error;
+  // watch_layer_tensor outputs of the snapshot the page has: rows 3, 4, ...
+  const instruments = current ? Object.keys(entry?.instruments ?? {}) : [];
+  const rows = 2 + instruments.length;
 
   return (
     <section
@@ -101,32 +105,7 @@ export const LayerCard = memo(function LayerCard({ layer }: { layer: Layer }) {
           </span>
         )}
         <Stats summary={entry?.activation ?? null} />
-        <a
-          class="icon-button card-stats-link"
-          data-testid={`stats-link-${name}`}
-          href={pageHref('stats', { layer: name })}
-          title={`Statistics of ${name} over time`}
-          aria-label={`Statistics of ${name}`}
-          onClick={(e) => e.stopPropagation()}
-        >
-          <svg viewBox="0 0 24 24" width="15" height="15" aria-hidden="true">
-            <path fill="currentColor" d="M4 20h16v-2H4v2zm1-4h3V9H5v7zm5 0h3V4h-3v12zm5 0h3v-5h-3v5z" />
-          </svg>
-        </a>
-        {layer.role !== 'input' && (
-          <a
-            class="icon-button card-experiment-link"
-            data-testid={`experiment-link-${name}`}
-            href={pageHref('experiment', { layer: name })}
-            title={`Experiment on ${name}: Deep Dream, Grad-CAM, attributions`}
-            aria-label={`Experiment on ${name}`}
-            onClick={(e) => e.stopPropagation()}
-          >
-            <svg viewBox="0 0 24 24" width="15" height="15" aria-hidden="true">
-              <path fill="currentColor" d="M9 2v2h1v5.2L4.3 19A2 2 0 0 0 6 22h12a2 2 0 0 0 1.7-3L14 9.2V4h1V2H9zm3 2v5.8l2.3 4.2H9.7L12 9.8V4z" />
-            </svg>
-          </a>
-        )}
+        <CardLinks layer={layer} />
         <WatchEye layer={name} watched={watched} />
         <button
           class="icon-button card-hide"
@@ -141,12 +120,29 @@ export const LayerCard = memo(function LayerCard({ layer }: { layer: Layer }) {
           <EyeOff />
         </button>
       </header>
-      <div class="card-body" ref={body}>
+      <div class="card-body" ref={body} style={rows > 2 ? { gridTemplateRows: `repeat(${rows}, auto)` } : undefined}>
         <StripLabel kind="activation" state={aState} message={aMessage} />
         <StripLabel kind="gradient" state={gState} message={gMessage} />
-        <div class="strip-scroller">
+        {instruments.map((n, i) => (
+          <InstrumentLabel key={n} instrument={n} row={3 + i} />
+        ))}
+        <div class="strip-scroller" style={rows > 2 ? { gridRow: `1 / span ${rows}` } : undefined}>
           <StripView layer={name} kind="activation" geometry={a.geometry} state={aState} message={aMessage} sample={sample} />
           <StripView layer={name} kind="gradient" geometry={g.geometry} state={gState} message={gMessage} sample={sample} />
+          {instruments.map((n, i) => (
+            <InstrumentCell
+              key={n}
+              layer={name}
+              instrument={n}
+              row={3 + i}
+              geometry={a.geometry}
+              sequence={snapshotSequence}
+              sample={sample}
+              average={average}
+              values={values}
+              visible={visible && sampleOk}
+            />
+          ))}
         </div>
       </div>
     </section>
