@@ -60,6 +60,27 @@ std::vector<std::string> unknown_layers(const std::vector<std::string>& layers, 
   return unknown;
 }
 
+// What a metric or an instrument sees of one layer: its tensors of this
+// batch (when captured) and its parameters with their gradients.
+LayerContext layer_context(const LayerInfo& layer, const BatchPosition& pos,
+                           const std::map<std::string, torch::Tensor>& activations,
+                           const std::map<std::string, torch::Tensor>& gradients,
+                           const std::map<std::string, torch::Tensor>& params) {
+  LayerContext ctx;
+  ctx.layer = layer.name;
+  ctx.phase = pos.phase;
+  ctx.position = pos;
+  if (auto a = activations.find(layer.name); a != activations.end()) ctx.activation = a->second;
+  if (auto g = gradients.find(layer.name); g != gradients.end()) ctx.gradient = g->second;
+  for (const auto& name : layer.parameters) {
+    auto p = params.find(name);
+    if (p == params.end()) continue;
+    ctx.weights.emplace(name, p->second);
+    if (p->second.grad().defined()) ctx.weight_gradients.emplace(name, p->second.grad());
+  }
+  return ctx;
+}
+
 [[noreturn]] void refuse_unknown(const std::vector<std::string>& unknown, const Architecture& architecture) {
   std::string known;
   for (const auto& l : architecture.layers) known += (known.empty() ? "" : ", ") + l.name;
@@ -351,20 +372,7 @@ void StatsCollector::run_metrics(const BatchPosition& pos, const std::vector<con
   for (const auto& p : model_.named_parameters()) params.emplace(p.key(), p.value());
   torch::NoGradGuard no_grad;
   for (const LayerInfo* layer : layers) {
-    LayerContext ctx;
-    ctx.layer = layer->name;
-    ctx.phase = pos.phase;
-    ctx.position = pos;
-    if (auto a = trace.device_activations.find(layer->name); a != trace.device_activations.end()) {
-      ctx.activation = a->second;
-    }
-    if (auto g = gradients.find(layer->name); g != gradients.end()) ctx.gradient = g->second;
-    for (const auto& name : layer->parameters) {
-      auto p = params.find(name);
-      if (p == params.end()) continue;
-      ctx.weights.emplace(name, p->second);
-      if (p->second.grad().defined()) ctx.weight_gradients.emplace(name, p->second.grad());
-    }
+    LayerContext ctx = layer_context(*layer, pos, trace.device_activations, gradients, params);
     for (const auto& metric : metrics) {
       if (metric->failed) continue;
       std::optional<double> value;
@@ -431,18 +439,7 @@ void StatsCollector::run_tensor_instruments(const BatchPosition& pos, capture::T
     };
     const auto shape_of = [](const torch::Tensor& t) { return common::shape_text(t.sizes()); };
     for (const LayerInfo* layer : layers) {
-      LayerContext ctx;
-      ctx.layer = layer->name;
-      ctx.phase = pos.phase;
-      ctx.position = pos;
-      if (auto a = activations.find(layer->name); a != activations.end()) ctx.activation = a->second;
-      if (auto g = gradients.find(layer->name); g != gradients.end()) ctx.gradient = g->second;
-      for (const auto& name : layer->parameters) {
-        auto p = params.find(name);
-        if (p == params.end()) continue;
-        ctx.weights.emplace(name, p->second);
-        if (p->second.grad().defined()) ctx.weight_gradients.emplace(name, p->second.grad());
-      }
+      LayerContext ctx = layer_context(*layer, pos, activations, gradients, params);
       for (const auto& instrument : instruments) {
         if (instrument->failed) continue;
         const std::string where = "layer \"" + layer->name + "\"";
