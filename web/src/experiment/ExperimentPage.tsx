@@ -105,6 +105,9 @@ export function ExperimentPage() {
   const [picture, setPicture] = useState<string | null>(null);
   const [notice, setNotice] = useState<string | null>(null);
   const [error, setError] = useState<string | null>(null);
+  // The auto-run switch as the user set it, until the server's answer: a
+  // re-render in between (a push) must not flip it back.
+  const [autoRunWanted, setAutoRunWanted] = useState<boolean | null>(null);
   // The run the page shows (0: none yet).
   const followed = useRef(0);
   const overlayRef = useRef(overlay);
@@ -367,10 +370,14 @@ export function ExperimentPage() {
             <input
               type="checkbox"
               data-testid="experiment-auto-run"
-              checked={autoRun}
+              checked={autoRunWanted ?? autoRun}
               onChange={(e) => {
                 const on = (e.target as HTMLInputElement).checked;
-                void setAutoRunExperiments(on).then(() => list && setList({ ...list, auto_run: on }));
+                setAutoRunWanted(on);
+                setAutoRunExperiments(on)
+                  .then(() => list && setList({ ...list, auto_run: on }))
+                  .catch((err: Error) => setError(err.message))
+                  .finally(() => setAutoRunWanted(null));
               }}
             />
             <span>Auto-run on every live update</span>
