@@ -155,7 +155,7 @@ Engine::Submitted Engine::submit(const std::string& kind_name, const std::string
   using Why = Refused::Why;
   Checked checked = check(kind_name, layer, params);
   const bool paused = host_.paused();
-  if (paused && observer::Observer::active()) throw Refused(Why::kConflict, kInsideTracedBatch);
+  if (paused && host_.in_batch_pause && host_.in_batch_pause()) throw Refused(Why::kConflict, kInsideTracedBatch);
   Submitted out;
   {
     std::lock_guard lock(mu_);
@@ -186,7 +186,7 @@ Engine::Submitted Engine::set_auto(const std::string& tab, const std::string& ki
   if (tab.empty()) throw Refused(Why::kInvalid, "an auto experiment needs a tab: a name for the page that renews it");
   Checked checked = check(kind_name, layer, params);
   // Paused between batches: a new or changed experiment shows at once.
-  const bool paused = host_.paused() && !observer::Observer::active();
+  const bool paused = host_.paused() && !(host_.in_batch_pause && host_.in_batch_pause());
   Submitted out;
   std::vector<Result> dropped;
   {

@@ -45,6 +45,11 @@ class Engine {
     std::function<std::shared_ptr<const BatchSnapshot>()> snapshot;
     // Paused in the pause loop now.
     std::function<bool()> paused;
+    // Paused inside a traced batch (a numerical check stopped it during
+    // backward, before the optimizer step): nothing can be traced until the
+    // next pause between batches. Asked from any thread (an op observer in
+    // the process may be an experiment's own forward, so it cannot tell).
+    std::function<bool()> in_batch_pause;
     // Training finished or lost: nothing can run any more ("" while live).
     std::function<std::string()> ended;
     // The pause is ending (a resume, a jump) or the run ended.

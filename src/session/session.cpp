@@ -50,6 +50,7 @@ SessionCore::SessionCore(std::shared_ptr<torch::nn::Module> model, const StartOp
   experiments::Engine::Host experiments_host;
   experiments_host.snapshot = [this] { return snapshot_.load(); };
   experiments_host.paused = [this] { return control_.state() == RunState::kPaused; };
+  experiments_host.in_batch_pause = [this] { return in_batch_pause_.load(); };
   experiments_host.ended = [this]() -> std::string {
     switch (control_.state()) {
       case RunState::kFinished: return "training has finished: experiments run on the paused training loop";
@@ -77,7 +78,9 @@ std::unique_ptr<numerics::Monitor> SessionCore::make_monitor(const DebugSettings
   host.pause = [this] {
     // Any mode: a numerical error stops the run where it happened.
     control_.pause();
+    in_batch_pause_ = true;
     pause_here(schedule_.with_flags(pos_));
+    in_batch_pause_ = false;
     decision_.pause_after = false;  // this batch has had its pause
   };
   host.can_pause = [this] { return attachment_ != nullptr; };

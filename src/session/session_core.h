@@ -151,6 +151,8 @@ class SessionCore {
   common::AtomicSharedPtr<const BatchSnapshot> snapshot_;
   common::AtomicSharedPtr<const Architecture> architecture_;
   std::atomic<bool> closed_{false};
+  // Paused inside the batch by a numerical check (see Engine::Host).
+  std::atomic<bool> in_batch_pause_{false};
   mutable std::mutex publish_mu_;
   mutable std::condition_variable published_;
   mutable std::mutex errors_mu_;

@@ -449,6 +449,46 @@ TEST(ExperimentQueue, RunsOnThePausedLoopAndTrainingReplaysUnchanged) {
   for (size_t i = 0; i < with.size(); ++i) EXPECT_TRUE(torch::equal(with[i], without[i])) << i;
 }
 
+TEST(ExperimentQueue, RequestsQueueWhileAnotherExperimentTracesItsForwards) {
+  // A running experiment's forwards install an op observer of their own; a
+  // request made meanwhile queues behind it (it was once refused as if the
+  // loop were paused inside a traced batch, depending on the moment).
+  torch::manual_seed(3);
+  FashionCnn model;
+  torch::optim::SGD opt(model->parameters(), 0.01);
+  std::vector<test::Batch> data;
+  for (int i = 0; i < 2; ++i) data.emplace_back(torch::rand({4, 1, 28, 28}), torch::randint(10, {4}));
+  auto session = start(model, StartOptions().optimizer(&opt).debug(queue_checks()));
+  ASSERT_TRUE(serve(session, quiet_server()));
+  TrainingThread loop(session, [&] {
+    for (auto& batch : session.batches(data, "train")) test::train_step(model, opt, batch.first, batch.second);
+    session.close();
+  });
+  ASSERT_EQ(session.wait_until_stopped(kWait), RunState::kPaused);
+  auto& engine = detail::core_of(session)->experiments();
+  auto dream = engine.submit("deep_dream", "features.3", {{"steps", 10000}, {"channels", 2}});
+  for (uint64_t seen = 0; engine.result(dream.seq)->stage == Result::Stage::kQueued;) {
+    seen = detail::core_of(session)->control().wait_for_change(seen, kWait);
+  }
+  ASSERT_EQ(engine.result(dream.seq)->stage, Result::Stage::kRunning);
+  int queued = 0;
+  std::string refusal;
+  for (int i = 0; i < 300 && engine.result(dream.seq)->stage == Result::Stage::kRunning; ++i) {
+    try {
+      engine.submit("neuron_gradient", "features.0", {{"batch", 1}});
+      ++queued;
+    } catch (const experiments::Refused& e) {
+      refusal = e.what();
+      break;
+    }
+  }
+  EXPECT_EQ(refusal, "");
+  EXPECT_GT(queued, 0);
+  EXPECT_GE(engine.cancel(std::nullopt), 1);
+  session.detach();
+  loop.join();
+}
+
 TEST(ExperimentQueue, CancelTimeLimitResumeAutoRunAndRefusals) {
   torch::manual_seed(2);
   FashionCnn model;

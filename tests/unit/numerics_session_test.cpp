@@ -118,6 +118,10 @@ TEST(NumericsSession, TripsInDetachPausesBeforeTheStepAndNamesTheProducer) {
     }
   }
   EXPECT_FALSE(torch::isfinite(model->fc1->weight.grad()).all().item<bool>());
+  // Paused inside the batch: an experiment waits for a pause between batches, and says so.
+  const auto refused = test::message_of<experiments::Refused>(
+      [&] { detail::core_of(session)->experiments().submit("neuron_gradient", "fc1", {}); });
+  EXPECT_NE(refused.find("paused inside a traced batch"), std::string::npos) << refused;
   // The traced re-run was published as the snapshot the UI shows.
   auto snap = session.snapshot();
   ASSERT_TRUE(snap);
