@@ -1,22 +1,23 @@
 // A shared_ptr published by one thread and read by others, swapped whole
-// (the snapshot pattern): std::atomic<std::shared_ptr<T>> where the standard
-// library has it (GCC 12's libstdc++), else a mutex around the pointer
-// (libc++, and GCC 11's libstdc++, which scripts/build-clang compiles
-// against for LibTorch 1.13). Only load() and store().
+// (the snapshot pattern). Only load() and store(): a mutex around the
+// pointer, held for a pointer copy or swap, never while an old value is
+// released.
+//
+// Not std::atomic<std::shared_ptr<T>>: libstdc++ 12's load() takes the
+// pointer's lock bit with an acquire but drops it with a relaxed RMW, so
+// the reader's copy of the pointer is not ordered before the next store's
+// write — a data race by the memory model, which ThreadSanitizer reports in
+// every test that reads a snapshot while training publishes one
+// (google/sanitizers#1558). libc++ and GCC 11's libstdc++ (which
+// scripts/build-clang compiles against) lack it altogether.
 #pragma once
 
-#include <atomic>
 #include <memory>
 #include <mutex>
 #include <utility>
-#include <version>
 
 namespace nansense::common {
 
-#if defined(__cpp_lib_atomic_shared_ptr)
-template <class T>
-using AtomicSharedPtr = std::atomic<std::shared_ptr<T>>;
-#else
 template <class T>
 class AtomicSharedPtr {
  public:
@@ -36,6 +37,5 @@ class AtomicSharedPtr {
   mutable std::mutex mu_;
   std::shared_ptr<T> ptr_;
 };
-#endif
 
 }  // namespace nansense::common
