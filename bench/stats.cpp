@@ -21,13 +21,14 @@
 #include <vector>
 
 #include "bench_common.h"
+#include "stats/extremes.h"
 #include "stats/stats_store.h"
 
 namespace {
 
 using namespace nansense::bench;
 
-enum class Variant { kPlain, kScopeNone, kTraceOnly, kWatched3, kAll, kDefaultCadence };
+enum class Variant { kPlain, kScopeNone, kTraceOnly, kWatched3, kWatched3Galleries, kAll, kDefaultCadence };
 
 // One timed pass over `batches`; returns milliseconds per batch. Model,
 // optimizer and session are built outside the timed region.
@@ -49,7 +50,13 @@ double measure(Variant variant, std::vector<Batch>& batches, uint64_t* publishes
     // Collecting (every batch traced, tensors referenced) with no layer in
     // scope: the tracing part of the cost, without any folding.
     case Variant::kTraceOnly: options.watch({"not_a_layer"}); break;
-    case Variant::kWatched3: options.watch({"features.0", "features.3", "classifier.1"}); break;
+    // The statistics alone (Min/Max galleries off), then with the galleries
+    // (5 inputs per channel, the default).
+    case Variant::kWatched3:
+      options.watch({"features.0", "features.3", "classifier.1"})
+          .watch_performance(nansense::WatchPerformance().samples_per_channel(0));
+      break;
+    case Variant::kWatched3Galleries: options.watch({"features.0", "features.3", "classifier.1"}); break;
     case Variant::kAll: options.stats_scope(nansense::StatsScope::kAll); break;
     default: break;
   }
@@ -95,6 +102,7 @@ void run_ratios(int64_t batch_count, int rounds, const std::string& only) {
       {Variant::kScopeNone, "scope none", nullptr, 0, {}, {}},
       {Variant::kTraceOnly, "traced, nothing folded", nullptr, 0, {}, {}},
       {Variant::kWatched3, "3 watched, every batch", "<= 1.10", 1.10, {}, {}},
+      {Variant::kWatched3Galleries, "3 watched + galleries", nullptr, 0, {}, {}},
       {Variant::kAll, "all layers, every batch", "<= 1.5", 1.5, {}, {}},
       {Variant::kDefaultCadence, "default live updates", "<= 1.02", 1.02, {}, {}},
   };
@@ -156,6 +164,13 @@ void run_fold_parts() {
   std::printf("\nfolding one [64,16,28,28] float tensor (802816 values): TensorAccumulator::add %.2f ms, of which "
               "slot_index (searchsorted binning) %.2f ms; a float64 copy + sum alone %.2f ms\n",
               add, slots, to_double);
+  nansense::stats::ExtremeGallery gallery{nansense::stats::GallerySettings{}};
+  const auto input = torch::rand({64, 1, 28, 28});
+  int64_t batch = 0;
+  const double gallery_ms = time_ms([&] { gallery.add(x, input, batch++); });
+  std::printf("Min/Max galleries of it (max and min pixel, 5 inputs x 16 channels): ExtremeGallery::add %.2f ms; "
+              "they hold %.1f KB (%.1f KB per channel)\n",
+              gallery_ms, gallery.bytes() / 1024.0, gallery.bytes() / 1024.0 / 16);
 }
 
 // 100 Linear + ReLU pairs: 200 layers (plus the input and the loss-side ops).

@@ -41,6 +41,7 @@ struct Flags {
   std::string data_dir = kDefaultFashionMnistDir;
   bool exit_when_done = false;
   bool nan = false;
+  bool instruments = false;
   std::string replay;
   std::string capsule_dir = "nansense_capsules";
   std::string cache_dir;  // empty: a folder of this run's own, removed at exit
@@ -174,6 +175,9 @@ int main(int argc, char** argv) {
   app.add_option("--data-dir", flags.data_dir, "Directory of the Fashion-MNIST .gz files")->capture_default_str();
   app.add_flag("--exit-when-done", flags.exit_when_done, "Exit after training instead of keeping the UI up");
   app.add_flag("--nan", flags.nan, "Train with a per-class loss that turns NaN when a batch lacks a class");
+  app.add_flag("--instruments", flags.instruments,
+               "Add two tensor instruments: each watched layer's z-score (a strip under its card) and Adam's "
+               "update direction per parameter (on the Weights page)");
   app.add_option("--replay", flags.replay,
                  "Replay a NaN capsule bit for bit, paused in the UI (use the flags of the run that wrote it)");
   app.add_option("--capsule-dir", flags.capsule_dir, "Where NaN capsules are written")->capture_default_str();
@@ -246,6 +250,19 @@ int main(int argc, char** argv) {
                  // The conv and linear layers collect statistics over time (the Stats page).
                  .watch({"features.0", "features.3", "classifier.1", "classifier.4"}));
 
+  if (flags.instruments) {
+    // Drawn under each watched layer's card: how many standard deviations
+    // each value lies from the batch's mean.
+    session.watch_layer_tensor("zscore", [](const nansense::LayerContext& ctx) {
+      return (ctx.activation - ctx.activation.mean()) / (ctx.activation.std() + 1e-6);
+    });
+    // Drawn on the Weights page: the direction Adam moves each weight.
+    session.watch_weight_tensor("adam_direction", [](const nansense::WeightContext& ctx) -> torch::Tensor {
+      auto m = ctx.optimizer_state.find("exp_avg"), v = ctx.optimizer_state.find("exp_avg_sq");
+      if (m == ctx.optimizer_state.end() || v == ctx.optimizer_state.end()) return {};
+      return m->second / (v->second.sqrt() + 1e-8);
+    });
+  }
   stop_signal.watch([&session] { release(session); });
   if (flags.detach) session.detach();
 

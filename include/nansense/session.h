@@ -263,6 +263,12 @@ class Session {
   // stay). Throws UsageError for channel_limit < 1.
   bool set_watch_performance(const WatchPerformance& performance);
   WatchPerformance watch_performance() const;
+  // Restricts Min/Max gallery collection to `layers` (nullopt: every
+  // collected layer, the default). Histograms and graphs are unaffected;
+  // galleries already collected stay. Once a batch has been captured, an
+  // unknown name throws UsageError naming it and nothing changes.
+  void set_patch_layers(const std::optional<std::vector<std::string>>& layers);
+  std::optional<std::vector<std::string>> patch_layers() const;
   // Records `value` under `name` at the current batch: its phase, and
   // x = epoch + batch / batches in the phase (points of a phase whose length
   // is not known yet, in an undeclared epoch 0, are kept back until the

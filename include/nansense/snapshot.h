@@ -5,6 +5,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,18 @@ struct BatchSnapshot {
   // tensor's device before it was trimmed; only for trimmed tensors.
   std::map<std::string, TensorStats> activation_stats;
   std::map<std::string, TensorStats> activation_gradient_stats;
+
+  // Set on a probe's result as the UI shows it (a pinned or perturbed batch
+  // re-run on the paused model, forward only): activations are the probe's
+  // (perturbed - unperturbed when `diff`), inputs what it ran on, no
+  // gradients; weights are the live snapshot's.
+  struct Probe {
+    uint64_t run = 0;        // the probe run it shows
+    BatchPosition position;  // the batch whose inputs were re-run
+    std::string mode;        // "unchanged", "eval" or "train"
+    bool diff = false;
+  };
+  std::optional<Probe> probe;
 
   bool trimmed() const { return samples_kept < batch_size; }
 };

@@ -141,11 +141,19 @@ struct WatchPerformance {
   // and every layer on every batch within bench/stats' target. On a GPU
   // every value is counted.
   TORCH_ARG(int64_t, histogram_sample) = 16384;
+  // Min/Max galleries (activations of the collected layers with an
+  // image-like model input): the inputs kept per channel and ranking, for the
+  // same channels the per-channel histograms track. 0 turns galleries off.
+  TORCH_ARG(int64_t, samples_per_channel) = 5;
+  // Also rank by a channel's spatial mean (max_average / min_average), each
+  // keeping whole inputs: more memory, off by default.
+  TORCH_ARG(bool, average_galleries) = false;
 
  public:
   bool operator==(const WatchPerformance& o) const {
     return channel_limit_enabled_ == o.channel_limit_enabled_ && channel_limit_ == o.channel_limit_ &&
-           histogram_sample_ == o.histogram_sample_;
+           histogram_sample_ == o.histogram_sample_ && samples_per_channel_ == o.samples_per_channel_ &&
+           average_galleries_ == o.average_galleries_;
   }
 };
 
@@ -188,6 +196,41 @@ struct TensorStatsView {
   double std() const;
 };
 
+// Min/Max galleries (see the README's "Min/Max galleries"): per channel, the
+// inputs that drove it highest or lowest in one (phase, epoch).
+// kMaxPixel / kMinPixel rank a sample by the channel's largest (smallest)
+// value and keep the input crop around where it was; kMaxAverage /
+// kMinAverage rank by the channel's spatial mean and keep the whole input.
+enum class GalleryRanking { kMaxPixel, kMinPixel, kMaxAverage, kMinAverage };
+std::string_view to_string(GalleryRanking ranking);  // "max_pixel", ...
+std::optional<GalleryRanking> gallery_ranking_from(std::string_view name);
+
+struct GallerySlot {
+  bool filled = false;
+  double score = std::numeric_limits<double>::quiet_NaN();  // the ranked value (NaN: the channel held only NaN)
+  int64_t batch = -1;                                       // the batch's index in its phase
+  int64_t sample = -1;                                      // the sample's index in that batch
+  int64_t y = 0, x = 0;                                     // where the extreme was, in the activation
+  int64_t top = 0, left = 0;                                // the crop's origin in the input
+};
+
+struct GalleryView {
+  GalleryRanking ranking = GalleryRanking::kMaxPixel;
+  int64_t samples = 0;   // slots per channel, best first
+  int64_t channels = 0;  // the first `channels` channels
+  int64_t input_height = 0, input_width = 0;  // the model input's, where crops come from
+  std::vector<GallerySlot> slots;  // [sample][channel], row-major
+  // float32 CPU: crops [samples, channels, input channels, crop h, crop w]
+  // and the channel's activation map [samples, channels, h, w] (undefined for
+  // a flat activation); dequantised (about 1/254 of each crop's range), NaN
+  // where non-finite or the slot is empty.
+  at::Tensor crops;
+  at::Tensor heat;
+  const GallerySlot& slot(int64_t sample, int64_t channel) const {
+    return slots[static_cast<size_t>(sample * channels + channel)];
+  }
+};
+
 // One (layer, phase, epoch) bucket.
 struct LayerStatsView {
   std::string layer;
@@ -196,6 +239,11 @@ struct LayerStatsView {
   int64_t batches = 0;  // batches folded in
   std::optional<TensorStatsView> activation;
   std::optional<TensorStatsView> gradient;
+  // The activation's Min/Max galleries (newest epoch of the phase only;
+  // older epochs release them), and why there are none when none could be
+  // collected ("needs an image-like input", a 3-D activation...).
+  std::vector<GalleryView> galleries;
+  std::optional<std::string> gallery_note;
 };
 
 // One parameter at an epoch's first collected batch.

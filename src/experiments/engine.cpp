@@ -37,6 +37,11 @@ void Engine::set_forward(ForwardFn forward) {
   forward_ = std::move(forward);
 }
 
+ForwardFn Engine::forward() const {
+  std::lock_guard lock(mu_);
+  return forward_;
+}
+
 bool Engine::has_forward() const {
   std::lock_guard lock(mu_);
   return static_cast<bool>(forward_);

@@ -69,6 +69,7 @@ class Engine {
   // Any thread.
   void set_forward(ForwardFn forward);
   bool has_forward() const;
+  ForwardFn forward() const;
 
   struct Submitted {
     uint64_t seq = 0;

@@ -48,6 +48,7 @@ HttpResponse respond(const Reply& reply) {
   if (reply.input) return png_response(reply.input->png, info_json(*reply.input));
   if (reply.histogram) return png_response(reply.histogram->png, info_json(*reply.histogram));
   if (reply.experiment) return png_response(reply.experiment->png, info_json(*reply.experiment));
+  if (reply.picture) return png_response(reply.picture->png, reply.picture->info);
   if (!reply.weights.empty()) return png_response(reply.weights.front()->png, info_json(*reply.weights.front()));
   HttpResponse res;
   res.body = dump(reply.body);

@@ -59,6 +59,7 @@ const char* type_text(Arg::Type type) {
     case Arg::Type::kBoolean: return "true or false";
     case Arg::Type::kStrings: return "a list of strings";
     case Arg::Type::kIntegers: return "a list of integers";
+    case Arg::Type::kNumbers: return "a list of numbers";
     case Arg::Type::kObject: return "a JSON object";
   }
   return "a value";
@@ -109,6 +110,9 @@ json checked(const Arg& a, const json& v) {
         if (a.non_empty && item.get_ref<const std::string&>().empty()) {
           refuse(a, what + " must not hold an empty name");
         }
+        if (!a.choices.empty() && std::find(a.choices.begin(), a.choices.end(), item) == a.choices.end()) {
+          refuse(a, what + "'s items must be " + quoted_list(a.choices) + ", got " + shown(item));
+        }
       }
       if (a.min_items && v.size() < *a.min_items) {
         refuse(a, what + " needs at least " + std::to_string(*a.min_items) + " item" +
@@ -120,16 +124,25 @@ json checked(const Arg& a, const json& v) {
       }
       return v;
     }
-    case Arg::Type::kIntegers: {
+    case Arg::Type::kIntegers:
+    case Arg::Type::kNumbers: {
+      const bool integers = a.type == Arg::Type::kIntegers;
       if (!v.is_array()) refuse(a, what + " must be " + type_text(a.type) + ", got " + shown(v));
       json out = json::array();
       for (const auto& item : v) {
-        if (!integral(item)) refuse(a, what + " must be " + type_text(a.type) + ", got " + shown(v));
+        if (integers ? !integral(item) : !item.is_number()) {
+          refuse(a, what + " must be " + type_text(a.type) + ", got " + shown(v));
+        }
         const double d = item.get<double>();
+        if (!std::isfinite(d)) refuse(a, what + "'s items must be finite numbers, got " + shown(v));
         const bool low = a.minimum && (a.exclusive_minimum ? d <= *a.minimum : d < *a.minimum);
         const bool high = a.maximum && (a.exclusive_maximum ? d >= *a.maximum : d > *a.maximum);
         if (low || high) refuse(a, what + "'s items must be " + range_text(a) + ", got " + shown(v));
-        out.push_back(static_cast<int64_t>(d));
+        if (integers) {
+          out.push_back(static_cast<int64_t>(d));
+        } else {
+          out.push_back(d);
+        }
       }
       if (a.min_items && out.size() < *a.min_items) {
         refuse(a, what + " needs at least " + std::to_string(*a.min_items) + " item" +
@@ -227,6 +240,9 @@ Arg strings_arg(std::string name, std::string description) {
 Arg integers_arg(std::string name, std::string description) {
   return make(std::move(name), Arg::Type::kIntegers, std::move(description));
 }
+Arg numbers_arg(std::string name, std::string description) {
+  return make(std::move(name), Arg::Type::kNumbers, std::move(description));
+}
 Arg object_arg(std::string name, std::string description) {
   return make(std::move(name), Arg::Type::kObject, std::move(description));
 }
@@ -243,20 +259,23 @@ json input_schema(const std::vector<Arg>& args) {
       case Arg::Type::kBoolean: p["type"] = "boolean"; break;
       case Arg::Type::kStrings: p["type"] = "array"; break;
       case Arg::Type::kIntegers: p["type"] = "array"; break;
+      case Arg::Type::kNumbers: p["type"] = "array"; break;
       case Arg::Type::kObject: p["type"] = "object"; break;
     }
-    json& bounded = a.type == Arg::Type::kIntegers ? p["items"] : p;
-    if (a.type == Arg::Type::kIntegers) {
-      bounded = {{"type", "integer"}};
+    const bool list = a.type == Arg::Type::kIntegers || a.type == Arg::Type::kNumbers;
+    json& bounded = list ? p["items"] : p;
+    if (list) {
+      bounded = {{"type", a.type == Arg::Type::kIntegers ? "integer" : "number"}};
       if (a.min_items) p["minItems"] = *a.min_items;
       if (a.max_items) p["maxItems"] = *a.max_items;
     }
     if (a.minimum) bounded[a.exclusive_minimum ? "exclusiveMinimum" : "minimum"] = *a.minimum;
     if (a.maximum) bounded[a.exclusive_maximum ? "exclusiveMaximum" : "maximum"] = *a.maximum;
-    if (!a.choices.empty()) p["enum"] = a.choices;
+    if (!a.choices.empty() && a.type != Arg::Type::kStrings) p["enum"] = a.choices;
     if (a.type == Arg::Type::kString && a.non_empty) p["minLength"] = 1;
     if (a.type == Arg::Type::kStrings) {
       p["items"] = {{"type", "string"}};
+      if (!a.choices.empty()) p["items"]["enum"] = a.choices;
       if (a.non_empty) p["items"]["minLength"] = 1;
       if (a.min_items) p["minItems"] = *a.min_items;
       if (a.max_items) p["maxItems"] = *a.max_items;
@@ -331,6 +350,9 @@ std::optional<std::vector<std::string>> Args::optional_strings(const std::string
 std::vector<int64_t> Args::integers(const std::string& name) const {
   return has(name) ? value(name).get<std::vector<int64_t>>() : std::vector<int64_t>{};
 }
+std::vector<double> Args::numbers(const std::string& name) const {
+  return has(name) ? value(name).get<std::vector<double>>() : std::vector<double>{};
+}
 
 json from_query(const std::vector<Arg>& declared, const std::map<std::string, std::string>& query,
                 const std::vector<std::string>& ignored) {
@@ -380,18 +402,28 @@ json from_query(const std::vector<Arg>& declared, const std::map<std::string, st
         out[key] = std::move(items);
         break;
       }
-      case Arg::Type::kIntegers: {
-        // "0,3": integers split at commas; an item that does not parse stays
-        // a string for the check to refuse.
+      case Arg::Type::kIntegers:
+      case Arg::Type::kNumbers: {
+        // "0,3" or "0.5,-1e-3": numbers split at commas; an item that does
+        // not parse stays a string for the check to refuse.
         json items = json::array();
         size_t start = 0;
         while (start <= text.size()) {
           size_t end = text.find(',', start);
           if (end == std::string::npos) end = text.size();
           const std::string item = text.substr(start, end - start);
-          int64_t v = 0;
-          auto [stop, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
-          if (!item.empty()) items.push_back(ec == std::errc() && stop == item.data() + item.size() ? json(v) : json(item));
+          const char* last = item.data() + item.size();
+          if (!item.empty()) {
+            if (a->type == Arg::Type::kIntegers) {
+              int64_t v = 0;
+              auto [stop, ec] = std::from_chars(item.data(), last, v);
+              items.push_back(ec == std::errc() && stop == last ? json(v) : json(item));
+            } else {
+              double v = 0;
+              auto [stop, ec] = std::from_chars(item.data(), last, v);
+              items.push_back(ec == std::errc() && stop == last ? json(v) : json(item));
+            }
+          }
           start = end + 1;
         }
         out[key] = std::move(items);

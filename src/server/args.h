@@ -15,7 +15,7 @@
 namespace nansense::server {
 
 struct Arg {
-  enum class Type { kString, kInteger, kNumber, kBoolean, kStrings, kIntegers, kObject };
+  enum class Type { kString, kInteger, kNumber, kBoolean, kStrings, kIntegers, kNumbers, kObject };
 
   std::string name;
   Type type = Type::kString;
@@ -59,6 +59,8 @@ Arg boolean_arg(std::string name, std::string description);
 Arg strings_arg(std::string name, std::string description);
 // A list of integers; at_least/at_most bound each item.
 Arg integers_arg(std::string name, std::string description);
+// A list of finite numbers; at_least/at_most bound each item.
+Arg numbers_arg(std::string name, std::string description);
 // A JSON object of named values, checked by the command itself (an
 // experiment's params, validated against the kind's own declarations).
 Arg object_arg(std::string name, std::string description);
@@ -85,6 +87,7 @@ class Args {
   // Empty when absent.
   std::vector<std::string> strings(const std::string& name) const;
   std::vector<int64_t> integers(const std::string& name) const;
+  std::vector<double> numbers(const std::string& name) const;
   // An empty object when absent.
   json object(const std::string& name) const;
 

@@ -476,7 +476,9 @@ std::vector<Command> table() {
   // --- statistics over time (controller_history.cpp) ---
   const std::string settings_reply =
       " Returns the settings: update_frequency {unit, n, phase}, stats_scope, watched_layers, watch_performance "
-      "{channel_limit_enabled, channel_limit}, stats_collecting (whether batches are collected now), "
+      "{channel_limit_enabled, channel_limit, histogram_sample, samples_per_channel, average_galleries}, "
+      "patch_layers (the layers Min/Max galleries collect for; null: every collected layer), stats_collecting "
+      "(whether batches are collected now), "
       "auto_run_experiments, experiment_defaults (the session's parameter defaults per experiment kind) and "
       "experiment_time_limit_seconds.";
 
@@ -541,11 +543,31 @@ std::vector<Command> table() {
                     .at_most(4096),
                 integer_arg("histogram_sample", "On the CPU, the most values of each tensor a histogram counts, "
                                                 "evenly spread (default 16384; 0 counts every value).")
-                    .at_least(0)},
+                    .at_least(0),
+                integer_arg("samples_per_channel", "Inputs a Min/Max gallery keeps per channel and ranking "
+                                                   "(default 5; 0 turns galleries off).")
+                    .at_least(0)
+                    .at_most(64),
+                boolean_arg("average_galleries", "Also rank inputs by a channel's spatial mean (max_average, "
+                                                 "min_average), keeping whole inputs (default false).")},
                Route{"POST", "/api/stats/performance"}, true, false, "Settings", [](Controller& c, const Args& a) {
-                 return json_reply(c.set_watch_performance(a.optional_boolean("channel_limit_enabled"),
-                                                           a.optional_integer("channel_limit"),
-                                                           a.optional_integer("histogram_sample")));
+                 Controller::PerformanceChange change;
+                 change.channel_limit_enabled = a.optional_boolean("channel_limit_enabled");
+                 change.channel_limit = a.optional_integer("channel_limit");
+                 change.histogram_sample = a.optional_integer("histogram_sample");
+                 change.samples_per_channel = a.optional_integer("samples_per_channel");
+                 change.average_galleries = a.optional_boolean("average_galleries");
+                 return json_reply(c.set_watch_performance(change));
+               }});
+  t.push_back({"set_patch_layers", "Which layers keep Min/Max galleries",
+               "Restrict Min/Max gallery collection (the inputs that drove each channel highest and lowest) to these "
+               "layers; omit layers to collect them for every collected layer again. Galleries hold the most "
+               "memory of the statistics; histograms and graphs are unaffected, and galleries already collected "
+               "stay." +
+                   settings_reply,
+               {kLayers.described("Layer names from get_architecture; omit for every collected layer.")},
+               Route{"POST", "/api/stats/patch_layers"}, true, false, "Settings", [](Controller& c, const Args& a) {
+                 return json_reply(c.set_patch_layers(a.optional_strings("layers")));
                }});
 
   t.push_back({"list_stats", "What statistics were collected",
@@ -605,6 +627,91 @@ std::vector<Command> table() {
                  o.channel = a.optional_integer("channel");
                  Reply r;
                  r.histogram = c.render_histogram(o);
+                 return r;
+               }});
+
+  // --- Min/Max galleries and bin samples (controller_galleries.cpp) ---
+  const Arg gallery_phase =
+      string_arg("phase", "The phase; omit for the training phase when it has galleries, else the first that does.")
+          .not_empty();
+  const Arg heatmap = boolean_arg("heatmap", "Overlay the channel's activation on each input, signed (red "
+                                             "positive, blue negative; default false).")
+                          .or_else(false);
+  auto gallery_options = [](const Args& a) {
+    Controller::GalleryOptions o;
+    o.layer = a.string("layer");
+    o.phase = a.optional_string("phase");
+    o.heatmap = a.boolean("heatmap");
+    return o;
+  };
+  t.push_back({"get_extremes", "A Min/Max gallery's cells",
+               "One ranking of a layer's Min/Max gallery in the newest epoch of a phase: per channel (the first "
+               "channel_limit) and slot, the input that drove the channel highest (max_*) or lowest (min_*), where "
+               "it came from (batch, sample, the position in the activation, the crop's origin), its score and the "
+               "crop as a base64 PNG.",
+               {kLayer.mandatory(), gallery_phase,
+                string_arg("ranking", "max_pixel / min_pixel (input crops around the extreme position), or "
+                                      "max_average / min_average (whole inputs, with average_galleries on).")
+                    .one_of({"max_pixel", "min_pixel", "max_average", "min_average"})
+                    .or_else("max_pixel"),
+                heatmap},
+               Route{"GET", "/api/stats/extremes"}, false, true, "Extremes", [=](Controller& c, const Args& a) {
+                 auto o = gallery_options(a);
+                 o.grids = {a.string("ranking")};
+                 return json_reply(c.get_extremes(o));
+               }});
+  t.push_back({"render_extreme_patches", "Picture the inputs that drive each channel",
+               "A PNG of a layer's Min/Max galleries for the newest epoch of a phase: per grid a table with a column "
+               "per channel and a row per kept sample, each cell the input crop around where the channel was highest "
+               "(max_pixel) or lowest (min_pixel), or the whole input ranked by the channel's mean (max_average, "
+               "min_average: needs average_galleries in set_watch_performance). Collected for watched layers with "
+               "an image-like model input.",
+               {kLayer.mandatory(), gallery_phase,
+                strings_arg("grids", "Rankings to draw (default max_pixel and min_pixel).")
+                    .one_of({"max_pixel", "min_pixel", "max_average", "min_average"})
+                    .items(1, 4),
+                heatmap},
+               Route{"GET", "/api/render/extremes"}, true, true, "ExtremesPicture", [=](Controller& c, const Args& a) {
+                 auto o = gallery_options(a);
+                 o.grids = a.strings("grids");
+                 Reply r;
+                 r.picture = c.render_extreme_patches(o);
+                 return r;
+               }});
+  auto bin_options = [](const Args& a) {
+    Controller::BinSampleOptions o;
+    o.layer = a.string("layer");
+    o.kind = a.string("kind");
+    o.channel = a.optional_integer("channel");
+    o.bin = a.integer("bin");
+    o.count = a.integer("count");
+    return o;
+  };
+  const std::vector<Arg> bin_args = {
+      kLayer.mandatory(),
+      string_arg("kind", "Which tensor: the activation or its gradient.")
+          .one_of({"activation", "gradient"})
+          .or_else("activation"),
+      integer_arg("channel", "A channel (dim 1); omit for the whole layer.").at_least(0),
+      integer_arg("bin", "The histogram bin, 0..210 (105 is the zero band; list_stats gives the edges).")
+          .mandatory()
+          .at_least(0)
+          .at_most(210),
+      integer_arg("count", "How many elements to show (default 6).").at_least(1).at_most(32).or_else(6)};
+  t.push_back({"get_bin_samples", "Elements in a histogram bin",
+               "A few elements of the last captured batch whose value falls in a histogram bin (of one channel, or "
+               "the whole layer), drawn at random (the same ones for the same snapshot): per element its sample, "
+               "position and value, and the input crop around it as a base64 PNG.",
+               bin_args, Route{"GET", "/api/stats/bin_samples"}, false, true, "BinSamples",
+               [=](Controller& c, const Args& a) { return json_reply(c.get_bin_samples(bin_options(a))); }});
+  t.push_back({"render_bin_samples", "Picture the inputs behind a histogram bar",
+               "A PNG of a few elements of the last captured batch whose value falls in a histogram bin (of one "
+               "channel or the whole layer): per element the input crop around it with its sample, position and "
+               "value.",
+               bin_args, Route{"GET", "/api/render/bin_samples"}, true, true, "BinSamplesPicture",
+               [=](Controller& c, const Args& a) {
+                 Reply r;
+                 r.picture = c.render_bin_samples(bin_options(a));
                  return r;
                }});
 
@@ -720,6 +827,71 @@ std::vector<Command> table() {
                "running go on.",
                {tab}, Route{"POST", "/api/experiments/auto/clear"}, false, false, "AutoExperimentCleared",
                [](Controller& c, const Args& a) { return json_reply(c.clear_auto_experiment(a.string("tab"))); }});
+
+  // --- probes on the paused model (controller_probes.cpp) ---
+  const Arg probe_wait =
+      number_arg("timeout_seconds",
+                 "How long to wait for the probe's run to finish, in seconds (0 returns at once; the run goes on).")
+          .at_least(0)
+          .at_most(300)
+          .or_else(10);
+  const std::string probe_returns =
+      " Returns the probe status (as get_probe_status) once the probe ran or timeout_seconds passed.";
+  t.push_back({"get_probe_status", "The probe's settings and last run",
+               "The probe: whether one is active, the pinned batch and where it was captured, the forward mode "
+               "(unchanged, eval, train), the perturbations (input, sample, index, values), runs completed, "
+               "whether a run is pending, the newest result (its run, the batch it re-ran, whether the strips show "
+               "perturbed - original) or its error, and a hint. While a probe is active every picture and "
+               "statistic of the snapshot shows the probe's result in place of the last captured batch.",
+               {}, Route{"GET", "/api/probe"}, true, true, "ProbeStatus",
+               [](Controller& c, const Args&) { return json_reply(c.get_probe_status()); }});
+  t.push_back({"pin_batch", "Pin the current batch",
+               "Pin the inputs of the last captured batch: every later capture (each step, each live update, "
+               "after time travel) re-runs them, forward only, on the model as it is then, so one batch can be "
+               "watched as training moves. The loop must be paused. Probes never change training: the model's "
+               "parameters, gradients, buffers, training flags and RNG are restored bit for bit." + probe_returns,
+               {probe_wait}, Route{"POST", "/api/probe/pin"}, true, false, "ProbeStatus",
+               [](Controller& c, const Args& a) { return json_reply(c.pin_batch(wait_of(a))); }});
+  t.push_back({"unpin_batch", "Unpin the batch",
+               "Stop re-running the pinned batch; the last captured batch is shown again unless a forward mode or "
+               "perturbations keep a probe active." + probe_returns,
+               {probe_wait}, Route{"POST", "/api/probe/unpin"}, true, false, "ProbeStatus",
+               [](Controller& c, const Args& a) { return json_reply(c.unpin_batch(wait_of(a))); }});
+  t.push_back({"set_probe_mode", "Set the probe's forward mode",
+               "Re-run the batch (pinned, else the last captured) with the model in eval mode (BatchNorm's running "
+               "statistics, no dropout) or train mode (batch statistics, dropout), or as training left each "
+               "module (unchanged, which ends the probe unless a pin or perturbations keep it). Training's own "
+               "modes are restored after each run. The loop must be paused to turn a mode on." + probe_returns,
+               {string_arg("mode", "The forward mode.").one_of({"unchanged", "eval", "train"}).mandatory(), probe_wait},
+               Route{"POST", "/api/probe/mode"}, true, false, "ProbeStatus",
+               [](Controller& c, const Args& a) { return json_reply(c.set_probe_mode(a.string("mode"), wait_of(a))); }});
+  t.push_back({"add_perturbation", "Change input values and re-run",
+               "Set input values of one sample of the batch (pinned, else the last captured) and re-run it: for "
+               "an image input [N,C,H,W] the pixel at index [y, x] gets values (one per channel, or one for every "
+               "channel); for [N,H,W] one value at [y, x]; for a flat input [N,F] index is [feature]. Values are "
+               "in the input's own units (after normalisation). A perturbation of the same value replaces it. "
+               "While any exists the layers show perturbed - original (the input shows the perturbed input). "
+               "Checked against the actual input: a misfit says what fits. The loop must be paused." + probe_returns,
+               {integers_arg("index", "[y, x] of an image input, or [feature] of a flat input.")
+                    .at_least(0)
+                    .items(1, 2)
+                    .mandatory(),
+                numbers_arg("values", "The new value(s): one per channel, or one for every channel.")
+                    .items(1, 4096)
+                    .mandatory(),
+                integer_arg("sample", "Which sample of the batch.").at_least(0).or_else(0),
+                string_arg("input_name", "Which model input (get_architecture's inputs); the first when left out.")
+                    .not_empty(),
+                probe_wait},
+               Route{"POST", "/api/probe/perturb"}, true, false, "ProbeStatus", [](Controller& c, const Args& a) {
+                 return json_reply(c.add_perturbation(a.integers("index"), a.numbers("values"), a.integer("sample"),
+                                                      a.optional_string("input_name"), wait_of(a)));
+               }});
+  t.push_back({"clear_perturbations", "Clear the perturbations",
+               "Remove every perturbation; the layers show the (pinned or captured) batch itself again. Returns "
+               "the probe status with cleared: how many were removed.",
+               {probe_wait}, Route{"POST", "/api/probe/clear"}, true, false, "ProbeStatus",
+               [](Controller& c, const Args& a) { return json_reply(c.clear_perturbations(wait_of(a))); }});
 
   return t;
 }

@@ -36,6 +36,7 @@ struct Reply {
   std::shared_ptr<const InputPicture> input;
   std::shared_ptr<const HistogramPicture> histogram;
   std::shared_ptr<const ExperimentPicture> experiment;
+  std::shared_ptr<const Picture> picture;
   // render_weights, render_weight_strip: parameter tensors drawn, and (for
   // render_weights) those that could not be, with body = {"parameters": per
   // parameter its shape, layout, scalar state and hyperparameters}.

@@ -78,6 +78,7 @@ Status Controller::get_status() const {
   status.internal_errors = session_.internal_errors();
   status.debug = debug_summary();
   status.stats = stats_summary();
+  status.probe = get_probe_status();
   return status;
 }
 
@@ -152,14 +153,22 @@ json Controller::get_snapshot() const {
                       {"dtype", common::dtype_name(t.scalar_type())}});
   }
   const int64_t batch_size = batch_size_of(*snap);
-  auto out = std::make_shared<const json>(json{{"position", to_json(snap->position)},
-                                               {"sequence", snap->sequence},
-                                               {"batch_size", batch_size},
-                                               {"samples_kept", snap->trimmed() ? snap->samples_kept : batch_size},
-                                               {"budget", budget_json(*snap)},
-                                               {"inputs", inputs},
-                                               {"layers", layers},
-                                               {"parameters", params}});
+  json body{{"position", to_json(snap->position)},
+            {"sequence", snap->sequence},
+            {"batch_size", batch_size},
+            {"samples_kept", snap->trimmed() ? snap->samples_kept : batch_size},
+            {"budget", budget_json(*snap)},
+            {"inputs", inputs},
+            {"layers", layers},
+            {"parameters", params},
+            {"probe", nullptr}};
+  if (snap->probe) {
+    body["probe"] = {{"run", snap->probe->run},
+                     {"position", to_json(snap->probe->position)},
+                     {"mode", snap->probe->mode},
+                     {"diff", snap->probe->diff}};
+  }
+  auto out = std::make_shared<const json>(std::move(body));
   std::lock_guard lock(cache_mu_);
   cached_sequence_ = snap->sequence;
   cached_snapshot_ = out;
@@ -204,6 +213,13 @@ std::shared_ptr<const StripPicture> Controller::draw_strip(const std::shared_ptr
       const auto& tensors = kind == "gradient" ? snap->activation_gradients : snap->activations;
       auto it = tensors.find(layer);
       if (it == tensors.end()) {
+        if (snap->probe) {
+          throw ControllerError(ControllerError::Kind::kNotFound,
+                                kind == "gradient"
+                                    ? "no gradients on probe runs: a probe runs the forward only"
+                                    : "layer \"" + layer + "\" did not run in the probe's forward (" +
+                                          snap->probe->mode + " mode)");
+        }
         throw ControllerError(ControllerError::Kind::kNotFound,
                               "layer \"" + layer + "\" has no " + kind + " in the batch at " +
                                   snap->position.to_string() +
@@ -291,6 +307,8 @@ std::shared_ptr<const InputPicture> Controller::draw_input(const std::shared_ptr
   out->sample = sample;
   out->batch_size = snap->trimmed() ? snap->batch_size : image.batch_size;
   out->layout = image.layout;
+  out->mean = options.mean;
+  out->std = options.std;
   out->width = image.image.width;
   out->height = image.image.height;
   out->hint = image.hint;

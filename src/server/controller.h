@@ -143,8 +143,16 @@ class Controller {
   json watch_layers(const std::vector<std::string>& layers);
   json unwatch_layers(const std::vector<std::string>& layers);
   // Absent fields keep their value; the reply adds statistics_flushed.
-  json set_watch_performance(std::optional<bool> channel_limit_enabled, std::optional<int64_t> channel_limit,
-                             std::optional<int64_t> histogram_sample = std::nullopt);
+  struct PerformanceChange {
+    std::optional<bool> channel_limit_enabled;
+    std::optional<int64_t> channel_limit;
+    std::optional<int64_t> histogram_sample;
+    std::optional<int64_t> samples_per_channel;
+    std::optional<bool> average_galleries;
+  };
+  json set_watch_performance(const PerformanceChange& change);
+  // Min/Max galleries for only these layers (nullopt: every collected one).
+  json set_patch_layers(const std::optional<std::vector<std::string>>& layers);
   // What was collected: layers (graph order) with their phases and epochs,
   // parameters per layer, the scalar series, the bin edges.
   json list_stats() const;
@@ -166,6 +174,30 @@ class Controller {
   };
   // The newest epoch's histograms of each layer as a chart (PNG).
   std::shared_ptr<const HistogramPicture> render_histogram(const HistogramOptions& options) const;
+
+  // --- Min/Max galleries and bin samples (controller_galleries.cpp) ---
+  struct GalleryOptions {
+    std::string layer;
+    std::optional<std::string> phase;  // nullopt: the training phase if it has galleries, else the first that does
+    std::vector<std::string> grids;    // rankings; empty: max_pixel and min_pixel
+    bool heatmap = false;              // overlay the channel's activation (signed, red/blue)
+  };
+  // One ranking's grid: per (sample, channel) where the input came from, its
+  // score and the crop as a PNG (base64), for the Stats page.
+  json get_extremes(const GalleryOptions& options) const;
+  // The grids as one labelled picture (MCP render_extreme_patches).
+  std::shared_ptr<const Picture> render_extreme_patches(const GalleryOptions& options) const;
+  struct BinSampleOptions {
+    std::string layer;
+    std::string kind = "activation";  // or "gradient"
+    std::optional<int64_t> channel;   // nullopt: the whole layer
+    int64_t bin = 0;                  // 0..210
+    int64_t count = 6;
+  };
+  // A few elements of the last captured batch in that bin (and channel),
+  // with the input crop around each.
+  json get_bin_samples(const BinSampleOptions& options) const;
+  std::shared_ptr<const Picture> render_bin_samples(const BinSampleOptions& options) const;
 
   // --- experiments on the paused model (controller_experiments.cpp) ---
   // Every kind with its summary, description, accepted layers (and the others
@@ -197,6 +229,26 @@ class Controller {
   // history); `version` becomes the current one.
   std::vector<json> experiment_changes(uint64_t& version) const;
   std::shared_ptr<const ExperimentPicture> render_experiment(uint64_t seq, bool overlay) const;
+
+  // --- probes on the paused model (controller_probes.cpp) ---
+  // Pinned batch (and where), forward mode, perturbations (input by name),
+  // runs completed, whether one is pending, the newest result (run, the
+  // batch re-run, diff, layers) or its error, and a hint. While a probe is
+  // active the snapshot every query and picture reads is the probe's result.
+  json get_probe_status() const;
+  // Each change returns get_probe_status() once the probe's next run
+  // finished or `wait` passed (then "pending": true). Refusals: kConflict
+  // while the loop runs or after it ended, with nothing captured, or (unpin)
+  // with nothing pinned; kInvalidArgument for a perturbation that does not
+  // fit the input, saying what does.
+  json pin_batch(Wait wait);
+  json unpin_batch(Wait wait);
+  json set_probe_mode(const std::string& mode, Wait wait);
+  // `input`: a model input's name (the first when nullopt).
+  json add_perturbation(const std::vector<int64_t>& index, const std::vector<double>& values, int64_t sample,
+                        const std::optional<std::string>& input, Wait wait);
+  // Adds "cleared": how many.
+  json clear_perturbations(Wait wait);
 
   // --- numerical debugging (controller_debug.cpp) ---
   // The checks' settings, the standing error (null when none: reasons,
@@ -230,6 +282,8 @@ class Controller {
  private:
   template <class F>
   Status command(F&& apply, Wait wait);
+  // get_probe_status() after the probe's next run (or `wait`).
+  json probe_reply(uint64_t runs_before, Wait wait) const;
   // The `time_travel` field of the status: what the button needs.
   json time_travel_summary() const;
   // The `debug` field of the status: what a banner shows.

@@ -10,18 +10,13 @@
 #include "nansense/errors.h"
 #include "render/histogram_plot.h"
 #include "server/controller.h"
+#include "server/lookup.h"
 #include "session/session_port.h"
 #include "stats/stats_store.h"
 
 namespace nansense::server {
 
 namespace {
-
-std::string join(const std::vector<std::string>& names) {
-  std::string out;
-  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
-  return out.empty() ? "(none)" : out;
-}
 
 json frequency_json(const UpdateFrequency& f) {
   const bool seconds = f.unit() == UpdateFrequency::Unit::kSeconds;
@@ -83,8 +78,26 @@ UpdateFrequency::Unit parse_unit(const std::string& unit) {
   throw std::logic_error("set_update_frequency: undeclared unit \"" + unit + "\"");
 }
 
-// The phases a layer has statistics for, in the schedule's order (others
-// after, by name).
+[[noreturn]] void refuse(ControllerError::Kind kind, const UsageError& e, const std::string& argument = "") {
+  throw ControllerError(kind, e.what(), argument);
+}
+
+// Distinct series colours, in order.
+render::Rgba series_color(size_t i) {
+  static const render::Rgba kPalette[] = {{31, 119, 180, 255}, {255, 127, 14, 255}, {44, 160, 44, 255},
+                                          {214, 39, 40, 255},  {148, 103, 189, 255}, {140, 86, 75, 255},
+                                          {227, 119, 194, 255}, {127, 127, 127, 255}};
+  return kPalette[i % (sizeof kPalette / sizeof kPalette[0])];
+}
+
+}  // namespace
+
+std::string join(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out.empty() ? "(none)" : out;
+}
+
 std::vector<std::string> phases_of(const StatsSnapshot& s, const std::string& layer, const Schedule& schedule) {
   std::vector<std::string> phases;
   for (const auto& [key, _] : s.layers) {
@@ -99,7 +112,6 @@ std::vector<std::string> phases_of(const StatsSnapshot& s, const std::string& la
   return phases;
 }
 
-// Layers with statistics, in the architecture's order (others after).
 std::vector<std::string> layers_of(const StatsSnapshot& s, const Architecture* architecture) {
   std::set<std::string> with;
   for (const auto& [key, _] : s.layers) with.insert(key.first);
@@ -113,19 +125,6 @@ std::vector<std::string> layers_of(const StatsSnapshot& s, const Architecture* a
   return out;
 }
 
-[[noreturn]] void refuse(ControllerError::Kind kind, const UsageError& e, const std::string& argument = "") {
-  throw ControllerError(kind, e.what(), argument);
-}
-
-// Distinct series colours, in order.
-render::Rgba series_color(size_t i) {
-  static const render::Rgba kPalette[] = {{31, 119, 180, 255}, {255, 127, 14, 255}, {44, 160, 44, 255},
-                                          {214, 39, 40, 255},  {148, 103, 189, 255}, {140, 86, 75, 255},
-                                          {227, 119, 194, 255}, {127, 127, 127, 255}};
-  return kPalette[i % (sizeof kPalette / sizeof kPalette[0])];
-}
-
-}  // namespace
 
 std::shared_ptr<const StatsSnapshot> Controller::require_stats() const {
   if (auto s = session_.stats()) return s;
@@ -150,7 +149,10 @@ json Controller::get_settings() const {
           {"watch_performance",
            {{"channel_limit_enabled", performance.channel_limit_enabled()},
             {"channel_limit", performance.channel_limit()},
-            {"histogram_sample", performance.histogram_sample()}}},
+            {"histogram_sample", performance.histogram_sample()},
+            {"samples_per_channel", performance.samples_per_channel()},
+            {"average_galleries", performance.average_galleries()}}},
+          {"patch_layers", session_.patch_layers() ? json(*session_.patch_layers()) : json(nullptr)},
           {"stats_collecting", session_.stats_collecting()},
           {"auto_run_experiments", session_.experiments().auto_run()},
           {"experiment_defaults", session_.experiments().defaults()},
@@ -189,22 +191,35 @@ json Controller::unwatch_layers(const std::vector<std::string>& layers) {
   return get_settings();
 }
 
-json Controller::set_watch_performance(std::optional<bool> channel_limit_enabled,
-                                       std::optional<int64_t> channel_limit,
-                                       std::optional<int64_t> histogram_sample) {
+json Controller::set_watch_performance(const PerformanceChange& change) {
   auto performance = session_.watch_performance();
-  if (channel_limit_enabled) performance.channel_limit_enabled(*channel_limit_enabled);
-  if (channel_limit) performance.channel_limit(*channel_limit);
-  if (histogram_sample) performance.histogram_sample(*histogram_sample);
+  if (change.channel_limit_enabled) performance.channel_limit_enabled(*change.channel_limit_enabled);
+  if (change.channel_limit) performance.channel_limit(*change.channel_limit);
+  if (change.histogram_sample) performance.histogram_sample(*change.histogram_sample);
+  if (change.samples_per_channel) performance.samples_per_channel(*change.samples_per_channel);
+  if (change.average_galleries) performance.average_galleries(*change.average_galleries);
   bool flushed = false;
   try {
     flushed = session_.set_watch_performance(performance);
   } catch (const UsageError& e) {
-    refuse(ControllerError::Kind::kInvalidArgument, e, histogram_sample && !channel_limit ? "histogram_sample" : "channel_limit");
+    const std::string what = e.what();
+    const char* argument = what.find("samples_per_channel") != std::string::npos ? "samples_per_channel"
+                           : what.find("histogram_sample") != std::string::npos  ? "histogram_sample"
+                                                                                 : "channel_limit";
+    refuse(ControllerError::Kind::kInvalidArgument, e, argument);
   }
   json out = get_settings();
   out["statistics_flushed"] = flushed;
   return out;
+}
+
+json Controller::set_patch_layers(const std::optional<std::vector<std::string>>& layers) {
+  try {
+    session_.set_patch_layers(layers);
+  } catch (const UsageError& e) {
+    refuse(ControllerError::Kind::kInvalidArgument, e, "layers");
+  }
+  return get_settings();
 }
 
 json Controller::list_stats() const {

@@ -30,6 +30,12 @@ json info_json(const InputPicture& p) {
               {"sequence", p.sequence}, {"sample", p.sample}, {"batch_size", p.batch_size},
               {"layout", p.layout},     {"width", p.width},   {"height", p.height}};
   if (!p.hint.empty()) out["hint"] = p.hint;
+  json mean = json::array();
+  json std = json::array();
+  for (double v : p.mean) mean.push_back(number(v));
+  for (double v : p.std) std.push_back(number(v));
+  out["mean"] = std::move(mean);
+  out["std"] = std::move(std);
   return out;
 }
 

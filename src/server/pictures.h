@@ -41,6 +41,10 @@ struct InputPicture {
   int64_t width = 0;
   int64_t height = 0;
   std::string hint;  // how to see it as an image, when it is not one
+  // The normalisation the picture undoes (x * std + mean; empty: none), for
+  // a page that turns a colour back into input units.
+  std::vector<double> mean;
+  std::vector<double> std;
 };
 
 // Histograms of collected statistics over the signed-log bins
@@ -91,6 +95,14 @@ struct WeightPicture {
   render::StripInfo drawn;
   int64_t width = 0;
   int64_t height = 0;
+};
+
+// A picture whose description is its own JSON (render_extreme_patches,
+// render_bin_samples).
+struct Picture {
+  std::string png;
+  std::string caption;  // what it shows, for an agent
+  json info;            // everything but the PNG
 };
 
 // Everything but the PNG.

@@ -32,6 +32,7 @@ struct Status {
   std::vector<std::string> internal_errors;        // parts of nansense that gave up
   json debug;                                      // what the numerical banner needs
   json stats;                                      // statistics settings and the view's sequence
+  json probe;                                      // get_probe_status()
   // Only from refresh: whether a newer snapshot arrived within the wait.
   std::optional<bool> refreshed;
 };

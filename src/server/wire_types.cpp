@@ -134,6 +134,7 @@ json build() {
                         {"time_travel", ref("TimeTravelStatus")},
                         {"debug", ref("DebugSummary")},
                         {"stats", ref("StatsSummary")},
+                        {"probe", ref("ProbeStatus")},
                         {"paused_at_ms?", integer()},
                         {"lost_reason?", str()},
                         {"internal_errors?", array(str())},
@@ -182,7 +183,34 @@ json build() {
                           {"budget", ref("SnapshotBudget")},
                           {"inputs", array(ref("SnapshotInput"))},
                           {"layers", array(ref("SnapshotLayer"))},
-                          {"parameters", array(ref("SnapshotParameter"))}});
+                          {"parameters", array(ref("SnapshotParameter"))},
+                          // Set while a probe's result is shown in the snapshot's place.
+                          {"probe", nullable(ref("SnapshotProbe"))}});
+  d["SnapshotProbe"] = object({{"run", integer()},
+                               {"position", ref("Position")},
+                               {"mode", one_of({"unchanged", "eval", "train"})},
+                               {"diff", boolean()}});
+
+  // --- probes ---
+  d["Perturbation"] =
+      object({{"input", str()}, {"sample", integer()}, {"index", array(integer())}, {"values", array(num())}});
+  d["ProbeResultSummary"] = object({{"run", integer()},
+                                    {"position", ref("Position")},
+                                    {"diff", boolean()},
+                                    {"perturbations_applied", integer()},
+                                    {"snapshot_sequence", integer()},
+                                    {"layers?", integer()}});
+  d["ProbeStatus"] = object({{"active", boolean()},
+                             {"pinned", boolean()},
+                             {"pinned_position", nullable(ref("Position"))},
+                             {"mode", one_of({"unchanged", "eval", "train"})},
+                             {"perturbations", array(ref("Perturbation"))},
+                             {"runs_completed", integer()},
+                             {"pending", boolean()},
+                             {"result", nullable(ref("ProbeResultSummary"))},
+                             {"error?", str()},
+                             {"hint", str()},
+                             {"cleared?", integer()}});
 
   // --- statistics queries ---
   d["Histogram"] = histogram();
@@ -228,11 +256,16 @@ json build() {
 
   // --- statistics over time ---
   d["WatchPerformance"] = object(
-      {{"channel_limit_enabled", boolean()}, {"channel_limit", integer()}, {"histogram_sample", integer()}});
+      {{"channel_limit_enabled", boolean()},
+       {"channel_limit", integer()},
+       {"histogram_sample", integer()},
+       {"samples_per_channel", integer()},
+       {"average_galleries", boolean()}});
   d["Settings"] = object({{"update_frequency", ref("UpdateFrequency")},
                           {"stats_scope", scope},
                           {"watched_layers", array(str())},
                           {"watch_performance", ref("WatchPerformance")},
+                          {"patch_layers", nullable(array(str()))},
                           {"stats_collecting", boolean()},
                           {"auto_run_experiments", boolean()},
                           // {kind: {param: value}}: the session's experiment defaults.
@@ -384,7 +417,10 @@ json build() {
                            {"layout", one_of({"image", "strip"})},
                            {"width", integer()},
                            {"height", integer()},
-                           {"hint?", str()}});
+                           {"hint?", str()},
+                           // The normalisation the picture undoes (x * std + mean); empty: none.
+                           {"mean", array(num())},
+                           {"std", array(num())}});
 
   // A layer-tensor instrument's strip: kind is "instrument:<name>".
   d["InstrumentStripInfo"] = d["StripInfo"];
@@ -415,6 +451,70 @@ json build() {
                                {"width", integer()},
                                {"height", integer()},
                                {"series", array(str())}});
+
+  // --- Min/Max galleries and bin samples ---
+  const json ranking = one_of({"max_pixel", "min_pixel", "max_average", "min_average"});
+  d["ExtremeCell"] = object({{"slot", integer()},
+                             {"channel", integer()},
+                             {"filled", boolean()},
+                             {"score", nullable(num())},
+                             {"batch", integer()},
+                             {"sample", integer()},
+                             {"y", integer()},
+                             {"x", integer()},
+                             {"top", integer()},
+                             {"left", integer()},
+                             // base64 PNG of the crop (null for an empty slot).
+                             {"png", nullable(str())}});
+  d["Extremes"] = object({{"layer", str()},
+                          {"phase", str()},
+                          {"epoch", integer()},
+                          {"phases", array(str())},  // the phases that have galleries for the layer
+                          {"ranking", ranking},
+                          {"rankings", array(ranking)},  // those collected
+                          {"heatmap", boolean()},
+                          {"samples", integer()},
+                          {"channels", integer()},
+                          {"crop", object({{"height", integer()}, {"width", integer()}})},
+                          {"sequence", integer()},
+                          {"note", nullable(str())},
+                          {"cells", array(ref("ExtremeCell"))}});
+  d["ExtremesPicture"] = object({{"layer", str()},
+                                 {"phase", str()},
+                                 {"epoch", integer()},
+                                 {"grids", array(ranking)},
+                                 {"heatmap", boolean()},
+                                 {"samples", integer()},
+                                 {"channels", integer()},
+                                 {"sequence", integer()},
+                                 {"width", integer()},
+                                 {"height", integer()}});
+  d["BinSample"] = object({{"sample", integer()},
+                           {"index", array(integer())},  // the element's coordinates after the batch dimension
+                           {"value", num()},
+                           {"top", integer()},
+                           {"left", integer()},
+                           {"png", nullable(str())}});  // base64 PNG of the input crop; null without an image input
+  d["BinSamples"] = object({{"layer", str()},
+                            {"kind", strip_kind},
+                            {"channel", nullable(integer())},
+                            {"bin", integer()},
+                            {"range", array(num())},  // the bin's edges [low, high]
+                            {"matches", integer()},   // elements in the bin among the kept samples
+                            {"sequence", integer()},
+                            {"position", ref("Position")},
+                            {"note", nullable(str())},
+                            {"samples", array(ref("BinSample"))}});
+  d["BinSamplesPicture"] = object({{"layer", str()},
+                                   {"kind", strip_kind},
+                                   {"channel", nullable(integer())},
+                                   {"bin", integer()},
+                                   {"range", array(num())},
+                                   {"matches", integer()},
+                                   {"shown", integer()},
+                                   {"sequence", integer()},
+                                   {"width", integer()},
+                                   {"height", integer()}});
 
   // --- refusals ---
   // A REST refusal's body (with its 4xx status); `argument` names the
@@ -514,8 +614,10 @@ json build() {
                                     {"layout", ref("WeightLayout")},
                                     {"scalars", map(num())},
                                     {"hyperparameters", map(num())}}))}});
+  d["ExtremesImage"] = extend(d["ExtremesPicture"], sent);
+  d["BinSamplesImage"] = extend(d["BinSamplesPicture"], sent);
   d["McpImages"] = any_of({ref("InputImage"), ref("LayerImages"), ref("HistogramImage"), ref("ExperimentImage"),
-                           ref("WeightImages")});
+                           ref("WeightImages"), ref("ExtremesImage"), ref("BinSamplesImage")});
 
   // --- the push channel (/ws) ---
   d["StripView"] = strip_view;

@@ -63,6 +63,23 @@ SessionCore::SessionCore(std::shared_ptr<torch::nn::Module> model, const StartOp
   experiments_host.changed = [this] { control_.notify_changed(); };
   experiments_host.display = [this] { return display_; };
   experiments_ = std::make_unique<experiments::Engine>(*model_, std::move(experiments_host));
+  experiments::Probes::Host probes_host;
+  probes_host.snapshot = [this] { return snapshot_.load(); };
+  probes_host.paused = [this] { return control_.state() == RunState::kPaused; };
+  probes_host.in_batch_pause = [this] { return in_batch_pause_.load(); };
+  probes_host.ended = [this]() -> std::string {
+    switch (control_.state()) {
+      case RunState::kFinished: return "training has finished: probes run on the paused training loop";
+      case RunState::kLost: return "the training loop was lost (" + control_.lost_reason() + ")";
+      default: return "";
+    }
+  };
+  probes_host.post = [this](std::function<void()> work) { control_.post(std::move(work)); };
+  probes_host.changed = [this] { control_.notify_changed(); };
+  probes_host.forward = [this] { return experiments_->forward(); };
+  probes_host.next_sequence = [this] { return ++sequence_; };
+  probes_host.show = [this](std::shared_ptr<const BatchSnapshot> view) { show(std::move(view)); };
+  probes_ = std::make_unique<experiments::Probes>(*model_, std::move(probes_host));
   port_ = make_port(*this);
   restorer_ = make_restorer(options.scheduler());
   try {
@@ -210,6 +227,10 @@ void SessionCore::publish_snapshot(capture::TraceResult& trace) {
       architecture_.store(snap->architecture);
     }
     {
+      std::lock_guard shown_lock(shown_mu_);
+      // A probe shown keeps its place: it re-runs on this capture before the
+      // loop goes on, and shows that (or, failing, this snapshot).
+      if (!probe_shown_) shown_.store(snap);
       std::lock_guard lock(publish_mu_);
       snapshot_.store(std::move(snap));
     }
@@ -218,6 +239,21 @@ void SessionCore::publish_snapshot(capture::TraceResult& trace) {
   } catch (const std::exception& e) {
     report_internal_error(std::string("snapshot failed: ") + e.what());
   }
+}
+
+void SessionCore::show(std::shared_ptr<const BatchSnapshot> view) {
+  {
+    std::lock_guard lock(shown_mu_);
+    probe_shown_ = view != nullptr;
+    if (view) {
+      shown_.store(std::move(view));
+    } else if (auto live = snapshot_.load()) {
+      auto copy = std::make_shared<BatchSnapshot>(*live);
+      copy->sequence = ++sequence_;
+      shown_.store(std::move(copy));
+    }
+  }
+  control_.notify_changed();
 }
 
 bool SessionCore::finish_batch(bool can_repeat) {
@@ -232,6 +268,8 @@ bool SessionCore::finish_batch(bool can_repeat) {
   publish_capture();
   observer_.reset();
   // Each page's auto experiment re-runs at every snapshot (auto-run on).
+  // An active probe re-runs on every captured batch (before the pause shows it).
+  if (decision_.capture) probes_->snapshot_published();
   if (decision_.capture) experiments_->snapshot_published(experiments::Engine::Clock::now());
   // Auto-run: queued experiments run at each live update (in a pause, the
   // pause runs them).
@@ -302,6 +340,7 @@ void SessionCore::close() {
   closed_ = true;
   control_.close();
   experiments_->close();
+  probes_->close();
   std::lock_guard lock(publish_mu_);
   published_.notify_all();
 }

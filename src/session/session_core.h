@@ -15,6 +15,7 @@
 #include "capture/optimizer_state.h"
 #include "capture/tracer.h"
 #include "experiments/engine.h"
+#include "experiments/probe.h"
 #include "common/atomic_shared_ptr.h"
 #include "observer/observer.h"
 #include "nansense/options.h"
@@ -56,6 +57,9 @@ class SessionCore {
   RunControl& control() { return control_; }
   const RunControl& control() const { return control_; }
   std::shared_ptr<const BatchSnapshot> snapshot() const { return snapshot_.load(); }
+  // What the UI shows: the last published snapshot, or a probe's result in
+  // its place while a probe is active (experiments/probe.h).
+  std::shared_ptr<const BatchSnapshot> shown_snapshot() const { return shown_.load(); }
   std::shared_ptr<const Architecture> architecture() const { return architecture_.load(); }
   std::optional<BatchPosition> live_position() const { return schedule_.current(); }
   bool closed() const { return closed_.load(); }
@@ -74,6 +78,8 @@ class SessionCore {
 
   // Experiments on the paused model (experiments/engine.h).
   experiments::Engine& experiments() { return *experiments_; }
+  // Probes on the paused model (experiments/probe.h).
+  experiments::Probes& probes() { return *probes_; }
 
   // The transport's view of this session (see session_port.h).
   SessionPort& port() { return *port_; }
@@ -114,6 +120,9 @@ class SessionCore {
   // is captured, folds its statistics when collected.
   void publish_capture();
   void publish_snapshot(capture::TraceResult& trace);
+  // Shows `view` in the live snapshot's place; null: the live snapshot again
+  // (a copy under a new sequence, so sequences only grow).
+  void show(std::shared_ptr<const BatchSnapshot> view);
   std::unique_ptr<numerics::Monitor> make_monitor(const DebugSettings& settings);
   std::unique_ptr<time_travel::TrainingRestorer> make_restorer(torch::optim::LRScheduler* scheduler);
   // Pauses the loop at `pos`; queued experiments run first in the pause.
@@ -136,7 +145,8 @@ class SessionCore {
   // The batch's op observer; declared first of the two, it outlives the tracer.
   std::unique_ptr<observer::Observer> observer_;
   std::unique_ptr<capture::Tracer> tracer_;
-  uint64_t sequence_ = 0;
+  // Snapshot sequence numbers, shared by captures and probe views.
+  std::atomic<uint64_t> sequence_{0};
   // StartOptions::snapshot_budget, and the samples the last capture found to
   // fit it: the next capture starts there instead of trimming again.
   int64_t snapshot_budget_ = 0;
@@ -149,6 +159,11 @@ class SessionCore {
   std::unique_ptr<time_travel::TrainingRestorer> restorer_;
 
   common::AtomicSharedPtr<const BatchSnapshot> snapshot_;
+  common::AtomicSharedPtr<const BatchSnapshot> shown_;
+  // Orders the stores of snapshot_ and shown_ (a capture against a probe
+  // ending on another thread).
+  std::mutex shown_mu_;
+  bool probe_shown_ = false;  // shown_ holds a probe's view (shown_mu_)
   common::AtomicSharedPtr<const Architecture> architecture_;
   std::atomic<bool> closed_{false};
   // Paused inside the batch by a numerical check (see Engine::Host).
@@ -162,6 +177,7 @@ class SessionCore {
   std::unique_ptr<StatsCollector> stats_;
 
   std::unique_ptr<experiments::Engine> experiments_;
+  std::unique_ptr<experiments::Probes> probes_;
 
   std::unique_ptr<SessionPort> port_;
   // The web server; destroyed first (~SessionCore), while port_ still stands.

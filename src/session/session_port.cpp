@@ -21,7 +21,7 @@ class CorePort final : public SessionPort {
   std::optional<BatchPosition> live_position() const override { return core_.live_position(); }
   const Schedule& schedule() const override { return core_.schedule(); }
   std::vector<std::string> internal_errors() const override { return core_.internal_errors(); }
-  std::shared_ptr<const BatchSnapshot> snapshot() const override { return core_.snapshot(); }
+  std::shared_ptr<const BatchSnapshot> snapshot() const override { return core_.shown_snapshot(); }
   std::shared_ptr<const Architecture> architecture() const override { return core_.architecture(); }
 
   void step_batch() override { core_.control().step_batch(); }
@@ -44,6 +44,7 @@ class CorePort final : public SessionPort {
   void notify_changed() override { core_.control().notify_changed(); }
 
   experiments::Engine& experiments() override { return core_.experiments(); }
+  experiments::Probes& probes() override { return core_.probes(); }
 
   DebugSettings debug_settings() const override { return core_.debug().settings(); }
   void set_debug_settings(const DebugSettings& settings) override { core_.debug().set_settings(settings); }
@@ -71,6 +72,10 @@ class CorePort final : public SessionPort {
   WatchPerformance watch_performance() const override { return core_.stats().performance(); }
   bool set_watch_performance(const WatchPerformance& performance) override {
     return core_.stats().set_performance(performance);
+  }
+  std::optional<std::vector<std::string>> patch_layers() const override { return core_.stats().patch_layers(); }
+  void set_patch_layers(const std::optional<std::vector<std::string>>& layers) override {
+    core_.stats().set_patch_layers(layers, core_.architecture().get());
   }
   std::shared_ptr<const StatsSnapshot> stats() const override { return core_.stats().snapshot(); }
   std::vector<FailedMetric> failed_metrics() const override { return core_.stats().failed_metrics(); }

@@ -26,6 +26,7 @@
 
 namespace nansense::experiments {
 class Engine;
+class Probes;
 }
 
 namespace nansense::detail {
@@ -56,7 +57,8 @@ class SessionPort {
   virtual const Schedule& schedule() const = 0;
   // Errors of nansense's own machinery that disabled a part.
   virtual std::vector<std::string> internal_errors() const = 0;
-  // The last published snapshot and architecture (null before the first).
+  // The last published snapshot (a probe's result in its place while a probe
+  // is active: see experiments/probe.h) and architecture (null before the first).
   virtual std::shared_ptr<const BatchSnapshot> snapshot() const = 0;
   virtual std::shared_ptr<const Architecture> architecture() const = 0;
 
@@ -106,6 +108,8 @@ class SessionPort {
   virtual void set_update_frequency(const UpdateFrequency& frequency) = 0;
   virtual WatchPerformance watch_performance() const = 0;
   virtual bool set_watch_performance(const WatchPerformance& performance) = 0;
+  virtual std::optional<std::vector<std::string>> patch_layers() const = 0;
+  virtual void set_patch_layers(const std::optional<std::vector<std::string>>& layers) = 0;
   virtual std::shared_ptr<const StatsSnapshot> stats() const = 0;
   virtual std::vector<FailedMetric> failed_metrics() const = 0;
 
@@ -118,6 +122,8 @@ class SessionPort {
 
   // --- experiments on the paused model (src/experiments/engine.h) ---
   virtual experiments::Engine& experiments() = 0;
+  // --- probes: the paused model re-run on pinned or perturbed inputs (src/experiments/probe.h) ---
+  virtual experiments::Probes& probes() = 0;
 
   // --- the attached transport ---
   // How the pictures show inputs (input_mean/std, transforms): the options

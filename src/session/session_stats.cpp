@@ -31,6 +31,12 @@ bool Session::set_watch_performance(const WatchPerformance& performance) {
 WatchPerformance Session::watch_performance() const {
   return core_ ? core_->stats().performance() : WatchPerformance();
 }
+void Session::set_patch_layers(const std::optional<std::vector<std::string>>& layers) {
+  if (core_) core_->stats().set_patch_layers(layers, core_->architecture().get());
+}
+std::optional<std::vector<std::string>> Session::patch_layers() const {
+  return core_ ? core_->stats().patch_layers() : std::nullopt;
+}
 void Session::log_scalar(const std::string& name, double value) {
   if (core_) core_->log_scalar(name, value);
 }

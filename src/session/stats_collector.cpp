@@ -8,6 +8,7 @@
 
 #include "common/dtype.h"
 #include "nansense/errors.h"
+#include "stats/extremes.h"
 
 namespace nansense {
 
@@ -41,6 +42,10 @@ void check_performance(const WatchPerformance& p) {
   if (p.histogram_sample() < 0) {
     throw UsageError("watch performance: histogram_sample must be >= 0 (values a CPU histogram counts per tensor; "
                      "0 counts every value), got " + std::to_string(p.histogram_sample()));
+  }
+  if (p.samples_per_channel() < 0 || p.samples_per_channel() > 64) {
+    throw UsageError("watch performance: samples_per_channel must be 0..64 (inputs a Min/Max gallery keeps per "
+                     "channel; 0 turns galleries off), got " + std::to_string(p.samples_per_channel()));
   }
 }
 
@@ -190,6 +195,24 @@ bool StatsCollector::set_performance(const WatchPerformance& performance) {
   return true;
 }
 
+std::optional<std::vector<std::string>> StatsCollector::patch_layers() const {
+  std::lock_guard lock(mu_);
+  return patch_layers_;
+}
+
+void StatsCollector::set_patch_layers(const std::optional<std::vector<std::string>>& layers,
+                                      const Architecture* architecture) {
+  if (layers) {
+    if (auto unknown = unknown_layers(*layers, architecture); !unknown.empty()) refuse_unknown(unknown, *architecture);
+  }
+  {
+    std::lock_guard lock(mu_);
+    patch_layers_ = layers;
+    ++version_;
+  }
+  host_.changed();
+}
+
 bool StatsCollector::collecting() const {
   std::lock_guard lock(mu_);
   return !disabled_ && (scope_ == StatsScope::kAll || (scope_ == StatsScope::kWatched && !watched_.empty()));
@@ -268,6 +291,7 @@ void StatsCollector::apply_settings() {
     applied_version_ = version_;
     applied_scope_ = scope_;
     applied_watched_ = watched_;
+    applied_patch_layers_ = patch_layers_;
     performance = performance_;
   }
   if (store_.set_detail(performance)) dirty_ = true;
@@ -347,9 +371,27 @@ void StatsCollector::fold(const BatchPosition& pos, capture::TraceResult& trace)
         store_.add(layer, pos.phase, pos.epoch, kind, it->second);
       }
     };
+    // Min/Max galleries rank the samples of the batch's first image-like
+    // input (undefined when it has none: the buckets then say so).
+    torch::Tensor image;
+    for (const auto& name : trace.architecture->inputs) {
+      auto it = trace.device_activations.find(name);
+      if (it != trace.device_activations.end() && stats::ExtremeGallery::image_like(it->second)) {
+        image = it->second;
+        break;
+      }
+    }
     for (const LayerInfo* layer : layers) {
       add(trace.device_activations, layer->name, stats::Kind::kActivation);
       add(gradients, layer->name, stats::Kind::kGradient);
+      const bool patches = !applied_patch_layers_ || std::find(applied_patch_layers_->begin(),
+                                                               applied_patch_layers_->end(),
+                                                               layer->name) != applied_patch_layers_->end();
+      auto act = trace.device_activations.find(layer->name);
+      if (patches && act != trace.device_activations.end() && act->second.defined() &&
+          act->second.is_floating_point() && layer->role != LayerInfo::Role::kInput) {
+        store_.add_gallery(layer->name, pos.phase, pos.epoch, pos.batch_idx, act->second, image);
+      }
     }
     store_.end_batch();
     dirty_ = true;

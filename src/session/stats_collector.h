@@ -53,6 +53,10 @@ class StatsCollector {
   WatchPerformance performance() const;
   // Whether the change flushes what was collected. UsageError for a bad value.
   bool set_performance(const WatchPerformance& performance);
+  // The layers Min/Max galleries are collected for (nullopt: every one in
+  // scope). Names are checked as watch() checks them.
+  std::optional<std::vector<std::string>> patch_layers() const;
+  void set_patch_layers(const std::optional<std::vector<std::string>>& layers, const Architecture* architecture);
   // Whether batches are collected: scope all, or watched with a watched
   // layer (and collection not disabled by a failure).
   bool collecting() const;
@@ -152,6 +156,7 @@ class StatsCollector {
   StatsScope scope_;
   std::vector<std::string> watched_;
   WatchPerformance performance_;
+  std::optional<std::vector<std::string>> patch_layers_;
   uint64_t version_ = 1;
   bool disabled_ = false;  // a failure turned collection off
   std::vector<std::shared_ptr<Metric>> metrics_;
@@ -163,6 +168,7 @@ class StatsCollector {
   uint64_t applied_version_ = 0;
   StatsScope applied_scope_ = StatsScope::kNone;  // settings as of the last batch boundary
   std::vector<std::string> applied_watched_;
+  std::optional<std::vector<std::string>> applied_patch_layers_;
   std::optional<int64_t> epoch_;  // the epoch of the last batch seen
   bool sampling_parameters_ = false;
   bool dirty_ = false;  // collected or logged since the last publish

@@ -28,6 +28,13 @@ ModelIsolation::ModelIsolation(torch::nn::Module& model)
   model.eval();
 }
 
+void ModelIsolation::reapply_training_flags() {
+  // train() recurses: the root first, then every module in pre-order sets
+  // its own flag after its parent's.
+  model_.train(root_training_);
+  for (auto& [m, training] : training_) m->train(training);
+}
+
 ModelIsolation::~ModelIsolation() {
   try {
     torch::NoGradGuard no_grad;
@@ -43,10 +50,7 @@ ModelIsolation::~ModelIsolation() {
       }
     }
     for (auto& b : buffers_) b.tensor.detach().copy_(b.value);
-    // train() recurses: the root first, then every module in pre-order sets
-    // its own flag after its parent's.
-    model_.train(root_training_);
-    for (auto& [m, training] : training_) m->train(training);
+    reapply_training_flags();
     rng_.apply();
     torch::GradMode::set_enabled(grad_mode_);
   } catch (const std::exception& e) {

@@ -22,6 +22,9 @@ class ModelIsolation {
   explicit ModelIsolation(torch::nn::Module& model);
   ~ModelIsolation();
   ModelIsolation(const ModelIsolation&) = delete;
+  // Inside the guard: every module's training flag as it was saved (the
+  // model as training left it, instead of eval mode).
+  void reapply_training_flags();
   ModelIsolation& operator=(const ModelIsolation&) = delete;
 
  private:

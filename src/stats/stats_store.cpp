@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "common/host_copy.h"
+#include "stats/extremes.h"
 
 namespace nansense::stats {
 
@@ -289,6 +290,10 @@ struct StatsStore::Bucket {
   int64_t batches = 0;
   std::optional<TensorAccumulator> activation;
   std::optional<TensorAccumulator> gradient;
+  // Min/Max galleries of the activation while this is its stream's newest
+  // epoch, and why there are none when none could be collected.
+  std::unique_ptr<ExtremeGallery> gallery;
+  std::optional<std::string> gallery_note;
   bool touched = false;    // in touched_
   bool queued = false;     // in collapse_queue_
   bool collapsed = false;  // its epoch is over: no more adds
@@ -329,6 +334,47 @@ bool StatsStore::live(const std::shared_ptr<Bucket>& bucket) const {
 void StatsStore::add(const std::string& layer, const std::string& phase, int64_t epoch, Kind kind,
                      const torch::Tensor& t) {
   if (!t.defined()) return;
+  auto& bucket = bucket_for(layer, phase, epoch);
+  if (bucket->collapsed) return;
+  auto& acc = kind == Kind::kActivation ? bucket->activation : bucket->gradient;
+  if (!acc) acc.emplace(detail_);
+  acc->add(t);
+  touch(bucket);
+}
+
+void StatsStore::touch(const std::shared_ptr<Bucket>& bucket) {
+  if (!bucket->touched) {
+    bucket->touched = true;
+    touched_.push_back(bucket);
+  }
+}
+
+void StatsStore::add_gallery(const std::string& layer, const std::string& phase, int64_t epoch, int64_t batch,
+                             const torch::Tensor& activation, const torch::Tensor& input) {
+  if (detail_.samples_per_channel() <= 0 || !activation.defined() || activation.numel() == 0) return;
+  auto& bucket = bucket_for(layer, phase, epoch);
+  if (bucket->collapsed || bucket->gallery_note) return;
+  if (!input.defined()) {
+    bucket->gallery_note = "Min/Max galleries need an image-like model input ([batch, 1 or 3, height, width])";
+    return;
+  }
+  if (!bucket->gallery) {
+    GallerySettings settings;
+    settings.samples = detail_.samples_per_channel();
+    settings.channel_limit = detail_.channel_limit_enabled() ? detail_.channel_limit() : 0;
+    settings.averages = detail_.average_galleries();
+    bucket->gallery = std::make_unique<ExtremeGallery>(settings);
+  }
+  bucket->gallery->add(activation, input, batch);
+  if (bucket->gallery->unsupported()) {
+    bucket->gallery_note = *bucket->gallery->unsupported();
+    bucket->gallery.reset();
+  }
+  touch(bucket);
+}
+
+std::shared_ptr<StatsStore::Bucket>& StatsStore::bucket_for(const std::string& layer, const std::string& phase,
+                                                             int64_t epoch) {
   Key key{layer, phase, epoch};
   auto it = buckets_.find(key);
   if (it == buckets_.end()) {
@@ -346,15 +392,7 @@ void StatsStore::add(const std::string& layer, const std::string& phase, int64_t
     if (it != buckets_.begin() && same_stream(std::prev(it))) queue(std::prev(it)->second);
     if (std::next(it) != buckets_.end() && same_stream(std::next(it))) queue(bucket);
   }
-  auto& bucket = it->second;
-  if (bucket->collapsed) return;
-  auto& acc = kind == Kind::kActivation ? bucket->activation : bucket->gradient;
-  if (!acc) acc.emplace(detail_);
-  acc->add(t);
-  if (!bucket->touched) {
-    bucket->touched = true;
-    touched_.push_back(bucket);
-  }
+  return it->second;
 }
 
 void StatsStore::end_batch() {
@@ -381,6 +419,7 @@ void StatsStore::collapse_queued() {
       all.insert(all.end(), bufs.begin(), bufs.end());
     }
     b->collapsed = true;
+    b->gallery.reset();  // an older epoch keeps no galleries
   }
   collapse_queue_.clear();
   auto cpu = common::copy_to_host(all);
@@ -559,6 +598,12 @@ std::shared_ptr<const StatsSnapshot> StatsStore::publish() {
       ranges.emplace_back(all.size(), bufs.size());
       all.insert(all.end(), bufs.begin(), bufs.end());
     }
+    // A bucket about to collapse publishes no galleries.
+    if (b->gallery && !(b->queued && !b->collapsed)) {
+      auto bufs = b->gallery->buffers();
+      ranges.emplace_back(all.size(), bufs.size());
+      all.insert(all.end(), bufs.begin(), bufs.end());
+    }
   }
   const auto cpu = common::copy_to_host(all);
   auto snapshot = std::make_shared<StatsSnapshot>();
@@ -581,7 +626,15 @@ std::shared_ptr<const StatsSnapshot> StatsStore::publish() {
     };
     take(b->activation, view.activation);
     take(b->gradient, view.gradient);
-    if (collapse) b->collapsed = true;
+    if (b->gallery && !collapse) {
+      view.galleries = b->gallery->view(slice(cpu, ranges[next].first, ranges[next].second));
+      ++next;
+    }
+    view.gallery_note = b->gallery_note;
+    if (collapse) {
+      b->collapsed = true;
+      b->gallery.reset();
+    }
     b->queued = false;
     snapshot->layers[{view.layer, view.phase}].push_back(std::move(view));
   }
@@ -598,6 +651,7 @@ size_t StatsStore::device_bytes() const {
   for (const auto& [_, b] : buckets_) {
     if (b->activation) total += b->activation->bytes();
     if (b->gradient) total += b->gradient->bytes();
+    if (b->gallery) total += b->gallery->bytes();
   }
   return total;
 }

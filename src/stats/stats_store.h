@@ -80,6 +80,13 @@ class StatsStore {
   // at the next end_batch() or publish(), all such buckets in one batched
   // copy (one sync per epoch boundary, not one per layer).
   void add(const std::string& layer, const std::string& phase, int64_t epoch, Kind kind, const torch::Tensor& t);
+  // Folds one batch's activation of `layer` into its bucket's Min/Max
+  // galleries (detail().samples_per_channel > 0), with the batch's
+  // image-like model input (undefined when the model has none: the bucket
+  // then says why it has no galleries). `batch`: the batch's index in its
+  // phase. Galleries live only in the newest epoch of (layer, phase).
+  void add_gallery(const std::string& layer, const std::string& phase, int64_t epoch, int64_t batch,
+                   const torch::Tensor& activation, const torch::Tensor& input);
   // Counts a batch into the buckets touched since the last call.
   void end_batch();
 
@@ -127,6 +134,10 @@ class StatsStore {
   std::map<std::tuple<std::string, std::string, std::string>, size_t> series_index_;  // (name, layer, phase)
 
   bool live(const std::shared_ptr<Bucket>& bucket) const;
+  // The (layer, phase, epoch) bucket, made on first use (queueing the older
+  // epoch of the stream to collapse).
+  std::shared_ptr<Bucket>& bucket_for(const std::string& layer, const std::string& phase, int64_t epoch);
+  void touch(const std::shared_ptr<Bucket>& bucket);
   void collapse_queued();
   void forget_dropped();
 };

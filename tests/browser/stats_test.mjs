@@ -208,6 +208,73 @@ async function main() {
     await screenshot('current-batch');
   });
 
+  await check('Histogram: hovering a per-channel bar shows that bin\'s elements of the last captured batch with their crops', async () => {
+    await byTestId(`per-channel-${LAYER}`).check();
+    await byTestId(`channel-${LAYER}`).selectOption('2');
+    const plot = page.locator(`[data-testid="${HIST}"] .u-over`);
+    await plot.waitFor({ timeout: UI_TIMEOUT_MS });
+    const box = await plot.boundingBox();
+    const panel = page.locator(`[data-testid="bin-samples-${LAYER}-activation"]`);
+    // Sweep the plot until the cursor is over a bar that holds values.
+    let found = false;
+    for (let i = 1; i < 40 && !found; ++i) {
+      await page.mouse.move(box.x + (box.width * i) / 40, box.y + box.height / 2);
+      try {
+        await page.waitForFunction(
+          (sel) => {
+            const el = document.querySelector(sel);
+            return el && Number(el.dataset.matches ?? 0) > 0 && el.querySelector('[data-testid="bin-sample"] img');
+          },
+          `[data-testid="bin-samples-${LAYER}-activation"]`,
+          { timeout: 1500 },
+        );
+        found = true;
+      } catch {
+        // An empty bar, or the answer still on its way: the next position.
+      }
+    }
+    if (!found) throw new Error(`no bar of ${HIST} showed bin samples (panel: ${await panel.count() ? await panel.textContent() : 'none'})`);
+    const bin = Number(await panel.getAttribute('data-bin'));
+    const matches = Number(await panel.getAttribute('data-matches'));
+    const r = await api(`/api/stats/bin_samples?layer=${encodeURIComponent(LAYER)}&channel=2&bin=${bin}`);
+    if (r.matches !== matches) throw new Error(`the page says ${matches} values in bin ${bin}, the API ${r.matches}`);
+    const shown = await page.locator(`[data-testid="bin-samples-${LAYER}-activation"] [data-testid="bin-sample"]`).count();
+    if (shown !== Math.min(6, matches)) throw new Error(`${shown} bin samples shown for ${matches} matches`);
+    await screenshot('bin-samples');
+  });
+
+  await check('Min/Max: per channel, the inputs that drove it highest, best first; Min pixel and the heatmap redraw it', async () => {
+    await byTestId('view-minmax').check();
+    await page.locator('[data-testid="stats-main"][data-view="minmax"]').waitFor({ timeout: UI_TIMEOUT_MS });
+    if (new URL(page.url()).searchParams.get('view') !== 'minmax') throw new Error(`the address keeps ${page.url()}`);
+    const gallery = page.locator(`[data-testid="gallery-${LAYER}"][data-ranking="max_pixel"]`);
+    await gallery.waitFor({ timeout: UI_TIMEOUT_MS });
+    const phase = await page.getAttribute('[data-testid="stats-main"]', 'data-phase');
+    const api_gallery = await api(`/api/stats/extremes?layer=${encodeURIComponent(LAYER)}&phase=${phase}`);
+    const filled = api_gallery.cells.filter((c) => c.filled).length;
+    if (filled === 0) throw new Error(`the API's gallery is empty: ${api_gallery.note}`);
+    if (Number(await gallery.getAttribute('data-filled')) !== filled) throw new Error(`the page fills ${await gallery.getAttribute('data-filled')} cells, the API ${filled}`);
+    const images = await gallery.locator('[data-testid="gallery-cell"] img').count();
+    if (images !== filled) throw new Error(`${images} images for ${filled} filled cells`);
+    // Column 0's scores fall down the rows.
+    const scores = await gallery.locator('tbody tr td:first-of-type [data-testid="gallery-cell"]').evaluateAll((els) => els.map((e) => Number(e.dataset.score)));
+    if (scores.some((v, i) => i > 0 && v > scores[i - 1])) throw new Error(`channel 0's scores are not best first: ${scores}`);
+    await screenshot('minmax');
+    await byTestId('grid-min_pixel').check();
+    await page.locator(`[data-testid="gallery-${LAYER}"][data-ranking="min_pixel"]`).waitFor({ timeout: UI_TIMEOUT_MS });
+    const before = await page.locator(`[data-testid="gallery-${LAYER}"] [data-testid="gallery-cell"] img`).first().getAttribute('src');
+    await byTestId('heatmap').check();
+    await page.waitForFunction(
+      ([sel, src]) => {
+        const img = document.querySelector(sel);
+        return img && img.getAttribute('src') !== src;
+      },
+      [`[data-testid="gallery-${LAYER}"] [data-testid="gallery-cell"] img`, before],
+      { timeout: UI_TIMEOUT_MS },
+    );
+    await screenshot('minmax-heatmap');
+  });
+
   await check('no console errors', async () => {
     if (consoleErrors.length) throw new Error(`console errors: ${consoleErrors.join(' | ')}`);
   });

@@ -50,7 +50,8 @@ async function expectSameAsServer(tensor, query) {
 const role = (d) => h.page.locator(`[data-testid="weights-role-${WEIGHT}-${d}"]`);
 
 async function main() {
-  await h.startDemo(['--epochs', '1', '--limit-batches', '5']);
+  // --instruments: a z-score strip under each watched card, Adam's direction on this page.
+  await h.startDemo(['--epochs', '1', '--limit-batches', '5', '--instruments']);
   const base = h.demo.base;
   await h.launch();
   const page = (h.page = await h.newPage({ width: 1440, height: 1000 }));
@@ -68,6 +69,30 @@ async function main() {
     if ((await byTestId('weights-link-features.1').count()) !== 0) throw new Error('features.1 (ReLU) has a Weights button');
     const title = await byTestId(`weights-link-${LAYER}`).getAttribute('title');
     if (!title.includes('(2)')) throw new Error(`the Weights button's title should count 2 parameters: "${title}"`);
+  });
+
+  await check("a layer-tensor instrument draws as an extra strip under its card, the server's picture", async () => {
+    const id = `strip-instrument-zscore-${LAYER}`;
+    await byTestId(`card-${LAYER}`).scrollIntoViewIfNeeded();
+    await page.locator(`img[data-testid="${id}"]`).waitFor({ timeout: h.uiTimeoutMs });
+    const same = await page.evaluate(
+      async ([sel, url]) => {
+        const img = document.querySelector(sel);
+        const res = await fetch(url);
+        if (!res.ok) return `HTTP ${res.status}: ${await res.text()}`;
+        const bytes = new Uint8Array(await res.arrayBuffer());
+        let binary = '';
+        for (const b of bytes) binary += String.fromCharCode(b);
+        const mine = await (await fetch(img.src)).arrayBuffer();
+        let own = '';
+        for (const b of new Uint8Array(mine)) own += String.fromCharCode(b);
+        return own === binary ? 'same' : 'differs';
+      },
+      // What the card asks for by default: sample 0, values unchanged.
+      [`img[data-testid="${id}"]`, `/api/render/instrument_strip?layer=${LAYER}&instrument=zscore&sample=0&average=false&values=unchanged`],
+    );
+    if (same !== 'same') throw new Error(`${id}: ${same} from the server's render_instrument_strip`);
+    await screenshot('instrument-card');
   });
 
   await check("a card's Weights button opens the page on its layer", async () => {
@@ -89,6 +114,9 @@ async function main() {
     await expectStrip('state:exp_avg_sq', tiles16);
     await expectSameAsServer('weight', 'x_dim=3&y_dim=2&tile_dim=1&index=0,0,0,0');
     await expectText(`weights-scalars-${WEIGHT}`, /step \d+.*lr/);
+    // The weight-tensor instrument, laid out like the weight it shares a shape with.
+    await expectStrip('instrument:adam_direction', tiles16);
+    await expectSameAsServer('instrument:adam_direction', 'x_dim=3&y_dim=2&tile_dim=1&index=0,0,0,0');
     await screenshot('default');
   });
 

@@ -36,7 +36,14 @@ json example(const json& spec) {
   if (spec.contains("enum")) return spec["enum"][0];
   const std::string type = spec["type"];
   if (type == "string") return "fc1";
-  if (type == "array") return json::array({"fc1"});
+  if (type == "array") {
+    const json& items = spec["items"];
+    const std::string item = items.value("type", "string");
+    if (item == "integer") return json::array({items.value("minimum", 0)});
+    if (item == "number") return json::array({items.value("minimum", 0.5)});
+    if (items.contains("enum")) return json::array({items["enum"][0]});
+    return json::array({"fc1"});
+  }
   if (type == "boolean") return true;
   if (type == "object") return json::object();
   if (spec.contains("minimum")) return spec["minimum"];
@@ -82,26 +89,34 @@ std::vector<Probe> probes(const json& spec) {
     out.push_back({"true", true, true});
     out.push_back({"false", false, true});
     out.push_back({"a word", "maybe", false});
-  } else if (type == "array" && spec["items"].value("type", "") == "integer") {
-    // A list of integers (a weight strip's index), each item bounded.
-    const int64_t low = spec["items"].value("minimum", 0);
+  } else if (type == "array" && (spec["items"].value("type", "") == "integer" || spec["items"].value("type", "") == "number")) {
+    // A list of integers (a weight strip's index) or numbers (a perturbation's values), each item bounded.
+    const bool integers = spec["items"]["type"] == "integer";
+    const double low = spec["items"].value("minimum", 0.0);
+    auto item = [&](double v) { return integers ? json(static_cast<int64_t>(v)) : json(v); };
+    auto list = [&](size_t n, double v) { return json(std::vector<json>(n, item(v))); };
     if (spec.contains("maxItems")) {
       const size_t max = spec["maxItems"];
-      out.push_back({"the most items", json(std::vector<int64_t>(max, low)), true});
-      out.push_back({"one item too many", json(std::vector<int64_t>(max + 1, low)), false});
+      out.push_back({"the most items", list(max, low), true});
+      out.push_back({"one item too many", list(max + 1, low), false});
     }
-    if (spec["items"].contains("minimum")) out.push_back({"an item below the minimum", json::array({low - 1}), false});
+    if (spec["items"].contains("minimum")) out.push_back({"an item below the minimum", list(1, low - 1), false});
     out.push_back({"a word in the list", json::array({"many"}), false});
-    out.push_back({"a fraction in the list", json::array({1.5}), false, /*in_query=*/false});
+    out.push_back({"a fraction in the list", json::array({1.5}), !integers, /*in_query=*/false});
     out.push_back({"a plain string", "fc1", false, /*in_query=*/false});
   } else if (type == "array") {
+    // Names, or choices (a gallery's rankings).
+    const json filler = spec["items"].contains("enum") ? spec["items"]["enum"][0] : json("fc1");
     if (spec.contains("minItems") && spec["minItems"].get<size_t>() > 0) {
       out.push_back({"too few items", json::array(), false});
     }
     if (spec.contains("maxItems")) {
       const size_t max = spec["maxItems"];
-      out.push_back({"the most items", json(std::vector<std::string>(max, "fc1")), true});
-      out.push_back({"one item too many", json(std::vector<std::string>(max + 1, "fc1")), false});
+      out.push_back({"the most items", json(std::vector<json>(max, filler)), true});
+      out.push_back({"one item too many", json(std::vector<json>(max + 1, filler)), false});
+    }
+    if (spec["items"].contains("enum")) {
+      out.push_back({"an item outside the choices", json::array({"no-such-choice"}), false});
     }
     if (spec["items"].value("minLength", 0) > 0) out.push_back({"an empty name", json::array({""}), false, false});
     out.push_back({"a plain string", "fc1", false, /*in_query=*/false});
@@ -246,7 +261,9 @@ TEST_F(ArgumentsTest, TheWaitLimitIsOneDeclaration) {
     EXPECT_EQ(properties["timeout_seconds"]["minimum"], 0) << command["name"];
     EXPECT_EQ(properties["timeout_seconds"]["maximum"], 300) << command["name"];
   }
-  EXPECT_EQ(waiting, 7);  // step, run, run_until, pause, refresh, time_travel, run_experiment
+  // step, run, run_until, pause, refresh, time_travel, run_experiment, and the
+  // probe's pin_batch, unpin_batch, set_probe_mode, add_perturbation, clear_perturbations.
+  EXPECT_EQ(waiting, 12);
 }
 
 }  // namespace

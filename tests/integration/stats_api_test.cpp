@@ -66,7 +66,12 @@ TEST_F(StatsApiTest, DefaultsCollectNothingUntilALayerIsWatched) {
   json settings = get("/api/settings").json();
   EXPECT_EQ(settings["stats_scope"], "watched");
   EXPECT_EQ(settings["watch_performance"],
-            json({{"channel_limit_enabled", true}, {"channel_limit", 16}, {"histogram_sample", 16384}}));
+            json({{"channel_limit_enabled", true},
+                  {"channel_limit", 16},
+                  {"histogram_sample", 16384},
+                  {"samples_per_channel", 5},
+                  {"average_galleries", false}}));
+  EXPECT_EQ(settings["patch_layers"], nullptr);
   step("batch");
   EXPECT_TRUE(stats_layers().empty());
   EXPECT_EQ(session_->stats(), nullptr);

@@ -65,7 +65,9 @@ try {
                       'run_until', 'pause', 'refresh', 'render_layer', 'render_input', 'get_settings',
                       'set_update_frequency', 'set_stats_scope', 'watch_layers', 'unwatch_layers',
                       'set_watch_performance', 'list_stats', 'get_stats_history', 'get_metrics', 'render_histogram',
-                      'render_weights']) {
+                      'render_weights', 'get_probe_status', 'pin_batch', 'unpin_batch', 'set_probe_mode',
+                      'add_perturbation', 'clear_perturbations', 'render_extreme_patches', 'render_bin_samples',
+                      'set_patch_layers']) {
     if (!names.includes(name)) fail(`tools/list lacks ${name}: ${names}`);
   }
   check(tools.every((t) => t.inputSchema?.type === 'object' && t.description.length > 40),
@@ -115,6 +117,16 @@ try {
   check(!histogram.isError && histogramSize && Math.max(histogramSize.width, histogramSize.height) <= 1568 &&
         histogram.content[0].text.includes('signed-log'), 'render_histogram: a PNG chart with its caption',
         histogram.content[0]);
+  const patches = await client.callTool({
+    name: 'render_extreme_patches', arguments: { layer: 'features.0', grids: ['max_pixel'], heatmap: true } });
+  const patchImage = patches.content.find((c) => c.type === 'image');
+  const patchSize = patchImage && decodePng(Buffer.from(patchImage.data, 'base64'));
+  check(!patches.isError && patchSize && Math.max(patchSize.width, patchSize.height) <= 1568 &&
+        patches.structuredContent?.channels === 16 && patches.structuredContent?.samples === 5,
+        'render_extreme_patches: 16 channels x 5 inputs as one PNG', patches.structuredContent ?? patches.content);
+  const bins = await client.callTool({ name: 'render_bin_samples', arguments: { layer: 'features.0', bin: 300 } });
+  check(bins.isError && bins.content[0].text.includes('"bin"'), 'render_bin_samples: a bin out of range is refused',
+        bins.content);
   const frequency = json(await client.callTool({
     name: 'set_update_frequency', arguments: { unit: 'batch', n: 10, phase: 'train' } }));
   check(frequency.update_frequency.n === 10 && frequency.update_frequency.phase === 'train',
@@ -213,6 +225,31 @@ try {
   });
   check(badParam.isError && badParam.content[0].text.includes('"window" must be at least 1'),
         'run_experiment: a parameter out of range is a tool error naming it', badParam.content);
+
+  // Probes on the paused demo CNN ([N,1,28,28] Fashion-MNIST images): pin,
+  // eval mode, a white pixel at [14, 14] of sample 0; the layers then show
+  // perturbed - original; a pixel off the image is a tool error saying what fits.
+  const pinned = json(await client.callTool({ name: 'pin_batch', arguments: { timeout_seconds: 30 } }));
+  check(pinned.pinned && pinned.result?.run >= 1 && pinned.pinned_position?.text,
+        'pin_batch: the batch is pinned and re-run', pinned);
+  const evalMode = json(await client.callTool({ name: 'set_probe_mode', arguments: { mode: 'eval', timeout_seconds: 30 } }));
+  check(evalMode.mode === 'eval' && evalMode.result?.run > pinned.result.run, 'set_probe_mode: eval re-runs it', evalMode);
+  const white = json(await client.callTool({
+    name: 'add_perturbation', arguments: { index: [14, 14], values: [2.8], timeout_seconds: 30 },
+  }));
+  check(white.result?.diff === true && white.perturbations.length === 1 && white.perturbations[0].input === 'input',
+        'add_perturbation: the layers show perturbed - original', white);
+  const offImage = await client.callTool({ name: 'add_perturbation', arguments: { index: [28, 0], values: [1] } });
+  check(offImage.isError && offImage.content[0].text.includes('y in 0..27'),
+        'add_perturbation: a pixel off the image is a tool error saying what fits', offImage.content);
+  const probeStatus = json(await client.callTool({ name: 'get_probe_status', arguments: {} }));
+  check(probeStatus.active && probeStatus.hint.includes('perturbed - original'),
+        'get_probe_status: active, the hint says what the pictures show', probeStatus);
+  const cleared = json(await client.callTool({ name: 'clear_perturbations', arguments: {} }));
+  const unpinned = json(await client.callTool({ name: 'unpin_batch', arguments: {} }));
+  const off = json(await client.callTool({ name: 'set_probe_mode', arguments: { mode: 'unchanged' } }));
+  check(cleared.cleared === 1 && !unpinned.pinned && !off.active && off.result === null,
+        'clear_perturbations, unpin_batch, set_probe_mode unchanged: the probe ends', off);
 
   await transport.terminateSession();
   await client.close();

@@ -27,9 +27,8 @@ using test::kWait;
 using test::TrainingThread;
 using namespace std::chrono_literals;
 
-ServeOptions quiet_server() { return ServeOptions().port(0).open_browser(false).print_banner(false).mcp(false); }
-// As in experiments_test.cpp: no under/overflow pause inside a backward.
-DebugSettings quiet_checks() { return DebugSettings().check_under_over(false).capsule_dir(""); }
+using test::quiet_checks;
+using test::quiet_server;
 
 std::vector<test::Batch> images(int n) {
   std::vector<test::Batch> data;

@@ -22,6 +22,7 @@ namespace {
 using experiments::json;
 using experiments::Result;
 using test::kWait;
+using test::NormNet;
 using test::TrainingThread;
 
 // The demo CNN on a batch of 28x28 images in [0,1], normalised as the demo does.
@@ -336,22 +337,6 @@ TEST(Experiments, BadLayersAndParametersAreRefusedClearly) {
 
 // --- isolation -----------------------------------------------------------
 
-struct NormNetImpl : torch::nn::Module {
-  NormNetImpl()
-      : conv(register_module("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 4, 3).padding(1)))),
-        norm(register_module("norm", torch::nn::BatchNorm2d(4))),
-        drop(register_module("drop", torch::nn::Dropout(0.5))),
-        fc(register_module("fc", torch::nn::Linear(4 * 8 * 8, 3))) {}
-  torch::Tensor forward(const torch::Tensor& x) {
-    return fc(drop(torch::relu(norm(conv(x))).flatten(1)));
-  }
-  torch::nn::Conv2d conv;
-  torch::nn::BatchNorm2d norm;
-  torch::nn::Dropout drop;
-  torch::nn::Linear fc;
-};
-TORCH_MODULE(NormNet);
-
 TEST(Experiments, EveryKindLeavesTheModelBitForBitAsItWas) {
   torch::manual_seed(11);
   NormNet model;
@@ -399,14 +384,9 @@ TEST(Experiments, EveryKindLeavesTheModelBitForBitAsItWas) {
 
 // --- the queue on a real training loop ------------------------------------
 
-ServeOptions quiet_server() { return ServeOptions().port(0).open_browser(false).print_banner(false).mcp(false); }
-
-// The queue's tests pause between batches. The under/overflow check may trip
-// inside a backward on random data (whether a gradient crosses its 10%
-// threshold can depend on the thread count's rounding), and a pause there
-// refuses experiments: these tests keep the NaN/Inf check only, and write no
-// capsules.
-DebugSettings queue_checks() { return DebugSettings().check_under_over(false).capsule_dir(""); }
+// The queue's tests pause between batches (see test::quiet_checks).
+using test::quiet_server;
+DebugSettings queue_checks() { return test::quiet_checks(); }
 
 TEST(ExperimentQueue, RunsOnThePausedLoopAndTrainingReplaysUnchanged) {
   // Two identical runs of 3 batches; the first runs experiments while paused

@@ -51,7 +51,7 @@ std::string read_file(const std::string& path) {
   return out.str();
 }
 
-ServeOptions quiet_server() { return ServeOptions().port(0).open_browser(false).print_banner(false).mcp(false); }
+using test::quiet_server;
 
 // Batches 0 and 1 hold every class; batch 2 lacks class 2 and goes non-finite.
 std::vector<std::pair<torch::Tensor, torch::Tensor>> class_batches(int64_t n = 5) {

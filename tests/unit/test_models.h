@@ -139,6 +139,24 @@ struct DropNetImpl : torch::nn::Module {
 };
 TORCH_MODULE(DropNet);
 
+// Convolution, BatchNorm, dropout and a linear head: every piece of state a
+// forward can touch (running statistics, the RNG, training flags).
+struct NormNetImpl : torch::nn::Module {
+  NormNetImpl()
+      : conv(register_module("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 4, 3).padding(1)))),
+        norm(register_module("norm", torch::nn::BatchNorm2d(4))),
+        drop(register_module("drop", torch::nn::Dropout(0.5))),
+        fc(register_module("fc", torch::nn::Linear(4 * 8 * 8, 3))) {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    return fc(drop(torch::relu(norm(conv(x))).flatten(1)));
+  }
+  torch::nn::Conv2d conv;
+  torch::nn::BatchNorm2d norm;
+  torch::nn::Dropout drop;
+  torch::nn::Linear fc;
+};
+TORCH_MODULE(NormNet);
+
 // One (input, class target) pair per batch. Generated on the test thread,
 // before the training thread starts, so the global RNG is never shared.
 using Batch = std::pair<torch::Tensor, torch::Tensor>;
@@ -151,6 +169,15 @@ inline std::vector<Batch> make_batches(int64_t n, int64_t batch = 5, std::vector
   return out;
 }
 
+// A server on a free port with no browser, banner or MCP: what pauses need.
+inline ServeOptions quiet_server() { return ServeOptions().port(0).open_browser(false).print_banner(false).mcp(false); }
+
+// Tests that pause between batches keep the NaN/Inf check only: the
+// under/overflow check may trip inside a backward on random data (whether a
+// gradient crosses its 10% threshold can depend on the thread count's
+// rounding), and a pause there refuses experiments and probes. No capsules.
+inline DebugSettings quiet_checks() { return DebugSettings().check_under_over(false).capsule_dir(""); }
+
 // zero_grad, forward, cross-entropy, backward, step: the canonical batch body.
 template <class Model>
 torch::Tensor train_step(Model& model, torch::optim::Optimizer& optimizer, const torch::Tensor& x,
@@ -160,6 +187,22 @@ torch::Tensor train_step(Model& model, torch::optim::Optimizer& optimizer, const
   loss.backward();
   optimizer.step();
   return loss;
+}
+
+// A training thread's body: `data` as one "train" phase of train_step, then
+// close(). `each(i)` (when given) runs before batch i's step.
+template <class Model>
+std::function<void()> train_phase(Session& session, Model& model, torch::optim::Optimizer& optimizer,
+                                  std::vector<Batch>& data, std::function<void(int)> each = nullptr) {
+  return [&session, &model, &optimizer, &data, each] {
+    int i = 0;
+    for (auto& batch : session.batches(data, "train")) {
+      if (each) each(i);
+      ++i;
+      train_step(model, optimizer, batch.first, batch.second);
+    }
+    session.close();
+  };
 }
 
 // A one-shot latch. wait() is bounded so that a failing test ends instead of hanging.

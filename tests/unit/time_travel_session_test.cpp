@@ -184,6 +184,54 @@ TEST(TimeTravel, ReplayAfterAJumpReproducesEveryLossBitForBit) {
   fs::remove_all(dir);
 }
 
+// Probes (a pinned batch re-run at every capture, train mode, a perturbed
+// input) change nothing: the run's losses are those of a run without them,
+// and a replay after a jump is still bit for bit.
+TEST(TimeTravel, ProbesChangeNoLossAndReplaysStayBitForBit) {
+  auto run = [](bool probe, std::vector<std::pair<Key, float>>* replayed) {
+    torch::manual_seed(6);
+    Loop loop;
+    auto session = loop.start();
+    const auto dir = fresh_dir(probe ? "probes" : "no_probes");
+    TrainingThread t(session, [&] { loop.run(session, 3, EpochOptions().cache_dir(dir.string())); });
+    expect_paused_at(session, at("train", 0, 0));
+    if (probe) {
+      auto& probes = detail::core_of(session)->probes();
+      probes.pin();
+      probes.set_mode(experiments::ProbeMode::kTrain);
+      probes.add_perturbation({0, 2, {1}, {3.0}});
+      auto r = probes.wait_for_run_after(0, kWait);
+      EXPECT_TRUE(r && r->view) << (r ? r->error : "no probe run");
+    }
+    // Step a few batches (each a capture that re-runs the probe), then run on.
+    for (int i = 0; i < 3; ++i) {
+      session.step_batch();
+      EXPECT_EQ(session.wait_until_stopped(kWait), RunState::kPaused);
+    }
+    session.run();
+    expect_paused_at(session, at("val", 2, 1));
+    const auto first_pass = loop.recorded();
+    if (probe) EXPECT_GT(detail::core_of(session)->probes().runs_completed(), 3u);
+    session.request_time_travel(1);
+    expect_paused_at(session, at("train", 1, 0));
+    session.run();
+    expect_paused_at(session, at("val", 2, 1));
+    session.detach();
+    t.join();
+    auto all = loop.recorded();
+    if (replayed) replayed->assign(all.begin() + static_cast<long>(first_pass.size()), all.end());
+    fs::remove_all(dir);
+    return first_pass;
+  };
+  std::vector<std::pair<Key, float>> replay;
+  const auto with = run(true, &replay);
+  const auto without = run(false, nullptr);
+  ASSERT_EQ(with.size(), 18u);
+  EXPECT_EQ(with, without) << "probes changed training";
+  ASSERT_EQ(replay.size(), 12u);
+  EXPECT_TRUE(std::equal(replay.begin(), replay.end(), with.begin() + 6)) << "the replay after probes differs";
+}
+
 TEST(TimeTravel, JumpsMidEpochBetweenPhasesAndRepeatedly) {
   torch::manual_seed(2);
   Loop loop;

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "common/base64.h"
 #include "render/downscale.h"
 #include "server/commands.h"
 #include "server/mcp/jsonrpc.h"
@@ -33,29 +34,6 @@ namespace {
 
 json text(const std::string& s) { return {{"type", "text"}, {"text", s}}; }
 
-std::string base64(const std::string& bytes) {
-  static const char* kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  out.reserve((bytes.size() + 2) / 3 * 4);
-  size_t i = 0;
-  for (; i + 2 < bytes.size(); i += 3) {
-    const uint32_t n = (uint8_t(bytes[i]) << 16) | (uint8_t(bytes[i + 1]) << 8) | uint8_t(bytes[i + 2]);
-    for (int shift : {18, 12, 6, 0}) out += kAlphabet[(n >> shift) & 63];
-  }
-  if (i + 1 == bytes.size()) {
-    const uint32_t n = uint8_t(bytes[i]) << 16;
-    out += kAlphabet[(n >> 18) & 63];
-    out += kAlphabet[(n >> 12) & 63];
-    out += "==";
-  } else if (i + 2 == bytes.size()) {
-    const uint32_t n = (uint8_t(bytes[i]) << 16) | (uint8_t(bytes[i + 1]) << 8);
-    out += kAlphabet[(n >> 18) & 63];
-    out += kAlphabet[(n >> 12) & 63];
-    out += kAlphabet[(n >> 6) & 63];
-    out += '=';
-  }
-  return out;
-}
 
 std::string dims(int64_t w, int64_t h) { return std::to_string(w) + "x" + std::to_string(h); }
 
@@ -158,7 +136,7 @@ json append_image(ToolResult& r, const std::string& png, const std::string& capt
     size += ".";
   }
   r.content.push_back(text(caption + size));
-  r.content.push_back({{"type", "image"}, {"data", base64(fitted.png)}, {"mimeType", "image/png"}});
+  r.content.push_back({{"type", "image"}, {"data", common::base64(fitted.png)}, {"mimeType", "image/png"}});
   return {{"sent_width", fitted.width},
           {"sent_height", fitted.height},
           {"downscaled", fitted.downscaled()},
@@ -211,6 +189,12 @@ ToolResult tool_result(Reply reply) {
   if (reply.experiment) {
     json info = info_json(*reply.experiment);
     info.update(append_image(r, reply.experiment->png, reply.experiment->caption));
+    r.structured = std::move(info);
+    return r;
+  }
+  if (reply.picture) {
+    json info = reply.picture->info;
+    info.update(append_image(r, reply.picture->png, reply.picture->caption));
     r.structured = std::move(info);
     return r;
   }

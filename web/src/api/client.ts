@@ -9,6 +9,7 @@ import type {
   ExperimentPictureInfo,
   InputInfo,
   InstrumentStripInfo,
+  ProbeMode,
   Replies,
   StepUnit,
   StripInfo,
@@ -127,11 +128,32 @@ export const unwatchLayers = (layers: string[]) => post('unwatch_layers', { laye
 // A partial update; the reply says whether it cleared the statistics.
 export const setWatchPerformance = (patch: CommandArgs['set_watch_performance']) => post('set_watch_performance', patch);
 
+// --- probes on the paused model (the input pane); the page follows their
+// runs over the push channel (the status carries the probe) ---
+export const pinBatch = () => post('pin_batch', now);
+export const unpinBatch = () => post('unpin_batch', now);
+export const setProbeMode = (mode: ProbeMode) => post('set_probe_mode', { mode, ...now });
+export const addPerturbation = (args: Omit<CommandArgs['add_perturbation'], 'timeout_seconds'>) =>
+  post('add_perturbation', { ...args, ...now });
+export const clearPerturbations = () => post('clear_perturbations', now);
+
 export const listStats = (signal?: AbortSignal) => get('list_stats', signal);
 export const getStatsHistory = (args: CommandArgs['get_stats_history'], signal?: AbortSignal) =>
   get('get_stats_history', signal, args.phase ? { layer: args.layer, phase: args.phase } : { layer: args.layer });
 export const getCurrentStats = (layer: string, signal?: AbortSignal) =>
   get('get_current_stats', signal, { layer } satisfies Record<keyof CommandArgs['get_current_stats'], string>);
+export const getExtremes = (args: CommandArgs['get_extremes'], signal?: AbortSignal) =>
+  get('get_extremes', signal, strings(args));
+export const getBinSamples = (args: CommandArgs['get_bin_samples'], signal?: AbortSignal) =>
+  get('get_bin_samples', signal, strings(args));
+export const setPatchLayers = (layers: string[] | null) => post('set_patch_layers', layers ? { layers } : {});
+
+// Query parameters from arguments (absent ones left out).
+function strings(args: object): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(args)) if (v !== undefined && v !== null) out[k] = String(v);
+  return out;
+}
 export const getMetrics = (layers?: string[], signal?: AbortSignal) =>
   get('get_metrics', signal, layers ? { layers: layers.join(',') } : undefined);
 

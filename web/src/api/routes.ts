@@ -27,6 +27,9 @@ export const routes = {
   watch_layers: { method: 'POST', path: '/api/stats/watch' },
   unwatch_layers: { method: 'POST', path: '/api/stats/unwatch' },
   set_watch_performance: { method: 'POST', path: '/api/stats/performance' },
+  set_patch_layers: { method: 'POST', path: '/api/stats/patch_layers' },
+  get_extremes: { method: 'GET', path: '/api/stats/extremes' },
+  get_bin_samples: { method: 'GET', path: '/api/stats/bin_samples' },
   list_stats: { method: 'GET', path: '/api/stats' },
   get_stats_history: { method: 'GET', path: '/api/stats/history' },
   get_current_stats: { method: 'GET', path: '/api/stats/current' },
@@ -39,6 +42,12 @@ export const routes = {
   set_auto_run_experiments: { method: 'POST', path: '/api/experiments/auto_run' },
   set_auto_experiment: { method: 'POST', path: '/api/experiments/auto' },
   clear_auto_experiment: { method: 'POST', path: '/api/experiments/auto/clear' },
+  get_probe_status: { method: 'GET', path: '/api/probe' },
+  pin_batch: { method: 'POST', path: '/api/probe/pin' },
+  unpin_batch: { method: 'POST', path: '/api/probe/unpin' },
+  set_probe_mode: { method: 'POST', path: '/api/probe/mode' },
+  add_perturbation: { method: 'POST', path: '/api/probe/perturb' },
+  clear_perturbations: { method: 'POST', path: '/api/probe/clear' },
 } as const;
 
 export type Routes = typeof routes;

@@ -77,6 +77,53 @@ export interface Status {
   refreshed?: boolean;
   // Statistics collection and the live-update cadence.
   stats: StatsSummary;
+  // The probe (pinned batch, forward mode, perturbations) and its last run.
+  probe: ProbeStatus;
+}
+
+// ---- Probes: the paused model re-run on pinned or perturbed inputs ----
+
+export type ProbeMode = 'unchanged' | 'eval' | 'train';
+
+export interface Perturbation {
+  input: string;
+  sample: number;
+  // [y, x] of an image input, [feature] of a flat one.
+  index: number[];
+  values: Num[];
+}
+
+export interface ProbeResultSummary {
+  run: number;
+  // The batch whose inputs were re-run.
+  position: Position;
+  // Layers show perturbed - original.
+  diff: boolean;
+  perturbations_applied: number;
+  snapshot_sequence: number;
+  layers?: number;
+}
+
+export interface ProbeStatus {
+  active: boolean;
+  pinned: boolean;
+  pinned_position: Position | null;
+  mode: ProbeMode;
+  perturbations: Perturbation[];
+  runs_completed: number;
+  pending: boolean;
+  result: ProbeResultSummary | null;
+  error?: string;
+  hint: string;
+  cleared?: number;
+}
+
+// Set on a snapshot that is a probe's result shown in the captured batch's place.
+export interface SnapshotProbe {
+  run: number;
+  position: Position;
+  mode: ProbeMode;
+  diff: boolean;
 }
 
 // ---- Numerical debugging (GET /api/debug, the status's `debug`) ----
@@ -292,6 +339,7 @@ export interface Snapshot {
   inputs: SnapshotInput[];
   layers: SnapshotLayer[];
   parameters: SnapshotParameter[];
+  probe: SnapshotProbe | null;
 }
 
 // ---- A layer's parameters (the Weights page) ----
@@ -409,6 +457,10 @@ export interface InputInfo {
   width: number;
   height: number;
   hint?: string;
+  // The normalisation the picture undoes (x * std + mean; one value for
+  // every channel, or one each); empty: none.
+  mean: Num[];
+  std: Num[];
 }
 
 // ---- Statistics over time (issue 12) ----
@@ -441,6 +493,10 @@ export interface WatchPerformance {
   channel_limit: number;
   // On the CPU, the most values of each tensor a histogram counts (0: all).
   histogram_sample: number;
+  // Inputs a Min/Max gallery keeps per channel and ranking (0: galleries off).
+  samples_per_channel: number;
+  // Also rank by a channel's mean, keeping whole inputs.
+  average_galleries: boolean;
 }
 
 export interface Settings {
@@ -448,6 +504,8 @@ export interface Settings {
   stats_scope: StatsScope;
   watched_layers: string[];
   watch_performance: WatchPerformance;
+  // The layers Min/Max galleries collect for; null: every collected layer.
+  patch_layers: string[] | null;
   stats_collecting: boolean;
   auto_run_experiments: boolean;
   // {kind: {param: value}}: the session's experiment defaults.
@@ -719,6 +777,66 @@ export interface ExperimentPictureInfo {
   height: number;
 }
 
+export type GalleryRanking = 'max_pixel' | 'min_pixel' | 'max_average' | 'min_average';
+
+// One Min/Max gallery cell: the input behind a channel's extreme.
+export interface ExtremeCell {
+  slot: number;
+  channel: number;
+  filled: boolean;
+  score: Num | null;
+  batch: number;
+  sample: number;
+  // Where the extreme was in the activation, and the crop's origin in the input.
+  y: number;
+  x: number;
+  top: number;
+  left: number;
+  // base64 PNG of the crop; null for an empty slot.
+  png: string | null;
+}
+
+export interface Extremes {
+  layer: string;
+  phase: string;
+  epoch: number;
+  // The phases whose newest epoch has galleries for the layer.
+  phases: string[];
+  ranking: GalleryRanking;
+  rankings: GalleryRanking[];
+  heatmap: boolean;
+  samples: number;
+  channels: number;
+  crop: { height: number; width: number };
+  sequence: number;
+  // Why there are no cells.
+  note: string | null;
+  cells: ExtremeCell[];
+}
+
+export interface BinSample {
+  sample: number;
+  // The element's coordinates after the batch dimension.
+  index: number[];
+  value: Num;
+  top: number;
+  left: number;
+  png: string | null;
+}
+
+export interface BinSamples {
+  layer: string;
+  kind: StripKind;
+  channel: number | null;
+  bin: number;
+  range: Num[];
+  matches: number;
+  sequence: number;
+  position: Position;
+  note: string | null;
+  samples: BinSample[];
+}
+
 export interface CommandArgs {
   step: { unit: StepUnit; timeout_seconds: number };
   run: { detach?: boolean; timeout_seconds: number };
@@ -754,6 +872,9 @@ export interface CommandArgs {
   watch_layers: { layers: string[] };
   unwatch_layers: { layers: string[] };
   set_watch_performance: Partial<WatchPerformance>;
+  set_patch_layers: { layers?: string[] };
+  get_extremes: { layer: string; phase?: string; ranking?: GalleryRanking; heatmap?: boolean };
+  get_bin_samples: { layer: string; kind?: StripKind; channel?: number; bin: number; count?: number };
   get_stats_history: { layer: string; phase?: string };
   get_current_stats: { layer: string };
   get_metrics: { layers?: string[] };
@@ -764,6 +885,11 @@ export interface CommandArgs {
   set_auto_run_experiments: { enabled: boolean };
   set_auto_experiment: { tab: string; kind: ExperimentKindName; layer: string; params?: { [key: string]: unknown } };
   clear_auto_experiment: { tab: string };
+  pin_batch: { timeout_seconds?: number };
+  unpin_batch: { timeout_seconds?: number };
+  set_probe_mode: { mode: ProbeMode; timeout_seconds?: number };
+  add_perturbation: { index: number[]; values: number[]; sample?: number; input_name?: string; timeout_seconds?: number };
+  clear_perturbations: { timeout_seconds?: number };
 }
 
 // What the page reads from each command it uses (a picture's: the info
@@ -795,6 +921,9 @@ export interface Replies {
   watch_layers: Settings;
   unwatch_layers: Settings;
   set_watch_performance: Settings;
+  set_patch_layers: Settings;
+  get_extremes: Extremes;
+  get_bin_samples: BinSamples;
   list_stats: StatsList;
   get_stats_history: StatsHistory;
   get_current_stats: CurrentStats;
@@ -807,4 +936,10 @@ export interface Replies {
   set_auto_run_experiments: ExperimentAutoRun;
   set_auto_experiment: AutoExperiment;
   clear_auto_experiment: AutoExperimentCleared;
+  get_probe_status: ProbeStatus;
+  pin_batch: ProbeStatus;
+  unpin_batch: ProbeStatus;
+  set_probe_mode: ProbeStatus;
+  add_perturbation: ProbeStatus;
+  clear_perturbations: ProbeStatus;
 }

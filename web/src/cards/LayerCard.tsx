@@ -22,6 +22,11 @@ const ABSENT: Record<StripKind, string> = {
   gradient: 'No gradient: no backward pass ran through this layer in this batch (e.g. an evaluation phase).',
 };
 const INPUT_GRADIENT = 'No gradient: the batch input does not require one.';
+// While a probe's result is shown (pin, forward mode, perturbations).
+const PROBE_ABSENT: Record<StripKind, string> = {
+  activation: "This layer did not run in the probe's forward.",
+  gradient: 'No gradients on probe runs: a probe runs the forward only.',
+};
 const UNDRAWABLE = 'This tensor has no picture: only [C,H,W], [F], [T,D] and scalars are drawn.';
 
 // Hover follows the pointer's own moves. Scrolling slides cards under a
@@ -49,6 +54,7 @@ export const LayerCard = memo(function LayerCard({ layer }: { layer: Layer }) {
   const hovered = useSelector(store, (s) => s.hovered === name);
   const mark = useSelector(store, (s) => debugMarkOf(s, name));
   const watched = useSelector(store, (s) => isWatched(s.status?.stats?.watched_layers, name));
+  const probe = useSelector(store, (s) => s.snapshot?.probe ?? null);
 
   useEffect(() => {
     if (!body.current || !visibility) return;
@@ -62,7 +68,14 @@ export const LayerCard = memo(function LayerCard({ layer }: { layer: Layer }) {
     const summary = entry?.[kind] ?? null;
     const shape = summary?.shape ?? activationShape;
     const geometry = shape.length ? stripGeometry(shape, average) : null;
-    const absent = current && !summary ? (layer.role === 'input' && kind === 'gradient' ? INPUT_GRADIENT : ABSENT[kind]) : null;
+    const absent =
+      current && !summary
+        ? probe
+          ? PROBE_ABSENT[kind]
+          : layer.role === 'input' && kind === 'gradient'
+            ? INPUT_GRADIENT
+            : ABSENT[kind]
+        : null;
     return { geometry, absent: absent ?? (geometry ? null : UNDRAWABLE) };
   };
   const a = strip('activation');
@@ -102,6 +115,15 @@ export const LayerCard = memo(function LayerCard({ layer }: { layer: Layer }) {
         {mark && (
           <span class={`debug-badge debug-badge-${mark}`} data-testid={`debug-badge-${name}`} title={MARK_TEXT[mark]}>
             {mark === 'producer' ? 'produced here' : mark === 'entry' ? 'entered here' : mark === 'worst' ? 'worst band share' : 'passed on'}
+          </span>
+        )}
+        {probe && current && (
+          <span
+            class="probe-badge"
+            data-testid={`probe-badge-${name}`}
+            title={`Probe run ${probe.run}: the batch of ${probe.position.text} re-run in ${probe.mode} mode${probe.diff ? '; the strips show perturbed − original' : ''}`}
+          >
+            {probe.diff ? 'probe Δ' : 'probe'}
           </span>
         )}
         <Stats summary={entry?.activation ?? null} />

@@ -36,12 +36,14 @@ export function StatsSettings() {
   const [n, setN] = useState('');
   const [limit, setLimit] = useState('');
   const [sample, setSample] = useState('');
+  const [perChannel, setPerChannel] = useState('');
 
   const adopt = (next: Settings) => {
     setSettings(next);
     setN(String(next.update_frequency.n));
     setLimit(String(next.watch_performance.channel_limit));
     setSample(String(next.watch_performance.histogram_sample));
+    setPerChannel(String(next.watch_performance.samples_per_channel));
   };
 
   useEffect(() => {
@@ -149,6 +151,35 @@ export function StatsSettings() {
             }}
           />
           <span class="form-hint">values per tensor a CPU histogram counts (0 = all); n, mean, std, min, max stay exact</span>
+        </label>
+        <label class="settings-row">
+          <span>Samples per channel</span>
+          <input
+            type="number"
+            min={0}
+            max={64}
+            step={1}
+            data-testid="samples-per-channel"
+            value={perChannel}
+            onInput={(e) => setPerChannel(e.currentTarget.value)}
+            onChange={(e) => {
+              const v = Number(e.currentTarget.value.trim());
+              void apply('performance', () => api.setWatchPerformance({ samples_per_channel: v }));
+            }}
+          />
+          <span class="form-hint">inputs a Min/Max gallery keeps per channel (0 = galleries off)</span>
+        </label>
+        <label class="switch-row">
+          <input
+            type="checkbox"
+            data-testid="average-galleries"
+            checked={perf.average_galleries}
+            onChange={(e) => {
+              const on = e.currentTarget.checked;
+              void apply('performance', () => api.setWatchPerformance({ average_galleries: on }));
+            }}
+          />
+          <span>Average-extreme galleries (whole inputs ranked by a channel's mean; more memory)</span>
         </label>
         <p class="form-hint settings-warn">Changing these clears the layer statistics collected so far (logged scalars and metrics stay).</p>
         <Feedback error={errors.performance} saved={saved === 'performance'} testid="performance" />

@@ -1,11 +1,13 @@
 // The right pane: the batch's input as the model saw it (denormalised by the
-// server), which input of a multi-input model, and which sample every strip
-// on the page shows.
+// server), which input of a multi-input model, which sample every strip on
+// the page shows, and the probe (pin, forward mode, perturb by clicking).
 import { useEffect, useState } from 'preact/hooks';
-import { pngUrl, renderInput, SnapshotReplaced } from '../api/client';
+import { addPerturbation, pngUrl, renderInput, SnapshotReplaced } from '../api/client';
 import type { InputInfo, Snapshot } from '../api/types';
 import { batchSize, sampleExists, setSample, store } from '../state/app';
 import { useSelector } from '../state/store';
+import { NO_PERTURB, perturbIndex, perturbValues, ProbeControls, valueControl } from './ProbeControls';
+import type { PerturbChoice } from './ProbeControls';
 
 interface Picture {
   key: string;
@@ -45,6 +47,8 @@ export function InputPane() {
   const sampleOk = useSelector(store, sampleExists);
   const [picture, setPicture] = useState<Picture | null>(null);
   const [error, setError] = useState<{ key: string; message: string } | null>(null);
+  const [choice, setChoice] = useState<PerturbChoice>(NO_PERTURB);
+  const [probeError, setProbeError] = useState<string | null>(null);
 
   const inputs = inputsOf(snapshot, architectureInputs);
   const input = Math.min(selected, Math.max(0, inputs.length - 1));
@@ -81,6 +85,20 @@ export function InputPane() {
   const info = picture?.info;
   const ratio = info ? info.width / info.height : aspect(shape);
 
+  // A click on the picture sets the value under it (the picture fills its
+  // frame: the frame takes the picture's aspect ratio).
+  const perturbAt = (e: MouseEvent) => {
+    const img = e.currentTarget as HTMLImageElement;
+    const box = img.getBoundingClientRect();
+    if (box.width === 0 || box.height === 0) return;
+    const index = perturbIndex(shape, (e.clientX - box.left) / box.width, (e.clientY - box.top) / box.height);
+    const values = perturbValues(choice, valueControl(shape, info ?? null), info ?? null);
+    setProbeError(null);
+    addPerturbation({ index, values, sample, input_name: inputs[input]?.name }).catch((err: unknown) =>
+      setProbeError(err instanceof Error ? err.message : String(err)),
+    );
+  };
+
   return (
     <div class="pane input-pane">
       <div class="pane-toolbar">
@@ -109,9 +127,11 @@ export function InputPane() {
             <img
               data-testid="input-image"
               data-sample={picture.info.sample}
+              class={choice.on ? 'perturbing' : undefined}
               src={picture.url}
               alt={`input ${picture.info.name}, sample ${picture.info.sample}`}
               draggable={false}
+              onClick={choice.on ? perturbAt : undefined}
             />
           )}
           {!picture && !error && <span class="muted">{ready ? 'Loading…' : 'No batch captured yet.'}</span>}
@@ -147,6 +167,14 @@ export function InputPane() {
             }}
           />
         </label>
+        <ProbeControls
+          shape={shape}
+          info={info ?? null}
+          choice={choice}
+          setChoice={setChoice}
+          error={probeError}
+          setError={setProbeError}
+        />
         {snapshot?.budget?.trimmed && (
           <div class="hint-amber" data-testid="budget-note" title="StartOptions().snapshot_budget(bytes) raises it">
             {snapshot.budget.note}

@@ -4,12 +4,13 @@
 // when a newer snapshot is (snapshot_sequence): one request at a time, at
 // most ~5 a second, so a fast-running loop cannot flood the server.
 import * as api from '../api/client';
-import type { CurrentStats, Metrics, StatsHistory, StatsList } from '../api/types';
+import type { CurrentStats, GalleryRanking, Metrics, StatsHistory, StatsList } from '../api/types';
 import { store, toast } from './app';
 import { createStore } from './store';
 import { applyStatus } from './sync';
 
-export type StatsView = 'histogram' | 'graphs';
+export type StatsView = 'histogram' | 'minmax' | 'graphs';
+const VIEWS: StatsView[] = ['histogram', 'minmax', 'graphs'];
 // The layer picker's "All watched layers".
 export const ALL_LAYERS = '*';
 // "All watched layers" is offered while 1..MAX_ALL layers carry statistics.
@@ -24,6 +25,12 @@ export interface StatsPageState {
   layer: string | null;
   logX: boolean;
   logY: boolean;
+  // Min/Max view: which gallery, and the channel's activation over the inputs.
+  grid: GalleryRanking;
+  heatmap: boolean;
+  // The rankings the shown galleries hold (the average ones only with
+  // average galleries on).
+  rankings: GalleryRanking[];
   retain: boolean;
   // null: on while the under/overflow check has tripped.
   band: boolean | null;
@@ -40,11 +47,14 @@ function initial(): StatsPageState {
   const q = new URLSearchParams(location.search);
   const phase = q.get('phase');
   return {
-    view: q.get('view') === 'graphs' ? 'graphs' : 'histogram',
+    view: VIEWS.find((v) => v === q.get('view')) ?? 'histogram',
     phase: phase == null ? undefined : phase === 'current' ? null : phase,
     layer: q.get('layer'),
     logX: true,
     logY: false,
+    grid: 'max_pixel',
+    heatmap: false,
+    rankings: ['max_pixel', 'min_pixel'],
     retain: false,
     band: null,
     list: null,
@@ -64,7 +74,7 @@ function writeUrl(): void {
   const q = new URLSearchParams(location.search);
   const set = (k: string, v: string | null) => (v == null ? q.delete(k) : q.set(k, v));
   set('layer', s.layer);
-  set('view', s.view === 'graphs' ? 'graphs' : null);
+  set('view', s.view === 'histogram' ? null : s.view);
   set('phase', s.phase === undefined ? null : (s.phase ?? 'current'));
   const text = q.toString();
   history.replaceState(null, '', `${location.pathname}${text ? `?${text}` : ''}`);
@@ -113,6 +123,11 @@ export function shownLayers(s: Pick<StatsPageState, 'layer' | 'list'>, fallback:
 export function shownPhase(s: StatsPageState, layers: string[], livePhase: string | null): string | null {
   const phases = phasesOf(s.list, layers);
   if (s.view === 'graphs') return typeof s.phase === 'string' ? s.phase : (phases[0] ?? null);
+  // Galleries are kept per phase: no current batch either.
+  if (s.view === 'minmax') {
+    if (typeof s.phase === 'string') return s.phase;
+    return livePhase && phases.includes(livePhase) ? livePhase : (phases[0] ?? null);
+  }
   if (s.phase !== undefined) return s.phase;
   return livePhase && phases.includes(livePhase) ? livePhase : (phases[0] ?? null);
 }

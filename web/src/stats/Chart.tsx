@@ -57,6 +57,8 @@ export interface ChartSpec {
   retain?: boolean;
   // Why there is nothing to draw, instead of an empty plot.
   empty?: string | null;
+  // The x value under the cursor as it moves (null when it leaves the plot).
+  onHover?: (x: number | null) => void;
 }
 
 const AXIS = { stroke: '#9aa5b4', grid: { stroke: 'rgba(255,255,255,0.07)' }, ticks: { stroke: 'rgba(255,255,255,0.15)' } };
@@ -99,6 +101,12 @@ function options(spec: ChartSpec, width: number, latest: { current: ChartSpec })
     bands: spec.bands?.map((b) => ({ series: [b.from + 1, b.to + 1] as [number, number], fill: b.fill })),
     hooks: {
       draw: [(u) => latest.current.overlay?.(u)],
+      setCursor: [
+        (u) => {
+          const left = u.cursor.left;
+          latest.current.onHover?.(left == null || left < 0 ? null : u.posToVal(left, 'x'));
+        },
+      ],
     },
   };
   return opts;

@@ -1,11 +1,21 @@
 // The Stats page's choices: view, phase (with "Current batch"), layer (in
 // graph order, "All watched layers" while few carry statistics) and how the
 // axes are drawn.
+import type { GalleryRanking } from '../api/types';
 import { pageHref } from '../links';
 import { store } from '../state/app';
 import { ALL_LAYERS, choose, offersAll, phasesOf, statsLayers, statsStore, type StatsView } from '../state/stats';
 import { useSelector } from '../state/store';
 import { phaseColor } from './colors';
+
+const VIEW_TITLE: Record<StatsView, string> = { histogram: 'Histogram', minmax: 'Min/Max', graphs: 'Graphs' };
+
+const GRIDS: { value: GalleryRanking; label: string; title: string }[] = [
+  { value: 'max_pixel', label: 'Max pixel', title: 'Input crops around where each channel was highest' },
+  { value: 'min_pixel', label: 'Min pixel', title: 'Input crops around where each channel was lowest' },
+  { value: 'max_average', label: 'Max average', title: "Whole inputs with the highest channel mean" },
+  { value: 'min_average', label: 'Min average', title: "Whole inputs with the lowest channel mean" },
+];
 
 export function Sidebar({ layers, phase }: { layers: string[]; phase: string | null }) {
   const s = useSelector(statsStore, (x) => x);
@@ -26,17 +36,17 @@ export function Sidebar({ layers, phase }: { layers: string[]; phase: string | n
 
       <fieldset class="side-group">
         <legend>View</legend>
-        {(['histogram', 'graphs'] as StatsView[]).map((v) => (
+        {(['histogram', 'minmax', 'graphs'] as StatsView[]).map((v) => (
           <label class="radio-row" key={v}>
             <input type="radio" name="view" data-testid={`view-${v}`} checked={s.view === v} onChange={() => choose({ view: v })} />
-            {v === 'histogram' ? 'Histogram' : 'Graphs'}
+            {VIEW_TITLE[v]}
           </label>
         ))}
       </fieldset>
 
       <fieldset class="side-group">
         <legend>Phase</legend>
-        {phases.length === 0 && s.view === 'graphs' && <p class="form-hint">No phase has statistics yet.</p>}
+        {phases.length === 0 && s.view !== 'histogram' && <p class="form-hint">No phase has statistics yet.</p>}
         {phases.map((p) => (
           <label class="radio-row" key={p}>
             <input type="radio" name="phase" data-testid={`phase-${p}`} checked={phase === p} onChange={() => choose({ phase: p })} />
@@ -73,6 +83,23 @@ export function Sidebar({ layers, phase }: { layers: string[]; phase: string | n
         </select>
       </fieldset>
 
+      {s.view === 'minmax' && (
+        <fieldset class="side-group" data-testid="gallery-group">
+          <legend>Gallery</legend>
+          {GRIDS.filter((g) => s.rankings.includes(g.value) || g.value === s.grid).map((g) => (
+            <label class="radio-row" key={g.value} title={g.title}>
+              <input type="radio" name="grid" data-testid={`grid-${g.value}`} checked={s.grid === g.value} onChange={() => statsStore.set({ grid: g.value })} />
+              {g.label}
+            </label>
+          ))}
+          <Check id="heatmap" label="Enable heatmap" checked={s.heatmap} title="The channel's activation over each input: red positive, blue negative" onChange={(v) => statsStore.set({ heatmap: v })} />
+          <a class="btn btn-quiet side-link" href={pageHref('experiment', { layer: layers[0] ?? '' })} data-testid="compare-dream">
+            Compare with Deep Dream
+          </a>
+        </fieldset>
+      )}
+
+      {s.view !== 'minmax' && (
       <fieldset class="side-group">
         <legend>Axes</legend>
         {s.view === 'histogram' && (
@@ -82,6 +109,7 @@ export function Sidebar({ layers, phase }: { layers: string[]; phase: string | n
         <Check id="retain-axes" label="Retain axes" checked={s.retain} title="Keep the current ranges instead of fitting each update" onChange={(v) => statsStore.set({ retain: v })} />
         {s.view === 'histogram' && <BandCheck />}
       </fieldset>
+      )}
 
       <a class="btn btn-quiet side-back" href={pageHref('main')} data-testid="stats-back">
         ← Back to the layers

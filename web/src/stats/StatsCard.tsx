@@ -9,7 +9,9 @@ import { pageHref } from '../links';
 import { store } from '../state/app';
 import { isWatched, statsStore } from '../state/stats';
 import { useSelector } from '../state/store';
+import { BinSamples, type BinTarget } from './BinSamples';
 import { bandEdges, hasBands } from './bins';
+import { GalleryBody } from './Gallery';
 import { Chart } from './Chart';
 import { CURRENT_COLOR, phaseColor } from './colors';
 import { bandTripped } from './Sidebar';
@@ -38,11 +40,11 @@ export function StatsCard({ layer, phase }: { layer: string; phase: string | nul
         <WatchEye layer={layer} watched={watched} />
       </header>
       <div class="stats-card-body">
-        {view === 'histogram' ? (
+        {view === 'histogram' && (
           <HistogramBody layer={layer} phase={phase} history={history} current={current} currentError={currentError} />
-        ) : (
-          <GraphsBody layer={layer} phase={phase} history={history} />
         )}
+        {view === 'minmax' && <GalleryBody layer={layer} phase={phase} />}
+        {view === 'graphs' && <GraphsBody layer={layer} phase={phase} history={history} />}
       </div>
     </section>
   );
@@ -79,6 +81,8 @@ function HistogramBody(props: {
   const tripped = useSelector(store, bandTripped);
   const [perChannel, setPerChannel] = useState(false);
   const [channel, setChannel] = useState(0);
+  // The bar under the cursor: its bin samples show below that chart.
+  const [hovered, setHovered] = useState<BinTarget | null>(null);
 
   const columns: Column[] = useMemo(() => {
     if (phase === null) {
@@ -169,9 +173,17 @@ function HistogramBody(props: {
             bands,
           });
           if (!rows.length) spec.empty = kind === 'gradient' ? 'No gradients: no backward pass ran through this layer here.' : 'No activations collected.';
+          spec.onHover = (x) => {
+            if (x == null) return;
+            const bin = binAt(spec.x, x);
+            setHovered((h) => (h && h.kind === kind && h.bin === bin ? h : { kind, bin }));
+          };
           return (
             <div key={kind}>
               <Chart spec={spec} />
+              {hovered?.kind === kind && (
+                <BinSamples layer={layer} kind={kind} channel={perChannel && channels > 0 ? ch : null} bin={hovered.bin} />
+              )}
               {notes.map((n) => (
                 <p class="stats-note" key={n}>
                   {n}
@@ -200,6 +212,19 @@ function HistogramBody(props: {
       )}
     </>
   );
+}
+
+// The bin whose bar covers x: the last bin edge at or left of it (x holds
+// the 212 edges, or their indices on a log axis).
+function binAt(xs: number[], x: number): number {
+  let lo = 0;
+  let hi = xs.length - 1;
+  while (lo < hi) {
+    const mid = Math.ceil((lo + hi) / 2);
+    if ((xs[mid] ?? Infinity) <= x) lo = mid;
+    else hi = mid - 1;
+  }
+  return Math.min(lo, 210);
 }
 
 const ROWS: { key: keyof RunningStats; label: string }[] = [

@@ -1,0 +1,299 @@
+#include "stats/extremes.h"
+
+#include <ATen/record_function.h>
+#include <torch/torch.h>
+#include <c10/core/InferenceMode.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "common/host_copy.h"
+
+namespace nansense {
+
+std::string_view to_string(GalleryRanking ranking) {
+  switch (ranking) {
+    case GalleryRanking::kMaxPixel: return "max_pixel";
+    case GalleryRanking::kMinPixel: return "min_pixel";
+    case GalleryRanking::kMaxAverage: return "max_average";
+    case GalleryRanking::kMinAverage: return "min_average";
+  }
+  return "max_pixel";
+}
+
+std::optional<GalleryRanking> gallery_ranking_from(std::string_view name) {
+  for (auto r : {GalleryRanking::kMaxPixel, GalleryRanking::kMinPixel, GalleryRanking::kMaxAverage,
+                 GalleryRanking::kMinAverage}) {
+    if (to_string(r) == name) return r;
+  }
+  return std::nullopt;
+}
+
+}  // namespace nansense
+
+namespace nansense::stats {
+
+namespace {
+
+using torch::indexing::Slice;
+
+constexpr float kEmpty = -std::numeric_limits<float>::infinity();
+constexpr int64_t kMinCrop = 10;
+constexpr int64_t kCropFactor = 4;
+
+// x [k, C, ...] float32 -> uint8 levels 0..254 per (k, C) between the finite
+// minimum and maximum, 255 where non-finite; q [k, C, 2] = offset, step.
+std::pair<torch::Tensor, torch::Tensor> quantise(const torch::Tensor& x) {
+  const auto flat = x.flatten(2);
+  const auto finite = torch::isfinite(flat);
+  const auto inf = std::numeric_limits<float>::infinity();
+  auto lo = torch::where(finite, flat, inf).amin(-1);
+  auto hi = torch::where(finite, flat, -inf).amax(-1);
+  const auto any = torch::isfinite(lo);
+  lo = torch::where(any, lo, torch::zeros_like(lo));
+  hi = torch::where(any, hi, torch::zeros_like(hi));
+  auto step = (hi - lo) / 254.0;
+  step = torch::where(step > 0, step, torch::ones_like(step));
+  auto levels = ((flat - lo.unsqueeze(-1)) / step.unsqueeze(-1)).round().clamp(0, 254);
+  levels = torch::where(finite, levels, torch::full_like(levels, 255)).to(torch::kUInt8);
+  return {levels.view(x.sizes()), torch::stack({lo, step}, -1)};
+}
+
+torch::Tensor dequantise(const torch::Tensor& levels, const torch::Tensor& q) {
+  const auto flat = levels.flatten(2).to(torch::kFloat);
+  auto v = q.select(-1, 0).unsqueeze(-1) + flat * q.select(-1, 1).unsqueeze(-1);
+  v = torch::where(flat == 255, torch::full_like(v, std::numeric_limits<float>::quiet_NaN()), v);
+  return v.view(levels.sizes());
+}
+
+// Gathers along dim 0 of `t` ([n, C, ...]) the rows `sel` ([k, C]) picks, per channel.
+torch::Tensor pick(const torch::Tensor& t, const torch::Tensor& sel) {
+  auto shape = t.sizes().vec();
+  shape[0] = sel.size(0);
+  auto index = sel;
+  while (index.dim() < t.dim()) index = index.unsqueeze(-1);
+  return t.gather(0, index.expand(shape));
+}
+
+}  // namespace
+
+int64_t crop_side(int64_t in, int64_t out) {
+  const int64_t ratio = (in + out - 1) / std::max<int64_t>(out, 1);
+  return std::min(in, std::max(kMinCrop, ratio * kCropFactor));
+}
+
+int64_t crop_origin(int64_t p, int64_t in, int64_t out, int64_t side) {
+  const int64_t centre = (2 * p + 1) * in / (2 * std::max<int64_t>(out, 1));
+  return std::clamp<int64_t>(centre - side / 2, 0, in - side);
+}
+
+ExtremeGallery::ExtremeGallery(GallerySettings settings) : settings_(settings) {
+  settings_.samples = std::max<int64_t>(1, settings_.samples);
+}
+
+bool ExtremeGallery::image_like(const torch::Tensor& input) {
+  return input.defined() && input.dim() == 4 && (input.size(1) == 1 || input.size(1) == 3) &&
+         input.is_floating_point() && input.size(2) > 0 && input.size(3) > 0;
+}
+
+void ExtremeGallery::start(const torch::Tensor& act, const torch::Tensor& input) {
+  act_shape_ = act.sizes().slice(1).vec();
+  input_shape_ = input.sizes().slice(1).vec();
+  const int64_t c = act.size(1);
+  channels_ = settings_.channel_limit > 0 ? std::min(c, settings_.channel_limit) : c;
+  const int64_t H = input.size(2), W = input.size(3);
+  if (act.dim() == 4) {
+    crop_h_ = crop_side(H, act.size(2));
+    crop_w_ = crop_side(W, act.size(3));
+  } else {
+    crop_h_ = H;
+    crop_w_ = W;
+  }
+  std::vector<std::pair<GalleryRanking, bool>> kinds = {{GalleryRanking::kMaxPixel, true},
+                                                         {GalleryRanking::kMinPixel, false}};
+  if (settings_.averages && act.dim() == 4) {
+    kinds.push_back({GalleryRanking::kMaxAverage, true});
+    kinds.push_back({GalleryRanking::kMinAverage, false});
+  }
+  const int64_t k = settings_.samples, ic = input.size(1);
+  const auto f = act.options().dtype(torch::kFloat);
+  const auto u8 = act.options().dtype(torch::kUInt8);
+  for (auto [kind, maximum] : kinds) {
+    Ranking r;
+    r.kind = kind;
+    r.maximum = maximum;
+    const bool average = kind == GalleryRanking::kMaxAverage || kind == GalleryRanking::kMinAverage;
+    const int64_t ch = average ? H : crop_h_, cw = average ? W : crop_w_;
+    r.score = torch::full({k, channels_}, kEmpty, f);
+    r.where = torch::zeros({k, channels_, 6}, act.options().dtype(torch::kLong));
+    r.where.select(-1, 0).fill_(-1);
+    r.crop = torch::full({k, channels_, ic, ch, cw}, 255, u8);
+    r.crop_q = torch::zeros({k, channels_, 2}, f);
+    if (act.dim() == 4) {
+      r.heat = torch::full({k, channels_, act.size(2), act.size(3)}, 255, u8);
+      r.heat_q = torch::zeros({k, channels_, 2}, f);
+    }
+    rankings_.push_back(std::move(r));
+  }
+}
+
+bool ExtremeGallery::add(const torch::Tensor& activation, const torch::Tensor& input, int64_t batch) {
+  if (unsupported_) return false;
+  if (!activation.defined() || !input.defined() || activation.numel() == 0) return false;
+  if (activation.dim() != 2 && activation.dim() != 4) {
+    unsupported_ = "Min/Max galleries need a [batch, channels] or [batch, channels, height, width] activation; this "
+                   "layer's is " +
+                   std::to_string(activation.dim()) + "-D";
+    return false;
+  }
+  if (!image_like(input)) {
+    unsupported_ = "Min/Max galleries need an image-like input ([batch, 1 or 3, height, width])";
+    return false;
+  }
+  if (activation.size(0) != input.size(0)) {
+    ++skipped_;
+    return false;
+  }
+  at::DisableRecordFunctionGuard no_record;
+  c10::InferenceMode no_autograd;
+  if (rankings_.empty()) start(activation, input);
+  if (activation.sizes().slice(1) != c10::IntArrayRef(act_shape_) ||
+      input.sizes().slice(1) != c10::IntArrayRef(input_shape_)) {
+    ++skipped_;
+    return false;
+  }
+  const auto act = activation.narrow(1, 0, channels_).to(torch::kFloat);
+  const auto in = input.to(activation.device(), torch::kFloat);
+  for (auto& r : rankings_) fold(r, act, in, batch);
+  return true;
+}
+
+void ExtremeGallery::fold(Ranking& r, const torch::Tensor& act, const torch::Tensor& input, int64_t batch) {
+  const int64_t B = act.size(0), C = channels_, k = settings_.samples;
+  const bool spatial = act.dim() == 4;
+  const bool average = r.kind == GalleryRanking::kMaxAverage || r.kind == GalleryRanking::kMinAverage;
+  const auto opts = act.options().dtype(torch::kLong);
+  // One score per (sample, channel), signed so that larger is better; NaN
+  // ranks below every real value, above an empty slot.
+  auto signed_act = r.maximum ? act : -act;
+  auto flat = signed_act.reshape({B, C, -1});
+  torch::Tensor score, pos;
+  if (average) {
+    score = flat.mean(-1);
+    pos = torch::zeros({B, C}, opts);
+  } else {
+    auto [s, p] = torch::where(torch::isnan(flat), torch::full_like(flat, kEmpty), flat).max(-1);
+    // A position of NaNs only: its max is -inf; keep it below real values.
+    score = torch::where(torch::isnan(flat).all(-1), torch::full_like(s, std::nanf("")), s);
+    pos = p;
+  }
+  score = torch::where(torch::isnan(score), torch::full_like(score, -std::numeric_limits<float>::max()), score);
+  const int64_t kc = std::min(k, B);
+  auto [cand_score, cand_sample] = score.topk(kc, 0);  // [kc, C]
+  const auto cand_pos = pos.gather(0, cand_sample);
+  const int64_t w = spatial ? act.size(3) : 1;
+  const auto y = cand_pos.div(w, "floor"), x = cand_pos.remainder(w);
+  const int64_t H = input.size(2), W = input.size(3), ic = input.size(1);
+  const auto channel = torch::arange(C, opts);
+  torch::Tensor top, left, crop;
+  if (spatial && !average) {
+    const int64_t h = act.size(2);
+    // The crop centred on the position's footprint in the input, kept inside
+    // it (crop_origin, vectorised).
+    top = ((y * 2 + 1) * H).div(2 * h, "floor").sub(crop_h_ / 2).clamp(0, H - crop_h_);
+    left = ((x * 2 + 1) * W).div(2 * act.size(3), "floor").sub(crop_w_ / 2).clamp(0, W - crop_w_);
+    const auto rows = top.unsqueeze(-1) + torch::arange(crop_h_, opts);  // [kc, C, ch]
+    const auto cols = left.unsqueeze(-1) + torch::arange(crop_w_, opts);
+    crop = input.index({cand_sample.view({kc, C, 1, 1, 1}), torch::arange(ic, opts).view({1, 1, ic, 1, 1}),
+                        rows.view({kc, C, 1, crop_h_, 1}), cols.view({kc, C, 1, 1, crop_w_})});
+  } else {
+    top = torch::zeros_like(y);
+    left = torch::zeros_like(y);
+    crop = input.index({cand_sample});  // [kc, C, ic, H, W]
+  }
+  auto [crop_levels, crop_q] = quantise(crop);
+  const auto where =
+      torch::stack({torch::full_like(y, batch), cand_sample, spatial ? y : torch::zeros_like(y), x, top, left}, -1);
+  // Merge the kept slots with the candidates.
+  const auto all_score = torch::cat({r.score, cand_score});
+  const auto sel = std::get<1>(all_score.topk(k, 0));  // [k, C]
+  r.score = all_score.gather(0, sel);
+  r.where = pick(torch::cat({r.where, where}), sel);
+  r.crop = pick(torch::cat({r.crop, crop_levels}), sel);
+  r.crop_q = pick(torch::cat({r.crop_q, crop_q}), sel);
+  if (spatial) {
+    const auto heat = act.index({cand_sample, channel.view({1, C})});  // [kc, C, h, w]
+    auto [heat_levels, heat_q] = quantise(heat);
+    r.heat = pick(torch::cat({r.heat, heat_levels}), sel);
+    r.heat_q = pick(torch::cat({r.heat_q, heat_q}), sel);
+  }
+}
+
+size_t ExtremeGallery::bytes() const {
+  size_t total = 0;
+  for (const auto& r : rankings_) {
+    for (const auto* t : {&r.score, &r.where, &r.crop, &r.crop_q, &r.heat, &r.heat_q}) {
+      if (t->defined()) total += t->numel() * t->element_size();
+    }
+  }
+  return total;
+}
+
+std::vector<torch::Tensor> ExtremeGallery::buffers() const {
+  std::vector<torch::Tensor> device;
+  for (const auto& r : rankings_) {
+    for (const auto* t : {&r.score, &r.where, &r.crop, &r.crop_q, &r.heat, &r.heat_q}) {
+      device.push_back(t->defined() ? *t : torch::Tensor());
+    }
+  }
+  return device;
+}
+
+std::vector<GalleryView> ExtremeGallery::view() const { return view(common::copy_to_host(buffers())); }
+
+std::vector<GalleryView> ExtremeGallery::view(const std::vector<torch::Tensor>& cpu) const {
+  std::vector<GalleryView> out;
+  if (cpu.size() != rankings_.size() * 6) return out;
+  for (size_t i = 0; i < rankings_.size(); ++i) {
+    const auto& r = rankings_[i];
+    const auto* t = &cpu[i * 6];
+    GalleryView v;
+    v.ranking = r.kind;
+    v.samples = settings_.samples;
+    v.channels = channels_;
+    v.input_height = input_shape_.size() == 3 ? input_shape_[1] : 0;
+    v.input_width = input_shape_.size() == 3 ? input_shape_[2] : 0;
+    const auto score = t[0].contiguous();
+    const auto where = t[1].contiguous();
+    const float* s = score.data_ptr<float>();
+    const int64_t* wh = where.data_ptr<int64_t>();
+    v.slots.resize(static_cast<size_t>(v.samples * v.channels));
+    for (size_t j = 0; j < v.slots.size(); ++j) {
+      auto& slot = v.slots[j];
+      const int64_t* e = wh + j * 6;
+      slot.filled = e[0] >= 0;
+      if (!slot.filled) continue;
+      const float value = s[j] == -std::numeric_limits<float>::max() ? std::nanf("") : s[j];
+      slot.score = r.maximum ? value : -value;
+      slot.batch = e[0];
+      slot.sample = e[1];
+      slot.y = e[2];
+      slot.x = e[3];
+      slot.top = e[4];
+      slot.left = e[5];
+    }
+    v.crops = dequantise(t[2], t[3]);
+    if (t[4].defined()) v.heat = dequantise(t[4], t[5]);  // the channel's own values, unsigned
+    // Empty slots draw nothing.
+    for (size_t j = 0; j < v.slots.size(); ++j) {
+      if (v.slots[j].filled) continue;
+      const int64_t a = static_cast<int64_t>(j) / v.channels, c = static_cast<int64_t>(j) % v.channels;
+      v.crops[a][c].fill_(std::nanf(""));
+      if (v.heat.defined()) v.heat[a][c].fill_(std::nanf(""));
+    }
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+}  // namespace nansense::stats

@@ -1,0 +1,110 @@
+// Min/Max galleries: per channel of a layer, the inputs that drove it highest
+// and lowest over one (phase, epoch). Training thread only; every step is a
+// tensor op on the activation's own device, with no device->host sync per
+// batch (view() makes one batched copy when a view is published).
+//
+// Rankings (nansense::GalleryRanking):
+//   max_pixel / min_pixel      a sample's score is the channel's largest
+//                              (smallest) value over its spatial positions;
+//                              the gallery keeps the input crop around that
+//                              position (the receptive field, approximated:
+//                              side = ceil(input side / activation side) * 4,
+//                              at least 10 px, at most the input's side);
+//   max_average / min_average  the score is the channel's spatial mean, the
+//                              gallery keeps the whole input (on a setting).
+// For a flat [batch, features] activation each feature is a channel and the
+// pixel rankings keep the whole input (there is no position to crop around).
+//
+// Per batch and ranking: the best position of every (sample, channel), a
+// top-k over the batch, the k candidates' crops and activation maps gathered
+// in one indexed read, then a top-k over the kept k plus the candidates. A
+// sample enters a channel's gallery at most once an epoch (one candidate per
+// sample and channel). NaN scores rank below every real value.
+//
+// Memory: payloads are stored as uint8 (levels 0..254, 255 marks a
+// non-finite value) with a float32 offset and step per (slot, channel), so
+// per channel and ranking it holds k * (input channels * crop area +
+// activation area + 40) bytes (ExtremeGallery::bytes()).
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "nansense/stats.h"
+
+namespace nansense::stats {
+
+// The receptive field, approximated along one axis: for an input side `in`
+// over an activation side `out`, ceil(in / out) * 4 input pixels, at least
+// 10, at most `in`.
+int64_t crop_side(int64_t in, int64_t out);
+// Where a crop of `side` starts along that axis for activation position `p`:
+// centred on p's footprint in the input, kept inside it.
+int64_t crop_origin(int64_t p, int64_t in, int64_t out, int64_t side);
+
+struct GallerySettings {
+  int64_t samples = 5;        // slots per channel and ranking
+  int64_t channel_limit = 16;  // channels tracked (the first ones); 0 = all
+  bool averages = false;       // collect max_average / min_average too
+};
+
+class ExtremeGallery {
+ public:
+  explicit ExtremeGallery(GallerySettings settings);
+
+  // Whether an input suits galleries: [batch, 1 or 3, H, W], floating point.
+  static bool image_like(const torch::Tensor& input);
+
+  // Folds one batch: `activation` [B, C, h, w] or [B, C], `input` image-like
+  // with the same B, `batch` the batch's index in its phase. The first call
+  // fixes the shapes; a later batch whose shapes differ (a ragged last batch
+  // is fine: only B may change) is skipped and counted in skipped().
+  // Returns false, folding nothing, when the shapes do not suit (see
+  // unsupported()).
+  bool add(const torch::Tensor& activation, const torch::Tensor& input, int64_t batch);
+
+  // Why nothing can be collected (an unsupported activation rank), if so.
+  const std::optional<std::string>& unsupported() const { return unsupported_; }
+  int64_t skipped() const { return skipped_; }
+  bool started() const { return !rankings_.empty(); }
+
+  // Device bytes held by the payloads.
+  size_t bytes() const;
+  // The device buffers a publish copies (with others, in one batched copy),
+  // and the published form built from their CPU copies (same order):
+  // dequantised float32.
+  std::vector<torch::Tensor> buffers() const;
+  std::vector<GalleryView> view(const std::vector<torch::Tensor>& cpu_buffers) const;
+  // The same with a copy of its own.
+  std::vector<GalleryView> view() const;
+
+ private:
+  struct Ranking {
+    GalleryRanking kind;
+    bool maximum = true;  // scores are stored negated for the min rankings
+    torch::Tensor score;   // [k, C] float32, -inf where empty
+    torch::Tensor where;   // [k, C, 6] int64: batch, sample, y, x, top, left (batch -1 where empty)
+    torch::Tensor crop;    // [k, C, ic, ch, cw] uint8
+    torch::Tensor crop_q;  // [k, C, 2] float32: offset, step
+    torch::Tensor heat;    // [k, C, h, w] uint8 (undefined for flat activations)
+    torch::Tensor heat_q;  // [k, C, 2]
+  };
+  void start(const torch::Tensor& activation, const torch::Tensor& input);
+  void fold(Ranking& r, const torch::Tensor& act, const torch::Tensor& input, int64_t batch);
+
+  GallerySettings settings_;
+  std::vector<Ranking> rankings_;
+  std::optional<std::string> unsupported_;
+  int64_t skipped_ = 0;
+  // Fixed by the first batch.
+  std::vector<int64_t> act_shape_;    // [C, h, w] or [C]
+  std::vector<int64_t> input_shape_;  // [ic, H, W]
+  int64_t channels_ = 0;              // tracked
+  int64_t crop_h_ = 0, crop_w_ = 0;
+};
+
+}  // namespace nansense::stats

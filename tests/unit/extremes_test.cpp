@@ -1,0 +1,238 @@
+// Min/Max galleries against a brute-force ranking of every (batch, sample)
+// on known tensors: the kept samples and their order, scores, positions,
+// crops (within the uint8 quantisation), activation maps, NaN handling, the
+// channel limit, flat activations, ragged batches, refusals, and the store's
+// epoch rules (only the newest epoch of a phase keeps galleries).
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <tuple>
+#include <vector>
+
+#include "nansense/stats.h"
+#include "stats/extremes.h"
+#include "stats/stats_store.h"
+
+namespace nansense::stats {
+namespace {
+
+struct Candidate {
+  float score;
+  int64_t batch, sample, y, x;
+};
+
+// Every (batch, sample) of channel c ranked by its spatial max (min), or mean.
+std::vector<Candidate> brute_force(const std::vector<torch::Tensor>& acts, int64_t c, GalleryRanking ranking) {
+  std::vector<Candidate> all;
+  for (size_t b = 0; b < acts.size(); ++b) {
+    const auto& a = acts[b];
+    const int64_t w = a.dim() == 4 ? a.size(3) : 1;
+    for (int64_t s = 0; s < a.size(0); ++s) {
+      const auto map = a[s][c].reshape({-1});
+      Candidate k{0, static_cast<int64_t>(b), s, 0, 0};
+      int64_t at = 0;
+      if (ranking == GalleryRanking::kMaxPixel) {
+        at = map.argmax().item<int64_t>();
+        k.score = map[at].item<float>();
+      } else if (ranking == GalleryRanking::kMinPixel) {
+        at = map.argmin().item<int64_t>();
+        k.score = map[at].item<float>();
+      } else {
+        k.score = map.mean().item<float>();
+      }
+      k.y = at / w;
+      k.x = at % w;
+      all.push_back(k);
+    }
+  }
+  const bool lowest = ranking == GalleryRanking::kMinPixel || ranking == GalleryRanking::kMinAverage;
+  std::sort(all.begin(), all.end(), [&](const auto& p, const auto& q) {
+    return lowest ? p.score < q.score : p.score > q.score;
+  });
+  return all;
+}
+
+const GalleryView& ranking_of(const std::vector<GalleryView>& views, GalleryRanking r) {
+  for (const auto& v : views) {
+    if (v.ranking == r) return v;
+  }
+  throw std::runtime_error("no such ranking in the view");
+}
+
+TEST(ExtremeGallery, KeepsTheBruteForceTopKWithTheirCropsAndMaps) {
+  torch::manual_seed(3);
+  GallerySettings settings;
+  settings.samples = 4;
+  settings.averages = true;
+  ExtremeGallery gallery(settings);
+  std::vector<torch::Tensor> acts, inputs;
+  for (int64_t b = 0; b < 3; ++b) {
+    const int64_t batch = b == 2 ? 3 : 7;  // a ragged last batch
+    acts.push_back(torch::randn({batch, 3, 8, 8}));
+    inputs.push_back(torch::rand({batch, 1, 32, 32}));
+    ASSERT_TRUE(gallery.add(acts.back(), inputs.back(), b));
+  }
+  EXPECT_EQ(gallery.skipped(), 0);
+  const auto views = gallery.view();
+  ASSERT_EQ(views.size(), 4u);
+  const int64_t side = crop_side(32, 8);
+  EXPECT_EQ(side, 16);
+  for (auto r : {GalleryRanking::kMaxPixel, GalleryRanking::kMinPixel, GalleryRanking::kMaxAverage,
+                 GalleryRanking::kMinAverage}) {
+    SCOPED_TRACE(std::string(to_string(r)));
+    const auto& v = ranking_of(views, r);
+    const bool average = r == GalleryRanking::kMaxAverage || r == GalleryRanking::kMinAverage;
+    ASSERT_EQ(v.samples, 4);
+    ASSERT_EQ(v.channels, 3);
+    EXPECT_EQ(v.crops.size(3), average ? 32 : side);
+    for (int64_t c = 0; c < 3; ++c) {
+      const auto expected = brute_force(acts, c, r);
+      for (int64_t a = 0; a < 4; ++a) {
+        const auto& slot = v.slot(a, c);
+        const auto& e = expected[static_cast<size_t>(a)];
+        ASSERT_TRUE(slot.filled);
+        EXPECT_EQ(slot.batch, e.batch) << "channel " << c << " rank " << a;
+        EXPECT_EQ(slot.sample, e.sample) << "channel " << c << " rank " << a;
+        EXPECT_NEAR(slot.score, e.score, 1e-5);
+        const auto& input = inputs[static_cast<size_t>(e.batch)][e.sample];
+        torch::Tensor crop;
+        if (average) {
+          crop = input;
+        } else {
+          EXPECT_EQ(slot.y, e.y);
+          EXPECT_EQ(slot.x, e.x);
+          EXPECT_EQ(slot.top, crop_origin(e.y, 32, 8, side));
+          EXPECT_EQ(slot.left, crop_origin(e.x, 32, 8, side));
+          crop = input.narrow(1, slot.top, side).narrow(2, slot.left, side);
+        }
+        // uint8 levels over the crop's own range: within half a level.
+        const double level = (crop.max() - crop.min()).item<double>() / 254;
+        EXPECT_LE((v.crops[a][c] - crop).abs().max().item<double>(), level / 2 + 1e-6);
+        const auto map = acts[static_cast<size_t>(e.batch)][e.sample][c];
+        const double map_level = (map.max() - map.min()).item<double>() / 254;
+        EXPECT_LE((v.heat[a][c] - map).abs().max().item<double>(), map_level / 2 + 1e-6);
+      }
+    }
+  }
+}
+
+TEST(ExtremeGallery, NaNRanksBelowRealValuesAndEmptySlotsStayEmpty) {
+  GallerySettings settings;
+  settings.samples = 3;
+  ExtremeGallery gallery(settings);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  auto act = torch::zeros({2, 1, 2, 2});
+  act[0][0].fill_(nan);                    // sample 0: only NaN
+  act[1][0] = torch::tensor({{1.0f, nan}, {5.0f, -2.0f}});  // sample 1: max 5 at (1, 0), min -2 at (1, 1)
+  ASSERT_TRUE(gallery.add(act, torch::rand({2, 3, 8, 8}), 0));
+  const auto views = gallery.view();
+  const auto& max = ranking_of(views, GalleryRanking::kMaxPixel);
+  EXPECT_EQ(max.slot(0, 0).sample, 1);
+  EXPECT_DOUBLE_EQ(max.slot(0, 0).score, 5.0);
+  EXPECT_EQ(max.slot(0, 0).y, 1);
+  EXPECT_EQ(max.slot(0, 0).x, 0);
+  EXPECT_EQ(max.slot(1, 0).sample, 0);
+  EXPECT_TRUE(std::isnan(max.slot(1, 0).score));
+  EXPECT_FALSE(max.slot(2, 0).filled);  // two samples, three slots
+  EXPECT_TRUE(torch::isnan(max.crops[2][0]).all().item<bool>());
+  const auto& min = ranking_of(views, GalleryRanking::kMinPixel);
+  EXPECT_DOUBLE_EQ(min.slot(0, 0).score, -2.0);
+  EXPECT_EQ(min.slot(0, 0).x, 1);
+  // Average rankings only on request.
+  EXPECT_EQ(views.size(), 2u);
+}
+
+TEST(ExtremeGallery, ChannelLimitFlatActivationsAndRefusals) {
+  GallerySettings settings;
+  settings.samples = 2;
+  settings.channel_limit = 16;
+  ExtremeGallery wide(settings);
+  ASSERT_TRUE(wide.add(torch::randn({5, 20, 3, 3}), torch::rand({5, 1, 12, 12}), 0));
+  EXPECT_EQ(wide.view().front().channels, 16);
+
+  // A flat [batch, features] activation: each feature a channel, whole inputs.
+  ExtremeGallery flat(settings);
+  auto features = torch::randn({6, 4});
+  auto inputs = torch::rand({6, 1, 12, 12});
+  ASSERT_TRUE(flat.add(features, inputs, 0));
+  const auto views = flat.view();
+  ASSERT_EQ(views.size(), 2u);
+  const auto& max = views.front();
+  EXPECT_FALSE(max.heat.defined());
+  EXPECT_EQ(max.crops.size(3), 12);
+  for (int64_t c = 0; c < 4; ++c) {
+    const int64_t best = features.select(1, c).argmax().item<int64_t>();
+    EXPECT_EQ(max.slot(0, c).sample, best);
+    EXPECT_NEAR(max.slot(0, c).score, features[best][c].item<double>(), 1e-6);
+  }
+
+  ExtremeGallery tokens(settings);
+  EXPECT_FALSE(tokens.add(torch::randn({2, 5, 7}), torch::rand({2, 1, 8, 8}), 0));
+  ASSERT_TRUE(tokens.unsupported().has_value());
+  EXPECT_NE(tokens.unsupported()->find("3-D"), std::string::npos);
+  ExtremeGallery text(settings);
+  EXPECT_FALSE(text.add(torch::randn({2, 5, 3, 3}), torch::rand({2, 7}), 0));
+  EXPECT_NE(text.unsupported()->find("image-like input"), std::string::npos);
+
+  // A later batch of another shape is skipped, not folded.
+  ExtremeGallery fixed(settings);
+  ASSERT_TRUE(fixed.add(torch::randn({2, 3, 4, 4}), torch::rand({2, 1, 8, 8}), 0));
+  EXPECT_FALSE(fixed.add(torch::randn({2, 3, 5, 5}), torch::rand({2, 1, 10, 10}), 1));
+  EXPECT_EQ(fixed.skipped(), 1);
+}
+
+TEST(ExtremeGallery, HoldsWhatTheReadmeSaysPerChannel) {
+  GallerySettings settings;  // 5 samples, 16 channels, pixel rankings
+  ExtremeGallery gallery(settings);
+  // The demo CNN's first conv: [B, 16, 28, 28] over a 28x28 gray input.
+  ASSERT_TRUE(gallery.add(torch::randn({8, 16, 28, 28}), torch::rand({8, 1, 28, 28}), 0));
+  const int64_t side = crop_side(28, 28);
+  EXPECT_EQ(side, 10);
+  // Per ranking and slot: the crop and the map in uint8, two float32 pairs,
+  // one float32 score and six int64 positions.
+  const size_t per_slot = side * side + 28 * 28 + 2 * 2 * 4 + 4 + 6 * 8;
+  EXPECT_EQ(gallery.bytes(), 2 * 5 * 16 * per_slot);
+  EXPECT_EQ(per_slot * 5 * 2, 9520u);  // the README's 9.5 KB per channel
+}
+
+TEST(StatsStore, GalleriesLiveInTheNewestEpochOfAPhaseAndSayWhyWhenMissing) {
+  StatsStore store;
+  auto input = torch::rand({4, 1, 8, 8});
+  auto act = torch::randn({4, 2, 4, 4});
+  store.add("conv", "train", 0, Kind::kActivation, act);
+  store.add_gallery("conv", "train", 0, 0, act, input);
+  store.add("fc", "train", 0, Kind::kActivation, torch::randn({4, 3}));
+  store.add_gallery("fc", "train", 0, 0, torch::randn({4, 3}), torch::Tensor());  // no image input
+  store.end_batch();
+  auto snap = store.publish();
+  const auto& conv = snap->layers.at({"conv", "train"}).back();
+  ASSERT_EQ(conv.galleries.size(), 2u);
+  EXPECT_TRUE(conv.galleries.front().slot(0, 0).filled);
+  const auto& fc = snap->layers.at({"fc", "train"}).back();
+  EXPECT_TRUE(fc.galleries.empty());
+  ASSERT_TRUE(fc.gallery_note.has_value());
+  EXPECT_NE(fc.gallery_note->find("image-like"), std::string::npos);
+
+  // Epoch 1 starts: epoch 0's bucket collapses and lets its galleries go.
+  store.add("conv", "train", 1, Kind::kActivation, act);
+  store.add_gallery("conv", "train", 1, 0, act, input);
+  store.end_batch();
+  snap = store.publish();
+  const auto& buckets = snap->layers.at({"conv", "train"});
+  ASSERT_EQ(buckets.size(), 2u);
+  EXPECT_TRUE(buckets.front().galleries.empty());
+  EXPECT_EQ(buckets.back().galleries.size(), 2u);
+
+  // samples_per_channel 0 turns them off.
+  StatsStore off(WatchPerformance().samples_per_channel(0));
+  off.add("conv", "train", 0, Kind::kActivation, act);
+  off.add_gallery("conv", "train", 0, 0, act, input);
+  off.end_batch();
+  EXPECT_TRUE(off.publish()->layers.at({"conv", "train"}).back().galleries.empty());
+}
+
+}  // namespace
+}  // namespace nansense::stats

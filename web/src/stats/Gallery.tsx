@@ -1,0 +1,120 @@
+// The Min/Max view of one layer: per channel (columns) the inputs that drove
+// it highest or lowest this epoch (rows, best first), as crops around where
+// it peaked or as whole inputs ranked by its mean, with the channel's
+// activation over them on request. Refetched with every statistics publish.
+import { useEffect, useState } from 'preact/hooks';
+import * as api from '../api/client';
+import type { ExtremeCell, Extremes, GalleryRanking } from '../api/types';
+import { formatNum } from '../format';
+import { statsStore } from '../state/stats';
+import { useSelector } from '../state/store';
+
+const RANKING_TITLE: Record<GalleryRanking, string> = {
+  max_pixel: 'max pixel',
+  min_pixel: 'min pixel',
+  max_average: 'max average',
+  min_average: 'min average',
+};
+
+export function GalleryBody({ layer, phase }: { layer: string; phase: string | null }) {
+  const grid = useSelector(statsStore, (s) => s.grid);
+  const heatmap = useSelector(statsStore, (s) => s.heatmap);
+  const sequence = useSelector(statsStore, (s) => s.list?.sequence ?? 0);
+  const hasStats = useSelector(statsStore, (s) => s.histories[layer] != null);
+  const [data, setData] = useState<Extremes | null>(null);
+  const [error, setError] = useState<string | null>(null);
+
+  useEffect(() => {
+    if (!hasStats || phase === null) return;
+    const abort = new AbortController();
+    api.getExtremes({ layer, phase, ranking: grid, heatmap }, abort.signal).then(
+      (d) => {
+        setData(d);
+        setError(null);
+        const known = statsStore.get().rankings;
+        if (d.rankings.some((r) => !known.includes(r))) statsStore.set({ rankings: [...new Set([...known, ...d.rankings])] });
+      },
+      (e: Error) => {
+        if (e.name === 'AbortError') return;
+        setData(null);
+        setError(e.message);
+      },
+    );
+    return () => abort.abort();
+  }, [layer, phase, grid, heatmap, sequence, hasStats]);
+
+  if (!hasStats || phase === null) {
+    return <p class="stats-note">No statistics for this layer yet: watch it (the eye) and let training run; its Min/Max galleries fill as it does.</p>;
+  }
+  if (error) {
+    return (
+      <p class="stats-note" data-testid={`gallery-error-${layer}`}>
+        {error}
+      </p>
+    );
+  }
+  if (!data) return <p class="stats-note">Loading the galleries…</p>;
+  if (data.note || data.cells.length === 0) {
+    return (
+      <p class="stats-note" data-testid={`gallery-note-${layer}`}>
+        {data.note ?? 'No gallery yet.'}
+      </p>
+    );
+  }
+  const rows = Array.from({ length: data.samples }, (_, a) => data.cells.filter((c) => c.slot === a));
+  const filled = data.cells.filter((c) => c.filled).length;
+  const average = data.ranking === 'max_average' || data.ranking === 'min_average';
+  return (
+    <>
+      <p class="stats-note">
+        {data.phase} epoch {data.epoch} · {RANKING_TITLE[data.ranking]} ·{' '}
+        {average ? 'whole inputs ranked by the channel mean' : `${data.crop.height}×${data.crop.width} input crops around the channel's ${data.ranking === 'max_pixel' ? 'highest' : 'lowest'} value`}
+        {heatmap && ' · activation over the input (red +, blue −)'}
+      </p>
+      <div class="gallery-scroll">
+        <table
+          class="gallery"
+          data-testid={`gallery-${layer}`}
+          data-ranking={data.ranking}
+          data-filled={filled}
+          data-channels={data.channels}
+          data-samples={data.samples}
+        >
+          <thead>
+            <tr>
+              <th />
+              {Array.from({ length: data.channels }, (_, c) => (
+                <th key={c} class="gallery-head">
+                  CHANNEL {c}
+                </th>
+              ))}
+            </tr>
+          </thead>
+          <tbody>
+            {rows.map((cells, a) => (
+              <tr key={a}>
+                <th class="gallery-head">SAMPLE {a + 1}</th>
+                {cells.map((cell) => (
+                  <td key={cell.channel}>
+                    <Cell cell={cell} />
+                  </td>
+                ))}
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      </div>
+    </>
+  );
+}
+
+function Cell({ cell }: { cell: ExtremeCell }) {
+  if (!cell.filled || !cell.png) return <div class="gallery-empty" title="Not filled yet" data-testid="gallery-empty" />;
+  const title = `score ${formatNum(cell.score, 5)} · batch ${cell.batch}, sample ${cell.sample} · at (${cell.y}, ${cell.x}) · crop from (${cell.top}, ${cell.left})`;
+  return (
+    <figure class="gallery-cell" title={title} data-testid="gallery-cell" data-score={String(cell.score)}>
+      <img class="pixelated" src={`data:image/png;base64,${cell.png}`} alt={title} />
+      <figcaption class="mono">{formatNum(cell.score, 3)}</figcaption>
+    </figure>
+  );
+}
