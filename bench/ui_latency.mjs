@@ -5,23 +5,14 @@
 // and handed to its canvas (window.__nansense.renderedAtMs), and the next
 // frame produced (paintedAtMs), which the target is judged on. Both clocks
 // are this machine's.
-import { Demo, freePort, launchBrowser } from '../tests/browser/harness.mjs';
+import { openPausedDemo, summary } from './ui_common.mjs';
 
 const [binary, stepsArg] = process.argv.slice(2);
 const steps = Number(stepsArg ?? 30);
 
-const demo = new Demo(binary);
-let browser;
-process.on('exit', () => demo.kill());
-
+const { demo, page, rendered, close } = await openPausedDemo(binary);
 try {
-  let status = await demo.start(await freePort(), ['--epochs', '1']);
-  browser = await launchBrowser();
-  const page = await browser.newPage({ viewport: { width: 1600, height: 1000 } });
-  await page.goto(demo.base + '/');
-  const rendered = (seq) =>
-    page.waitForFunction((s) => (window.__nansense?.renderedSequence ?? 0) >= s, seq, { timeout: 30_000 });
-  await rendered(status.snapshot_sequence);
+  let status;
 
   const latencies = [];
   const painted = [];
@@ -36,11 +27,6 @@ try {
     painted.push(shown.paintedAtMs - status.paused_at_ms);
   }
   const strips = await page.locator('canvas[data-testid^="strip-activation-"], canvas[data-testid^="strip-gradient-"]').count();
-  const summary = (values) => {
-    values.sort((a, b) => a - b);
-    const at = (q) => values[Math.min(values.length - 1, Math.floor(q * values.length))];
-    return { text: `median ${at(0.5)} ms, p90 ${at(0.9)} ms, min ${values[0]} ms, max ${values.at(-1)} ms`, median: at(0.5) };
-  };
   const shown = summary(latencies);
   const framed = summary(painted);
   console.log(`ui_latency: ${latencies.length} pauses of the demo CNN, ${strips} strips on the page`);
@@ -48,6 +34,5 @@ try {
   console.log(`  pause -> the frame drawing them produced:             ${framed.text}`);
   console.log(`  target: median <= 150 ms (to the frame) -> ${framed.median <= 150 ? 'met' : 'NOT met'}`);
 } finally {
-  if (browser) await browser.close();
-  await demo.kill();
+  await close();
 }

@@ -6,23 +6,14 @@
 // visible strip of that snapshot (renderedAtMs; and the frame drawing them,
 // paintedAtMs, which the target is judged on) minus the click's time, both
 // on the page's clock.
-import { Demo, freePort, launchBrowser } from '../tests/browser/harness.mjs';
+import { openPausedDemo, summary } from './ui_common.mjs';
 
 const [binary, clicksArg] = process.argv.slice(2);
 const clicks = Number(clicksArg ?? 30);
 
-const demo = new Demo(binary);
-let browser;
-process.on('exit', () => demo.kill());
-
+const { demo, page, rendered, close } = await openPausedDemo(binary);
 try {
-  let status = await demo.start(await freePort(), ['--epochs', '1']);
-  browser = await launchBrowser();
-  const page = await browser.newPage({ viewport: { width: 1600, height: 1000 } });
-  await page.goto(demo.base + '/');
-  const rendered = (seq) =>
-    page.waitForFunction((s) => (window.__nansense?.renderedSequence ?? 0) >= s, seq, { timeout: 30_000 });
-  await rendered(status.snapshot_sequence);
+  let status;
   await demo.api('/api/probe/pin', { timeout_seconds: 30 });
   const ready = await demo.api('/api/probe/mode', { mode: 'eval', timeout_seconds: 30 });
   await rendered(ready.result.snapshot_sequence);
@@ -54,11 +45,6 @@ try {
   status = await demo.api('/api/probe');
   if (status.perturbations.length !== clicks) throw new Error(`${status.perturbations.length} perturbations for ${clicks} clicks`);
   const strips = await page.locator('canvas[data-testid^="strip-activation-"]').count();
-  const summary = (values) => {
-    values.sort((a, b) => a - b);
-    const at = (q) => values[Math.min(values.length - 1, Math.floor(q * values.length))];
-    return { text: `median ${at(0.5)} ms, p90 ${at(0.9)} ms, min ${values[0]} ms, max ${values.at(-1)} ms`, median: at(0.5) };
-  };
   const s = summary(shown);
   const p = summary(painted);
   console.log(`ui_probe: ${clicks} perturbing clicks on the pinned demo CNN batch (eval mode), ${strips} activation strips on the page`);
@@ -68,6 +54,5 @@ try {
   await demo.api('/api/probe/clear', {});
   await demo.api('/api/probe/unpin', {});
 } finally {
-  if (browser) await browser.close();
-  await demo.kill();
+  await close();
 }

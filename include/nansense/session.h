@@ -263,10 +263,11 @@ class Session {
   // stay). Throws UsageError for channel_limit < 1.
   bool set_watch_performance(const WatchPerformance& performance);
   WatchPerformance watch_performance() const;
-  // Restricts Min/Max gallery collection to `layers` (nullopt: every
-  // collected layer, the default). Histograms and graphs are unaffected;
-  // galleries already collected stay. Once a batch has been captured, an
-  // unknown name throws UsageError naming it and nothing changes.
+  // Which collected layers keep Min/Max galleries: `layers`, or (nullopt,
+  // the default) the watched ones, so scope kAll collects every layer's
+  // statistics but galleries only for the watched. Histograms and graphs are
+  // unaffected; galleries already collected stay. Once a batch has been
+  // captured, an unknown name throws UsageError naming it and nothing changes.
   void set_patch_layers(const std::optional<std::vector<std::string>>& layers);
   std::optional<std::vector<std::string>> patch_layers() const;
   // Records `value` under `name` at the current batch: its phase, and

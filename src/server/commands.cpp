@@ -560,12 +560,13 @@ std::vector<Command> table() {
                  return json_reply(c.set_watch_performance(change));
                }});
   t.push_back({"set_patch_layers", "Which layers keep Min/Max galleries",
-               "Restrict Min/Max gallery collection (the inputs that drove each channel highest and lowest) to these "
-               "layers; omit layers to collect them for every collected layer again. Galleries hold the most "
+               "Which collected layers keep Min/Max galleries (the inputs that drove each channel highest and "
+               "lowest): these layers, or, with layers omitted, the watched ones (the default: scope all collects "
+               "every layer's statistics but galleries only for the watched). Galleries cost the most time and "
                "memory of the statistics; histograms and graphs are unaffected, and galleries already collected "
                "stay." +
                    settings_reply,
-               {kLayers.described("Layer names from get_architecture; omit for every collected layer.")},
+               {kLayers.described("Layer names from get_architecture; omit for the watched layers.")},
                Route{"POST", "/api/stats/patch_layers"}, true, false, "Settings", [](Controller& c, const Args& a) {
                  return json_reply(c.set_patch_layers(a.optional_strings("layers")));
                }});

@@ -105,6 +105,11 @@ std::string missing_reason(const LayerStatsView& v, const detail::SessionPort& s
   if (const auto only = session.patch_layers(); only && std::find(only->begin(), only->end(), v.layer) == only->end()) {
     return "Min/Max galleries are collected only for " + join(*only) + " (set_patch_layers)";
   }
+  if (const auto watched = session.watched_layers();
+      !session.patch_layers() && std::find(watched.begin(), watched.end(), v.layer) == watched.end()) {
+    return "Min/Max galleries are collected for the watched layers (and set_patch_layers' list); \"" + v.layer +
+           "\" is not watched: watch it (the eye on its card, watch_layers)";
+  }
   return "no Min/Max gallery for \"" + v.layer + "\" in " + v.phase + " epoch " + std::to_string(v.epoch) +
          " yet: the layer's next collected batch starts one";
 }

@@ -384,9 +384,12 @@ void StatsCollector::fold(const BatchPosition& pos, capture::TraceResult& trace)
     for (const LayerInfo* layer : layers) {
       add(trace.device_activations, layer->name, stats::Kind::kActivation);
       add(gradients, layer->name, stats::Kind::kGradient);
-      const bool patches = !applied_patch_layers_ || std::find(applied_patch_layers_->begin(),
-                                                               applied_patch_layers_->end(),
-                                                               layer->name) != applied_patch_layers_->end();
+      // Galleries cost far more than the statistics: the watched layers
+      // keep them (scope all collects the others' statistics only), or
+      // set_patch_layers' list.
+      const auto& gallery_layers = applied_patch_layers_ ? *applied_patch_layers_ : applied_watched_;
+      const bool patches =
+          std::find(gallery_layers.begin(), gallery_layers.end(), layer->name) != gallery_layers.end();
       auto act = trace.device_activations.find(layer->name);
       if (patches && act != trace.device_activations.end() && act->second.defined() &&
           act->second.is_floating_point() && layer->role != LayerInfo::Role::kInput) {

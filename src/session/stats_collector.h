@@ -53,8 +53,8 @@ class StatsCollector {
   WatchPerformance performance() const;
   // Whether the change flushes what was collected. UsageError for a bad value.
   bool set_performance(const WatchPerformance& performance);
-  // The layers Min/Max galleries are collected for (nullopt: every one in
-  // scope). Names are checked as watch() checks them.
+  // The layers Min/Max galleries are collected for, when collected (nullopt:
+  // the watched layers). Names are checked as watch() checks them.
   std::optional<std::vector<std::string>> patch_layers() const;
   void set_patch_layers(const std::optional<std::vector<std::string>>& layers, const Architecture* architecture);
   // Whether batches are collected: scope all, or watched with a watched

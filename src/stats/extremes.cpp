@@ -1,11 +1,13 @@
 #include "stats/extremes.h"
 
+#include <ATen/Parallel.h>
 #include <ATen/record_function.h>
 #include <torch/torch.h>
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>
 #include <limits>
+#include <tuple>
 
 #include "common/host_copy.h"
 
@@ -64,6 +66,88 @@ torch::Tensor dequantise(const torch::Tensor& levels, const torch::Tensor& q) {
   auto v = q.select(-1, 0).unsqueeze(-1) + flat * q.select(-1, 1).unsqueeze(-1);
   v = torch::where(flat == 255, torch::full_like(v, std::numeric_limits<float>::quiet_NaN()), v);
   return v.view(levels.sizes());
+}
+
+// Each row's largest and smallest value, their first positions and the
+// row's mean, for float32 rows of `len` contiguous values on the CPU: two
+// passes the compiler vectorises (the extremes and a NaN flag, then the
+// first position of each), instead of one torch reduction per statistic. A
+// row holding a NaN gets NaN extremes, as torch's max and min give.
+struct RowExtremes {
+  torch::Tensor max_value, max_at, min_value, min_at, mean;
+};
+
+RowExtremes row_extremes_cpu(const torch::Tensor& flat, bool with_mean) {
+  const int64_t B = flat.size(0), C = flat.size(1), len = flat.size(2);
+  const int64_t stride_b = flat.stride(0), stride_c = flat.stride(1);
+  const float* base = flat.data_ptr<float>();
+  RowExtremes out;
+  const auto f = flat.options().dtype(torch::kFloat);
+  const auto l = flat.options().dtype(torch::kLong);
+  out.max_value = torch::empty({B, C}, f);
+  out.min_value = torch::empty({B, C}, f);
+  out.max_at = torch::empty({B, C}, l);
+  out.min_at = torch::empty({B, C}, l);
+  if (with_mean) out.mean = torch::empty({B, C}, f);
+  float* hi_out = out.max_value.data_ptr<float>();
+  float* lo_out = out.min_value.data_ptr<float>();
+  int64_t* hi_at = out.max_at.data_ptr<int64_t>();
+  int64_t* lo_at = out.min_at.data_ptr<int64_t>();
+  float* mean_out = with_mean ? out.mean.data_ptr<float>() : nullptr;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  at::parallel_for(0, B * C, std::max<int64_t>(1, 32768 / std::max<int64_t>(1, len)), [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      const float* v = base + (row / C) * stride_b + (row % C) * stride_c;
+      // Eight lanes side by side, so the loop becomes vector max/min/compare.
+      constexpr int kLanes = 8;
+      float his[kLanes], los[kLanes];
+      int nans[kLanes];
+      for (int k = 0; k < kLanes; ++k) {
+        his[k] = -std::numeric_limits<float>::infinity();
+        los[k] = std::numeric_limits<float>::infinity();
+        nans[k] = 0;
+      }
+      int64_t j = 0;
+      for (; j + kLanes <= len; j += kLanes) {
+        for (int k = 0; k < kLanes; ++k) {
+          const float x = v[j + k];
+          his[k] = x > his[k] ? x : his[k];
+          los[k] = x < los[k] ? x : los[k];
+          nans[k] |= x != x;
+        }
+      }
+      float hi = his[0], lo = los[0];
+      int unordered = nans[0];
+      for (int k = 1; k < kLanes; ++k) {
+        hi = his[k] > hi ? his[k] : hi;
+        lo = los[k] < lo ? los[k] : lo;
+        unordered |= nans[k];
+      }
+      for (; j < len; ++j) {
+        const float x = v[j];
+        hi = x > hi ? x : hi;
+        lo = x < lo ? x : lo;
+        unordered |= x != x;
+      }
+      float sum = 0;
+      if (mean_out) {
+        for (int64_t i = 0; i < len; ++i) sum += v[i];
+      }
+      int64_t hi_j = 0, lo_j = 0;
+      if (unordered) {
+        hi = lo = nan;
+      } else {
+        while (hi_j < len && v[hi_j] != hi) ++hi_j;
+        while (lo_j < len && v[lo_j] != lo) ++lo_j;
+      }
+      hi_out[row] = hi;
+      lo_out[row] = lo;
+      hi_at[row] = hi_j < len ? hi_j : 0;
+      lo_at[row] = lo_j < len ? lo_j : 0;
+      if (mean_out) mean_out[row] = sum / static_cast<float>(len);
+    }
+  });
+  return out;
 }
 
 // Gathers along dim 0 of `t` ([n, C, ...]) the rows `sel` ([k, C]) picks, per channel.
@@ -164,32 +248,47 @@ bool ExtremeGallery::add(const torch::Tensor& activation, const torch::Tensor& i
   }
   const auto act = activation.narrow(1, 0, channels_).to(torch::kFloat);
   const auto in = input.to(activation.device(), torch::kFloat);
-  for (auto& r : rankings_) fold(r, act, in, batch);
+  // One pass over the activation per statistic: each (sample, channel)'s
+  // largest and smallest value with where they are, and its mean when the
+  // average rankings are on. A map holding a NaN has a NaN extreme (max and
+  // min propagate it), and a NaN score ranks below every real value.
+  const int64_t B = act.size(0);
+  const auto flat = act.reshape({B, channels_, -1});
+  torch::Tensor max_value, max_at, min_value, min_at, mean;
+  const bool averages = rankings_.size() > 2;
+  if (flat.is_cpu() && flat.stride(2) == 1) {
+    auto r = row_extremes_cpu(flat, averages);
+    max_value = r.max_value, max_at = r.max_at, min_value = r.min_value, min_at = r.min_at, mean = r.mean;
+  } else {
+    std::tie(max_value, max_at) = flat.max(-1);
+    std::tie(min_value, min_at) = flat.min(-1);
+    if (averages) mean = flat.mean(-1);
+  }
+  const auto nowhere = torch::zeros({B, channels_}, act.options().dtype(torch::kLong));
+  for (auto& r : rankings_) {
+    switch (r.kind) {
+      case GalleryRanking::kMaxPixel: fold(r, max_value, max_at, act, in, batch); break;
+      case GalleryRanking::kMinPixel: fold(r, -min_value, min_at, act, in, batch); break;
+      case GalleryRanking::kMaxAverage: fold(r, mean, nowhere, act, in, batch); break;
+      case GalleryRanking::kMinAverage: fold(r, -mean, nowhere, act, in, batch); break;
+    }
+  }
   return true;
 }
 
-void ExtremeGallery::fold(Ranking& r, const torch::Tensor& act, const torch::Tensor& input, int64_t batch) {
+void ExtremeGallery::fold(Ranking& r, torch::Tensor score, const torch::Tensor& pos, const torch::Tensor& act,
+                          const torch::Tensor& input, int64_t batch) {
   const int64_t B = act.size(0), C = channels_, k = settings_.samples;
   const bool spatial = act.dim() == 4;
   const bool average = r.kind == GalleryRanking::kMaxAverage || r.kind == GalleryRanking::kMinAverage;
   const auto opts = act.options().dtype(torch::kLong);
-  // One score per (sample, channel), signed so that larger is better; NaN
-  // ranks below every real value, above an empty slot.
-  auto signed_act = r.maximum ? act : -act;
-  auto flat = signed_act.reshape({B, C, -1});
-  torch::Tensor score, pos;
-  if (average) {
-    score = flat.mean(-1);
-    pos = torch::zeros({B, C}, opts);
-  } else {
-    auto [s, p] = torch::where(torch::isnan(flat), torch::full_like(flat, kEmpty), flat).max(-1);
-    // A position of NaNs only: its max is -inf; keep it below real values.
-    score = torch::where(torch::isnan(flat).all(-1), torch::full_like(s, std::nanf("")), s);
-    pos = p;
-  }
+  // `score` [B, C]: larger is better; NaN ranks below every real value, above an empty slot.
   score = torch::where(torch::isnan(score), torch::full_like(score, -std::numeric_limits<float>::max()), score);
   const int64_t kc = std::min(k, B);
   auto [cand_score, cand_sample] = score.topk(kc, 0);  // [kc, C]
+  // On the CPU (no device to sync with) a batch that beats no channel's
+  // last kept score changes nothing: skip gathering its crops and maps.
+  if (score.is_cpu() && !(cand_score.select(0, 0) > r.score.select(0, k - 1)).any().item<bool>()) return;
   const auto cand_pos = pos.gather(0, cand_sample);
   const int64_t w = spatial ? act.size(3) : 1;
   const auto y = cand_pos.div(w, "floor"), x = cand_pos.remainder(w);

@@ -19,7 +19,8 @@
 // top-k over the batch, the k candidates' crops and activation maps gathered
 // in one indexed read, then a top-k over the kept k plus the candidates. A
 // sample enters a channel's gallery at most once an epoch (one candidate per
-// sample and channel). NaN scores rank below every real value.
+// sample and channel). A map holding a NaN scores NaN, which ranks below
+// every real value.
 //
 // Memory: payloads are stored as uint8 (levels 0..254, 255 marks a
 // non-finite value) with a float32 offset and step per (slot, channel), so
@@ -94,7 +95,10 @@ class ExtremeGallery {
     torch::Tensor heat_q;  // [k, C, 2]
   };
   void start(const torch::Tensor& activation, const torch::Tensor& input);
-  void fold(Ranking& r, const torch::Tensor& act, const torch::Tensor& input, int64_t batch);
+  // Folds one ranking's candidates: `score` [B, C] (larger is better) and
+  // `pos` [B, C] (the flat position in the map) of each (sample, channel).
+  void fold(Ranking& r, torch::Tensor score, const torch::Tensor& pos, const torch::Tensor& act,
+            const torch::Tensor& input, int64_t batch);
 
   GallerySettings settings_;
   std::vector<Ranking> rankings_;

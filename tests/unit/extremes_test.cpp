@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <set>
 #include <tuple>
 #include <vector>
 
@@ -121,26 +122,30 @@ TEST(ExtremeGallery, KeepsTheBruteForceTopKWithTheirCropsAndMaps) {
 
 TEST(ExtremeGallery, NaNRanksBelowRealValuesAndEmptySlotsStayEmpty) {
   GallerySettings settings;
-  settings.samples = 3;
+  settings.samples = 4;
   ExtremeGallery gallery(settings);
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  auto act = torch::zeros({2, 1, 2, 2});
-  act[0][0].fill_(nan);                    // sample 0: only NaN
-  act[1][0] = torch::tensor({{1.0f, nan}, {5.0f, -2.0f}});  // sample 1: max 5 at (1, 0), min -2 at (1, 1)
-  ASSERT_TRUE(gallery.add(act, torch::rand({2, 3, 8, 8}), 0));
+  auto act = torch::zeros({3, 1, 2, 2});
+  act[0][0].fill_(nan);                                        // sample 0: only NaN
+  act[1][0] = torch::tensor({{9.0f, nan}, {7.0f, -9.0f}});     // sample 1: a NaN among larger values
+  act[2][0] = torch::tensor({{1.0f, 3.0f}, {5.0f, -2.0f}});    // sample 2: max 5 at (1, 0), min -2 at (1, 1)
+  ASSERT_TRUE(gallery.add(act, torch::rand({3, 3, 8, 8}), 0));
   const auto views = gallery.view();
-  const auto& max = ranking_of(views, GalleryRanking::kMaxPixel);
-  EXPECT_EQ(max.slot(0, 0).sample, 1);
-  EXPECT_DOUBLE_EQ(max.slot(0, 0).score, 5.0);
-  EXPECT_EQ(max.slot(0, 0).y, 1);
-  EXPECT_EQ(max.slot(0, 0).x, 0);
-  EXPECT_EQ(max.slot(1, 0).sample, 0);
-  EXPECT_TRUE(std::isnan(max.slot(1, 0).score));
-  EXPECT_FALSE(max.slot(2, 0).filled);  // two samples, three slots
-  EXPECT_TRUE(torch::isnan(max.crops[2][0]).all().item<bool>());
-  const auto& min = ranking_of(views, GalleryRanking::kMinPixel);
-  EXPECT_DOUBLE_EQ(min.slot(0, 0).score, -2.0);
-  EXPECT_EQ(min.slot(0, 0).x, 1);
+  for (auto r : {GalleryRanking::kMaxPixel, GalleryRanking::kMinPixel}) {
+    SCOPED_TRACE(std::string(to_string(r)));
+    const auto& v = ranking_of(views, r);
+    // The finite map first, whatever the NaN-holding ones' other values.
+    EXPECT_EQ(v.slot(0, 0).sample, 2);
+    EXPECT_DOUBLE_EQ(v.slot(0, 0).score, r == GalleryRanking::kMaxPixel ? 5.0 : -2.0);
+    EXPECT_EQ(v.slot(0, 0).y, 1);
+    EXPECT_EQ(v.slot(0, 0).x, r == GalleryRanking::kMaxPixel ? 0 : 1);
+    std::set<int64_t> demoted = {v.slot(1, 0).sample, v.slot(2, 0).sample};
+    EXPECT_EQ(demoted, std::set<int64_t>({0, 1}));
+    EXPECT_TRUE(std::isnan(v.slot(1, 0).score));
+    EXPECT_TRUE(std::isnan(v.slot(2, 0).score));
+    EXPECT_FALSE(v.slot(3, 0).filled);  // three samples, four slots
+    EXPECT_TRUE(torch::isnan(v.crops[3][0]).all().item<bool>());
+  }
   // Average rankings only on request.
   EXPECT_EQ(views.size(), 2u);
 }
