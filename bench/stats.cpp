@@ -169,7 +169,7 @@ void run_fold_parts() {
   int64_t batch = 0;
   const double gallery_ms = time_ms([&] { gallery.add(x, input, batch++); });
   std::printf("Min/Max galleries of it (max and min pixel, 5 inputs x 16 channels): ExtremeGallery::add %.2f ms; "
-              "they hold %.1f KB (%.1f KB per channel)\n",
+              "they hold %.1f KiB (%.1f KiB per channel)\n",
               gallery_ms, gallery.bytes() / 1024.0, gallery.bytes() / 1024.0 / 16);
 }
 
