@@ -244,6 +244,9 @@ struct LayerStatsView {
   // collected ("needs an image-like input", a 3-D activation...).
   std::vector<GalleryView> galleries;
   std::optional<std::string> gallery_note;
+  // Batches the galleries left out: their activation or input had another
+  // shape than the epoch's first batch (a ragged batch size is fine).
+  int64_t gallery_skipped = 0;
 };
 
 // One parameter at an epoch's first collected batch.

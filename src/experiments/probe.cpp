@@ -129,12 +129,18 @@ void check_perturbation(const Perturbation& p, const std::vector<torch::Tensor>&
 }
 
 std::vector<torch::Tensor> perturbed(const std::vector<torch::Tensor>& inputs,
-                                     const std::vector<Perturbation>& perturbations) {
+                                     const std::vector<Perturbation>& perturbations, int64_t* applied) {
   std::vector<torch::Tensor> out = inputs;
   std::vector<bool> copied(inputs.size(), false);
   torch::NoGradGuard no_grad;
+  if (applied) *applied = 0;
   for (const auto& p : perturbations) {
-    check_perturbation(p, out);
+    try {
+      check_perturbation(p, out);
+    } catch (const std::invalid_argument&) {
+      continue;
+    }
+    if (applied) ++*applied;
     auto i = static_cast<size_t>(p.input);
     if (!copied[i]) {
       out[i] = out[i].clone();
@@ -283,7 +289,19 @@ uint64_t Probes::runs_completed() const {
 
 bool Probes::pending() const {
   std::lock_guard lock(mu_);
-  return queued_;
+  return queued_ || running_;
+}
+
+uint64_t Probes::settings_generation() const {
+  std::lock_guard lock(mu_);
+  return settings_generation_;
+}
+
+std::shared_ptr<const ProbeResult> Probes::wait_for_settings(uint64_t generation,
+                                                            std::chrono::milliseconds timeout) const {
+  std::unique_lock lock(mu_);
+  cv_.wait_for(lock, timeout, [&] { return done_generation_ >= generation || !settings_.active() || closed_; });
+  return result_;
 }
 
 uint64_t Probes::version() const {
@@ -315,6 +333,7 @@ void Probes::mark_changed_locked() {
 }
 
 void Probes::request_run_locked() {
+  ++settings_generation_;
   if (queued_ || !host_.post) return;
   queued_ = true;
   try {
@@ -337,11 +356,14 @@ void Probes::run_now() {
   ProbeSettings settings;
   std::vector<torch::Tensor> base;
   std::shared_ptr<const BatchSnapshot> snap = host_.snapshot ? host_.snapshot() : nullptr;
+  uint64_t generation = 0;
   {
     std::lock_guard lock(mu_);
     queued_ = false;
     if (!settings_.active() || closed_) return;
     settings = settings_;
+    generation = settings_generation_;
+    running_ = true;
     base = base_inputs_locked(snap.get());
   }
   auto r = std::make_shared<ProbeResult>();
@@ -363,7 +385,11 @@ void Probes::run_now() {
     std::vector<torch::Tensor> inputs;
     for (const auto& t : base) inputs.push_back(t.to(device));
     std::vector<torch::Tensor> changed;
-    if (!settings.perturbations.empty()) changed = perturbed(inputs, settings.perturbations);
+    int64_t applied = 0;
+    if (!settings.perturbations.empty()) {
+      changed = perturbed(inputs, settings.perturbations, &applied);
+      if (applied == 0) changed.clear();  // none fits this batch: the plain run
+    }
 
     Traced plain;
     Traced probed;
@@ -401,7 +427,7 @@ void Probes::run_now() {
       view->activations = std::move(plain.activations);
     } else {
       r->diff = true;
-      r->perturbations_applied = static_cast<int64_t>(settings.perturbations.size());
+      r->perturbations_applied = applied;
       for (auto& [name, after] : probed.activations) {
         auto it = plain.activations.find(name);
         if (it == plain.activations.end() || !it->second.sizes().equals(after.sizes()) ||
@@ -428,13 +454,15 @@ void Probes::run_now() {
   } catch (...) {
     r->error = "the probe failed";
   }
-  publish(std::move(r));
+  publish(std::move(r), generation);
 }
 
-void Probes::publish(std::shared_ptr<const ProbeResult> result) {
+void Probes::publish(std::shared_ptr<const ProbeResult> result, uint64_t generation) {
   {
     std::lock_guard lock(mu_);
     const uint64_t run = ++runs_;
+    running_ = false;
+    done_generation_ = std::max(done_generation_, generation);
     // Settings changed to inactive while it ran: nothing to show.
     if (settings_.active()) {
       auto r = std::make_shared<ProbeResult>(*result);

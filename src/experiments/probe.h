@@ -125,6 +125,13 @@ class Probes {
   // Blocks until a run newer than `run` is published or the timeout passes;
   // the newest result then (null if none).
   std::shared_ptr<const ProbeResult> wait_for_run_after(uint64_t run, std::chrono::milliseconds timeout) const;
+  // Each settings change asks for a run and numbers it: the generation after
+  // a change. wait_for_settings returns once a run that began with those
+  // settings (or later ones) has finished, the probe is inactive, or
+  // `timeout` passed: a run already under way when the change came does not
+  // count.
+  uint64_t settings_generation() const;
+  std::shared_ptr<const ProbeResult> wait_for_settings(uint64_t generation, std::chrono::milliseconds timeout) const;
   // Counts every change of settings or result (for a change feed).
   uint64_t version() const;
 
@@ -144,7 +151,8 @@ class Probes {
   void require_pause(const char* what) const;
   // mu_ held: a run queued for the pause loop (unless one already is).
   void request_run_locked();
-  void publish(std::shared_ptr<const ProbeResult> result);
+  // `generation`: the settings generation the run copied.
+  void publish(std::shared_ptr<const ProbeResult> result, uint64_t generation);
   void mark_changed_locked();
   // mu_ held: the probe became inactive; the live snapshot is shown again.
   void deactivated_locked();
@@ -160,14 +168,19 @@ class Probes {
   uint64_t runs_ = 0;
   uint64_t version_ = 0;
   bool queued_ = false;
+  bool running_ = false;
+  uint64_t settings_generation_ = 0;  // one per requested run
+  uint64_t done_generation_ = 0;      // the newest a finished run began with
   bool showing_ = false;  // a probe view is shown instead of the live snapshot
   bool closed_ = false;
 };
 
-// Applies `p` to `inputs` (copies of the tensors it changes); throws
-// std::invalid_argument saying what does not fit.
+// Throws std::invalid_argument saying what of `p` does not fit `inputs`.
 void check_perturbation(const Perturbation& p, const std::vector<torch::Tensor>& inputs);
+// `inputs` with the perturbations that fit them applied (copies of the
+// tensors they change). One that does not fit (a sample the ragged last
+// batch lacks) is skipped, not an error; `applied` counts those applied.
 std::vector<torch::Tensor> perturbed(const std::vector<torch::Tensor>& inputs,
-                                     const std::vector<Perturbation>& perturbations);
+                                     const std::vector<Perturbation>& perturbations, int64_t* applied = nullptr);
 
 }  // namespace nansense::experiments

@@ -477,7 +477,7 @@ std::vector<Command> table() {
   const std::string settings_reply =
       " Returns the settings: update_frequency {unit, n, phase}, stats_scope, watched_layers, watch_performance "
       "{channel_limit_enabled, channel_limit, histogram_sample, samples_per_channel, average_galleries}, "
-      "patch_layers (the layers Min/Max galleries collect for; null: every collected layer), stats_collecting "
+      "patch_layers (the layers Min/Max galleries collect for; null: the watched layers), stats_collecting "
       "(whether batches are collected now), "
       "auto_run_experiments, experiment_defaults (the session's parameter defaults per experiment kind) and "
       "experiment_time_limit_seconds.";

@@ -151,7 +151,7 @@ class Controller {
     std::optional<bool> average_galleries;
   };
   json set_watch_performance(const PerformanceChange& change);
-  // Min/Max galleries for only these layers (nullopt: every collected one).
+  // Min/Max galleries for these layers (nullopt: the watched ones).
   json set_patch_layers(const std::optional<std::vector<std::string>>& layers);
   // What was collected: layers (graph order) with their phases and epochs,
   // parameters per layer, the scalar series, the bin edges.
@@ -282,8 +282,9 @@ class Controller {
  private:
   template <class F>
   Status command(F&& apply, Wait wait);
-  // get_probe_status() after the probe's next run (or `wait`).
-  json probe_reply(uint64_t runs_before, Wait wait) const;
+  // get_probe_status() once a run with the current settings finished (or
+  // `wait` passed).
+  json probe_reply(Wait wait) const;
   // The `time_travel` field of the status: what the button needs.
   json time_travel_summary() const;
   // The `debug` field of the status: what a banner shows.

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <set>
 
 #include "common/base64.h"
 #include "render/input_image.h"
@@ -107,7 +108,7 @@ std::string missing_reason(const LayerStatsView& v, const detail::SessionPort& s
   }
   if (const auto watched = session.watched_layers();
       !session.patch_layers() && std::find(watched.begin(), watched.end(), v.layer) == watched.end()) {
-    return "Min/Max galleries are collected for the watched layers (and set_patch_layers' list); \"" + v.layer +
+    return "Min/Max galleries are collected for the watched layers (or, once set, set_patch_layers' list); \"" + v.layer +
            "\" is not watched: watch it (the eye on its card, watch_layers)";
   }
   return "no Min/Max gallery for \"" + v.layer + "\" in " + v.phase + " epoch " + std::to_string(v.epoch) +
@@ -180,6 +181,10 @@ json Controller::get_extremes(const GalleryOptions& o) const {
     return out;
   }
   const GalleryView& gallery = require_ranking(v, ranking, "ranking");
+  if (v.gallery_skipped > 0) {
+    out["note"] = std::to_string(v.gallery_skipped) + " batch" + (v.gallery_skipped == 1 ? " was" : "es were") +
+                  " left out: the activation or the input had another shape than this epoch's first batch";
+  }
   const auto options = input_options(session_);
   out["samples"] = gallery.samples;
   out["channels"] = gallery.channels;
@@ -329,43 +334,74 @@ static BinResult pick_bin_samples(const detail::SessionPort& session, const std:
                             "channel");
     }
   }
+  if (t.dim() == 0) {
+    throw ControllerError(ControllerError::Kind::kInvalidArgument,
+                          "layer \"" + o.layer + "\"'s " + o.kind +
+                              " is a single value (no batch dimension): it has no elements to sample");
+  }
   BinResult r;
   r.snap = snap;
-  // The elements of that bin (in that channel), as coordinates of `values`.
+  if (snap->probe) {
+    r.note = std::string("these are the probe's re-run") +
+             (snap->probe->diff ? " (perturbed - original)" : "") + ", shown in the captured batch's place";
+  }
+  // The elements of that bin (in that channel), found a chunk at a time so a
+  // large activation never needs its whole index list: one pass counts the
+  // matches, a seeded draw picks `count` of them (the same ones for the same
+  // snapshot and bar), a second pass finds those.
   const auto values = (o.channel ? t.select(1, *o.channel) : t).contiguous();
-  const auto where = torch::nonzero(stats::bin_index(values) == o.bin);  // [M, dims]
-  r.matches = where.size(0);
-  // The same elements for the same snapshot and bar: a draw seeded by them.
+  const auto flat = values.reshape({-1});
+  constexpr int64_t kChunk = int64_t{1} << 20;
+  std::vector<int64_t> per_chunk;
+  for (int64_t at = 0; at < flat.numel(); at += kChunk) {
+    const auto part = flat.narrow(0, at, std::min(kChunk, flat.numel() - at));
+    per_chunk.push_back((stats::bin_index(part) == o.bin).sum().item<int64_t>());
+    r.matches += per_chunk.back();
+  }
   std::mt19937_64 rng(snap->sequence * 1000003u + static_cast<uint64_t>(o.bin) * 131u +
                       static_cast<uint64_t>(o.channel.value_or(-1) + 1));
-  std::vector<int64_t> chosen;
-  const int64_t m = r.matches;
-  for (int64_t i = 0; i < m; ++i) {
-    if (static_cast<int64_t>(chosen.size()) < o.count) {
-      chosen.push_back(i);
-    } else {
-      std::uniform_int_distribution<int64_t> d(0, i);
-      const int64_t j = d(rng);
-      if (j < o.count) chosen[static_cast<size_t>(j)] = i;
-    }
+  std::vector<int64_t> ranks;  // which matches, in order of position
+  if (r.matches <= o.count) {
+    for (int64_t i = 0; i < r.matches; ++i) ranks.push_back(i);
+  } else {
+    std::set<int64_t> picked;
+    std::uniform_int_distribution<int64_t> draw(0, r.matches - 1);
+    while (static_cast<int64_t>(picked.size()) < o.count) picked.insert(draw(rng));
+    ranks.assign(picked.begin(), picked.end());
   }
-  std::sort(chosen.begin(), chosen.end());
+  std::vector<int64_t> chosen;  // flat positions in `values`
+  int64_t before = 0;
+  size_t next = 0;
+  for (size_t c = 0; c < per_chunk.size() && next < ranks.size(); ++c) {
+    if (ranks[next] >= before + per_chunk[c]) {
+      before += per_chunk[c];
+      continue;
+    }
+    const int64_t at = static_cast<int64_t>(c) * kChunk;
+    const auto part = flat.narrow(0, at, std::min(kChunk, flat.numel() - at));
+    const auto hits = torch::nonzero(stats::bin_index(part) == o.bin).reshape({-1}).contiguous();
+    const int64_t* h = hits.data_ptr<int64_t>();
+    while (next < ranks.size() && ranks[next] < before + per_chunk[c]) chosen.push_back(at + h[ranks[next++] - before]);
+    before += per_chunk[c];
+  }
   // The input to crop from: the first image-like one, kept like the layer's samples.
   torch::Tensor image;
   if (!snap->inputs.empty() && stats::ExtremeGallery::image_like(snap->inputs.front())) image = snap->inputs.front();
   if (!image.defined()) r.note = "no image-like model input ([batch, 1 or 3, height, width]) to crop from";
   const auto options = input_options(session);
-  const auto coords = where.contiguous();
-  const int64_t dims = coords.size(1);
-  for (int64_t row : chosen) {
+  const int64_t dims = values.dim();
+  for (int64_t position : chosen) {
     BinPick p;
-    const int64_t* c = coords.data_ptr<int64_t>() + row * dims;
+    // The flat position as coordinates of `values` (the batch first).
+    std::vector<int64_t> c(static_cast<size_t>(dims));
+    for (int64_t d = dims - 1, rest = position; d >= 0; --d) {
+      c[static_cast<size_t>(d)] = rest % values.size(d);
+      rest /= values.size(d);
+    }
     p.sample = c[0];
-    p.index.assign(c + 1, c + dims);
+    p.index.assign(c.begin() + 1, c.end());
     if (o.channel) p.index.insert(p.index.begin(), *o.channel);
-    auto element = values[c[0]];
-    for (int64_t d = 1; d < dims; ++d) element = element[c[d]];
-    p.value = element.item<double>();
+    p.value = flat[position].item<double>();
     if (image.defined() && p.sample < image.size(0)) {
       const int64_t H = image.size(2), W = image.size(3);
       torch::Tensor crop;

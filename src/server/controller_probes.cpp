@@ -88,41 +88,37 @@ json Controller::get_probe_status() const {
   return out;
 }
 
-json Controller::probe_reply(uint64_t runs_before, Wait wait) const {
-  if (wait.count() > 0 && session_.probes().settings().active()) {
-    session_.probes().wait_for_run_after(runs_before, wait);
-  }
+json Controller::probe_reply(Wait wait) const {
+  // A run already under way when the change came does not answer it.
+  if (wait.count() > 0) session_.probes().wait_for_settings(session_.probes().settings_generation(), wait);
   return get_probe_status();
 }
 
 json Controller::pin_batch(Wait wait) {
-  const uint64_t before = session_.probes().runs_completed();
   try {
     session_.probes().pin();
   } catch (const experiments::Refused& e) {
     throw refused(e);
   }
-  return probe_reply(before, wait);
+  return probe_reply(wait);
 }
 
 json Controller::unpin_batch(Wait wait) {
-  const uint64_t before = session_.probes().runs_completed();
   if (!session_.probes().unpin()) {
     throw ControllerError(ControllerError::Kind::kConflict, "no batch is pinned");
   }
-  return probe_reply(before, wait);
+  return probe_reply(wait);
 }
 
 json Controller::set_probe_mode(const std::string& mode, Wait wait) {
   auto parsed = experiments::parse_probe_mode(mode);
   if (!parsed) throw std::logic_error("set_probe_mode: undeclared mode \"" + mode + "\"");  // the declaration admits no other
-  const uint64_t before = session_.probes().runs_completed();
   try {
     session_.probes().set_mode(*parsed);
   } catch (const experiments::Refused& e) {
     throw refused(e, "mode");
   }
-  return probe_reply(before, wait);
+  return probe_reply(wait);
 }
 
 json Controller::add_perturbation(const std::vector<int64_t>& index, const std::vector<double>& values, int64_t sample,
@@ -144,19 +140,24 @@ json Controller::add_perturbation(const std::vector<int64_t>& index, const std::
     }
     p.input = it - names.begin();
   }
-  const uint64_t before = session_.probes().runs_completed();
   try {
     session_.probes().add_perturbation(p);
   } catch (const experiments::Refused& e) {
-    throw refused(e, "index");
+    // Name the argument the refusal is about (check_perturbation's wording).
+    const std::string why = e.what();
+    const auto starts = [&](const char* prefix) { return why.rfind(prefix, 0) == 0; };
+    const char* argument = starts("sample ")                                                       ? "sample"
+                           : starts("perturbation values") || why.find(" values do not fit") != std::string::npos ? "values"
+                           : starts("index ")                                                      ? "index"
+                                                                                                   : "input_name";
+    throw refused(e, argument);
   }
-  return probe_reply(before, wait);
+  return probe_reply(wait);
 }
 
 json Controller::clear_perturbations(Wait wait) {
-  const uint64_t before = session_.probes().runs_completed();
   const int64_t cleared = session_.probes().clear_perturbations();
-  json out = probe_reply(before, wait);
+  json out = probe_reply(wait);
   out["cleared"] = cleared;
   return out;
 }

@@ -477,6 +477,7 @@ json build() {
                           {"channels", integer()},
                           {"crop", object({{"height", integer()}, {"width", integer()}})},
                           {"sequence", integer()},
+                          // Why there are no cells, or what the cells leave out.
                           {"note", nullable(str())},
                           {"cells", array(ref("ExtremeCell"))}});
   d["ExtremesPicture"] = object({{"layer", str()},

@@ -184,7 +184,7 @@ void ExtremeGallery::start(const torch::Tensor& act, const torch::Tensor& input)
   act_shape_ = act.sizes().slice(1).vec();
   input_shape_ = input.sizes().slice(1).vec();
   const int64_t c = act.size(1);
-  channels_ = settings_.channel_limit > 0 ? std::min(c, settings_.channel_limit) : c;
+  channels_ = std::min(settings_.channel_limit > 0 ? std::min(c, settings_.channel_limit) : c, kMaxGalleryChannels);
   const int64_t H = input.size(2), W = input.size(3);
   if (act.dim() == 4) {
     crop_h_ = crop_side(H, act.size(2));

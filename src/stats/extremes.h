@@ -25,7 +25,8 @@
 // Memory: payloads are stored as uint8 (levels 0..254, 255 marks a
 // non-finite value) with a float32 offset and step per (slot, channel), so
 // per channel and ranking it holds k * (input channels * crop area +
-// activation area + 40) bytes (ExtremeGallery::bytes()).
+// activation area + 68) bytes (ExtremeGallery::bytes()). At most
+// kMaxGalleryChannels channels are tracked, whatever the histograms' limit.
 #pragma once
 
 #include <torch/types.h>
@@ -46,6 +47,10 @@ int64_t crop_side(int64_t in, int64_t out);
 // Where a crop of `side` starts along that axis for activation position `p`:
 // centred on p's footprint in the input, kept inside it.
 int64_t crop_origin(int64_t p, int64_t in, int64_t out, int64_t side);
+
+// The most channels a gallery tracks (the first ones): with the channel limit
+// off a wide layer would otherwise keep every channel's crops.
+constexpr int64_t kMaxGalleryChannels = 64;
 
 struct GallerySettings {
   int64_t samples = 5;        // slots per channel and ranking

@@ -628,6 +628,7 @@ std::shared_ptr<const StatsSnapshot> StatsStore::publish() {
     take(b->gradient, view.gradient);
     if (b->gallery && !collapse) {
       view.galleries = b->gallery->view(slice(cpu, ranges[next].first, ranges[next].second));
+      view.gallery_skipped = b->gallery->skipped();
       ++next;
     }
     view.gallery_note = b->gallery_note;

@@ -77,9 +77,12 @@ TEST_F(ProbeApiTest, RestPinsPerturbsShowsTheProbeAndEndsIt) {
   auto sample = post("/api/probe/perturb", {{"index", {0}}, {"values", {1.0}}, {"sample", 5}});
   EXPECT_EQ(sample.status, 400);
   EXPECT_NE(sample.body.find("samples 0..4"), std::string::npos) << sample.body;
+  EXPECT_EQ(sample.json()["argument"], "sample");
   auto values = post("/api/probe/perturb", {{"index", {0}}, {"values", {1.0, 2.0}}});
   EXPECT_EQ(values.status, 400);
   EXPECT_NE(values.body.find("give 1 value"), std::string::npos) << values.body;
+  EXPECT_EQ(values.json()["argument"], "values");
+  EXPECT_EQ(range.json()["argument"], "index");
   auto input = post("/api/probe/perturb", {{"index", {0}}, {"values", {1.0}}, {"input_name", "image"}});
   EXPECT_EQ(input.status, 404);
   EXPECT_NE(input.body.find("the model's inputs: input"), std::string::npos) << input.body;
@@ -112,13 +115,12 @@ TEST_F(ProbeApiTest, RestPinsPerturbsShowsTheProbeAndEndsIt) {
 
   // While the loop runs, nothing can be turned on.
   post("/api/run", {{"detach", true}});
+  // (The short run may already have finished: refused too, saying so.)
   auto running = post("/api/probe/pin", json::object());
-  if (running.status != 200) {  // the run may already have finished
-    EXPECT_EQ(running.status, 409);
-    EXPECT_TRUE(running.body.find("pause the loop first") != std::string::npos ||
-                running.body.find("training has finished") != std::string::npos)
-        << running.body;
-  }
+  EXPECT_EQ(running.status, 409) << running.body;
+  EXPECT_TRUE(running.body.find("pause the loop first") != std::string::npos ||
+              running.body.find("training has finished") != std::string::npos)
+      << running.body;
 }
 
 TEST_F(ProbeApiTest, McpToolsPinPerturbAndReportMisfits) {

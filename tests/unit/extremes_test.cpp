@@ -157,6 +157,12 @@ TEST(ExtremeGallery, ChannelLimitFlatActivationsAndRefusals) {
   ExtremeGallery wide(settings);
   ASSERT_TRUE(wide.add(torch::randn({5, 20, 3, 3}), torch::rand({5, 1, 12, 12}), 0));
   EXPECT_EQ(wide.view().front().channels, 16);
+  // With no histogram limit, galleries still stop at kMaxGalleryChannels.
+  GallerySettings unlimited = settings;
+  unlimited.channel_limit = 0;
+  ExtremeGallery widest(unlimited);
+  ASSERT_TRUE(widest.add(torch::randn({2, 100}), torch::rand({2, 1, 4, 4}), 0));
+  EXPECT_EQ(widest.view().front().channels, kMaxGalleryChannels);
 
   // A flat [batch, features] activation: each feature a channel, whole inputs.
   ExtremeGallery flat(settings);

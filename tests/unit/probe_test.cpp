@@ -105,6 +105,13 @@ TEST(Probes, PerturbationsThatDoNotFitTheInputAreRefusedSayingWhy) {
   want.index_put_({3, 2, 0, 4}, 3.0);
   EXPECT_TRUE(torch::equal(out[0], want));
   EXPECT_FALSE(torch::equal(out[0], x)) << "the input itself was changed";
+  // One that does not fit this batch (sample 4 of 4) is skipped and not counted.
+  int64_t applied = -1;
+  auto some = experiments::perturbed({x}, {{0, 2, {5, 1}, {7.0}}, {0, 4, {0, 0}, {1.0}}}, &applied);
+  EXPECT_EQ(applied, 1);
+  auto only = x.clone();
+  only.index_put_({2, torch::indexing::Slice(), 5, 1}, 7.0);
+  EXPECT_TRUE(torch::equal(some[0], only));
 }
 
 TEST(Probes, ResultsMatchADirectForwardAndPerturbedOnesAreTheDifference) {

@@ -504,7 +504,7 @@ export interface Settings {
   stats_scope: StatsScope;
   watched_layers: string[];
   watch_performance: WatchPerformance;
-  // The layers Min/Max galleries collect for; null: every collected layer.
+  // The layers Min/Max galleries collect for; null: the watched layers.
   patch_layers: string[] | null;
   stats_collecting: boolean;
   auto_run_experiments: boolean;
@@ -809,7 +809,7 @@ export interface Extremes {
   channels: number;
   crop: { height: number; width: number };
   sequence: number;
-  // Why there are no cells.
+  // Why there are no cells, or what the cells leave out.
   note: string | null;
   cells: ExtremeCell[];
 }

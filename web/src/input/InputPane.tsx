@@ -91,7 +91,12 @@ export function InputPane() {
     const img = e.currentTarget as HTMLImageElement;
     const box = img.getBoundingClientRect();
     if (box.width === 0 || box.height === 0) return;
-    const index = perturbIndex(shape, (e.clientX - box.left) / box.width, (e.clientY - box.top) / box.height);
+    const index = perturbIndex(
+      shape,
+      (e.clientX - box.left) / box.width,
+      (e.clientY - box.top) / box.height,
+      info?.layout === 'strip',
+    );
     const values = perturbValues(choice, valueControl(shape, info ?? null), info ?? null);
     setProbeError(null);
     addPerturbation({ index, values, sample, input_name: inputs[input]?.name }).catch((err: unknown) =>

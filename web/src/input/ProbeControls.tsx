@@ -52,9 +52,16 @@ export function perturbValues(choice: PerturbChoice, control: ValueControl, info
   return pixel.map((v, c) => (v - at(info?.mean, c, 0)) / at(info?.std, c, 1));
 }
 
-// The index a click at (fx, fy) (fractions of the picture) perturbs.
-export function perturbIndex(shape: number[], fx: number, fy: number): number[] {
+// The index a click at (fx, fy) (fractions of the picture) perturbs. A 4-D
+// input that is not gray or RGB is drawn as a strip of one tile per channel,
+// side by side (`strip`): the click is placed within the tile under it.
+export function perturbIndex(shape: number[], fx: number, fy: number, strip = false): number[] {
   const cell = (frac: number, n: number) => Math.min(n - 1, Math.max(0, Math.floor(frac * n)));
+  if (shape.length === 4 && strip) {
+    const tiles = Math.max(1, shape[1]!);
+    const within = fx * tiles - Math.min(tiles - 1, Math.floor(fx * tiles));
+    return [cell(fy, shape[2]!), cell(within, shape[3]!)];
+  }
   if (shape.length === 4) return [cell(fy, shape[2]!), cell(fx, shape[3]!)];
   if (shape.length === 3) return [cell(fy, shape[1]!), cell(fx, shape[2]!)];
   return [cell(fx, shape[shape.length - 1] ?? 1)];

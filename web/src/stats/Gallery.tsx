@@ -31,11 +31,17 @@ export function GalleryBody({ layer, phase }: { layer: string; phase: string | n
       (d) => {
         setData(d);
         setError(null);
+        // The sidebar offers what this layer holds (the average grids only with them on).
         const known = statsStore.get().rankings;
-        if (d.rankings.some((r) => !known.includes(r))) statsStore.set({ rankings: [...new Set([...known, ...d.rankings])] });
+        if (d.rankings.length && d.rankings.join() !== known.join()) statsStore.set({ rankings: d.rankings });
       },
       (e: Error) => {
         if (e.name === 'AbortError') return;
+        // An average grid after average galleries were turned off: back to max pixel.
+        if (e instanceof api.ApiError && e.status === 400 && grid !== 'max_pixel') {
+          statsStore.set({ grid: 'max_pixel', rankings: ['max_pixel', 'min_pixel'] });
+          return;
+        }
         setData(null);
         setError(e.message);
       },
@@ -54,7 +60,7 @@ export function GalleryBody({ layer, phase }: { layer: string; phase: string | n
     );
   }
   if (!data) return <p class="stats-note">Loading the galleries…</p>;
-  if (data.note || data.cells.length === 0) {
+  if (data.cells.length === 0) {
     return (
       <p class="stats-note" data-testid={`gallery-note-${layer}`}>
         {data.note ?? 'No gallery yet.'}
@@ -71,6 +77,7 @@ export function GalleryBody({ layer, phase }: { layer: string; phase: string | n
         {average ? 'whole inputs ranked by the channel mean' : `${data.crop.height}×${data.crop.width} input crops around the channel's ${data.ranking === 'max_pixel' ? 'highest' : 'lowest'} value`}
         {heatmap && ' · activation over the input (red +, blue −)'}
       </p>
+      {data.note && <p class="stats-note">{data.note}</p>}
       <div class="gallery-scroll">
         <table
           class="gallery"
