@@ -345,9 +345,10 @@ std::vector<Tracer::FinalName> Tracer::final_names() const {
   return out;
 }
 
-bool Tracer::wanted_on_device(int layer) const {
-  if (!keep_.device_layer) return true;
+bool Tracer::wanted_on_device(int layer, std::string* judged_name) const {
   const LayerInfo& info = layers_[static_cast<size_t>(layer)];
+  if (judged_name) *judged_name = info.name;
+  if (!keep_.device_layer) return true;
   // A module's layer keeps its name; a parameterless op may take a module's.
   if (info.role != LayerInfo::Role::kOp) return keep_.device_layer(info);
   const auto names = final_names();
@@ -355,7 +356,17 @@ bool Tracer::wanted_on_device(int layer) const {
   if (!fate.kept || fate.name == info.name) return keep_.device_layer(info);
   LayerInfo renamed = info;
   renamed.name = fate.name;
+  if (judged_name) *judged_name = fate.name;
   return keep_.device_layer(renamed);
+}
+
+void Tracer::offer_pending() {
+  Pending p = std::exchange(pending_, Pending{});
+  if (p.layer < 0 || !keep_.take) return;
+  if (!keep_.take(p.layer, p.op_seq, p.name, /*gradient=*/false, p.tensor)) return;
+  // Taken: the reference goes now, as the loop's own would.
+  auto it = result_->device_activations.find(layers_[static_cast<size_t>(p.layer)].name);
+  if (it != result_->device_activations.end() && it->second.is_same(p.tensor)) result_->device_activations.erase(it);
 }
 
 std::string Tracer::final_name(const std::string& provisional) const {
@@ -369,6 +380,8 @@ std::string Tracer::final_name(const std::string& provisional) const {
 
 std::shared_ptr<TraceResult> Tracer::finish() {
   if (std::exchange(attached_, false)) observer_.detach(this);
+  if (!stopped_) guarded(*result_, stopped_, [&] { offer_pending(); });
+  pending_ = {};
   const auto names = final_names();
   auto arch = std::make_shared<Architecture>();
   std::vector<std::string> final(layers_.size());
@@ -528,9 +541,28 @@ int Tracer::add_layer(LayerInfo info) {
 }
 
 void Tracer::op_started(const at::RecordFunction& fn, const observer::Frame& frame) {
-  (void)frame;
   if (stopped_) return;
-  guarded(*result_, stopped_, [&] { pending_args_ = describe_args(fn.inputs()); });
+  guarded(*result_, stopped_, [&] {
+    // Only an op fed by a layer can become an op layer (the one use of its
+    // arguments' text): the optimizer's many ops skip the formatting.
+    pending_args_.clear();
+    if (std::any_of(frame.inputs.begin(), frame.inputs.end(),
+                    [&](const torch::Tensor& t) { return producer_.count(t.unsafeGetTensorImpl()) > 0; })) {
+      pending_args_ = describe_args(fn.inputs());
+    }
+    if (pending_.layer < 0) return;
+    // An op reading the pending module's parameters may extend its call
+    // (linear's bias add after its matmul): the output is offered later.
+    const LayerInfo& held = layers_[static_cast<size_t>(pending_.layer)];
+    if (held.role == LayerInfo::Role::kModule) {
+      for (const auto& t : frame.inputs) {
+        auto it = owners_.find(t.unsafeGetTensorImpl());
+        if (it != owners_.end() && it->second.module_path == held.module) return;
+      }
+    }
+    at::DisableRecordFunctionGuard no_record;
+    offer_pending();
+  });
 }
 
 void Tracer::op_ended(const observer::Frame& frame, const std::vector<torch::Tensor>& outputs,
@@ -690,9 +722,16 @@ void Tracer::capture_activation(int layer, const torch::Tensor& out, int64_t op_
   info.dtype = common::dtype_name(out.scalar_type());
   // Copied now: a later in-place op may overwrite the live tensor (the
   // device reference for statistics then sees the overwritten values).
-  const bool device = keep_.device && wanted_on_device(layer);
+  std::string judged;
+  const bool device = keep_.device && wanted_on_device(layer, &judged);
   if (device) {
     result_->device_activations[info.name] = out.detach();
+    if (keep_.take) {
+      // Another layer's output waiting (a module call that was not extended
+      // after all): offered now.
+      if (pending_.layer >= 0 && pending_.layer != layer) offer_pending();
+      pending_ = {layer, op_seq, std::move(judged), result_->device_activations[info.name]};
+    }
   } else {
     result_->device_activations.erase(info.name);  // an earlier op's output of this layer
   }
@@ -705,7 +744,8 @@ void Tracer::capture_activation(int layer, const torch::Tensor& out, int64_t op_
     std::weak_ptr<TraceResult> weak = result_;
     // The hook stays on the autograd graph; it records only while this op is
     // still the layer's final op, and never keeps the result alive.
-    const Keep keep{.cpu = keep_.cpu, .device = device};
+    const Keep keep{.cpu = keep_.cpu, .device = device, .device_layer = nullptr,
+                    .take = device ? keep_.take : nullptr};
     const_cast<torch::Tensor&>(out).register_hook([weak, layer, op_seq, keep](torch::Tensor grad) {
       auto result = weak.lock();
       if (!result || !grad.defined()) return;
@@ -715,7 +755,9 @@ void Tracer::capture_activation(int layer, const torch::Tensor& out, int64_t op_
       try {
         const auto& name = result->layer_names[layer];
         if (keep.cpu) hold(*result, result->gradients, result->gradient_stats, name, grad);
-        if (keep.device) result->device_gradients[name] = grad;
+        if (keep.device && !(keep.take && keep.take(layer, op_seq, name, /*gradient=*/true, grad))) {
+          result->device_gradients[name] = grad;
+        }
       } catch (const std::exception& e) {
         // Never into the user's backward(): the snapshot goes without it.
         if (result->error.empty()) result->error = std::string("gradient capture failed: ") + e.what();

@@ -82,6 +82,15 @@ struct TraceKeep {
   // give it then); all when empty. The others' gradients are not held to
   // the batch's end.
   std::function<bool(const LayerInfo&)> device_layer;
+  // With device: offered each kept layer's tensors early, so the taker can
+  // fold them while they are still in the cache. An activation is offered
+  // when the next op starts and cannot extend the layer's call (before an
+  // in-place op overwrites it), a gradient as its hook delivers it. A tensor
+  // taken (true returned) is not held to the batch's end. `layer` and
+  // `op_seq` identify it as TraceResult::final_op does (the taker checks
+  // that at the batch's end: a module call extended later replaces it);
+  // `name` is the layer's name as judged now (provisional for gradients).
+  std::function<bool(int layer, int64_t op_seq, const std::string& name, bool gradient, const torch::Tensor&)> take;
 };
 
 class Tracer : public observer::Consumer {
@@ -163,8 +172,19 @@ class Tracer : public observer::Consumer {
   std::string fresh_name(const std::string& base);
   std::string fresh_call_name(const std::string& module_path);
   void capture_activation(int layer, const torch::Tensor& out, int64_t op_seq);
-  // Whether Keep::device_layer wants this layer's device tensors.
-  bool wanted_on_device(int layer) const;
+  // Whether Keep::device_layer wants this layer's device tensors, and the
+  // name it judged by.
+  bool wanted_on_device(int layer, std::string* judged_name = nullptr) const;
+  // The last layer output held for Keep::take, offered once no later op can
+  // change it.
+  struct Pending {
+    int layer = -1;
+    int64_t op_seq = 0;
+    std::string name;  // as judged when captured
+    torch::Tensor tensor;
+  };
+  Pending pending_;
+  void offer_pending();
   struct FinalName {
     bool kept = false;   // false: an op after a loss that the model never used
     std::string name;

@@ -96,7 +96,8 @@ class LayerProbe {
 
   Pass trace(const std::vector<torch::Tensor>& inputs) {
     observer::Observer observer;
-    capture::Tracer tracer(model_, observer, capture::Tracer::Keep{.cpu = false, .device = false, .device_layer = nullptr});
+    capture::Tracer tracer(model_, observer,
+                           capture::Tracer::Keep{.cpu = false, .device = false, .device_layer = nullptr, .take = nullptr});
     OpTap tap;
     observer.attach(&tap);
     tracer.set_inputs(inputs, /*stacked=*/false);

@@ -49,7 +49,8 @@ struct Traced {
 // One traced forward of `inputs` (the model's mode and grad mode as set).
 Traced trace_forward(torch::nn::Module& model, const ForwardFn& forward, const std::vector<torch::Tensor>& inputs) {
   observer::Observer observer;
-  capture::Tracer tracer(model, observer, capture::Tracer::Keep{.cpu = true, .device = false, .device_layer = nullptr});
+  capture::Tracer tracer(model, observer,
+                         capture::Tracer::Keep{.cpu = true, .device = false, .device_layer = nullptr, .take = nullptr});
   tracer.set_inputs(inputs, /*stacked=*/false);
   torch::Tensor out = forward(inputs);
   if (!out.defined()) throw std::runtime_error("the model's forward returned no tensor");

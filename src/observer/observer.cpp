@@ -150,6 +150,13 @@ void Observer::on_start(const at::RecordFunction& fn) {
         if (!frame.backward || c->wants_backward()) c->op_started(fn, frame);
       }
     }
+    // The ops it runs inside itself would each be boxed for nobody: unwatched
+    // until its end, which still arrives (the op keeps its callbacks).
+    if (!frame.backward && on_training_thread && frame.op != "backward" && !disabled_in_backward_ &&
+        !disabled_in_op_) {
+      at::disableCallback(handle_);
+      disabled_in_op_ = true;
+    }
   }
   frames.push_back(std::move(frame));
 }
@@ -167,6 +174,10 @@ void Observer::on_end(const at::RecordFunction& fn) {
   }
   if (frame.kind != FrameKind::kOp) return;
   std::lock_guard lock(mu_);
+  if (!frame.backward && disabled_in_op_ && std::this_thread::get_id() == training_thread_) {
+    at::reenableCallback(handle_);
+    disabled_in_op_ = false;
+  }
   if (!frame.backward && frame.op == "backward" && std::this_thread::get_id() == training_thread_) {
     if (std::exchange(disabled_in_backward_, false)) at::reenableCallback(handle_);
     const auto consumers = consumers_;

@@ -146,12 +146,11 @@ bool SessionCore::begin_batch(const std::string& phase, std::optional<int64_t> e
       // A batch only collected keeps its tensors on their device: no copy.
       // Only the layers in the statistics' scope: the others' gradients are
       // not held to the batch's end.
-      tracer_ = std::make_unique<capture::Tracer>(
-          *model_, *observer_,
-          capture::Tracer::Keep{.cpu = capture,
-                                .device = decision_.collect,
-                                .device_layer = decision_.collect ? stats_->device_filter() : nullptr},
-          snapshot_budget_, samples_that_fit_);
+      capture::Tracer::Keep keep;
+      if (decision_.collect) keep = stats_->trace_keep();
+      keep.cpu = capture;
+      tracer_ = std::make_unique<capture::Tracer>(*model_, *observer_, std::move(keep), snapshot_budget_,
+                                                  samples_that_fit_);
     } catch (const std::exception& e) {
       report_internal_error(std::string("capture disabled: ") + e.what());
     }

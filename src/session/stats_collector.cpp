@@ -323,10 +323,65 @@ std::vector<const LayerInfo*> StatsCollector::layers_in_scope(const Architecture
   return out;
 }
 
-std::function<bool(const LayerInfo&)> StatsCollector::device_filter() const {
-  return [scope = applied_scope_, watched = applied_watched_](const LayerInfo& layer) {
+capture::TraceKeep StatsCollector::trace_keep() {
+  auto staged = std::make_shared<Staged>();
+  staged->detail = store_.detail();
+  if (staged->detail.samples_per_channel() > 0) {
+    staged->gallery_layers = applied_patch_layers_ ? *applied_patch_layers_ : applied_watched_;
+  }
+  {
+    std::lock_guard lock(mu_);
+    // Metrics and layer-tensor instruments read the whole tensors at the end.
+    for (const auto& m : metrics_) staged->hold_all = staged->hold_all || !m->failed;
+    for (const auto& t : tensor_instruments_) staged->hold_all = staged->hold_all || (t->layer_fn && !t->failed);
+  }
+  staged->seed = ++staged_batches_ << 24;
+  staged_ = staged;
+  capture::TraceKeep keep;
+  keep.device = true;
+  keep.device_layer = [scope = applied_scope_, watched = applied_watched_](const LayerInfo& layer) {
     return in_scope(scope, watched, layer);
   };
+  keep.take = [staged](int layer, int64_t op_seq, const std::string& name, bool gradient, const torch::Tensor& t) {
+    return staged->take(layer, op_seq, name, gradient, t);
+  };
+  return keep;
+}
+
+bool StatsCollector::Staged::take(int layer, int64_t op_seq, const std::string& name, bool gradient,
+                                  const torch::Tensor& t) {
+  if (hold_all || !t.defined() || !t.is_cpu() || t.layout() != torch::kStrided ||
+      t.scalar_type() != torch::kFloat || t.numel() == 0) {
+    return false;
+  }
+  if (!gradient && std::find(gallery_layers.begin(), gallery_layers.end(), name) != gallery_layers.end()) {
+    return false;
+  }
+  try {
+    at::DisableRecordFunctionGuard no_record;
+    c10::InferenceMode no_autograd;
+    uint64_t draw;
+    {
+      std::lock_guard lock(mu);
+      draw = seed++;
+    }
+    auto fold = stats::fold_on_cpu(t.contiguous(), detail, draw);
+    const auto kind = gradient ? stats::Kind::kGradient : stats::Kind::kActivation;
+    std::lock_guard lock(mu);
+    // Offered again (a second backward through the same graph): the last wins,
+    // as a held tensor would.
+    for (auto& e : entries) {
+      if (e.layer == layer && e.kind == kind) {
+        e.op_seq = op_seq;
+        e.fold = std::move(fold);
+        return true;
+      }
+    }
+    entries.push_back({layer, op_seq, kind, std::move(fold)});
+    return true;
+  } catch (const std::exception&) {
+    return false;  // held instead, and folded at the batch's end
+  }
 }
 
 void StatsCollector::begin_batch(const BatchPosition& pos, bool collect, const Architecture* architecture) {
@@ -365,10 +420,26 @@ void StatsCollector::fold(const BatchPosition& pos, capture::TraceResult& trace)
     // The batch's observer may still be listening: folding is not the model's work.
     at::DisableRecordFunctionGuard no_record;
     torch::NoGradGuard no_grad;
+    // What the tracer handed over ahead, by layer index, where it is still
+    // the layer's final output (a module call extended later replaces it).
+    const auto staged = std::exchange(staged_, nullptr);
+    std::map<std::pair<std::string, stats::Kind>, const stats::CpuFold*> ahead;
+    if (staged) {
+      std::lock_guard lock(trace.grad_mu);
+      std::lock_guard staged_lock(staged->mu);
+      for (const auto& e : staged->entries) {
+        const auto i = static_cast<size_t>(e.layer);
+        if (i < trace.final_op.size() && trace.final_op[i] == e.op_seq) {
+          ahead[{trace.layer_names[i], e.kind}] = &e.fold;
+        }
+      }
+    }
     auto add = [&](const std::map<std::string, torch::Tensor>& tensors, const std::string& layer, stats::Kind kind) {
       auto it = tensors.find(layer);
       if (it != tensors.end() && it->second.defined() && it->second.is_floating_point()) {
         store_.add(layer, pos.phase, pos.epoch, kind, it->second);
+      } else if (auto f = ahead.find({layer, kind}); f != ahead.end()) {
+        store_.add(layer, pos.phase, pos.epoch, kind, *f->second);
       }
     };
     // Min/Max galleries rank the samples of the batch's first image-like

@@ -72,11 +72,15 @@ class StatsCollector {
   // (its metric reductions, a publish), and when this collected batch is its
   // epoch's first, begins the parameter sample.
   void begin_batch(const BatchPosition& pos, bool collect, const Architecture* architecture);
-  // Which layers a collected batch's tracer keeps on the device: those in
-  // scope as of begin_batch (watched ones, or every layer but shape ops).
-  std::function<bool(const LayerInfo&)> device_filter() const;
-  // Folds the batch's traced device tensors (final names) of the layers in
-  // scope, and runs the metric instruments on them.
+  // What a collected batch's tracer keeps (call after begin_batch): the
+  // device tensors of the layers in scope as of begin_batch (watched ones, or
+  // every layer but shape ops). Float32 CPU tensors are folded as the tracer
+  // offers them, while still in the cache, and not held to the batch's end,
+  // unless something needs them whole then: a Min/Max gallery (its layer's
+  // activation), a metric or a layer-tensor instrument (every tensor).
+  capture::TraceKeep trace_keep();
+  // Folds the batch's traced tensors (final names) of the layers in scope,
+  // those held and those folded ahead, and runs the metric instruments.
   void fold(const BatchPosition& pos, capture::TraceResult& trace);
   // At the batch's end, after the loop's optimizer step: finishes a
   // parameter sample begun at its start.
@@ -144,6 +148,22 @@ class StatsCollector {
   // \"fc1\"" or "parameter \"fc1.weight\"".
   void fail_instrument(std::atomic<bool>& failed, const std::string& what, const std::string& name,
                        const std::string& where, const std::string& error);
+  // The folds a collected batch's tracer handed over ahead (trace_keep).
+  struct Staged {
+    struct Entry {
+      int layer = -1;
+      int64_t op_seq = 0;
+      stats::Kind kind = stats::Kind::kActivation;
+      stats::CpuFold fold;
+    };
+    stats::Detail detail;
+    std::vector<std::string> gallery_layers;  // activations held whole
+    bool hold_all = false;                    // instruments read every tensor
+    std::mutex mu;                            // gradient hooks add too
+    uint64_t seed = 0;
+    std::vector<Entry> entries;
+    bool take(int layer, int64_t op_seq, const std::string& name, bool gradient, const torch::Tensor& t);
+  };
   // The layers a trace's architecture has in scope, in its order.
   std::vector<const LayerInfo*> layers_in_scope(const Architecture& architecture) const;
 
@@ -174,6 +194,8 @@ class StatsCollector {
   bool dirty_ = false;  // collected or logged since the last publish
   std::map<std::tuple<std::string, std::string, std::string, int64_t>, Reduction> reductions_;
   std::vector<HeldPoint> held_;
+  std::shared_ptr<Staged> staged_;  // this batch's, from trace_keep()
+  uint64_t staged_batches_ = 0;     // seeds each batch's histogram samples
 
   common::AtomicSharedPtr<const StatsSnapshot> published_;
 };

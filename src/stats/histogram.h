@@ -79,9 +79,10 @@ struct ChannelRange {
 };
 void fold_exact_cpu(const float* values, int64_t outer, int64_t channels, int64_t inner, int64_t tracked,
                     ChannelRange* ranges, ExactFold& into);
-// The vector path fold_exact_cpu takes: the widest the CPU has (AVX2 where
-// present, the default) or the portable one (SSE2 on x86-64, plain loops
-// elsewhere), so tests can hold the two to the same figures.
+// The vector path fold_exact_cpu takes: the widest the CPU has (AVX-512
+// with fused squares where present, else AVX2: the default) or the portable
+// one (SSE2 on x86-64, plain loops elsewhere), so tests can hold the two to
+// the same figures.
 enum class FoldPath { kWidest, kPortable };
 void set_fold_path(FoldPath path);
 

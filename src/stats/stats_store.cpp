@@ -30,6 +30,16 @@ std::vector<double> doubles(const torch::Tensor& cpu) {
   return std::vector<double>(d.data_ptr<double>(), d.data_ptr<double>() + d.numel());
 }
 
+// ranges[c] (made on first use) widened by r.
+void merge_range(std::vector<ChannelRange>& ranges, int64_t c, const ChannelRange& r) {
+  if (static_cast<int64_t>(ranges.size()) <= c) ranges.resize(static_cast<size_t>(c) + 1);
+  auto& into = ranges[static_cast<size_t>(c)];
+  into.seen += r.seen;
+  into.min = std::min(into.min, r.min);
+  into.max = std::max(into.max, r.max);
+  into.nonfinite = into.nonfinite || r.nonfinite;
+}
+
 std::vector<torch::Tensor> slice(const std::vector<torch::Tensor>& all, size_t begin, size_t count) {
   return std::vector<torch::Tensor>(all.begin() + begin, all.begin() + begin + count);
 }
@@ -65,24 +75,64 @@ struct TensorAccumulator::State {
   std::vector<ChannelRange> ranges;
   int64_t adds = 0;  // tensors folded in: seeds the histogram's sample
 
-  void start(const torch::Tensor& x) {
+  // Fixes the device and the channels (dim 1 when `channels` > 0).
+  void start(const torch::Device& device, int64_t dim1) {
     started = true;
     // Made on the device: a host->device copy would be a sync on most of them.
-    const auto counts = torch::TensorOptions().dtype(torch::kLong).device(x.device());
-    scalars = torch::zeros({4}, torch::TensorOptions().dtype(common::accumulator_dtype(x.device())).device(x.device()));
+    const auto counts = torch::TensorOptions().dtype(torch::kLong).device(device);
+    scalars = torch::zeros({4}, torch::TensorOptions().dtype(common::accumulator_dtype(device)).device(device));
     sums = scalars.narrow(0, 0, 2);
     extremes = scalars.narrow(0, 2, 2);
     extremes.fill_(kInf);
     one = torch::ones({1}, counts);
     int64_t rows = 1;
-    if (x.dim() >= 2) {
+    if (dim1 > 0) {
       per_channel = true;
-      channels = x.size(1);
+      channels = dim1;
       tracked = tracked_channels(detail, channels);
       rows = tracked < channels ? tracked + 1 : tracked;
       row_offsets = torch::arange(channels, counts).clamp_max_(tracked).mul_(kSlots);
     }
     slots = torch::zeros({rows * kSlots}, counts);
+  }
+
+  // The device path's state moved to the CPU (a CPU fold is merged there).
+  void move_to_cpu() {
+    scalars = scalars.to(torch::kCPU, torch::kDouble);
+    sums = scalars.narrow(0, 0, 2);
+    extremes = scalars.narrow(0, 2, 2);
+    slots = slots.cpu();
+    one = one.cpu();
+    if (row_offsets.defined()) row_offsets = row_offsets.cpu();
+  }
+
+  // Counts of values the op path binned (every one of them, [rows *
+  // kSlots] on the CPU) into the exact counts and the channel ranges the
+  // CPU path keeps: a stream that saw both kinds of tensor stays exact.
+  void absorb_counts(const torch::Tensor& counts) {
+    const auto flat = counts.contiguous();
+    const int64_t* c = flat.data_ptr<int64_t>();
+    const int64_t rows = flat.numel() / kSlots;
+    if (!exact) exact.emplace();
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t* row = c + r * kSlots;
+      for (int b = 0; b < kBins; ++b) exact->n += row[b];
+      exact->nan += row[kNanSlot];
+      exact->pos_inf += row[kPosInfSlot];
+      exact->neg_inf += row[kNegInfSlot];
+    }
+    if (!per_channel) return;
+    if (static_cast<int64_t>(ranges.size()) < tracked) ranges.resize(static_cast<size_t>(tracked));
+    for (int64_t ch = 0; ch < tracked && ch < rows; ++ch) {
+      const int64_t* row = c + ch * kSlots;
+      ChannelRange r;
+      for (int k = 0; k < kSlots; ++k) r.seen += row[k];
+      if (r.seen == 0) continue;
+      r.nonfinite = row[kNanSlot] + row[kPosInfSlot] + row[kNegInfSlot] > 0;
+      // In the zero band or not: one value of the kind stands for them all.
+      r.min = r.max = row[kZeroBin] + row[kNanSlot] + row[kPosInfSlot] + row[kNegInfSlot] == r.seen ? 0.0 : 1.0;
+      merge_range(ranges, ch, r);
+    }
   }
 
   // For good: token counts change dim 1 from batch to batch, and rows of
@@ -105,7 +155,7 @@ void TensorAccumulator::add(const torch::Tensor& t) {
   c10::InferenceMode no_autograd;
   auto x = t;
   if (!s.started) {
-    s.start(x);
+    s.start(x.device(), x.dim() >= 2 ? x.size(1) : 0);
   } else {
     // A model moved between devices: follow the accumulator's device.
     if (x.device() != s.scalars.device()) x = x.to(s.scalars.device());
@@ -118,7 +168,7 @@ void TensorAccumulator::add(const torch::Tensor& t) {
   // (bench/stats): an exact pass over every value and a histogram of at most
   // histogram_sample of them; the CPU has no kernel launches to batch.
   if (x.is_cpu() && x.scalar_type() == torch::kFloat) {
-    add_on_cpu(x.contiguous());
+    add(fold_on_cpu(x.contiguous(), s.detail, static_cast<uint64_t>(s.adds++)));
     return;
   }
 
@@ -131,7 +181,11 @@ void TensorAccumulator::add(const torch::Tensor& t) {
     shape[1] = s.channels;
     slot.add_(s.row_offsets.view(shape));
   }
+  // After CPU folds (a float64 tensor in a float32 stream, on the CPU): this
+  // tensor's counts join their exact counts.
+  const auto before = s.exact ? s.slots.clone() : torch::Tensor();
   s.slots.index_add_(0, slot.view({-1}), s.one.expand({slot.numel()}));
+  if (before.defined()) s.absorb_counts(s.slots - before);
 
   // Scalars of the finite values, summed in float64 on the device.
   auto d = x.to(s.scalars.scalar_type());
@@ -142,45 +196,77 @@ void TensorAccumulator::add(const torch::Tensor& t) {
   at::minimum_out(s.extremes, s.extremes, batch_extremes);
 }
 
-void TensorAccumulator::add_on_cpu(const torch::Tensor& x) {
-  auto& s = *state_;
-  const int64_t numel = x.numel();
-  const int64_t channels = s.per_channel ? s.channels : 1;
-  const int64_t outer = s.per_channel ? x.size(0) : 1;
-  const int64_t inner = numel / (outer * channels);
+CpuFold fold_on_cpu(const torch::Tensor& x, const Detail& detail, uint64_t seed) {
+  CpuFold f;
+  f.numel = x.numel();
+  if (f.numel == 0) return f;
+  f.channels = x.dim() >= 2 ? x.size(1) : 0;
+  const int64_t channels = std::max<int64_t>(1, f.channels);
+  const int64_t outer = f.channels > 0 ? x.size(0) : 1;
+  const int64_t inner = f.numel / (outer * channels);
   const float* values = x.data_ptr<float>();
+  f.tracked = f.channels > 0 ? tracked_channels(detail, f.channels) : 0;
+  const int64_t rows = f.channels == 0 ? 1 : f.tracked < f.channels ? f.tracked + 1 : f.tracked;
+  f.slots.assign(static_cast<size_t>(rows * kSlots), 0);
 
   // Exact: counts, sums and extremes of every value, and each tracked
   // channel's extremes (a dead channel is exact too).
-  ExactFold folded;
-  if (s.per_channel) s.ranges.resize(static_cast<size_t>(s.tracked));
-  fold_exact_cpu(values, outer, channels, inner, s.per_channel ? s.tracked : 0,
-                 s.per_channel ? s.ranges.data() : nullptr, folded);
-  if (!s.exact) s.exact.emplace();
-  auto& e = *s.exact;
-  e.n += folded.n;
-  e.nan += folded.nan;
-  e.pos_inf += folded.pos_inf;
-  e.neg_inf += folded.neg_inf;
-  // scalars: [sum, sum of squares, min, -max], as the device path keeps them.
-  auto scalars = s.scalars.accessor<double, 1>();
-  scalars[0] += folded.sum;
-  scalars[1] += folded.sum_sq;
-  scalars[2] = std::min(scalars[2], folded.min);
-  scalars[3] = std::min(scalars[3], -folded.max);
+  f.ranges.resize(static_cast<size_t>(f.tracked));
+  fold_exact_cpu(values, outer, channels, inner, f.tracked, f.tracked > 0 ? f.ranges.data() : nullptr, f.exact);
 
   // The histogram from at most histogram_sample values: runs of 16 (a cache
   // line of floats), one at a random place in each equal window, drawn anew
   // for every tensor.
   constexpr int64_t kRun = 16;
   int64_t stride = 1;
-  const int64_t budget = s.detail.histogram_sample();
-  if (budget > 0 && numel > budget) {
+  const int64_t budget = detail.histogram_sample();
+  if (budget > 0 && f.numel > budget) {
     const int64_t runs = std::max<int64_t>(1, budget / kRun);
-    stride = std::max(kRun, (numel + runs - 1) / runs);
+    stride = std::max(kRun, (f.numel + runs - 1) / runs);
   }
-  bin_cpu(values, outer, channels, inner, s.per_channel ? s.row_offsets.data_ptr<int64_t>() : nullptr, stride, kRun,
-          static_cast<uint64_t>(s.adds++), s.slots.data_ptr<int64_t>(), s.slots.numel());
+  std::vector<int64_t> row_offset;
+  if (f.channels > 0) {
+    row_offset.resize(static_cast<size_t>(f.channels));
+    for (int64_t c = 0; c < f.channels; ++c) row_offset[static_cast<size_t>(c)] = std::min(c, f.tracked) * kSlots;
+  }
+  bin_cpu(values, outer, channels, inner, f.channels > 0 ? row_offset.data() : nullptr, stride, kRun, seed,
+          f.slots.data(), static_cast<int64_t>(f.slots.size()));
+  return f;
+}
+
+void TensorAccumulator::add(const CpuFold& f) {
+  auto& s = *state_;
+  if (f.numel == 0 || s.collapsed) return;
+  at::DisableRecordFunctionGuard no_record;
+  c10::InferenceMode no_autograd;
+  if (!s.started) s.start(torch::kCPU, f.channels);
+  if (!s.scalars.is_cpu()) s.move_to_cpu();
+  // What the op path counted so far (every value) becomes exact counts.
+  if (!s.exact) s.absorb_counts(s.slots);
+  const int64_t fold_rows = static_cast<int64_t>(f.slots.size()) / kSlots;
+  if (s.per_channel && (f.channels != s.channels || fold_rows * kSlots != s.slots.numel())) s.stop_per_channel();
+  // Counts: row by row while the channels match, else the fold's rows
+  // summed into the accumulator's one row.
+  int64_t* slots = s.slots.data_ptr<int64_t>();
+  if (s.per_channel) {
+    for (size_t k = 0; k < f.slots.size(); ++k) slots[k] += f.slots[k];
+    for (int64_t c = 0; c < s.tracked; ++c) merge_range(s.ranges, c, f.ranges[static_cast<size_t>(c)]);
+  } else {
+    for (int64_t r = 0; r < fold_rows; ++r) {
+      for (int k = 0; k < kSlots; ++k) slots[k] += f.slots[static_cast<size_t>(r * kSlots + k)];
+    }
+  }
+  auto& e = *s.exact;
+  e.n += f.exact.n;
+  e.nan += f.exact.nan;
+  e.pos_inf += f.exact.pos_inf;
+  e.neg_inf += f.exact.neg_inf;
+  // scalars: [sum, sum of squares, min, -max], as the device path keeps them.
+  auto scalars = s.scalars.accessor<double, 1>();
+  scalars[0] += f.exact.sum;
+  scalars[1] += f.exact.sum_sq;
+  scalars[2] = std::min(scalars[2], f.exact.min);
+  scalars[3] = std::min(scalars[3], -f.exact.max);
 }
 
 void TensorAccumulator::collapse() {
@@ -331,15 +417,25 @@ bool StatsStore::live(const std::shared_ptr<Bucket>& bucket) const {
   return it != buckets_.end() && it->second == bucket;
 }
 
+TensorAccumulator* StatsStore::accumulator(const std::string& layer, const std::string& phase, int64_t epoch,
+                                           Kind kind) {
+  auto& bucket = bucket_for(layer, phase, epoch);
+  if (bucket->collapsed) return nullptr;
+  auto& acc = kind == Kind::kActivation ? bucket->activation : bucket->gradient;
+  if (!acc) acc.emplace(detail_);
+  touch(bucket);
+  return &*acc;
+}
+
 void StatsStore::add(const std::string& layer, const std::string& phase, int64_t epoch, Kind kind,
                      const torch::Tensor& t) {
   if (!t.defined()) return;
-  auto& bucket = bucket_for(layer, phase, epoch);
-  if (bucket->collapsed) return;
-  auto& acc = kind == Kind::kActivation ? bucket->activation : bucket->gradient;
-  if (!acc) acc.emplace(detail_);
-  acc->add(t);
-  touch(bucket);
+  if (auto* acc = accumulator(layer, phase, epoch, kind)) acc->add(t);
+}
+
+void StatsStore::add(const std::string& layer, const std::string& phase, int64_t epoch, Kind kind,
+                     const CpuFold& fold) {
+  if (auto* acc = accumulator(layer, phase, epoch, kind)) acc->add(fold);
 }
 
 void StatsStore::touch(const std::shared_ptr<Bucket>& bucket) {

@@ -29,6 +29,24 @@ using Detail = WatchPerformance;
 
 enum class Kind { kActivation, kGradient };
 
+// One float32 CPU tensor folded on its own, before it is known which
+// accumulator takes it: a trace folds a layer's output while it is still in
+// the cache, and learns the layer's final name only at the batch's end.
+struct CpuFold {
+  int64_t numel = 0;
+  int64_t channels = 0;  // dim 1 of a tensor of >= 2 dims; 0 without channels
+  int64_t tracked = 0;   // channels with a histogram row of their own
+  ExactFold exact;
+  std::vector<ChannelRange> ranges;  // per tracked channel
+  // kSlots counts per row: the tracked channels', then (when some are not
+  // tracked) one row for all the others; one row without channels.
+  std::vector<int64_t> slots;
+};
+// Folds x (float32, on the CPU, contiguous) as a TensorAccumulator with
+// `detail` folds it: every value exactly, the histogram from at most
+// detail.histogram_sample() of them drawn with `seed`.
+CpuFold fold_on_cpu(const torch::Tensor& x, const Detail& detail, uint64_t seed);
+
 // Running statistics of one stream of tensors, on their device.
 class TensorAccumulator {
  public:
@@ -39,6 +57,10 @@ class TensorAccumulator {
   // the first non-empty tensor (dim 1 of a tensor of >= 2 dims) and ends for
   // good when dim 1 changes size or a tensor of < 2 dims comes.
   void add(const torch::Tensor& t);
+  // The same for a tensor folded ahead (fold_on_cpu with this detail). An
+  // accumulator on another device moves to the CPU (one sync, only when the
+  // model moved between devices within an epoch).
+  void add(const CpuFold& fold);
   // Caches median and dead channels, then frees the bins (one sync). The
   // scalars move to the host too: a collapsed accumulator holds no device
   // memory, and add() on it changes nothing (its epoch is over).
@@ -59,9 +81,6 @@ class TensorAccumulator {
   TensorStatsView describe(const std::vector<torch::Tensor>& cpu_buffers, bool bins) const;
 
   struct State;
-  // add() for a float32 CPU tensor, contiguous: an exact pass for counts,
-  // sums and extremes, and the histogram from at most histogram_sample values.
-  void add_on_cpu(const torch::Tensor& x);
   std::shared_ptr<State> state_;
 };
 
@@ -80,6 +99,7 @@ class StatsStore {
   // at the next end_batch() or publish(), all such buckets in one batched
   // copy (one sync per epoch boundary, not one per layer).
   void add(const std::string& layer, const std::string& phase, int64_t epoch, Kind kind, const torch::Tensor& t);
+  void add(const std::string& layer, const std::string& phase, int64_t epoch, Kind kind, const CpuFold& fold);
   // Folds one batch's activation of `layer` into its bucket's Min/Max
   // galleries (detail().samples_per_channel > 0), with the batch's
   // image-like model input (undefined when the model has none: the bucket
@@ -138,6 +158,9 @@ class StatsStore {
   // epoch of the stream to collapse).
   std::shared_ptr<Bucket>& bucket_for(const std::string& layer, const std::string& phase, int64_t epoch);
   void touch(const std::shared_ptr<Bucket>& bucket);
+  // The (layer, phase, epoch) bucket's accumulator of `kind`, made on first
+  // use and counted into this batch; null once its epoch collapsed.
+  TensorAccumulator* accumulator(const std::string& layer, const std::string& phase, int64_t epoch, Kind kind);
   void collapse_queued();
   void forget_dropped();
 };

@@ -73,7 +73,8 @@ Result run_kind(const std::string& kind, const std::string& layer, const json& p
 std::vector<LayerInfo> traced_layers(torch::nn::Module& model, const std::function<torch::Tensor()>& forward,
                                      const torch::Tensor& input) {
   observer::Observer observer;
-  capture::Tracer tracer(model, observer, capture::Tracer::Keep{.cpu = false, .device = false, .device_layer = nullptr});
+  capture::Tracer tracer(model, observer,
+                         capture::Tracer::Keep{.cpu = false, .device = false, .device_layer = nullptr, .take = nullptr});
   tracer.set_inputs({input}, false);
   forward();
   return tracer.finish()->architecture->layers;
