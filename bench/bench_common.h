@@ -6,8 +6,16 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
+#include <cstring>
 #include <ctime>
+#include <memory>
+#include <stdexcept>
+#include <random>
 #include <vector>
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "model.h"
 
@@ -49,6 +57,65 @@ struct ThreadCpuClock {
 
 inline double thread_cpu_ms() {
   return std::chrono::duration<double, std::milli>(ThreadCpuClock::now().time_since_epoch()).count();
+}
+
+// Held over one timed pass: a block of a random size (0 to 124 KiB, in
+// 64-byte steps) at the top of the heap, so every pass starts from another
+// heap layout. The same loop runs up to 10% faster or slower depending on
+// where its tensors land (cache sets, page boundaries: glibc.malloc.top_pad
+// alone moves the plain loop from 19.2 to 21.8 ms a batch here), which would
+// otherwise be read as a variant's cost. Drawn for every pass of every
+// variant, the plain loop's included; the medians then compare like with like.
+class HeapShift {
+ public:
+  explicit HeapShift(std::mt19937_64& rng) {
+    const size_t bytes = 64 * std::uniform_int_distribution<size_t>(0, 124 * 16)(rng);
+    if (bytes == 0) return;
+    block_ = std::make_unique<char[]>(bytes);
+    std::memset(block_.get(), 1, bytes);
+  }
+
+ private:
+  std::unique_ptr<char[]> block_;
+};
+
+// Runs `pass` (returning a few figures) in a child forked from this process
+// and returns what it returned: every timed pass then starts from the same
+// process state, whatever the passes before it left behind. In one process
+// each variant followed the same predecessor round after round, and a heap
+// grown or fragmented by one (scope all) showed up as the next one's cost
+// (glibc trims and regrows the heap each batch: the plain loop takes about
+// 3,000 page faults a batch here, a tenth of its time). The child must not
+// need threads the parent started (one torch thread, no server). Runs
+// `pass` here when fork fails.
+template <class Pass>
+std::vector<double> in_child(Pass&& pass) {
+  int fds[2];
+  if (pipe(fds) != 0) return pass();
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    return pass();
+  }
+  if (pid == 0) {
+    close(fds[0]);
+    const std::vector<double> out = pass();
+    const auto bytes = static_cast<ssize_t>(out.size() * sizeof(double));
+    const bool sent = write(fds[1], out.data(), static_cast<size_t>(bytes)) == bytes;
+    _exit(sent ? 0 : 1);
+  }
+  close(fds[1]);
+  std::vector<double> out;
+  double value;
+  while (read(fds[0], &value, sizeof value) == static_cast<ssize_t>(sizeof value)) out.push_back(value);
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    throw std::runtime_error("a benchmark pass failed in its child process");
+  }
+  return out;
 }
 
 inline double median(std::vector<double> v) {

@@ -4,7 +4,9 @@
 // The demo's CNN on synthetic batches: scope none, three watched layers on
 // every batch, every layer on every batch, and the default live-update
 // cadence (a running loop published every second of training). Variants are
-// interleaved round by round and the median taken (see overhead.cpp). Then a
+// interleaved round by round in a shuffled order, each pass in a child
+// process forked from the same state on a randomly shifted heap
+// (bench_common.h), and the median of the per-round ratios taken. Then a
 // 200-layer network trained 100 epochs with every layer collected: the bytes
 // the statistics hold on the device and on the host.
 
@@ -30,19 +32,32 @@ using namespace nansense::bench;
 
 enum class Variant { kPlain, kScopeNone, kTraceOnly, kWatched3, kWatched3Galleries, kAll, kDefaultCadence };
 
-// One timed pass over `batches`; returns milliseconds per batch. Model,
-// optimizer and session are built outside the timed region.
-double measure(Variant variant, std::vector<Batch>& batches, uint64_t* publishes) {
+// One timed pass: `warmup` batches, then the timed rest of `batches`;
+// returns milliseconds per timed batch and, in `seen`, what it published.
+// Model, optimizer and session are built outside the timed region, and the
+// warm-up batches let the heap, the caches and a session's first capture
+// (which finds the architecture) settle, as they have in a long run.
+double measure(Variant variant, std::vector<Batch>& batches, int64_t warmup, uint64_t* seen) {
+  static std::mt19937_64 layouts(1);
+  const HeapShift shift(layouts);
   torch::manual_seed(0);
   FashionCnn model;
   torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(1e-3));
   using Clock = ThreadCpuClock;
   Clock::time_point begin, end;
+  int64_t i = 0;
+  const auto step = [&](const Batch& batch) {
+    if (i++ == warmup) begin = Clock::now();
+    train_step(model, optimizer, batch);
+  };
+  const auto per_batch = [&] {
+    return std::chrono::duration<double, std::milli>(end - begin).count() /
+           static_cast<double>(static_cast<int64_t>(batches.size()) - warmup);
+  };
   if (variant == Variant::kPlain) {
-    begin = Clock::now();
-    for (auto& batch : batches) train_step(model, optimizer, batch);
+    for (auto& batch : batches) step(batch);
     end = Clock::now();
-    return std::chrono::duration<double, std::milli>(end - begin).count() / static_cast<double>(batches.size());
+    return per_batch();
   }
   auto options = nansense::StartOptions().optimizer(&optimizer);
   switch (variant) {
@@ -70,19 +85,30 @@ double measure(Variant variant, std::vector<Batch>& batches, uint64_t* publishes
   } else {
     session.detach();
   }
-  begin = Clock::now();
-  for (auto& batch : session.batches(batches, "train")) train_step(model, optimizer, batch);
+  for (auto& batch : session.batches(batches, "train")) step(batch);
   end = Clock::now();
-  if (publishes) {
+  if (seen) {
     if (variant == Variant::kDefaultCadence) {
       const auto last = session.snapshot();
-      *publishes += last ? last->sequence : 0;
+      *seen += last ? last->sequence : 0;
     } else if (const auto stats = session.stats()) {
-      *publishes += stats->layers.size();
+      *seen += stats->layers.size();
     }
   }
   session.close();
-  return std::chrono::duration<double, std::milli>(end - begin).count() / static_cast<double>(batches.size());
+  return per_batch();
+}
+
+// measure() in a child process (bench_common.h: in_child).
+double measure_isolated(Variant variant, std::vector<Batch>& batches, int64_t warmup, uint64_t* seen) {
+  const auto out = in_child([&] {
+    uint64_t published = 0;
+    const double ms = measure(variant, batches, warmup, &published);
+    return std::vector<double>{ms, static_cast<double>(published)};
+  });
+  if (out.size() != 2) throw std::runtime_error("a benchmark pass returned no figures");
+  if (seen) *seen += static_cast<uint64_t>(out[1]);
+  return out[0];
 }
 
 struct Row {
@@ -95,8 +121,8 @@ struct Row {
   uint64_t seen = 0;  // snapshots published (cadence) or (layer, phase) streams collected
 };
 
-void run_ratios(int64_t batch_count, int rounds, const std::string& only) {
-  auto batches = synthetic_batches(batch_count, 64);
+void run_ratios(int64_t batch_count, int64_t warmup, int rounds, const std::string& only) {
+  auto batches = synthetic_batches(warmup + batch_count, 64);
   std::vector<Row> rows = {
       {Variant::kPlain, "plain loop", nullptr, 0, {}, {}},
       {Variant::kScopeNone, "scope none", nullptr, 0, {}, {}},
@@ -107,24 +133,28 @@ void run_ratios(int64_t batch_count, int rounds, const std::string& only) {
       {Variant::kDefaultCadence, "default live updates", "<= 1.02", 1.02, {}, {}},
   };
   if (!only.empty()) {
-    // One variant alone, for a profiler: no ratios.
+    // One variant alone, in this process, for a profiler: no ratios.
     for (auto& row : rows) {
       if (only != row.name) continue;
-      for (int r = 0; r < rounds; ++r) std::printf("%s: %.3f ms/batch\n", row.name, measure(row.variant, batches, nullptr));
+      for (int r = 0; r < rounds; ++r) {
+        std::printf("%s: %.3f ms/batch\n", row.name, measure(row.variant, batches, warmup, nullptr));
+      }
       return;
     }
     throw std::invalid_argument("--only: no variant named '" + only + "'");
   }
-  std::printf("\ndemo CNN, batches of 64 [1x28x28]: %d rounds of %lld synthetic batches\n", rounds,
-              static_cast<long long>(batch_count));
+  std::printf("\ndemo CNN, batches of 64 [1x28x28]: %d rounds of %lld synthetic batches timed after %lld "
+              "warm-up batches, each pass in a child process from the same state\n",
+              rounds, static_cast<long long>(batch_count), static_cast<long long>(warmup));
   std::fflush(stdout);
-  measure(Variant::kPlain, batches, nullptr);  // warm-up
+  // Each round runs every variant once, in an order shuffled anew.
+  std::mt19937_64 order_rng(7);
+  std::vector<size_t> order(rows.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   for (int r = 0; r < rounds; ++r) {
+    std::shuffle(order.begin(), order.end(), order_rng);
     std::vector<double> ms(rows.size());
-    for (size_t k = 0; k < rows.size(); ++k) {
-      const size_t i = (k + static_cast<size_t>(r)) % rows.size();
-      ms[i] = measure(rows[i].variant, batches, &rows[i].seen);
-    }
+    for (size_t i : order) ms[i] = measure_isolated(rows[i].variant, batches, warmup, &rows[i].seen);
     for (size_t i = 0; i < rows.size(); ++i) {
       rows[i].ms.push_back(ms[i]);
       rows[i].ratios.push_back(ms[i] / ms[0]);
@@ -226,15 +256,19 @@ void run_memory(int64_t epochs, int64_t width) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int64_t batch_count = 200;
-  int rounds = 5;
+  int64_t batch_count = 60;
+  int64_t warmup = 10;
+  int rounds = 25;
   int64_t epochs = 100;
   std::string only;
   CLI::App app{"Statistics over time: cost on the demo CNN and memory for a 200-layer network."};
   app.add_option("--batches", batch_count, "Batches per timed pass (the default cadence publishes once a second)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  app.add_option("--rounds", rounds, "Rounds; each times every variant once, in rotating order")
+  app.add_option("--warmup", warmup, "Batches each pass runs before its clock starts")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--rounds", rounds, "Rounds; each times every variant once, in a shuffled order")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_option("--epochs", epochs, "Epochs of the 200-layer memory run")->capture_default_str()->check(
@@ -247,7 +281,7 @@ int main(int argc, char** argv) {
   std::printf("nansense statistics over time\n");
   std::printf("torch threads: 1; times are the training thread's CPU time; ratio = median over rounds of "
               "(variant / plain loop of the same round)\n");
-  run_ratios(batch_count, rounds, only);
+  run_ratios(batch_count, warmup, rounds, only);
   if (!only.empty()) return 0;
   run_fold_parts();
   run_memory(epochs, 16);

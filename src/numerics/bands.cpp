@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
 #include <utility>
 
 #include "common/host_copy.h"
@@ -91,22 +92,42 @@ std::vector<double> abs_sums(const std::vector<torch::Tensor>& tensors) {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> parts;
   parts.reserve(tensors.size());
-  for (const auto& t : tensors) {
+  // A float32 CPU tensor is summed in place, in float64 (no |x| copy, no op
+  // per tensor: this runs after every checked backward).
+  std::vector<std::optional<double>> direct(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const auto& t = tensors[i];
+    if (t.is_cpu() && t.scalar_type() == torch::kFloat && t.is_contiguous() && t.layout() == torch::kStrided) {
+      const float* v = t.data_ptr<float>();
+      const int64_t n = t.numel();
+      double s[4] = {0, 0, 0, 0};
+      int64_t k = 0;
+      for (; k + 4 <= n; k += 4) {
+        for (int l = 0; l < 4; ++l) s[l] += std::fabs(static_cast<double>(v[k + l]));
+      }
+      for (; k < n; ++k) s[0] += std::fabs(static_cast<double>(v[k]));
+      direct[i] = (s[0] + s[1]) + (s[2] + s[3]);
+      continue;
+    }
     // float32 keeps the common case on its fast path; float64 keeps its own
     // subnormals, which float32 would flush to zero.
     const auto acc = t.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
     parts.push_back(t.detach().abs().sum(acc).to(accumulator(t)).reshape({1}));
   }
-  if (parts.empty()) return {};
+  std::vector<double> out(tensors.size());
+  if (parts.empty()) {
+    for (size_t i = 0; i < out.size(); ++i) out[i] = *direct[i];
+    return out;
+  }
   // Gathered on the first tensor's device (a model split over devices is
   // rare), then one copy back.
   for (auto& p : parts) p = p.to(parts.front().device());
-  std::vector<double> out(tensors.size());
   auto all = parts.size() == 1 ? parts[0] : torch::cat(parts);
   all = all.to(torch::kCPU).contiguous();
   all = all.to(torch::kDouble);
   const double* v = all.data_ptr<double>();
-  for (size_t i = 0; i < out.size(); ++i) out[i] = v[i];
+  size_t next = 0;
+  for (size_t i = 0; i < out.size(); ++i) out[i] = direct[i] ? *direct[i] : v[next++];
   return out;
 }
 

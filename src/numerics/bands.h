@@ -42,8 +42,8 @@ struct BandStats {
 // with one device->host copy. Non-floating tensors give all-zero stats.
 std::vector<BandStats> band_stats(const std::vector<torch::Tensor>& tensors);
 
-// The cheap test: per tensor sum |x| (accumulated in float32), read back with
-// one copy. Used to decide whether band_stats() is needed.
+// The cheap test: per tensor sum |x| (accumulated in float32; a float32 CPU
+// tensor in float64, in place, without a copy), read back with one copy. Used to decide whether band_stats() is needed.
 std::vector<double> abs_sums(const std::vector<torch::Tensor>& tensors);
 
 // Whether a tensor whose summed |x| is `abs_sum` can trip a check: it holds a

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -393,6 +394,54 @@ __attribute__((target("avx512f,avx512dq,fma"))) bool fold_chunk_finite_avx512(co
   const float mx = _mm512_reduce_max_ps(_mm512_max_ps(hi[0], hi[1]));
   return finish_chunk(v, i, n, sum, sum_sq, mn, mx, f);
 }
+// Rows of `len` values, `stride` apart, through one set of vector sums
+// (one horizontal reduction for them all, tails by masked loads) into `f`;
+// `after_row` sees each row once it is folded, still in the cache. False,
+// folding nothing, when a NaN or infinity makes a sum non-finite.
+__attribute__((target("avx512f,avx512dq,fma"))) bool fold_rows_avx512(
+    const float* first, int64_t rows, int64_t stride, int64_t len, ExactFold& f,
+    const std::function<void(const float*, int64_t)>* after_row) {
+  __m512d s[4] = {_mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd()};
+  __m512d q[4] = {_mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd()};
+  __m512 lo[2] = {_mm512_set1_ps(kFloatInf), _mm512_set1_ps(kFloatInf)};
+  __m512 hi[2] = {_mm512_set1_ps(-kFloatInf), _mm512_set1_ps(-kFloatInf)};
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* v = first + r * stride;
+    int64_t i = 0;
+    for (; i + 32 <= len; i += 32) {
+      avx512_step(v + i, s[0], s[1], q[0], q[1], lo[0], hi[0]);
+      avx512_step(v + i + 16, s[2], s[3], q[2], q[3], lo[1], hi[1]);
+    }
+    for (; i + 16 <= len; i += 16) avx512_step(v + i, s[0], s[1], q[0], q[1], lo[0], hi[0]);
+    if (i < len) {
+      // The tail: zeros add nothing; the extremes take the loaded lanes only.
+      const __mmask16 m = static_cast<__mmask16>((1u << (len - i)) - 1);
+      const __m512 x = _mm512_maskz_loadu_ps(m, v + i);
+      const __m512d a = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
+      const __m512d b = _mm512_cvtps_pd(_mm512_extractf32x8_ps(x, 1));
+      s[0] = _mm512_add_pd(s[0], a);
+      s[1] = _mm512_add_pd(s[1], b);
+      q[0] = _mm512_fmadd_pd(a, a, q[0]);
+      q[1] = _mm512_fmadd_pd(b, b, q[1]);
+      lo[0] = _mm512_mask_min_ps(lo[0], m, x, lo[0]);
+      hi[0] = _mm512_mask_max_ps(hi[0], m, x, hi[0]);
+    }
+    if (after_row) (*after_row)(v, len);
+  }
+  const __m512d sums = _mm512_add_pd(_mm512_add_pd(s[0], s[1]), _mm512_add_pd(s[2], s[3]));
+  const __m512d squares = _mm512_add_pd(_mm512_add_pd(q[0], q[1]), _mm512_add_pd(q[2], q[3]));
+  const double sum = _mm512_reduce_add_pd(sums);
+  const double sum_sq = _mm512_reduce_add_pd(squares);
+  if (!std::isfinite(sum) || !std::isfinite(sum_sq)) return false;
+  f.n += rows * len;
+  f.sum += sum;
+  f.sum_sq += sum_sq;
+  if (rows * len > 0) {
+    f.min = std::min(f.min, static_cast<double>(_mm512_reduce_min_ps(_mm512_min_ps(lo[0], lo[1]))));
+    f.max = std::max(f.max, static_cast<double>(_mm512_reduce_max_ps(_mm512_max_ps(hi[0], hi[1]))));
+  }
+  return true;
+}
 #pragma GCC diagnostic pop
 #endif
 
@@ -409,6 +458,16 @@ bool fold_chunk_finite(const float* v, int64_t n, ExactFold& f) {
   }
 #endif
   return fold_chunk_finite_portable(v, n, f);
+}
+
+bool widest_is_avx512() {
+#if defined(NANSENSE_HAVE_AVX2_PATH)
+  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+                             __builtin_cpu_supports("fma");
+  return avx512 && !g_portable_fold.load(std::memory_order_relaxed);
+#else
+  return false;
+#endif
 }
 
 void fold_chunk_exact(const float* v, int64_t n, ExactFold& f) {
@@ -479,6 +538,66 @@ void merge(ChannelRange& into, const ChannelRange& r) {
   into.nonfinite = into.nonfinite || r.nonfinite;
 }
 
+// Rows of `len` values, `stride` apart, into `into` (and `range`, the
+// channel they belong to); `after_row` sees each row once folded.
+void fold_rows(const float* first, int64_t rows, int64_t stride, int64_t len, ExactFold& into, ChannelRange* range,
+               const std::function<void(const float*, int64_t)>* after_row) {
+#if defined(NANSENSE_HAVE_AVX2_PATH)
+  if (widest_is_avx512()) {
+    ExactFold part;
+    if (fold_rows_avx512(first, rows, stride, len, part, after_row)) {
+      if (range) {
+        range->seen += part.n;
+        range->min = std::min(range->min, part.min);
+        range->max = std::max(range->max, part.max);
+      }
+      merge(into, part);
+      return;
+    }
+    // A NaN or infinity among them: again chunk by chunk (binned already).
+    for (int64_t r = 0; r < rows; ++r) fold_values(first + r * stride, len, into, range);
+    return;
+  }
+#endif
+  for (int64_t r = 0; r < rows; ++r) {
+    fold_values(first + r * stride, len, into, range);
+    if (after_row) (*after_row)(first + r * stride, len);
+  }
+}
+
+// Bins values [p, stop) of a [outer, channels, inner] tensor into `counts`,
+// each row (a channel of one sample) at its channel's offset.
+void bin_span(const float* values, int64_t p, int64_t stop, int64_t channels, int64_t inner,
+              const int64_t* row_offset, int64_t* counts, const PrefixTable& table, const OctaveTable& octaves) {
+  while (p < stop) {
+    const int64_t row = p / inner;
+    const int64_t row_end = std::min(stop, (row + 1) * inner);
+    int64_t* c = counts + (row_offset ? row_offset[row % channels] : 0);
+    for (; p < row_end; ++p) ++c[slot_of(table, octaves, values[p])];
+  }
+}
+
+// What fold_exact_cpu bins as it goes: for the values [a, a + len) just
+// folded, every value (stride <= run) or the sampled runs that start there
+// (each run starts in exactly one folded span, so none is binned twice).
+void bin_folded(const float* values, int64_t numel, int64_t channels, int64_t inner, const SampledBins& bins,
+                int64_t a, int64_t len, int64_t* counts) {
+  const auto& table = prefix_table();
+  const auto& octaves = octave_table();
+  const int64_t run = std::max<int64_t>(1, bins.run);
+  if (bins.stride <= run) {
+    bin_span(values, a, a + len, channels, inner, bins.row_offset, counts, table, octaves);
+    return;
+  }
+  const int64_t b = a + len;
+  const int64_t slack = bins.stride - run;  // how far into its window a run may start
+  for (int64_t j = std::max<int64_t>(0, (a - slack) / bins.stride); j * bins.stride < b; ++j) {
+    const int64_t p = run_start(j, bins.stride, run, bins.seed);
+    if (p < a || p >= b) continue;
+    bin_span(values, p, std::min(numel, p + run), channels, inner, bins.row_offset, counts, table, octaves);
+  }
+}
+
 }  // namespace
 
 void set_fold_path(FoldPath path) { g_portable_fold.store(path == FoldPath::kPortable); }
@@ -490,39 +609,59 @@ bool ChannelRange::zero_band() const {
 }
 
 void fold_exact_cpu(const float* values, int64_t outer, int64_t channels, int64_t inner, int64_t tracked,
-                    ChannelRange* ranges, ExactFold& into) {
+                    ChannelRange* ranges, ExactFold& into, const SampledBins* bins) {
   std::mutex merge_mu;
   tracked = ranges ? std::min(tracked, channels) : 0;
-  const int64_t rows = outer * channels;
-  // Rows long enough: each folded on its own, its channel's range on the way.
-  if (tracked == 0 || inner >= 64) {
-    const int64_t row_len = tracked == 0 ? outer * channels * inner : inner;
-    const int64_t row_count = tracked == 0 ? 1 : rows;
-    // Without channels the whole tensor is one row, cut into grains here.
-    const int64_t pieces = tracked == 0 ? (row_len + 32767) / 32768 : row_count;
-    const int64_t piece_len = tracked == 0 ? 32768 : row_len;
-    at::parallel_for(0, pieces, /*grain_size=*/std::max<int64_t>(1, 32768 / std::max<int64_t>(1, piece_len)),
-                     [&](int64_t begin, int64_t end) {
-                       ExactFold local;
-                       std::vector<ChannelRange> local_ranges(static_cast<size_t>(tracked));
-                       for (int64_t r = begin; r < end; ++r) {
-                         const int64_t start = r * piece_len;
-                         const int64_t len = std::min(piece_len, row_len * row_count - start);
-                         const int64_t channel = tracked == 0 ? -1 : r % channels;
-                         ChannelRange* range = channel >= 0 && channel < tracked
-                                                   ? &local_ranges[static_cast<size_t>(channel)]
-                                                   : nullptr;
-                         fold_values(values + start, len, local, range);
-                       }
-                       std::lock_guard lock(merge_mu);
-                       merge(into, local);
-                       for (int64_t c = 0; c < tracked; ++c) merge(ranges[c], local_ranges[static_cast<size_t>(c)]);
-                     });
+  const int64_t numel = outer * channels * inner;
+  if (numel <= 0) return;
+  // Each task folds its share with counts of its own, merged at its end.
+  const auto task = [&](auto&& body) {
+    return [&, body](int64_t begin, int64_t end) {
+      ExactFold local;
+      std::vector<ChannelRange> local_ranges(static_cast<size_t>(tracked));
+      std::vector<int64_t> counts(bins ? static_cast<size_t>(bins->slot_count) : 0, 0);
+      std::function<void(const float*, int64_t)> binner;
+      if (bins) {
+        binner = [&](const float* row, int64_t len) {
+          bin_folded(values, numel, channels, inner, *bins, row - values, len, counts.data());
+        };
+      }
+      body(begin, end, local, local_ranges, bins ? &binner : nullptr);
+      std::lock_guard lock(merge_mu);
+      merge(into, local);
+      for (int64_t c = 0; c < tracked; ++c) merge(ranges[c], local_ranges[static_cast<size_t>(c)]);
+      for (size_t k = 0; k < counts.size(); ++k) bins->slots[k] += counts[k];
+    };
+  };
+  if (tracked > 0 && inner >= 64) {
+    // Channel by channel: a tracked channel's rows (one per sample) through
+    // one set of vector sums for its range, then the untracked channels'
+    // values, contiguous within each sample, as one more unit.
+    const int64_t units = tracked + (channels > tracked ? 1 : 0);
+    at::parallel_for(0, units, /*grain_size=*/1, task([&](int64_t begin, int64_t end, ExactFold& local,
+                                                          std::vector<ChannelRange>& local_ranges,
+                                                          const std::function<void(const float*, int64_t)>* after) {
+      for (int64_t u = begin; u < end; ++u) {
+        const bool rest = u == tracked;
+        fold_rows(values + (rest ? tracked : u) * inner, outer, channels * inner,
+                  rest ? (channels - tracked) * inner : inner, local,
+                  rest ? nullptr : &local_ranges[static_cast<size_t>(u)], after);
+      }
+    }));
     return;
   }
-  // Short rows: the whole tensor in one run, then each tracked channel's
-  // values gathered for its range.
-  fold_exact_cpu(values, outer, channels, inner, 0, nullptr, into);
+  // The whole tensor as one row, in pieces of 32k values to share among the
+  // threads; then, for rows too short to fold one by one (a Linear's
+  // [batch, features]: one value per row), each tracked channel's range.
+  constexpr int64_t kPiece = 32768;
+  const int64_t pieces = (numel + kPiece - 1) / kPiece;
+  at::parallel_for(0, pieces, /*grain_size=*/1, task([&](int64_t begin, int64_t end, ExactFold& local,
+                                                         std::vector<ChannelRange>&,
+                                                         const std::function<void(const float*, int64_t)>* after) {
+    for (int64_t k = begin; k < end; ++k) {
+      fold_rows(values + k * kPiece, 1, 0, std::min(kPiece, numel - k * kPiece), local, nullptr, after);
+    }
+  }));
   for (int64_t c = 0; c < tracked; ++c) {
     for (int64_t o = 0; o < outer; ++o) range_of(values + (o * channels + c) * inner, inner, ranges[c]);
   }
@@ -535,7 +674,9 @@ int64_t run_start(int64_t j, int64_t stride, int64_t run, uint64_t seed) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   z ^= z >> 31;
-  return j * stride + static_cast<int64_t>(z % static_cast<uint64_t>(stride - run + 1));
+  // Scaled into [0, stride - run] by a multiply, not a division.
+  const auto span = static_cast<unsigned __int128>(stride - run + 1);
+  return j * stride + static_cast<int64_t>((static_cast<unsigned __int128>(z) * span) >> 64);
 }
 
 void bin_cpu(const float* values, int64_t outer, int64_t channels, int64_t inner, const int64_t* row_offset,
@@ -554,15 +695,8 @@ void bin_cpu(const float* values, int64_t outer, int64_t channels, int64_t inner
   at::parallel_for(0, windows, /*grain_size=*/std::max<int64_t>(1, 32768 / run), [&](int64_t begin, int64_t end) {
     std::vector<int64_t> local(static_cast<size_t>(slot_count), 0);
     for (int64_t j = begin; j < end; ++j) {
-      int64_t p = run_start(j, stride, run, seed);
-      const int64_t stop = std::min(numel, p + run);
-      while (p < stop) {
-        // Within one row (a channel of one sample): its slots' offset once.
-        const int64_t row = p / inner;
-        const int64_t row_end = std::min(stop, (row + 1) * inner);
-        int64_t* counts = local.data() + (row_offset ? row_offset[row % channels] : 0);
-        for (; p < row_end; ++p) ++counts[slot_of(table, octaves, values[p])];
-      }
+      const int64_t p = run_start(j, stride, run, seed);
+      bin_span(values, p, std::min(numel, p + run), channels, inner, row_offset, local.data(), table, octaves);
     }
     std::lock_guard lock(merge_mu);
     for (int64_t k = 0; k < slot_count; ++k) slots[k] += local[static_cast<size_t>(k)];

@@ -77,8 +77,18 @@ struct ChannelRange {
   // Every value seen lies in the zero band (a NaN or infinity does not).
   bool zero_band() const;
 };
+// With `bins`, it also bins what bin_cpu would bin with the same arguments,
+// each stretch right after folding it (while it is in the cache) instead of
+// in a second pass.
+struct SampledBins {
+  const int64_t* row_offset = nullptr;
+  int64_t stride = 1, run = 16;
+  uint64_t seed = 0;
+  int64_t* slots = nullptr;
+  int64_t slot_count = 0;
+};
 void fold_exact_cpu(const float* values, int64_t outer, int64_t channels, int64_t inner, int64_t tracked,
-                    ChannelRange* ranges, ExactFold& into);
+                    ChannelRange* ranges, ExactFold& into, const SampledBins* bins = nullptr);
 // The vector path fold_exact_cpu takes: the widest the CPU has (AVX-512
 // with fused squares where present, else AVX2: the default) or the portable
 // one (SSE2 on x86-64, plain loops elsewhere), so tests can hold the two to

@@ -209,11 +209,6 @@ CpuFold fold_on_cpu(const torch::Tensor& x, const Detail& detail, uint64_t seed)
   const int64_t rows = f.channels == 0 ? 1 : f.tracked < f.channels ? f.tracked + 1 : f.tracked;
   f.slots.assign(static_cast<size_t>(rows * kSlots), 0);
 
-  // Exact: counts, sums and extremes of every value, and each tracked
-  // channel's extremes (a dead channel is exact too).
-  f.ranges.resize(static_cast<size_t>(f.tracked));
-  fold_exact_cpu(values, outer, channels, inner, f.tracked, f.tracked > 0 ? f.ranges.data() : nullptr, f.exact);
-
   // The histogram from at most histogram_sample values: runs of 16 (a cache
   // line of floats), one at a random place in each equal window, drawn anew
   // for every tensor.
@@ -229,8 +224,19 @@ CpuFold fold_on_cpu(const torch::Tensor& x, const Detail& detail, uint64_t seed)
     row_offset.resize(static_cast<size_t>(f.channels));
     for (int64_t c = 0; c < f.channels; ++c) row_offset[static_cast<size_t>(c)] = std::min(c, f.tracked) * kSlots;
   }
-  bin_cpu(values, outer, channels, inner, f.channels > 0 ? row_offset.data() : nullptr, stride, kRun, seed,
-          f.slots.data(), static_cast<int64_t>(f.slots.size()));
+  // One pass: counts, sums and extremes of every value exactly, each tracked
+  // channel's extremes (a dead channel is exact too), and the histogram's
+  // sample binned as the pass goes by.
+  f.ranges.resize(static_cast<size_t>(f.tracked));
+  SampledBins bins;
+  bins.row_offset = f.channels > 0 ? row_offset.data() : nullptr;
+  bins.stride = stride;
+  bins.run = kRun;
+  bins.seed = seed;
+  bins.slots = f.slots.data();
+  bins.slot_count = static_cast<int64_t>(f.slots.size());
+  fold_exact_cpu(values, outer, channels, inner, f.tracked, f.tracked > 0 ? f.ranges.data() : nullptr, f.exact,
+                 &bins);
   return f;
 }
 

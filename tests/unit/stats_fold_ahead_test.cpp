@@ -304,3 +304,64 @@ TEST(StatsFoldAhead, ASessionsStatisticsEqualTheTensorsTheModelProduced) {
 
 }  // namespace
 }  // namespace nansense
+
+namespace nansense::stats {
+namespace {
+
+// The exact pass bins what bin_cpu bins, as it goes: every value or the
+// sampled runs, into each channel's row, on shapes folded channel by channel
+// (long rows) and flat (short rows), with and without a NaN (which sends a
+// channel back through the chunked path after its values were binned).
+TEST(StatsFoldAhead, TheExactPassBinsWhatTheSampledPassBins) {
+  torch::manual_seed(9);
+  for (const auto& shape : std::vector<std::vector<int64_t>>{{6, 5, 100}, {64, 20, 3}, {3, 4, 333}}) {
+    for (const bool nan : {false, true}) {
+      for (const int64_t stride : {int64_t{1}, int64_t{48}, int64_t{700}}) {
+        auto x = (torch::randn(shape) * torch::pow(10.0, torch::randint(-9, 6, shape).to(torch::kFloat))).contiguous();
+        if (nan) x[1][2][0] = std::numeric_limits<float>::quiet_NaN();
+        const int64_t outer = shape[0], channels = shape[1], inner = shape[2];
+        const int64_t tracked = 3;  // channels 3.. share one row
+        std::vector<int64_t> offsets(static_cast<size_t>(channels));
+        for (int64_t c = 0; c < channels; ++c) offsets[static_cast<size_t>(c)] = std::min(c, tracked) * kSlots;
+        std::vector<int64_t> fused((tracked + 1) * kSlots, 0), separate(fused.size(), 0);
+        SampledBins bins;
+        bins.row_offset = offsets.data();
+        bins.stride = stride;
+        bins.run = 16;
+        bins.seed = 5;
+        bins.slots = fused.data();
+        bins.slot_count = static_cast<int64_t>(fused.size());
+        ExactFold with_bins, without;
+        std::vector<ChannelRange> r1(static_cast<size_t>(tracked)), r2(static_cast<size_t>(tracked));
+        fold_exact_cpu(x.data_ptr<float>(), outer, channels, inner, tracked, r1.data(), with_bins, &bins);
+        fold_exact_cpu(x.data_ptr<float>(), outer, channels, inner, tracked, r2.data(), without);
+        bin_cpu(x.data_ptr<float>(), outer, channels, inner, offsets.data(), stride, 16, 5, separate.data(),
+                static_cast<int64_t>(separate.size()));
+        const std::string what = "shape " + std::to_string(inner) + (nan ? " with NaN" : "") + " stride " +
+                                 std::to_string(stride);
+        EXPECT_EQ(fused, separate) << what;
+        EXPECT_EQ(with_bins.n, without.n) << what;
+        EXPECT_EQ(with_bins.nan, nan ? 1 : 0) << what;
+        EXPECT_EQ(with_bins.min, without.min) << what;
+        EXPECT_EQ(with_bins.max, without.max) << what;
+        for (int64_t c = 0; c < tracked; ++c) {
+          EXPECT_EQ(r1[static_cast<size_t>(c)].seen, outer * inner) << what;
+          EXPECT_EQ(r1[static_cast<size_t>(c)].min, r2[static_cast<size_t>(c)].min) << what;
+          EXPECT_EQ(r1[static_cast<size_t>(c)].nonfinite, nan && c == 2) << what;
+        }
+        // The values' own count, against direct arithmetic.
+        auto d = x.to(torch::kDouble);
+        auto kept = d.masked_select(torch::isfinite(d));
+        EXPECT_EQ(with_bins.n, kept.numel()) << what;
+        EXPECT_NEAR(with_bins.sum_sq, kept.square().sum().item<double>(), 1e-12 * kept.square().sum().item<double>())
+            << what;
+        int64_t binned = 0;
+        for (auto c : fused) binned += c;
+        if (stride == 1) EXPECT_EQ(binned, x.numel()) << what;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace nansense::stats
