@@ -560,8 +560,7 @@ void Tracer::op_started(const at::RecordFunction& fn, const observer::Frame& fra
         if (it != owners_.end() && it->second.module_path == held.module) return;
       }
     }
-    at::DisableRecordFunctionGuard no_record;
-    offer_pending();
+    offer_pending();  // its ops are not observed: the observer skips its consumers' own ops
   });
 }
 
@@ -569,10 +568,8 @@ void Tracer::op_ended(const observer::Frame& frame, const std::vector<torch::Ten
                       const std::vector<observer::Frame>& stack) {
   (void)stack;
   if (stopped_) return;
-  guarded(*result_, stopped_, [&] {
-    at::DisableRecordFunctionGuard no_record;
-    record_op(frame.op, frame.inputs, outputs);
-  });
+  // The observer skips the ops record_op runs itself (detach, hooks).
+  guarded(*result_, stopped_, [&] { record_op(frame.op, frame.inputs, outputs); });
 }
 
 bool Tracer::touches_optimizer_state(const std::vector<torch::Tensor>& inputs,

@@ -17,20 +17,31 @@ namespace {
 std::atomic<Observer*> g_active{nullptr};
 std::atomic<uint64_t> g_generation{0};
 
-// Each thread's stack of running ops, for the observer of one batch.
+// Each thread's stack of running ops, for the observer of one batch, and
+// the ops its callbacks skip: those the observer's consumers run while they
+// handle an op (cheaper than a DisableRecordFunctionGuard, whose every
+// toggle copies and rebuilds LibTorch's thread-local callback state), and
+// the ops a forward op runs inside itself (no consumer sees nested ops).
+// Skipped starts and ends pair up: ops nest on a thread.
 struct ThreadFrames {
   uint64_t generation = 0;
   std::vector<Frame> frames;
+  int inside = 0;              // > 0 while the observer handles an op here
+  bool in_forward_op = false;  // between a forward op's start and its end
+  int64_t skipped = 0;         // starts skipped whose ends are to come
 };
 thread_local ThreadFrames t_frames;
 
-std::vector<Frame>& frames_of(uint64_t generation) {
-  if (t_frames.generation != generation) {
-    t_frames.generation = generation;
-    t_frames.frames.clear();
-  }
-  return t_frames.frames;
+ThreadFrames& thread_state(uint64_t generation) {
+  if (t_frames.generation != generation) t_frames = ThreadFrames{generation, {}, 0, false, 0};
+  return t_frames;
 }
+
+struct Inside {
+  explicit Inside(ThreadFrames& t) : t(t) { ++t.inside; }
+  ~Inside() { --t.inside; }
+  ThreadFrames& t;
+};
 
 std::unique_ptr<at::ObserverContext> on_start_callback(const at::RecordFunction& fn) {
   if (auto* o = g_active.load(std::memory_order_acquire)) o->on_start(fn);
@@ -103,7 +114,13 @@ bool Observer::wants_backward() const {
 }
 
 void Observer::on_start(const at::RecordFunction& fn) {
-  auto& frames = frames_of(generation_);
+  auto& state = thread_state(generation_);
+  if (state.inside > 0 || state.in_forward_op) {
+    ++state.skipped;
+    return;
+  }
+  const Inside inside(state);
+  auto& frames = state.frames;
   Frame frame;
   frame.name = fn.name();
   frame.seq = fn.seqNr();
@@ -150,22 +167,27 @@ void Observer::on_start(const at::RecordFunction& fn) {
         if (!frame.backward || c->wants_backward()) c->op_started(fn, frame);
       }
     }
-    // The ops it runs inside itself would each be boxed for nobody: unwatched
-    // until its end, which still arrives (the op keeps its callbacks).
-    if (!frame.backward && on_training_thread && frame.op != "backward" && !disabled_in_backward_ &&
-        !disabled_in_op_) {
-      at::disableCallback(handle_);
-      disabled_in_op_ = true;
+    // The ops it runs inside itself are skipped until its end.
+    if (!frame.backward && on_training_thread && frame.op != "backward" && !disabled_in_backward_) {
+      state.in_forward_op = true;
     }
   }
   frames.push_back(std::move(frame));
 }
 
 void Observer::on_end(const at::RecordFunction& fn) {
-  auto& frames = frames_of(generation_);
+  auto& state = thread_state(generation_);
+  if (state.skipped > 0) {
+    --state.skipped;
+    return;
+  }
+  const Inside inside(state);
+  auto& frames = state.frames;
   if (frames.empty()) return;  // began before the observer
   Frame frame = std::move(frames.back());
   frames.pop_back();
+  // The first end not skipped after a forward op's start is its own.
+  if (frame.kind == FrameKind::kOp && !frame.backward) state.in_forward_op = false;
   if (frame.kind == FrameKind::kNode) {
     std::lock_guard lock(mu_);
     const auto consumers = consumers_;
@@ -174,10 +196,6 @@ void Observer::on_end(const at::RecordFunction& fn) {
   }
   if (frame.kind != FrameKind::kOp) return;
   std::lock_guard lock(mu_);
-  if (!frame.backward && disabled_in_op_ && std::this_thread::get_id() == training_thread_) {
-    at::reenableCallback(handle_);
-    disabled_in_op_ = false;
-  }
   if (!frame.backward && frame.op == "backward" && std::this_thread::get_id() == training_thread_) {
     if (std::exchange(disabled_in_backward_, false)) at::reenableCallback(handle_);
     const auto consumers = consumers_;
@@ -186,13 +204,10 @@ void Observer::on_end(const at::RecordFunction& fn) {
   }
   if (consumers_.empty() || (frame.backward && !wants_backward())) return;
   std::vector<torch::Tensor> outputs;
-  {
-    at::DisableRecordFunctionGuard no_record;
-    try {
-      for (const auto& v : fn.outputs()) collect_tensors(v, outputs);
-    } catch (const std::exception&) {
-      outputs.clear();
-    }
+  try {
+    for (const auto& v : fn.outputs()) collect_tensors(v, outputs);
+  } catch (const std::exception&) {
+    outputs.clear();
   }
   const auto consumers = consumers_;
   for (auto* c : consumers) {

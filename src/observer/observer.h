@@ -106,9 +106,6 @@ class Observer {
   const uint64_t generation_;  // tells a thread's stack of this batch from an older one
   uint64_t handle_ = 0;
   bool disabled_in_backward_ = false;  // training thread only
-  // A forward op's own ops are not watched (no consumer sees nested ops):
-  // the callback is off from its start to its end. Training thread only.
-  bool disabled_in_op_ = false;
   std::recursive_mutex mu_;
   std::vector<Consumer*> consumers_;
 };

@@ -358,7 +358,8 @@ bool StatsCollector::Staged::take(int layer, int64_t op_seq, const std::string& 
     return false;
   }
   try {
-    at::DisableRecordFunctionGuard no_record;
+    // Called where no op is observed (the observer skips its consumers' own
+    // ops; gradient hooks run unobserved), so no DisableRecordFunctionGuard.
     c10::InferenceMode no_autograd;
     uint64_t draw;
     {
