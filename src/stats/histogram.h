@@ -58,8 +58,9 @@ torch::Tensor slot_index(const torch::Tensor& x);
 //
 // fold_exact_cpu: one pass over every value, exact in what it counts: the
 // finite values' count, sum, sum of squares and extremes, and the NaN, +inf
-// and -inf counts, summed in float64 (AVX2 or SSE2 on x86-64: well under a
-// nanosecond per value). With `ranges`, each channel c < tracked also gets
+// and -inf counts, summed in float64 (AVX-512, AVX2 or SSE2 on x86-64: well
+// under a nanosecond per value; with AVX-512, channel by channel with one
+// reduction per channel). With `ranges`, each channel c < tracked also gets
 // its range merged into ranges[c] (which may hold earlier batches): whether
 // every value lies in the zero band, for dead channels.
 struct ExactFold {
