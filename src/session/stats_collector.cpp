@@ -315,6 +315,10 @@ bool in_scope(StatsScope scope, const std::vector<std::string>& watched, const L
 
 }  // namespace
 
+const std::vector<std::string>& StatsCollector::gallery_layers() const {
+  return applied_patch_layers_ ? *applied_patch_layers_ : applied_watched_;
+}
+
 std::vector<const LayerInfo*> StatsCollector::layers_in_scope(const Architecture& architecture) const {
   std::vector<const LayerInfo*> out;
   for (const auto& layer : architecture.layers) {
@@ -327,7 +331,7 @@ capture::TraceKeep StatsCollector::trace_keep() {
   auto staged = std::make_shared<Staged>();
   staged->detail = store_.detail();
   if (staged->detail.samples_per_channel() > 0) {
-    staged->gallery_layers = applied_patch_layers_ ? *applied_patch_layers_ : applied_watched_;
+    staged->gallery_layers = gallery_layers();
   }
   {
     std::lock_guard lock(mu_);
@@ -459,9 +463,8 @@ void StatsCollector::fold(const BatchPosition& pos, capture::TraceResult& trace)
       // Galleries cost far more than the statistics: the watched layers
       // keep them (scope all collects the others' statistics only), or
       // set_patch_layers' list.
-      const auto& gallery_layers = applied_patch_layers_ ? *applied_patch_layers_ : applied_watched_;
-      const bool patches =
-          std::find(gallery_layers.begin(), gallery_layers.end(), layer->name) != gallery_layers.end();
+      const auto& galleries = gallery_layers();
+      const bool patches = std::find(galleries.begin(), galleries.end(), layer->name) != galleries.end();
       auto act = trace.device_activations.find(layer->name);
       if (patches && act != trace.device_activations.end() && act->second.defined() &&
           act->second.is_floating_point() && layer->role != LayerInfo::Role::kInput) {

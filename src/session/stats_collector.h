@@ -164,6 +164,9 @@ class StatsCollector {
     std::vector<Entry> entries;
     bool take(int layer, int64_t op_seq, const std::string& name, bool gradient, const torch::Tensor& t);
   };
+  // The layers Min/Max galleries are collected for, as of the last batch
+  // boundary: set_patch_layers' list, else the watched layers.
+  const std::vector<std::string>& gallery_layers() const;
   // The layers a trace's architecture has in scope, in its order.
   std::vector<const LayerInfo*> layers_in_scope(const Architecture& architecture) const;
 

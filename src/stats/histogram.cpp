@@ -356,10 +356,12 @@ __attribute__((target("avx2"))) bool fold_chunk_finite_avx2(const float* v, int6
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
-// 16 values into two float64 sums, two sums of squares and the extremes.
+// Up to 16 values (the lanes in `m`) into two float64 sums, two sums of
+// squares and the extremes: lanes outside `m` load as zeros, which add
+// nothing, and leave the extremes alone.
 __attribute__((target("avx512f,avx512dq,fma"), always_inline)) inline void avx512_step(
-    const float* at, __m512d& s0, __m512d& s1, __m512d& q0, __m512d& q1, __m512& lo, __m512& hi) {
-  const __m512 x = _mm512_loadu_ps(at);
+    const float* at, __mmask16 m, __m512d& s0, __m512d& s1, __m512d& q0, __m512d& q1, __m512& lo, __m512& hi) {
+  const __m512 x = _mm512_maskz_loadu_ps(m, at);
   const __m512d a = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
   const __m512d b = _mm512_cvtps_pd(_mm512_extractf32x8_ps(x, 1));
   s0 = _mm512_add_pd(s0, a);
@@ -367,40 +369,20 @@ __attribute__((target("avx512f,avx512dq,fma"), always_inline)) inline void avx51
   q0 = _mm512_fmadd_pd(a, a, q0);
   q1 = _mm512_fmadd_pd(b, b, q1);
   // As minps/maxps: a NaN yields the running value (the sums catch it).
-  lo = _mm512_min_ps(x, lo);
-  hi = _mm512_max_ps(x, hi);
+  lo = _mm512_mask_min_ps(lo, m, x, lo);
+  hi = _mm512_mask_max_ps(hi, m, x, hi);
 }
 
-// The same with AVX-512 (32 values a step, eight float64 lanes per
-// register), the squares summed with fused multiply-adds (one rounding
-// fewer per value than the paths above).
-__attribute__((target("avx512f,avx512dq,fma"))) bool fold_chunk_finite_avx512(const float* v, int64_t n,
-                                                                              ExactFold& f) {
-  __m512d s[4] = {_mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd()};
-  __m512d q[4] = {_mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd()};
-  __m512 lo[2] = {_mm512_set1_ps(kFloatInf), _mm512_set1_ps(kFloatInf)};
-  __m512 hi[2] = {_mm512_set1_ps(-kFloatInf), _mm512_set1_ps(-kFloatInf)};
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    avx512_step(v + i, s[0], s[1], q[0], q[1], lo[0], hi[0]);
-    avx512_step(v + i + 16, s[2], s[3], q[2], q[3], lo[1], hi[1]);
-  }
-  for (; i + 16 <= n; i += 16) avx512_step(v + i, s[0], s[1], q[0], q[1], lo[0], hi[0]);
-  const __m512d sums = _mm512_add_pd(_mm512_add_pd(s[0], s[1]), _mm512_add_pd(s[2], s[3]));
-  const __m512d squares = _mm512_add_pd(_mm512_add_pd(q[0], q[1]), _mm512_add_pd(q[2], q[3]));
-  const double sum = _mm512_reduce_add_pd(sums);
-  const double sum_sq = _mm512_reduce_add_pd(squares);
-  const float mn = _mm512_reduce_min_ps(_mm512_min_ps(lo[0], lo[1]));
-  const float mx = _mm512_reduce_max_ps(_mm512_max_ps(hi[0], hi[1]));
-  return finish_chunk(v, i, n, sum, sum_sq, mn, mx, f);
-}
 // Rows of `len` values, `stride` apart, through one set of vector sums
-// (one horizontal reduction for them all, tails by masked loads) into `f`;
+// (32 values a step, eight float64 lanes per register, squares by fused
+// multiply-adds: one rounding fewer per value than the paths above; one
+// horizontal reduction for them all, tails by masked loads) into `f`;
 // `after_row` sees each row once it is folded, still in the cache. False,
 // folding nothing, when a NaN or infinity makes a sum non-finite.
 __attribute__((target("avx512f,avx512dq,fma"))) bool fold_rows_avx512(
     const float* first, int64_t rows, int64_t stride, int64_t len, ExactFold& f,
     const std::function<void(const float*, int64_t)>* after_row) {
+  constexpr __mmask16 kAll = 0xffff;
   __m512d s[4] = {_mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd()};
   __m512d q[4] = {_mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd()};
   __m512 lo[2] = {_mm512_set1_ps(kFloatInf), _mm512_set1_ps(kFloatInf)};
@@ -409,22 +391,12 @@ __attribute__((target("avx512f,avx512dq,fma"))) bool fold_rows_avx512(
     const float* v = first + r * stride;
     int64_t i = 0;
     for (; i + 32 <= len; i += 32) {
-      avx512_step(v + i, s[0], s[1], q[0], q[1], lo[0], hi[0]);
-      avx512_step(v + i + 16, s[2], s[3], q[2], q[3], lo[1], hi[1]);
+      avx512_step(v + i, kAll, s[0], s[1], q[0], q[1], lo[0], hi[0]);
+      avx512_step(v + i + 16, kAll, s[2], s[3], q[2], q[3], lo[1], hi[1]);
     }
-    for (; i + 16 <= len; i += 16) avx512_step(v + i, s[0], s[1], q[0], q[1], lo[0], hi[0]);
-    if (i < len) {
-      // The tail: zeros add nothing; the extremes take the loaded lanes only.
-      const __mmask16 m = static_cast<__mmask16>((1u << (len - i)) - 1);
-      const __m512 x = _mm512_maskz_loadu_ps(m, v + i);
-      const __m512d a = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
-      const __m512d b = _mm512_cvtps_pd(_mm512_extractf32x8_ps(x, 1));
-      s[0] = _mm512_add_pd(s[0], a);
-      s[1] = _mm512_add_pd(s[1], b);
-      q[0] = _mm512_fmadd_pd(a, a, q[0]);
-      q[1] = _mm512_fmadd_pd(b, b, q[1]);
-      lo[0] = _mm512_mask_min_ps(lo[0], m, x, lo[0]);
-      hi[0] = _mm512_mask_max_ps(hi[0], m, x, hi[0]);
+    for (; i < len; i += 16) {
+      const __mmask16 m = len - i >= 16 ? kAll : static_cast<__mmask16>((1u << (len - i)) - 1);
+      avx512_step(v + i, m, s[0], s[1], q[0], q[1], lo[0], hi[0]);
     }
     if (after_row) (*after_row)(v, len);
   }
@@ -447,19 +419,8 @@ __attribute__((target("avx512f,avx512dq,fma"))) bool fold_rows_avx512(
 
 std::atomic<bool> g_portable_fold{false};
 
-bool fold_chunk_finite(const float* v, int64_t n, ExactFold& f) {
-#if defined(NANSENSE_HAVE_AVX2_PATH)
-  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-                             __builtin_cpu_supports("fma");
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (!g_portable_fold.load(std::memory_order_relaxed)) {
-    if (avx512) return fold_chunk_finite_avx512(v, n, f);
-    if (avx2) return fold_chunk_finite_avx2(v, n, f);
-  }
-#endif
-  return fold_chunk_finite_portable(v, n, f);
-}
-
+// Whether the widest path is the AVX-512 one (the CPU has it and tests did
+// not ask for the portable path).
 bool widest_is_avx512() {
 #if defined(NANSENSE_HAVE_AVX2_PATH)
   static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
@@ -468,6 +429,15 @@ bool widest_is_avx512() {
 #else
   return false;
 #endif
+}
+
+bool fold_chunk_finite(const float* v, int64_t n, ExactFold& f) {
+#if defined(NANSENSE_HAVE_AVX2_PATH)
+  if (widest_is_avx512()) return fold_rows_avx512(v, 1, 0, n, f, nullptr);
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2 && !g_portable_fold.load(std::memory_order_relaxed)) return fold_chunk_finite_avx2(v, n, f);
+#endif
+  return fold_chunk_finite_portable(v, n, f);
 }
 
 void fold_chunk_exact(const float* v, int64_t n, ExactFold& f) {
@@ -531,12 +501,6 @@ void range_of(const float* v, int64_t n, ChannelRange& r) {
   r.seen += n;
 }
 
-void merge(ChannelRange& into, const ChannelRange& r) {
-  into.seen += r.seen;
-  into.min = std::min(into.min, r.min);
-  into.max = std::max(into.max, r.max);
-  into.nonfinite = into.nonfinite || r.nonfinite;
-}
 
 // Rows of `len` values, `stride` apart, into `into` (and `range`, the
 // channel they belong to); `after_row` sees each row once folded.
@@ -602,6 +566,13 @@ void bin_folded(const float* values, int64_t numel, int64_t channels, int64_t in
 
 void set_fold_path(FoldPath path) { g_portable_fold.store(path == FoldPath::kPortable); }
 
+void ChannelRange::widen(const ChannelRange& r) {
+  seen += r.seen;
+  min = std::min(min, r.min);
+  max = std::max(max, r.max);
+  nonfinite = nonfinite || r.nonfinite;
+}
+
 bool ChannelRange::zero_band() const {
   if (seen == 0 || nonfinite) return false;
   const auto& table = octave_table();
@@ -629,7 +600,7 @@ void fold_exact_cpu(const float* values, int64_t outer, int64_t channels, int64_
       body(begin, end, local, local_ranges, bins ? &binner : nullptr);
       std::lock_guard lock(merge_mu);
       merge(into, local);
-      for (int64_t c = 0; c < tracked; ++c) merge(ranges[c], local_ranges[static_cast<size_t>(c)]);
+      for (int64_t c = 0; c < tracked; ++c) ranges[c].widen(local_ranges[static_cast<size_t>(c)]);
       for (size_t k = 0; k < counts.size(); ++k) bins->slots[k] += counts[k];
     };
   };

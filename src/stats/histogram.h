@@ -77,6 +77,8 @@ struct ChannelRange {
   bool nonfinite = false;
   // Every value seen lies in the zero band (a NaN or infinity does not).
   bool zero_band() const;
+  // Takes in what `r` saw.
+  void widen(const ChannelRange& r);
 };
 // With `bins`, it also bins what bin_cpu would bin with the same arguments,
 // each stretch right after folding it (while it is in the cache) instead of

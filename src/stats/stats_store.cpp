@@ -33,11 +33,7 @@ std::vector<double> doubles(const torch::Tensor& cpu) {
 // ranges[c] (made on first use) widened by r.
 void merge_range(std::vector<ChannelRange>& ranges, int64_t c, const ChannelRange& r) {
   if (static_cast<int64_t>(ranges.size()) <= c) ranges.resize(static_cast<size_t>(c) + 1);
-  auto& into = ranges[static_cast<size_t>(c)];
-  into.seen += r.seen;
-  into.min = std::min(into.min, r.min);
-  into.max = std::max(into.max, r.max);
-  into.nonfinite = into.nonfinite || r.nonfinite;
+  ranges[static_cast<size_t>(c)].widen(r);
 }
 
 std::vector<torch::Tensor> slice(const std::vector<torch::Tensor>& all, size_t begin, size_t count) {
