@@ -14,6 +14,7 @@
 #include <random>
 #include <vector>
 
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -59,17 +60,19 @@ inline double thread_cpu_ms() {
   return std::chrono::duration<double, std::milli>(ThreadCpuClock::now().time_since_epoch()).count();
 }
 
-// Held over one timed pass: a block of a random size (0 to 124 KiB, in
-// 64-byte steps) at the top of the heap, so every pass starts from another
-// heap layout. The same loop runs up to 10% faster or slower depending on
-// where its tensors land (cache sets, page boundaries: glibc.malloc.top_pad
+// Held over one timed pass: a block of a given size (drawn by draw(): 0 to
+// 124 KiB, in 64-byte steps) at the top of the heap, so every pass starts from
+// another heap layout. The same loop runs up to 10% faster or slower depending
+// on where its tensors land (cache sets, page boundaries: glibc.malloc.top_pad
 // alone moves the plain loop from 19.2 to 21.8 ms a batch here), which would
-// otherwise be read as a variant's cost. Drawn for every pass of every
-// variant, the plain loop's included; the medians then compare like with like.
+// otherwise be read as a variant's cost. Draw the size in the parent, not in
+// a forked child: a child's generator is a copy that never advances the
+// parent's, so every pass would get the same layout.
 class HeapShift {
  public:
-  explicit HeapShift(std::mt19937_64& rng) {
-    const size_t bytes = 64 * std::uniform_int_distribution<size_t>(0, 124 * 16)(rng);
+  static size_t draw(std::mt19937_64& rng) { return 64 * std::uniform_int_distribution<size_t>(0, 124 * 16)(rng); }
+
+  explicit HeapShift(size_t bytes) {
     if (bytes == 0) return;
     block_ = std::make_unique<char[]>(bytes);
     std::memset(block_.get(), 1, bytes);
@@ -77,6 +80,19 @@ class HeapShift {
 
  private:
   std::unique_ptr<char[]> block_;
+};
+
+// The calling thread's user and system CPU time and its minor page faults,
+// to split a pass's time between computing and the kernel's page handling.
+struct ThreadUsage {
+  double user_ms = 0, sys_ms = 0, faults = 0;
+  static ThreadUsage now() {
+    rusage u{};
+    getrusage(RUSAGE_THREAD, &u);
+    const auto ms = [](const timeval& t) { return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_usec) / 1e3; };
+    return {ms(u.ru_utime), ms(u.ru_stime), static_cast<double>(u.ru_minflt)};
+  }
+  ThreadUsage operator-(const ThreadUsage& o) const { return {user_ms - o.user_ms, sys_ms - o.sys_ms, faults - o.faults}; }
 };
 
 // Runs `pass` (returning a few figures) in a child forked from this process

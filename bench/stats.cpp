@@ -33,22 +33,35 @@ using namespace nansense::bench;
 enum class Variant { kPlain, kScopeNone, kTraceOnly, kWatched3, kWatched3Galleries, kAll, kDefaultCadence };
 
 // One timed pass: `warmup` batches, then the timed rest of `batches`;
-// returns milliseconds per timed batch and, in `seen`, what it published.
+// returns milliseconds per timed batch and, in `seen`, what it published, and
+// in `usage` the timed batches' user and system time and page faults, per batch.
 // Model, optimizer and session are built outside the timed region, and the
 // warm-up batches let the heap, the caches and a session's first capture
 // (which finds the architecture) settle, as they have in a long run.
-double measure(Variant variant, std::vector<Batch>& batches, int64_t warmup, uint64_t* seen) {
-  static std::mt19937_64 layouts(1);
-  const HeapShift shift(layouts);
+double measure(Variant variant, std::vector<Batch>& batches, int64_t warmup, size_t heap_shift, uint64_t* seen,
+               ThreadUsage* usage) {
+  const HeapShift shift(heap_shift);
   torch::manual_seed(0);
   FashionCnn model;
   torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(1e-3));
   using Clock = ThreadCpuClock;
   Clock::time_point begin, end;
+  ThreadUsage usage_begin;
   int64_t i = 0;
   const auto step = [&](const Batch& batch) {
-    if (i++ == warmup) begin = Clock::now();
+    if (i++ == warmup) {
+      usage_begin = ThreadUsage::now();
+      begin = Clock::now();
+    }
     train_step(model, optimizer, batch);
+  };
+  const auto stop = [&] {
+    end = Clock::now();
+    if (usage) {
+      const auto used = ThreadUsage::now() - usage_begin;
+      const auto n = static_cast<double>(static_cast<int64_t>(batches.size()) - warmup);
+      *usage = {used.user_ms / n, used.sys_ms / n, used.faults / n};
+    }
   };
   const auto per_batch = [&] {
     return std::chrono::duration<double, std::milli>(end - begin).count() /
@@ -56,7 +69,7 @@ double measure(Variant variant, std::vector<Batch>& batches, int64_t warmup, uin
   };
   if (variant == Variant::kPlain) {
     for (auto& batch : batches) step(batch);
-    end = Clock::now();
+    stop();
     return per_batch();
   }
   auto options = nansense::StartOptions().optimizer(&optimizer);
@@ -86,7 +99,7 @@ double measure(Variant variant, std::vector<Batch>& batches, int64_t warmup, uin
     session.detach();
   }
   for (auto& batch : session.batches(batches, "train")) step(batch);
-  end = Clock::now();
+  stop();
   if (seen) {
     if (variant == Variant::kDefaultCadence) {
       const auto last = session.snapshot();
@@ -100,44 +113,54 @@ double measure(Variant variant, std::vector<Batch>& batches, int64_t warmup, uin
 }
 
 // measure() in a child process (bench_common.h: in_child).
-double measure_isolated(Variant variant, std::vector<Batch>& batches, int64_t warmup, uint64_t* seen) {
+double measure_isolated(Variant variant, std::vector<Batch>& batches, int64_t warmup, size_t heap_shift,
+                        uint64_t* seen, ThreadUsage* usage) {
   const auto out = in_child([&] {
     uint64_t published = 0;
-    const double ms = measure(variant, batches, warmup, &published);
-    return std::vector<double>{ms, static_cast<double>(published)};
+    ThreadUsage used;
+    const double ms = measure(variant, batches, warmup, heap_shift, &published, &used);
+    return std::vector<double>{ms, static_cast<double>(published), used.user_ms, used.sys_ms, used.faults};
   });
-  if (out.size() != 2) throw std::runtime_error("a benchmark pass returned no figures");
+  if (out.size() != 5) throw std::runtime_error("a benchmark pass returned no figures");
   if (seen) *seen += static_cast<uint64_t>(out[1]);
+  if (usage) *usage = {out[2], out[3], out[4]};
   return out[0];
 }
 
 struct Row {
+  Row(Variant v, const char* n, const char* t, double max) : variant(v), name(n), target(t), max_ratio(max) {}
   Variant variant;
   const char* name;
   const char* target;
   double max_ratio;
   std::vector<double> ms;
   std::vector<double> ratios;
+  std::vector<double> user_ms, sys_ms, faults;
   uint64_t seen = 0;  // snapshots published (cadence) or (layer, phase) streams collected
 };
 
 void run_ratios(int64_t batch_count, int64_t warmup, int rounds, const std::string& only) {
   auto batches = synthetic_batches(warmup + batch_count, 64);
   std::vector<Row> rows = {
-      {Variant::kPlain, "plain loop", nullptr, 0, {}, {}},
-      {Variant::kScopeNone, "scope none", nullptr, 0, {}, {}},
-      {Variant::kTraceOnly, "traced, nothing folded", nullptr, 0, {}, {}},
-      {Variant::kWatched3, "3 watched, every batch", "<= 1.10", 1.10, {}, {}},
-      {Variant::kWatched3Galleries, "3 watched + galleries", nullptr, 0, {}, {}},
-      {Variant::kAll, "all layers, every batch", "<= 1.5", 1.5, {}, {}},
-      {Variant::kDefaultCadence, "default live updates", "<= 1.02", 1.02, {}, {}},
+      {Variant::kPlain, "plain loop", nullptr, 0},
+      {Variant::kScopeNone, "scope none", nullptr, 0},
+      {Variant::kTraceOnly, "traced, nothing folded", nullptr, 0},
+      {Variant::kWatched3, "3 watched, every batch", "<= 1.10", 1.10},
+      {Variant::kWatched3Galleries, "3 watched + galleries", nullptr, 0},
+      {Variant::kAll, "all layers, every batch", "<= 1.5", 1.5},
+      {Variant::kDefaultCadence, "default live updates", "<= 1.02", 1.02},
   };
   if (!only.empty()) {
     // One variant alone, in this process, for a profiler: no ratios.
     for (auto& row : rows) {
       if (only != row.name) continue;
+      std::mt19937_64 layouts(1);
       for (int r = 0; r < rounds; ++r) {
-        std::printf("%s: %.3f ms/batch\n", row.name, measure(row.variant, batches, warmup, nullptr));
+        const size_t shift = HeapShift::draw(layouts);
+        ThreadUsage used;
+        const double ms = measure(row.variant, batches, warmup, shift, nullptr, &used);
+        std::printf("%s: %.3f ms/batch (user %.2f, sys %.2f, %.0f page faults; heap shifted %zu bytes)\n", row.name,
+                    ms, used.user_ms, used.sys_ms, used.faults, shift);
       }
       return;
     }
@@ -147,20 +170,28 @@ void run_ratios(int64_t batch_count, int64_t warmup, int rounds, const std::stri
               "warm-up batches, each pass in a child process from the same state\n",
               rounds, static_cast<long long>(batch_count), static_cast<long long>(warmup));
   std::fflush(stdout);
-  // Each round runs every variant once, in an order shuffled anew.
+  // Each round runs every variant once, in an order shuffled anew, all on
+  // one heap layout drawn for the round (so each ratio compares like with like).
   std::mt19937_64 order_rng(7);
+  std::mt19937_64 layouts(1);
   std::vector<size_t> order(rows.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   for (int r = 0; r < rounds; ++r) {
     std::shuffle(order.begin(), order.end(), order_rng);
+    const size_t shift = HeapShift::draw(layouts);
     std::vector<double> ms(rows.size());
-    for (size_t i : order) ms[i] = measure_isolated(rows[i].variant, batches, warmup, &rows[i].seen);
+    std::vector<ThreadUsage> used(rows.size());
+    for (size_t i : order) ms[i] = measure_isolated(rows[i].variant, batches, warmup, shift, &rows[i].seen, &used[i]);
     for (size_t i = 0; i < rows.size(); ++i) {
       rows[i].ms.push_back(ms[i]);
+      rows[i].user_ms.push_back(used[i].user_ms);
+      rows[i].sys_ms.push_back(used[i].sys_ms);
+      rows[i].faults.push_back(used[i].faults);
       rows[i].ratios.push_back(ms[i] / ms[0]);
     }
   }
-  std::printf("%-26s %10s %8s %16s  %s\n", "variant", "ms/batch", "ratio", "ratio IQR", "target");
+  std::printf("%-26s %10s %8s %16s  %-14s %6s %6s %7s\n", "variant", "ms/batch", "ratio", "ratio IQR", "target",
+              "user", "sys", "faults");
   for (auto& row : rows) {
     const double ratio = median(row.ratios);
     std::sort(row.ratios.begin(), row.ratios.end());
@@ -168,10 +199,12 @@ void run_ratios(int64_t batch_count, int64_t warmup, int rounds, const std::stri
     const double q3 = row.ratios[(row.ratios.size() * 3) / 4];
     std::string verdict = row.variant == Variant::kPlain ? "baseline" : "reported";
     if (row.target) verdict = std::string(row.target) + (ratio <= row.max_ratio ? "  met" : "  MISSED");
-    std::printf("%-26s %10.3f %8.3f   [%5.3f, %5.3f]  %s\n", row.name, median(row.ms), ratio, q1, q3,
-                verdict.c_str());
+    std::printf("%-26s %10.3f %8.3f   [%5.3f, %5.3f]  %-14s %6.2f %6.2f %7.0f\n", row.name, median(row.ms), ratio,
+                q1, q3, verdict.c_str(), median(row.user_ms), median(row.sys_ms), median(row.faults));
   }
   const auto& cadence = rows.back();
+  std::printf("user, sys: medians of the training thread's user and system ms a timed batch; faults: its minor page "
+              "faults a batch\n");
   std::printf("default live updates published %.1f snapshots per pass of %lld batches (guards the ratio: 0 "
               "would mean nothing was published)\n",
               static_cast<double>(cadence.seen) / rounds, static_cast<long long>(batch_count));
