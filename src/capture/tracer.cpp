@@ -193,34 +193,72 @@ std::string describe_args(c10::ArrayRef<const c10::IValue> inputs) {
 
 }  // namespace
 
-Tracer::Tracer(const torch::nn::Module& model, observer::Observer& observer, Keep keep, int64_t budget_bytes,
-               int64_t start_samples)
-    : observer_(observer), keep_(keep), start_samples_(start_samples), result_(std::make_shared<TraceResult>()) {
-  result_->budget.bytes = budget_bytes;
-  // Parameter identity is rebuilt for every capture: Module::to() and
-  // set_data() keep TensorImpls, but a user may replace parameters between batches.
+std::shared_ptr<const ModelIndex> ModelIndex::of(const torch::nn::Module& model,
+                                                 std::shared_ptr<const ModelIndex> cached) {
+  // Parameter identity is checked for every batch: Module::to() and
+  // set_data() keep TensorImpls, but a user may replace parameters or
+  // modules between batches.
+  std::vector<const void*> identity;
+  for (const auto& m : model.modules(/*include_self=*/true)) identity.push_back(m.get());
+  for (const auto& p : model.parameters()) identity.push_back(p.unsafeGetTensorImpl());
+  for (const auto& b : model.buffers()) identity.push_back(b.defined() ? b.unsafeGetTensorImpl() : nullptr);
+  if (cached && cached->identity == identity) return cached;
+  auto index = std::make_shared<ModelIndex>();
+  index->identity = std::move(identity);
+  std::vector<bool> holds;  // per module: parameters or buffers of its own
   for (const auto& item : model.named_modules("", /*include_self=*/true)) {
     const std::string& path = item.key();
     const auto& module = *item.value();
     const std::string kind = module_kind(module);
+    bool own = false;
     auto add = [&](const std::string& local, const torch::Tensor& t) {
       if (!t.defined()) return;
+      own = true;
       std::string qualified = path.empty() ? local : path + "." + local;
-      owners_.emplace(t.unsafeGetTensorImpl(), Owner{path, kind, std::move(qualified)});
+      index->owners.emplace(t.unsafeGetTensorImpl(), Owner{path, kind, std::move(qualified)});
     };
     for (const auto& p : module.named_parameters(/*recurse=*/false)) add(p.key(), p.value());
     for (const auto& b : module.named_buffers(/*recurse=*/false)) add(b.key(), b.value());
-    module_index_[path] = modules_.size();
-    modules_.push_back({path, kind, module.parameters().empty() && module.buffers().empty()});
-    if (!path.empty()) module_descriptions_[path] = describe(module);
+    index->module_index[path] = index->modules.size();
+    index->modules.push_back({path, kind, true, path.empty() ? std::string() : describe(module)});
+    holds.push_back(own);
+  }
+  // A module holding tensors makes itself and every module around it not parameterless.
+  for (size_t m = 0; m < index->modules.size(); ++m) {
+    if (!holds[m]) continue;
+    std::string path = index->modules[m].path;
+    while (true) {
+      if (auto it = index->module_index.find(path); it != index->module_index.end()) {
+        index->modules[it->second].parameterless = false;
+      }
+      if (path.empty()) break;
+      path = parent_scope(path);
+    }
   }
   for (const auto& p : model.named_parameters()) {
-    parameters_.push_back(p.value());
-    parameter_impls_.insert(p.value().unsafeGetTensorImpl());
-    parameter_order_.emplace(p.key(), parameter_order_.size());
+    index->parameters.push_back(p.value());
+    index->parameter_impls.insert(p.value().unsafeGetTensorImpl());
+    index->parameter_order.emplace(p.key(), index->parameter_order.size());
   }
+  return index;
+}
+
+Tracer::Tracer(const torch::nn::Module& model, observer::Observer& observer, Keep keep, int64_t budget_bytes,
+               int64_t start_samples, std::shared_ptr<const ModelIndex> index)
+    : index_(index ? std::move(index) : ModelIndex::of(model)),
+      observer_(observer),
+      keep_(keep),
+      start_samples_(start_samples),
+      result_(std::make_shared<TraceResult>()) {
+  result_->budget.bytes = budget_bytes;
   observer_.attach(this);
   attached_ = true;
+}
+
+const Tracer::Owner* Tracer::owner_of(const c10::TensorImpl* impl) const {
+  if (auto it = index_->owners.find(impl); it != index_->owners.end()) return &it->second;
+  if (auto it = derived_owners_.find(impl); it != derived_owners_.end()) return &it->second;
+  return nullptr;
 }
 
 Tracer::~Tracer() {
@@ -228,6 +266,7 @@ Tracer::~Tracer() {
 }
 
 std::vector<Tracer::FinalName> Tracer::final_names() const {
+  const auto& modules = index_->modules;
   const size_t n = layers_.size();
   std::vector<std::vector<int>> consumers(n);
   for (size_t i = 0; i < n; ++i) {
@@ -269,11 +308,11 @@ std::vector<Tracer::FinalName> Tracer::final_names() const {
       // The module call it ran in is known: that module ran it when it is a
       // parameterless one that runs such an op (an in-place form too).
       scopes[i] = *reported;
-      auto m = module_index_.find(*reported);
+      auto m = index_->module_index.find(*reported);
       const std::string& op = layer.kind;
-      if (m != module_index_.end() && modules_[m->second].parameterless &&
-          (module_runs(modules_[m->second].kind, op) ||
-           (!op.empty() && op.back() == '_' && module_runs(modules_[m->second].kind, op.substr(0, op.size() - 1))))) {
+      if (m != index_->module_index.end() && modules[m->second].parameterless &&
+          (module_runs(modules[m->second].kind, op) ||
+           (!op.empty() && op.back() == '_' && module_runs(modules[m->second].kind, op.substr(0, op.size() - 1))))) {
         const int call = ++call_counts[*reported];
         out[i].name = call == 1 ? *reported : *reported + "#" + std::to_string(call);
         out[i].module = static_cast<int>(m->second);
@@ -312,27 +351,27 @@ std::vector<Tracer::FinalName> Tracer::final_names() const {
       if (deeper) scope = *deeper;
     }
     scopes[i] = scope;
-    const size_t lo = before ? module_index_.at(before->module) : 0;
-    size_t hi = after ? module_index_.at(after->module) : modules_.size();
-    if (hi <= lo) hi = modules_.size();
+    const size_t lo = before ? index_->module_index.at(before->module) : 0;
+    size_t hi = after ? index_->module_index.at(after->module) : modules.size();
+    if (hi <= lo) hi = modules.size();
     int match = -1;
     for (size_t m = before ? lo + 1 : lo; m < hi; ++m) {
-      if (!modules_[m].parameterless || !module_runs(modules_[m].kind, layer.kind)) continue;
+      if (!modules[m].parameterless || !module_runs(modules[m].kind, layer.kind)) continue;
       match = match == -1 ? static_cast<int>(m) : -2;
     }
     if (match == -1 && !scope.empty()) {
       // Not between the calls around it in declaration order (a block's
       // Dropout registered last): the one such module of the scope, if any.
-      for (size_t m = 0; m < modules_.size(); ++m) {
-        if (!modules_[m].parameterless || !module_runs(modules_[m].kind, layer.kind) ||
-            modules_[m].path.rfind(scope + ".", 0) != 0) {
+      for (size_t m = 0; m < modules.size(); ++m) {
+        if (!modules[m].parameterless || !module_runs(modules[m].kind, layer.kind) ||
+            modules[m].path.rfind(scope + ".", 0) != 0) {
           continue;
         }
         match = match == -1 ? static_cast<int>(m) : -2;
       }
     }
     if (match >= 0) {
-      const std::string& path = modules_[static_cast<size_t>(match)].path;
+      const std::string& path = modules[static_cast<size_t>(match)].path;
       const int call = ++call_counts[path];
       out[i].name = call == 1 ? path : path + "#" + std::to_string(call);
       out[i].module = match;
@@ -391,16 +430,16 @@ std::shared_ptr<TraceResult> Tracer::finish() {
     layer.name = names[i].name;
     // In the module's declaration order (weight, bias), whatever order its ops read them.
     std::stable_sort(layer.parameters.begin(), layer.parameters.end(), [&](const auto& a, const auto& b) {
-      auto ia = parameter_order_.find(a), ib = parameter_order_.find(b);
-      return (ia == parameter_order_.end() ? SIZE_MAX : ia->second) <
-             (ib == parameter_order_.end() ? SIZE_MAX : ib->second);
+      const auto& order = index_->parameter_order;
+      auto ia = order.find(a), ib = order.find(b);
+      return (ia == order.end() ? SIZE_MAX : ia->second) < (ib == order.end() ? SIZE_MAX : ib->second);
     });
     if (names[i].module >= 0) {
-      const ModuleEntry& m = modules_[static_cast<size_t>(names[i].module)];
+      const ModuleEntry& m = index_->modules[static_cast<size_t>(names[i].module)];
       layer.role = LayerInfo::Role::kModule;
       layer.module = m.path;
       layer.kind = m.kind;
-      if (auto d = module_descriptions_.find(m.path); d != module_descriptions_.end()) layer.description = d->second;
+      layer.description = m.description;
     }
     final[i] = layer.name;
     if (layer.role == LayerInfo::Role::kInput) arch->inputs.push_back(layer.name);
@@ -556,8 +595,8 @@ void Tracer::op_started(const at::RecordFunction& fn, const observer::Frame& fra
     const LayerInfo& held = layers_[static_cast<size_t>(pending_.layer)];
     if (held.role == LayerInfo::Role::kModule) {
       for (const auto& t : frame.inputs) {
-        auto it = owners_.find(t.unsafeGetTensorImpl());
-        if (it != owners_.end() && it->second.module_path == held.module) return;
+        const Owner* owner = owner_of(t.unsafeGetTensorImpl());
+        if (owner && owner->module_path == held.module) return;
       }
     }
     offer_pending();  // its ops are not observed: the observer skips its consumers' own ops
@@ -576,7 +615,7 @@ bool Tracer::touches_optimizer_state(const std::vector<torch::Tensor>& inputs,
                                      const std::vector<torch::Tensor>& outputs) {
   if (gradients_stale_) {
     gradient_impls_.clear();
-    for (const auto& p : parameters_) {
+    for (const auto& p : index_->parameters) {
       if (p.grad().defined()) gradient_impls_.insert(p.grad().unsafeGetTensorImpl());
     }
     gradients_stale_ = false;
@@ -585,7 +624,7 @@ bool Tracer::touches_optimizer_state(const std::vector<torch::Tensor>& inputs,
     if (gradient_impls_.count(t.unsafeGetTensorImpl())) return true;
   }
   for (const auto& t : outputs) {
-    if (parameter_impls_.count(t.unsafeGetTensorImpl())) return true;
+    if (index_->parameter_impls.count(t.unsafeGetTensorImpl())) return true;
   }
   return false;
 }
@@ -610,9 +649,9 @@ void Tracer::record_op(const std::string& op, const std::vector<torch::Tensor>& 
   bool only_parameters = !inputs.empty();
   for (const auto& t : inputs) {
     const auto* impl = t.unsafeGetTensorImpl();
-    if (auto it = owners_.find(impl); it != owners_.end()) {
-      if (!owner || (owner->module_path.empty() && !it->second.module_path.empty())) owner = &it->second;
-      params.push_back(it->second.param_name);
+    if (const Owner* found = owner_of(impl)) {
+      if (!owner || (owner->module_path.empty() && !found->module_path.empty())) owner = found;
+      params.push_back(found->param_name);
     } else {
       only_parameters = false;
       if (auto pit = producer_.find(impl); pit != producer_.end()) producers.push_back(pit->second);
@@ -626,7 +665,7 @@ void Tracer::record_op(const std::string& op, const std::vector<torch::Tensor>& 
       // shows it, under the parameter's name.
       const Owner derived = *owner;
       for (const auto& out : outputs) {
-        owners_.emplace(out.unsafeGetTensorImpl(), derived);
+        derived_owners_.emplace(out.unsafeGetTensorImpl(), derived);
         pin(out);
       }
       return;
@@ -676,8 +715,8 @@ void Tracer::record_op(const std::string& op, const std::vector<torch::Tensor>& 
       info.role = LayerInfo::Role::kModule;
       info.kind = owner->module_kind;
       info.module = owner->module_path;
-      if (auto d = module_descriptions_.find(owner->module_path); d != module_descriptions_.end()) {
-        info.description = d->second;
+      if (auto m = index_->module_index.find(owner->module_path); m != index_->module_index.end()) {
+        info.description = index_->modules[m->second].description;
       }
       layer = add_layer(std::move(info));
       open_module_call_[owner->module_path] = layer;

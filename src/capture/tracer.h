@@ -93,6 +93,38 @@ struct TraceKeep {
   std::function<bool(int layer, int64_t op_seq, const std::string& name, bool gradient, const torch::Tensor&)> take;
 };
 
+// What a tracer knows of the model before its first op: its registered
+// modules and which one owns each parameter and buffer. Building it walks
+// every module by name and prints each one's description, so a session keeps
+// the last one and reuses it while the model has the same modules,
+// parameters and buffers (compared by pointer, in order: no names, no text).
+struct ModelIndex {
+  struct Owner {
+    std::string module_path;   // "" for the root module
+    std::string module_kind;
+    std::string param_name;    // qualified name
+  };
+  // A registered module, in named_modules() order.
+  struct ModuleEntry {
+    std::string path;
+    std::string kind;
+    bool parameterless = false;  // no parameters or buffers in its subtree
+    std::string description;     // its printout ("" for the root)
+  };
+  std::unordered_map<const c10::TensorImpl*, Owner> owners;
+  std::vector<ModuleEntry> modules;
+  std::map<std::string, size_t> module_index;    // module path -> index in modules
+  std::vector<torch::Tensor> parameters;         // every parameter, for their gradients
+  std::unordered_set<const c10::TensorImpl*> parameter_impls;
+  std::map<std::string, size_t> parameter_order;  // qualified name -> named_parameters() index
+  // Modules, then parameters and buffers, by address: what reuse compares.
+  std::vector<const void*> identity;
+
+  // `cached` when the model still matches it, else a new index.
+  static std::shared_ptr<const ModelIndex> of(const torch::nn::Module& model,
+                                              std::shared_ptr<const ModelIndex> cached = nullptr);
+};
+
 class Tracer : public observer::Consumer {
  public:
   using Keep = TraceKeep;
@@ -100,8 +132,9 @@ class Tracer : public observer::Consumer {
   // The CPU copies keep at most `budget_bytes` (0: no limit; see
   // StartOptions::snapshot_budget), starting from `start_samples` per batch
   // tensor (0: all; the last capture's fit saves trimming the same batch again).
+  // `index` is ModelIndex::of(model) (built here when null).
   Tracer(const torch::nn::Module& model, observer::Observer& observer, Keep keep = {}, int64_t budget_bytes = 0,
-         int64_t start_samples = 0);
+         int64_t start_samples = 0, std::shared_ptr<const ModelIndex> index = nullptr);
   ~Tracer();
   Tracer(const Tracer&) = delete;
   Tracer& operator=(const Tracer&) = delete;
@@ -141,17 +174,8 @@ class Tracer : public observer::Consumer {
   void backward_ran() override { gradients_stale_ = true; }
 
  private:
-  struct Owner {
-    std::string module_path;   // "" for the root module
-    std::string module_kind;
-    std::string param_name;    // qualified name
-  };
-  // A registered module, in named_modules() order.
-  struct ModuleEntry {
-    std::string path;
-    std::string kind;
-    bool parameterless = false;  // no parameters or buffers in its subtree
-  };
+  using Owner = ModelIndex::Owner;
+  using ModuleEntry = ModelIndex::ModuleEntry;
   // Per provisional layer, what naming and pruning at finish() need.
   struct LayerTrace {
     bool after_loss = false;   // created after the batch's first loss op
@@ -161,8 +185,6 @@ class Tracer : public observer::Consumer {
 
   // The literal arguments of the op starting, for an op layer's description.
   std::string pending_args_;
-  // Module path -> its printout, for module layers' descriptions.
-  std::map<std::string, std::string> module_descriptions_;
 
   int add_layer(LayerInfo info);
   void record_op(const std::string& op, const std::vector<torch::Tensor>& inputs,
@@ -193,16 +215,15 @@ class Tracer : public observer::Consumer {
   // Each provisional layer's fate, judged from the ops seen so far.
   std::vector<FinalName> final_names() const;
 
-  std::unordered_map<const c10::TensorImpl*, Owner> owners_;
+  std::shared_ptr<const ModelIndex> index_;
+  // The owner of a parameter, a buffer, or a tensor derived from parameters
+  // alone in this batch (weight.t()); null for the others.
+  const Owner* owner_of(const c10::TensorImpl* impl) const;
+  std::unordered_map<const c10::TensorImpl*, Owner> derived_owners_;
   std::unordered_map<const c10::TensorImpl*, int> producer_;
   std::map<std::string, int> name_counts_;
   std::map<std::string, int> module_calls_;
   std::map<std::string, int> open_module_call_;  // module path -> layer index
-  std::map<std::string, size_t> module_index_;   // module path -> index in modules_
-  std::vector<ModuleEntry> modules_;
-  std::vector<torch::Tensor> parameters_;         // every parameter, for their gradients
-  std::unordered_set<const c10::TensorImpl*> parameter_impls_;
-  std::map<std::string, size_t> parameter_order_;  // qualified name -> named_parameters() index
   std::unordered_set<const c10::TensorImpl*> gradient_impls_;
   bool gradients_stale_ = true;
   std::vector<LayerInfo> layers_;

@@ -149,8 +149,9 @@ bool SessionCore::begin_batch(const std::string& phase, std::optional<int64_t> e
       capture::Tracer::Keep keep;
       if (decision_.collect) keep = stats_->trace_keep();
       keep.cpu = capture;
+      model_index_ = capture::ModelIndex::of(*model_, capture ? nullptr : model_index_);
       tracer_ = std::make_unique<capture::Tracer>(*model_, *observer_, std::move(keep), snapshot_budget_,
-                                                  samples_that_fit_);
+                                                  samples_that_fit_, model_index_);
     } catch (const std::exception& e) {
       report_internal_error(std::string("capture disabled: ") + e.what());
     }

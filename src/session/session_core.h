@@ -145,6 +145,9 @@ class SessionCore {
   // The batch's op observer; declared first of the two, it outlives the tracer.
   std::unique_ptr<observer::Observer> observer_;
   std::unique_ptr<capture::Tracer> tracer_;
+  // The model's index for the tracers of batches only collected (a capture
+  // builds it anew: its module descriptions are shown).
+  std::shared_ptr<const capture::ModelIndex> model_index_;
   // Snapshot sequence numbers, shared by captures and probe views.
   std::atomic<uint64_t> sequence_{0};
   // StartOptions::snapshot_budget, and the samples the last capture found to

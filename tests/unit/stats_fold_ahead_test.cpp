@@ -302,6 +302,57 @@ TEST(StatsFoldAhead, ASessionsStatisticsEqualTheTensorsTheModelProduced) {
   }
 }
 
+// A batch only collected reuses the session's model index; a module replaced
+// between batches makes a new one, so its layer is still found by name.
+TEST(StatsFoldAhead, TheModelIndexIsReusedUntilAModuleIsReplaced) {
+  torch::manual_seed(5);
+  ExtendedNet model;
+  const auto first = capture::ModelIndex::of(*model);
+  EXPECT_EQ(capture::ModelIndex::of(*model, first), first) << "same modules, parameters and buffers: reused";
+  const auto* old_weight = model->fc->weight.unsafeGetTensorImpl();
+  ASSERT_TRUE(first->owners.count(old_weight));
+  EXPECT_EQ(first->owners.at(old_weight).param_name, "fc.weight");
+  EXPECT_EQ(first->modules.at(first->module_index.at("fc")).description, "Linear(in_features=6, out_features=2, bias=true)");
+  EXPECT_FALSE(first->modules.at(first->module_index.at("fc")).parameterless);
+  EXPECT_FALSE(first->modules.at(first->module_index.at("")).parameterless) << "the root holds the modules that hold tensors";
+
+  model->fc = model->replace_module("fc", torch::nn::Linear(6, 2));
+  const auto second = capture::ModelIndex::of(*model, first);
+  ASSERT_NE(second, first) << "a replaced module makes a new index";
+  EXPECT_EQ(second->owners.count(old_weight), 0u);
+  ASSERT_TRUE(second->owners.count(model->fc->weight.unsafeGetTensorImpl()));
+
+  // Through a session: statistics of "fc" on every batch of two epochs, the
+  // module replaced between them, all counted under its name.
+  torch::optim::SGD optimizer(model->parameters(), 0.05);
+  auto session = start(model, StartOptions().optimizer(&optimizer).watch({"fc"}));
+  session.detach();
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> data;
+  for (int i = 0; i < 2; ++i) data.emplace_back(torch::randn({3, 4}), torch::randn({3, 2}));
+  for (int64_t epoch = 0; epoch < 2; ++epoch) {
+    if (epoch == 1) {
+      model->fc = model->replace_module("fc", torch::nn::Linear(6, 2));
+      optimizer.add_param_group(torch::optim::OptimizerParamGroup(model->fc->parameters()));
+    }
+    for (auto& b : session.batches(data, "train", epoch)) {
+      optimizer.zero_grad();
+      torch::mse_loss(model->forward(b.first), b.second).backward();
+      optimizer.step();
+    }
+  }
+  session.close();
+  const auto stats = session.stats();
+  ASSERT_TRUE(stats);
+  const auto it = stats->layers.find({"fc", "train"});
+  ASSERT_NE(it, stats->layers.end());
+  ASSERT_EQ(it->second.size(), 2u) << "one bucket per epoch";
+  for (const auto& bucket : it->second) {
+    EXPECT_EQ(bucket.batches, 2) << "epoch " << bucket.epoch;
+    ASSERT_TRUE(bucket.activation);
+    EXPECT_EQ(bucket.activation->n, 2 * 3 * 2) << "epoch " << bucket.epoch;
+  }
+}
+
 }  // namespace
 }  // namespace nansense
 
