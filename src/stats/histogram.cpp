@@ -387,10 +387,20 @@ __attribute__((target("avx512f,avx512dq,fma"))) bool fold_rows_avx512(
   __m512d q[4] = {_mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd()};
   __m512 lo[2] = {_mm512_set1_ps(kFloatInf), _mm512_set1_ps(kFloatInf)};
   __m512 hi[2] = {_mm512_set1_ps(-kFloatInf), _mm512_set1_ps(-kFloatInf)};
+  // Rows `stride` apart start where the hardware prefetcher has not been:
+  // each step asks for the lines kAhead values on, into the next row.
+  constexpr int64_t kAhead = 256;
   for (int64_t r = 0; r < rows; ++r) {
     const float* v = first + r * stride;
+    const float* next = r + 1 < rows ? v + stride : nullptr;
     int64_t i = 0;
     for (; i + 32 <= len; i += 32) {
+      const int64_t ahead = i + kAhead;
+      const float* line = ahead < len ? v + ahead : next && ahead - len < len ? next + (ahead - len) : nullptr;
+      if (line) {
+        _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(line + 16), _MM_HINT_T0);
+      }
       avx512_step(v + i, kAll, s[0], s[1], q[0], q[1], lo[0], hi[0]);
       avx512_step(v + i + 16, kAll, s[2], s[3], q[2], q[3], lo[1], hi[1]);
     }
