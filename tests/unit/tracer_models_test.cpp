@@ -357,6 +357,44 @@ TEST(TracerModels, EveryForwardOfAGanBatchIsCapturedWithBothOptimizers) {
   EXPECT_EQ(snap->optimizer_hyperparams.at("G.2.bias").at("lr"), 1e-3);
 }
 
+// Batches only collected: the discriminator call after the first backward
+// pass is traced too, and its statistics collected on every batch.
+TEST(TracerModels, AGansCallAfterABackwardPassIsCollectedOnEveryBatch) {
+  torch::manual_seed(3);
+  Gan gan;
+  torch::optim::Adam d_opt(gan->D->parameters(), 1e-3);
+  torch::optim::Adam g_opt(gan->G->parameters(), 1e-3);
+  std::vector<torch::Tensor> real;
+  for (int i = 0; i < 3; ++i) real.push_back(torch::randn({5, 6}));
+  auto session = start(gan, StartOptions().optimizers({&d_opt, &g_opt}).stats_scope(StatsScope::kAll));
+  session.detach();
+  for (auto& x : session.batches(real, "train")) {
+    auto noise = torch::randn({5, 4});
+    d_opt.zero_grad();
+    auto fake = gan->G->forward(noise);
+    auto d_loss = torch::binary_cross_entropy(gan->D->forward(x), torch::ones_like(x.narrow(1, 0, 1))) +
+                  torch::binary_cross_entropy(gan->D->forward(fake.detach()), torch::zeros_like(x.narrow(1, 0, 1)));
+    d_loss.backward();
+    d_opt.step();
+    g_opt.zero_grad();
+    auto g_out = gan->D->forward(fake);
+    torch::binary_cross_entropy(g_out, torch::ones_like(g_out)).backward();
+    g_opt.step();
+  }
+  session.close();
+  const auto stats = session.stats();
+  ASSERT_TRUE(stats);
+  for (const std::string name : {"D.0", "D.0#2", "D.0#3", "D.3#3", "G.3"}) {
+    const auto it = stats->layers.find({name, "train"});
+    ASSERT_NE(it, stats->layers.end()) << name;
+    ASSERT_EQ(it->second.size(), 1u) << name;
+    EXPECT_EQ(it->second[0].batches, 3) << name;
+    ASSERT_TRUE(it->second[0].activation) << name;
+    ASSERT_TRUE(it->second[0].gradient) << name;
+    EXPECT_EQ(it->second[0].gradient->n, it->second[0].activation->n) << name;
+  }
+}
+
 
 // --- LibTorch's own multi-op modules: MultiheadAttention, LSTM, GRU ---
 
