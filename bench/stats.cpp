@@ -3,7 +3,7 @@
 //
 // The demo's CNN on synthetic batches: scope none, three watched layers on
 // every batch, every layer on every batch, and the default live-update
-// cadence (a running loop published every second of training). Variants are
+// cadence (a running loop published every 2 seconds of training). Variants are
 // interleaved round by round in a shuffled order, each pass in a child
 // process forked from the same state on a randomly shifted heap
 // (bench_common.h), and the median of the per-round ratios taken. Then a
@@ -106,11 +106,11 @@ double measure(Variant variant, std::vector<Batch>& batches, Window& window, siz
   auto session = nansense::start(model, options);
   if (variant == Variant::kDefaultCadence) {
     // Attached and running, never reaching a last batch (no epoch count): it
-    // publishes at the default cadence (a second of training) without
+    // publishes at the default cadence (2 seconds of training) without
     // pausing. Timed in whole periods of a running loop: from the end of the
     // session's first publish (which also finds the architecture, once) to
-    // the end of its third, so the window holds two periods and the two
-    // captures that end them, however many batches a second is on this
+    // the end of its second, so the window holds one period and the capture
+    // that ends it, however many batches a second is on this
     // machine; `window` returns where that was, for the plain loop to be
     // timed over the same batches of its life (glibc's heap settles as a
     // process runs: later batches take fewer page faults).
@@ -123,13 +123,13 @@ double measure(Variant variant, std::vector<Batch>& batches, Window& window, siz
         window.warmup = i;
         start_clock();
       }
-      if (published >= 3) break;
+      if (published >= 2) break;
       if (published >= 1 && i > 0) ++timed;
       ++i;
       train_step(model, optimizer, batch);
     }
     stop_clock();
-    if (published < 3) timed = 0;  // never reached: no figure rather than a wrong one
+    if (published < 2) timed = 0;  // never reached: no figure rather than a wrong one
     window.timed = timed;
     if (seen) *seen += published >= 1 ? published - 1 : 0;
     session.close();
@@ -264,7 +264,7 @@ void run_ratios(int64_t batch_count, int64_t warmup, int rounds, const std::stri
   const auto& live = rows[cadence];
   std::printf("user, sys: medians of the training thread's user and system ms a timed batch; faults: its minor page "
               "faults a batch\n");
-  std::printf("default live updates: timed from the end of the session's first publish to the end of its third "
+  std::printf("default live updates: timed from the end of the session's first publish to the end of its second "
               "(%.1f captures a pass, guards the ratio: 0 would mean nothing was published)\n",
               static_cast<double>(live.seen) / rounds);
 }
@@ -354,7 +354,7 @@ int main(int argc, char** argv) {
   int64_t epochs = 100;
   std::string only;
   CLI::App app{"Statistics over time: cost on the demo CNN and memory for a 200-layer network."};
-  app.add_option("--batches", batch_count, "Batches per timed pass (the default cadence publishes once a second)")
+  app.add_option("--batches", batch_count, "Batches per timed pass (the default-cadence row is timed over whole update periods instead)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_option("--warmup", warmup, "Batches each pass runs before its clock starts")

@@ -142,8 +142,8 @@ struct StartOptions {
   // evolve"): which layers collect (default kWatched), the layers watched
   // from the start (default none, so nothing is collected; a name the first
   // captured batch does not have is dropped and reported), how often a
-  // running loop is published without pausing (default every second of
-  // training, under 2% on the demo) and the per-channel detail kept
+  // running loop is published without pausing (default every 2 seconds of
+  // training, about 1% on the demo) and the per-channel detail kept
   // (default the first 16 channels). Each says its cost in nansense/stats.h.
   TORCH_ARG(StatsScope, stats_scope) = StatsScope::kWatched;
   TORCH_ARG(std::vector<std::string>, watch) = {};

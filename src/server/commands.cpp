@@ -495,7 +495,7 @@ std::vector<Command> table() {
                "While the loop runs, capture and publish a batch without pausing every n batches (of one phase "
                "when phase is given), every n epochs (the epoch's first batch) or every n seconds of training, so "
                "get_status, the stats tools and pictures follow the run. A detached run publishes nothing. The "
-               "default, every 1 second, costs under 2% on the demo; every batch costs what capture costs (about "
+               "default, every 2 seconds, costs about 1% on the demo; every batch costs what capture costs (about "
                "1.5x a batch)." + settings_reply,
                {string_arg("unit", "What n counts.").one_of({"batch", "epoch", "seconds"}).mandatory(),
                 number_arg("n", "How many: a whole number >= 1 for batch and epoch, any number > 0 for seconds.")

@@ -62,7 +62,7 @@ TEST_F(StatsApiTest, DefaultsCollectNothingUntilALayerIsWatched) {
   EXPECT_EQ(status["stats"]["scope"], "watched");
   EXPECT_EQ(status["stats"]["watched_layers"], json::array());
   EXPECT_FALSE(status["stats"]["collecting"].get<bool>());
-  EXPECT_EQ(status["stats"]["update_frequency"], json({{"unit", "seconds"}, {"n", 1}, {"phase", nullptr}}));
+  EXPECT_EQ(status["stats"]["update_frequency"], json({{"unit", "seconds"}, {"n", 2}, {"phase", nullptr}}));
   json settings = get("/api/settings").json();
   EXPECT_EQ(settings["stats_scope"], "watched");
   EXPECT_EQ(settings["watch_performance"],

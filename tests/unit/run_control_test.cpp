@@ -674,7 +674,7 @@ TEST(UpdateCadenceTest, BadFrequenciesAreRefusedAndChangeNothing) {
   Schedule schedule(3, PhaseCounts{{"train", 4}, {"val", 2}});
   detail::RunControl control(schedule);
   const auto before = control.update_frequency();
-  EXPECT_EQ(before, UpdateFrequency::seconds(1));
+  EXPECT_EQ(before, UpdateFrequency::seconds(2));
   auto refusal = [&](const UpdateFrequency& f) {
     return message_of<UsageError>([&] { control.set_update_frequency(f); });
   };
