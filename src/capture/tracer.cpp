@@ -583,9 +583,10 @@ void Tracer::op_started(const at::RecordFunction& fn, const observer::Frame& fra
   if (stopped_) return;
   guarded(*result_, stopped_, [&] {
     // Only an op fed by a layer can become an op layer (the one use of its
-    // arguments' text): the optimizer's many ops skip the formatting.
+    // arguments' text): the optimizer's many ops skip the formatting, and so
+    // does a batch only collected (no snapshot shows its descriptions).
     pending_args_.clear();
-    if (std::any_of(frame.inputs.begin(), frame.inputs.end(),
+    if (keep_.cpu && std::any_of(frame.inputs.begin(), frame.inputs.end(),
                     [&](const torch::Tensor& t) { return producer_.count(t.unsafeGetTensorImpl()) > 0; })) {
       pending_args_ = describe_args(fn.inputs());
     }

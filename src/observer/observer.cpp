@@ -2,6 +2,8 @@
 
 #include <ATen/record_function.h>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstring>
 #include <stdexcept>
@@ -50,6 +52,22 @@ std::unique_ptr<at::ObserverContext> on_start_callback(const at::RecordFunction&
 
 void on_end_callback(const at::RecordFunction& fn, at::ObserverContext*) {
   if (auto* o = g_active.load(std::memory_order_acquire)) o->on_end(fn);
+}
+
+// Calls f on each consumer attached now, from a copy (a consumer may detach
+// itself while handling the call), kept on the stack: this runs for every op.
+template <class F>
+void for_each_consumer(const std::vector<Consumer*>& consumers, F&& f) {
+  constexpr size_t kInline = 8;
+  if (consumers.size() > kInline) {
+    const auto copy = consumers;
+    for (auto* c : copy) f(c);
+    return;
+  }
+  std::array<Consumer*, kInline> copy{};
+  const size_t n = consumers.size();
+  std::copy(consumers.begin(), consumers.end(), copy.begin());
+  for (size_t i = 0; i < n; ++i) f(copy[i]);
 }
 
 bool in_backward(const Frame& f) { return f.backward || f.kind == FrameKind::kNode || f.kind == FrameKind::kWrapper; }
@@ -162,10 +180,9 @@ void Observer::on_start(const at::RecordFunction& fn) {
       } catch (const std::exception&) {
         frame.inputs.clear();  // an argument the observer cannot read: consumers see none
       }
-      const auto consumers = consumers_;
-      for (auto* c : consumers) {
+      for_each_consumer(consumers_, [&](Consumer* c) {
         if (!frame.backward || c->wants_backward()) c->op_started(fn, frame);
-      }
+      });
     }
     // The ops it runs inside itself are skipped until its end.
     if (!frame.backward && on_training_thread && frame.op != "backward" && !disabled_in_backward_) {
@@ -190,16 +207,14 @@ void Observer::on_end(const at::RecordFunction& fn) {
   if (frame.kind == FrameKind::kOp && !frame.backward) state.in_forward_op = false;
   if (frame.kind == FrameKind::kNode) {
     std::lock_guard lock(mu_);
-    const auto consumers = consumers_;
-    for (auto* c : consumers) c->backward_ran();
+    for_each_consumer(consumers_, [](Consumer* c) { c->backward_ran(); });
     return;
   }
   if (frame.kind != FrameKind::kOp) return;
   std::lock_guard lock(mu_);
   if (!frame.backward && frame.op == "backward" && std::this_thread::get_id() == training_thread_) {
     if (std::exchange(disabled_in_backward_, false)) at::reenableCallback(handle_);
-    const auto consumers = consumers_;
-    for (auto* c : consumers) c->backward_ran();
+    for_each_consumer(consumers_, [](Consumer* c) { c->backward_ran(); });
     return;
   }
   if (consumers_.empty() || (frame.backward && !wants_backward())) return;
@@ -209,10 +224,9 @@ void Observer::on_end(const at::RecordFunction& fn) {
   } catch (const std::exception&) {
     outputs.clear();
   }
-  const auto consumers = consumers_;
-  for (auto* c : consumers) {
+  for_each_consumer(consumers_, [&](Consumer* c) {
     if (!frame.backward || c->wants_backward()) c->op_ended(frame, outputs, frames);
-  }
+  });
 }
 
 }  // namespace nansense::observer
