@@ -309,6 +309,24 @@ struct GanImpl : torch::nn::Module {
 };
 TORCH_MODULE(Gan);
 
+// One GAN step: the discriminator on real then fake data, its step, then the
+// generator through it (a third discriminator call) and its step.
+void gan_step(Gan& gan, torch::optim::Optimizer& d_opt, torch::optim::Optimizer& g_opt, const torch::Tensor& x) {
+  auto noise = torch::randn({5, 4});
+  d_opt.zero_grad();
+  auto real_out = gan->D->forward(x);
+  auto fake = gan->G->forward(noise);
+  auto fake_out = gan->D->forward(fake.detach());
+  auto d_loss = torch::binary_cross_entropy(real_out, torch::ones_like(real_out)) +
+                torch::binary_cross_entropy(fake_out, torch::zeros_like(fake_out));
+  d_loss.backward();
+  d_opt.step();
+  g_opt.zero_grad();
+  auto g_out = gan->D->forward(fake);
+  torch::binary_cross_entropy(g_out, torch::ones_like(g_out)).backward();
+  g_opt.step();
+}
+
 TEST(TracerModels, EveryForwardOfAGanBatchIsCapturedWithBothOptimizers) {
   Gan gan;
   torch::optim::Adam d_opt(gan->D->parameters(), 1e-3);
@@ -317,21 +335,7 @@ TEST(TracerModels, EveryForwardOfAGanBatchIsCapturedWithBothOptimizers) {
   for (int i = 0; i < 2; ++i) real.push_back(torch::randn({5, 6}));
   auto snap = capture_first(
       gan.ptr(), real,
-      [&](torch::Tensor& x) {
-        auto noise = torch::randn({5, 4});
-        d_opt.zero_grad();
-        auto real_out = gan->D->forward(x);
-        auto fake = gan->G->forward(noise);
-        auto fake_out = gan->D->forward(fake.detach());
-        auto d_loss = torch::binary_cross_entropy(real_out, torch::ones_like(real_out)) +
-                      torch::binary_cross_entropy(fake_out, torch::zeros_like(fake_out));
-        d_loss.backward();
-        d_opt.step();
-        g_opt.zero_grad();
-        auto g_out = gan->D->forward(fake);
-        torch::binary_cross_entropy(g_out, torch::ones_like(g_out)).backward();
-        g_opt.step();
-      },
+      [&](torch::Tensor& x) { gan_step(gan, d_opt, g_opt, x); },
       StartOptions().optimizers({&d_opt, &g_opt}));
   ASSERT_TRUE(snap && snap->architecture);
   const Architecture& a = *snap->architecture;
@@ -368,19 +372,7 @@ TEST(TracerModels, AGansCallAfterABackwardPassIsCollectedOnEveryBatch) {
   for (int i = 0; i < 3; ++i) real.push_back(torch::randn({5, 6}));
   auto session = start(gan, StartOptions().optimizers({&d_opt, &g_opt}).stats_scope(StatsScope::kAll));
   session.detach();
-  for (auto& x : session.batches(real, "train")) {
-    auto noise = torch::randn({5, 4});
-    d_opt.zero_grad();
-    auto fake = gan->G->forward(noise);
-    auto d_loss = torch::binary_cross_entropy(gan->D->forward(x), torch::ones_like(x.narrow(1, 0, 1))) +
-                  torch::binary_cross_entropy(gan->D->forward(fake.detach()), torch::zeros_like(x.narrow(1, 0, 1)));
-    d_loss.backward();
-    d_opt.step();
-    g_opt.zero_grad();
-    auto g_out = gan->D->forward(fake);
-    torch::binary_cross_entropy(g_out, torch::ones_like(g_out)).backward();
-    g_opt.step();
-  }
+  for (auto& x : session.batches(real, "train")) gan_step(gan, d_opt, g_opt, x);
   session.close();
   const auto stats = session.stats();
   ASSERT_TRUE(stats);
