@@ -199,12 +199,14 @@ std::shared_ptr<const ModelIndex> ModelIndex::of(const torch::nn::Module& model,
   // set_data() keep TensorImpls, but a user may replace parameters or
   // modules between batches.
   std::vector<const void*> identity;
-  for (const auto& m : model.modules(/*include_self=*/true)) identity.push_back(m.get());
+  auto modules = model.modules(/*include_self=*/true);
+  for (const auto& m : modules) identity.push_back(m.get());
   for (const auto& p : model.parameters()) identity.push_back(p.unsafeGetTensorImpl());
   for (const auto& b : model.buffers()) identity.push_back(b.defined() ? b.unsafeGetTensorImpl() : nullptr);
   if (cached && cached->identity == identity) return cached;
   auto index = std::make_shared<ModelIndex>();
   index->identity = std::move(identity);
+  index->held = std::move(modules);
   std::vector<bool> holds;  // per module: parameters or buffers of its own
   for (const auto& item : model.named_modules("", /*include_self=*/true)) {
     const std::string& path = item.key();

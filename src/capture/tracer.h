@@ -118,7 +118,11 @@ struct ModelIndex {
   std::unordered_set<const c10::TensorImpl*> parameter_impls;
   std::map<std::string, size_t> parameter_order;  // qualified name -> named_parameters() index
   // Modules, then parameters and buffers, by address: what reuse compares.
+  // The modules are held (and with them their parameters and buffers), so
+  // no new module or tensor can take one of these addresses while the index
+  // lives: a replaced module never matches.
   std::vector<const void*> identity;
+  std::vector<std::shared_ptr<torch::nn::Module>> held;
 
   // `cached` when the model still matches it, else a new index.
   static std::shared_ptr<const ModelIndex> of(const torch::nn::Module& model,
