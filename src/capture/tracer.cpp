@@ -207,35 +207,20 @@ std::shared_ptr<const ModelIndex> ModelIndex::of(const torch::nn::Module& model,
   auto index = std::make_shared<ModelIndex>();
   index->identity = std::move(identity);
   index->held = std::move(modules);
-  std::vector<bool> holds;  // per module: parameters or buffers of its own
   for (const auto& item : model.named_modules("", /*include_self=*/true)) {
     const std::string& path = item.key();
     const auto& module = *item.value();
     const std::string kind = module_kind(module);
-    bool own = false;
     auto add = [&](const std::string& local, const torch::Tensor& t) {
       if (!t.defined()) return;
-      own = true;
       std::string qualified = path.empty() ? local : path + "." + local;
       index->owners.emplace(t.unsafeGetTensorImpl(), Owner{path, kind, std::move(qualified)});
     };
     for (const auto& p : module.named_parameters(/*recurse=*/false)) add(p.key(), p.value());
     for (const auto& b : module.named_buffers(/*recurse=*/false)) add(b.key(), b.value());
     index->module_index[path] = index->modules.size();
-    index->modules.push_back({path, kind, true, path.empty() ? std::string() : describe(module)});
-    holds.push_back(own);
-  }
-  // A module holding tensors makes itself and every module around it not parameterless.
-  for (size_t m = 0; m < index->modules.size(); ++m) {
-    if (!holds[m]) continue;
-    std::string path = index->modules[m].path;
-    while (true) {
-      if (auto it = index->module_index.find(path); it != index->module_index.end()) {
-        index->modules[it->second].parameterless = false;
-      }
-      if (path.empty()) break;
-      path = parent_scope(path);
-    }
+    index->modules.push_back({path, kind, module.parameters().empty() && module.buffers().empty(),
+                              path.empty() ? std::string() : describe(module)});
   }
   for (const auto& p : model.named_parameters()) {
     index->parameters.push_back(p.value());
