@@ -539,12 +539,6 @@ void fold_rows(const float* first, int64_t rows, int64_t stride, int64_t len, Ex
   }
 }
 
-// Bins n values into `counts` (one row of kSlots).
-inline void bin_values(const float* v, int64_t n, int64_t* counts, const PrefixTable& table,
-                       const OctaveTable& octaves) {
-  for (int64_t i = 0; i < n; ++i) ++counts[slot_of(table, octaves, v[i])];
-}
-
 // Bins values [p, stop) of a [outer, channels, inner] tensor into `counts`,
 // each row (a channel of one sample) at its channel's offset.
 void bin_span(const float* values, int64_t p, int64_t stop, int64_t channels, int64_t inner,
@@ -552,40 +546,29 @@ void bin_span(const float* values, int64_t p, int64_t stop, int64_t channels, in
   while (p < stop) {
     const int64_t row = p / inner;
     const int64_t row_end = std::min(stop, (row + 1) * inner);
-    bin_values(values + p, row_end - p, counts + (row_offset ? row_offset[row % channels] : 0), table, octaves);
-    p = row_end;
+    int64_t* c = counts + (row_offset ? row_offset[row % channels] : 0);
+    for (; p < row_end; ++p) ++c[slot_of(table, octaves, values[p])];
   }
 }
 
 // What fold_exact_cpu bins as it goes: for the values [a, a + len) just
 // folded, every value (stride <= run) or the sampled runs that start there
 // (each run starts in exactly one folded span, so none is binned twice).
-// The span's row is found once: a run inside it needs no division.
 void bin_folded(const float* values, int64_t numel, int64_t channels, int64_t inner, const SampledBins& bins,
                 int64_t a, int64_t len, int64_t* counts) {
   const auto& table = prefix_table();
   const auto& octaves = octave_table();
   const int64_t run = std::max<int64_t>(1, bins.run);
-  const int64_t b = a + len;
-  const int64_t row = a / inner;
-  const int64_t row_end = std::min(numel, (row + 1) * inner);
-  int64_t* row_counts = counts + (bins.row_offset ? bins.row_offset[row % channels] : 0);
-  const auto bin = [&](int64_t p, int64_t stop) {
-    if (stop <= row_end) {
-      bin_values(values + p, stop - p, row_counts, table, octaves);
-    } else {
-      bin_span(values, p, stop, channels, inner, bins.row_offset, counts, table, octaves);
-    }
-  };
   if (bins.stride <= run) {
-    bin(a, b);
+    bin_span(values, a, a + len, channels, inner, bins.row_offset, counts, table, octaves);
     return;
   }
+  const int64_t b = a + len;
   const int64_t slack = bins.stride - run;  // how far into its window a run may start
   for (int64_t j = std::max<int64_t>(0, (a - slack) / bins.stride); j * bins.stride < b; ++j) {
     const int64_t p = run_start(j, bins.stride, run, bins.seed);
     if (p < a || p >= b) continue;
-    bin(p, std::min(numel, p + run));
+    bin_span(values, p, std::min(numel, p + run), channels, inner, bins.row_offset, counts, table, octaves);
   }
 }
 
