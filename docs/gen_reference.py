@@ -122,6 +122,14 @@ def cell(text):
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+def prose(text):
+    """Declared text (a description) as Markdown that shows it as written."""
+    out = str(text).replace("\\", "\\\\")
+    for ch in "*_[]`":
+        out = out.replace(ch, "\\" + ch)
+    return out.replace("<", "&lt;")
+
+
 def code(value):
     """A JSON value as inline code: "batch", 30, true, null."""
     return "`" + json.dumps(value).replace("`", "'") + "`"
@@ -221,16 +229,16 @@ def arguments_table(input_schema, how):
     for name, p in props.items():
         default = "required" if name in required else (code(p["default"]) if "default" in p else "—")
         lines.append(f"| `{name}` | {cell(arg_type(p))} | {default} | {cell(constraints(p))} | "
-                     f"{cell(p.get('description', ''))} |")
+                     f"{cell(prose(p.get('description', '')))} |")
     return "\n".join(lines) + "\n"
 
 
 def command_text(c):
     parts = []
     if c.get("title"):
-        parts.append(f"**{c['title']}.**")
+        parts.append(f"**{prose(c['title'])}.**")
     if c.get("description"):
-        parts.append(c["description"])
+        parts.append(prose(c["description"]))
     return " ".join(parts)
 
 
