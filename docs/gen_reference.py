@@ -299,13 +299,14 @@ def mcp_page(doc):
            "How to connect an agent is in the [MCP guide](../guide/mcp.md). Each tool's arguments are its "
            "`inputSchema`; a tool that is also an HTTP route takes the same arguments and gives the same "
            "reply there ([HTTP reference](http.md)).", ""]
-    notes = ["A JSON reply comes as text content and as `structuredContent` of the type named below.",
+    notes = ["A JSON reply comes as text content and as `structuredContent` of the type named below "
+             "([which protocol revisions carry it](../guide/mcp.md#conventions)).",
              f"A picture comes as PNG image content with a caption; its `structuredContent` is the picture's "
              f"info with {', '.join('`' + f + '`' for f in MCP_SENT_FIELDS)} added (how the image sent was "
              "fitted for an agent)."]
     if "ToolError" in defs:
-        notes.append(f"A refused call is a tool error (`isError`) whose `structuredContent` is a "
-                     f"{type_link('ToolError', types)}.")
+        notes.append(f"A refused call is a tool error (`isError`) with a {type_link('ToolError', types)} "
+                     "as its `structuredContent`.")
     out += ["- " + n for n in notes] + [""]
     out += ["| Tool | Read-only | HTTP route |", "|---|---|---|"]
     for c in tools:
@@ -330,9 +331,10 @@ def mcp_page(doc):
                 json.dumps(c["input_schema"], indent=2), "```", "", "</details>", ""]
         reply = c.get("reply")
         if reply and (is_picture(c)):
-            result = f"a PNG with its caption; `structuredContent`: a {type_link(reply, types)} plus the fitting fields."
+            result = (f"a PNG with its caption; `structuredContent`: {type_link(reply, types)} "
+                      "plus the fitting fields.")
         elif reply:
-            result = f"`structuredContent`: a {type_link(reply, types)}."
+            result = f"`structuredContent`: {type_link(reply, types)}."
         elif "McpImages" in defs:
             result = f"PNG images with captions; `structuredContent`: one of {type_link('McpImages', types)}."
         else:
