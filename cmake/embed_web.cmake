@@ -1,13 +1,39 @@
 # Builds the web UI with Vite and writes a C++ file that embeds every built
 # file into the library (.incbin: no conversion, fast to compile; the section
 # directives per object format are in src/common/asm_embed.h).
-# Run as: cmake -DWEB_DIR=... -DNPM=... -DDIST=... -DOUT=... -P embed_web.cmake
-# Without npm or web/node_modules the library gets no UI, and the server's
-# page says how to build it.
+# Run as: cmake -DWEB_DIR=... -DNPM=... -DDIST=... -DOUT=... [-DREQUIRE=ON] [-DPREBUILT=dir] -P embed_web.cmake
+# PREBUILT names a UI built elsewhere (Vite's output folder): it is embedded
+# as it is, with no npm (a machine without Node.js, scripts/gpu-check).
+# A missing web/node_modules is installed from the lock file (npm ci). Without
+# npm the library gets no UI, and the server's page says how to build it;
+# with REQUIRE (pip install) that is an error instead.
 cmake_minimum_required(VERSION 3.22)
 
+if(PREBUILT)
+  if(NOT EXISTS "${PREBUILT}/index.html")
+    message(FATAL_ERROR "NANSENSE_WEB_DIST=${PREBUILT} holds no built web UI (index.html)")
+  endif()
+  set(DIST "${PREBUILT}")
+  set(NPM "")
+  set(REQUIRE OFF)
+endif()
+if(NOT NPM AND REQUIRE)
+  message(FATAL_ERROR "the web UI needs Node.js and npm to build (apt-get install nodejs npm); "
+                      "-DNANSENSE_EMBED_WEB=OFF builds without it")
+endif()
+if(NPM AND NOT EXISTS "${WEB_DIR}/node_modules")
+  message(STATUS "installing the web UI's npm packages (npm ci in ${WEB_DIR})")
+  execute_process(COMMAND "${NPM}" ci --prefix "${WEB_DIR}" --no-audit --no-fund RESULT_VARIABLE result)
+  if(NOT result EQUAL 0)
+    message(FATAL_ERROR "npm ci in ${WEB_DIR} failed; see the errors above")
+  endif()
+endif()
+
 set(files "")
-if(NPM AND EXISTS "${WEB_DIR}/node_modules")
+if(PREBUILT)
+  file(GLOB_RECURSE files RELATIVE "${DIST}" "${DIST}/*")
+  list(SORT files)
+elseif(NPM AND EXISTS "${WEB_DIR}/node_modules")
   execute_process(
     COMMAND "${NPM}" run --silent --prefix "${WEB_DIR}" build -- --outDir "${DIST}" --emptyOutDir
     RESULT_VARIABLE result)

@@ -27,4 +27,5 @@ write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/nansenseConfigVersi
   VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/nansenseConfig.cmake
               ${CMAKE_CURRENT_BINARY_DIR}/nansenseConfigVersion.cmake
+              ${PROJECT_SOURCE_DIR}/cmake/torch_target.cmake
         DESTINATION ${NANSENSE_INSTALL_CMAKEDIR})

@@ -10,7 +10,7 @@ images), beside what Python users do today to find a NaN:
   anomaly       torch.autograd.detect_anomaly()
   isfinite      forward hooks calling torch.isfinite on every module output
 
-    PYTHONPATH=build/python /usr/bin/python3 bench/python/overhead.py [--batches 60] [--rounds 5]
+    PYTHONPATH=build/python .venv/bin/python bench/python/overhead.py [--batches 60] [--rounds 5]
 
 Variants run interleaved, round after round; each ratio is the median of
 the per-round ratios to the plain loop of the same round.

@@ -7,7 +7,7 @@
 
 // LibTorch 2.4 (pytorch#124359) made autocast's state per device type
 // (set_autocast_enabled(device_type, …), set_autocast_dtype(device_type, …))
-// and deprecated the CUDA- and CPU-named calls that 1.13 through 2.3 have.
+// and deprecated the CUDA- and CPU-named calls that 2.2 and 2.3 have.
 // This file is the examples' only version-dependent code; the library's is
 // src/common/torch_compat.h.
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)

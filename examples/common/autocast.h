@@ -21,7 +21,7 @@ torch::Device parse_device(const std::string& name);
 // backward in the precision its forward chose). The enclosing state is
 // restored on exit, and the cast cache cleared when the outermost one ends.
 // Throws c10::Error when LibTorch cannot autocast that device to that dtype
-// (LibTorch 1.13's CPU autocast takes bfloat16 only).
+// (an older LibTorch's CPU autocast takes bfloat16 only).
 class Autocast {
  public:
   Autocast(torch::Device device, std::optional<c10::ScalarType> dtype);

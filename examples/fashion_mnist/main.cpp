@@ -191,8 +191,8 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--device", flags.device_name, "Where the model trains: cpu, cuda or cuda:N")->capture_default_str();
   app.add_option("--dtype", flags.dtype_name,
-                 "Forward precision: float32, or float16/bfloat16 autocast (mixed precision; LibTorch 1.13's CPU "
-                 "autocast takes bfloat16 only)")
+                 "Forward precision: float32, or float16/bfloat16 autocast (mixed precision; on the CPU "
+                 "float16 needs a recent PyTorch)")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {

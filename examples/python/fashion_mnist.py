@@ -2,7 +2,7 @@
 """The Python demo: a small CNN on Fashion-MNIST (Debian's
 dataset-fashion-mnist), debugged live by nansense.
 
-    PYTHONPATH=build/python /usr/bin/python3 examples/python/fashion_mnist.py
+    PYTHONPATH=build/python .venv/bin/python examples/python/fashion_mnist.py
 
 The UI and the MCP endpoint are served on 127.0.0.1:8080; the run pauses on
 its first batch. Layer names are the module paths below ("features.0" is
