@@ -1,7 +1,6 @@
 #include "numerics/capsule.h"
 
 #include <ATen/record_function.h>
-#include <torch/version.h>
 
 #include <cctype>
 #include <chrono>
@@ -85,8 +84,7 @@ state::StateFile make_capsule(const CapsuleInput& in) {
   const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
                        std::chrono::system_clock::now().time_since_epoch())
                        .count();
-  capsule.meta.update({{"torch", TORCH_VERSION},
-                       {"position", common::to_json(in.position)},
+  capsule.meta.update({{"position", common::to_json(in.position)},
                        {"settings", to_json(in.settings)},
                        {"error", in.error},
                        {"grad_defined", grad_defined},

@@ -3,12 +3,14 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <torch/version.h>
 #include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <tuple>
 
 namespace nansense::state {
 
@@ -170,11 +172,41 @@ void check_section(const TableEntry& e, std::string_view bytes, const std::strin
   }
 }
 
+// "2.15.0+cu132" -> (2, 15); (0, 0) when it does not parse.
+std::pair<int, int> major_minor(const std::string& version) {
+  int major = 0, minor = 0;
+  if (std::sscanf(version.c_str(), "%d.%d", &major, &minor) != 2) return {0, 0};
+  return {major, minor};
+}
+
+// The tensors in a state file are torch archives: a torch reads what an
+// older one wrote, not always what a newer one did. A file from a newer
+// torch is refused before its tensors are parsed; a file without the field
+// (written before it was recorded, by PyTorch 1.13) is read as any older one.
+void check_torch_version(const nlohmann::json& meta, const std::string& origin) {
+  const auto it = meta.find(kTorchVersionKey);
+  if (it == meta.end() || !it->is_string()) return;
+  const auto written = it->get<std::string>();
+  const auto ours = major_minor(TORCH_VERSION);
+  if (major_minor(written) > ours) {
+    throw StateError(origin + " was written by nansense on PyTorch " + written + ", newer than this one's " +
+                     TORCH_VERSION + ": its tensors may be in a format this PyTorch cannot read; open it where "
+                     "nansense runs PyTorch " + written + " or later");
+  }
+}
+
+// The description as written: the caller's, plus the torch that wrote it.
+nlohmann::json written_meta(nlohmann::json meta, std::string_view torch_version = TORCH_VERSION) {
+  meta[kTorchVersionKey] = torch_version;
+  return meta;
+}
+
 nlohmann::json parse_meta(std::string_view bytes, const std::string& origin) {
   auto meta = nlohmann::json::parse(bytes, nullptr, /*allow_exceptions=*/false);
   if (meta.is_discarded() || !meta.is_object()) {
     throw StateError(origin + " is corrupted (its description is not a JSON object)");
   }
+  check_torch_version(meta, origin);
   return meta;
 }
 
@@ -185,9 +217,10 @@ struct Framing {
   std::vector<std::string_view> parts;
 };
 
-Framing frame(const StateFile& file, const std::vector<std::pair<std::string, const std::string*>>& sections) {
+Framing frame(const StateFile& file, const std::vector<std::pair<std::string, const std::string*>>& sections,
+              std::string_view torch_version = TORCH_VERSION) {
   Framing f;
-  f.meta = file.meta.dump();
+  f.meta = written_meta(file.meta, torch_version).dump();
   std::string table;
   put<uint16_t>(table, static_cast<uint16_t>(file.kind().size()));
   table += file.kind();
@@ -289,13 +322,15 @@ std::vector<std::string> StateFile::section_names() const {
 uint64_t StateFile::encoded_size() const {
   uint64_t size = kFixedSize + 2 + kind_.size() + 4 + 4;
   auto entry = [&](const std::string& name, uint64_t bytes) { size += 2 + name.size() + 8 + 4 + bytes; };
-  entry(kMetaName, meta.dump().size());
+  entry(kMetaName, written_meta(meta).dump().size());
   for (size_t i = 0; i < used_; ++i) entry(sections_[i].name, sections_[i].bytes.size());
   return size;
 }
 
-std::string encode(const StateFile& file) {
-  const auto framing = frame(file, sections_of(file));
+std::string encode(const StateFile& file) { return encode_as_written_by(file, TORCH_VERSION); }
+
+std::string encode_as_written_by(const StateFile& file, std::string_view torch_version) {
+  const auto framing = frame(file, sections_of(file), torch_version);
   std::string out;
   size_t total = 0;
   for (const auto& part : framing.parts) total += part.size();

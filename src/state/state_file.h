@@ -38,6 +38,11 @@ namespace nansense::state {
 
 inline constexpr uint32_t kFormatVersion = 1;
 
+// Every file's description records the PyTorch that wrote it ("2.15.0").
+// A reader refuses a file from a newer PyTorch (its tensor archives may not
+// parse) with a StateError that names both; older ones are read.
+inline constexpr const char* kTorchVersionKey = "torch";
+
 // The kinds of file in this format.
 inline constexpr std::string_view kCheckpointKind = "checkpoint";
 inline constexpr std::string_view kCapsuleKind = "nan-capsule";
@@ -83,6 +88,9 @@ class StateFile {
 
 // The whole file as bytes.
 std::string encode(const StateFile& file);
+// The bytes another PyTorch's nansense would write (its version recorded
+// instead of this one's): how the version check is tested.
+std::string encode_as_written_by(const StateFile& file, std::string_view torch_version);
 // Verifies and parses bytes read from `origin` (a path, for messages).
 // Throws StateError.
 StateFile decode(std::string_view bytes, const std::string& origin);

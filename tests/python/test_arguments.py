@@ -1,6 +1,8 @@
 """Bad arguments raise the reference's exceptions, with messages that say
 what is wrong; nothing is started."""
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -149,8 +151,13 @@ def test_a_break_ends_the_phase_and_an_exception_loses_the_loop(model):
 def test_import_refuses_a_torch_it_was_not_built_for(monkeypatch):
     from nansense import _build_info, _check
     monkeypatch.setattr(_build_info, "TORCH_VERSION", "9.9.9")
-    with pytest.raises(ImportError, match=r"built for torch 9\.9\.9 but this Python imports torch " +
-                       torch.__version__.replace(".", r"\.")):
+    with pytest.raises(ImportError, match=r"built against torch 9\.9\.9, but this Python imports torch " +
+                       re.escape(torch.__version__)) as refused:
         _check.check_torch()
+    assert "reinstall nansense for this torch" in str(refused.value)
+    # Another build of the same release (a +cpu wheel for a +cu132 one) is the same ABI.
+    release = torch.__version__.split("+")[0]
+    monkeypatch.setattr(_build_info, "TORCH_VERSION", release + "+other")
+    _check.check_torch()
     monkeypatch.undo()
     _check.check_torch()  # the torch it was built for passes

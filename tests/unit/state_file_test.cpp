@@ -1,6 +1,7 @@
 // The one state file format and the one atomic writer: round trips, the
 // cheap head read, truncation, flipped bits, older formats, write failures.
 #include <gtest/gtest.h>
+#include <torch/version.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -81,6 +82,8 @@ TEST(StateFile, RoundTripsMetaAndSections) {
   EXPECT_EQ(contents(dir / "a.state"), encode(file));
   auto back = read_state_file(dir / "a.state");
   EXPECT_EQ(back.kind(), kCheckpointKind);
+  EXPECT_EQ(back.meta.value(kTorchVersionKey, ""), TORCH_VERSION) << "the file records the PyTorch that wrote it";
+  back.meta.erase(kTorchVersionKey);
   EXPECT_EQ(back.meta, file.meta);
   EXPECT_EQ(back.section_names(), (std::vector<std::string>{"model", "rng"}));
   EXPECT_EQ(back.at("model"), *file.find("model"));
@@ -90,9 +93,39 @@ TEST(StateFile, RoundTripsMetaAndSections) {
             std::string::npos);
   auto head = read_state_head(dir / "a.state");
   EXPECT_EQ(head.kind, kCheckpointKind);
+  head.meta.erase(kTorchVersionKey);
   EXPECT_EQ(head.meta, file.meta);
   EXPECT_EQ(head.size, fs::file_size(dir / "a.state"));
   EXPECT_EQ(files_in(dir), std::vector<std::string>{"a.state"});
+}
+
+// A file from another PyTorch: an older one's (PyTorch 1.13, or a file from
+// before the version was recorded) is read; a newer one's is refused, naming
+// both versions, by the full read and the head read alike.
+TEST(StateFile, ReadsFilesOfAnOlderPyTorchAndRefusesANewerOnesSayingWhich) {
+  auto dir = fresh_dir("torch_version");
+  const auto file = sample("weights");
+  overwrite(dir / "old.state", encode_as_written_by(file, "1.13.0"));
+  auto old = read_state_file(dir / "old.state");
+  EXPECT_EQ(old.meta.value(kTorchVersionKey, ""), "1.13.0");
+  EXPECT_EQ(old.at("model"), "weights");
+  EXPECT_EQ(read_state_head(dir / "old.state").meta.value("epoch", -1), 1);
+
+  overwrite(dir / "unrecorded.state", encode_as_written_by(file, ""));
+  EXPECT_EQ(read_state_file(dir / "unrecorded.state").at("rng"), "rng state");
+
+  overwrite(dir / "new.state", encode_as_written_by(file, "9.1.0"));
+  for (const auto& message : {message_of<StateError>([&] { read_state_file(dir / "new.state"); }),
+                              message_of<StateError>([&] { read_state_head(dir / "new.state"); })}) {
+    EXPECT_NE(message.find("written by nansense on PyTorch 9.1.0, newer than this one's " + std::string(TORCH_VERSION)),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find((dir / "new.state").string()), std::string::npos) << message;
+  }
+  // The same release with another build tag is not newer.
+  overwrite(dir / "same.state", encode_as_written_by(file, std::string(TORCH_VERSION) + "+cu132"));
+  EXPECT_EQ(read_state_file(dir / "same.state").at("model"), "weights");
+  fs::remove_all(dir);
 }
 
 TEST(StateFile, AResetFileStartsOverEmpty) {

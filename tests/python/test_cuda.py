@@ -1,0 +1,99 @@
+"""The Python package on a CUDA device (scripts/gpu-check runs it on a GPU
+machine; ctest registers it only in a NANSENSE_CUDA build): a model on the
+GPU is paused and shown, the guard names a NaN's producer there, and its
+capsule replays on the GPU bit for bit."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import nansense
+from conftest import Api, TrainingThread
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible")
+
+
+class Mlp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(4, 8)
+        self.act = nn.ReLU()
+        self.fc2 = nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)))
+
+
+def batches(n, device):
+    g = torch.Generator().manual_seed(3)
+    return [(torch.randn(4, 4, generator=g).to(device), torch.randint(0, 3, (4,), generator=g).to(device))
+            for _ in range(n)]
+
+
+def test_a_gpu_model_pauses_and_its_snapshot_is_a_host_copy():
+    model = Mlp().cuda()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    data = batches(3, "cuda")
+    session = nansense.start(model, optimizer=optimizer, port=0, open_browser=False)
+
+    def loop():
+        for x, y in session.batches(data, phase="train"):
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            optimizer.step()
+        session.close()
+
+    thread = TrainingThread(loop)
+    assert session.wait_until_stopped(60) == nansense.RunState.PAUSED
+    snap = session.snapshot
+    assert snap is not None
+    for name in ("fc1", "act", "fc2"):
+        assert snap.activations[name].device.type == "cpu", name
+    assert torch.equal(snap.activations["input"], data[0][0].cpu())
+    layers = {layer["name"]: layer for layer in Api(session.url).get("/api/snapshot")["layers"]}
+    assert {"fc1", "fc2"} <= set(layers)
+    assert model.fc1.weight.is_cuda
+    session.detach()
+    thread.join()
+
+
+def test_the_guard_names_a_gpu_nan_and_its_capsule_replays_on_the_gpu(tmp_path):
+    torch.manual_seed(1)
+    model = Mlp().cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = batches(4, "cuda")
+    session = nansense.start(model, optimizer=optimizer, port=0, open_browser=False)
+    session.set_debug_settings(nansense.DebugSettings(capsule_dir=str(tmp_path)))
+    session.detach()
+
+    def body(x, y, poisoned):
+        out = model(x)
+        if poisoned:
+            out = torch.log(out - out.abs().max() - 1)  # log of a negative number
+        return F.cross_entropy(out, y)
+
+    def loop():
+        for i, (x, y) in enumerate(session.batches(data, phase="train")):
+            optimizer.zero_grad()
+            body(x, y, session.live_position.batch_idx == 2).backward()
+            optimizer.step()
+        session.close()
+
+    thread = TrainingThread(loop)
+    assert session.wait_until_stopped(60) == nansense.RunState.PAUSED
+    error = session.debug_error
+    assert error is not None and error.position.batch_idx == 2
+    assert error.root_cause["status"] == "found", error.root_cause["summary"]
+    assert error.root_cause["producer"]["op"] == "aten::log"
+    capsule_path = error.capsule
+    session.detach()
+    thread.join()
+
+    fresh = Mlp().cuda()
+    capsule = nansense.replay_capsule(capsule_path, fresh)
+    x, y = capsule.batch
+    fresh.zero_grad()
+    body(x.cuda(), y.cuda(), True).backward()
+    match, difference = capsule.gradients_match()
+    assert match, difference
