@@ -158,8 +158,9 @@ def schema_type(schema, types_page):
     if t == "object":
         if "properties" in schema:
             required = set(schema.get("required", []))
-            fields = [f"{k}{'' if k in required else '?'}: {schema_type(v, types_page)}"
-                      for k, v in schema["properties"].items()]
+            # A variant's tag ("type": "status") first: it says which variant it is.
+            props = sorted(schema["properties"].items(), key=lambda kv: "const" not in kv[1])
+            fields = [f"{k}{'' if k in required else '?'}: {schema_type(v, types_page)}" for k, v in props]
             return "{ " + ", ".join(fields) + " }"
         if isinstance(schema.get("additionalProperties"), dict):
             return "map of " + schema_type(schema["additionalProperties"], types_page)
@@ -226,7 +227,8 @@ def arguments_table(input_schema, how):
         return "No arguments.\n"
     required = set(input_schema.get("required", []))
     lines = [how, "", "| Argument | Type | Default | Limits | Description |", "|---|---|---|---|---|"]
-    for name, p in props.items():
+    # The description's JSON has its keys sorted; required arguments first.
+    for name, p in sorted(props.items(), key=lambda kv: kv[0] not in required):
         default = "required" if name in required else (code(p["default"]) if "default" in p else "—")
         lines.append(f"| `{name}` | {cell(arg_type(p))} | {default} | {cell(constraints(p))} | "
                      f"{cell(prose(p.get('description', '')))} |")
