@@ -604,7 +604,11 @@ bool Tracer::touches_optimizer_state(const std::vector<torch::Tensor>& inputs,
   if (gradients_stale_) {
     gradient_impls_.clear();
     for (const auto& p : index_->parameters) {
-      if (p.grad().defined()) gradient_impls_.insert(p.grad().unsafeGetTensorImpl());
+      if (!p.grad().defined()) continue;
+      gradient_impls_.insert(p.grad().unsafeGetTensorImpl());
+      // zero_grad() sets gradients to None (LibTorch 2.x): pinned, a freed
+      // gradient's address cannot pass to a forward tensor taken for it.
+      pin(p.grad());
     }
     gradients_stale_ = false;
   }

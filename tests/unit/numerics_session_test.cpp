@@ -152,7 +152,7 @@ struct StepRecord {
 };
 
 int64_t adam_step(torch::optim::Adam& opt, const torch::Tensor& p) {
-  auto it = opt.state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+  auto it = opt.state().find(static_cast<void*>(p.unsafeGetTensorImpl()));
   if (it == opt.state().end()) return 0;
   return static_cast<torch::optim::AdamParamState&>(*it->second).step();
 }
@@ -479,12 +479,12 @@ TEST_F(CapsuleTest, ACapsuleFromAnotherModelIsRefusedNamingTheMismatch) {
 }
 
 torch::Tensor exp_avg(torch::optim::Adam& adam, const torch::Tensor& p) {
-  const auto& state = adam.state().at(c10::guts::to_string(p.unsafeGetTensorImpl()));
+  const auto& state = adam.state().at(static_cast<void*>(p.unsafeGetTensorImpl()));
   return static_cast<torch::optim::AdamParamState&>(*state).exp_avg().clone();
 }
 
 torch::Tensor momentum(torch::optim::SGD& sgd, const torch::Tensor& p) {
-  const auto& state = sgd.state().at(c10::guts::to_string(p.unsafeGetTensorImpl()));
+  const auto& state = sgd.state().at(static_cast<void*>(p.unsafeGetTensorImpl()));
   return static_cast<torch::optim::SGDParamState&>(*state).momentum_buffer().clone();
 }
 

@@ -28,7 +28,8 @@ void train(test::TwoLayer& model, torch::optim::Optimizer& opt, int steps = 3) {
 
 template <class ParamState>
 const ParamState& state_of(torch::optim::Optimizer& opt, const torch::Tensor& p) {
-  auto it = opt.state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+  // Keyed by the parameter's TensorImpl address (LibTorch 2.2+).
+  auto it = opt.state().find(static_cast<void*>(p.unsafeGetTensorImpl()));
   if (it == opt.state().end()) throw std::runtime_error("the optimizer has no state for this parameter");
   return static_cast<const ParamState&>(*it->second);
 }
