@@ -22,9 +22,8 @@ namespace nansense::fuzz {
 // rename it, change the file's kind), then comes the description's JSON
 // text; state::encode then writes the file, checksums right. So mutations
 // reach the description's readers and the choice of sections, while every
-// section's bytes stay whole LibTorch archives: LibTorch 1.13's archive
-// reader crashes on crafted archive bytes (fuzz/findings/, and the README's
-// Long checks), which no check of ours can prevent.
+// section's bytes stay whole LibTorch archives: LibTorch's archive reader
+// crashed on crafted archive bytes (1.13: fuzz/findings/, docs/contributing.md), which no check of ours can prevent.
 std::string file_of(const uint8_t* data, size_t size, const state::StateFile& seed);
 
 // A two-layer model with an SGD optimizer (momentum) after one step, the

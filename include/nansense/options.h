@@ -59,8 +59,8 @@ struct InputTransforms {
 // sent a byte a second, hundreds of viewers, agents that never end their
 // MCP session) cannot stall it or grow its memory without bound. Requests
 // over a limit are answered at once with a status and a message saying
-// which limit; nothing here ever waits on the training loop. The README's
-// Security section lists every limit.
+// which limit; nothing here ever waits on the training loop. docs/guide/security.md
+// lists every limit.
 struct ServeLimits {
   // Open connections at once (HTTP keep-alive and WebSocket). Default 1024.
   // One more is answered 503 and closed. Each costs a socket and a few KB.
@@ -138,8 +138,7 @@ struct StartOptions {
   // Default: every check on every batch, about 0.1% of a batch for the guard;
   // see nansense/debug.h for what each part costs.
   TORCH_ARG(DebugSettings, debug) = {};
-  // Statistics over time (nansense/stats.h, the README's "Watching training
-  // evolve"): which layers collect (default kWatched), the layers watched
+  // Statistics over time (nansense/stats.h, docs/guide/stats.md): which layers collect (default kWatched), the layers watched
   // from the start (default none, so nothing is collected; a name the first
   // captured batch does not have is dropped and reported), how often a
   // running loop is published without pausing (default every 2 seconds of

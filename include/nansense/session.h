@@ -240,8 +240,7 @@ class Session {
   // Dismisses the standing error; the checks stay on.
   void clear_debug_error();
 
-  // Watching training evolve (nansense/stats.h, the README's section of that
-  // name). Settings are callable from any thread and take effect at the next
+  // Watching training evolve (nansense/stats.h, docs/guide/stats.md). Settings are callable from any thread and take effect at the next
   // batch boundary; on a disabled session every call does nothing.
   //
   // Watch layers by name (get_architecture's names). Once a batch has been

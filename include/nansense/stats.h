@@ -1,6 +1,6 @@
 // Statistics over time: which layers collect, how often the UI is updated
 // while training runs, and the immutable views of what was collected
-// (Session::stats()). See the README's "Watching training evolve".
+// (Session::stats()). See docs/guide/stats.md.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -198,7 +198,7 @@ struct TensorStatsView {
   double std() const;
 };
 
-// Min/Max galleries (see the README's "Min/Max galleries"): per channel, the
+// Min/Max galleries (see docs/guide/stats.md): per channel, the
 // inputs that drove it highest or lowest in one (phase, epoch).
 // kMaxPixel / kMinPixel rank a sample by the channel's largest (smallest)
 // value and keep the input crop around where it was; kMaxAverage /

@@ -31,11 +31,14 @@ struct ThreadFrames {
   int inside = 0;              // > 0 while the observer handles an op here
   bool in_forward_op = false;  // between a forward op's start and its end
   int64_t skipped = 0;         // starts skipped whose ends are to come
+  // The index in `frames` of the backward node whose start turned the
+  // callback off for its nested ops (none: npos).
+  size_t muted_node = std::string::npos;
 };
 thread_local ThreadFrames t_frames;
 
 ThreadFrames& thread_state(uint64_t generation) {
-  if (t_frames.generation != generation) t_frames = ThreadFrames{generation, {}, 0, false, 0};
+  if (t_frames.generation != generation) t_frames = ThreadFrames{generation, {}, 0, false, 0, std::string::npos};
   return t_frames;
 }
 
@@ -143,10 +146,22 @@ void Observer::on_start(const at::RecordFunction& fn) {
   frame.name = fn.name();
   frame.seq = fn.seqNr();
   const bool below_backward = !frames.empty() && in_backward(frames.back());
+  const bool on_training_thread = std::this_thread::get_id() == training_thread_;
   if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION) {
     frame.kind = FrameKind::kNode;
     // Ops the engine runs around the node (summing gradients) belong to it too.
     if (!frames.empty() && frames.back().kind == FrameKind::kWrapper) frames.back().seq = frame.seq;
+    // LibTorch 2.x records no op around Tensor::backward() to turn watching
+    // off by (below): unless a consumer needs the backward pass, each node's
+    // own ops go unrecorded (their inputs and outputs unboxed), the node's
+    // start and end still arrive (the end runs the callbacks its start had).
+    if (on_training_thread && state.muted_node == std::string::npos) {
+      std::lock_guard lock(mu_);
+      if (!wants_backward()) {
+        at::disableCallback(handle_);
+        state.muted_node = frames.size();
+      }
+    }
   } else if (std::strncmp(fn.name(), "autograd::", 10) == 0) {
     frame.kind = FrameKind::kWrapper;
     frame.seq = -1;  // its node's, once that starts
@@ -159,7 +174,6 @@ void Observer::on_start(const at::RecordFunction& fn) {
     frame.op = op_name(frame.name);
   }
   frame.backward = below_backward;
-  const bool on_training_thread = std::this_thread::get_id() == training_thread_;
   if (frame.kind == FrameKind::kOp) {
     std::lock_guard lock(mu_);
     if (!frame.backward && frame.op == "backward" && on_training_thread) {
@@ -206,6 +220,10 @@ void Observer::on_end(const at::RecordFunction& fn) {
   // The first end not skipped after a forward op's start is its own.
   if (frame.kind == FrameKind::kOp && !frame.backward) state.in_forward_op = false;
   if (frame.kind == FrameKind::kNode) {
+    if (state.muted_node == frames.size()) {
+      at::reenableCallback(handle_);
+      state.muted_node = std::string::npos;
+    }
     std::lock_guard lock(mu_);
     for_each_consumer(consumers_, [](Consumer* c) { c->backward_ran(); });
     return;

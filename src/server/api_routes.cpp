@@ -74,7 +74,7 @@ HttpResponse handle_api(Controller& controller, const HttpRequest& request) {
     if (command.rest->method == request.method) route = &command;
     allowed += (allowed.empty() ? "" : ", ") + command.rest->method;
   }
-  if (allowed.empty()) return error_response(404, "no API route " + request.path + "; see the README's HTTP API");
+  if (allowed.empty()) return error_response(404, "no API route " + request.path + "; see docs/reference/http.md (scripts/docs builds it)");
   if (!route) {
     auto res = error_response(405, request.path + " accepts " + allowed + ", not " + request.method);
     res.headers.emplace_back("Allow", allowed);

@@ -19,7 +19,7 @@ struct Arg {
 
   std::string name;
   Type type = Type::kString;
-  // What an agent (and the README) reads: what it means, its unit.
+  // What an agent (and the generated reference) reads: what it means, its unit.
   std::string description;
   bool required = false;
   // Numbers (and each item of a list of integers): inclusive bounds unless

@@ -653,6 +653,8 @@ json wire_description() {
   json list = json::array();
   for (const auto& c : commands()) {
     list.push_back({{"name", c.name},
+                    {"title", c.title},
+                    {"description", c.description},
                     {"rest", c.rest ? json{{"method", c.rest->method}, {"path", c.rest->path}} : json(nullptr)},
                     {"mcp", c.mcp},
                     {"read_only", c.read_only},

@@ -1,5 +1,4 @@
-// What clients can hold of the server (ServeLimits, the README's Security
-// section): waits run off the workers and are bounded, idle MCP sessions
+// What clients can hold of the server (ServeLimits, docs/guide/security.md): waits run off the workers and are bounded, idle MCP sessions
 // expire, a slow client runs out of time, connections and a WebSocket's
 // queued frames are capped, incoming frames and bodies are bounded, and the
 // access checks (token, static files) hold. No test sleeps to synchronise:

@@ -206,7 +206,7 @@ TEST(ExtremeGallery, HoldsWhatTheReadmeSaysPerChannel) {
   // one float32 score and six int64 positions.
   const size_t per_slot = side * side + 28 * 28 + 2 * 2 * 4 + 4 + 6 * 8;
   EXPECT_EQ(gallery.bytes(), 2 * 5 * 16 * per_slot);
-  EXPECT_EQ(per_slot * 5 * 2, 9520u);  // the README's 9,520 bytes per channel
+  EXPECT_EQ(per_slot * 5 * 2, 9520u);  // docs/guide/stats.md's 9,520 bytes per channel
 }
 
 TEST(StatsStore, GalleriesLiveInTheNewestEpochOfAPhaseAndSayWhyWhenMissing) {
