@@ -8,6 +8,7 @@ so the extension is built against the torch the user will import.
 """
 
 import os
+import site
 import sys
 import sysconfig
 
@@ -18,10 +19,12 @@ def import_torch():
         return torch
     except ImportError:
         pass
+    # The interpreter's own site folders, with their .pth files processed
+    # (a torch installed through one is still that environment's torch).
     for key in ("purelib", "platlib"):
         path = sysconfig.get_paths()[key]
-        if path not in sys.path and os.path.isdir(os.path.join(path, "torch")):
-            sys.path.append(path)
+        if os.path.isdir(path):
+            site.addsitedir(path)
     import torch
     return torch
 
