@@ -24,6 +24,19 @@ class SmallCnn(nn.Module):
         return self.classifier(self.features(x))
 
 
+class Mlp(nn.Module):
+    """fc1 (Linear 4->8), act (ReLU), fc2 (Linear 8->3)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(4, 8)
+        self.act = nn.ReLU()
+        self.fc2 = nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)))
+
+
 def make_data(n=48, seed=0):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(n, 1, 12, 12, generator=g)

@@ -6,23 +6,11 @@ capsule replays on the GPU bit for bit."""
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 import nansense
-from conftest import Api, TrainingThread
+from conftest import Api, Mlp, TrainingThread
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible")
-
-
-class Mlp(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc1 = nn.Linear(4, 8)
-        self.act = nn.ReLU()
-        self.fc2 = nn.Linear(8, 3)
-
-    def forward(self, x):
-        return self.fc2(self.act(self.fc1(x)))
 
 
 def batches(n, device):

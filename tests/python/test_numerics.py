@@ -7,21 +7,9 @@ import os
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 import nansense
-from conftest import Api, TrainingThread
-
-
-class Mlp(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc1 = nn.Linear(4, 8)
-        self.act = nn.ReLU()
-        self.fc2 = nn.Linear(8, 3)
-
-    def forward(self, x):
-        return self.fc2(self.act(self.fc1(x)))
+from conftest import Api, Mlp, TrainingThread
 
 
 def per_class_loss(logits, y):
