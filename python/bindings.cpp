@@ -20,7 +20,11 @@
 #include "numerics/capsule.h"
 #include "nansense/nansense.h"
 #include "numerics/debug_json.h"
+#include "server/controller.h"
 #include "session/session_access.h"
+#include "session/session_port.h"
+#include "session/stats_collector.h"
+#include "stats/histogram.h"
 
 namespace py = pybind11;
 
@@ -72,6 +76,162 @@ std::shared_ptr<py::object> hold(py::object object) {
     py::gil_scoped_acquire gil;
     delete o;
   });
+}
+
+py::object tensor_or_none(const torch::Tensor& t) { return t.defined() ? py::cast(t) : py::none(); }
+
+// A Python instrument's context, as a dict the package turns into a
+// LayerContext / WeightContext: the live tensors, never copies.
+py::dict layer_context_dict(const LayerContext& ctx) {
+  py::dict d;
+  d["layer"] = ctx.layer;
+  d["phase"] = ctx.phase;
+  d["position"] = position_dict(ctx.position);
+  d["activation"] = tensor_or_none(ctx.activation);
+  d["gradient"] = tensor_or_none(ctx.gradient);
+  d["weights"] = ctx.weights;
+  d["weight_gradients"] = ctx.weight_gradients;
+  return d;
+}
+py::dict weight_context_dict(const WeightContext& ctx) {
+  py::dict d;
+  d["layer"] = ctx.layer;
+  d["parameter"] = ctx.parameter;
+  d["phase"] = ctx.phase;
+  d["position"] = position_dict(ctx.position);
+  d["weight"] = tensor_or_none(ctx.weight);
+  d["gradient"] = tensor_or_none(ctx.gradient);
+  d["optimizer_state"] = ctx.optimizer_state;
+  d["hyperparams"] = ctx.hyperparams;
+  return d;
+}
+
+// Calls a Python instrument from the training thread (which runs the
+// engine with the GIL released); a Python error becomes the C++ error the
+// engine reports and disables the instrument with.
+template <class F>
+auto with_python(const char* what, F&& f) {
+  if (python_finalizing()) throw std::runtime_error("Python is shutting down");
+  py::gil_scoped_acquire gil;
+  try {
+    return f();
+  } catch (py::error_already_set& e) {
+    throw std::runtime_error(std::string(what) + " raised " + e.what());
+  } catch (const py::cast_error& e) {
+    throw std::runtime_error(std::string(what) + " returned a value of the wrong type: " + e.what());
+  }
+}
+
+py::dict tensor_stats_dict(const TensorStatsView& v) {
+  py::dict d;
+  d["n"] = v.n;
+  d["sum"] = v.sum;
+  d["sum_sq"] = v.sum_sq;
+  d["min"] = v.min;
+  d["max"] = v.max;
+  d["nan"] = v.nan;
+  d["pos_inf"] = v.pos_inf;
+  d["neg_inf"] = v.neg_inf;
+  d["hist"] = v.hist.empty() ? py::object(py::none()) : py::cast(v.hist);
+  d["channel_hists"] = v.channel_hists;
+  d["channels"] = v.channels;
+  d["binned"] = v.binned;
+  d["median"] = v.median;
+  d["dead_channel_count"] = v.dead_count ? py::object(py::int_(*v.dead_count)) : py::none();
+  d["dead_channels"] = v.dead_channels;
+  return d;
+}
+
+py::dict gallery_dict(const GalleryView& g) {
+  py::dict d;
+  d["ranking"] = std::string(to_string(g.ranking));
+  d["samples"] = g.samples;
+  d["channels"] = g.channels;
+  d["input_height"] = g.input_height;
+  d["input_width"] = g.input_width;
+  py::list slots;
+  for (const auto& s : g.slots) {
+    if (!s.filled) {
+      slots.append(py::none());
+      continue;
+    }
+    py::dict slot;
+    slot["score"] = s.score;
+    slot["batch"] = s.batch;
+    slot["sample"] = s.sample;
+    slot["y"] = s.y;
+    slot["x"] = s.x;
+    slot["top"] = s.top;
+    slot["left"] = s.left;
+    slots.append(slot);
+  }
+  d["slots"] = slots;
+  d["crops"] = tensor_or_none(g.crops.defined() ? g.crops.clone() : g.crops);
+  d["heat"] = tensor_or_none(g.heat.defined() ? g.heat.clone() : g.heat);
+  return d;
+}
+
+py::object optional_number(const std::optional<double>& v) { return v ? py::object(py::float_(*v)) : py::none(); }
+
+py::dict stats_dict(const StatsSnapshot& s) {
+  py::dict d;
+  d["sequence"] = s.sequence;
+  py::list layers;
+  for (const auto& [key, views] : s.layers) {
+    for (const auto& v : views) {
+      py::dict l;
+      l["layer"] = v.layer;
+      l["phase"] = v.phase;
+      l["epoch"] = v.epoch;
+      l["batches"] = v.batches;
+      l["activation"] = v.activation ? py::object(tensor_stats_dict(*v.activation)) : py::none();
+      l["gradient"] = v.gradient ? py::object(tensor_stats_dict(*v.gradient)) : py::none();
+      py::list galleries;
+      for (const auto& g : v.galleries) galleries.append(gallery_dict(g));
+      l["galleries"] = galleries;
+      l["gallery_note"] = v.gallery_note ? py::object(py::str(*v.gallery_note)) : py::none();
+      layers.append(l);
+    }
+  }
+  d["layers"] = layers;
+  py::dict parameters;
+  for (const auto& [name, samples] : s.parameters) {
+    py::list list;
+    for (const auto& p : samples) {
+      py::dict e;
+      e["epoch"] = p.epoch;
+      e["value_norm"] = p.value_norm;
+      e["mean"] = p.mean;
+      e["std"] = p.std;
+      e["min"] = p.min;
+      e["max"] = p.max;
+      e["grad_norm"] = optional_number(p.grad_norm);
+      e["grad_mean"] = optional_number(p.grad_mean);
+      e["grad_std"] = optional_number(p.grad_std);
+      e["grad_min"] = optional_number(p.grad_min);
+      e["grad_max"] = optional_number(p.grad_max);
+      e["update_ratio"] = optional_number(p.update_ratio);
+      list.append(e);
+    }
+    parameters[py::str(name)] = list;
+  }
+  d["parameters"] = parameters;
+  d["owner"] = s.owner;
+  py::list series;
+  for (const auto& sv : s.series) {
+    py::dict e;
+    e["name"] = sv.name;
+    e["phase"] = sv.phase;
+    e["layer"] = sv.layer;
+    py::list points;
+    for (const auto& p : sv.points) {
+      points.append(py::make_tuple(p.epoch, p.batch ? py::object(py::int_(*p.batch)) : py::none(), p.x, p.value));
+    }
+    e["points"] = points;
+    series.append(e);
+  }
+  d["series"] = series;
+  return d;
 }
 
 // input_transform: the user's Python function, called by the server's
@@ -143,6 +303,10 @@ class Engine {
     options.epochs(epochs).phases(std::move(phases));
     session_ = std::make_unique<Session>(start(mirror_, options));
     core_ = detail::core_of(*session_);
+    controller_ = std::make_unique<server::Controller>(*detail::port_of(*session_));
+    core_->set_no_ui_hint(
+        "nansense.serve(session) or nansense.start(..., port=8080) serves one, and session.detach() trains on "
+        "without pausing (Ctrl-C stops the script)");
     // Ctrl-C while paused: the pause wakes every 50 ms to let Python run its
     // signal handlers, which run on the main thread only (a loop on another
     // thread skips the GIL). An exception they raise leaves every pause
@@ -164,6 +328,7 @@ class Engine {
   ~Engine() {
     pending_.reset();
     py::gil_scoped_release release;
+    controller_.reset();
     session_.reset();
   }
 
@@ -309,6 +474,8 @@ class Engine {
     d["optimizer_state"] = clones_nested(snap->optimizer_state);
     d["optimizer_hyperparams"] = snap->optimizer_hyperparams;
     d["inputs"] = clones(snap->inputs);
+    d["custom_activations"] = clones_nested(snap->custom_activations);
+    d["custom_weight_tensors"] = clones_nested(snap->custom_weight_tensors);
     py::list layers;
     if (snap->architecture) {
       for (const auto& l : snap->architecture->layers) layers.append(l.name);
@@ -417,6 +584,123 @@ class Engine {
   void silence_debug_check(const std::string& category) { session_->silence_debug_check(category); }
   void clear_debug_error() { session_->clear_debug_error(); }
 
+  // --- statistics and instruments (any thread; instruments run on the
+  // training thread). Settings go through the controller, the one
+  // vocabulary the UI and MCP use; the package checks arguments first.
+  py::object settings() const { return from_json(controller_->get_settings()); }
+  py::object set_update_frequency(const std::string& unit, double n, std::optional<std::string> phase) {
+    return from_json(controller_->set_update_frequency(unit, n, phase));
+  }
+  py::object set_stats_scope(const std::string& scope) { return from_json(controller_->set_stats_scope(scope)); }
+  py::object watch_layers(const std::vector<std::string>& layers) { return from_json(controller_->watch_layers(layers)); }
+  py::object unwatch_layers(const std::vector<std::string>& layers) {
+    return from_json(controller_->unwatch_layers(layers));
+  }
+  py::object set_watch_performance(std::optional<bool> channel_limit_enabled, std::optional<int64_t> channel_limit,
+                                   std::optional<int64_t> histogram_sample, std::optional<int64_t> samples_per_channel,
+                                   std::optional<bool> average_galleries) {
+    server::Controller::PerformanceChange change;
+    change.channel_limit_enabled = channel_limit_enabled;
+    change.channel_limit = channel_limit;
+    change.histogram_sample = histogram_sample;
+    change.samples_per_channel = samples_per_channel;
+    change.average_galleries = average_galleries;
+    return from_json(controller_->set_watch_performance(change));
+  }
+  py::object set_patch_layers(const std::optional<std::vector<std::string>>& layers) {
+    return from_json(controller_->set_patch_layers(layers));
+  }
+  void log_scalar(const std::string& name, double value) { session_->log_scalar(name, value); }
+
+  // `adapter(context_dict)` returns [(key, value), ...] or None (the
+  // package's wrapper around the user's function); `reduce`, when not None,
+  // maps an epoch's list of values to one.
+  void watch_metric(const std::string& name, py::object adapter, const std::string& on, const std::string& reduce,
+                    py::object custom_reduce) {
+    auto held = hold(std::move(adapter));
+    detail::StatsCollector::CustomReduce reducer;
+    if (!custom_reduce.is_none()) {
+      auto held_reduce = hold(std::move(custom_reduce));
+      reducer = [held_reduce, name](const std::vector<double>& values) -> double {
+        return with_python(("the reduce of metric \"" + name + "\"").c_str(),
+                           [&] { return (*held_reduce)(values).cast<double>(); });
+      };
+    }
+    static const std::map<std::string, MetricReduce> reduces = {{"mean", MetricReduce::kMean},
+                                                                {"sum", MetricReduce::kSum},
+                                                                {"min", MetricReduce::kMin},
+                                                                {"max", MetricReduce::kMax},
+                                                                {"last", MetricReduce::kLast}};
+    core_->stats().add_metric(
+        name,
+        [held, name](const LayerContext& ctx) -> detail::StatsCollector::NamedValues {
+          return with_python(("metric \"" + name + "\"").c_str(), [&]() -> detail::StatsCollector::NamedValues {
+            py::object out = (*held)(layer_context_dict(ctx));
+            if (out.is_none()) return {};
+            return out.cast<detail::StatsCollector::NamedValues>();
+          });
+        },
+        on == "epoch" ? MetricOn::kEpoch : MetricOn::kBatch, reduces.at(reduce), std::move(reducer));
+  }
+  // `adapter(context_dict)` returns a tensor or None.
+  void watch_layer_tensor(const std::string& name, py::object adapter) {
+    auto held = hold(std::move(adapter));
+    session_->watch_layer_tensor(name, [held, name](const LayerContext& ctx) -> torch::Tensor {
+      return with_python(("layer-tensor instrument \"" + name + "\"").c_str(), [&]() -> torch::Tensor {
+        py::object out = (*held)(layer_context_dict(ctx));
+        return out.is_none() ? torch::Tensor() : out.cast<torch::Tensor>();
+      });
+    });
+  }
+  void watch_weight_tensor(const std::string& name, py::object adapter) {
+    auto held = hold(std::move(adapter));
+    session_->watch_weight_tensor(name, [held, name](const WeightContext& ctx) -> torch::Tensor {
+      return with_python(("weight-tensor instrument \"" + name + "\"").c_str(), [&]() -> torch::Tensor {
+        py::object out = (*held)(weight_context_dict(ctx));
+        return out.is_none() ? torch::Tensor() : out.cast<torch::Tensor>();
+      });
+    });
+  }
+  std::vector<std::pair<std::string, std::string>> failed_metrics() const {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const auto& f : session_->failed_metrics()) out.emplace_back(f.name, f.error);
+    return out;
+  }
+  py::object stats() const {
+    auto s = session_->stats();
+    return s ? py::object(stats_dict(*s)) : py::none();
+  }
+
+  // --- probes and experiment settings (the controller's; any thread but
+  // the training one, as the UI calls them) ---
+  py::object probe_status() const { return from_json(controller_->get_probe_status()); }
+  py::object pin_batch(double wait_s) {
+    py::gil_scoped_release release;
+    return call_json([&] { return controller_->pin_batch(wait(wait_s)); });
+  }
+  py::object unpin_batch(double wait_s) {
+    py::gil_scoped_release release;
+    return call_json([&] { return controller_->unpin_batch(wait(wait_s)); });
+  }
+  py::object set_probe_mode(const std::string& mode, double wait_s) {
+    py::gil_scoped_release release;
+    return call_json([&] { return controller_->set_probe_mode(mode, wait(wait_s)); });
+  }
+  py::object add_perturbation(const std::vector<int64_t>& index, const std::vector<double>& values, int64_t sample,
+                              std::optional<std::string> input, double wait_s) {
+    py::gil_scoped_release release;
+    return call_json([&] { return controller_->add_perturbation(index, values, sample, input, wait(wait_s)); });
+  }
+  py::object clear_perturbations(double wait_s) {
+    py::gil_scoped_release release;
+    return call_json([&] { return controller_->clear_perturbations(wait(wait_s)); });
+  }
+  py::object set_auto_run_experiments(bool enabled) { return from_json(controller_->set_auto_run_experiments(enabled)); }
+  py::object set_experiment_defaults(const std::string& kind, const std::string& params) {
+    return from_json(controller_->set_experiment_defaults(kind, nlohmann::json::parse(params)));
+  }
+  py::object list_experiments() const { return from_json(controller_->list_experiments()); }
+
  private:
   // The exception a signal handler raised while the loop was paused, raised
   // now that the call returns to Python (the GIL is held again).
@@ -427,9 +711,23 @@ class Engine {
     throw error;
   }
 
+  static server::Controller::Wait wait(double seconds) {
+    return server::Controller::Wait(static_cast<int64_t>(seconds * 1000));
+  }
+  // A controller call made with the GIL released: its JSON reply converted
+  // once the GIL is back (its refusal passes through as a ControllerError).
+  template <class F>
+  py::object call_json(F&& f) {
+    nlohmann::json reply = f();
+    py::gil_scoped_acquire gil;
+    return from_json(reply);
+  }
+
   std::shared_ptr<torch::nn::Module> mirror_;
   std::unique_ptr<Session> session_;
   detail::SessionCore* core_ = nullptr;
+  // Over the session's port; reset before the session it refers to.
+  std::unique_ptr<server::Controller> controller_;
   // Training thread only.
   std::unique_ptr<py::error_already_set> pending_;
 };
@@ -490,15 +788,23 @@ PYBIND11_MODULE(_nansense, m) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const nansense::ScheduleError& e) {
-      schedule_error(e.what());
+      py::set_error(schedule_error, e.what());
     } catch (const nansense::ControlError& e) {
-      control_error(e.what());
+      py::set_error(control_error, e.what());
     } catch (const nansense::UsageError& e) {
-      usage_error(e.what());
+      py::set_error(usage_error, e.what());
     } catch (const nansense::TimeTravelError& e) {
-      time_travel_error(e.what());
+      py::set_error(time_travel_error, e.what());
     } catch (const nansense::CapsuleError& e) {
-      capsule_error(e.what());
+      py::set_error(capsule_error, e.what());
+    } catch (const nansense::server::ControllerError& e) {
+      // The UI's refusals: a wrong argument is a ValueError (naming it), the
+      // others (not paused, nothing pinned) a ControlError.
+      if (e.kind() == nansense::server::ControllerError::Kind::kConflict) {
+        py::set_error(control_error, e.what());
+      } else {
+        PyErr_SetString(PyExc_ValueError, e.what());
+      }
     } catch (const nansense::TimeTravelJump& jump) {
       // nansense.TimeTravelJump (a BaseException, defined in Python).
       auto* type = jump_type();
@@ -582,5 +888,28 @@ PYBIND11_MODULE(_nansense, m) {
       .def("debug_settings", &Engine::debug_settings)
       .def("set_debug_settings", &Engine::set_debug_settings)
       .def("silence_debug_check", &Engine::silence_debug_check)
-      .def("clear_debug_error", &Engine::clear_debug_error);
+      .def("clear_debug_error", &Engine::clear_debug_error)
+      .def("settings", &Engine::settings)
+      .def("set_update_frequency", &Engine::set_update_frequency)
+      .def("set_stats_scope", &Engine::set_stats_scope)
+      .def("watch_layers", &Engine::watch_layers)
+      .def("unwatch_layers", &Engine::unwatch_layers)
+      .def("set_watch_performance", &Engine::set_watch_performance)
+      .def("set_patch_layers", &Engine::set_patch_layers)
+      .def("log_scalar", &Engine::log_scalar)
+      .def("watch_metric", &Engine::watch_metric)
+      .def("watch_layer_tensor", &Engine::watch_layer_tensor)
+      .def("watch_weight_tensor", &Engine::watch_weight_tensor)
+      .def("failed_metrics", &Engine::failed_metrics)
+      .def("stats", &Engine::stats)
+      .def("probe_status", &Engine::probe_status)
+      .def("pin_batch", &Engine::pin_batch)
+      .def("unpin_batch", &Engine::unpin_batch)
+      .def("set_probe_mode", &Engine::set_probe_mode)
+      .def("add_perturbation", &Engine::add_perturbation)
+      .def("clear_perturbations", &Engine::clear_perturbations)
+      .def("set_auto_run_experiments", &Engine::set_auto_run_experiments)
+      .def("set_experiment_defaults", &Engine::set_experiment_defaults)
+      .def("list_experiments", &Engine::list_experiments);
+  m.def("histogram_edges", [] { return nansense::stats::bin_edges(); });
 }

@@ -19,7 +19,9 @@ import torch
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
 from . import _nansense
-from ._types import BatchPosition, BatchSnapshot, DebugError, DebugSettings, Mode, RunState, TimeTravelStatus
+from ._session_watch import _WatchMethods
+from ._types import (BatchPosition, BatchSnapshot, DebugError, DebugSettings, Mode, RunState, Schedule,
+                     TimeTravelStatus)
 
 DEFAULT_CACHE_DIR = ".nansense_cache"
 
@@ -263,7 +265,7 @@ def _closed_normally(generator_frame) -> bool:
 # ---------------------------------------------------------------- the session
 
 
-class Session:
+class Session(_WatchMethods):
     """The bridge between a live training loop and the nansense UI.
 
     Create one with nansense.start. The loop drives it through batches()
@@ -285,6 +287,7 @@ class Session:
         self._loop_epoch = None
         self._start_epochs = None
         self._server: Optional[threading.Thread] = None
+        self._driven = False         # run control was asked for (or a UI served) before the first batch
 
     # ---- properties
 
@@ -328,11 +331,12 @@ class Session:
         return self._engine.internal_errors() if self._engine else []
 
     @property
-    def schedule(self) -> dict:
-        """epochs (None until known), phases (name -> batch count, as learned) and phase_order."""
+    def schedule(self) -> Schedule:
+        """The run's shape as known so far: epochs (None until known), phases
+        (name -> batch count, as learned) and phase_order."""
         if not self._engine:
-            return {"epochs": None, "phases": {}, "phase_order": []}
-        return self._engine.schedule()
+            return Schedule(lambda: {"epochs": None, "phases": {}, "phase_order": []})
+        return Schedule(self._engine.schedule)
 
     # ---- the training loop
 
@@ -406,6 +410,10 @@ class Session:
 
     def _batches(self, loader: Iterable, phase: str, epoch: Optional[int]) -> Iterator:
         engine, model = self._engine, self._model
+        if not self._driven:
+            self._driven = True
+            if not self.url:
+                self._train_on_without_ui()
         count = 0
         for item in loader:
             tensors = _tensors_of(item)
@@ -439,6 +447,15 @@ class Session:
             count += 1
         engine.end_phase(phase, count)
 
+    def _train_on_without_ui(self) -> None:
+        # A script that served no UI and asked for no pause: nothing could
+        # resume a pause, so it trains on (checks and capsules stay on).
+        self._engine.detach()
+        print("[nansense] no UI is served, so training runs on without pausing; the numerical checks stay on "
+              "and a NaN still writes its capsule (session.debug_error names it). nansense.start(..., port=8080) "
+              "or nansense.serve(session) serves the UI; calling session.pause() or session.step_batch() before "
+              "the loop pauses it for code to drive.", file=sys.stderr)
+
     def epochs(self, n: Optional[int] = None, *, cache_dir: Union[str, os.PathLike] = DEFAULT_CACHE_DIR,
                start_epoch: int = 0) -> Iterator[int]:
         """Time-travel-aware epoch loop: yields start_epoch ... n - 1 like
@@ -459,7 +476,7 @@ class Session:
         the disk.
         """
         if n is None:
-            n = self.schedule["epochs"] if self._engine else self._start_epochs
+            n = self.schedule.epochs if self._engine else self._start_epochs
             if n is None:
                 raise ValueError("epochs() needs the epoch count: session.epochs(n), or nansense.start(..., epochs=n)")
         _check_int("n", n, 1, none_ok=False)
@@ -542,21 +559,25 @@ class Session:
 
     def step_batch(self) -> None:
         """Pause after the next batch."""
+        self._driven = True
         if self._engine:
             self._engine.step_batch()
 
     def step_phase(self) -> None:
         """Pause at the first batch of the next phase."""
+        self._driven = True
         if self._engine:
             self._engine.step_phase()
 
     def step_epoch(self) -> None:
         """Pause at the first batch of the next epoch."""
+        self._driven = True
         if self._engine:
             self._engine.step_epoch()
 
     def run_until(self, *, phase: str, epoch: int, batch_idx: int) -> None:
         """Pause at exactly (phase, epoch, batch_idx), which must lie ahead."""
+        self._driven = True
         if not isinstance(phase, str) or not phase:
             raise TypeError(f"phase must be a non-empty string, got {phase!r}")
         _check_int("epoch", epoch, 0, none_ok=False)
@@ -566,21 +587,25 @@ class Session:
 
     def run(self) -> None:
         """Run to the last batch of the run."""
+        self._driven = True
         if self._engine:
             self._engine.run()
 
     def detach(self) -> None:
         """Never pause again (a numerical error still does)."""
+        self._driven = True
         if self._engine:
             self._engine.detach()
 
     def pause(self) -> None:
         """Pause at the next batch boundary."""
+        self._driven = True
         if self._engine:
             self._engine.pause()
 
     def refresh(self) -> None:
         """Capture and publish the next batch without pausing."""
+        self._driven = True
         if self._engine:
             self._engine.refresh()
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import enum
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import torch
@@ -68,7 +68,10 @@ class BatchSnapshot:
     activations / activation_gradients are keyed by layer name (the
     architecture graph's: Python module paths such as "features.0", and
     fx-style names for parameterless ops); weights / weight_gradients by
-    parameter name, matching model.named_parameters()."""
+    parameter name, matching model.named_parameters(). custom_activations
+    (layer -> instrument -> tensor) and custom_weight_tensors (parameter ->
+    instrument -> tensor) hold the tensor instruments' outputs
+    (Session.watch_layer_tensor / watch_weight_tensor)."""
 
     position: BatchPosition
     sequence: int
@@ -80,6 +83,8 @@ class BatchSnapshot:
     optimizer_state: dict[str, dict[str, torch.Tensor]]
     optimizer_hyperparams: dict[str, dict[str, float]]
     inputs: list[torch.Tensor]
+    custom_activations: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
+    custom_weight_tensors: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
 
     @classmethod
     def _from(cls, d: Optional[dict]) -> Optional["BatchSnapshot"]:
@@ -245,3 +250,36 @@ class TimeTravelStatus:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cached_epochs", tuple(self.cached_epochs))
+
+
+class Schedule:
+    """The run's shape as known so far (Session.schedule): a view of the
+    engine's schedule, read when asked.
+
+    epochs is the epoch count (None until declared); phases maps each phase
+    whose batch count is known to it, in first-seen order (all of them up
+    front in a declared schedule; learned as each phase ends otherwise);
+    phase_order lists every phase seen, counted or not."""
+
+    def __init__(self, read):
+        self._read = read
+
+    @property
+    def epochs(self) -> Optional[int]:
+        return self._read()["epochs"]
+
+    @property
+    def phases(self) -> dict[str, int]:
+        return dict(self._read()["phases"])
+
+    @property
+    def phase_order(self) -> list[str]:
+        return list(self._read()["phase_order"])
+
+    def phase_count(self, phase: str) -> Optional[int]:
+        """The batch count of `phase`, or None while it is not known."""
+        return self._read()["phases"].get(phase)
+
+    def __repr__(self) -> str:
+        d = self._read()
+        return f"Schedule(epochs={d['epochs']}, phases={dict(d['phases'])}, phase_order={d['phase_order']})"

@@ -189,8 +189,24 @@ void SessionCore::publish_capture() {
     return;
   }
   if (capture) publish_snapshot(*trace);
+  // A batch only collected (a detached run with statistics on) names the
+  // layers too.
+  if (!capture && decision_.collect && !architecture_.load()) adopt_architecture(trace->architecture);
   if (decision_.collect) stats_->fold(pos_, *trace);
   if (capture) stats_->publish();
+}
+
+void SessionCore::adopt_architecture(std::shared_ptr<const Architecture> architecture) {
+  if (!architecture || architecture->layers.empty()) return;
+  // The first architecture settles the layers watched before it.
+  if (!architecture_.load()) {
+    if (auto dropped = stats_->check_watched(*architecture); !dropped.empty()) {
+      std::string names;
+      for (const auto& n : dropped) names += (names.empty() ? "\"" : ", \"") + n + "\"";
+      report_part_error("watched layers not in the architecture were dropped: " + names);
+    }
+  }
+  architecture_.store(std::move(architecture));
 }
 
 void SessionCore::publish_snapshot(capture::TraceResult& trace) {
@@ -215,17 +231,7 @@ void SessionCore::publish_snapshot(capture::TraceResult& trace) {
       std::lock_guard lock(trace.grad_mu);
       samples_that_fit_ = capture::next_start_samples(trace);
     }
-    if (!snap->architecture->layers.empty()) {
-      // The first architecture settles the layers watched before it.
-      if (!architecture_.load()) {
-        if (auto dropped = stats_->check_watched(*snap->architecture); !dropped.empty()) {
-          std::string names;
-          for (const auto& n : dropped) names += (names.empty() ? "\"" : ", \"") + n + "\"";
-          report_part_error("watched layers not in the architecture were dropped: " + names);
-        }
-      }
-      architecture_.store(snap->architecture);
-    }
+    adopt_architecture(snap->architecture);
     {
       std::lock_guard shown_lock(shown_mu_);
       // A probe shown keeps its place: it re-runs on this capture before the
@@ -287,8 +293,7 @@ bool SessionCore::finish_batch(bool can_repeat) {
     if (!attachment_ && !warned_no_ui_) {
       warned_no_ui_ = true;
       std::cerr << "[nansense] paused at " << pos_.to_string()
-                << " with no UI served: nansense::serve(session) or StartOptions().port(...) serves one, "
-                   "and session.detach() trains without pausing\n";
+                << " with no UI served: " << no_ui_hint_ << "\n";
     }
     pause_here(schedule_.with_flags(pos_));
   }

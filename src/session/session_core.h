@@ -85,6 +85,7 @@ class SessionCore {
   SessionPort& port() { return *port_; }
   void set_display_options(const ServeOptions& options) { display_ = options; }
   bool attached() const { return attachment_ != nullptr; }
+  void set_no_ui_hint(std::string hint) { no_ui_hint_ = std::move(hint); }
   void attach(std::unique_ptr<Attachment> transport) { attachment_ = std::move(transport); }
   std::string url() const;
 
@@ -119,6 +120,8 @@ class SessionCore {
   // Finishes the batch's trace: publishes it as the snapshot when the batch
   // is captured, folds its statistics when collected.
   void publish_capture();
+  // Keeps the first (or a newer) architecture a traced batch discovered.
+  void adopt_architecture(std::shared_ptr<const Architecture> architecture);
   void publish_snapshot(capture::TraceResult& trace);
   // Shows `view` in the live snapshot's place; null: the live snapshot again
   // (a copy under a new sequence, so sequences only grow).
@@ -156,6 +159,10 @@ class SessionCore {
   int64_t samples_that_fit_ = 0;
   bool capture_disabled_ = false;
   bool warned_no_ui_ = false;
+  // What the warning of a pause with no UI suggests, in the caller's
+  // language (the Python package sets its own).
+  std::string no_ui_hint_ =
+      "nansense::serve(session) or StartOptions().port(...) serves one, and session.detach() trains without pausing";
   bool repeat_batch_ = false;  // the next begin_batch delivers the same batch again
   std::optional<int64_t> loop_epoch_;  // the epoch epochs() runs, for batches() without one
   int64_t loop_epochs_ = 0;            // epochs()'s n

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <iostream>
+#include <limits>
 #include <set>
 
 #include "common/dtype.h"
@@ -105,10 +106,12 @@ void StatsCollector::Reduction::add(double v) {
   sum += v;
   last = v;
   ++count;
+  if (metric->custom_reduce) values.push_back(v);
 }
 
-double StatsCollector::Reduction::value(MetricReduce reduce) const {
-  switch (reduce) {
+double StatsCollector::Reduction::value() const {
+  if (metric->custom_reduce) return metric->custom_reduce(values);
+  switch (metric->reduce) {
     case MetricReduce::kMean: return sum / static_cast<double>(count);
     case MetricReduce::kSum: return sum;
     case MetricReduce::kMin: return min;
@@ -221,11 +224,29 @@ bool StatsCollector::collecting() const {
 void StatsCollector::add_metric(const std::string& name, MetricFn fn, MetricOn on, MetricReduce reduce) {
   if (name.empty()) throw UsageError("watch_metric needs a name (its chart's title), got an empty one");
   if (!fn) throw UsageError("watch_metric(\"" + name + "\") needs a function, got an empty one");
+  add_metric(
+      name,
+      [fn = std::move(fn)](const LayerContext& ctx) -> NamedValues {
+        const std::optional<double> value = fn(ctx);
+        if (!value) return {};
+        return {{std::string(), *value}};
+      },
+      on, reduce, nullptr);
+}
+
+void StatsCollector::add_metric(const std::string& name, NamedMetricFn fn, MetricOn on, MetricReduce reduce,
+                                CustomReduce custom_reduce) {
+  if (name.empty()) throw UsageError("watch_metric needs a name (its chart's title), got an empty one");
+  if (!fn) throw UsageError("watch_metric(\"" + name + "\") needs a function, got an empty one");
+  if (custom_reduce && on != MetricOn::kEpoch) {
+    throw UsageError("watch_metric(\"" + name + "\"): a reduce function applies to on=epoch metrics only");
+  }
   auto metric = std::make_shared<Metric>();
   metric->name = name;
   metric->fn = std::move(fn);
   metric->on = on;
   metric->reduce = reduce;
+  metric->custom_reduce = std::move(custom_reduce);
   std::lock_guard lock(mu_);
   for (const auto& m : metrics_) {
     if (m->name == name) throw UsageError("a metric named \"" + name + "\" is already watched; choose another name");
@@ -495,9 +516,9 @@ void StatsCollector::run_metrics(const BatchPosition& pos, const std::vector<con
     LayerContext ctx = layer_context(*layer, pos, trace.device_activations, gradients, params);
     for (const auto& metric : metrics) {
       if (metric->failed) continue;
-      std::optional<double> value;
+      NamedValues values;
       try {
-        value = metric->fn(ctx);
+        values = metric->fn(ctx);
       } catch (const std::exception& e) {
         fail_metric(*metric, layer->name, e.what());
         continue;
@@ -505,11 +526,15 @@ void StatsCollector::run_metrics(const BatchPosition& pos, const std::vector<con
         fail_metric(*metric, layer->name, "it threw something that is not a std::exception");
         continue;
       }
-      if (!value) continue;
-      if (metric->on == MetricOn::kBatch) {
-        log_point(metric->name, layer->name, pos, *value);
-      } else {
-        reductions_[{metric->name, layer->name, pos.phase, pos.epoch}].add(*value);
+      for (const auto& [key, value] : values) {
+        const std::string series = key.empty() ? metric->name : metric->name + "/" + key;
+        if (metric->on == MetricOn::kBatch) {
+          log_point(series, layer->name, pos, value);
+        } else {
+          Reduction& r = reductions_[{series, layer->name, pos.phase, pos.epoch}];
+          if (!r.metric) r.metric = metric;
+          r.add(value);
+        }
       }
     }
   }
@@ -682,19 +707,21 @@ void StatsCollector::end_phase(const std::string& phase, int64_t count) {
 }
 
 void StatsCollector::close_epoch(int64_t epoch) {
-  std::map<std::string, MetricReduce> reduce_of;
-  {
-    std::lock_guard lock(mu_);
-    for (const auto& m : metrics_) reduce_of.emplace(m->name, m->reduce);
-  }
   for (auto it = reductions_.begin(); it != reductions_.end();) {
     const auto& [name, layer, phase, e] = it->first;
     if (e > epoch) {
       ++it;
       continue;
     }
-    store_.log_scalar(name, layer, phase, e, std::nullopt, static_cast<double>(e),
-                      it->second.value(reduce_of[name]));
+    double value = std::numeric_limits<double>::quiet_NaN();
+    try {
+      value = it->second.value();
+    } catch (const std::exception& error) {
+      fail_metric(*it->second.metric, layer, std::string("its reduce raised: ") + error.what());
+      it = reductions_.erase(it);
+      continue;
+    }
+    store_.log_scalar(name, layer, phase, e, std::nullopt, static_cast<double>(e), value);
     dirty_ = true;
     it = reductions_.erase(it);
   }

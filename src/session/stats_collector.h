@@ -61,6 +61,16 @@ class StatsCollector {
   // layer (and collection not disabled by a failure).
   bool collecting() const;
   void add_metric(const std::string& name, MetricFn fn, MetricOn on, MetricReduce reduce);
+  // The general form behind it (the Python package's watch_metric): the
+  // function returns named values, one series each ("" is the metric's own
+  // series, any other key the series "name/key"); none skips the layer.
+  // `custom_reduce`, when set, reduces an epoch's values instead of `reduce`
+  // (an on = kEpoch metric only).
+  using NamedValues = std::vector<std::pair<std::string, double>>;
+  using NamedMetricFn = std::function<NamedValues(const LayerContext&)>;
+  using CustomReduce = std::function<double(const std::vector<double>&)>;
+  void add_metric(const std::string& name, NamedMetricFn fn, MetricOn on, MetricReduce reduce,
+                  CustomReduce custom_reduce);
   // Tensor instruments (Session::watch_layer_tensor / watch_weight_tensor):
   // exactly one function is set. UsageError for an empty or taken name.
   void add_tensor_instrument(const std::string& name, LayerTensorFn layer_fn, WeightTensorFn weight_fn);
@@ -110,9 +120,10 @@ class StatsCollector {
  private:
   struct Metric {
     std::string name;
-    MetricFn fn;
+    NamedMetricFn fn;
     MetricOn on = MetricOn::kBatch;
     MetricReduce reduce = MetricReduce::kMean;
+    CustomReduce custom_reduce;
     std::atomic<bool> failed{false};
   };
   struct TensorInstrument {
@@ -123,10 +134,12 @@ class StatsCollector {
   };
   // An epoch's values of one (metric, layer, phase), reduced as they come.
   struct Reduction {
+    std::shared_ptr<Metric> metric;
     int64_t count = 0;
     double sum = 0, min = 0, max = 0, last = 0;
+    std::vector<double> values;  // kept for a custom reduce only
     void add(double v);
-    double value(MetricReduce reduce) const;
+    double value() const;
   };
   // A point whose x waits for its phase's length.
   struct HeldPoint {

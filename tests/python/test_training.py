@@ -117,7 +117,7 @@ def test_paused_stepped_and_inspected_over_http():
     loop.join()
     assert session.state == nansense.RunState.FINISHED
     assert len(record) == 2 * len(train_loader)
-    assert session.schedule["phases"] == {"train": len(train_loader), "val": len(val_loader)}
+    assert session.schedule.phases == {"train": len(train_loader), "val": len(val_loader)}
 
 
 def test_run_control_from_python_and_the_mcp_endpoint():

@@ -1,0 +1,455 @@
+"""Watching training evolve from Python: the statistics' settings and views,
+custom instruments, and their context types.
+
+Everything here is a view over the engine's own collector (the one the UI's
+Stats page reads); the settings go through the same command layer as the
+UI's and MCP's, so a value refused there is refused here with the same
+reason."""
+
+from __future__ import annotations
+
+import enum
+import math
+import numbers
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Optional, Union
+
+import torch
+
+from ._types import BatchPosition
+
+__all__ = [
+    "StatsScope",
+    "UpdateFrequency",
+    "WatchPerformance",
+    "TensorStatsSnapshot",
+    "Gallery",
+    "LayerStatsSnapshot",
+    "ParameterSample",
+    "WatchSnapshot",
+    "LayerContext",
+    "WeightContext",
+    "MetricSeries",
+    "MetricsSnapshot",
+    "histogram_edges",
+]
+
+
+class StatsScope(enum.StrEnum):
+    """Which layers fold their batches into the running statistics.
+
+    NONE collects nothing (what was collected stays, frozen); WATCHED (the
+    default) collects the watched layers; ALL collects every layer."""
+
+    NONE = "none"
+    WATCHED = "watched"
+    ALL = "all"
+
+
+@dataclass(frozen=True)
+class UpdateFrequency:
+    """How often a running loop is captured and published without pausing:
+    every n-th epoch (unit "epoch"), every n-th batch ("batch", of `phase`
+    only when given) or every n seconds ("seconds")."""
+
+    unit: str = "seconds"
+    n: float = 2
+    phase: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class WatchPerformance:
+    """How much per-channel detail the statistics keep: histograms for the
+    first `channel_limit` channels (when channel_limit_enabled),
+    `samples_per_channel` Min/Max gallery entries per channel, galleries
+    ranked by channel averages (average_patches), and how many values of a
+    tensor its histogram samples (histogram_sample)."""
+
+    channel_limit_enabled: bool = True
+    channel_limit: int = 16
+    samples_per_channel: int = 5
+    average_patches: bool = False
+    histogram_sample: int = 16384
+
+
+_edges_cache: Optional[tuple[float, ...]] = None
+
+
+def histogram_edges() -> tuple[float, ...]:
+    """The fixed symmetric-log bin edges every statistics histogram uses
+    (len(hist) + 1 values)."""
+    global _edges_cache
+    if _edges_cache is None:
+        from . import _nansense
+
+        _edges_cache = tuple(_nansense.histogram_edges())
+    return _edges_cache
+
+
+@dataclass(frozen=True)
+class TensorStatsSnapshot:
+    """One (layer, phase, epoch) accumulator of activations or gradients.
+
+    n / sum / sum_sq / min / max run over every finite element seen (min and
+    max are nan before any); nan / pos_inf / neg_inf count the non-finite
+    ones. hist holds one count per bin of histogram_edges(), or None once a
+    newer epoch of the phase collapsed this one's bins (its median and dead
+    channel count are kept). channel_hists are the first channels' own
+    histograms."""
+
+    n: int
+    sum: float
+    sum_sq: float
+    min: float
+    max: float
+    hist: Optional[tuple[int, ...]]
+    nan: int = 0
+    pos_inf: int = 0
+    neg_inf: int = 0
+    channel_hists: tuple[tuple[int, ...], ...] = ()
+    channels: int = 0
+    dead_channels: tuple[int, ...] = ()
+    _median: float = math.nan
+    _dead_count: Optional[int] = None
+
+    @property
+    def mean(self) -> float:
+        """Arithmetic mean of the finite elements; nan before any."""
+        return self.sum / self.n if self.n else math.nan
+
+    @property
+    def variance(self) -> float:
+        """Population variance; nan with fewer than two elements."""
+        if self.n < 2:
+            return math.nan
+        m = self.sum / self.n
+        return max(self.sum_sq / self.n - m * m, 0.0)
+
+    @property
+    def std(self) -> float:
+        """Population standard deviation."""
+        return math.sqrt(self.variance) if self.n >= 2 else math.nan
+
+    @property
+    def median(self) -> float:
+        """The midpoint of the histogram bin holding the median."""
+        return self._median
+
+    @property
+    def dead_channel_count(self) -> Optional[int]:
+        """How many channels only ever hit the zero bin; None when unknown."""
+        return self._dead_count
+
+    @classmethod
+    def _from(cls, d: Optional[dict]) -> Optional["TensorStatsSnapshot"]:
+        if d is None:
+            return None
+        return cls(
+            n=d["n"], sum=d["sum"], sum_sq=d["sum_sq"], min=d["min"], max=d["max"],
+            hist=tuple(d["hist"]) if d["hist"] is not None else None,
+            nan=d["nan"], pos_inf=d["pos_inf"], neg_inf=d["neg_inf"],
+            channel_hists=tuple(tuple(h) for h in d["channel_hists"]), channels=d["channels"],
+            dead_channels=tuple(d["dead_channels"]), _median=d["median"], _dead_count=d["dead_channel_count"],
+        )
+
+
+@dataclass(frozen=True)
+class Gallery:
+    """One ranking's Min/Max gallery of a layer (the extreme-input patches):
+    for each of the first `channels` channels, its `samples` best entries.
+    slots[sample][channel] is None where nothing was kept, else a dict with
+    score, batch, sample, y, x (the activation's position) and top, left
+    (the crop's origin in the input); crops and heat are the input crops and
+    activation heatmaps, [sample, channel, ...]."""
+
+    ranking: str
+    samples: int
+    channels: int
+    slots: tuple[tuple[Optional[dict], ...], ...]
+    crops: Optional[torch.Tensor]
+    heat: Optional[torch.Tensor]
+
+    @classmethod
+    def _from(cls, d: dict) -> "Gallery":
+        c = d["channels"]
+        flat = d["slots"]
+        rows = tuple(tuple(flat[s * c:(s + 1) * c]) for s in range(d["samples"])) if c else ()
+        return cls(ranking=d["ranking"], samples=d["samples"], channels=c, slots=rows, crops=d["crops"],
+                   heat=d["heat"])
+
+
+@dataclass(frozen=True)
+class LayerStatsSnapshot:
+    """One layer's statistics for a (phase, epoch) bucket: its activations'
+    and gradients' accumulators (gradients None in forward-only phases) and
+    its Min/Max galleries (the reference's "extreme-input patches")."""
+
+    layer: str
+    phase: str
+    epoch: int
+    batches: int
+    activations: Optional[TensorStatsSnapshot]
+    gradients: Optional[TensorStatsSnapshot]
+    patches: tuple[Gallery, ...] = ()
+
+
+@dataclass(frozen=True)
+class ParameterSample:
+    """A parameter's value (and gradient) statistics sampled at an epoch."""
+
+    epoch: int
+    value_norm: float
+    mean: float
+    std: float
+    min: float
+    max: float
+    grad_norm: Optional[float] = None
+    grad_mean: Optional[float] = None
+    grad_std: Optional[float] = None
+    grad_min: Optional[float] = None
+    grad_max: Optional[float] = None
+    update_ratio: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class WatchSnapshot:
+    """Everything the statistics collected, as of the last publish.
+
+    stats is keyed by (layer, phase, epoch); weights by (layer, epoch), each
+    a dict of parameter name -> ParameterSample."""
+
+    stats: dict[tuple[str, str, int], LayerStatsSnapshot] = field(default_factory=dict)
+    weights: dict[tuple[str, int], dict[str, ParameterSample]] = field(default_factory=dict)
+    sequence: int = 0
+
+    def latest_per_phase(self, layer: str) -> dict[str, LayerStatsSnapshot]:
+        """For `layer`, phase -> its most recent epoch's statistics."""
+        out: dict[str, LayerStatsSnapshot] = {}
+        for (name, phase, epoch), s in self.stats.items():
+            if name == layer and (phase not in out or out[phase].epoch < epoch):
+                out[phase] = s
+        return out
+
+    def phase_history(self, layer: str, phase: str) -> list[LayerStatsSnapshot]:
+        """`layer`'s buckets of `phase`, ordered by epoch."""
+        return sorted((s for (n, p, _), s in self.stats.items() if n == layer and p == phase),
+                      key=lambda s: s.epoch)
+
+    def weight_history(self, layer: str) -> dict[str, list[tuple[int, ParameterSample]]]:
+        """`layer`'s per-epoch parameter samples, parameter -> [(epoch, sample)]."""
+        out: dict[str, list[tuple[int, ParameterSample]]] = {}
+        for (name, epoch), params in sorted(self.weights.items(), key=lambda kv: kv[0][1]):
+            if name != layer:
+                continue
+            for param, sample in params.items():
+                out.setdefault(param, []).append((epoch, sample))
+        return out
+
+    @classmethod
+    def _from(cls, d: Optional[dict], layers: Optional[set], include_patches: bool) -> "WatchSnapshot":
+        if d is None:
+            return cls()
+        stats = {}
+        for l in d["layers"]:
+            if layers is not None and l["layer"] not in layers:
+                continue
+            patches = tuple(Gallery._from(g) for g in l["galleries"]) if include_patches else ()
+            stats[(l["layer"], l["phase"], l["epoch"])] = LayerStatsSnapshot(
+                layer=l["layer"], phase=l["phase"], epoch=l["epoch"], batches=l["batches"],
+                activations=TensorStatsSnapshot._from(l["activation"]),
+                gradients=TensorStatsSnapshot._from(l["gradient"]), patches=patches)
+        weights: dict[tuple[str, int], dict[str, ParameterSample]] = {}
+        for param, samples in d["parameters"].items():
+            owner = d["owner"].get(param, "")
+            if layers is not None and owner not in layers:
+                continue
+            for s in samples:
+                weights.setdefault((owner, s["epoch"]), {})[param] = ParameterSample(**s)
+        return cls(stats=stats, weights=weights, sequence=d["sequence"])
+
+
+@dataclass(frozen=True)
+class LayerContext:
+    """One collected layer's live tensors on a batch, handed to an
+    instrument (Session.watch_metric, Session.watch_layer_tensor).
+
+    activation / gradient are the layer's output and its gradient (gradient
+    None in forward-only phases); weights, weight_gradients and
+    optimizer_state cover the layer's own parameters by qualified name.
+    module is the nn.Module the layer is, or None for a parameterless op.
+    The tensors are the training device's own: read them, never modify
+    them. Instruments run on the training thread under torch.no_grad(),
+    after your optimizer.step()."""
+
+    layer: str
+    phase: str
+    epoch: int
+    batch_idx: int
+    module: Optional[torch.nn.Module]
+    activation: torch.Tensor
+    gradient: Optional[torch.Tensor]
+    weights: dict[str, torch.Tensor]
+    weight_gradients: dict[str, torch.Tensor]
+    optimizer_state: dict[str, dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class WeightContext:
+    """One (layer, parameter) pair's live tensors, handed to a weight-tensor
+    instrument (Session.watch_weight_tensor) on captured batches.
+
+    weight / gradient are the live parameter and its .grad (None before the
+    first backward); optimizer_state is the parameter's optimizer state
+    (empty without an optimizer or before its first step) and hyperparams
+    its param group's numeric knobs (lr, momentum, ...)."""
+
+    layer: str
+    param: str
+    phase: str
+    epoch: int
+    batch_idx: int
+    module: Optional[torch.nn.Module]
+    weight: torch.Tensor
+    gradient: Optional[torch.Tensor]
+    optimizer_state: dict[str, Any]
+    hyperparams: dict[str, float]
+
+
+@dataclass(frozen=True)
+class MetricSeries:
+    """One trace of a custom metric: points in (epoch, batch) order. xs is
+    epoch + batch_idx / batches in the phase (an on="epoch" point sits at
+    its epoch, with batch None). Non-finite values are kept as given."""
+
+    on: str
+    xs: tuple[float, ...]
+    epochs: tuple[int, ...]
+    batches: tuple[Optional[int], ...]
+    values: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class MetricsSnapshot:
+    """Every custom-metric series at a point in time, keyed by (layer, phase,
+    metric, series): series is the key of a mapping-returning metric, ""
+    for a plain value."""
+
+    series: dict[tuple[str, str, str, str], MetricSeries] = field(default_factory=dict)
+
+    def plots(self, layer: str, phase: str) -> dict[str, dict[str, MetricSeries]]:
+        """metric -> series name -> series for one layer and phase, sorted."""
+        out: dict[str, dict[str, MetricSeries]] = {}
+        for (l, p, metric, name), s in sorted(self.series.items()):
+            if l == layer and p == phase:
+                out.setdefault(metric, {})[name] = s
+        return out
+
+
+# ---- instruments: the adapters the engine calls with a context dict
+
+
+def _scalar(metric: str, value: Any) -> float:
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"metric {metric!r} returned a tensor of {value.numel()} elements; "
+                             "return a number, a 1-element tensor, a mapping of them, or None")
+        return float(value.item())
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"metric {metric!r} returned {type(value).__name__}; "
+                        "return a number, a 1-element tensor, a mapping of them, or None")
+    return float(value)
+
+
+class _Instruments:
+    """The Python side of a session's instruments: builds each context from
+    the engine's dict (adding the module and optimizer state the engine does
+    not know) and normalises what the user's function returns."""
+
+    def __init__(self, model: torch.nn.Module, optimizer: Any):
+        self._modules = dict(model.named_modules())
+        self._params = dict(model.named_parameters())
+        self._optimizer = optimizer
+        self.metric_on: dict[str, str] = {}
+
+    def _optimizer_state(self, names: Iterable[str]) -> dict[str, dict[str, Any]]:
+        if self._optimizer is None:
+            return {}
+        state = self._optimizer.state
+        out = {}
+        for name in names:
+            p = self._params.get(name)
+            if p is not None and p in state:
+                out[name] = dict(state[p])
+        return out
+
+    def layer_context(self, d: dict) -> LayerContext:
+        pos = d["position"]
+        return LayerContext(
+            layer=d["layer"], phase=d["phase"], epoch=pos["epoch"], batch_idx=pos["batch_idx"],
+            module=self._modules.get(d["layer"]), activation=d["activation"], gradient=d["gradient"],
+            weights=d["weights"], weight_gradients=d["weight_gradients"],
+            optimizer_state=self._optimizer_state(d["weights"].keys()))
+
+    def weight_context(self, d: dict) -> WeightContext:
+        pos = d["position"]
+        return WeightContext(
+            layer=d["layer"], param=d["parameter"], phase=d["phase"], epoch=pos["epoch"],
+            batch_idx=pos["batch_idx"], module=self._modules.get(d["layer"]), weight=d["weight"],
+            gradient=d["gradient"], optimizer_state=d["optimizer_state"], hyperparams=d["hyperparams"])
+
+    def metric_adapter(self, name: str, fn: Callable) -> Callable[[dict], Optional[list]]:
+        def adapter(d: dict) -> Optional[list]:
+            out = fn(self.layer_context(d))
+            if out is None:
+                return None
+            if isinstance(out, Mapping):
+                values = []
+                for key, v in out.items():
+                    if not isinstance(key, str) or not key:
+                        raise TypeError(f"metric {name!r} returned a mapping with key {key!r}; "
+                                        "keys must be non-empty strings (each names a trace)")
+                    if v is not None:
+                        values.append((key, _scalar(name, v)))
+                return values
+            return [("", _scalar(name, out))]
+
+        return adapter
+
+    def tensor_adapter(self, name: str, fn: Callable, weight: bool) -> Callable[[dict], Optional[torch.Tensor]]:
+        def adapter(d: dict) -> Optional[torch.Tensor]:
+            out = fn(self.weight_context(d) if weight else self.layer_context(d))
+            if out is not None and not isinstance(out, torch.Tensor):
+                raise TypeError(f"instrument {name!r} returned {type(out).__name__}; return a tensor or None")
+            return out
+
+        return adapter
+
+    def _split(self, series: str) -> tuple[str, str]:
+        # "name/key": the longest registered metric name that prefixes it.
+        best = ""
+        for m in self.metric_on:
+            if (series == m or series.startswith(m + "/")) and len(m) > len(best):
+                best = m
+        if not best:
+            return series, ""
+        return best, series[len(best) + 1:]
+
+    def metrics_snapshot(self, stats: Optional[dict], layers: Optional[set]) -> MetricsSnapshot:
+        if stats is None:
+            return MetricsSnapshot()
+        out = {}
+        for s in stats["series"]:
+            layer = s["layer"]
+            if not layer or (layers is not None and layer not in layers):
+                continue  # a logged scalar, or another layer
+            metric, key = self._split(s["name"])
+            pts = s["points"]
+            out[(layer, s["phase"], metric, key)] = MetricSeries(
+                on=self.metric_on.get(metric, "batch"), xs=tuple(p[2] for p in pts),
+                epochs=tuple(p[0] for p in pts), batches=tuple(p[1] for p in pts),
+                values=tuple(p[3] for p in pts))
+        return MetricsSnapshot(series=out)
+
+
+_REDUCES = ("mean", "sum", "min", "max", "last")
+MetricReduce = Union[str, Callable[[list], float]]
