@@ -19,6 +19,7 @@ import torch
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
 from . import _nansense
+from ._restorer import TrainingRestorer, _check_cache_dir
 from ._session_watch import _WatchMethods
 from ._types import (BatchPosition, BatchSnapshot, DebugError, DebugSettings, Mode, RunState, Schedule,
                      TimeTravelStatus)
@@ -282,9 +283,7 @@ class Session(_WatchMethods):
         self._inputs_pending = False
         self._module_paths = {id(module): path for path, module in model.named_modules()} if engine else {}
         self._closed = False
-        self._epoch_loop = False     # a session.epochs() loop is running
-        self._jump_target = None     # the jump restore_point() caught
-        self._loop_epoch = None
+        self._restorer: Optional[TrainingRestorer] = None  # the session.epochs() loop running
         self._start_epochs = None
         self._server: Optional[threading.Thread] = None
         self._driven = False         # run control was asked for (or a UI served) before the first batch
@@ -408,24 +407,36 @@ class Session(_WatchMethods):
         engine.set_module_scope("")
         return [register_module_forward_pre_hook(enter), register_module_forward_hook(leave)]
 
-    def _batches(self, loader: Iterable, phase: str, epoch: Optional[int]) -> Iterator:
-        engine, model = self._engine, self._model
+    def _first_batch(self) -> None:
         if not self._driven:
             self._driven = True
             if not self.url:
                 self._train_on_without_ui()
+
+    def _open_batch(self, phase: str, epoch: Optional[int], item: Any) -> list:
+        """Begin one debugger batch on item (may pause; may raise
+        TimeTravelJump): the hooks to remove when the body is done."""
+        engine = self._engine
+        capture = engine.begin_batch(phase, epoch, self._model.training)
+        engine.record_item(_tensors_of(item))
+        return self._watch_module_calls() if capture else []
+
+    def _remove_hooks(self, hooks: list) -> None:
+        for hook in hooks:
+            hook.remove()
+        self._inputs_pending = False
+
+    def _batches(self, loader: Iterable, phase: str, epoch: Optional[int]) -> Iterator:
+        engine = self._engine
+        self._first_batch()
         count = 0
         for item in loader:
-            tensors = _tensors_of(item)
             while True:
-                capture = engine.begin_batch(phase, epoch, model.training)
-                engine.record_item(tensors)
-                hooks = self._watch_module_calls() if capture else ()
+                hooks = self._open_batch(phase, epoch, item)
                 try:
                     yield item
                 except GeneratorExit:
-                    for hook in hooks:
-                        hook.remove()
+                    self._remove_hooks(hooks)
                     normal = _closed_normally(sys._getframe())
                     engine.abandon_batch(not normal)
                     if normal:
@@ -433,13 +444,10 @@ class Session(_WatchMethods):
                         engine.end_phase(phase, 0)
                     raise
                 except BaseException:
-                    for hook in hooks:
-                        hook.remove()
+                    self._remove_hooks(hooks)
                     engine.abandon_batch(True)
                     raise
-                for hook in hooks:
-                    hook.remove()
-                self._inputs_pending = False
+                self._remove_hooks(hooks)
                 # True: the engine restored the batch's starting state to run it
                 # again traced (a NaN's root cause): the same item once more.
                 if not engine.end_batch():
@@ -481,50 +489,51 @@ class Session(_WatchMethods):
                 raise ValueError("epochs() needs the epoch count: session.epochs(n), or nansense.start(..., epochs=n)")
         _check_int("n", n, 1, none_ok=False)
         _check_int("start_epoch", start_epoch, 0, none_ok=False)
-        if not isinstance(cache_dir, (str, os.PathLike)) or not os.fspath(cache_dir):
-            raise TypeError(f"cache_dir must be a folder path, got {cache_dir!r}")
+        cache_dir = _check_cache_dir(cache_dir)
         if start_epoch >= n:
             raise ValueError(f"start_epoch must be < n ({n}), got {start_epoch}")
-        if self._engine is None:
-            return iter(range(start_epoch, n))
-        if self._closed:
+        if self._engine is not None and self._closed:
             raise _nansense.UsageError("epochs() was called after session.close()")
-        return self._epochs(n, os.fspath(cache_dir), start_epoch)
+        if self._restorer is not None:
+            raise _nansense.UsageError("epochs() is already running: epoch loops do not nest")
+        return TrainingRestorer(self, n, cache_dir, start_epoch).iter_epochs()
 
-    def _epochs(self, n: int, cache_dir: str, start_epoch: int) -> Iterator[int]:
-        engine = self._engine
-        # The optimizer's and scheduler's state rides in the session's own
-        # adapter (set at start, shared with NaN capsules).
-        epoch = engine.open_epochs(n, cache_dir, start_epoch, "", None, None)
-        self._epoch_loop = True
-        try:
-            while epoch is not None:
-                engine.start_epoch(epoch)
-                self._jump_target = None
-                self._loop_epoch = epoch
-                yield epoch
-                target, self._jump_target = self._jump_target, None
-                epoch = engine.end_epoch(epoch, target)
-        except BaseException:
-            engine.abort_epochs()
-            raise
-        finally:
-            self._epoch_loop = False
-            self._loop_epoch = None
-
-    @contextlib.contextmanager
-    def restore_point(self) -> Iterator["Session"]:
+    def restore_point(self) -> contextlib.AbstractContextManager[TrainingRestorer]:
         """The per-epoch restore boundary of a session.epochs() loop: a
         time-travel jump unwinds to here and is suppressed (only that), and
         epochs() then yields the target epoch with its state restored. Loop
         state that depends on history (a running best accuracy, curves)
-        belongs inside it, so a jump rewinds it too."""
-        if self._engine is not None and not self._epoch_loop:
+        belongs inside it, so a jump rewinds it too. Yields the loop's
+        TrainingRestorer."""
+        if self._engine is None:
+            return contextlib.nullcontext(TrainingRestorer(self, 1, DEFAULT_CACHE_DIR))
+        if self._restorer is None:
             raise RuntimeError("restore_point() must be used inside a `for epoch in session.epochs(n):` loop")
-        try:
-            yield self
-        except TimeTravelJump as jump:
-            self._jump_target = jump.epoch
+        return self._restorer.epoch_guard()
+
+    def training_restorer(self, *, cache_dir: Union[str, os.PathLike] = DEFAULT_CACHE_DIR) -> TrainingRestorer:
+        """The restorer that opts this session into time travel, for the
+        nested loop shape (what the Lightning integration uses)::
+
+            restorer = session.training_restorer(cache_dir="ckpt")
+            while restorer.pending():
+                with restorer:
+                    for epoch in restorer.epochs():
+                        ...  # the epoch's phases
+
+        Each epoch's start is checkpointed to cache_dir; a jump unwinds the
+        with block, and the next attempt starts at its target with the state
+        restored. The epoch count is the schedule's (nansense.start(...,
+        epochs=N)). A session without a restorer never writes checkpoints;
+        on a disabled session the restorer is inert (one attempt, nothing on
+        disk)."""
+        cache_dir = _check_cache_dir(cache_dir)
+        n = self.schedule.epochs if self._engine else self._start_epochs
+        if n is None:
+            raise ValueError("training_restorer() needs the epoch count: nansense.start(..., epochs=n)")
+        if self._engine is not None and self._closed:
+            raise _nansense.UsageError("training_restorer() was called after session.close()")
+        return TrainingRestorer(self, n, cache_dir)
 
     def time_travel_status(self) -> TimeTravelStatus:
         """Whether and where time travel can jump (what the UI's dialog shows)."""

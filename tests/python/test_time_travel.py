@@ -97,3 +97,73 @@ def test_disabled_epochs_is_range_and_touches_no_disk(tmp_path):
     assert not (tmp_path / "never").exists()
     assert issubclass(nansense.TimeTravelJump, BaseException)
     assert not issubclass(nansense.TimeTravelJump, Exception)
+
+
+def test_the_nested_training_restorer_shape_jumps_and_replays(tmp_path):
+    model = SmallCnn()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    loader = DataLoader(make_data(16), batch_size=8, shuffle=True)
+    session = nansense.start(model, optimizer=optimizer, epochs=3, port=0, open_browser=False)
+    restorer = session.training_restorer(cache_dir=tmp_path / "cache")
+    assert isinstance(restorer, nansense.TrainingRestorer) and restorer.pending() and not restorer.finished
+    losses, attempts = [], []
+
+    def loop():
+        while restorer.pending():
+            with restorer as entered:
+                assert entered is restorer
+                attempts.append(restorer.start_epoch)
+                for epoch in restorer.epochs():
+                    for i, (x, y) in enumerate(session.batches(loader, phase="train")):
+                        optimizer.zero_grad()
+                        loss = F.cross_entropy(model(x), y)
+                        loss.backward()
+                        optimizer.step()
+                        losses.append((epoch, i, loss.detach().clone()))
+        session.close()
+
+    thread = TrainingThread(loop)
+    api = Api(session.url)
+    assert session.wait_until_stopped(60) == nansense.RunState.PAUSED
+    api.post("/api/run_until", {"phase": "train", "epoch": 2, "batch": 0, "timeout_seconds": 30})
+    first = list(losses)
+    status = api.post("/api/time_travel", {"epoch": 1, "timeout_seconds": 30})
+    assert (status["live_position"]["epoch"], status["live_position"]["batch_idx"]) == (1, 0)
+    session.detach()
+    thread.join()
+    # The jump unwound the with block; the second attempt started at epoch 1.
+    assert attempts == [0, 1]
+    assert restorer.finished and not restorer.pending()
+    replay = losses[len(first):]
+    assert [(e, i) for e, i, _ in replay] == [(1, 0), (1, 1), (2, 0), (2, 1)]
+    before = {(e, i): loss for e, i, loss in first}
+    assert all(torch.equal(loss, before[(e, i)]) for e, i, loss in replay if (e, i) in before)
+
+
+def test_the_training_restorer_refuses_misuse_and_is_inert_when_disabled(tmp_path):
+    with pytest.raises(ValueError, match="needs the epoch count"):
+        nansense.start(SmallCnn()).training_restorer()
+    with pytest.raises(TypeError, match="cache_dir must be a folder path"):
+        nansense.start(SmallCnn(), epochs=2).training_restorer(cache_dir=3)
+    restorer = nansense.start(SmallCnn(), epochs=2).training_restorer(cache_dir=tmp_path / "c")
+    with pytest.raises(RuntimeError, match="inside `with restorer:`"):
+        restorer.epochs()
+    # Any other exception leaves the with block as it came.
+    with pytest.raises(KeyError):
+        with restorer:
+            raise KeyError("boom")
+
+    off = nansense.start(SmallCnn(), enabled=False, epochs=2)
+    restorer = off.training_restorer(cache_dir=tmp_path / "never")
+    runs = []
+    while restorer.pending():
+        with restorer:
+            runs.append(list(restorer.epochs()))
+    assert runs == [[0, 1]] and restorer.finished
+    assert not (tmp_path / "never").exists()
+    # restore_point() yields the loop's TrainingRestorer.
+    session = nansense.start(SmallCnn(), epochs=1)
+    for _ in session.epochs(cache_dir=tmp_path / "flat"):
+        with session.restore_point() as point:
+            assert isinstance(point, nansense.TrainingRestorer)
+    session.close()

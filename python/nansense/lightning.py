@@ -1,0 +1,787 @@
+"""nansense for PyTorch Lightning: a callback that drives a session from a
+Trainer, time travel across fit attempts, and NaN capsules replayed as a
+Lightning run.
+
+    from nansense.lightning import NansenseCallback
+    trainer = Trainer(max_epochs=5, callbacks=[NansenseCallback(port=8080, model="net")])
+    trainer.fit(module, datamodule=data)
+
+Needs Lightning (``pip install lightning``; ``pytorch_lightning`` works too).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import random
+import sys
+from collections.abc import Callable
+from typing import Any, Optional, Union
+
+import torch
+
+try:
+    import lightning.pytorch as pl
+except ImportError:  # pragma: no cover - the older package name
+    try:
+        import pytorch_lightning as pl
+    except ImportError:
+        raise ImportError("nansense.lightning needs PyTorch Lightning: pip install lightning") from None
+
+from . import _nansense
+from ._capsule import Capsule
+from ._session import (DEFAULT_CACHE_DIR, Session, TimeTravelJump, _check_bool, _check_serve_args,
+                       _module_specs, _optimizer_reader, _state_kind, start)
+from ._restorer import _check_cache_dir
+
+try:
+    import numpy
+except ImportError:  # pragma: no cover - numpy comes with torch's usual installs
+    numpy = None
+
+__all__ = ["NansenseCallback", "fit_with_time_travel", "replay_capsule", "LightningCapsule"]
+
+Callback = pl.Callback
+LightningModule = pl.LightningModule
+Trainer = pl.Trainer
+
+
+# ---------------------------------------------------------------- state saved with checkpoints and capsules
+
+
+# Everything in these states loads with torch.load(weights_only=True), as a
+# plain loop's session state does (nansense.replay_capsule reads it so): the
+# NumPy state's key array travels as a tensor, the batch as bytes.
+
+def _rng_state() -> dict:
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    if numpy is not None:
+        name, keys, pos, has_gauss, cached = numpy.random.get_state()
+        state["numpy"] = (name, torch.from_numpy(keys.astype("int64")), int(pos), int(has_gauss), float(cached))
+    return state
+
+
+def _set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    if numpy is not None and "numpy" in state:
+        name, keys, pos, has_gauss, cached = state["numpy"]
+        numpy.random.set_state((name, keys.numpy().astype("uint32"), pos, has_gauss, cached))
+
+
+def _pickled(batch: Any) -> Optional[bytes]:
+    if batch is None:
+        return None
+    buffer = io.BytesIO()
+    torch.save(batch, buffer)
+    return buffer.getvalue()
+
+
+def _unpickled(data: Optional[bytes]) -> Any:
+    # The batch object is whatever the loader made (tuples, dicts, a
+    # BatchEncoding...): only the Lightning replay unpickles it in full.
+    return None if data is None else torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
+
+
+def _scheduler_of(trainer: Trainer) -> Any:
+    configs = trainer.lr_scheduler_configs
+    return configs[0].scheduler if configs else None
+
+
+def _optimizer_of(trainer: Trainer) -> Optional[torch.optim.Optimizer]:
+    return trainer.optimizers[0] if trainer.optimizers else None
+
+
+def _loop_counters(trainer: Trainer) -> dict:
+    epoch_loop = trainer.fit_loop.epoch_loop
+    return {"global_step": trainer.global_step,
+            "batches_that_stepped": epoch_loop._batches_that_stepped,
+            "total_batches": epoch_loop.batch_progress.total.completed}
+
+
+def _set_loop_counters(trainer: Trainer, epoch: int, counters: dict) -> None:
+    """Make the Trainer stand at the start of epoch, as if it had trained
+    the epochs before it (what resuming from a checkpoint does)."""
+    progress = trainer.fit_loop.epoch_progress
+    for tracker in (progress.current, progress.total):
+        tracker.ready = tracker.started = tracker.processed = tracker.completed = epoch
+    epoch_loop = trainer.fit_loop.epoch_loop
+    step = epoch_loop.automatic_optimization.optim_progress.optimizer.step.total
+    step.ready = step.started = step.processed = step.completed = counters["global_step"]
+    zero_grad = epoch_loop.automatic_optimization.optim_progress.optimizer.zero_grad.total
+    zero_grad.ready = zero_grad.started = zero_grad.processed = zero_grad.completed = counters["global_step"]
+    epoch_loop._batches_that_stepped = counters["batches_that_stepped"]
+    total = epoch_loop.batch_progress.total
+    total.ready = total.started = total.processed = total.completed = counters["total_batches"]
+
+
+class _OneBatch:
+    """A one-item loader: the capsule's batch, for Lightning's fit."""
+
+    def __init__(self, batch: Any):
+        self._batch = batch
+
+    def __iter__(self):
+        yield self._batch
+
+    def __len__(self) -> int:
+        return 1
+
+
+# ---------------------------------------------------------------- the callback
+
+
+class NansenseCallback(Callback):
+    """Drive a nansense session from a Lightning Trainer.
+
+    The session is created when fit starts (the optimizers exist by then)
+    and closed when it ends; the UI stays up for post-mortem browsing, as
+    with a hand-written loop. model="net" (an attribute path inside the
+    LightningModule) points nansense at the actual network; without it the
+    LightningModule itself is watched. port / host / open_browser / enabled
+    / input_mean / input_std / input_transform mean what they mean on
+    nansense.start; the UI comes up once fit begins.
+
+    The schedule is declared from the Trainer at each training epoch:
+    phases "train" and, on the epochs that validate, "val" (so
+    check_val_every_n_epoch > 1 works); sanity-check batches are not
+    debugger batches. Mid-epoch validation, loaders without a length,
+    manual optimization and gradient accumulation are refused with an
+    error saying so. enabled=False is the zero-overhead off switch.
+
+    Without a served UI, training runs on with the numerical checks on, and
+    the first NaN stops the Trainer (trainer.should_stop) with a message
+    naming its capsule; replay it with nansense.lightning.replay_capsule or,
+    on the bare network, nansense.replay_capsule. With a UI, the NaN pauses
+    the run at the op that made it. Time travel needs fit_with_time_travel.
+    """
+
+    def __init__(
+        self,
+        *,
+        port: Optional[int] = None,
+        host: str = "127.0.0.1",
+        open_browser: bool = True,
+        model: Optional[str] = None,
+        input_mean: Any = None,
+        input_std: Any = None,
+        input_transform: Any = None,
+        enabled: bool = True,
+    ) -> None:
+        super().__init__()
+        _check_serve_args(port, host, open_browser, input_mean, input_std, input_transform, port_none_ok=True)
+        _check_bool("enabled", enabled)
+        if model is not None and (not isinstance(model, str) or not model or
+                                  not all(part.isidentifier() for part in model.split("."))):
+            raise TypeError(f'model must be an attribute path inside the LightningModule such as "net", got {model!r}')
+        self._serve = dict(port=port, host=host, open_browser=open_browser, input_mean=input_mean,
+                           input_std=input_std, input_transform=input_transform)
+        self._model_attr = model
+        self._enabled = enabled
+        self._session: Optional[Session] = None
+        self._trainer: Optional[Trainer] = None
+        self._travel: Optional[_TimeTravel] = None   # set by fit_with_time_travel
+        self._epoch = 0
+        self._open: Optional[tuple] = None           # (phase, hooks) of the batch under way
+        self._phase: Optional[tuple] = None          # [phase, batches] of the phase under way
+        self._batch: Any = None                      # the train batch under way (capsules hold it)
+        self._batch_idx = 0
+        self._halted: Optional[str] = None           # the capsule a no-UI stop named
+
+    @property
+    def session(self) -> Optional[Session]:
+        """The live session, or None before fit has started."""
+        return self._session
+
+    def __repr__(self) -> str:
+        state = "not started" if self._session is None else repr(self._session)
+        return f"<nansense.lightning.NansenseCallback {state}>"
+
+    # ---- the session
+
+    def _network(self, pl_module: LightningModule) -> torch.nn.Module:
+        target: Any = pl_module
+        if self._model_attr is not None:
+            walked = []
+            for part in self._model_attr.split("."):
+                walked.append(part)
+                if not hasattr(target, part):
+                    raise AttributeError(f"NansenseCallback(model={self._model_attr!r}): "
+                                         f"{type(pl_module).__name__} has no attribute {'.'.join(walked)!r}")
+                target = getattr(target, part)
+            if not isinstance(target, torch.nn.Module):
+                raise TypeError(f"NansenseCallback(model={self._model_attr!r}) names a {type(target).__name__}, "
+                                "not an nn.Module")
+        return target
+
+    @property
+    def _engine(self):
+        session = self._session
+        return session._engine if session is not None else None
+
+    def _check_trainer(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if not pl_module.automatic_optimization:
+            raise RuntimeError("NansenseCallback supports automatic optimization only (the LightningModule sets "
+                               "automatic_optimization = False)")
+        if len(trainer.optimizers) > 1:
+            raise RuntimeError("NansenseCallback supports one optimizer (configure_optimizers returned "
+                               f"{len(trainer.optimizers)})")
+        if trainer.accumulate_grad_batches != 1:
+            raise RuntimeError("NansenseCallback does not support gradient accumulation (accumulate_grad_batches="
+                               f"{trainer.accumulate_grad_batches}): a debugger batch is one optimizer step")
+        if not isinstance(trainer.max_epochs, int) or trainer.max_epochs <= 0:
+            raise RuntimeError(f"NansenseCallback needs Trainer(max_epochs=N) with N >= 1 (got {trainer.max_epochs!r}): "
+                               "the schedule and the UI's progress are declared from it")
+        if trainer.world_size > 1:
+            raise RuntimeError("NansenseCallback runs on one process: distributed Lightning runs are not supported yet")
+
+    def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._trainer = trainer
+        if not self._enabled:
+            if self._session is None:
+                self._session = start(self._network(pl_module), enabled=False)
+            return
+        self._check_trainer(trainer, pl_module)
+        if self._session is None:
+            network = self._network(pl_module)
+            # Real batch counts are declared at each training epoch's start,
+            # before its first batch.
+            self._session = start(network, epochs=trainer.max_epochs, phases={"train": 1}, **self._serve)
+            engine = self._engine
+            engine.set_optimizer_reader(self._read_optimizer(network))
+            optimizer, scheduler = _optimizer_of(trainer), _scheduler_of(trainer)
+            if optimizer is not None or scheduler is not None:
+                engine.set_state_adapter(_state_kind(optimizer, scheduler), self._save_state, self._load_state)
+        if self._travel is not None:
+            self._travel.fit_start(self, trainer)
+
+    def _read_optimizer(self, network: torch.nn.Module):
+        def read():
+            optimizer = _optimizer_of(self._trainer) if self._trainer is not None else None
+            return _optimizer_reader(network, optimizer)() if optimizer is not None else ({}, {})
+        return read
+
+    def _save_state(self) -> bytes:
+        """What checkpoints and capsules hold besides the weights: the
+        optimizer's and scheduler's state_dict() (as a plain loop's session
+        holds them, so nansense.replay_capsule reads them too) and, for
+        Lightning, the loop's counters, every RNG and the batch under way."""
+        trainer = self._trainer
+        optimizer, scheduler = _optimizer_of(trainer), _scheduler_of(trainer)
+        buffer = io.BytesIO()
+        torch.save({"optimizer": optimizer.state_dict() if optimizer is not None else None,
+                    "scheduler": scheduler.state_dict() if scheduler is not None else None,
+                    "lightning": {"counters": _loop_counters(trainer), "rng": _rng_state(),
+                                  "epoch": self._epoch, "batch_idx": self._batch_idx,
+                                  "batch": _pickled(self._batch if self._open and self._open[0] == "train"
+                                                    else None)}},
+                   buffer)
+        return buffer.getvalue()
+
+    def _load_state(self, data: bytes) -> None:
+        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+        trainer = self._trainer
+        if trainer is not None:
+            _apply_optimizer_state(trainer, state)
+        if self._travel is not None:
+            # A jump: the next fit attempt's new optimizers and loops get it.
+            self._travel.restored = state
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self._engine is not None and self._travel is not None:
+            self._travel.train_start(trainer)
+
+    # ---- the schedule
+
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self._engine is None:
+            return
+        self._epoch = trainer.current_epoch
+        self._declare_schedule(trainer)
+        if self._travel is not None:
+            self._travel.epoch_start(self._epoch)
+
+    def on_validation_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self._engine is None or trainer.sanity_checking:
+            return
+        self._end_phase()
+        # The val count is known now even where it was not at the epoch's start.
+        self._declare_schedule(trainer)
+
+    def _declare_schedule(self, trainer: Trainer) -> None:
+        n_train = trainer.num_training_batches
+        if not isinstance(n_train, int) or n_train <= 0:
+            raise RuntimeError("NansenseCallback needs a train dataloader with a length (got "
+                               f"{n_train!r} batches per epoch): iterable-style loaders without __len__ are not "
+                               "supported, the schedule is declared up front")
+        phases = {"train": n_train}
+        n_val = 0
+        for n in trainer.num_val_batches:
+            if not isinstance(n, int):
+                raise RuntimeError(f"NansenseCallback needs val dataloaders with a length (got {n!r} batches)")
+            n_val += n
+        if n_val and trainer.limit_val_batches != 0:
+            every = trainer.check_val_every_n_epoch
+            if every is None or (isinstance(trainer.val_check_batch, (int, float))
+                                 and trainer.val_check_batch < n_train):
+                raise RuntimeError("NansenseCallback validates at epoch boundaries only: mid-epoch validation "
+                                   "(val_check_interval < 1.0, a step count, or check_val_every_n_epoch=None) "
+                                   "is not supported")
+            if (trainer.current_epoch + 1) % every == 0:
+                phases["val"] = n_val
+        self._session.set_schedule(phases=phases)
+
+    def _end_phase(self) -> None:
+        if self._phase is not None:
+            phase, count = self._phase
+            self._phase = None
+            self._engine.end_phase(phase, count)
+
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self._engine is None:
+            return
+        self._end_phase()
+        if self._travel is not None:
+            following = self._travel.epoch_end(self._epoch)
+            if following is not None and following != self._epoch + 1:
+                # A jump asked for after the epoch's last batch: the engine
+                # has restored its target; the next fit attempt enters it.
+                jump = TimeTravelJump(following)
+                jump._nansense_restored = True
+                raise jump
+
+    # ---- batches
+
+    def _begin(self, phase: str, batch: Any, batch_idx: int) -> None:
+        session = self._session
+        session._first_batch()
+        if self._phase is None or self._phase[0] != phase:
+            self._end_phase()
+            self._phase = [phase, 0]
+        if phase == "train":
+            self._batch, self._batch_idx = batch, batch_idx
+        self._open = (phase, session._open_batch(phase, self._epoch, batch))
+
+    def _finish(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
+        if self._open is None:
+            return
+        phase, hooks = self._open
+        session, engine = self._session, self._engine
+        session._remove_hooks(hooks)
+        self._open = None
+        # True: the engine restored the batch's starting state to run it
+        # again traced (the root cause of a NaN the untraced run found).
+        while engine.end_batch():
+            self._open = (phase, session._open_batch(phase, self._epoch, batch))
+            try:
+                if phase == "train":
+                    _rerun_training_step(trainer, pl_module, batch, batch_idx)
+                else:
+                    _rerun_validation_step(trainer, pl_module, batch, batch_idx)
+            except BaseException:
+                session._remove_hooks(self._open[1])
+                self._open = None
+                engine.abandon_batch(True)
+                raise
+            session._remove_hooks(self._open[1])
+            self._open = None
+        self._phase[1] += 1
+        if phase == "train":
+            self._batch = None
+            self._halt_without_ui(trainer)
+
+    def _halt_without_ui(self, trainer: Trainer) -> None:
+        session = self._session
+        if session.url is not None:
+            return
+        error = session.debug_error
+        if error is None or error.capsule is None or error.capsule == self._halted:
+            return
+        self._halted = error.capsule
+        trainer.should_stop = True
+        cause = (error.root_cause or {}).get("summary") or ", ".join(error.reasons)
+        attr = f', module="{self._model_attr}"' if self._model_attr else ""
+        where = f"{error.position.phase} epoch {error.position.epoch} batch {error.position.batch_idx}"
+        print(f"[nansense] non-finite values at {where}: {cause}. The trainer stops (no UI is served). "
+              f"Capsule: {error.capsule} — replay it with nansense.lightning.replay_capsule({error.capsule!r}, "
+              f"model{attr}).", file=sys.stderr)
+
+    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
+        if self._engine is not None:
+            self._begin("train", batch, batch_idx)
+
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        if self._engine is not None:
+            self._finish(trainer, pl_module, batch, batch_idx)
+
+    def on_validation_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int,
+                                  dataloader_idx: int = 0) -> None:
+        if self._engine is not None and not trainer.sanity_checking:
+            self._begin("val", batch, batch_idx)
+
+    def on_validation_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
+                                batch_idx: int, dataloader_idx: int = 0) -> None:
+        if self._engine is not None and not trainer.sanity_checking:
+            self._finish(trainer, pl_module, batch, batch_idx)
+
+    # ---- the end of fit
+
+    def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
+        if self._engine is None:
+            return
+        if self._open is not None:
+            self._session._remove_hooks(self._open[1])
+            self._open = None
+            # A jump unwinding is no loss; any other exception loses the loop.
+            self._engine.abandon_batch(True)
+        self._phase = None
+        self._batch = None
+        if not isinstance(exception, TimeTravelJump) and self._travel is not None:
+            self._travel.abort()
+
+    def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        # Only a completed fit gets here: a jump unwinds past it, keeping the
+        # session for the next attempt.
+        if self._engine is not None:
+            self._end_phase()
+            if self._travel is not None:
+                self._travel.abort()
+        if self._session is not None:
+            self._session.close()
+
+
+def _apply_optimizer_state(trainer: Trainer, state: dict) -> None:
+    optimizer, scheduler = _optimizer_of(trainer), _scheduler_of(trainer)
+    if optimizer is not None and state.get("optimizer") is not None:
+        optimizer.load_state_dict(state["optimizer"])
+    if scheduler is not None and state.get("scheduler") is not None:
+        scheduler.load_state_dict(state["scheduler"])
+
+
+class _AsStep:
+    """Runs a LightningModule method as the Trainer runs training_step, so
+    self.log() inside it is accepted."""
+
+    def __init__(self, pl_module: LightningModule, name: str):
+        self._module, self._name = pl_module, name
+
+    def __enter__(self):
+        self._saved = getattr(self._module, "_current_fx_name", None)
+        self._module._current_fx_name = self._name
+
+    def __exit__(self, *exc):
+        self._module._current_fx_name = self._saved
+        return False
+
+
+def _loss_of(output: Any) -> Optional[torch.Tensor]:
+    if output is None or isinstance(output, torch.Tensor):
+        return output
+    if isinstance(output, dict) and "loss" in output:
+        return output["loss"]
+    raise RuntimeError("training_step must return a loss tensor, a dict with 'loss', or None")
+
+
+def _rerun_training_step(trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
+    """One automatic-optimization step of Lightning's, by hand: zero_grad,
+    training_step, backward, clipping, optimizer step (the LR schedule
+    steps after the batch, as Lightning does)."""
+    optimizer = _optimizer_of(trainer)
+    if optimizer is not None:
+        optimizer.zero_grad()
+    with torch.enable_grad(), _AsStep(pl_module, "training_step"):
+        loss = _loss_of(pl_module.training_step(batch, batch_idx))
+    if loss is None:
+        return
+    trainer.strategy.backward(loss, optimizer)
+    if optimizer is None:
+        return
+    if trainer.gradient_clip_val:
+        pl_module.configure_gradient_clipping(optimizer, trainer.gradient_clip_val, trainer.gradient_clip_algorithm)
+    optimizer.step()
+
+
+def _rerun_validation_step(trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
+    with torch.no_grad(), _AsStep(pl_module, "validation_step"):
+        pl_module.validation_step(batch, batch_idx)
+
+
+# ---------------------------------------------------------------- time travel
+
+
+class _TimeTravel:
+    """The engine's epoch loop across fit attempts: each attempt is a fresh
+    Trainer (Lightning's are single-use), the session and its checkpoints
+    live on in the callback."""
+
+    def __init__(self, cache_dir: str):
+        self.cache_dir = cache_dir
+        self.opened = False
+        self.closed = False
+        self.target: Optional[int] = None     # the epoch the next attempt enters
+        self.restored: Optional[dict] = None  # the target's saved state (the engine loaded it)
+        self.epoch: Optional[int] = None      # the epoch under way
+        self.started_at_fit = False           # this attempt's epoch 0 was checkpointed at fit start
+
+    def _engine(self, callback: NansenseCallback):
+        return callback._engine
+
+    def fit_start(self, callback: NansenseCallback, trainer: Trainer) -> None:
+        self.callback = callback
+        engine = callback._engine
+        self.started_at_fit = False
+        if not self.opened:
+            start_epoch = engine.open_epochs(trainer.max_epochs, self.cache_dir, 0, "", None, None)
+            self.opened = True
+            if start_epoch != 0:
+                self.target = start_epoch
+        state = self.restored
+        if state is not None:
+            # The new Trainer's optimizer and scheduler were just made.
+            _apply_optimizer_state(trainer, state)
+        if self.target in (None, 0):
+            # Epoch 0 is checkpointed before Lightning builds the loaders: the
+            # first loader iterator draws its seed before on_train_epoch_start.
+            if state is not None:
+                _set_rng_state(state["lightning"]["rng"])
+            callback._epoch = 0
+            self._begin(0)
+            self.started_at_fit = True
+            self.target, self.restored = None, None
+
+    def train_start(self, trainer: Trainer) -> None:
+        if self.target is None:
+            return
+        target, state = self.target, self.restored
+        self.target, self.restored = None, None
+        # Entering epoch target > 0: this Trainer's loops stand at its start
+        # and the RNG is the epoch's (its loader iterator is made after this).
+        _set_loop_counters(trainer, target, state["lightning"]["counters"])
+        _set_rng_state(state["lightning"]["rng"])
+
+    def _begin(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.callback._engine.start_epoch(epoch)
+
+    def epoch_start(self, epoch: int) -> None:
+        if epoch == 0 and self.started_at_fit:
+            self.started_at_fit = False
+            return
+        self.started_at_fit = False
+        self._begin(epoch)
+
+    def epoch_end(self, epoch: int) -> Optional[int]:
+        self.epoch = None
+        try:
+            following = self.callback._engine.end_epoch(epoch, None)
+        except BaseException:
+            self.abort()
+            raise
+        if following is None:
+            self.closed = True
+        return following
+
+    def jumped(self, jump: TimeTravelJump, last_epoch: int) -> None:
+        """A jump unwound fit: restore its target (unless the engine did)."""
+        if not getattr(jump, "_nansense_restored", False):
+            try:
+                self.callback._engine.end_epoch(last_epoch, jump.epoch)
+            except BaseException:
+                self.abort()
+                raise
+        self.target = jump.epoch
+
+    def abort(self) -> None:
+        if self.opened and not self.closed:
+            self.closed = True
+            self.callback._engine.abort_epochs()
+
+
+def fit_with_time_travel(
+    make_trainer: Callable[[], Trainer],
+    model: LightningModule,
+    *,
+    callback: NansenseCallback,
+    train_dataloaders: Any = None,
+    val_dataloaders: Any = None,
+    datamodule: Any = None,
+    cache_dir: Union[str, os.PathLike] = DEFAULT_CACHE_DIR,
+) -> None:
+    """Run trainer.fit under nansense time travel.
+
+    Equivalent to make_trainer().fit(model, ...) with callback attached,
+    plus the UI's Time Travel: every epoch's start is checkpointed to
+    cache_dir (weights, buffers, optimizer, scheduler, every RNG, the loop's
+    counters), and a jump re-enters training at the chosen epoch, in a fresh
+    Trainer from make_trainer (Lightning's Trainer is single-use), with that
+    state restored; the callback and its session (the UI) live across
+    attempts. Loggers cannot time-travel: after a jump they see the replayed
+    epochs again.
+    """
+    if not callable(make_trainer):
+        raise TypeError(f"make_trainer must be a function returning a new Trainer, got {type(make_trainer).__name__}")
+    if not isinstance(callback, NansenseCallback):
+        raise TypeError(f"callback must be a NansenseCallback, got {type(callback).__name__}")
+    if not isinstance(model, LightningModule):
+        raise TypeError(f"model must be a LightningModule, got {type(model).__name__}")
+    cache_dir = _check_cache_dir(cache_dir)
+    if callback._travel is not None:
+        raise RuntimeError("this NansenseCallback is already in a fit_with_time_travel run")
+    travel = _TimeTravel(cache_dir) if callback._enabled else None
+    callback._travel = travel
+    try:
+        while True:
+            trainer = make_trainer()
+            if not isinstance(trainer, Trainer):
+                raise TypeError(f"make_trainer must return a lightning Trainer, got {type(trainer).__name__}")
+            if callback not in trainer.callbacks:
+                trainer.callbacks.append(callback)
+            try:
+                trainer.fit(model, train_dataloaders=train_dataloaders, val_dataloaders=val_dataloaders,
+                            datamodule=datamodule)
+                return
+            except TimeTravelJump as jump:
+                if travel is None:
+                    raise
+                last = travel.epoch if travel.epoch is not None else callback._epoch
+                travel.jumped(jump, last)
+    finally:
+        callback._travel = None
+
+
+# ---------------------------------------------------------------- replaying a capsule as a Lightning run
+
+
+class LightningCapsule(Capsule):
+    """A capsule replayed by a Lightning run (nansense.lightning.replay_capsule).
+
+    gradients_match() compares the gradients the replayed step computed
+    (before the optimizer step, as the guard saw them) with the recorded
+    ones; epoch, batch_idx and global_step are where the run tripped."""
+
+    def __init__(self, native, lightning: dict, match: Optional[tuple[bool, str]]):
+        super().__init__(native)
+        self.epoch: int = lightning["epoch"]
+        self.batch_idx: int = lightning["batch_idx"]
+        self.global_step: int = lightning["counters"]["global_step"]
+        self._match = match
+
+    def gradients_match(self) -> tuple[bool, str]:
+        if self._match is None:
+            return False, "the replayed run made no optimizer step (training_step returned None?)"
+        return self._match
+
+
+_FORCED = ("max_epochs", "max_steps", "limit_train_batches", "limit_val_batches", "num_sanity_val_steps",
+           "accumulate_grad_batches")
+
+
+def _read_capsule(path: str, network: torch.nn.Module, kind: str) -> dict:
+    """The Lightning part of a capsule (its batch, counters and position).
+    Reading it restores the weights too, as the replay proper does again
+    right before its step; the RNG is left as it was."""
+    seen: dict = {}
+
+    def load(data: bytes) -> None:
+        seen.update(torch.load(io.BytesIO(data), map_location="cpu", weights_only=True))
+
+    rng = _rng_state()
+    try:
+        _nansense.replay_capsule(path, _module_specs(network), kind, load)
+    finally:
+        _set_rng_state(rng)
+    lightning = seen.get("lightning")
+    if lightning is None or lightning.get("batch") is None:
+        raise _nansense.CapsuleError(f"{path} was not recorded by NansenseCallback (it holds no Lightning batch): "
+                                     "replay it with nansense.replay_capsule")
+    return lightning
+
+
+def replay_capsule(path: Union[str, os.PathLike], model: LightningModule, *, module: Optional[str] = None,
+                   **trainer_kwargs: Any) -> LightningCapsule:
+    """Replay a capsule NansenseCallback wrote as a Lightning run: a fresh
+    Trainer fits model on the capsule's batch alone, entering at the
+    tripping step with the weights, buffers, optimizer and scheduler state,
+    RNG and loop counters (current_epoch, global_step) it had, so the NaN
+    happens again, bit for bit on the CPU. module is the callback's model=
+    path. Other keyword arguments go to the Trainer (callbacks, accelerator,
+    precision...; pass a NansenseCallback to watch the replay in the UI);
+    the batch count and epochs are the replay's own. The batch is the one
+    training_step received: on_before_batch_transfer and
+    on_after_batch_transfer are skipped for it. CapsuleError says why a
+    capsule does not fit the model (or its configure_optimizers).
+    """
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a capsule file path, got {type(path).__name__}")
+    if not isinstance(model, LightningModule):
+        raise TypeError(f"model must be the LightningModule the capsule was recorded from, got "
+                        f"{type(model).__name__}")
+    forced = [k for k in _FORCED if k in trainer_kwargs]
+    if forced:
+        raise TypeError(f"replay_capsule runs one batch: it sets {', '.join(forced)} itself")
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no capsule at {path}")
+    network = NansenseCallback(model=module)._network(model)
+    loader = _OneBatch(None)
+    replay = _Replay(path, network, loader)
+    callbacks = list(trainer_kwargs.pop("callbacks", None) or [])
+    options = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    options.update(trainer_kwargs)
+    trainer = Trainer(max_epochs=1, limit_val_batches=0, num_sanity_val_steps=0, callbacks=[replay, *callbacks],
+                      **options)
+    # The batch is already past the transfer hooks: let it through as it is.
+    overridden = {name: model.__dict__.get(name) for name in ("on_before_batch_transfer", "on_after_batch_transfer")}
+    model.on_before_batch_transfer = lambda batch, dataloader_idx: batch
+    model.on_after_batch_transfer = lambda batch, dataloader_idx: batch
+    try:
+        trainer.fit(model, train_dataloaders=loader)
+    finally:
+        for name, value in overridden.items():
+            if value is None:
+                model.__dict__.pop(name, None)
+            else:
+                model.__dict__[name] = value
+    if replay.native is None:
+        raise _nansense.CapsuleError(f"the replay of {path} ran no training batch")
+    return LightningCapsule(replay.native, replay.lightning, replay.match)
+
+
+class _Replay(Callback):
+    def __init__(self, path: str, network: torch.nn.Module, loader: _OneBatch):
+        self.path, self.network, self.loader = path, network, loader
+        self.kind = ""
+        self.lightning: dict = {}
+        self.native = None
+        self.match: Optional[tuple[bool, str]] = None
+
+    def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        # The capsule names its state after the optimizer and scheduler the
+        # recording run's configure_optimizers made: this run's must match.
+        optimizer, scheduler = _optimizer_of(trainer), _scheduler_of(trainer)
+        self.kind = _state_kind(optimizer, scheduler) if optimizer is not None or scheduler is not None else ""
+        self.lightning = _read_capsule(self.path, self.network, self.kind)
+        self.loader._batch = _unpickled(self.lightning["batch"])
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        # The Trainer stands where the recording run tripped: current_epoch
+        # and global_step as they were, one epoch (one batch) left to run.
+        epoch = self.lightning["epoch"]
+        _set_loop_counters(trainer, epoch, self.lightning["counters"])
+        trainer.fit_loop.max_epochs = epoch + 1
+
+    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
+        # Right before the step: the weights, buffers, RNG and thread count
+        # the tripping batch began with, and the optimizer's state.
+        def load(data: bytes) -> None:
+            _apply_optimizer_state(trainer, torch.load(io.BytesIO(data), map_location="cpu", weights_only=True))
+        self.native = _nansense.replay_capsule(self.path, _module_specs(self.network), self.kind, load)
+
+    def on_before_optimizer_step(self, trainer: Trainer, pl_module: LightningModule, optimizer) -> None:
+        if self.native is not None and self.match is None:
+            self.match = self.native.gradients_match()
