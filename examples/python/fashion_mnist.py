@@ -9,11 +9,9 @@ its first batch. Layer names are the module paths below ("features.0" is
 the first convolution, "classifier.1" the first linear layer).
 """
 
-import argparse
 import gzip
 import struct
 import sys
-import threading
 from pathlib import Path
 
 import torch
@@ -21,9 +19,11 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+import common
 import nansense
 
 MEAN, STD = 0.286, 0.353
+DATA_DIR = Path("/usr/share/datasets/fashion-mnist")   # Debian's dataset-fashion-mnist
 
 
 class FashionCnn(nn.Module):
@@ -67,34 +67,29 @@ def per_class_nll(log_probs, target):
     return total
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--port", type=int, default=8080, help="UI port (0 picks a free one)")
-    p.add_argument("--host", default="127.0.0.1", help="UI bind address")
-    p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--no-browser", action="store_true", help="do not open a browser tab")
-    p.add_argument("--detach", action="store_true", help="train without pausing (the UI stays live)")
-    p.add_argument("--limit-batches", type=int, default=0, help="cap batches per phase (0 = all)")
-    p.add_argument("--data-dir", type=Path, default=Path("/usr/share/datasets/fashion-mnist"))
-    p.add_argument("--exit-when-done", action="store_true", help="exit after training instead of keeping the UI up")
-    p.add_argument("--nan", action="store_true", help="a per-class loss that turns NaN when a batch lacks a class")
-    p.add_argument("--disabled", action="store_true", help="nansense off (enabled=False): a plain loop")
-    args = p.parse_args()
-
-    torch.manual_seed(0)
+def loaders(args) -> tuple[DataLoader, DataLoader]:
+    """The train (shuffled) and test loaders for --data-dir, --batch-size
+    and --limit-batches."""
     train_set, val_set = fashion_mnist(args.data_dir, "train"), fashion_mnist(args.data_dir, "test")
     if args.limit_batches:
         n = args.limit_batches * args.batch_size
         train_set = TensorDataset(*train_set[:n])
         val_set = TensorDataset(*val_set[:n])
-    train_loader = DataLoader(train_set, batch_size=args.batch_size, shuffle=True)
-    val_loader = DataLoader(val_set, batch_size=256)
+    return DataLoader(train_set, batch_size=args.batch_size, shuffle=True), DataLoader(val_set, batch_size=256)
+
+
+def main() -> int:
+    p = common.arguments(__doc__, data_dir=DATA_DIR, data_help="Fashion-MNIST's IDX files")
+    p.add_argument("--nan", action="store_true", help="a per-class loss that turns NaN when a batch lacks a class")
+    args = p.parse_args()
+
+    torch.manual_seed(0)
+    train_loader, val_loader = loaders(args)
 
     model = FashionCnn()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-    session = nansense.start(model, optimizer=optimizer, enabled=not args.disabled, port=args.port, host=args.host,
-                             open_browser=not args.no_browser, input_mean=MEAN, input_std=STD)
+    session = nansense.start(model, optimizer=optimizer, enabled=not args.disabled, port=common.port(args),
+                             host=args.host, open_browser=not args.no_browser, input_mean=MEAN, input_std=STD)
     if args.detach:
         session.detach()
     loss_fn = per_class_nll if args.nan else F.nll_loss
@@ -114,13 +109,7 @@ def main() -> int:
                 total += len(y)
         print(f"epoch {epoch}: val accuracy {correct / max(total, 1):.3f}", flush=True)
     session.close()
-
-    if session.enabled and session.url and not args.exit_when_done:
-        print(f"training finished; the UI stays up at {session.url} (Ctrl-C to exit)", flush=True)
-        try:
-            threading.Event().wait()
-        except KeyboardInterrupt:
-            pass
+    common.keep_serving(session.url if session.enabled else None, args)
     return 0
 
 
