@@ -444,6 +444,7 @@ class Engine {
     session_->close();
   }
   void mark_lost(const std::string& reason) { core_->mark_lost(reason); }
+  void set_unserved_nan_note(std::string note) { core_->set_unserved_nan_note(std::move(note)); }
 
   // --- any thread ---
   std::string url() const { return session_->url(); }
@@ -860,6 +861,7 @@ PYBIND11_MODULE(_nansense, m) {
       .def("end_phase", &Engine::end_phase)
       .def("close", &Engine::close)
       .def("mark_lost", &Engine::mark_lost)
+      .def("set_unserved_nan_note", &Engine::set_unserved_nan_note)
       .def("url", &Engine::url)
       .def("state", &Engine::state)
       .def("mode", &Engine::mode)

@@ -89,9 +89,8 @@ def main() -> int:
             model.train()
             for input_ids, attention_mask, labels in session.batches(train_loader, phase="train"):
                 optimizer.zero_grad()
-                # input_ids positionally: nansense shows the forward's positional
-                # arguments as the model's inputs (keyword ones are not captured).
-                out = model(input_ids, attention_mask=attention_mask, labels=labels)
+                # The forward's arguments, keyword ones too, are the model inputs the UI shows.
+                out = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
                 loss = per_sequence_loss(out.logits, labels) if args.nan else out.loss
                 loss.backward()
                 optimizer.step()
@@ -99,7 +98,7 @@ def main() -> int:
             total = tokens = 0.0
             with torch.no_grad():
                 for input_ids, attention_mask, labels in session.batches(val_loader, phase="val"):
-                    out = model(input_ids, attention_mask=attention_mask, labels=labels)
+                    out = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
                     n = (labels[:, 1:] != -100).sum().item()
                     total, tokens = total + out.loss.item() * n, tokens + n
             val_loss = total / max(tokens, 1)

@@ -381,9 +381,6 @@ class Session(_WatchMethods):
         def enter(module, args):
             if threading.get_ident() != owner:
                 return
-            if module is root and self._inputs_pending:
-                self._inputs_pending = False
-                engine.set_inputs(_tensors_of(args))
             depth = _frame_depth(sys._getframe(1))
             while stack and stack[-1][2] >= depth:
                 stack.pop()
@@ -403,9 +400,17 @@ class Session(_WatchMethods):
                     break
             engine.set_module_scope(stack[-1][1] if stack else "")
 
+        def inputs(module, args, kwargs):
+            # The model input: the first root forward's arguments, keyword
+            # ones too (model(input_ids=..., attention_mask=...)), in order.
+            if self._inputs_pending and threading.get_ident() == owner:
+                self._inputs_pending = False
+                engine.set_inputs(_tensors_of(args) + _tensors_of(kwargs))
+
         self._inputs_pending = True
         engine.set_module_scope("")
-        return [register_module_forward_pre_hook(enter), register_module_forward_hook(leave)]
+        return [register_module_forward_pre_hook(enter), register_module_forward_hook(leave),
+                root.register_forward_pre_hook(inputs, with_kwargs=True)]
 
     def _first_batch(self) -> None:
         if not self._driven:

@@ -252,6 +252,7 @@ class NansenseCallback(Callback):
             # before its first batch.
             self._session = start(network, epochs=trainer.max_epochs, phases={"train": 1}, **self._serve)
             engine = self._engine
+            engine.set_unserved_nan_note("NansenseCallback stops the trainer after this batch")
             engine.set_optimizer_reader(self._read_optimizer(network))
             optimizer, scheduler = _optimizer_of(trainer), _scheduler_of(trainer)
             if optimizer is not None or scheduler is not None:
@@ -403,12 +404,10 @@ class NansenseCallback(Callback):
             return
         self._halted = error.capsule
         trainer.should_stop = True
-        cause = (error.root_cause or {}).get("summary") or ", ".join(error.reasons)
         attr = f', module="{self._model_attr}"' if self._model_attr else ""
         where = f"{error.position.phase} epoch {error.position.epoch} batch {error.position.batch_idx}"
-        print(f"[nansense] non-finite values at {where}: {cause}. The trainer stops (no UI is served). "
-              f"Capsule: {error.capsule} — replay it with nansense.lightning.replay_capsule({error.capsule!r}, "
-              f"model{attr}).", file=sys.stderr)
+        print(f"[nansense] the trainer stops at the NaN of {where} (no UI is served); replay it with "
+              f"nansense.lightning.replay_capsule({error.capsule!r}, model{attr})", file=sys.stderr)
 
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
         if self._engine is not None:

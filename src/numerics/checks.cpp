@@ -64,21 +64,29 @@ void apply(const DebugSettings& s, Row& row, const BandStats& st, bool gradient,
 // sum is suspicious.
 void scan(const DebugSettings& s, Table& table, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
           bool gradient, const char* source, std::vector<std::string>& reasons) {
+  // Only floating-point (and complex) tensors can hold a NaN or an Inf:
+  // masks, token ids, labels and indices pass unchecked.
+  std::vector<std::pair<std::string, torch::Tensor>> checked;
+  for (const auto& named : tensors) {
+    if (named.second.defined() && (named.second.is_floating_point() || named.second.is_complex())) {
+      checked.push_back(named);
+    }
+  }
   std::vector<torch::Tensor> values;
-  for (const auto& [_, t] : tensors) values.push_back(t);
+  for (const auto& [_, t] : checked) values.push_back(t);
   if (values.empty()) return;
   const auto sums = abs_sums(values);
   std::vector<std::string> suspects;
   for (size_t i = 0; i < values.size(); ++i) {
     if (suspicious(sums[i], values[i].numel(), values[i].scalar_type(), gradient && s.check_under_over(),
                    s.threshold_fraction())) {
-      suspects.push_back(tensors[i].first);
+      suspects.push_back(checked[i].first);
     }
   }
   if (suspects.empty()) return;
   std::vector<torch::Tensor> picked;
   std::vector<std::string> owners;
-  for (const auto& [layer, t] : tensors) {
+  for (const auto& [layer, t] : checked) {
     if (std::find(suspects.begin(), suspects.end(), layer) == suspects.end()) continue;
     picked.push_back(t);
     owners.push_back(layer);

@@ -248,7 +248,9 @@ void Monitor::handle_hit(DebugError hit, bool in_backward) {
     std::cerr << "[nansense] " << headline(e);
     if (e.root_cause) std::cerr << " — " << e.root_cause->summary;
     if (!e.capsule.empty()) std::cerr << " — capsule: " << e.capsule;
-    if (!host_.can_pause()) std::cerr << " (no UI served: training continues)";
+    if (!host_.can_pause()) {
+      std::cerr << " (no UI served: " << (host_.unserved_note ? host_.unserved_note() : "training continues") << ")";
+    }
     std::cerr << "\n";
   };
   if (rerun_active_) {

@@ -40,6 +40,8 @@ class Monitor {
     std::function<void()> pause;
     // Whether anything could resume a pause (a UI is served).
     std::function<bool()> can_pause;
+    // What the NaN's log line says happens next when nothing can pause.
+    std::function<std::string()> unserved_note;
     // The last discovered architecture (layer names and order), may be null.
     std::function<std::shared_ptr<const Architecture>()> architecture;
     // A failure of the numerics machinery (it turns itself off).

@@ -86,6 +86,9 @@ class SessionCore {
   void set_display_options(const ServeOptions& options) { display_ = options; }
   bool attached() const { return attachment_ != nullptr; }
   void set_no_ui_hint(std::string hint) { no_ui_hint_ = std::move(hint); }
+  // What a NaN's log line says when no UI is served (a host that stops on
+  // the first NaN, as the Lightning callback does, says so).
+  void set_unserved_nan_note(std::string note) { unserved_nan_note_ = std::move(note); }
   void attach(std::unique_ptr<Attachment> transport) { attachment_ = std::move(transport); }
   std::string url() const;
 
@@ -163,6 +166,7 @@ class SessionCore {
   // language (the Python package sets its own).
   std::string no_ui_hint_ =
       "nansense::serve(session) or StartOptions().port(...) serves one, and session.detach() trains without pausing";
+  std::string unserved_nan_note_ = "training continues";
   bool repeat_batch_ = false;  // the next begin_batch delivers the same batch again
   std::optional<int64_t> loop_epoch_;  // the epoch epochs() runs, for batches() without one
   int64_t loop_epochs_ = 0;            // epochs()'s n

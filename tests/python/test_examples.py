@@ -96,13 +96,13 @@ def test_the_lightning_example_stops_at_a_nan_without_a_ui(tmp_path):
                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 1, out + err
-    found = re.search(r"\[nansense\] non-finite values at .*Capsule: (\S+)", err)
+    found = re.search(r"capsule: (\S+) \(no UI served: NansenseCallback stops the trainer after this batch\)", err)
     assert found, err
     capsule = Path(found.group(1))
     capsule = capsule if capsule.is_absolute() else tmp_path / capsule
     assert capsule.is_file() and capsule.parent.name == "nansense_capsules"
     assert capsule.resolve().is_relative_to(tmp_path.resolve())
-    assert "The trainer stops" in err
+    assert "[nansense] the trainer stops at the NaN of train epoch 0" in err
 
 
 def test_the_transformer_example_serves_pauses_and_names_its_layers(tmp_path):

@@ -290,7 +290,8 @@ def test_the_capture_scheme_example_is_caught_at_the_division_and_replays(tmp_pa
     assert error.capsule is not None and os.path.isfile(error.capsule)
     # No UI: the trainer stopped after the tripping batch, saying where the capsule is.
     err = capfd.readouterr().err
-    assert "The trainer stops" in err and error.capsule in err
+    assert f"capsule: {error.capsule} (no UI served: NansenseCallback stops the trainer after this batch)" in err
+    assert "the trainer stops at the NaN of train epoch 0 batch 2" in err
     assert session.state == nansense.RunState.FINISHED
     assert module.trainer.global_step == 3
 
@@ -309,6 +310,30 @@ def test_the_capture_scheme_example_is_caught_at_the_division_and_replays(tmp_pa
     assert (replayed.epoch, replayed.batch_idx, replayed.global_step) == (0, 2, 2)
     assert replayed.gradients_match() == (True, "")
     assert not torch.isfinite(again.model.fc.weight).all()  # the step it made is the recorded run's poisoned one
+
+
+def test_with_a_ui_the_nan_pauses_before_the_poisoned_step(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    torch.manual_seed(0)
+    module = PerClassLoss()
+    callback = Served(model="model")
+    fit = TrainingThread(lambda: trainer(max_epochs=1, callbacks=[callback]).fit(
+        module, DataLoader(per_class_data(), batch_size=8)))
+    api = callback.api()
+    session = callback.session
+    assert session.wait_until_stopped(60) == nansense.RunState.PAUSED
+    api.post("/api/run", {})
+    assert session.wait_until_stopped(60) == nansense.RunState.PAUSED
+    error = session.debug_error
+    assert error is not None and error.position.batch_idx == 2
+    assert error.root_cause["producer"]["op"] == "aten::div"
+    assert session.live_position.batch_idx == 2
+    # Paused inside the step, before the optimizer applied the poisoned gradients.
+    assert all(torch.isfinite(p).all() for p in module.model.parameters())
+    assert any(not torch.isfinite(p.grad).all() for p in module.model.parameters() if p.grad is not None)
+    session.detach()
+    fit.join()
+    assert session.state == nansense.RunState.FINISHED
 
 
 def test_replay_capsule_refuses_what_it_cannot_replay(tmp_path):

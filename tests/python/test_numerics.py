@@ -234,3 +234,48 @@ def test_a_capsule_refuses_an_optimizer_of_another_type(tmp_path):
         assert torch.equal(p.detach(), before[name]), name
     with pytest.raises(TypeError, match="optimizer must be a torch.optim.Optimizer"):
         nansense.replay_capsule(session.debug_error.capsule, fresh, optimizer="adam")
+
+
+class _MaskedClassifier(torch.nn.Module):
+    """PyTorch's own transformer encoder with a boolean padding mask passed
+    as a model input, pooled over the unpadded tokens: a fully padded
+    sample divides 0 by 0."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(50, 16)
+        layer = torch.nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)
+        self.enc = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.head = torch.nn.Linear(16, 3)
+
+    def forward(self, ids, pad):
+        h = self.enc(self.emb(ids), src_key_padding_mask=pad)
+        keep = (~pad).unsqueeze(-1).float()
+        return self.head((h * keep).sum(1) / keep.sum(1))
+
+
+def test_masks_and_token_ids_never_turn_a_check_off(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    model = _MaskedClassifier()
+    optimizer = torch.optim.Adam(model.parameters(), 1e-3)
+    g = torch.Generator().manual_seed(0)
+    batches = []
+    for b in range(8):
+        pad = torch.zeros(4, 6, dtype=torch.bool)
+        pad[:, 4:] = True
+        if b == 6:
+            pad[1, :] = True  # one sample with no token left
+        batches.append((torch.randint(0, 50, (4, 6), generator=g), pad, torch.randint(0, 3, (4,), generator=g)))
+    session = nansense.start(model, optimizer=optimizer)
+    session.set_stats_scope(nansense.StatsScope.ALL)
+    session.detach()
+    for ids, pad, y in session.batches(batches, phase="train"):
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(ids, pad), y).backward()
+        optimizer.step()
+    session.close()
+    # Every batch was checked: the NaN of batch 6 is caught at its division.
+    assert session.internal_errors == []
+    error = session.debug_error
+    assert error is not None and error.position.batch_idx == 6
+    assert error.root_cause["producer"]["op"] == "aten::div"
