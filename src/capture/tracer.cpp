@@ -214,7 +214,8 @@ std::shared_ptr<const ModelIndex> ModelIndex::of(const torch::nn::Module& model,
     auto add = [&](const std::string& local, const torch::Tensor& t) {
       if (!t.defined()) return;
       std::string qualified = path.empty() ? local : path + "." + local;
-      index->owners.emplace(t.unsafeGetTensorImpl(), Owner{path, kind, std::move(qualified)});
+      auto [first, added] = index->owners.emplace(t.unsafeGetTensorImpl(), Owner{path, kind, qualified});
+      if (!added) index->aliases.emplace(t.unsafeGetTensorImpl(), Owner{path, kind, first->second.param_name});
     };
     for (const auto& p : module.named_parameters(/*recurse=*/false)) add(p.key(), p.value());
     for (const auto& b : module.named_buffers(/*recurse=*/false)) add(b.key(), b.value());
@@ -243,7 +244,16 @@ Tracer::Tracer(const torch::nn::Module& model, observer::Observer& observer, Kee
 }
 
 const Tracer::Owner* Tracer::owner_of(const c10::TensorImpl* impl) const {
-  if (auto it = index_->owners.find(impl); it != index_->owners.end()) return &it->second;
+  if (auto it = index_->owners.find(impl); it != index_->owners.end()) {
+    // A tied tensor read inside another module that registers it: that
+    // module's call (Python tells the module running each op).
+    if (scoped_ && !index_->aliases.empty() && it->second.module_path != module_scope_) {
+      for (auto [a, end] = index_->aliases.equal_range(impl); a != end; ++a) {
+        if (a->second.module_path == module_scope_) return &a->second;
+      }
+    }
+    return &it->second;
+  }
   if (auto it = derived_owners_.find(impl); it != derived_owners_.end()) return &it->second;
   return nullptr;
 }

@@ -112,6 +112,9 @@ struct ModelIndex {
     std::string description;     // its printout ("" for the root)
   };
   std::unordered_map<const c10::TensorImpl*, Owner> owners;
+  // The other modules a tied tensor is registered in (GPT-2's lm_head holds
+  // the embedding's weight): their module, the first owner's parameter name.
+  std::unordered_multimap<const c10::TensorImpl*, Owner> aliases;
   std::vector<ModuleEntry> modules;
   std::map<std::string, size_t> module_index;    // module path -> index in modules
   std::vector<torch::Tensor> parameters;         // every parameter, for their gradients

@@ -109,13 +109,12 @@ def test_the_transformer_example_serves_pauses_and_names_its_layers(tmp_path):
     need("transformers", "transformers")
     if not TEXT.is_file():
         pytest.skip(f"{TEXT} (the example's default text, Debian's base-files) is missing")
-    # Not "lm_head": its weight is tied to transformer.wte's, and the engine
-    # names that op after the weight's owner ("transformer.wte#2") for now.
+    # lm_head's weight is transformer.wte's (tied): the layer is still lm_head.
     served_pauses_steps_and_finishes(
         "hf_transformer.py", tmp_path,
         ["input", "transformer.wte", "transformer.wpe", "transformer.h.0.attn.c_attn",
          "transformer.h.0.attn.scaled_dot_product_attention", "transformer.h.0.mlp.c_fc", "transformer.h.1.ln_2",
-         "transformer.ln_f"], r"epoch 0: val loss \d+\.\d{3} \(perplexity")
+         "transformer.ln_f", "lm_head"], r"epoch 0: val loss \d+\.\d{3} \(perplexity")
 
 
 def test_the_transformer_example_catches_its_nan_without_a_ui(tmp_path):

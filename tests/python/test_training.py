@@ -215,3 +215,31 @@ def test_module_calls_give_every_op_its_exact_scope():
     snap = session.snapshot
     assert torch.equal(snap.activations["blocks.0.act.mul"],
                        snap.activations["blocks.0.fc"] * torch.sigmoid(snap.activations["blocks.0.fc"]))
+
+
+class TiedLm(torch.nn.Module):
+    """An embedding and an output head that share one weight (GPT-2's lm_head)."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(10, 4)
+        self.head = torch.nn.Linear(4, 10, bias=False)
+        self.head.weight = self.emb.weight
+
+    def forward(self, ids):
+        return self.head(torch.tanh(self.emb(ids)))
+
+
+def test_a_tied_weight_names_the_module_that_runs_the_op():
+    model = TiedLm()
+    session = nansense.start(model)
+    session.detach()
+    session.refresh()
+    ids = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    for (x,) in session.batches([(ids,)], phase="train"):
+        model(x).sum().backward()
+    session.close()
+    # ("sum": the loop's reduction after the forward, as any op on the way to backward.)
+    assert session.layer_names == ["input", "emb", "tanh", "head", "sum"]
+    snap = session.snapshot
+    assert torch.equal(snap.activations["head"], model(ids).detach())
