@@ -36,7 +36,8 @@ this environment's site-packages so the same torch and lightning are used
 left out). That needs PyPI once; later runs reuse the venv.
 
 Ours is the `nansense` this Python imports (PYTHONPATH as above). Every
-process runs in an empty temporary directory, removed afterwards.
+process runs in an empty temporary directory, removed afterwards, with
+glibc's malloc thresholds fixed (FIXED_MALLOC; --default-malloc leaves them).
 """
 
 import argparse
@@ -62,6 +63,27 @@ RUNS = {"ours": ("enabled=False", "detached", "guard", "3 watched", "lightning")
 
 
 # ---------------------------------------------------------------- worker side
+
+def cnn():
+    """The demo's CNN (examples/python/fashion_mnist.py), written out here:
+    importing the demo would import a nansense into the plain loop too."""
+    import torch.nn.functional as F
+    from torch import nn
+
+    class FashionCnn(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.features = nn.Sequential(
+                nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2))
+            self.classifier = nn.Sequential(
+                nn.Flatten(), nn.Linear(32 * 7 * 7, 64), nn.ReLU(), nn.Dropout(0.25), nn.Linear(64, 10))
+
+        def forward(self, x):
+            return F.log_softmax(self.classifier(self.features(x)), dim=1)
+
+    return FashionCnn()
+
 
 def make_batches(n, batch_size=64):
     import torch
@@ -110,9 +132,8 @@ def check_watched(side, session):
 def time_loop(side, config, batches, warmup):
     import torch
     import torch.nn.functional as F
-    from fashion_mnist import FashionCnn
     torch.manual_seed(0)
-    model = FashionCnn()
+    model = cnn()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     session = None if config == "plain" else start_session(side, config, model, optimizer)
     loop = session.batches(batches, phase="train") if session else batches
@@ -137,13 +158,12 @@ def time_lightning(side, config, batches, warmup):
     import torch
     import torch.nn.functional as F
     from torch.utils.data import DataLoader, TensorDataset
-    from fashion_mnist import FashionCnn
     warnings.filterwarnings("ignore")
 
     class Cnn(L.LightningModule):
         def __init__(self):
             super().__init__()
-            self.net = FashionCnn()
+            self.net = cnn()
 
         def forward(self, x):
             return self.net(x)
@@ -197,7 +217,6 @@ def time_lightning(side, config, batches, warmup):
 def worker(args):
     import torch
     torch.set_num_threads(1)
-    sys.path.insert(0, str(ROOT / "examples" / "python"))
     batches = make_batches(args.warmup + args.batches)
     if args.config in ("lightning", "lightning plain"):
         if args.config == "lightning":
@@ -248,7 +267,18 @@ def clean_env():
     return env
 
 
+# glibc's malloc gives the pages of freed big blocks back to the system and
+# faults them in again on the next batch, or keeps them, depending on what
+# else the process holds: in a plain loop that alone moved the per-batch time
+# by 10-15% (a session that keeps a snapshot made the loop look faster than
+# with no debugger at all). Fixed thresholds keep every block on the heap in
+# every process, so the rows compare the work each side adds.
+FIXED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(1 << 30), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
+
+
 def run_one(python, env, side, config, args):
+    if not args.default_malloc:
+        env = {**env, **FIXED_MALLOC}
     with tempfile.TemporaryDirectory(prefix="nansense-vs-original-") as cwd:
         cmd = [python, __file__, "--worker", "--side", side, "--config", config,
                "--batches", str(args.batches), "--warmup", str(args.warmup)]
@@ -304,7 +334,8 @@ def driver(args):
 
     print(f"\nnansense vs the original nansense {ORIGINAL}: demo CNN, batch 64, 1 thread, "
           f"{args.batches} batches after {args.warmup} warm-up, median of {args.rounds} round(s); "
-          f"torch {torch.__version__}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
+          f"torch {torch.__version__}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}, "
+          f"malloc thresholds {'dynamic' if args.default_malloc else 'fixed'}")
     print(f"  ours:   {packages.get('ours', '?')}\n  theirs: {packages.get('theirs', '?')}\n")
     header = ("config", "plain ms/batch", "ours ms/batch (x plain)", "theirs ms/batch (x plain)", "ours/theirs")
     rows = [header]
@@ -344,6 +375,8 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
     p.add_argument("--venv", default=str(ROOT / "build" / "bench-original-venv"),
                    help="the original's venv, made when missing (default build/bench-original-venv)")
+    p.add_argument("--default-malloc", action="store_true",
+                   help="leave glibc's malloc thresholds dynamic (see FIXED_MALLOC)")
     p.add_argument("--raw", action="store_true", help="also print every round's figures")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--side", choices=("ours", "theirs"), help=argparse.SUPPRESS)
