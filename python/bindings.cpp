@@ -783,6 +783,7 @@ PYBIND11_MODULE(_nansense, m) {
   static py::exception<nansense::ScheduleError> schedule_error(m, "ScheduleError", PyExc_ValueError);
   static py::exception<nansense::ControlError> control_error(m, "ControlError", PyExc_RuntimeError);
   static py::exception<nansense::UsageError> usage_error(m, "UsageError", PyExc_RuntimeError);
+  static py::exception<nansense::ArgumentError> argument_error(m, "ArgumentError", PyExc_ValueError);
   static py::exception<nansense::TimeTravelError> time_travel_error(m, "TimeTravelError", PyExc_RuntimeError);
   static py::exception<nansense::CapsuleError> capsule_error(m, "CapsuleError", PyExc_RuntimeError);
   py::register_exception_translator([](std::exception_ptr p) {
@@ -794,6 +795,8 @@ PYBIND11_MODULE(_nansense, m) {
       py::set_error(control_error, e.what());
     } catch (const nansense::UsageError& e) {
       py::set_error(usage_error, e.what());
+    } catch (const nansense::ArgumentError& e) {
+      py::set_error(argument_error, e.what());
     } catch (const nansense::TimeTravelError& e) {
       py::set_error(time_travel_error, e.what());
     } catch (const nansense::CapsuleError& e) {

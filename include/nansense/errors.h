@@ -30,6 +30,14 @@ class ControlError : public Error {
   using Error::Error;
 };
 
+// A bad value given to a public function (a debug setting out of range, an
+// unknown check category, a batch with more inputs than the forward takes).
+// The message names the value and what is accepted.
+class ArgumentError : public Error {
+ public:
+  using Error::Error;
+};
+
 // Misuse of the session API (for example batches() after close()).
 class UsageError : public Error {
  public:

@@ -232,7 +232,7 @@ class Session {
   // The standing error, if a check tripped since the last clear.
   std::optional<DebugError> debug_error() const;
   DebugSettings debug_settings() const;
-  // Takes effect at the next batch. Throws std::invalid_argument for a bad value.
+  // Takes effect at the next batch. Throws ArgumentError for a bad value.
   void set_debug_settings(const DebugSettings& settings);
   // Turns off a check category ("nan_inf" or "under_over"; "" = every category
   // of the standing error) and removes it from the standing error.
@@ -337,7 +337,7 @@ Session start(const torch::nn::ModuleHolder<Impl>& model, StartOptions options =
                   { m.forward(x) } -> std::convertible_to<torch::Tensor>;
                 }) {
     session.set_forward([impl](const std::vector<torch::Tensor>& in) -> torch::Tensor {
-      if (in.size() != 1) throw std::invalid_argument("the model's forward takes 1 input, the batch has " +
+      if (in.size() != 1) throw ArgumentError("the model's forward takes 1 input, the batch has " +
                                                       std::to_string(in.size()));
       return impl->forward(in[0]);
     });
@@ -345,7 +345,7 @@ Session start(const torch::nn::ModuleHolder<Impl>& model, StartOptions options =
                          { m.forward(x, x) } -> std::convertible_to<torch::Tensor>;
                        }) {
     session.set_forward([impl](const std::vector<torch::Tensor>& in) -> torch::Tensor {
-      if (in.size() != 2) throw std::invalid_argument("the model's forward takes 2 inputs, the batch has " +
+      if (in.size() != 2) throw ArgumentError("the model's forward takes 2 inputs, the batch has " +
                                                       std::to_string(in.size()));
       return impl->forward(in[0], in[1]);
     });

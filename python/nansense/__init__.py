@@ -48,6 +48,7 @@ from ._stats import (  # noqa: E402
     histogram_edges,
 )
 from ._nansense import (  # noqa: E402
+    ArgumentError,
     CapsuleError,
     ControlError,
     ScheduleError,
@@ -86,6 +87,7 @@ __all__ = [
     "TimeTravelJump",
     "TrainingRestorer",
     "DEFAULT_CACHE_DIR",
+    "ArgumentError",
     "CapsuleError",
     "ControlError",
     "ScheduleError",

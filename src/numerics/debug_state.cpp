@@ -1,5 +1,7 @@
 #include "numerics/debug_state.h"
 
+#include "nansense/errors.h"
+
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -37,19 +39,19 @@ std::string category_of(const std::string& reason) {
 
 void validate(const DebugSettings& s) {
   if (s.interval_batches() < 1) {
-    throw std::invalid_argument("interval_batches must be a whole number of batches >= 1, got " +
+    throw ArgumentError("interval_batches must be a whole number of batches >= 1, got " +
                                 std::to_string(s.interval_batches()));
   }
   if (!(std::isfinite(s.threshold_fraction()) && s.threshold_fraction() > 0 && s.threshold_fraction() <= 1)) {
-    throw std::invalid_argument("threshold_fraction must be a fraction in (0, 1], got " +
+    throw ArgumentError("threshold_fraction must be a fraction in (0, 1], got " +
                                 std::to_string(s.threshold_fraction()));
   }
   if (s.trace_interval_batches() < 0) {
-    throw std::invalid_argument("trace_interval_batches must be 0 (off) or a number of batches >= 1, got " +
+    throw ArgumentError("trace_interval_batches must be 0 (off) or a number of batches >= 1, got " +
                                 std::to_string(s.trace_interval_batches()));
   }
   for (const auto& entry : s.allow()) {
-    if (entry.empty()) throw std::invalid_argument("allow entries must be op or layer names, got an empty string");
+    if (entry.empty()) throw ArgumentError("allow entries must be op or layer names, got an empty string");
   }
 }
 
@@ -135,7 +137,7 @@ void DebugState::amend(const std::function<void(DebugError&)>& edit) {
 
 std::vector<std::string> DebugState::silence(const std::string& category) {
   if (!category.empty() && category != kNanInf && category != kUnderOver) {
-    throw std::invalid_argument("category must be \"nan_inf\" or \"under_over\", got \"" + category + "\"");
+    throw ArgumentError("category must be \"nan_inf\" or \"under_over\", got \"" + category + "\"");
   }
   std::vector<std::string> silenced;
   {

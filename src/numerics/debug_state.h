@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "nansense/debug.h"
+#include "nansense/errors.h"
 
 namespace nansense::numerics {
 
@@ -19,7 +20,7 @@ inline constexpr const char* kUnderOver = "under_over";
 // "nan" / "inf" -> "nan_inf"; "underflow" / "overflow" -> "under_over".
 std::string category_of(const std::string& reason);
 
-// Throws std::invalid_argument naming the first bad value.
+// Throws ArgumentError naming the first bad value.
 void validate(const DebugSettings& settings);
 
 // Merges a later hit into the standing error: union of reasons and checks,
@@ -34,7 +35,7 @@ class DebugState {
   DebugState(DebugSettings settings, std::function<void()> changed);
 
   DebugSettings settings() const;
-  // Validates first (std::invalid_argument); the training thread picks the
+  // Validates first (ArgumentError); the training thread picks the
   // new settings up at its next batch.
   void set_settings(const DebugSettings& settings);
 
@@ -47,7 +48,7 @@ class DebugState {
   // Turns a check category off and removes its reasons from the standing
   // error, which is cleared once no reason is left. "" silences every
   // category the standing error has. Returns the categories turned off.
-  // Throws std::invalid_argument for an unknown category.
+  // Throws ArgumentError for an unknown category.
   std::vector<std::string> silence(const std::string& category);
   // Dismisses the standing error; checks stay as they are.
   void clear();

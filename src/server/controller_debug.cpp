@@ -73,7 +73,7 @@ json Controller::configure_debug_checks(const DebugChecksUpdate& u) {
   if (u.allow) s.allow(*u.allow);
   try {
     session_.set_debug_settings(s);
-  } catch (const std::invalid_argument& e) {
+  } catch (const ArgumentError& e) {
     throw ControllerError(ControllerError::Kind::kInvalidArgument, e.what());
   }
   return get_debug_report();
@@ -82,7 +82,7 @@ json Controller::configure_debug_checks(const DebugChecksUpdate& u) {
 json Controller::silence_debug_check(const std::optional<std::string>& category) {
   try {
     session_.silence_debug_check(category.value_or(""));
-  } catch (const std::invalid_argument& e) {
+  } catch (const ArgumentError& e) {
     throw ControllerError(ControllerError::Kind::kInvalidArgument, e.what());
   }
   return get_debug_report();

@@ -84,8 +84,8 @@ SessionCore::SessionCore(std::shared_ptr<torch::nn::Module> model, const StartOp
   restorer_ = make_restorer(options.scheduler());
   try {
     numerics_ = make_monitor(options.debug());
-  } catch (const std::invalid_argument& e) {
-    throw UsageError(std::string("StartOptions().debug(): ") + e.what());
+  } catch (const ArgumentError& e) {
+    throw ArgumentError(std::string("StartOptions().debug(): ") + e.what());
   }
 }
 

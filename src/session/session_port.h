@@ -84,7 +84,7 @@ class SessionPort {
 
   // --- numerical checks (see nansense/debug.h and numerics/debug_state.h) ---
   virtual DebugSettings debug_settings() const = 0;
-  // Throws std::invalid_argument naming the first bad value.
+  // Throws ArgumentError naming the first bad value.
   virtual void set_debug_settings(const DebugSettings& settings) = 0;
   virtual std::optional<DebugError> debug_error() const = 0;
   virtual int64_t checked_batches() const = 0;
@@ -92,7 +92,7 @@ class SessionPort {
   virtual bool skip_update_chosen() const = 0;
   // Throws std::logic_error when no update is held.
   virtual void choose_update(bool skip) = 0;
-  // Throws std::invalid_argument for an unknown category.
+  // Throws ArgumentError for an unknown category.
   virtual void silence_debug_check(const std::string& category) = 0;
   virtual void clear_debug_error() = 0;
 

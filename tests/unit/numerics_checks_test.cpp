@@ -183,7 +183,7 @@ TEST(DebugStateTest, SilencingEverythingTakesTheStandingCategories) {
   EXPECT_EQ(state.silence(""), (std::vector<std::string>{"under_over"}));
   EXPECT_FALSE(state.error());
   EXPECT_TRUE(state.settings().check_nan_inf());
-  EXPECT_THROW(state.silence("nan"), std::invalid_argument);
+  EXPECT_THROW(state.silence("nan"), nansense::ArgumentError);
 }
 
 TEST(DebugStateTest, ClearKeepsTheChecksOn) {
@@ -200,7 +200,7 @@ TEST(DebugStateTest, BadSettingsAreRefusedWithTheirValue) {
   auto message = [&](const DebugSettings& s) {
     try {
       state.set_settings(s);
-    } catch (const std::invalid_argument& e) {
+    } catch (const nansense::ArgumentError& e) {
       return std::string(e.what());
     }
     return std::string("accepted");
