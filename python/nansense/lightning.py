@@ -527,9 +527,6 @@ class _TimeTravel:
         self.epoch: Optional[int] = None      # the epoch under way
         self.started_at_fit = False           # this attempt's epoch 0 was checkpointed at fit start
 
-    def _engine(self, callback: NansenseCallback):
-        return callback._engine
-
     def fit_start(self, callback: NansenseCallback, trainer: Trainer) -> None:
         self.callback = callback
         engine = callback._engine

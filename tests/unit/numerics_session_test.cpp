@@ -359,7 +359,7 @@ TEST(NumericsSession, DisabledChecksInstallNothingThatTrips) {
   for (auto& batch : session.batches(data, "train")) test::train_step(model, opt, batch.first, batch.second);
   session.close();
   EXPECT_FALSE(session.debug_error());
-  EXPECT_THROW(start(model, StartOptions().debug(DebugSettings().interval_batches(0))), UsageError);
+  EXPECT_THROW(start(model, StartOptions().debug(DebugSettings().interval_batches(0))), ArgumentError);
 }
 
 // Runs the toy loop to its first trip without a UI (the loop goes on) and
