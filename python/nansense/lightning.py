@@ -223,6 +223,13 @@ class NansenseCallback(Callback):
         session = self._session
         return session._engine if session is not None else None
 
+    def _in_fit(self, trainer: Trainer) -> bool:
+        # trainer.validate() / test() after fit run the validation hooks too:
+        # those batches are no debugger batches (the session has closed).
+        session = self._session
+        return (session is not None and session._engine is not None and not session._closed
+                and trainer.state.fn == "fit")
+
     def _check_trainer(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if not pl_module.automatic_optimization:
             raise RuntimeError("NansenseCallback supports automatic optimization only (the LightningModule sets "
@@ -246,6 +253,9 @@ class NansenseCallback(Callback):
                 self._session = start(self._network(pl_module), enabled=False)
             return
         self._check_trainer(trainer, pl_module)
+        if self._session is not None and self._session._closed:
+            raise RuntimeError("this NansenseCallback's session closed when its fit ended (its UI stays up for "
+                               "browsing): give the next fit a new NansenseCallback")
         if self._session is None:
             network = self._network(pl_module)
             # Real batch counts are declared at each training epoch's start,
@@ -307,7 +317,7 @@ class NansenseCallback(Callback):
             self._travel.epoch_start(self._epoch)
 
     def on_validation_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        if self._engine is None or trainer.sanity_checking:
+        if not self._in_fit(trainer) or trainer.sanity_checking:
             return
         self._end_phase()
         # The val count is known now even where it was not at the epoch's start.
@@ -420,12 +430,12 @@ class NansenseCallback(Callback):
 
     def on_validation_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int,
                                   dataloader_idx: int = 0) -> None:
-        if self._engine is not None and not trainer.sanity_checking:
+        if self._in_fit(trainer) and not trainer.sanity_checking:
             self._begin("val", batch, batch_idx)
 
     def on_validation_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
                                 batch_idx: int, dataloader_idx: int = 0) -> None:
-        if self._engine is not None and not trainer.sanity_checking:
+        if self._in_fit(trainer) and not trainer.sanity_checking:
             self._finish(trainer, pl_module, batch, batch_idx)
 
     # ---- the end of fit

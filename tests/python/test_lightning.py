@@ -137,6 +137,13 @@ def test_validation_every_second_epoch_declares_train_only_epochs():
     session = callback.session
     assert session.state == nansense.RunState.FINISHED
     assert session.debug_error is None and session.internal_errors == []
+    # Validating after fit runs the hooks again, outside the debugger.
+    t = module.trainer
+    results = t.validate(module, DataLoader(image_data(8, seed=1), batch_size=4), verbose=False)
+    assert "val_loss" in results[0]
+    assert session.state == nansense.RunState.FINISHED and session.internal_errors == []
+    with pytest.raises(RuntimeError, match="give the next fit a new NansenseCallback"):
+        trainer(max_epochs=1, callbacks=[callback]).fit(module, DataLoader(image_data(8), batch_size=4))
 
 
 class _NoLength(IterableDataset):
