@@ -120,6 +120,20 @@ TEST(Checks, ActivationsCountNanInfAndAllowedLayersAreSkipped) {
   EXPECT_EQ(r.layers[0].sources, (std::vector<std::string>{"activation"}));
 }
 
+TEST(Checks, MasksAndIndicesPassUncheckedBesideAFloatThatTrips) {
+  // A padding mask and token ids among a traced batch's activations: they
+  // cannot hold a NaN, are not scanned, and the float layer beside them is.
+  std::map<std::string, torch::Tensor> acts = {{"pad", torch::tensor({true, false, true})},
+                                               {"ids", torch::tensor({3, 1, 4}, torch::kLong)},
+                                               {"div", torch::tensor({NAN, 1.0f})}};
+  CheckInput in;
+  in.activations = &acts;
+  auto r = run_checks(DebugSettings(), in);
+  ASSERT_EQ(r.reasons, (std::vector<std::string>{"nan"}));
+  ASSERT_EQ(r.layers.size(), 1u);
+  EXPECT_EQ(r.layers[0].layer, "div");
+}
+
 TEST(Checks, DisabledCategoriesDoNotTrip) {
   auto nan = torch::tensor({NAN, 1.0f});
   EXPECT_TRUE(check_one(nan, DebugSettings().check_nan_inf(false)).reasons.empty());
