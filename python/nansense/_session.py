@@ -148,11 +148,24 @@ def _state_kind(optimizer: Any, scheduler: Any) -> str:
     return "python:" + "+".join(type(o).__qualname__ for o in (optimizer, scheduler) if o is not None)
 
 
+def _state_of(optimizer: Any, scheduler: Any) -> dict:
+    """The Python state checkpoints and capsules hold beside the weights
+    (the Lightning integration adds its own entries)."""
+    return {"optimizer": optimizer.state_dict() if optimizer is not None else None,
+            "scheduler": scheduler.state_dict() if scheduler is not None else None}
+
+
+def _restore_state(optimizer: Any, scheduler: Any, state: dict) -> None:
+    if optimizer is not None and state.get("optimizer") is not None:
+        optimizer.load_state_dict(state["optimizer"])
+    if scheduler is not None and state.get("scheduler") is not None:
+        scheduler.load_state_dict(state["scheduler"])
+
+
 def _save_state(optimizer: Any, scheduler: Any):
     def save() -> bytes:
         buffer = io.BytesIO()
-        torch.save({"optimizer": optimizer.state_dict() if optimizer is not None else None,
-                    "scheduler": scheduler.state_dict() if scheduler is not None else None}, buffer)
+        torch.save(_state_of(optimizer, scheduler), buffer)
         return buffer.getvalue()
     return save
 
@@ -193,11 +206,7 @@ def _optimizer_reader(model: torch.nn.Module, optimizer: torch.optim.Optimizer):
 
 def _load_state(optimizer: Any, scheduler: Any):
     def load(data: bytes) -> None:
-        state = torch.load(io.BytesIO(data))
-        if optimizer is not None:
-            optimizer.load_state_dict(state["optimizer"])
-        if scheduler is not None:
-            scheduler.load_state_dict(state["scheduler"])
+        _restore_state(optimizer, scheduler, torch.load(io.BytesIO(data), weights_only=True))
     return load
 
 

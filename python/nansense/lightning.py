@@ -31,7 +31,7 @@ except ImportError:  # pragma: no cover - the older package name
 from . import _nansense
 from ._capsule import Capsule
 from ._session import (DEFAULT_CACHE_DIR, Session, TimeTravelJump, _check_bool, _check_serve_args,
-                       _module_specs, _optimizer_reader, _state_kind, start)
+                       _module_specs, _optimizer_reader, _restore_state, _state_kind, _state_of, start)
 from ._restorer import _check_cache_dir
 
 try:
@@ -106,17 +106,18 @@ def _loop_counters(trainer: Trainer) -> dict:
 def _set_loop_counters(trainer: Trainer, epoch: int, counters: dict) -> None:
     """Make the Trainer stand at the start of epoch, as if it had trained
     the epochs before it (what resuming from a checkpoint does)."""
+    def done(tracker, count: int) -> None:
+        tracker.ready = tracker.started = tracker.processed = tracker.completed = count
+
     progress = trainer.fit_loop.epoch_progress
-    for tracker in (progress.current, progress.total):
-        tracker.ready = tracker.started = tracker.processed = tracker.completed = epoch
+    done(progress.current, epoch)
+    done(progress.total, epoch)
     epoch_loop = trainer.fit_loop.epoch_loop
-    step = epoch_loop.automatic_optimization.optim_progress.optimizer.step.total
-    step.ready = step.started = step.processed = step.completed = counters["global_step"]
-    zero_grad = epoch_loop.automatic_optimization.optim_progress.optimizer.zero_grad.total
-    zero_grad.ready = zero_grad.started = zero_grad.processed = zero_grad.completed = counters["global_step"]
+    optimizer = epoch_loop.automatic_optimization.optim_progress.optimizer
+    done(optimizer.step.total, counters["global_step"])
+    done(optimizer.zero_grad.total, counters["global_step"])
     epoch_loop._batches_that_stepped = counters["batches_that_stepped"]
-    total = epoch_loop.batch_progress.total
-    total.ready = total.started = total.processed = total.completed = counters["total_batches"]
+    done(epoch_loop.batch_progress.total, counters["total_batches"])
 
 
 class _OneBatch:
@@ -282,15 +283,12 @@ class NansenseCallback(Callback):
         holds them, so nansense.replay_capsule reads them too) and, for
         Lightning, the loop's counters, every RNG and the batch under way."""
         trainer = self._trainer
-        optimizer, scheduler = _optimizer_of(trainer), _scheduler_of(trainer)
+        state = _state_of(_optimizer_of(trainer), _scheduler_of(trainer))
+        # The train batch under way (None between batches: epoch checkpoints).
+        state["lightning"] = {"counters": _loop_counters(trainer), "rng": _rng_state(), "epoch": self._epoch,
+                              "batch_idx": self._batch_idx, "batch": _pickled(self._batch)}
         buffer = io.BytesIO()
-        torch.save({"optimizer": optimizer.state_dict() if optimizer is not None else None,
-                    "scheduler": scheduler.state_dict() if scheduler is not None else None,
-                    "lightning": {"counters": _loop_counters(trainer), "rng": _rng_state(),
-                                  "epoch": self._epoch, "batch_idx": self._batch_idx,
-                                  "batch": _pickled(self._batch if self._open and self._open[0] == "train"
-                                                    else None)}},
-                   buffer)
+        torch.save(state, buffer)
         return buffer.getvalue()
 
     def _load_state(self, data: bytes) -> None:
@@ -465,11 +463,7 @@ class NansenseCallback(Callback):
 
 
 def _apply_optimizer_state(trainer: Trainer, state: dict) -> None:
-    optimizer, scheduler = _optimizer_of(trainer), _scheduler_of(trainer)
-    if optimizer is not None and state.get("optimizer") is not None:
-        optimizer.load_state_dict(state["optimizer"])
-    if scheduler is not None and state.get("scheduler") is not None:
-        scheduler.load_state_dict(state["scheduler"])
+    _restore_state(_optimizer_of(trainer), _scheduler_of(trainer), state)
 
 
 class _AsStep:

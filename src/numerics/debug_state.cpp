@@ -1,7 +1,5 @@
 #include "numerics/debug_state.h"
 
-#include "nansense/errors.h"
-
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -40,15 +38,15 @@ std::string category_of(const std::string& reason) {
 void validate(const DebugSettings& s) {
   if (s.interval_batches() < 1) {
     throw ArgumentError("interval_batches must be a whole number of batches >= 1, got " +
-                                std::to_string(s.interval_batches()));
+                        std::to_string(s.interval_batches()));
   }
   if (!(std::isfinite(s.threshold_fraction()) && s.threshold_fraction() > 0 && s.threshold_fraction() <= 1)) {
     throw ArgumentError("threshold_fraction must be a fraction in (0, 1], got " +
-                                std::to_string(s.threshold_fraction()));
+                        std::to_string(s.threshold_fraction()));
   }
   if (s.trace_interval_batches() < 0) {
     throw ArgumentError("trace_interval_batches must be 0 (off) or a number of batches >= 1, got " +
-                                std::to_string(s.trace_interval_batches()));
+                        std::to_string(s.trace_interval_batches()));
   }
   for (const auto& entry : s.allow()) {
     if (entry.empty()) throw ArgumentError("allow entries must be op or layer names, got an empty string");
