@@ -23,20 +23,11 @@
 #include "nansense/architecture.h"
 #include "nansense/options.h"
 #include "nansense/snapshot.h"
+#include "common/refusal.h"
 
 namespace nansense::experiments {
 
-// A refusal of a request, with what kind of wrong it is (a transport maps it
-// to its status codes).
-class Refused : public std::runtime_error {
- public:
-  enum class Why { kInvalid, kNotFound, kConflict };
-  Refused(Why why, const std::string& what) : std::runtime_error(what), why_(why) {}
-  Why why() const { return why_; }
-
- private:
-  Why why_;
-};
+using common::Refusal;
 
 class Engine {
  public:
@@ -101,7 +92,7 @@ class Engine {
   json defaults() const;
   // Replaces `kind`'s session defaults with `params` (an empty object clears
   // them), checked as run_experiment's are. Unknown keys are not kept: they
-  // are returned, to be reported as ignored. Throws Refused(kInvalid) for an
+  // are returned, to be reported as ignored. Throws common::Refusal(kInvalidArgument) for an
   // unknown kind or a bad value.
   std::vector<std::string> set_defaults(const std::string& kind, const json& params);
   double time_limit_seconds() const;
@@ -164,8 +155,8 @@ class Engine {
   Submitted enqueue(Request request);
   // mu_ held: `tab`'s queued requests leave the queue (stopped results).
   std::vector<Result> drop_queued_of(const std::string& tab);
-  void publish(const Result& r);  // mu_ not held
-  void keep_recent();              // mu_ held
+  void publish(const Result& r);    // mu_ not held
+  void keep_recent();               // mu_ held
   void mark_changed(uint64_t seq);  // mu_ held
   void run_one(const Request& request);
 

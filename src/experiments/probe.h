@@ -61,9 +61,9 @@ struct ProbeSettings {
 
 // One completed run, immutable once published.
 struct ProbeResult {
-  uint64_t run = 0;  // 1, 2, ...: runs completed when it was published
-  ProbeSettings settings;  // what it ran with
-  BatchPosition position;  // the batch whose inputs it re-ran (pinned or current)
+  uint64_t run = 0;                // 1, 2, ...: runs completed when it was published
+  ProbeSettings settings;          // what it ran with
+  BatchPosition position;          // the batch whose inputs it re-ran (pinned or current)
   uint64_t snapshot_sequence = 0;  // the live snapshot current when it ran
   // Activations are perturbed - unperturbed (perturbations were set).
   bool diff = false;
@@ -101,8 +101,8 @@ class Probes {
   Probes(torch::nn::Module& model, Host host);
 
   // --- any thread. A change that leaves the probe active queues a run in
-  // the pause loop. Refused(kConflict): the loop runs, or has ended, or
-  // nothing was captured yet; Refused(kInvalid): the change does not fit. ---
+  // the pause loop. common::Refusal(kConflict): the loop runs, or has ended, or
+  // nothing was captured yet; Refusal(kInvalidArgument): the change does not fit. ---
 
   // Pins the last captured batch's inputs; returns its position.
   BatchPosition pin();
@@ -171,11 +171,12 @@ class Probes {
   bool running_ = false;
   uint64_t settings_generation_ = 0;  // one per requested run
   uint64_t done_generation_ = 0;      // the newest a finished run began with
-  bool showing_ = false;  // a probe view is shown instead of the live snapshot
+  bool showing_ = false;              // a probe view is shown instead of the live snapshot
   bool closed_ = false;
 };
 
-// Throws std::invalid_argument saying what of `p` does not fit `inputs`.
+// Throws common::Refusal(kInvalidArgument) saying what of `p` does not fit
+// `inputs`, naming the argument ("input_name", "sample", "index", "values").
 void check_perturbation(const Perturbation& p, const std::vector<torch::Tensor>& inputs);
 // `inputs` with the perturbations that fit them applied (copies of the
 // tensors they change). One that does not fit (a sample the ragged last

@@ -17,11 +17,11 @@
 namespace nansense {
 namespace {
 
+using common::Refusal;
 using experiments::Perturbation;
 using experiments::ProbeMode;
 using experiments::ProbeResult;
 using experiments::Probes;
-using experiments::Refused;
 using test::kWait;
 using test::NormNet;
 using test::TrainingThread;
@@ -76,7 +76,7 @@ std::vector<test::Batch> image_batches(int n) { return test::make_batches(n, 4, 
 TEST(Probes, PerturbationsThatDoNotFitTheInputAreRefusedSayingWhy) {
   const std::vector<torch::Tensor> image{torch::zeros({4, 3, 8, 6})};
   auto refusal = [&](const Perturbation& p, const std::vector<torch::Tensor>& inputs) {
-    return test::message_of<std::invalid_argument>([&] { experiments::check_perturbation(p, inputs); });
+    return test::message_of<common::Refusal>([&] { experiments::check_perturbation(p, inputs); });
   };
   EXPECT_NE(refusal({1, 0, {1, 1}, {0.5}}, image).find("input 1 does not exist: the model has 1 input"),
             std::string::npos);
@@ -266,10 +266,18 @@ TEST(Probes, LeaveTheModelBitForBitAsItWasAndTrainingUnchanged) {
         const ModelState before(*model);
         const uint64_t seen = probes.runs_completed();
         switch (b) {
-          case 0: probes.pin(); break;
-          case 1: probes.set_mode(ProbeMode::kTrain); break;
-          case 2: probes.add_perturbation({0, 2, {4, 4}, {3.0}}); break;
-          default: probes.set_mode(ProbeMode::kEval); break;
+          case 0:
+            probes.pin();
+            break;
+          case 1:
+            probes.set_mode(ProbeMode::kTrain);
+            break;
+          case 2:
+            probes.add_perturbation({0, 2, {4, 4}, {3.0}});
+            break;
+          default:
+            probes.set_mode(ProbeMode::kEval);
+            break;
         }
         auto r = next_run(session, seen);
         if (r && b == 1) EXPECT_EQ(r->settings.mode, ProbeMode::kTrain);
@@ -307,22 +315,22 @@ TEST(Probes, RefusalsSayWhatToDo) {
                       }));
   ASSERT_EQ(session.wait_until_stopped(kWait), RunState::kPaused);
   // Not fitting the captured input: the engine's refusal says what does.
-  auto msg = test::message_of<Refused>([&] { probes.add_perturbation({0, 0, {9, 0}, {1.0}}); });
+  auto msg = test::message_of<common::Refusal>([&] { probes.add_perturbation({0, 0, {9, 0}, {1.0}}); });
   EXPECT_NE(msg.find("y in 0..7"), std::string::npos) << msg;
   EXPECT_TRUE(probes.settings().perturbations.empty());
   // While the loop runs.
   session.step_batch();
   ASSERT_TRUE(in_batch_1.wait());
-  msg = test::message_of<Refused>([&] { probes.pin(); });
+  msg = test::message_of<common::Refusal>([&] { probes.pin(); });
   EXPECT_NE(msg.find("pause the loop first"), std::string::npos) << msg;
-  msg = test::message_of<Refused>([&] { probes.set_mode(ProbeMode::kEval); });
+  msg = test::message_of<common::Refusal>([&] { probes.set_mode(ProbeMode::kEval); });
   EXPECT_NE(msg.find("pause the loop first"), std::string::npos) << msg;
   release_batch_1.open();
   ASSERT_EQ(session.wait_until_stopped(kWait), RunState::kPaused);
   session.detach();
   loop.join();
   // After the run.
-  msg = test::message_of<Refused>([&] { probes.pin(); });
+  msg = test::message_of<common::Refusal>([&] { probes.pin(); });
   EXPECT_NE(msg.find("training has finished"), std::string::npos) << msg;
   EXPECT_FALSE(probes.unpin());
   EXPECT_EQ(probes.clear_perturbations(), 0);

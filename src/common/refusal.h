@@ -1,0 +1,40 @@
+// A refused request: the one refusal type below the public API. The
+// experiments engine, the probes, the controller and every argument check
+// throw it; each transport turns it into its own error in one place (REST:
+// status_for in server/http/api_routes.cpp, an HTTP status with {"error",
+// "argument"}; MCP: an error result; Python: ValueError / LookupError /
+// nansense.ControlError).
+#pragma once
+
+#include <string>
+#include <utility>
+
+#include "nansense/errors.h"
+
+namespace nansense::common {
+
+class Refusal : public Error {
+ public:
+  // kInvalidArgument: the request is wrong (HTTP 400); kNotFound: it names
+  // something that does not exist (404); kConflict: the session's state
+  // forbids it now (409).
+  enum class Kind { kInvalidArgument, kNotFound, kConflict };
+
+  // The message says what to do. `argument` names the argument a refusal is
+  // about, when it is about one (clients can point at the field).
+  Refusal(Kind kind, const std::string& message, std::string argument = "")
+      : Error(message), kind_(kind), argument_(std::move(argument)) {}
+  Kind kind() const { return kind_; }
+  const std::string& argument() const { return argument_; }
+
+  // The same refusal naming `argument`, unless it names one already.
+  Refusal about(const std::string& argument) const {
+    return Refusal(kind_, what(), argument_.empty() ? argument : argument_);
+  }
+
+ private:
+  Kind kind_;
+  std::string argument_;
+};
+
+}  // namespace nansense::common
