@@ -4,25 +4,16 @@
 // parameters, overlay), the status and the result picture on the right. The
 // server validates everything again; the page only keeps obvious mistakes
 // (an empty number) from being sent.
-import { useEffect, useRef, useState } from 'preact/hooks';
+import { useEffect, useState } from 'preact/hooks';
 import { Dialogs } from '../App';
-import {
-  cancelExperiment,
-  clearAutoExperiment,
-  getExperimentResult,
-  listExperiments,
-  pngUrl,
-  renderExperiment,
-  runExperiment,
-  setAutoExperiment,
-  setAutoRunExperiments,
-} from '../api/client';
+import { cancelExperiment, listExperiments, runExperiment, setAutoRunExperiments } from '../api/client';
 import type { ExperimentKind, ExperimentKindName, ExperimentList, ExperimentParamSpec, ExperimentResult } from '../api/types';
 import { store } from '../state/app';
-import { isNewer, latestPushed, onExperimentResult, tabId } from '../state/experiments';
 import { useSelector } from '../state/store';
 import { Banners } from '../topbar/Banners';
 import { TopBar } from '../topbar/TopBar';
+import { useAutoExperiment } from './useAutoExperiment';
+import { useShownRun } from './useShownRun';
 
 type Values = Record<string, string | boolean>;
 
@@ -48,11 +39,6 @@ function paramsOf(kind: ExperimentKind, values: Values): { params: Record<string
     }
   }
   return { params, missing };
-}
-
-// Whether the result has something to draw yet (asking earlier is a 409).
-function hasPicture(r: ExperimentResult): boolean {
-  return (r.produced_images ?? 0) > 0 || r.attribution_shape !== undefined;
 }
 
 // Deep Dream's sample only matters when starting from the current batch.
@@ -87,32 +73,20 @@ function statusText(r: ExperimentResult | null, kind: ExperimentKind | undefined
   }
 }
 
-// Heartbeat of the page's auto experiment: the server forgets it 5 s after
-// the last one.
-const RENEW_MS = 1000;
-
 export function ExperimentPage() {
   const architecture = useSelector(store, (s) => s.architecture);
   const state = useSelector(store, (s) => s.status?.state ?? null);
   const sequence = useSelector(store, (s) => s.status?.snapshot_sequence ?? 0);
-  const generation = useSelector(store, (s) => s.generation);
   const [list, setList] = useState<ExperimentList | null>(null);
   const [kindName, setKindName] = useState('gradcam');
   const [layer, setLayer] = useState(() => new URLSearchParams(location.search).get('layer') ?? '');
   const [values, setValues] = useState<Record<string, Values>>({});
   const [overlay, setOverlay] = useState(false);
-  const [result, setResult] = useState<ExperimentResult | null>(null);
-  const [picture, setPicture] = useState<string | null>(null);
   const [notice, setNotice] = useState<string | null>(null);
   const [error, setError] = useState<string | null>(null);
   // The auto-run switch as the user set it, until the server's answer: a
   // re-render in between (a push) must not flip it back.
   const [autoRunWanted, setAutoRunWanted] = useState<boolean | null>(null);
-  // The run the page shows (0: none yet).
-  const followed = useRef(0);
-  const overlayRef = useRef(overlay);
-  overlayRef.current = overlay;
-  const autoRef = useRef(false);
 
   // The kinds and their layers follow the architecture (known after the first capture).
   useEffect(() => {
@@ -128,7 +102,8 @@ export function ExperimentPage() {
   const usable = kind?.layers ?? [];
   const paused = state === 'paused';
   const autoRun = list?.auto_run ?? false;
-  autoRef.current = autoRun;
+  const shown = useShownRun(overlay, autoRun);
+  const { result, picture } = shown;
   const running = result !== null && !result.done;
 
   // A layer the kind cannot use switches to the first it can, with a notice.
@@ -137,71 +112,6 @@ export function ExperimentPage() {
     if (layer) setNotice(`${kind.title} cannot use ${layer}; switched to ${usable[0]}.`);
     setLayer(usable[0]);
   }, [kind, layer, usable.join(',')]);
-
-  // The picture follows the shown run: redrawn when its step moves on or it
-  // ends, one render at a time (the newest state wins).
-  const drawing = useRef({ busy: false, again: false, seq: 0, step: -1, done: false });
-  const draw = (r: ExperimentResult, force = false) => {
-    const d = drawing.current;
-    if (!hasPicture(r)) return;
-    if (!force && d.seq === r.seq && d.step === r.step && d.done === r.done) return;
-    if (d.busy) {
-      d.again = true;
-      return;
-    }
-    d.busy = true;
-    d.seq = r.seq;
-    d.step = r.step;
-    d.done = r.done;
-    renderExperiment(r.seq, overlayRef.current)
-      .then((img) => {
-        if (followed.current === r.seq) setPicture(pngUrl(img.png));
-      })
-      .catch(() => undefined) // nothing drawn yet, or the run left the 8 kept
-      .finally(() => {
-        d.busy = false;
-        if (d.again) {
-          d.again = false;
-          const newest = latestPushed(followed.current);
-          if (newest) draw(newest, true);
-        }
-      });
-  };
-
-  // A new run keeps the previous picture until its own is drawn.
-  const show = (r: ExperimentResult) => {
-    followed.current = r.seq;
-    setResult(r);
-    draw(r);
-  };
-
-  // Progress and outcomes arrive over the push channel: the page's own run,
-  // and with auto-run this tab's newest auto run.
-  useEffect(
-    () =>
-      onExperimentResult((r) => {
-        if (r.seq === followed.current || (autoRef.current && r.tab === tabId && r.seq > followed.current)) show(r);
-      }),
-    [],
-  );
-
-  // Events sent while the link was down are gone: fetch the shown run once
-  // on each reconnect.
-  useEffect(() => {
-    const seq = followed.current;
-    if (seq === 0 || generation === 0) return;
-    getExperimentResult(seq)
-      .then((r) => {
-        if (r.seq === followed.current) show(r);
-      })
-      .catch(() => undefined);
-  }, [generation]);
-
-  const start = (r: ExperimentResult) => {
-    setPicture(null);
-    const pushed = latestPushed(r.seq);
-    show(pushed && isNewer(pushed, r) ? pushed : r);
-  };
 
   const checkedParams = () => {
     if (!kind) return null;
@@ -221,55 +131,23 @@ export function ExperimentPage() {
     try {
       const r = await runExperiment(kind.kind as ExperimentKindName, layer, params);
       if (r.ignored_params && r.ignored_params.length > 0) setNotice(`Ignored: ${r.ignored_params.join(', ')}`);
-      start(r);
+      shown.start(r);
     } catch (e) {
       setError((e as Error).message);
     }
   };
 
-  // Auto-run (the session's setting): the page registers its experiment under
-  // this tab's name and renews it every second; the server re-runs it at every
-  // snapshot and its results come over the push channel. Other tabs' runs are
-  // theirs: registering never cancels them.
   const autoKey = autoRun && kind && layer ? JSON.stringify([kind.kind, layer, paramsOf(kind, kindValues)]) : '';
-  useEffect(() => {
-    if (!autoKey || !kind) return;
-    const params = checkedParams();
-    if (!params) return;
-    let stopped = false;
-    const register = (first: boolean) =>
-      setAutoExperiment(tabId, kind.kind as ExperimentKindName, layer, params)
-        .then((reply) => {
-          if (stopped) return;
-          if (first) setError(null);
-          if (reply.seq > followed.current) {
-            const pushed = latestPushed(reply.seq);
-            if (pushed) show(pushed);
-            else followed.current = reply.seq;
-          }
-        })
-        .catch((e: Error) => !stopped && setError(e.message));
-    void register(true);
-    const timer = setInterval(() => void register(false), RENEW_MS);
-    return () => {
-      stopped = true;
-      clearInterval(timer);
-    };
-  }, [autoKey]);
-  useEffect(() => {
-    if (!autoRun) return;
-    const leave = () => void clearAutoExperiment(tabId, true).catch(() => undefined);
-    window.addEventListener('pagehide', leave);
-    return () => {
-      window.removeEventListener('pagehide', leave);
-      leave();
-    };
-  }, [autoRun]);
-
-  // The overlay switch is a pure re-render of the same result.
-  useEffect(() => {
-    if (result) draw(result, true);
-  }, [overlay]);
+  useAutoExperiment(
+    autoRun,
+    autoKey,
+    () => {
+      const params = checkedParams();
+      return kind && params ? { kind: kind.kind as ExperimentKindName, layer, params } : null;
+    },
+    shown,
+    setError,
+  );
 
   const setValue = (key: string, v: string | boolean) =>
     setValues((all) => ({ ...all, [kindName]: { ...kindValues, [key]: v } }));
