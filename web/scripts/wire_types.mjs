@@ -1,0 +1,29 @@
+// Writes the page's wire types (src/api/wire.gen.ts) from the server's
+// declarations: the JSON Schema of every reply, picture header and push
+// message that src/server/controller/wire_types.cpp declares, as printed by the build's
+// nansense_wire_types program. The CMake build runs it before the web UI is
+// built (cmake/embed_web.cmake); the file is not in git.
+//   node web/scripts/wire_types.mjs PATH/TO/nansense_wire_types   (or a JSON file of its output)
+// Rewrites the file only when its text changes.
+import { execFileSync } from 'node:child_process';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { declaration } from './schema_ts.mjs';
+
+const source = process.argv[2];
+if (!source) {
+  console.error('usage: node web/scripts/wire_types.mjs PATH/TO/nansense_wire_types (built by cmake --build build)');
+  process.exit(2);
+}
+const text = source.endsWith('.json') ? readFileSync(source, 'utf8') : execFileSync(source, { encoding: 'utf8' });
+const defs = JSON.parse(text);
+const out = resolve(dirname(fileURLToPath(import.meta.url)), '../src/api/wire.gen.ts');
+const body = [
+  '// Generated from the server\'s declarations (src/server/controller/wire_types.cpp) by',
+  '// web/scripts/wire_types.mjs at build time: do not edit, change wire_types.cpp.',
+  '',
+  ...Object.entries(defs).map(([name, schema]) => declaration(name, schema) + '\n'),
+].join('\n');
+if (!existsSync(out) || readFileSync(out, 'utf8') !== body) writeFileSync(out, body);
+console.log(`wire_types: ${Object.keys(defs).length} types in ${join('web/src/api', 'wire.gen.ts')}`);
