@@ -3,19 +3,10 @@
 #include <algorithm>
 #include <sstream>
 
+#include "common/text.h"
 #include "nansense/errors.h"
 
 namespace nansense {
-
-namespace {
-
-std::string join(const std::vector<std::string>& names) {
-  std::string out;
-  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
-  return out.empty() ? "(none)" : out;
-}
-
-}  // namespace
 
 std::string BatchPosition::to_string() const {
   std::ostringstream os;
@@ -25,19 +16,23 @@ std::string BatchPosition::to_string() const {
 
 std::string_view to_string(Mode mode) {
   switch (mode) {
-    case Mode::kStepBatch: return "step_batch";
-    case Mode::kStepPhase: return "step_phase";
-    case Mode::kStepEpoch: return "step_epoch";
-    case Mode::kRunUntil: return "run_until";
-    case Mode::kRun: return "run";
-    case Mode::kDetach: return "detach";
+    case Mode::kStepBatch:
+      return "step_batch";
+    case Mode::kStepPhase:
+      return "step_phase";
+    case Mode::kStepEpoch:
+      return "step_epoch";
+    case Mode::kRunUntil:
+      return "run_until";
+    case Mode::kRun:
+      return "run";
+    case Mode::kDetach:
+      return "detach";
   }
   return "unknown";
 }
 
-Schedule::Schedule(std::optional<int64_t> epochs, std::optional<PhaseCounts> phases) {
-  set(epochs, std::move(phases));
-}
+Schedule::Schedule(std::optional<int64_t> epochs, std::optional<PhaseCounts> phases) { set(epochs, std::move(phases)); }
 
 void Schedule::set(std::optional<int64_t> epochs, std::optional<PhaseCounts> phases) {
   if (epochs && *epochs < 1) {
@@ -86,7 +81,7 @@ void Schedule::rewind_to_epoch(int64_t epoch) {
 BatchPosition Schedule::advance(const std::string& phase, std::optional<int64_t> epoch) {
   std::lock_guard lock(mu_);
   if (declared_ && !counts_.count(phase)) {
-    throw ScheduleError("unknown phase '" + phase + "': the declared phases are " + join(order_));
+    throw ScheduleError("unknown phase '" + phase + "': the declared phases are " + common::join(order_, "(none)"));
   }
   const bool have_current = current_.has_value();
   int64_t new_epoch = have_current ? current_->epoch : 0;
@@ -96,8 +91,8 @@ BatchPosition Schedule::advance(const std::string& phase, std::optional<int64_t>
   if (epoch) {
     if (*epoch < 0) throw ScheduleError("epoch must not be negative, got " + std::to_string(*epoch));
     new_epoch = *epoch;
-  } else if (!same_phase && std::find(seen_this_epoch_.begin(), seen_this_epoch_.end(), phase) !=
-                                seen_this_epoch_.end()) {
+  } else if (!same_phase &&
+             std::find(seen_this_epoch_.begin(), seen_this_epoch_.end(), phase) != seen_this_epoch_.end()) {
     // A phase that already ran this epoch starts again: a new epoch began.
     new_epoch = have_current ? current_->epoch + 1 : 0;
   }

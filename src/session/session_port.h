@@ -27,7 +27,7 @@
 namespace nansense::experiments {
 class Engine;
 class Probes;
-}
+}  // namespace nansense::experiments
 
 namespace nansense::detail {
 
@@ -41,11 +41,15 @@ class Attachment {
   virtual std::string url() const = 0;
 };
 
+// The session as the server sees it, one interface per area; SessionPort is
+// them all. A part of the server that needs one area takes that interface.
 // Every method is callable from any thread except the training thread's own
 // waits (wait_until_stopped, wait_for_snapshot_after).
-class SessionPort {
+
+// Where the run is, its snapshots, and run control.
+class RunPort {
  public:
-  virtual ~SessionPort() = default;
+  virtual ~RunPort() = default;
 
   // --- where the run is ---
   virtual RunState state() const = 0;
@@ -81,6 +85,12 @@ class SessionPort {
   virtual uint64_t wait_for_change(uint64_t seen, std::chrono::milliseconds timeout) const = 0;
   // Wakes every wait_for_change() (a transport shutting down).
   virtual void notify_changed() = 0;
+};
+
+// The numerical checks and their held error.
+class NumericsPort {
+ public:
+  virtual ~NumericsPort() = default;
 
   // --- numerical checks (see nansense/debug.h and numerics/debug_state.h) ---
   virtual DebugSettings debug_settings() const = 0;
@@ -95,6 +105,12 @@ class SessionPort {
   // Throws ArgumentError for an unknown category.
   virtual void silence_debug_check(const std::string& category) = 0;
   virtual void clear_debug_error() = 0;
+};
+
+// Statistics over time: the watched set, scope, cadence and the published view.
+class StatsPort {
+ public:
+  virtual ~StatsPort() = default;
 
   // --- statistics over time: as Session's methods of the same names (UsageError when refused) ---
   virtual StatsScope stats_scope() const = 0;
@@ -112,6 +128,12 @@ class SessionPort {
   virtual void set_patch_layers(const std::optional<std::vector<std::string>>& layers) = 0;
   virtual std::shared_ptr<const StatsSnapshot> stats() const = 0;
   virtual std::vector<FailedMetric> failed_metrics() const = 0;
+};
+
+// Time travel: the checkpoint cache and jumps.
+class TimeTravelPort {
+ public:
+  virtual ~TimeTravelPort() = default;
 
   // --- time travel ---
   virtual TimeTravelStatus time_travel_status() const = 0;
@@ -119,11 +141,24 @@ class SessionPort {
   virtual std::map<int64_t, uint64_t> checkpoint_sizes() const = 0;
   // Throws TimeTravelError when refused.
   virtual void request_time_travel(int64_t epoch) = 0;
+};
+
+// Experiments and probes on the paused model.
+class LabPort {
+ public:
+  virtual ~LabPort() = default;
 
   // --- experiments on the paused model (src/experiments/engine.h) ---
   virtual experiments::Engine& experiments() = 0;
+
   // --- probes: the paused model re-run on pinned or perturbed inputs (src/experiments/probe.h) ---
   virtual experiments::Probes& probes() = 0;
+};
+
+// The attached transport and how it shows inputs.
+class TransportPort {
+ public:
+  virtual ~TransportPort() = default;
 
   // --- the attached transport ---
   // How the pictures show inputs (input_mean/std, transforms): the options
@@ -137,6 +172,13 @@ class SessionPort {
   // The attached transport's address; empty without one.
   virtual std::string url() const = 0;
 };
+
+class SessionPort : public RunPort,
+                    public NumericsPort,
+                    public StatsPort,
+                    public TimeTravelPort,
+                    public LabPort,
+                    public TransportPort {};
 
 class SessionCore;
 // The port a SessionCore hands out (session_port.cpp).

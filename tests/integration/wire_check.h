@@ -1,4 +1,4 @@
-// Checks a reply against its declared shape (src/server/wire_types.cpp):
+// Checks a reply against its declared shape (src/server/controller/wire_types.cpp):
 // every required key present, no undeclared key, every value of its declared
 // type. What the tests hold the server's real replies to, so that the
 // declarations the page's types are checked against are the truth.
@@ -9,7 +9,7 @@
 
 #include <string>
 
-#include "server/wire_types.h"
+#include "server/controller/wire_types.h"
 
 namespace nansense::testing {
 

@@ -1,4 +1,4 @@
-#include "server/args.h"
+#include "server/controller/args.h"
 
 #include <algorithm>
 #include <charconv>
@@ -8,14 +8,14 @@
 #include <limits>
 #include <stdexcept>
 
-#include "server/controller_error.h"
+#include "server/controller/refusal.h"
 
 namespace nansense::server {
 
 namespace {
 
 [[noreturn]] void refuse(const Arg& arg, const std::string& message) {
-  throw ControllerError(ControllerError::Kind::kInvalidArgument, message, arg.name);
+  throw Refusal(Refusal::Kind::kInvalidArgument, message, arg.name);
 }
 
 // A value as a client sent it, cut short: a client may send anything.
@@ -53,14 +53,22 @@ std::string range_text(const Arg& a) {
 
 const char* type_text(Arg::Type type) {
   switch (type) {
-    case Arg::Type::kString: return "a string";
-    case Arg::Type::kInteger: return "an integer";
-    case Arg::Type::kNumber: return "a number";
-    case Arg::Type::kBoolean: return "true or false";
-    case Arg::Type::kStrings: return "a list of strings";
-    case Arg::Type::kIntegers: return "a list of integers";
-    case Arg::Type::kNumbers: return "a list of numbers";
-    case Arg::Type::kObject: return "a JSON object";
+    case Arg::Type::kString:
+      return "a string";
+    case Arg::Type::kInteger:
+      return "an integer";
+    case Arg::Type::kNumber:
+      return "a number";
+    case Arg::Type::kBoolean:
+      return "true or false";
+    case Arg::Type::kStrings:
+      return "a list of strings";
+    case Arg::Type::kIntegers:
+      return "a list of integers";
+    case Arg::Type::kNumbers:
+      return "a list of numbers";
+    case Arg::Type::kObject:
+      return "a JSON object";
   }
   return "a value";
 }
@@ -115,12 +123,10 @@ json checked(const Arg& a, const json& v) {
         }
       }
       if (a.min_items && v.size() < *a.min_items) {
-        refuse(a, what + " needs at least " + std::to_string(*a.min_items) + " item" +
-                      (*a.min_items == 1 ? "" : "s"));
+        refuse(a, what + " needs at least " + std::to_string(*a.min_items) + " item" + (*a.min_items == 1 ? "" : "s"));
       }
       if (a.max_items && v.size() > *a.max_items) {
-        refuse(a, what + " takes at most " + std::to_string(*a.max_items) + " items, got " +
-                      std::to_string(v.size()));
+        refuse(a, what + " takes at most " + std::to_string(*a.max_items) + " items, got " + std::to_string(v.size()));
       }
       return v;
     }
@@ -145,12 +151,11 @@ json checked(const Arg& a, const json& v) {
         }
       }
       if (a.min_items && out.size() < *a.min_items) {
-        refuse(a, what + " needs at least " + std::to_string(*a.min_items) + " item" +
-                      (*a.min_items == 1 ? "" : "s"));
+        refuse(a, what + " needs at least " + std::to_string(*a.min_items) + " item" + (*a.min_items == 1 ? "" : "s"));
       }
       if (a.max_items && out.size() > *a.max_items) {
-        refuse(a, what + " takes at most " + std::to_string(*a.max_items) + " items, got " +
-                      std::to_string(out.size()));
+        refuse(a,
+               what + " takes at most " + std::to_string(*a.max_items) + " items, got " + std::to_string(out.size()));
       }
       return out;
     }
@@ -253,14 +258,30 @@ json input_schema(const std::vector<Arg>& args) {
   for (const auto& a : args) {
     json p = {{"description", a.description}};
     switch (a.type) {
-      case Arg::Type::kString: p["type"] = "string"; break;
-      case Arg::Type::kInteger: p["type"] = "integer"; break;
-      case Arg::Type::kNumber: p["type"] = "number"; break;
-      case Arg::Type::kBoolean: p["type"] = "boolean"; break;
-      case Arg::Type::kStrings: p["type"] = "array"; break;
-      case Arg::Type::kIntegers: p["type"] = "array"; break;
-      case Arg::Type::kNumbers: p["type"] = "array"; break;
-      case Arg::Type::kObject: p["type"] = "object"; break;
+      case Arg::Type::kString:
+        p["type"] = "string";
+        break;
+      case Arg::Type::kInteger:
+        p["type"] = "integer";
+        break;
+      case Arg::Type::kNumber:
+        p["type"] = "number";
+        break;
+      case Arg::Type::kBoolean:
+        p["type"] = "boolean";
+        break;
+      case Arg::Type::kStrings:
+        p["type"] = "array";
+        break;
+      case Arg::Type::kIntegers:
+        p["type"] = "array";
+        break;
+      case Arg::Type::kNumbers:
+        p["type"] = "array";
+        break;
+      case Arg::Type::kObject:
+        p["type"] = "object";
+        break;
     }
     const bool list = a.type == Arg::Type::kIntegers || a.type == Arg::Type::kNumbers;
     json& bounded = list ? p["items"] : p;
@@ -291,8 +312,8 @@ json input_schema(const std::vector<Arg>& args) {
 
 Args::Args(const std::vector<Arg>& declared, const json& given) : declared_(declared), values_(json::object()) {
   if (!given.is_null() && !given.is_object()) {
-    throw ControllerError(ControllerError::Kind::kInvalidArgument,
-                          "arguments must be a JSON object of named arguments, got " + shown(given));
+    throw Refusal(Refusal::Kind::kInvalidArgument,
+                  "arguments must be a JSON object of named arguments, got " + shown(given));
   }
   if (given.is_object()) {
     for (const auto& [key, v] : given.items()) {
@@ -300,11 +321,10 @@ Args::Args(const std::vector<Arg>& declared, const json& given) : declared_(decl
       if (a == declared.end()) {
         std::string names;
         for (const auto& d : declared) names += (names.empty() ? "" : ", ") + d.name;
-        throw ControllerError(ControllerError::Kind::kInvalidArgument,
-                              "unknown argument \"" + key + "\"; " +
-                                  (names.empty() ? std::string("this command takes no arguments")
-                                                 : "accepted: " + names),
-                              key);
+        throw Refusal(Refusal::Kind::kInvalidArgument,
+                      "unknown argument \"" + key + "\"; " +
+                          (names.empty() ? std::string("this command takes no arguments") : "accepted: " + names),
+                      key);
       }
       if (!v.is_null()) values_[key] = checked(*a, v);
     }
@@ -429,7 +449,9 @@ json from_query(const std::vector<Arg>& declared, const std::map<std::string, st
         out[key] = std::move(items);
         break;
       }
-      case Arg::Type::kString: out[key] = text; break;
+      case Arg::Type::kString:
+        out[key] = text;
+        break;
       case Arg::Type::kObject: {
         json parsed = json::parse(text, nullptr, /*allow_exceptions=*/false);
         out[key] = parsed.is_discarded() ? json(text) : parsed;

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "server/json_views.h"
+#include "server/controller/json_views.h"
 
 namespace nansense::server {
 
@@ -70,7 +70,7 @@ Arg object_arg(std::string name, std::string description);
 json input_schema(const std::vector<Arg>& args);
 
 // Arguments checked against their declarations, defaults filled in. Every
-// refusal is a ControllerError(kInvalidArgument) naming the argument, what it
+// refusal is a Refusal(kInvalidArgument) naming the argument, what it
 // must be and what came.
 class Args {
  public:

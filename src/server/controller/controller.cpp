@@ -1,4 +1,4 @@
-#include "server/controller.h"
+#include "server/controller/controller.h"
 
 #include <algorithm>
 
@@ -34,14 +34,13 @@ int64_t batch_size_of(const BatchSnapshot& snap) {
 // Refuses a sample the snapshot budget left out, saying how to keep it.
 void require_kept(const BatchSnapshot& snap, int64_t sample) {
   if (!snap.trimmed() || sample < snap.samples_kept || sample >= snap.batch_size) return;
-  throw ControllerError(ControllerError::Kind::kInvalidArgument,
-                        "sample " + std::to_string(sample) + " was not kept: the snapshot at " +
-                            snap.position.to_string() + " holds samples 0.." + std::to_string(snap.samples_kept - 1) +
-                            " of " + std::to_string(snap.batch_size) + " (snapshot budget " +
-                            mib(snap.budget_bytes) + "; all " + std::to_string(snap.batch_size) + " would take " +
-                            mib(snap.full_bytes) +
-                            "). StartOptions().snapshot_budget(bytes) raises the budget, 0 keeps every sample",
-                        "sample");
+  throw Refusal(Refusal::Kind::kInvalidArgument,
+                "sample " + std::to_string(sample) + " was not kept: the snapshot at " + snap.position.to_string() +
+                    " holds samples 0.." + std::to_string(snap.samples_kept - 1) + " of " +
+                    std::to_string(snap.batch_size) + " (snapshot budget " + mib(snap.budget_bytes) + "; all " +
+                    std::to_string(snap.batch_size) + " would take " + mib(snap.full_bytes) +
+                    "). StartOptions().snapshot_budget(bytes) raises the budget, 0 keeps every sample",
+                "sample");
 }
 
 // Draws a picture of `snap`; a refusal of it when the caller shows another
@@ -50,7 +49,7 @@ template <class Draw>
 auto drawn_for(const BatchSnapshot& snap, std::optional<uint64_t> shown, Draw&& draw) {
   try {
     return draw();
-  } catch (const ControllerError& e) {
+  } catch (const Refusal& e) {
     if (shown && *shown != snap.sequence) throw SnapshotReplaced(*shown, snap.sequence, e.what());
     throw;
   }
@@ -99,8 +98,8 @@ json Controller::get_architecture() const {
 std::shared_ptr<const BatchSnapshot> Controller::require_snapshot() const {
   auto snap = session_.snapshot();
   if (!snap) {
-    throw ControllerError(ControllerError::Kind::kNotFound,
-                          "no snapshot yet: the first captured batch publishes one (the run pauses there)");
+    throw Refusal(Refusal::Kind::kNotFound,
+                  "no snapshot yet: the first captured batch publishes one (the run pauses there)");
   }
   return snap;
 }
@@ -188,8 +187,7 @@ std::shared_ptr<const StripPicture> Controller::draw_strip(const std::shared_ptr
   if (!snap->architecture->find(layer)) {
     std::string known;
     for (const auto& l : snap->architecture->layers) known += (known.empty() ? "" : ", ") + l.name;
-    throw ControllerError(ControllerError::Kind::kNotFound, "unknown layer \"" + layer + "\"; layers: " + known,
-                          "layer");
+    throw Refusal(Refusal::Kind::kNotFound, "unknown layer \"" + layer + "\"; layers: " + known, "layer");
   }
   const std::string key = std::to_string(snap->sequence) + "|" + layer + "|" + kind + "|" +
                           std::to_string(options.sample) + "|" + (options.average ? "avg" : "all") + "|" +
@@ -203,27 +201,25 @@ std::shared_ptr<const StripPicture> Controller::draw_strip(const std::shared_ptr
         if (auto t = outputs->second.find(name); t != outputs->second.end()) tensor = &t->second;
       }
       if (!tensor) {
-        throw ControllerError(ControllerError::Kind::kNotFound,
-                              "layer \"" + layer + "\" has no output of the layer-tensor instrument \"" + name +
-                                  "\" in the batch at " + snap->position.to_string() +
-                                  " (instruments run for the layers the statistics collect, on captured batches)",
-                              "instrument");
+        throw Refusal(Refusal::Kind::kNotFound,
+                      "layer \"" + layer + "\" has no output of the layer-tensor instrument \"" + name +
+                          "\" in the batch at " + snap->position.to_string() +
+                          " (instruments run for the layers the statistics collect, on captured batches)",
+                      "instrument");
       }
     } else {
       const auto& tensors = kind == "gradient" ? snap->activation_gradients : snap->activations;
       auto it = tensors.find(layer);
       if (it == tensors.end()) {
         if (snap->probe) {
-          throw ControllerError(ControllerError::Kind::kNotFound,
-                                kind == "gradient"
-                                    ? "no gradients on probe runs: a probe runs the forward only"
-                                    : "layer \"" + layer + "\" did not run in the probe's forward (" +
-                                          snap->probe->mode + " mode)");
+          throw Refusal(Refusal::Kind::kNotFound, kind == "gradient"
+                                                      ? "no gradients on probe runs: a probe runs the forward only"
+                                                      : "layer \"" + layer + "\" did not run in the probe's forward (" +
+                                                            snap->probe->mode + " mode)");
         }
-        throw ControllerError(ControllerError::Kind::kNotFound,
-                              "layer \"" + layer + "\" has no " + kind + " in the batch at " +
-                                  snap->position.to_string() +
-                                  (kind == "gradient" ? " (no backward ran through it)" : ""));
+        throw Refusal(Refusal::Kind::kNotFound, "layer \"" + layer + "\" has no " + kind + " in the batch at " +
+                                                    snap->position.to_string() +
+                                                    (kind == "gradient" ? " (no backward ran through it)" : ""));
       }
       tensor = &it->second;
     }
@@ -232,7 +228,7 @@ std::shared_ptr<const StripPicture> Controller::draw_strip(const std::shared_ptr
     try {
       strip = render::render_strip(*tensor, options);
     } catch (const std::invalid_argument& e) {
-      throw ControllerError(ControllerError::Kind::kInvalidArgument, e.what());
+      throw Refusal(Refusal::Kind::kInvalidArgument, e.what());
     }
     auto out = std::make_shared<StripPicture>();
     out->png = render::encode_png(strip.image);
@@ -265,21 +261,19 @@ std::shared_ptr<const InputPicture> Controller::draw_input(const std::shared_ptr
                                                            int64_t input, int64_t sample) const {
   const auto count = static_cast<int64_t>(snap->inputs.size());
   if (count == 0) {
-    throw ControllerError(ControllerError::Kind::kNotFound,
-                          "the batch at " + snap->position.to_string() + " recorded no tensor input");
+    throw Refusal(Refusal::Kind::kNotFound, "the batch at " + snap->position.to_string() + " recorded no tensor input");
   }
   if (input < 0 || input >= count) {
-    throw ControllerError(ControllerError::Kind::kInvalidArgument,
-                          "input " + std::to_string(input) + " is out of range: the model has " +
-                              std::to_string(count) + " input" + (count == 1 ? "" : "s") + " (0.." +
-                              std::to_string(count - 1) + ")",
-                          "input");
+    throw Refusal(Refusal::Kind::kInvalidArgument,
+                  "input " + std::to_string(input) + " is out of range: the model has " + std::to_string(count) +
+                      " input" + (count == 1 ? "" : "s") + " (0.." + std::to_string(count - 1) + ")",
+                  "input");
   }
   const auto& names = snap->architecture->inputs;
   const std::string name =
       static_cast<size_t>(input) < names.size() ? names[static_cast<size_t>(input)] : "input_" + std::to_string(input);
-  const std::string key = std::to_string(snap->sequence) + "|input|" + std::to_string(input) + "|" +
-                          std::to_string(sample);
+  const std::string key =
+      std::to_string(snap->sequence) + "|input|" + std::to_string(input) + "|" + std::to_string(sample);
   if (auto hit = input_cache_.find(key)) return hit;
   const auto& display = session_.display_options();
   render::InputImageOptions options;
@@ -292,11 +286,10 @@ std::shared_ptr<const InputPicture> Controller::draw_input(const std::shared_ptr
   try {
     image = render::render_input(snap->inputs[static_cast<size_t>(input)], options);
   } catch (const std::invalid_argument& e) {
-    throw ControllerError(ControllerError::Kind::kInvalidArgument, e.what());
+    throw Refusal(Refusal::Kind::kInvalidArgument, e.what());
   } catch (const std::exception& e) {
     // The user's transform threw: say so instead of failing the request.
-    throw ControllerError(ControllerError::Kind::kInvalidArgument,
-                          "the input transform for \"" + name + "\" failed: " + e.what());
+    throw Refusal(Refusal::Kind::kInvalidArgument, "the input transform for \"" + name + "\" failed: " + e.what());
   }
   auto out = std::make_shared<InputPicture>();
   out->png = render::encode_png(image.image);
@@ -326,16 +319,15 @@ template <class F>
 Status Controller::command(F&& apply, Wait wait) {
   const auto state = session_.state();
   if (state == RunState::kFinished || state == RunState::kLost) {
-    throw ControllerError(ControllerError::Kind::kConflict,
-                          state == RunState::kFinished
-                              ? "training has finished: nothing left to run; the last captured batch stays available"
-                              : "the training loop was lost (" + session_.lost_reason() +
-                                    "): nothing left to control");
+    throw Refusal(Refusal::Kind::kConflict,
+                  state == RunState::kFinished
+                      ? "training has finished: nothing left to run; the last captured batch stays available"
+                      : "the training loop was lost (" + session_.lost_reason() + "): nothing left to control");
   }
   try {
     apply();
   } catch (const ControlError& e) {
-    throw ControllerError(ControllerError::Kind::kInvalidArgument, e.what());
+    throw Refusal(Refusal::Kind::kInvalidArgument, e.what());
   }
   if (wait.count() > 0) session_.wait_until_stopped(wait);
   return get_status();
@@ -370,12 +362,12 @@ Status Controller::time_travel(int64_t epoch, Wait wait) {
   return command(
       [&] {
         if (const auto status = session_.time_travel_status(); !status.available) {
-          throw ControllerError(ControllerError::Kind::kConflict, status.reason);
+          throw Refusal(Refusal::Kind::kConflict, status.reason);
         }
         try {
           session_.request_time_travel(epoch);
         } catch (const TimeTravelError& e) {
-          throw ControllerError(ControllerError::Kind::kInvalidArgument, e.what());
+          throw Refusal(Refusal::Kind::kInvalidArgument, e.what());
         }
       },
       wait);

@@ -14,10 +14,10 @@
 #include "nansense/stats.h"
 #include "render/render_cache.h"
 #include "render/strip.h"
-#include "server/controller_error.h"
-#include "server/json_views.h"
-#include "server/pictures.h"
-#include "server/status.h"
+#include "server/controller/refusal.h"
+#include "server/controller/json_views.h"
+#include "server/controller/pictures.h"
+#include "server/controller/status.h"
 
 namespace nansense::detail {
 class SessionPort;
@@ -295,10 +295,9 @@ class Controller {
   // `wanted` names (qualified or short; all when empty). kNotFound for an
   // unknown layer or parameter (about `argument`), kInvalidArgument for a
   // layer without parameters, each naming what there is.
-  std::pair<const LayerInfo*, std::vector<std::string>> layer_parameters(const BatchSnapshot& snap,
-                                                                         const std::string& layer,
-                                                                         const std::vector<std::string>& wanted,
-                                                                         const std::string& argument = "parameters") const;
+  std::pair<const LayerInfo*, std::vector<std::string>> layer_parameters(
+      const BatchSnapshot& snap, const std::string& layer, const std::vector<std::string>& wanted,
+      const std::string& argument = "parameters") const;
   std::shared_ptr<const WeightPicture> draw_weight(const std::shared_ptr<const BatchSnapshot>& snap,
                                                    const std::string& layer, const std::string& parameter,
                                                    const std::string& tensor,

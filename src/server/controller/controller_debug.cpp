@@ -4,7 +4,7 @@
 
 #include "numerics/debug_json.h"
 #include "numerics/debug_state.h"
-#include "server/controller.h"
+#include "server/controller/controller.h"
 #include "session/session_port.h"
 
 namespace nansense::server {
@@ -30,9 +30,8 @@ json Controller::debug_summary() const {
                         {"position", to_json(error->position)},
                         {"text", numerics::headline(*error)},
                         {"layers", layers},
-                        {"root_cause_status", error->root_cause
-                                                  ? json(std::string(to_string(error->root_cause->status)))
-                                                  : json(nullptr)},
+                        {"root_cause_status",
+                         error->root_cause ? json(std::string(to_string(error->root_cause->status))) : json(nullptr)},
                         {"producer", producer},
                         {"capsule", error->capsule.empty() ? json(nullptr) : json(error->capsule)},
                         {"hits", error->hits},
@@ -56,7 +55,7 @@ json Controller::choose_update(const std::string& action) {
   try {
     session_.choose_update(action == "skip");
   } catch (const std::logic_error& e) {
-    throw ControllerError(ControllerError::Kind::kConflict, e.what());
+    throw Refusal(Refusal::Kind::kConflict, e.what());
   }
   return get_debug_report();
 }
@@ -74,7 +73,7 @@ json Controller::configure_debug_checks(const DebugChecksUpdate& u) {
   try {
     session_.set_debug_settings(s);
   } catch (const ArgumentError& e) {
-    throw ControllerError(ControllerError::Kind::kInvalidArgument, e.what());
+    throw Refusal(Refusal::Kind::kInvalidArgument, e.what());
   }
   return get_debug_report();
 }
@@ -83,7 +82,7 @@ json Controller::silence_debug_check(const std::optional<std::string>& category)
   try {
     session_.silence_debug_check(category.value_or(""));
   } catch (const ArgumentError& e) {
-    throw ControllerError(ControllerError::Kind::kInvalidArgument, e.what());
+    throw Refusal(Refusal::Kind::kInvalidArgument, e.what());
   }
   return get_debug_report();
 }

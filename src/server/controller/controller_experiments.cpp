@@ -1,6 +1,6 @@
 // Experiments on the paused model: the controller's side of
 // experiments::Engine (validation is the engine's; this file maps refusals to
-// ControllerErrors, results to JSON and draws them).
+// Refusals, results to JSON and draws them).
 #include <algorithm>
 #include <cmath>
 
@@ -9,7 +9,7 @@
 #include "render/input_image.h"
 #include "render/text.h"
 #include "render/tiles.h"
-#include "server/controller.h"
+#include "server/controller/controller.h"
 #include "session/session_port.h"
 
 namespace nansense::server {
@@ -17,16 +17,6 @@ namespace nansense::server {
 namespace {
 
 using experiments::Result;
-
-ControllerError refused(const experiments::Refused& e) {
-  using Why = experiments::Refused::Why;
-  switch (e.why()) {
-    case Why::kNotFound: return ControllerError(ControllerError::Kind::kNotFound, e.what(), "layer");
-    case Why::kConflict: return ControllerError(ControllerError::Kind::kConflict, e.what());
-    case Why::kInvalid: break;
-  }
-  return ControllerError(ControllerError::Kind::kInvalidArgument, e.what());
-}
 
 json numbers(const std::vector<double>& v) {
   json out = json::array();
@@ -86,7 +76,6 @@ torch::Tensor as_map(torch::Tensor a) {
   return a;
 }
 
-
 }  // namespace
 
 json Controller::list_experiments() const {
@@ -99,13 +88,21 @@ json Controller::list_experiments() const {
     for (const auto& p : k.params) {
       json spec = {{"key", p.key}, {"label", p.label}, {"description", p.description}};
       switch (p.type) {
-        case experiments::ParamSpec::Type::kInteger: spec["type"] = "integer"; break;
-        case experiments::ParamSpec::Type::kNumber: spec["type"] = "number"; break;
-        case experiments::ParamSpec::Type::kBoolean: spec["type"] = "boolean"; break;
-        case experiments::ParamSpec::Type::kChoice: spec["type"] = "choice"; break;
+        case experiments::ParamSpec::Type::kInteger:
+          spec["type"] = "integer";
+          break;
+        case experiments::ParamSpec::Type::kNumber:
+          spec["type"] = "number";
+          break;
+        case experiments::ParamSpec::Type::kBoolean:
+          spec["type"] = "boolean";
+          break;
+        case experiments::ParamSpec::Type::kChoice:
+          spec["type"] = "choice";
+          break;
       }
-      spec["default"] = defaults.contains(k.kind) && defaults[k.kind].contains(p.key) ? defaults[k.kind][p.key]
-                                                                                       : p.fallback;
+      spec["default"] =
+          defaults.contains(k.kind) && defaults[k.kind].contains(p.key) ? defaults[k.kind][p.key] : p.fallback;
       if (p.minimum) spec["minimum"] = *p.minimum;
       if (p.maximum) spec["maximum"] = *p.maximum;
       if (!p.options.empty()) spec["options"] = p.options;
@@ -135,22 +132,14 @@ json Controller::list_experiments() const {
   for (const auto& e : engine.auto_entries(experiments::Engine::Clock::now())) {
     autos.push_back({{"tab", e.tab}, {"kind", e.kind}, {"layer", e.layer}, {"params", e.params}});
   }
-  return {{"kinds", std::move(kinds)},
-          {"time_limit_seconds", engine.time_limit_seconds()},
-          {"auto_run", engine.auto_run()},
-          {"forward_known", engine.has_forward()},
-          {"kept_results", engine.kept()},
-          {"auto_experiments", std::move(autos)}};
+  return {{"kinds", std::move(kinds)},     {"time_limit_seconds", engine.time_limit_seconds()},
+          {"auto_run", engine.auto_run()}, {"forward_known", engine.has_forward()},
+          {"kept_results", engine.kept()}, {"auto_experiments", std::move(autos)}};
 }
 
 json Controller::run_experiment(const std::string& kind, const std::string& layer, const json& params, Wait wait) {
   auto& engine = session_.experiments();
-  experiments::Engine::Submitted sub;
-  try {
-    sub = engine.submit(kind, layer, params);
-  } catch (const experiments::Refused& e) {
-    throw refused(e);
-  }
+  auto sub = engine.submit(kind, layer, params);
   auto result = wait.count() > 0 ? engine.wait(sub.seq, wait) : engine.result(sub.seq);
   json out;
   if (result) {
@@ -175,10 +164,10 @@ json Controller::get_experiment_result(uint64_t seq) const {
     auto kept = engine.kept();
     std::string list;
     for (auto s : kept) list += (list.empty() ? "" : ", ") + std::to_string(s);
-    throw ControllerError(ControllerError::Kind::kNotFound,
-                          "no experiment " + std::to_string(seq) + " (only the 8 most recent results are kept; kept: " +
-                              (list.empty() ? "none" : list) + ")",
-                          "seq");
+    throw Refusal(Refusal::Kind::kNotFound,
+                  "no experiment " + std::to_string(seq) +
+                      " (only the 8 most recent results are kept; kept: " + (list.empty() ? "none" : list) + ")",
+                  "seq");
   }
   return result_json(*result, engine.queued_ahead(seq));
 }
@@ -195,11 +184,7 @@ json Controller::set_auto_run_experiments(bool enabled) {
 
 json Controller::set_experiment_defaults(const std::string& kind, const json& params) {
   std::vector<std::string> ignored;
-  try {
-    ignored = session_.experiments().set_defaults(kind, params);
-  } catch (const experiments::Refused& e) {
-    throw refused(e);
-  }
+  ignored = session_.experiments().set_defaults(kind, params);
   json out = get_settings();
   out["ignored_params"] = ignored;
   return out;
@@ -208,12 +193,7 @@ json Controller::set_experiment_defaults(const std::string& kind, const json& pa
 json Controller::set_auto_experiment(const std::string& tab, const std::string& kind, const std::string& layer,
                                      const json& params) {
   auto& engine = session_.experiments();
-  experiments::Engine::Submitted sub;
-  try {
-    sub = engine.set_auto(tab, kind, layer, params, experiments::Engine::Clock::now());
-  } catch (const experiments::Refused& e) {
-    throw refused(e);
-  }
+  auto sub = engine.set_auto(tab, kind, layer, params, experiments::Engine::Clock::now());
   return {{"tab", tab},
           {"seq", sub.seq},
           {"params", sub.params},
@@ -238,11 +218,11 @@ std::vector<json> Controller::experiment_changes(uint64_t& version) const {
 std::shared_ptr<const ExperimentPicture> Controller::render_experiment(uint64_t seq, bool overlay_input) const {
   auto result = session_.experiments().result(seq);
   if (!result) {
-    throw ControllerError(ControllerError::Kind::kNotFound, "no experiment " + std::to_string(seq), "seq");
+    throw Refusal(Refusal::Kind::kNotFound, "no experiment " + std::to_string(seq), "seq");
   }
   const Result& r = *result;
   if (r.stage == Result::Stage::kFailed) {
-    throw ControllerError(ControllerError::Kind::kConflict, "experiment " + std::to_string(seq) + " failed: " + r.error);
+    throw Refusal(Refusal::Kind::kConflict, "experiment " + std::to_string(seq) + " failed: " + r.error);
   }
   const auto& display = session_.display_options();
   auto arch = session_.architecture();
@@ -265,8 +245,8 @@ std::shared_ptr<const ExperimentPicture> Controller::render_experiment(uint64_t 
   try {
     if (r.kind == "deep_dream") {
       if (!r.images.defined()) {
-        throw ControllerError(ControllerError::Kind::kConflict,
-                              "experiment " + std::to_string(seq) + " has no image yet (" + picture->stage + ")");
+        throw Refusal(Refusal::Kind::kConflict,
+                      "experiment " + std::to_string(seq) + " has no image yet (" + picture->stage + ")");
       }
       std::vector<render::Tile> row;
       const bool from_sample = r.params.value("start", "noise") == "sample";
@@ -278,12 +258,13 @@ std::shared_ptr<const ExperimentPicture> Controller::render_experiment(uint64_t 
       rows.push_back(std::move(row));
       picture->caption = "Deep Dream of layer \"" + r.layer + "\", " + picture->stage + " at step " +
                          std::to_string(r.step) + "/" + std::to_string(r.total) + ": " +
-                         (from_sample ? "the starting sample, then " : "") + "one image per channel (channel 0, 1, ... " +
+                         (from_sample ? "the starting sample, then " : "") +
+                         "one image per channel (channel 0, 1, ... " +
                          "from the left), each the input that raises that channel's mean activation.";
     } else {
       if (!r.attributions.defined()) {
-        throw ControllerError(ControllerError::Kind::kConflict,
-                              "experiment " + std::to_string(seq) + " has no attribution yet (" + picture->stage + ")");
+        throw Refusal(Refusal::Kind::kConflict,
+                      "experiment " + std::to_string(seq) + " has no attribution yet (" + picture->stage + ")");
       }
       const bool sequential = r.kind == "gradcam";
       for (int64_t i = 0; i < r.attributions.size(0); ++i) {
@@ -297,15 +278,15 @@ std::shared_ptr<const ExperimentPicture> Controller::render_experiment(uint64_t 
           rows.push_back({render::Tile{heat, sample + ": attribution"}, render::Tile{input, "input"}});
         }
       }
-      picture->caption = r.kind + " of layer \"" + r.layer + "\" (" + picture->stage + "): one row per sample, " +
-                         (overlay_input ? "the attribution over the input in grey"
-                                        : "the attribution map, then the input") +
-                         (sequential ? "; white = 0, red = the sample's largest value (Grad-CAM is ReLU'd)"
-                                     : "; blue negative, white 0, red positive, scaled per sample") +
-                         ". Maps are drawn at the input's size.";
+      picture->caption =
+          r.kind + " of layer \"" + r.layer + "\" (" + picture->stage + "): one row per sample, " +
+          (overlay_input ? "the attribution over the input in grey" : "the attribution map, then the input") +
+          (sequential ? "; white = 0, red = the sample's largest value (Grad-CAM is ReLU'd)"
+                      : "; blue negative, white 0, red positive, scaled per sample") +
+          ". Maps are drawn at the input's size.";
     }
   } catch (const std::invalid_argument& e) {
-    throw ControllerError(ControllerError::Kind::kInvalidArgument, e.what());
+    throw Refusal(Refusal::Kind::kInvalidArgument, e.what());
   }
   render::Image image = render::compose(rows);
   picture->png = render::encode_png(image);
@@ -316,7 +297,7 @@ std::shared_ptr<const ExperimentPicture> Controller::render_experiment(uint64_t 
 }
 
 json info_json(const ExperimentPicture& p) {
-  return {{"seq", p.seq},   {"kind", p.kind},   {"stage", p.stage},     {"step", p.step},
+  return {{"seq", p.seq},     {"kind", p.kind},       {"stage", p.stage}, {"step", p.step},
           {"total", p.total}, {"overlay", p.overlay}, {"width", p.width}, {"height", p.height}};
 }
 

@@ -12,8 +12,8 @@
 #include "render/input_image.h"
 #include "render/text.h"
 #include "render/tiles.h"
-#include "server/controller.h"
-#include "server/lookup.h"
+#include "server/controller/controller.h"
+#include "server/controller/lookup.h"
 #include "session/session_port.h"
 #include "stats/extremes.h"
 #include "stats/histogram.h"
@@ -60,15 +60,15 @@ struct Gallery {
 
 bool has_galleries(const LayerStatsView& v) { return !v.galleries.empty() || v.gallery_note.has_value(); }
 
-Gallery find_gallery(const StatsSnapshot& s, const detail::SessionPort& session, const std::string& layer,
+Gallery find_gallery(const StatsSnapshot& s, const detail::RunPort& session, const std::string& layer,
                      const std::optional<std::string>& phase) {
   const auto all = phases_of(s, layer, session.schedule());
   if (all.empty()) {
-    throw ControllerError(ControllerError::Kind::kNotFound,
-                          "no statistics for layer \"" + layer + "\"; layers with statistics: " +
-                              join(layers_of(s, session.architecture().get())) +
-                              " (watch_layers collects a layer's, galleries included)",
-                          "layer");
+    throw Refusal(Refusal::Kind::kNotFound,
+                  "no statistics for layer \"" + layer +
+                      "\"; layers with statistics: " + join(layers_of(s, session.architecture().get())) +
+                      " (watch_layers collects a layer's, galleries included)",
+                  "layer");
   }
   Gallery g;
   auto newest = [&](const std::string& p) { return &s.layers.at({layer, p}).back(); };
@@ -77,10 +77,9 @@ Gallery find_gallery(const StatsSnapshot& s, const detail::SessionPort& session,
   }
   if (phase) {
     if (std::find(all.begin(), all.end(), *phase) == all.end()) {
-      throw ControllerError(ControllerError::Kind::kNotFound,
-                            "layer \"" + layer + "\" has no statistics for phase \"" + *phase + "\"; its phases: " +
-                                join(all),
-                            "phase");
+      throw Refusal(Refusal::Kind::kNotFound,
+                    "layer \"" + layer + "\" has no statistics for phase \"" + *phase + "\"; its phases: " + join(all),
+                    "phase");
     }
     g.phase = *phase;
   } else {
@@ -98,7 +97,7 @@ Gallery find_gallery(const StatsSnapshot& s, const detail::SessionPort& session,
 }
 
 // Why a bucket has no galleries.
-std::string missing_reason(const LayerStatsView& v, const detail::SessionPort& session) {
+std::string missing_reason(const LayerStatsView& v, const detail::StatsPort& session) {
   if (v.gallery_note) return *v.gallery_note;
   if (session.watch_performance().samples_per_channel() == 0) {
     return "Min/Max galleries are off (samples_per_channel is 0 in set_watch_performance)";
@@ -108,8 +107,8 @@ std::string missing_reason(const LayerStatsView& v, const detail::SessionPort& s
   }
   if (const auto watched = session.watched_layers();
       !session.patch_layers() && std::find(watched.begin(), watched.end(), v.layer) == watched.end()) {
-    return "Min/Max galleries are collected for the watched layers (or, once set, set_patch_layers' list); \"" + v.layer +
-           "\" is not watched: watch it (the eye on its card, watch_layers)";
+    return "Min/Max galleries are collected for the watched layers (or, once set, set_patch_layers' list); \"" +
+           v.layer + "\" is not watched: watch it (the eye on its card, watch_layers)";
   }
   return "no Min/Max gallery for \"" + v.layer + "\" in " + v.phase + " epoch " + std::to_string(v.epoch) +
          " yet: the layer's next collected batch starts one";
@@ -135,12 +134,12 @@ const GalleryView& require_ranking(const LayerStatsView& v, const std::string& n
     if (const GalleryView* g = find_ranking(v, *ranking)) return *g;
   }
   const bool average = name == "max_average" || name == "min_average";
-  throw ControllerError(ControllerError::Kind::kInvalidArgument,
-                        "layer \"" + v.layer + "\" has no " + name + " gallery; it has: " + join(ranking_names(v)) +
-                            (average ? " (average galleries need average_galleries in set_watch_performance, and "
-                                       "a [batch, channels, height, width] activation)"
-                                     : ""),
-                        argument);
+  throw Refusal(Refusal::Kind::kInvalidArgument,
+                "layer \"" + v.layer + "\" has no " + name + " gallery; it has: " + join(ranking_names(v)) +
+                    (average ? " (average galleries need average_galleries in set_watch_performance, and "
+                               "a [batch, channels, height, width] activation)"
+                             : ""),
+                argument);
 }
 
 // One cell's picture: the crop, with the channel's activation over it on request.
@@ -163,18 +162,12 @@ json Controller::get_extremes(const GalleryOptions& o) const {
   const auto g = find_gallery(*s, session_, o.layer, o.phase);
   const LayerStatsView& v = *g.view;
   const std::string ranking = o.grids.empty() ? "max_pixel" : o.grids.front();
-  json out = {{"layer", o.layer},
-              {"phase", g.phase},
-              {"epoch", v.epoch},
-              {"phases", g.phases},
-              {"ranking", ranking},
-              {"rankings", ranking_names(v)},
-              {"heatmap", o.heatmap},
-              {"samples", 0},
-              {"channels", 0},
-              {"crop", {{"height", 0}, {"width", 0}}},
-              {"sequence", s->sequence},
-              {"note", nullptr},
+  json out = {{"layer", o.layer},        {"phase", g.phase},
+              {"epoch", v.epoch},        {"phases", g.phases},
+              {"ranking", ranking},      {"rankings", ranking_names(v)},
+              {"heatmap", o.heatmap},    {"samples", 0},
+              {"channels", 0},           {"crop", {{"height", 0}, {"width", 0}}},
+              {"sequence", s->sequence}, {"note", nullptr},
               {"cells", json::array()}};
   if (v.galleries.empty()) {
     out["note"] = missing_reason(v, session_);
@@ -216,7 +209,7 @@ std::shared_ptr<const Picture> Controller::render_extreme_patches(const GalleryO
   const auto s = require_stats();
   const auto g = find_gallery(*s, session_, o.layer, o.phase);
   const LayerStatsView& v = *g.view;
-  if (v.galleries.empty()) throw ControllerError(ControllerError::Kind::kConflict, missing_reason(v, session_));
+  if (v.galleries.empty()) throw Refusal(Refusal::Kind::kConflict, missing_reason(v, session_));
   std::vector<std::string> grids = o.grids;
   if (grids.empty()) grids = {"max_pixel", "min_pixel"};
   const auto options = input_options(session_);
@@ -307,43 +300,41 @@ static BinResult pick_bin_samples(const detail::SessionPort& session, const std:
   if (!snap->architecture->find(o.layer)) {
     std::vector<std::string> known;
     for (const auto& l : snap->architecture->layers) known.push_back(l.name);
-    throw ControllerError(ControllerError::Kind::kNotFound,
-                          "unknown layer \"" + o.layer + "\"; layers: " + join(known), "layer");
+    throw Refusal(Refusal::Kind::kNotFound, "unknown layer \"" + o.layer + "\"; layers: " + join(known), "layer");
   }
   const auto& tensors = activation ? snap->activations : snap->activation_gradients;
   auto it = tensors.find(o.layer);
   if (it == tensors.end() || !it->second.defined()) {
-    throw ControllerError(ControllerError::Kind::kNotFound,
-                          "the batch at " + snap->position.to_string() + " has no " + o.kind + " for layer \"" +
-                              o.layer + "\"" +
-                              (activation ? "" : " (a forward-only phase, or no backward reached it)"),
-                          "kind");
+    throw Refusal(Refusal::Kind::kNotFound,
+                  "the batch at " + snap->position.to_string() + " has no " + o.kind + " for layer \"" + o.layer +
+                      "\"" + (activation ? "" : " (a forward-only phase, or no backward reached it)"),
+                  "kind");
   }
   torch::Tensor t = it->second;
   if (!t.is_floating_point()) {
-    throw ControllerError(ControllerError::Kind::kInvalidArgument,
-                          "layer \"" + o.layer + "\" holds " + std::string(c10::toString(t.scalar_type())) +
-                              " values, which have no histogram");
+    throw Refusal(Refusal::Kind::kInvalidArgument, "layer \"" + o.layer + "\" holds " +
+                                                       std::string(c10::toString(t.scalar_type())) +
+                                                       " values, which have no histogram");
   }
   t = t.to(torch::kFloat);
   if (o.channel) {
     if (t.dim() < 2 || *o.channel >= t.size(1)) {
-      throw ControllerError(ControllerError::Kind::kInvalidArgument,
-                            "channel " + std::to_string(*o.channel) + " is out of range: layer \"" + o.layer +
-                                "\" has " + (t.dim() < 2 ? "no channels" : std::to_string(t.size(1)) + " channels"),
-                            "channel");
+      throw Refusal(Refusal::Kind::kInvalidArgument,
+                    "channel " + std::to_string(*o.channel) + " is out of range: layer \"" + o.layer + "\" has " +
+                        (t.dim() < 2 ? "no channels" : std::to_string(t.size(1)) + " channels"),
+                    "channel");
     }
   }
   if (t.dim() == 0) {
-    throw ControllerError(ControllerError::Kind::kInvalidArgument,
-                          "layer \"" + o.layer + "\"'s " + o.kind +
-                              " is a single value (no batch dimension): it has no elements to sample");
+    throw Refusal(Refusal::Kind::kInvalidArgument,
+                  "layer \"" + o.layer + "\"'s " + o.kind +
+                      " is a single value (no batch dimension): it has no elements to sample");
   }
   BinResult r;
   r.snap = snap;
   if (snap->probe) {
-    r.note = std::string("these are the probe's re-run") +
-             (snap->probe->diff ? " (perturbed - original)" : "") + ", shown in the captured batch's place";
+    r.note = std::string("these are the probe's re-run") + (snap->probe->diff ? " (perturbed - original)" : "") +
+             ", shown in the captured batch's place";
   }
   // The elements of that bin (in that channel), found a chunk at a time so a
   // large activation never needs its whole index list: one pass counts the
@@ -454,13 +445,13 @@ std::shared_ptr<const Picture> Controller::render_bin_samples(const BinSampleOpt
   const std::string range = "[" + short_number(edges[static_cast<size_t>(o.bin)]) + ", " +
                             short_number(edges[static_cast<size_t>(o.bin) + 1]) + ")";
   if (r.picks.empty()) {
-    throw ControllerError(ControllerError::Kind::kNotFound,
-                          "no " + o.kind + " value of layer \"" + o.layer + "\"" +
-                              (o.channel ? " channel " + std::to_string(*o.channel) : "") + " falls in bin " +
-                              std::to_string(o.bin) + " " + range + " in the batch at " + snap->position.to_string(),
-                          "bin");
+    throw Refusal(Refusal::Kind::kNotFound,
+                  "no " + o.kind + " value of layer \"" + o.layer + "\"" +
+                      (o.channel ? " channel " + std::to_string(*o.channel) : "") + " falls in bin " +
+                      std::to_string(o.bin) + " " + range + " in the batch at " + snap->position.to_string(),
+                  "bin");
   }
-  if (!r.picks.front().image) throw ControllerError(ControllerError::Kind::kConflict, *r.note);
+  if (!r.picks.front().image) throw Refusal(Refusal::Kind::kConflict, *r.note);
   std::vector<render::Tile> row;
   for (const auto& p : r.picks) {
     std::string where;

@@ -6,11 +6,12 @@
 #include <algorithm>
 #include <set>
 
+#include "common/text.h"
 #include "experiments/engine.h"
 #include "nansense/errors.h"
 #include "render/histogram_plot.h"
-#include "server/controller.h"
-#include "server/lookup.h"
+#include "server/controller/controller.h"
+#include "server/controller/lookup.h"
 #include "session/session_port.h"
 #include "stats/stats_store.h"
 
@@ -57,10 +58,17 @@ json layer_stats(const LayerStatsView& v) {
 }
 
 json parameter_sample(const ParameterSample& p) {
-  return {{"epoch", p.epoch},           {"value_norm", number(p.value_norm)}, {"mean", number(p.mean)},
-          {"std", number(p.std)},       {"min", number(p.min)},               {"max", number(p.max)},
-          {"grad_norm", number(p.grad_norm)}, {"grad_mean", number(p.grad_mean)}, {"grad_std", number(p.grad_std)},
-          {"grad_min", number(p.grad_min)},   {"grad_max", number(p.grad_max)},
+  return {{"epoch", p.epoch},
+          {"value_norm", number(p.value_norm)},
+          {"mean", number(p.mean)},
+          {"std", number(p.std)},
+          {"min", number(p.min)},
+          {"max", number(p.max)},
+          {"grad_norm", number(p.grad_norm)},
+          {"grad_mean", number(p.grad_mean)},
+          {"grad_std", number(p.grad_std)},
+          {"grad_min", number(p.grad_min)},
+          {"grad_max", number(p.grad_max)},
           {"update_ratio", number(p.update_ratio)}};
 }
 
@@ -78,25 +86,21 @@ UpdateFrequency::Unit parse_unit(const std::string& unit) {
   throw std::logic_error("set_update_frequency: undeclared unit \"" + unit + "\"");
 }
 
-[[noreturn]] void refuse(ControllerError::Kind kind, const UsageError& e, const std::string& argument = "") {
-  throw ControllerError(kind, e.what(), argument);
+[[noreturn]] void refuse(Refusal::Kind kind, const UsageError& e, const std::string& argument = "") {
+  throw Refusal(kind, e.what(), argument);
 }
 
 // Distinct series colours, in order.
 render::Rgba series_color(size_t i) {
-  static const render::Rgba kPalette[] = {{31, 119, 180, 255}, {255, 127, 14, 255}, {44, 160, 44, 255},
-                                          {214, 39, 40, 255},  {148, 103, 189, 255}, {140, 86, 75, 255},
+  static const render::Rgba kPalette[] = {{31, 119, 180, 255},  {255, 127, 14, 255},  {44, 160, 44, 255},
+                                          {214, 39, 40, 255},   {148, 103, 189, 255}, {140, 86, 75, 255},
                                           {227, 119, 194, 255}, {127, 127, 127, 255}};
   return kPalette[i % (sizeof kPalette / sizeof kPalette[0])];
 }
 
 }  // namespace
 
-std::string join(const std::vector<std::string>& names) {
-  std::string out;
-  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
-  return out.empty() ? "(none)" : out;
-}
+std::string join(const std::vector<std::string>& names) { return common::join(names, "(none)"); }
 
 std::vector<std::string> phases_of(const StatsSnapshot& s, const std::string& layer, const Schedule& schedule) {
   std::vector<std::string> phases;
@@ -124,7 +128,6 @@ std::vector<std::string> layers_of(const StatsSnapshot& s, const Architecture* a
   out.insert(out.end(), with.begin(), with.end());
   return out;
 }
-
 
 std::shared_ptr<const StatsSnapshot> Controller::require_stats() const {
   if (auto s = session_.stats()) return s;
@@ -163,7 +166,7 @@ json Controller::set_update_frequency(const std::string& unit, double n, const s
   try {
     session_.set_update_frequency(UpdateFrequency().unit(parse_unit(unit)).n(n).phase(phase));
   } catch (const UsageError& e) {
-    refuse(ControllerError::Kind::kInvalidArgument, e);
+    refuse(Refusal::Kind::kInvalidArgument, e);
   }
   return get_settings();
 }
@@ -177,7 +180,7 @@ json Controller::watch_layers(const std::vector<std::string>& layers) {
   try {
     session_.watch_layers(layers);
   } catch (const UsageError& e) {
-    refuse(ControllerError::Kind::kInvalidArgument, e, "layers");
+    refuse(Refusal::Kind::kInvalidArgument, e, "layers");
   }
   return get_settings();
 }
@@ -186,7 +189,7 @@ json Controller::unwatch_layers(const std::vector<std::string>& layers) {
   try {
     session_.unwatch_layers(layers);
   } catch (const UsageError& e) {
-    refuse(ControllerError::Kind::kInvalidArgument, e, "layers");
+    refuse(Refusal::Kind::kInvalidArgument, e, "layers");
   }
   return get_settings();
 }
@@ -206,7 +209,7 @@ json Controller::set_watch_performance(const PerformanceChange& change) {
     const char* argument = what.find("samples_per_channel") != std::string::npos ? "samples_per_channel"
                            : what.find("histogram_sample") != std::string::npos  ? "histogram_sample"
                                                                                  : "channel_limit";
-    refuse(ControllerError::Kind::kInvalidArgument, e, argument);
+    refuse(Refusal::Kind::kInvalidArgument, e, argument);
   }
   json out = get_settings();
   out["statistics_flushed"] = flushed;
@@ -217,7 +220,7 @@ json Controller::set_patch_layers(const std::optional<std::vector<std::string>>&
   try {
     session_.set_patch_layers(layers);
   } catch (const UsageError& e) {
-    refuse(ControllerError::Kind::kInvalidArgument, e, "layers");
+    refuse(Refusal::Kind::kInvalidArgument, e, "layers");
   }
   return get_settings();
 }
@@ -241,29 +244,25 @@ json Controller::list_stats() const {
   }
   json series = json::array();
   for (const auto& v : s->series) series.push_back({{"name", v.name}, {"phase", v.phase}, {"layer", v.layer}});
-  return {{"sequence", s->sequence},
-          {"edges", stats::bin_edges()},
-          {"layers", std::move(layers)},
-          {"parameters", std::move(parameters)},
-          {"series", std::move(series)},
-          {"device_bytes", s->device_bytes}};
+  return {{"sequence", s->sequence},     {"edges", stats::bin_edges()},
+          {"layers", std::move(layers)}, {"parameters", std::move(parameters)},
+          {"series", std::move(series)}, {"device_bytes", s->device_bytes}};
 }
 
 json Controller::get_stats_history(const std::string& layer, const std::optional<std::string>& phase) const {
   const auto s = require_stats();
   const auto phases = phases_of(*s, layer, session_.schedule());
   if (phases.empty()) {
-    throw ControllerError(ControllerError::Kind::kNotFound,
-                          "no statistics for layer \"" + layer + "\"; layers with statistics: " +
-                              join(layers_of(*s, session_.architecture().get())) +
-                              " (watch_layers collects a layer's, or set_stats_scope all)",
-                          "layer");
+    throw Refusal(Refusal::Kind::kNotFound,
+                  "no statistics for layer \"" + layer +
+                      "\"; layers with statistics: " + join(layers_of(*s, session_.architecture().get())) +
+                      " (watch_layers collects a layer's, or set_stats_scope all)",
+                  "layer");
   }
   if (phase && std::find(phases.begin(), phases.end(), *phase) == phases.end()) {
-    throw ControllerError(ControllerError::Kind::kNotFound,
-                          "layer \"" + layer + "\" has no statistics for phase \"" + *phase + "\"; its phases: " +
-                              join(phases),
-                          "phase");
+    throw Refusal(Refusal::Kind::kNotFound,
+                  "layer \"" + layer + "\" has no statistics for phase \"" + *phase + "\"; its phases: " + join(phases),
+                  "phase");
   }
   json by_phase = json::object();
   for (const auto& p : phases) {
@@ -280,7 +279,9 @@ json Controller::get_stats_history(const std::string& layer, const std::optional
     for (const auto& sample : samples->second) list.push_back(parameter_sample(sample));
     parameters[param] = std::move(list);
   }
-  return {{"layer", layer}, {"edges", stats::bin_edges()}, {"phases", std::move(by_phase)},
+  return {{"layer", layer},
+          {"edges", stats::bin_edges()},
+          {"phases", std::move(by_phase)},
           {"parameters", std::move(parameters)}};
 }
 
@@ -289,8 +290,7 @@ json Controller::get_current_stats(const std::string& layer) const {
   if (!snap->architecture->find(layer)) {
     std::vector<std::string> known;
     for (const auto& l : snap->architecture->layers) known.push_back(l.name);
-    throw ControllerError(ControllerError::Kind::kNotFound,
-                          "unknown layer \"" + layer + "\"; layers: " + join(known), "layer");
+    throw Refusal(Refusal::Kind::kNotFound, "unknown layer \"" + layer + "\"; layers: " + join(known), "layer");
   }
   const auto detail = session_.watch_performance();
   // The same accumulator the training thread folds with, on this thread's
@@ -343,16 +343,16 @@ std::shared_ptr<const HistogramPicture> Controller::render_histogram(const Histo
     for (const auto& layer : options.layers) {
       const auto phases = phases_of(*s, layer, session_.schedule());
       if (phases.empty()) {
-        throw ControllerError(ControllerError::Kind::kNotFound,
-                              "no statistics for layer \"" + layer + "\"; layers with statistics: " +
-                                  join(layers_of(*s, session_.architecture().get())),
-                              "layers");
+        throw Refusal(Refusal::Kind::kNotFound,
+                      "no statistics for layer \"" + layer +
+                          "\"; layers with statistics: " + join(layers_of(*s, session_.architecture().get())),
+                      "layers");
       }
       if (options.phase && std::find(phases.begin(), phases.end(), *options.phase) == phases.end()) {
-        throw ControllerError(ControllerError::Kind::kNotFound,
-                              "layer \"" + layer + "\" has no statistics for phase \"" + *options.phase +
-                                  "\"; its phases: " + join(phases),
-                              "phase");
+        throw Refusal(Refusal::Kind::kNotFound,
+                      "layer \"" + layer + "\" has no statistics for phase \"" + *options.phase +
+                          "\"; its phases: " + join(phases),
+                      "phase");
       }
       for (const bool gradient : {false, true}) {
         render::HistogramPanel panel;
@@ -381,10 +381,10 @@ std::shared_ptr<const HistogramPicture> Controller::render_histogram(const Histo
                   view->channel_hists.empty()
                       ? std::string("no per-channel histograms (fewer than 2 dims, or a changing dim 1)")
                       : "per-channel histograms of channels 0.." + std::to_string(view->channel_hists.size() - 1);
-              throw ControllerError(ControllerError::Kind::kInvalidArgument,
-                                    "channel " + std::to_string(*options.channel) + " is out of range: " + layer +
-                                        " keeps " + kept + "; set_watch_performance changes how many",
-                                    "channel");
+              throw Refusal(Refusal::Kind::kInvalidArgument,
+                            "channel " + std::to_string(*options.channel) + " is out of range: " + layer + " keeps " +
+                                kept + "; set_watch_performance changes how many",
+                            "channel");
             }
             series.counts = view->channel_hists[c];
             series.label += " channel " + std::to_string(c);

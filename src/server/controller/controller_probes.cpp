@@ -1,8 +1,8 @@
 // Probes on the paused model: the controller's side of experiments::Probes
-// (validation is the probes'; this file maps refusals to ControllerErrors,
+// (validation is the probes'; its refusals pass through; this file
 // names inputs and shows the state as JSON).
 #include "experiments/probe.h"
-#include "server/controller.h"
+#include "server/controller/controller.h"
 #include "session/session_port.h"
 
 namespace nansense::server {
@@ -11,25 +11,15 @@ namespace {
 
 using experiments::Probes;
 
-ControllerError refused(const experiments::Refused& e, const std::string& argument = "") {
-  using Why = experiments::Refused::Why;
-  switch (e.why()) {
-    case Why::kNotFound: return ControllerError(ControllerError::Kind::kNotFound, e.what(), argument);
-    case Why::kConflict: return ControllerError(ControllerError::Kind::kConflict, e.what());
-    case Why::kInvalid: break;
-  }
-  return ControllerError(ControllerError::Kind::kInvalidArgument, e.what(), argument);
-}
-
 // The model's input names, in input-layer order.
-std::vector<std::string> input_names(const detail::SessionPort& session) {
+std::vector<std::string> input_names(const detail::RunPort& session) {
   auto arch = session.architecture();
   return arch ? arch->inputs : std::vector<std::string>{};
 }
 
 std::string input_name(const std::vector<std::string>& names, int64_t index) {
   return index >= 0 && index < static_cast<int64_t>(names.size()) ? names[static_cast<size_t>(index)]
-                                                                   : "input_" + std::to_string(index);
+                                                                  : "input_" + std::to_string(index);
 }
 
 }  // namespace
@@ -42,10 +32,8 @@ json Controller::get_probe_status() const {
   for (const auto& p : settings.perturbations) {
     json values = json::array();
     for (double v : p.values) values.push_back(common::number(v));
-    perturbations.push_back({{"input", input_name(names, p.input)},
-                             {"sample", p.sample},
-                             {"index", p.index},
-                             {"values", values}});
+    perturbations.push_back(
+        {{"input", input_name(names, p.input)}, {"sample", p.sample}, {"index", p.index}, {"values", values}});
   }
   json out = {{"active", settings.active()},
               {"pinned", settings.pinned},
@@ -70,12 +58,14 @@ json Controller::get_probe_status() const {
   }
   std::string hint;
   if (!settings.active()) {
-    hint = "No probe is active. pin_batch re-runs the last captured batch at every later capture (across steps and "
-           "time travel); set_probe_mode(\"eval\" or \"train\") re-runs it in that mode; add_perturbation changes "
-           "input values. Probes run forward only on the paused model and never change training.";
+    hint =
+        "No probe is active. pin_batch re-runs the last captured batch at every later capture (across steps and "
+        "time travel); set_probe_mode(\"eval\" or \"train\") re-runs it in that mode; add_perturbation changes "
+        "input values. Probes run forward only on the paused model and never change training.";
   } else if (result && result->error.empty()) {
-    hint = std::string("render_layer and get_layer_stats now show the probe's result in place of the last "
-                       "captured batch") +
+    hint = std::string(
+               "render_layer and get_layer_stats now show the probe's result in place of the last "
+               "captured batch") +
            (result->diff ? " as the difference perturbed - original" : "") +
            " (no gradients: probes run no backward). clear_perturbations, unpin_batch and "
            "set_probe_mode(\"unchanged\") end it.";
@@ -95,28 +85,25 @@ json Controller::probe_reply(Wait wait) const {
 }
 
 json Controller::pin_batch(Wait wait) {
-  try {
-    session_.probes().pin();
-  } catch (const experiments::Refused& e) {
-    throw refused(e);
-  }
+  session_.probes().pin();
   return probe_reply(wait);
 }
 
 json Controller::unpin_batch(Wait wait) {
   if (!session_.probes().unpin()) {
-    throw ControllerError(ControllerError::Kind::kConflict, "no batch is pinned");
+    throw Refusal(Refusal::Kind::kConflict, "no batch is pinned");
   }
   return probe_reply(wait);
 }
 
 json Controller::set_probe_mode(const std::string& mode, Wait wait) {
   auto parsed = experiments::parse_probe_mode(mode);
-  if (!parsed) throw std::logic_error("set_probe_mode: undeclared mode \"" + mode + "\"");  // the declaration admits no other
+  if (!parsed)
+    throw std::logic_error("set_probe_mode: undeclared mode \"" + mode + "\"");  // the declaration admits no other
   try {
     session_.probes().set_mode(*parsed);
-  } catch (const experiments::Refused& e) {
-    throw refused(e, "mode");
+  } catch (const Refusal& e) {
+    throw e.about("mode");
   }
   return probe_reply(wait);
 }
@@ -133,25 +120,14 @@ json Controller::add_perturbation(const std::vector<int64_t>& index, const std::
     if (it == names.end()) {
       std::string known;
       for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
-      throw ControllerError(ControllerError::Kind::kNotFound,
-                            "unknown input \"" + *input + "\"; the model's inputs: " +
-                                (known.empty() ? "none captured yet" : known),
-                            "input_name");
+      throw Refusal(
+          Refusal::Kind::kNotFound,
+          "unknown input \"" + *input + "\"; the model's inputs: " + (known.empty() ? "none captured yet" : known),
+          "input_name");
     }
     p.input = it - names.begin();
   }
-  try {
-    session_.probes().add_perturbation(p);
-  } catch (const experiments::Refused& e) {
-    // Name the argument the refusal is about (check_perturbation's wording).
-    const std::string why = e.what();
-    const auto starts = [&](const char* prefix) { return why.rfind(prefix, 0) == 0; };
-    const char* argument = starts("sample ")                                                       ? "sample"
-                           : starts("perturbation values") || why.find(" values do not fit") != std::string::npos ? "values"
-                           : starts("index ")                                                      ? "index"
-                                                                                                   : "input_name";
-    throw refused(e, argument);
-  }
+  session_.probes().add_perturbation(p);
   return probe_reply(wait);
 }
 

@@ -5,7 +5,8 @@
 #include <limits>
 
 #include "common/tensor_stats.h"
-#include "server/controller.h"
+#include "common/text.h"
+#include "server/controller/controller.h"
 
 namespace nansense::server {
 
@@ -100,17 +101,11 @@ json with_whole_batch(json figures, const std::map<std::string, TensorStats>& wh
   return figures;
 }
 
-std::string join(const std::vector<std::string>& names) {
-  std::string out;
-  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
-  return out;
-}
-
 const LayerInfo& find_layer(const Architecture& arch, const std::string& name) {
   if (const LayerInfo* layer = arch.find(name)) return *layer;
   std::vector<std::string> known;
   for (const auto& l : arch.layers) known.push_back(l.name);
-  throw ControllerError(ControllerError::Kind::kNotFound, "unknown layer \"" + name + "\"; layers: " + join(known));
+  throw Refusal(Refusal::Kind::kNotFound, "unknown layer \"" + name + "\"; layers: " + common::join(known));
 }
 
 }  // namespace
@@ -138,17 +133,17 @@ json Controller::get_layer_stats(const std::vector<std::string>& names, const La
       const torch::Tensor* t = act != snap->activations.end() ? &act->second : nullptr;
       if (!t && grad != snap->activation_gradients.end()) t = &grad->second;
       if (t && t->dim() < 2) {
-        throw ControllerError(ControllerError::Kind::kInvalidArgument,
-                              "layer \"" + layer->name + "\" has no channel dimension (shape " +
-                                  json(t->sizes().vec()).dump() + "); leave channel out for it",
-                              "channel");
+        throw Refusal(Refusal::Kind::kInvalidArgument,
+                      "layer \"" + layer->name + "\" has no channel dimension (shape " + json(t->sizes().vec()).dump() +
+                          "); leave channel out for it",
+                      "channel");
       }
       if (t && *options.channel >= t->size(1)) {
-        throw ControllerError(ControllerError::Kind::kInvalidArgument,
-                              "channel " + std::to_string(*options.channel) + " is out of range for layer \"" +
-                                  layer->name + "\", which has " + std::to_string(t->size(1)) +
-                                  " channels along dim 1 (0.." + std::to_string(t->size(1) - 1) + ")",
-                              "channel");
+        throw Refusal(Refusal::Kind::kInvalidArgument,
+                      "channel " + std::to_string(*options.channel) + " is out of range for layer \"" + layer->name +
+                          "\", which has " + std::to_string(t->size(1)) + " channels along dim 1 (0.." +
+                          std::to_string(t->size(1) - 1) + ")",
+                      "channel");
       }
     }
     auto summarise = [&](const torch::Tensor& t) {
@@ -178,8 +173,9 @@ json Controller::get_layer_stats(const std::vector<std::string>& names, const La
   }
   json out = {{"position", to_json(snap->position)}, {"sequence", snap->sequence}, {"layers", std::move(out_layers)}};
   if (snap->trimmed()) {
-    out["samples"] = samples_kept(*snap, "counts, min, max and mean cover the whole batch; std, median, zero_fraction, "
-                                         "norm, dead channels, histograms and channel figures cover the kept samples");
+    out["samples"] = samples_kept(*snap,
+                                  "counts, min, max and mean cover the whole batch; std, median, zero_fraction, "
+                                  "norm, dead channels, histograms and channel figures cover the kept samples");
   }
   return out;
 }

@@ -1,5 +1,5 @@
 // The time-travel queries: what the Time Travel button and dialog show.
-#include "server/controller.h"
+#include "server/controller/controller.h"
 #include "session/session_port.h"
 
 namespace nansense::server {

@@ -5,17 +5,12 @@
 #include <stdexcept>
 
 #include "common/dtype.h"
-#include "server/controller.h"
+#include "common/text.h"
+#include "server/controller/controller.h"
 
 namespace nansense::server {
 
 namespace {
-
-std::string join(const std::vector<std::string>& names) {
-  std::string out;
-  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
-  return out;
-}
 
 const std::string kStatePrefix = "state:";
 const std::string kInstrumentPrefix = "instrument:";
@@ -39,21 +34,21 @@ std::vector<std::string> tensors_of(const BatchSnapshot& snap, const std::string
 
 // The tensor `name` of `parameter`, or a refusal naming what there is.
 const torch::Tensor& tensor_of(const BatchSnapshot& snap, const std::string& parameter, const std::string& name) {
-  const auto refuse = [&](ControllerError::Kind kind, const std::string& why) -> const torch::Tensor& {
-    throw ControllerError(kind, why + "; " + parameter + " has: " + join(tensors_of(snap, parameter)), "tensor");
+  const auto refuse = [&](Refusal::Kind kind, const std::string& why) -> const torch::Tensor& {
+    throw Refusal(kind, why + "; " + parameter + " has: " + common::join(tensors_of(snap, parameter)), "tensor");
   };
   if (name == "weight") {
     auto w = snap.weights.find(parameter);
     if (w == snap.weights.end()) {
-      throw ControllerError(ControllerError::Kind::kNotFound,
-                            parameter + " was not captured in the batch at " + snap.position.to_string(), "parameter");
+      throw Refusal(Refusal::Kind::kNotFound,
+                    parameter + " was not captured in the batch at " + snap.position.to_string(), "parameter");
     }
     return w->second;
   }
   if (name == "gradient") {
     auto g = snap.weight_gradients.find(parameter);
     if (g != snap.weight_gradients.end()) return g->second;
-    return refuse(ControllerError::Kind::kNotFound,
+    return refuse(Refusal::Kind::kNotFound,
                   "no gradient of " + parameter + " in the batch at " + snap.position.to_string() +
                       ": none before the first backward, in an eval phase, for a frozen parameter, or after "
                       "zero_grad(set_to_none)");
@@ -62,13 +57,13 @@ const torch::Tensor& tensor_of(const BatchSnapshot& snap, const std::string& par
     const std::string key = name.substr(kStatePrefix.size());
     auto st = snap.optimizer_state.find(parameter);
     if (st == snap.optimizer_state.end() || !st->second.count(key)) {
-      return refuse(ControllerError::Kind::kNotFound, "the optimizer holds no state \"" + key + "\" for " + parameter);
+      return refuse(Refusal::Kind::kNotFound, "the optimizer holds no state \"" + key + "\" for " + parameter);
     }
     const torch::Tensor& t = st->second.at(key);
     if (t.dim() == 0) {
-      return refuse(ControllerError::Kind::kInvalidArgument,
-                    "state \"" + key + "\" is a scalar (" + number(t.item<double>()).dump() +
-                        "), not a picture: get_weight_stats shows it");
+      return refuse(Refusal::Kind::kInvalidArgument, "state \"" + key + "\" is a scalar (" +
+                                                         number(t.item<double>()).dump() +
+                                                         "), not a picture: get_weight_stats shows it");
     }
     return t;
   }
@@ -76,15 +71,15 @@ const torch::Tensor& tensor_of(const BatchSnapshot& snap, const std::string& par
     const std::string key = name.substr(kInstrumentPrefix.size());
     auto in = snap.custom_weight_tensors.find(parameter);
     if (in == snap.custom_weight_tensors.end() || !in->second.count(key)) {
-      return refuse(ControllerError::Kind::kNotFound,
+      return refuse(Refusal::Kind::kNotFound,
                     "no weight-tensor instrument \"" + key + "\" output for " + parameter +
                         " (instruments run for the layers the statistics collect, on captured batches)");
     }
     return in->second.at(key);
   }
-  return refuse(ControllerError::Kind::kInvalidArgument,
-                "tensor must be \"weight\", \"gradient\", \"state:<key>\" or \"instrument:<name>\", got \"" + name +
-                    "\"");
+  return refuse(
+      Refusal::Kind::kInvalidArgument,
+      "tensor must be \"weight\", \"gradient\", \"state:<key>\" or \"instrument:<name>\", got \"" + name + "\"");
 }
 
 std::string request_key(const render::WeightLayoutRequest& r) {
@@ -104,18 +99,18 @@ std::pair<const LayerInfo*, std::vector<std::string>> Controller::layer_paramete
   if (!layer) {
     std::vector<std::string> known;
     for (const auto& l : arch.layers) known.push_back(l.name);
-    throw ControllerError(ControllerError::Kind::kNotFound,
-                          "unknown layer \"" + layer_name + "\"; layers: " + join(known), "layer");
+    throw Refusal(Refusal::Kind::kNotFound, "unknown layer \"" + layer_name + "\"; layers: " + common::join(known),
+                  "layer");
   }
   if (layer->parameters.empty()) {
     std::vector<std::string> with;
     for (const auto& l : arch.layers) {
       if (!l.parameters.empty()) with.push_back(l.name);
     }
-    throw ControllerError(ControllerError::Kind::kInvalidArgument,
-                          "layer \"" + layer->name + "\" (" + layer->kind +
-                              ") has no parameters; layers with parameters: " + join(with),
-                          "layer");
+    throw Refusal(Refusal::Kind::kInvalidArgument,
+                  "layer \"" + layer->name + "\" (" + layer->kind +
+                      ") has no parameters; layers with parameters: " + common::join(with),
+                  "layer");
   }
   std::vector<std::string> chosen;
   for (const auto& name : wanted) {
@@ -124,10 +119,10 @@ std::pair<const LayerInfo*, std::vector<std::string>> Controller::layer_paramete
       if (p == name || p == layer->module + "." + name) match = p;
     }
     if (match.empty()) {
-      throw ControllerError(ControllerError::Kind::kNotFound,
-                            "layer \"" + layer->name + "\" has no parameter \"" + name +
-                                "\"; its parameters: " + join(layer->parameters),
-                            argument);
+      throw Refusal(Refusal::Kind::kNotFound,
+                    "layer \"" + layer->name + "\" has no parameter \"" + name +
+                        "\"; its parameters: " + common::join(layer->parameters),
+                    argument);
     }
     chosen.push_back(match);
   }
@@ -144,10 +139,10 @@ std::shared_ptr<const WeightPicture> Controller::render_weight(const std::string
   layer_parameters(*snap, layer, {parameter}, "parameter");
   try {
     return draw_weight(snap, layer, parameter, tensor, layout);
-  } catch (const ControllerError& e) {
+  } catch (const Refusal& e) {
     // A tensor the newer snapshot lacks (no gradient in an eval batch) is no
     // refusal of the caller's snapshot; a bad layout or name stays one.
-    if (shown && *shown != snap->sequence && e.kind() == ControllerError::Kind::kNotFound) {
+    if (shown && *shown != snap->sequence && e.kind() == Refusal::Kind::kNotFound) {
       throw SnapshotReplaced(*shown, snap->sequence, e.what());
     }
     throw;
@@ -165,8 +160,7 @@ std::shared_ptr<const WeightPicture> Controller::draw_weight(const std::shared_p
   try {
     layout = render::resolve_weight_layout(t.sizes(), request);
   } catch (const std::invalid_argument& e) {
-    throw ControllerError(ControllerError::Kind::kInvalidArgument,
-                          std::string(e.what()) + " (" + qualified + " " + tensor + ")");
+    throw Refusal(Refusal::Kind::kInvalidArgument, std::string(e.what()) + " (" + qualified + " " + tensor + ")");
   }
   const std::string key = std::to_string(snap->sequence) + "|" + qualified + "|" + tensor + "|" + request_key(request);
   return weight_cache_.get_or_compute(key, [&]() -> std::shared_ptr<const WeightPicture> {
@@ -174,7 +168,7 @@ std::shared_ptr<const WeightPicture> Controller::draw_weight(const std::shared_p
     try {
       strip = render::render_weight_strip(t, layout);
     } catch (const std::invalid_argument& e) {
-      throw ControllerError(ControllerError::Kind::kInvalidArgument, e.what());
+      throw Refusal(Refusal::Kind::kInvalidArgument, e.what());
     }
     auto out = std::make_shared<WeightPicture>();
     out->png = render::encode_png(strip.image);
@@ -207,7 +201,8 @@ Controller::WeightPictures Controller::render_weights(const std::string& layer,
     const auto shape = w->second.sizes();
     for (const auto& tensor : tensors_of(*snap, name)) {
       const bool same_shape = tensor_of(*snap, name, tensor).sizes() == shape;
-      out.pictures.push_back(draw_weight(snap, layer, name, tensor, same_shape ? layout : render::WeightLayoutRequest{}));
+      out.pictures.push_back(
+          draw_weight(snap, layer, name, tensor, same_shape ? layout : render::WeightLayoutRequest{}));
     }
     if (!snap->weight_gradients.count(name)) {
       out.missing.push_back({name, "gradient",
@@ -228,7 +223,7 @@ Controller::WeightPictures Controller::render_weights(const std::string& layer,
     try {
       resolved = render::resolve_weight_layout(shape, layout);
     } catch (const std::invalid_argument& e) {
-      throw ControllerError(ControllerError::Kind::kInvalidArgument, e.what());
+      throw Refusal(Refusal::Kind::kInvalidArgument, e.what());
     }
     out.parameters.push_back({{"name", name},
                               {"shape", shape.vec()},

@@ -1,4 +1,4 @@
-#include "server/json_views.h"
+#include "server/controller/json_views.h"
 
 #include <cstdio>
 
@@ -11,9 +11,7 @@ json to_json(const Schedule& schedule) {
     phases.push_back({{"name", name}, {"batches", count ? json(*count) : json(nullptr)}});
   }
   auto epochs = schedule.epochs();
-  return {{"epochs", epochs ? json(*epochs) : json(nullptr)},
-          {"declared", schedule.declared()},
-          {"phases", phases}};
+  return {{"epochs", epochs ? json(*epochs) : json(nullptr)}, {"declared", schedule.declared()}, {"phases", phases}};
 }
 
 json to_json(const Architecture& arch) {
@@ -57,10 +55,11 @@ json budget_json(const BatchSnapshot& snap) {
 }
 
 json samples_kept(const BatchSnapshot& snap, const std::string& covers) {
-  return {{"kept", snap.samples_kept},
-          {"of", snap.batch_size},
-          {"note", "the snapshot budget (" + mib(snap.budget_bytes) + ") kept samples 0.." +
-                       std::to_string(snap.samples_kept - 1) + " of " + std::to_string(snap.batch_size) + ": " + covers}};
+  return {
+      {"kept", snap.samples_kept},
+      {"of", snap.batch_size},
+      {"note", "the snapshot budget (" + mib(snap.budget_bytes) + ") kept samples 0.." +
+                   std::to_string(snap.samples_kept - 1) + " of " + std::to_string(snap.batch_size) + ": " + covers}};
 }
 
 }  // namespace nansense::server

@@ -1,4 +1,4 @@
-#include "server/pictures.h"
+#include "server/controller/pictures.h"
 
 namespace nansense::server {
 

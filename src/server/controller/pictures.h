@@ -11,7 +11,7 @@
 #include "nansense/position.h"
 #include "render/strip.h"
 #include "render/weight_strip.h"
-#include "server/json_views.h"
+#include "server/controller/json_views.h"
 
 namespace nansense::server {
 

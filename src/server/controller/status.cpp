@@ -1,13 +1,17 @@
-#include "server/status.h"
+#include "server/controller/status.h"
 
 namespace nansense::server {
 
 const char* hint(RunState state) {
   switch (state) {
-    case RunState::kPaused: return "paused: inspect the layers, then step or run";
-    case RunState::kRunning: return "running: pause to stop at the next batch";
-    case RunState::kFinished: return "training finished: the last captured batch stays available";
-    case RunState::kLost: return "the training loop exited without close(): see lost_reason";
+    case RunState::kPaused:
+      return "paused: inspect the layers, then step or run";
+    case RunState::kRunning:
+      return "running: pause to stop at the next batch";
+    case RunState::kFinished:
+      return "training finished: the last captured batch stays available";
+    case RunState::kLost:
+      return "the training loop exited without close(): see lost_reason";
   }
   return "";
 }

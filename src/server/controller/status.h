@@ -11,7 +11,7 @@
 
 #include "nansense/position.h"
 #include "nansense/session.h"
-#include "server/json_views.h"
+#include "server/controller/json_views.h"
 
 namespace nansense::server {
 
@@ -25,14 +25,14 @@ struct Status {
   // The samples its batch tensors hold (snapshot budget); == batch size when
   // nothing was left out.
   int64_t snapshot_samples_kept = 0;
-  json schedule;                                   // to_json(Schedule)
-  std::optional<int64_t> paused_at_ms;             // wall clock, while paused
-  json time_travel;                                // what the Time Travel button needs
-  std::string lost_reason;                         // only when lost
-  std::vector<std::string> internal_errors;        // parts of nansense that gave up
-  json debug;                                      // what the numerical banner needs
-  json stats;                                      // statistics settings and the view's sequence
-  json probe;                                      // get_probe_status()
+  json schedule;                             // to_json(Schedule)
+  std::optional<int64_t> paused_at_ms;       // wall clock, while paused
+  json time_travel;                          // what the Time Travel button needs
+  std::string lost_reason;                   // only when lost
+  std::vector<std::string> internal_errors;  // parts of nansense that gave up
+  json debug;                                // what the numerical banner needs
+  json stats;                                // statistics settings and the view's sequence
+  json probe;                                // get_probe_status()
   // Only from refresh: whether a newer snapshot arrived within the wait.
   std::optional<bool> refreshed;
 };

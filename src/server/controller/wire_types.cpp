@@ -1,6 +1,4 @@
-#include "server/wire_types.h"
-
-#include "server/commands.h"
+#include "server/controller/wire_types.h"
 
 namespace nansense::server {
 
@@ -69,24 +67,70 @@ json histogram() {
                  {"pairs", array(array(num()))}});
 }
 
-json build() {
-  const json reason = one_of({"nan", "inf", "underflow", "overflow"});
-  const json check = one_of({"nan_inf", "under_over"});
-  const json root_cause_status = one_of({"found", "from_outside", "not_reproduced", "pending", "not_traced"});
-  const json update = nullable(one_of({"held", "applied", "skipped"}));
-  const json strip_kind = one_of({"activation", "gradient"});
-  const json values = one_of({"unchanged", "abs", "square"});
-  const json scope = one_of({"none", "watched", "all"});
-  const json time_travel_summary = object({{"available", boolean()},
-                                           {"reason?", str()},
-                                           {"cached_epochs", array(integer())},
-                                           {"total_epochs", integer()},
-                                           {"current_epoch", nullable(integer())},
-                                           {"pending_epoch", nullable(integer())}});
-  const json strip_view = object(
-      {{"layer", str()}, {"kind", strip_kind}, {"sample", integer()}, {"average", boolean()}, {"values", values}});
+// How an image MCP sent differs from the one rendered (fitted for agents).
+std::vector<std::pair<std::string, json>> sent_fields() {
+  return {{"sent_width", integer()}, {"sent_height", integer()}, {"downscaled", boolean()}, {"enlarged", boolean()}};
+}
 
-  json d = json::object();
+// The words and small shapes several areas of the replies use: each word a
+// named type of its own.
+struct Words {
+  json run_state;
+  json mode;
+  json probe_mode;
+  json reason;
+  json check;
+  json root_cause_status;
+  json update;
+  json debug_source;
+  json layer_role;
+  json strip_kind;
+  json values;
+  json scope;
+  json stage;
+  json ranking;
+  json time_travel_summary;
+  json strip_view;
+};
+
+Words words(json& d) {
+  Words w;
+  // A named type: defined once in `d`, referred to where it is used.
+  const auto define = [&d](const std::string& name, json schema) {
+    d[name] = std::move(schema);
+    return ref(name);
+  };
+  // The words the replies use, each a type of its own.
+  w.run_state = define("RunState", one_of({"running", "paused", "finished", "lost"}));
+  // Named after the command that set it.
+  w.mode = define("Mode", one_of({"step_batch", "step_phase", "step_epoch", "run_until", "run", "detach"}));
+  w.probe_mode = define("ProbeMode", one_of({"unchanged", "eval", "train"}));
+  w.reason = define("DebugReason", one_of({"nan", "inf", "underflow", "overflow"}));
+  w.check = define("DebugCheck", one_of({"nan_inf", "under_over"}));
+  w.root_cause_status =
+      define("RootCauseStatus", one_of({"found", "from_outside", "not_reproduced", "pending", "not_traced"}));
+  w.update = define("DebugUpdate", nullable(one_of({"held", "applied", "skipped"})));
+  w.debug_source = define("DebugSource", one_of({"activation", "activation_gradient", "weight_gradient"}));
+  w.layer_role = define("LayerRole", one_of({"input", "module", "op"}));
+  w.strip_kind = define("StripKind", one_of({"activation", "gradient"}));
+  w.values = define("Values", one_of({"unchanged", "abs", "square"}));
+  w.scope = define("StatsScope", one_of({"none", "watched", "all"}));
+  w.stage = define("ExperimentStage", one_of({"queued", "running", "done", "stopped", "failed", "absent"}));
+  w.ranking = define("GalleryRanking", one_of({"max_pixel", "min_pixel", "max_average", "min_average"}));
+  w.time_travel_summary = object({{"available", boolean()},
+                                  {"reason?", str()},
+                                  {"cached_epochs", array(integer())},
+                                  {"total_epochs", integer()},
+                                  {"current_epoch", nullable(integer())},
+                                  {"pending_epoch", nullable(integer())}});
+  w.strip_view = object(
+      {{"layer", str()}, {"kind", w.strip_kind}, {"sample", integer()}, {"average", boolean()}, {"values", w.values}});
+
+  return w;
+}
+
+// Positions and the schedule.
+void basic_types(json& d) {
   d["Num"] = any_of({number(), one_of({"nan", "inf", "-inf"})});
   d["Position"] = object({{"phase", str()},
                           {"epoch", integer()},
@@ -96,34 +140,36 @@ json build() {
                           {"is_last_in_run", boolean()},
                           {"text", str()}});
   d["PhaseSchedule"] = object({{"name", str()}, {"batches", nullable(integer())}});
-  d["Schedule"] = object(
-      {{"epochs", nullable(integer())}, {"declared", boolean()}, {"phases", array(ref("PhaseSchedule"))}});
+  d["Schedule"] =
+      object({{"epochs", nullable(integer())}, {"declared", boolean()}, {"phases", array(ref("PhaseSchedule"))}});
+}
 
-  // --- the status ---
-  d["TimeTravelStatus"] = time_travel_summary;
+// The status.
+void status_types(json& d, const Words& w) {
+  d["TimeTravelStatus"] = w.time_travel_summary;
   d["ProducerBrief"] = object({{"op", str()}, {"pass", str()}, {"layer", nullable(str())}});
-  d["DebugErrorSummary"] = object({{"reasons", array(reason)},
+  d["DebugErrorSummary"] = object({{"reasons", array(w.reason)},
                                    {"reason_labels", array(str())},
                                    {"position", ref("Position")},
                                    {"text", str()},
                                    {"layers", array(str())},
-                                   {"root_cause_status", nullable(root_cause_status)},
+                                   {"root_cause_status", nullable(w.root_cause_status)},
                                    {"producer", nullable(ref("ProducerBrief"))},
                                    {"capsule", nullable(str())},
                                    {"hits", integer()},
-                                   {"update", update},
+                                   {"update", w.update},
                                    {"skip_update", boolean()}});
   d["DebugSummary"] =
-      object({{"enabled", boolean()}, {"checks", array(check)}, {"error", nullable(ref("DebugErrorSummary"))}});
+      object({{"enabled", boolean()}, {"checks", array(w.check)}, {"error", nullable(ref("DebugErrorSummary"))}});
   d["UpdateFrequency"] =
       object({{"unit", one_of({"batch", "epoch", "seconds"})}, {"n", number()}, {"phase", nullable(str())}});
-  d["StatsSummary"] = object({{"scope", scope},
+  d["StatsSummary"] = object({{"scope", w.scope},
                               {"watched_layers", array(str())},
                               {"sequence", integer()},
                               {"collecting", boolean()},
                               {"update_frequency", ref("UpdateFrequency")}});
-  d["Status"] = object({{"state", one_of({"running", "paused", "finished", "lost"})},
-                        {"mode", one_of({"step_batch", "step_phase", "step_epoch", "run_until", "run", "detach"})},
+  d["Status"] = object({{"state", w.run_state},
+                        {"mode", w.mode},
                         {"live_position", nullable(ref("Position"))},
                         {"snapshot_position", nullable(ref("Position"))},
                         {"snapshot_sequence", integer()},
@@ -139,10 +185,12 @@ json build() {
                         {"lost_reason?", str()},
                         {"internal_errors?", array(str())},
                         {"refreshed?", boolean()}});
+}
 
-  // --- the architecture and the snapshot ---
+// The architecture and the snapshot.
+void snapshot_types(json& d, const Words& w) {
   d["Layer"] = object({{"name", str()},
-                       {"role", one_of({"input", "module", "op"})},
+                       {"role", w.layer_role},
                        {"kind", str()},
                        {"module", str()},
                        {"ops", array(str())},
@@ -186,12 +234,12 @@ json build() {
                           {"parameters", array(ref("SnapshotParameter"))},
                           // Set while a probe's result is shown in the snapshot's place.
                           {"probe", nullable(ref("SnapshotProbe"))}});
-  d["SnapshotProbe"] = object({{"run", integer()},
-                               {"position", ref("Position")},
-                               {"mode", one_of({"unchanged", "eval", "train"})},
-                               {"diff", boolean()}});
+  d["SnapshotProbe"] =
+      object({{"run", integer()}, {"position", ref("Position")}, {"mode", w.probe_mode}, {"diff", boolean()}});
+}
 
-  // --- probes ---
+// Probes.
+void probe_types(json& d, const Words& w) {
   d["Perturbation"] =
       object({{"input", str()}, {"sample", integer()}, {"index", array(integer())}, {"values", array(num())}});
   d["ProbeResultSummary"] = object({{"run", integer()},
@@ -203,7 +251,7 @@ json build() {
   d["ProbeStatus"] = object({{"active", boolean()},
                              {"pinned", boolean()},
                              {"pinned_position", nullable(ref("Position"))},
-                             {"mode", one_of({"unchanged", "eval", "train"})},
+                             {"mode", w.probe_mode},
                              {"perturbations", array(ref("Perturbation"))},
                              {"runs_completed", integer()},
                              {"pending", boolean()},
@@ -211,15 +259,17 @@ json build() {
                              {"error?", str()},
                              {"hint", str()},
                              {"cleared?", integer()}});
+}
 
-  // --- statistics queries ---
+// Statistics queries.
+void stats_query_types(json& d) {
   d["Histogram"] = histogram();
   d["ChannelStats"] = extend(tensor_stats(), {{"index", integer()}, {"histogram?", ref("Histogram")}});
   d["DeadChannels"] = object(
       {{"count", integer()}, {"of", integer()}, {"indices", array(integer())}, {"indices_truncated?", boolean()}});
-  d["LayerTensorStats"] = extend(tensor_stats(), {{"dead_channels?", ref("DeadChannels")},
-                                                  {"histogram?", ref("Histogram")},
-                                                  {"channel?", ref("ChannelStats")}});
+  d["LayerTensorStats"] = extend(
+      tensor_stats(),
+      {{"dead_channels?", ref("DeadChannels")}, {"histogram?", ref("Histogram")}, {"channel?", ref("ChannelStats")}});
   d["LayerStatsEntry"] = object({{"name", str()},
                                  {"kind", str()},
                                  {"activation", nullable(ref("LayerTensorStats"))},
@@ -253,16 +303,17 @@ json build() {
                              {"position", ref("Position")},
                              {"sequence", integer()},
                              {"parameters", array(ref("ParameterStats"))}});
+}
 
-  // --- statistics over time ---
-  d["WatchPerformance"] = object(
-      {{"channel_limit_enabled", boolean()},
-       {"channel_limit", integer()},
-       {"histogram_sample", integer()},
-       {"samples_per_channel", integer()},
-       {"average_galleries", boolean()}});
+// Statistics over time.
+void stats_history_types(json& d, const Words& w) {
+  d["WatchPerformance"] = object({{"channel_limit_enabled", boolean()},
+                                  {"channel_limit", integer()},
+                                  {"histogram_sample", integer()},
+                                  {"samples_per_channel", integer()},
+                                  {"average_galleries", boolean()}});
   d["Settings"] = object({{"update_frequency", ref("UpdateFrequency")},
-                          {"stats_scope", scope},
+                          {"stats_scope", w.scope},
                           {"watched_layers", array(str())},
                           {"watch_performance", ref("WatchPerformance")},
                           {"patch_layers", nullable(array(str()))},
@@ -310,8 +361,8 @@ json build() {
   d["StatsList"] = object(
       {{"sequence", integer()},
        {"edges", array(number())},
-       {"layers", array(object({{"layer", str()},
-                                {"phases", array(object({{"phase", str()}, {"epochs", array(integer())}}))}}))},
+       {"layers",
+        array(object({{"layer", str()}, {"phases", array(object({{"phase", str()}, {"epochs", array(integer())}}))}}))},
        {"parameters", map(array(str()))},
        {"series", array(ref("SeriesInfo"))},
        {"device_bytes", integer()}});
@@ -328,8 +379,10 @@ json build() {
   d["Series"] = extend(d["SeriesInfo"], {{"points", array(ref("ScalarPoint"))}});
   d["FailedMetric"] = object({{"name", str()}, {"error", str()}});
   d["Metrics"] = object({{"series", array(ref("Series"))}, {"failed", array(ref("FailedMetric"))}});
+}
 
-  // --- numerical debugging ---
+// Numerical debugging.
+void debug_types(json& d, const Words& w) {
   d["OpReport"] = object({{"op", str()},
                           {"pass", one_of({"forward", "backward", "step"})},
                           {"backward_node", nullable(str())},
@@ -338,7 +391,7 @@ json build() {
                           {"index", integer()},
                           {"inputs", array(ref("TensorStats"))},
                           {"outputs", array(ref("TensorStats"))}});
-  d["RootCause"] = object({{"status", root_cause_status},
+  d["RootCause"] = object({{"status", w.root_cause_status},
                            {"summary", str()},
                            {"producer", nullable(ref("OpReport"))},
                            {"propagators", array(ref("OpReport"))},
@@ -350,18 +403,18 @@ json build() {
                              {"underflow", number()},
                              {"overflow", number()},
                              {"dtype", nullable(str())},
-                             {"sources", array(one_of({"activation", "activation_gradient", "weight_gradient"}))}});
+                             {"sources", array(w.debug_source)}});
   d["DebugBand"] = object({{"dtype", str()}, {"tiny", number()}, {"overflow", number()}});
   d["DebugError"] = object({{"position", ref("Position")},
-                            {"reasons", array(reason)},
+                            {"reasons", array(w.reason)},
                             {"reason_labels", array(str())},
-                            {"checks_used", array(check)},
+                            {"checks_used", array(w.check)},
                             {"layers", array(ref("LayerReport"))},
                             {"bands", array(ref("DebugBand"))},
                             {"root_cause", nullable(ref("RootCause"))},
                             {"capsule", nullable(str())},
                             {"hits", integer()},
-                            {"update", update},
+                            {"update", w.update},
                             {"text", str()}});
   d["DebugSettings"] = object({{"enabled", boolean()},
                                {"interval_batches", integer()},
@@ -376,27 +429,31 @@ json build() {
                              {"error", nullable(ref("DebugError"))},
                              {"checked_batches", integer()},
                              {"skip_update", boolean()}});
+}
 
-  // --- time travel ---
+// Time travel.
+void time_travel_types(json& d, const Words& w) {
   d["Checkpoint"] = object({{"epoch", integer()}, {"bytes", integer()}});
-  d["TimeTravelReport"] = extend(time_travel_summary, {{"uncached_epochs", array(integer())},
-                                                       {"checkpoints", array(ref("Checkpoint"))},
-                                                       {"cache_dir", nullable(str())},
-                                                       {"budget_bytes", nullable(integer())},
-                                                       {"bytes_used", integer()},
-                                                       {"jumps", integer()},
-                                                       {"last_error", nullable(str())},
-                                                       {"hint", str()}});
+  d["TimeTravelReport"] = extend(w.time_travel_summary, {{"uncached_epochs", array(integer())},
+                                                         {"checkpoints", array(ref("Checkpoint"))},
+                                                         {"cache_dir", nullable(str())},
+                                                         {"budget_bytes", nullable(integer())},
+                                                         {"bytes_used", integer()},
+                                                         {"jumps", integer()},
+                                                         {"last_error", nullable(str())},
+                                                         {"hint", str()}});
+}
 
-  // --- pictures: the JSON beside each PNG ---
+// Pictures: the JSON beside each PNG.
+void picture_types(json& d, const Words& w) {
   d["StripInfo"] = object({{"layer", str()},
-                           {"kind", strip_kind},
+                           {"kind", w.strip_kind},
                            {"position", ref("Position")},
                            {"sequence", integer()},
                            {"sample", integer()},
                            {"batch_size", integer()},
                            {"average", boolean()},
-                           {"values", values},
+                           {"values", w.values},
                            {"layout", str()},
                            {"tiles", integer()},
                            {"tile_width", integer()},
@@ -451,9 +508,10 @@ json build() {
                                {"width", integer()},
                                {"height", integer()},
                                {"series", array(str())}});
+}
 
-  // --- Min/Max galleries and bin samples ---
-  const json ranking = one_of({"max_pixel", "min_pixel", "max_average", "min_average"});
+// Min/Max galleries and bin samples.
+void gallery_types(json& d, const Words& w) {
   d["ExtremeCell"] = object({{"slot", integer()},
                              {"channel", integer()},
                              {"filled", boolean()},
@@ -470,8 +528,8 @@ json build() {
                           {"phase", str()},
                           {"epoch", integer()},
                           {"phases", array(str())},  // the phases that have galleries for the layer
-                          {"ranking", ranking},
-                          {"rankings", array(ranking)},  // those collected
+                          {"ranking", w.ranking},
+                          {"rankings", array(w.ranking)},  // those collected
                           {"heatmap", boolean()},
                           {"samples", integer()},
                           {"channels", integer()},
@@ -483,7 +541,7 @@ json build() {
   d["ExtremesPicture"] = object({{"layer", str()},
                                  {"phase", str()},
                                  {"epoch", integer()},
-                                 {"grids", array(ranking)},
+                                 {"grids", array(w.ranking)},
                                  {"heatmap", boolean()},
                                  {"samples", integer()},
                                  {"channels", integer()},
@@ -497,7 +555,7 @@ json build() {
                            {"left", integer()},
                            {"png", nullable(str())}});  // base64 PNG of the input crop; null without an image input
   d["BinSamples"] = object({{"layer", str()},
-                            {"kind", strip_kind},
+                            {"kind", w.strip_kind},
                             {"channel", nullable(integer())},
                             {"bin", integer()},
                             {"range", array(num())},  // the bin's edges [low, high]
@@ -507,7 +565,7 @@ json build() {
                             {"note", nullable(str())},
                             {"samples", array(ref("BinSample"))}});
   d["BinSamplesPicture"] = object({{"layer", str()},
-                                   {"kind", strip_kind},
+                                   {"kind", w.strip_kind},
                                    {"channel", nullable(integer())},
                                    {"bin", integer()},
                                    {"range", array(num())},
@@ -516,24 +574,29 @@ json build() {
                                    {"sequence", integer()},
                                    {"width", integer()},
                                    {"height", integer()}});
+}
 
-  // --- refusals ---
+// Refusals.
+void refusal_types(json& d, const Words& w) {
   // A REST refusal's body (with its 4xx status); `argument` names the
   // argument it is about, when it is about one.
   d["ErrorReply"] = object({{"error", str()}, {"argument?", str()}});
   // An MCP tool refusal's structuredContent.
-  d["ToolError"] = object({{"error", str()}, {"state", one_of({"running", "paused", "finished", "lost"})},
-                           {"argument?", str()}});
+  d["ToolError"] = object({{"error", str()}, {"state", w.run_state}, {"argument?", str()}});
+}
 
-  // --- MCP's picture tools: structuredContent beside the images ---
-  // How the image sent differs from the one rendered (fitted for agents).
-  const std::vector<std::pair<std::string, json>> sent = {
-      {"sent_width", integer()}, {"sent_height", integer()}, {"downscaled", boolean()}, {"enlarged", boolean()}};
+// MCP's picture tools: structuredContent beside the images.
+void mcp_picture_types(json& d, const Words& w) {
+  const auto sent = sent_fields();
   d["StripImage"] = extend(d["StripInfo"], sent);
   d["InputImage"] = extend(d["InputInfo"], sent);
-  d["MissingStrip"] = object({{"layer", str()}, {"kind", strip_kind}, {"reason", str()}});
+  d["MissingStrip"] = object({{"layer", str()}, {"kind", w.strip_kind}, {"reason", str()}});
   d["LayerImages"] = object({{"images", array(ref("StripImage"))}, {"missing", array(ref("MissingStrip"))}});
-  // --- experiments (controller_experiments.cpp) ---
+}
+
+// Experiments (controller_experiments.cpp).
+void experiment_types(json& d, const Words& w) {
+  const auto sent = sent_fields();
   const json any_value = json::object();
   d["ExperimentParamSpec"] = object({{"key", str()},
                                      {"label", str()},
@@ -551,21 +614,20 @@ json build() {
                                 {"layers", array(str())},
                                 {"unusable_layers", array(object({{"layer", str()}, {"reason", str()}}))},
                                 {"params", array(ref("ExperimentParamSpec"))}});
-  d["ExperimentList"] = object({{"kinds", array(ref("ExperimentKind"))},
-                                {"time_limit_seconds", number()},
-                                {"auto_run", boolean()},
-                                {"forward_known", boolean()},
-                                {"kept_results", array(integer())},
-                                {"auto_experiments", array(object({{"tab", str()},
-                                                                   {"kind", str()},
-                                                                   {"layer", str()},
-                                                                   {"params", map(any_value)}}))}});
+  d["ExperimentList"] =
+      object({{"kinds", array(ref("ExperimentKind"))},
+              {"time_limit_seconds", number()},
+              {"auto_run", boolean()},
+              {"forward_known", boolean()},
+              {"kept_results", array(integer())},
+              {"auto_experiments",
+               array(object({{"tab", str()}, {"kind", str()}, {"layer", str()}, {"params", map(any_value)}}))}});
   d["ExperimentResult"] =
       object({{"seq", integer()},
               {"kind", str()},
               {"layer", str()},
               {"params", map(any_value)},
-              {"stage", one_of({"queued", "running", "done", "stopped", "failed", "absent"})},
+              {"stage", w.stage},
               {"done", boolean()},
               {"step", integer()},
               {"total", integer()},
@@ -607,22 +669,23 @@ json build() {
   d["HistogramImage"] = extend(d["HistogramInfo"], sent);
   d["ExperimentImage"] = extend(d["ExperimentPictureInfo"], sent);
   d["WeightImage"] = extend(d["WeightStripInfo"], sent);
-  d["WeightImages"] = object(
-      {{"images", array(ref("WeightImage"))},
-       {"missing", array(object({{"parameter", str()}, {"tensor", str()}, {"reason", str()}}))},
-       {"parameters", array(object({{"name", str()},
-                                    {"shape", array(integer())},
-                                    {"layout", ref("WeightLayout")},
-                                    {"scalars", map(num())},
-                                    {"hyperparameters", map(num())}}))}});
+  d["WeightImages"] = object({{"images", array(ref("WeightImage"))},
+                              {"missing", array(object({{"parameter", str()}, {"tensor", str()}, {"reason", str()}}))},
+                              {"parameters", array(object({{"name", str()},
+                                                           {"shape", array(integer())},
+                                                           {"layout", ref("WeightLayout")},
+                                                           {"scalars", map(num())},
+                                                           {"hyperparameters", map(num())}}))}});
   d["ExtremesImage"] = extend(d["ExtremesPicture"], sent);
   d["BinSamplesImage"] = extend(d["BinSamplesPicture"], sent);
   d["McpImages"] = any_of({ref("InputImage"), ref("LayerImages"), ref("HistogramImage"), ref("ExperimentImage"),
                            ref("WeightImages"), ref("ExtremesImage"), ref("BinSamplesImage")});
+}
 
-  // --- the push channel (/ws) ---
-  d["StripView"] = strip_view;
-  d["FailedStrip"] = extend(strip_view, {{"error", str()}});
+// The push channel (/ws).
+void push_types(json& d, const Words& w) {
+  d["StripView"] = w.strip_view;
+  d["FailedStrip"] = extend(w.strip_view, {{"error", str()}});
   d["PushMessage"] = any_of(
       {object({{"type", literal("status")}, {"status", ref("Status")}}),
        object({{"type", literal("snapshot")},
@@ -639,6 +702,25 @@ json build() {
   d["StripFrameHeader"] = extend(d["StripInfo"], {{"type", literal("strip")}});
   // What a page sends.
   d["WatchMessage"] = object({{"type", literal("watch")}, {"strips", array(ref("StripView"))}});
+}
+
+json build() {
+  json d = json::object();
+  const Words w = words(d);
+  basic_types(d);
+  status_types(d, w);
+  snapshot_types(d, w);
+  probe_types(d, w);
+  stats_query_types(d);
+  stats_history_types(d, w);
+  debug_types(d, w);
+  time_travel_types(d, w);
+  picture_types(d, w);
+  gallery_types(d, w);
+  refusal_types(d, w);
+  mcp_picture_types(d, w);
+  experiment_types(d, w);
+  push_types(d, w);
   return d;
 }
 
@@ -647,21 +729,6 @@ json build() {
 const json& wire_types() {
   static const json types = build();
   return types;
-}
-
-json wire_description() {
-  json list = json::array();
-  for (const auto& c : commands()) {
-    list.push_back({{"name", c.name},
-                    {"title", c.title},
-                    {"description", c.description},
-                    {"rest", c.rest ? json{{"method", c.rest->method}, {"path", c.rest->path}} : json(nullptr)},
-                    {"mcp", c.mcp},
-                    {"read_only", c.read_only},
-                    {"input_schema", input_schema(c.args)},
-                    {"reply", c.reply.empty() ? json(nullptr) : json(c.reply)}});
-  }
-  return {{"commands", std::move(list)}, {"$defs", wire_types()}};
 }
 
 }  // namespace nansense::server

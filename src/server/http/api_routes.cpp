@@ -1,6 +1,6 @@
-#include "server/api_routes.h"
+#include "server/http/api_routes.h"
 
-#include "server/commands.h"
+#include "server/controller/commands.h"
 
 namespace nansense::server {
 
@@ -10,11 +10,14 @@ namespace {
 // and a per-snapshot value that keeps browser caches apart.
 const std::vector<std::string> kTransportKeys = {"token", "seq"};
 
-unsigned status_for(ControllerError::Kind kind) {
+unsigned status_for(Refusal::Kind kind) {
   switch (kind) {
-    case ControllerError::Kind::kInvalidArgument: return 400;
-    case ControllerError::Kind::kNotFound: return 404;
-    case ControllerError::Kind::kConflict: return 409;
+    case Refusal::Kind::kInvalidArgument:
+      return 400;
+    case Refusal::Kind::kNotFound:
+      return 404;
+    case Refusal::Kind::kConflict:
+      return 409;
   }
   return 400;
 }
@@ -29,7 +32,7 @@ json arguments_of(const Command& command, const HttpRequest& request) {
     return json::parse(request.body);
   } catch (const json::exception& e) {
     // parse_error, and out_of_range for a number past double's range (1E400).
-    throw ControllerError(ControllerError::Kind::kInvalidArgument, std::string("malformed JSON body: ") + e.what());
+    throw Refusal(Refusal::Kind::kInvalidArgument, std::string("malformed JSON body: ") + e.what());
   }
 }
 
@@ -74,7 +77,9 @@ HttpResponse handle_api(Controller& controller, const HttpRequest& request) {
     if (command.rest->method == request.method) route = &command;
     allowed += (allowed.empty() ? "" : ", ") + command.rest->method;
   }
-  if (allowed.empty()) return error_response(404, "no API route " + request.path + "; see docs/reference/http.md (scripts/docs builds it)");
+  if (allowed.empty())
+    return error_response(404,
+                          "no API route " + request.path + "; see docs/reference/http.md (scripts/docs builds it)");
   if (!route) {
     auto res = error_response(405, request.path + " accepts " + allowed + ", not " + request.method);
     res.headers.emplace_back("Allow", allowed);
@@ -93,7 +98,7 @@ HttpResponse handle_api(Controller& controller, const HttpRequest& request) {
     }
     res.headers.emplace_back("X-Nansense-Replaced", why);
     return res;
-  } catch (const ControllerError& e) {
+  } catch (const Refusal& e) {
     return error_response(status_for(e.kind()), e.what(), e.argument());
   }
 }

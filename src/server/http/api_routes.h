@@ -3,8 +3,8 @@
 // checked against the command's declarations before the controller runs it.
 #pragma once
 
-#include "server/controller.h"
-#include "server/http_server.h"
+#include "server/controller/controller.h"
+#include "server/http/http_server.h"
 
 namespace nansense::server {
 

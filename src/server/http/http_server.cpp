@@ -1,4 +1,4 @@
-#include "server/http_server.h"
+#include "server/http/http_server.h"
 
 #include <boost/asio.hpp>
 #include <boost/beast.hpp>
@@ -296,8 +296,8 @@ class WebSocketSession : public WebSocketPeer, public std::enable_shared_from_th
     asio::post(ws_.get_executor(), [self, bytes = std::move(bytes), binary]() mutable {
       if (!self->open_) return;
       if (self->queue_.size() >= kMaxQueuedFrames || self->queued_bytes_ + bytes.size() > kMaxQueuedBytes) {
-        std::cerr << "[nansense] closing a WebSocket that stopped reading (" << self->queue_.size()
-                  << " frames, " << self->queued_bytes_ << " bytes queued)\n";
+        std::cerr << "[nansense] closing a WebSocket that stopped reading (" << self->queue_.size() << " frames, "
+                  << self->queued_bytes_ << " bytes queued)\n";
         return self->close();
       }
       self->queued_bytes_ += bytes.size();
@@ -360,8 +360,8 @@ class WebSocketSession : public WebSocketPeer, public std::enable_shared_from_th
   HttpServer::Impl& server_;
   std::unique_ptr<ConnectionSlot> slot_;
   beast::flat_buffer buffer_;
-  std::deque<Frame> queue_;  // touched on the strand only
-  size_t queued_bytes_ = 0;  // the strand only
+  std::deque<Frame> queue_;             // touched on the strand only
+  size_t queued_bytes_ = 0;             // the strand only
   WebSocketMessageHandler on_message_;  // the strand only
   std::atomic<bool> open_{false};
 };

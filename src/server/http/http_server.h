@@ -67,8 +67,7 @@ using WebSocketMessageHandler = std::function<void(const std::string& text)>;
 // message handler (or an empty one to ignore what the peer sends). The
 // returned handler is dropped when the socket closes: it may hold the peer
 // only weakly (a strong reference would be a cycle until then).
-using WebSocketHandler =
-    std::function<WebSocketMessageHandler(std::shared_ptr<WebSocketPeer>, const HttpRequest&)>;
+using WebSocketHandler = std::function<WebSocketMessageHandler(std::shared_ptr<WebSocketPeer>, const HttpRequest&)>;
 
 struct HttpServerLimits {
   size_t body_limit = 1 << 20;  // larger bodies get 413

@@ -1,4 +1,4 @@
-#include "server/push_channel.h"
+#include "server/http/push_channel.h"
 
 #include <algorithm>
 #include <chrono>
@@ -138,7 +138,7 @@ bool PushChannel::push_strips(WebSocketPeer& peer, const std::vector<WatchedStri
       overtaken = true;
       break;
     } catch (const std::exception& e) {
-      if (!dynamic_cast<const ControllerError*>(&e)) std::cerr << "[nansense] strip push render: " << e.what() << "\n";
+      if (!dynamic_cast<const Refusal*>(&e)) std::cerr << "[nansense] strip push render: " << e.what() << "\n";
       json entry = to_json(strip);
       entry["error"] = e.what();
       failed.push_back(std::move(entry));

@@ -12,9 +12,9 @@
 #include <thread>
 #include <vector>
 
-#include "server/controller.h"
-#include "server/http_server.h"
-#include "server/strip_watch.h"
+#include "server/controller/controller.h"
+#include "server/http/http_server.h"
+#include "server/http/strip_watch.h"
 
 namespace nansense::server {
 

@@ -1,4 +1,4 @@
-#include "server/static_assets.h"
+#include "server/http/static_assets.h"
 
 #include <cstdlib>
 #include <fstream>
@@ -25,8 +25,7 @@ built. Run <code>scripts/setup</code> (it installs Node.js packages and rebuilds
 
 // The page's own routes: each gets index.html, whose script shows the page.
 bool is_page_route(std::string_view path) {
-  return path == "/" || path == "/index.html" || path == "/stats" || path == "/experiment" ||
-         path == "/weights";
+  return path == "/" || path == "/index.html" || path == "/stats" || path == "/experiment" || path == "/weights";
 }
 
 HttpResponse file_response(std::string_view path, std::string body) {
@@ -55,13 +54,18 @@ std::optional<std::string> read_dev_file(const std::string& root, const std::str
 }  // namespace
 
 std::string content_type_for(std::string_view path) {
-  static const std::map<std::string_view, std::string_view> types = {
-      {".html", "text/html; charset=utf-8"}, {".js", "text/javascript; charset=utf-8"},
-      {".mjs", "text/javascript; charset=utf-8"}, {".css", "text/css; charset=utf-8"},
-      {".json", "application/json"}, {".map", "application/json"},
-      {".svg", "image/svg+xml"}, {".png", "image/png"},
-      {".ico", "image/x-icon"}, {".woff2", "font/woff2"},
-      {".wasm", "application/wasm"}, {".txt", "text/plain; charset=utf-8"}};
+  static const std::map<std::string_view, std::string_view> types = {{".html", "text/html; charset=utf-8"},
+                                                                     {".js", "text/javascript; charset=utf-8"},
+                                                                     {".mjs", "text/javascript; charset=utf-8"},
+                                                                     {".css", "text/css; charset=utf-8"},
+                                                                     {".json", "application/json"},
+                                                                     {".map", "application/json"},
+                                                                     {".svg", "image/svg+xml"},
+                                                                     {".png", "image/png"},
+                                                                     {".ico", "image/x-icon"},
+                                                                     {".woff2", "font/woff2"},
+                                                                     {".wasm", "application/wasm"},
+                                                                     {".txt", "text/plain; charset=utf-8"}};
   auto dot = path.rfind('.');
   if (dot != std::string_view::npos) {
     if (auto it = types.find(path.substr(dot)); it != types.end()) return std::string(it->second);

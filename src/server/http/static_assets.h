@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "server/http_server.h"
+#include "server/http/http_server.h"
 
 namespace nansense::server {
 

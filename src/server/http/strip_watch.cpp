@@ -1,8 +1,8 @@
-#include "server/strip_watch.h"
+#include "server/http/strip_watch.h"
 
 #include <stdexcept>
 
-#include "server/commands.h"
+#include "server/controller/commands.h"
 
 namespace nansense::server {
 
@@ -12,9 +12,7 @@ const char* kExpected =
     "expected {\"type\":\"watch\",\"strips\":[{…}, ...]} where each strip takes render_strip's arguments "
     "(layer, kind, sample, average, values)";
 
-[[noreturn]] void refuse(const std::string& what) {
-  throw std::invalid_argument(what + "; " + kExpected);
-}
+[[noreturn]] void refuse(const std::string& what) { throw std::invalid_argument(what + "; " + kExpected); }
 
 std::string type_name(const json& v) { return v.type_name(); }
 
@@ -42,7 +40,7 @@ WatchedStrip parse_entry(const json& entry, size_t index) {
     out.options.average = args.boolean("average");
     out.options.values = render::parse_values(args.string("values"));
     return out;
-  } catch (const ControllerError& e) {
+  } catch (const Refusal& e) {
     refuse(where + ": " + e.what());
   }
 }

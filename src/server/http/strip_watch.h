@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "render/strip.h"
-#include "server/json_views.h"
+#include "server/controller/json_views.h"
 
 namespace nansense::server {
 

@@ -1,6 +1,6 @@
-#include "server/waiting_requests.h"
+#include "server/http/waiting_requests.h"
 
-#include "server/commands.h"
+#include "server/controller/commands.h"
 
 namespace nansense::server {
 
@@ -23,9 +23,7 @@ bool waits(const Command& command, const json& arguments) {
   return false;
 }
 
-json parse_or_null(const std::string& body) {
-  return json::parse(body, nullptr, /*allow_exceptions=*/false);
-}
+json parse_or_null(const std::string& body) { return json::parse(body, nullptr, /*allow_exceptions=*/false); }
 
 // One JSON-RPC message of an MCP POST.
 bool message_waits(const json& message) {
@@ -53,8 +51,8 @@ bool may_wait(const HttpRequest& request) {
   if (request.path.rfind("/api/", 0) != 0) return false;
   for (const auto& command : commands()) {
     if (!command.rest || command.rest->method != "POST" || command.rest->path != request.path) continue;
-    const json body = request.body.find_first_not_of(" \t\r\n") == std::string::npos ? json::object()
-                                                                                       : parse_or_null(request.body);
+    const json body =
+        request.body.find_first_not_of(" \t\r\n") == std::string::npos ? json::object() : parse_or_null(request.body);
     return !body.is_discarded() && waits(command, body);
   }
   return false;

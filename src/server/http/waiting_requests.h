@@ -7,7 +7,7 @@
 // that it never queues behind heavy queries; the rest to the workers.
 #pragma once
 
-#include "server/http_server.h"
+#include "server/http/http_server.h"
 
 namespace nansense::server {
 

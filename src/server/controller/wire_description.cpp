@@ -1,0 +1,23 @@
+// The whole wire contract: the command table's declarations beside the reply
+// types of wire_types.cpp.
+#include "server/controller/commands.h"
+#include "server/controller/wire_types.h"
+
+namespace nansense::server {
+
+json wire_description() {
+  json list = json::array();
+  for (const auto& c : commands()) {
+    list.push_back({{"name", c.name},
+                    {"title", c.title},
+                    {"description", c.description},
+                    {"rest", c.rest ? json{{"method", c.rest->method}, {"path", c.rest->path}} : json(nullptr)},
+                    {"mcp", c.mcp},
+                    {"read_only", c.read_only},
+                    {"input_schema", input_schema(c.args)},
+                    {"reply", c.reply.empty() ? json(nullptr) : json(c.reply)}});
+  }
+  return {{"commands", std::move(list)}, {"$defs", wire_types()}};
+}
+
+}  // namespace nansense::server
