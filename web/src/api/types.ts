@@ -150,6 +150,8 @@ export interface DebugErrorSummary {
   capsule: string | null;
   hits: number;
   update: DebugUpdate;
+  // The batch ran again, traced: the loop body saw it twice.
+  rerun: boolean;
   // The choice for a held update: skip it (true) or apply it (false, the
   // default). Reset once the loop resumes; `update` then says what was done.
   skip_update: boolean;
@@ -240,6 +242,7 @@ export interface DebugError {
   capsule: string | null;
   hits: number;
   update: DebugUpdate;
+  rerun: boolean;
   text: string;
 }
 
@@ -262,6 +265,26 @@ export interface DebugReport {
   checked_batches: number;
   // Whether skipping the held update is chosen (see DebugErrorSummary).
   skip_update: boolean;
+  unchecked_tensors: UncheckedTensor[];
+  rerun: DebugRerun;
+}
+
+// A tensor whose check failed: that check is off for it, the rest run.
+export interface UncheckedTensor {
+  source: 'activation' | 'activation_gradient' | 'weight_gradient';
+  tensor: string;
+  layer: string;
+  checks: DebugCheck[];
+  error: string;
+  position: Position;
+}
+
+// What a traced re-run of a tripped batch restores and what it repeats.
+export interface DebugRerun {
+  enabled: boolean;
+  restored: string[];
+  runs_twice: string[];
+  detect: string;
 }
 
 // ---- The architecture and the snapshot ----
@@ -412,11 +435,19 @@ export interface InstrumentStripInfo {
   tile_height: number;
   width: number;
   height: number;
-  scale: 'diverging' | 'sequential';
+  // boolean: a bool tensor in two colours; categorical: an integer one, a
+  // colour per value (values and average do not apply to either).
+  scale: 'diverging' | 'sequential' | 'boolean' | 'categorical';
+  dtype: string;
   scale_max: Num;
   nan: number;
   pos_inf: number;
   neg_inf: number;
+  // boolean and categorical scales only.
+  value_min?: number;
+  value_max?: number;
+  true_count?: number;
+  distinct?: number;
 }
 
 export type StripKind = 'activation' | 'gradient';
@@ -438,11 +469,19 @@ export interface StripInfo {
   tile_height: number;
   width: number;
   height: number;
-  scale: 'diverging' | 'sequential';
+  // boolean: a bool tensor in two colours; categorical: an integer one, a
+  // colour per value (values and average do not apply to either).
+  scale: 'diverging' | 'sequential' | 'boolean' | 'categorical';
+  dtype: string;
   scale_max: Num;
   nan: number;
   pos_inf: number;
   neg_inf: number;
+  // boolean and categorical scales only.
+  value_min?: number;
+  value_max?: number;
+  true_count?: number;
+  distinct?: number;
 }
 
 // The X-Nansense-Render header of an input image.
@@ -453,10 +492,17 @@ export interface InputInfo {
   sequence: number;
   sample: number;
   batch_size: number;
-  layout: 'image' | 'strip';
+  // values: a bool or integer input as a grid of cells with the values
+  // written in them.
+  layout: 'image' | 'strip' | 'values';
   width: number;
   height: number;
   hint?: string;
+  dtype: string;
+  // bool and integer inputs only.
+  value_min?: number;
+  value_max?: number;
+  true_count?: number;
   // The normalisation the picture undoes (x * std + mean; one value for
   // every channel, or one each); empty: none.
   mean: Num[];
@@ -605,6 +651,19 @@ export interface CurrentStats {
   activation: RunningStats | null;
   gradient: RunningStats | null;
   samples?: SamplesKept;
+  // A bool or integer layer: its values counted (activation is null).
+  values?: ValueCounts;
+  note?: string;
+}
+
+export interface ValueCounts {
+  dtype: string;
+  numel: number;
+  min: number | null;
+  max: number | null;
+  distinct: number;
+  true_count?: number;
+  true_fraction?: number;
 }
 
 export interface ScalarPoint {
