@@ -119,7 +119,7 @@ void scan(const DebugSettings& s, Table& table, const std::vector<Named>& tensor
   if (values.empty()) return;
   std::vector<std::string> errors;
   const auto sums = abs_sums_each(values, &errors);
-  std::vector<const Named*> picked;
+  std::set<std::string> suspects;
   for (size_t i = 0; i < values.size(); ++i) {
     if (!sums[i]) {
       fail(*checked[i], errors[i]);
@@ -127,10 +127,15 @@ void scan(const DebugSettings& s, Table& table, const std::vector<Named>& tensor
     }
     if (suspicious(*sums[i], values[i].numel(), values[i].scalar_type(), gradient && s.check_under_over(),
                    s.threshold_fraction())) {
-      picked.push_back(checked[i]);
+      suspects.insert(checked[i]->layer);
     }
   }
-  if (picked.empty()) return;
+  if (suspects.empty()) return;
+  // Every readable tensor of a suspect layer: its fractions are the layer's.
+  std::vector<const Named*> picked;
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (sums[i] && suspects.count(checked[i]->layer)) picked.push_back(checked[i]);
+  }
   std::vector<torch::Tensor> picked_values;
   for (const auto* n : picked) picked_values.push_back(n->value);
   const auto stats = band_stats_each(picked_values, errors);
