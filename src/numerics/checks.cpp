@@ -99,8 +99,8 @@ std::vector<std::optional<BandStats>> band_stats_each(const std::vector<torch::T
 // Per-layer statistics of named tensors, computed only for layers whose cheap
 // sum is suspicious. A tensor whose statistics throw is left out and listed
 // in `failed`; the others are checked as if it were not there.
-void scan(const DebugSettings& s, Table& table, const std::vector<Named>& tensors, bool gradient,
-          const char* source, std::vector<std::string>& reasons, const std::set<std::string>& unchecked,
+void scan(const DebugSettings& s, Table& table, const std::vector<Named>& tensors, bool gradient, const char* source,
+          std::vector<std::string>& reasons, const std::set<std::string>& unchecked,
           std::vector<UncheckedTensor>& failed) {
   // Only floating-point (and complex) tensors can hold a NaN or an Inf:
   // masks, token ids, labels and indices pass unchecked.
@@ -250,8 +250,8 @@ CheckResult run_checks(const DebugSettings& s, const CheckInput& in) {
          reasons, in.unchecked, out.failed);
     apply_counts(s, table, in.activation_stats, in.intended_activations, "activation", reasons);
   }
-  scan(s, table, named(in.activation_gradients, {}, "activation_gradient"), /*gradient=*/true,
-       "activation_gradient", reasons, in.unchecked, out.failed);
+  scan(s, table, named(in.activation_gradients, {}, "activation_gradient"), /*gradient=*/true, "activation_gradient",
+       reasons, in.unchecked, out.failed);
   apply_counts(s, table, in.activation_gradient_stats, {}, "activation_gradient", reasons);
 
   for (const auto* r : {"nan", "inf", "underflow", "overflow"}) {
@@ -265,9 +265,8 @@ CheckResult run_checks(const DebugSettings& s, const CheckInput& in) {
   for (auto& row : table.rows()) {
     if (row.tripped) rows.push_back(row);
   }
-  std::stable_sort(rows.begin(), rows.end(), [&](const Row& a, const Row& b) {
-    return rank(a.report.layer) < rank(b.report.layer);
-  });
+  std::stable_sort(rows.begin(), rows.end(),
+                   [&](const Row& a, const Row& b) { return rank(a.report.layer) < rank(b.report.layer); });
   for (auto& row : rows) out.layers.push_back(std::move(row.report));
   return out;
 }

@@ -82,9 +82,9 @@ void Monitor::turn_off(UncheckedTensor failed) {
   unchecked_.insert(unchecked_key(failed.source, failed.tensor));
   std::string checks;
   for (const auto& c : failed.checks) checks += (checks.empty() ? "" : ", ") + c;
-  const std::string what = failed.source == "weight_gradient"  ? "the weight gradient of "
-                           : failed.source == "activation"     ? "the activations of "
-                                                               : "the activation gradients of ";
+  const std::string what = failed.source == "weight_gradient" ? "the weight gradient of "
+                           : failed.source == "activation"    ? "the activations of "
+                                                              : "the activation gradients of ";
   state_.note_unchecked(failed);
   if (host_.report_error) {
     host_.report_error("numerical check" + std::string(failed.checks.size() == 1 ? " " : "s ") + checks +

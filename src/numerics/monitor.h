@@ -112,7 +112,7 @@ class Monitor {
   std::thread::id training_thread_;
   capture::Tracer* tracer_ = nullptr;
   std::unique_ptr<OpTracer> op_tracer_;
-  bool active_ = false;           // settings enabled for this batch
+  bool active_ = false;  // settings enabled for this batch
   bool traced_ = false;
   bool checked_in_backward_ = false;
   bool tripped_ = false;
@@ -126,8 +126,8 @@ class Monitor {
   bool rerun_active_ = false;
   bool rerun_tripped_ = false;
   bool disabled_ = false;
-  bool recorder_off_ = false;    // the flight recorder failed: no capsules
-  bool op_tracing_off_ = false;  // the op tracer failed to start: no producer
+  bool recorder_off_ = false;        // the flight recorder failed: no capsules
+  bool op_tracing_off_ = false;      // the op tracer failed to start: no producer
   std::set<std::string> unchecked_;  // unchecked_key()s of tensors turned off
 };
 

@@ -44,12 +44,24 @@ Rgba categorical(int64_t value) {
   const double m = v - c;
   double r = 0, g = 0, b = 0;
   switch (static_cast<int>(h) % 6) {
-    case 0: r = c, g = x; break;
-    case 1: r = x, g = c; break;
-    case 2: g = c, b = x; break;
-    case 3: g = x, b = c; break;
-    case 4: r = x, b = c; break;
-    default: r = c, b = x; break;
+    case 0:
+      r = c, g = x;
+      break;
+    case 1:
+      r = x, g = c;
+      break;
+    case 2:
+      g = c, b = x;
+      break;
+    case 3:
+      g = x, b = c;
+      break;
+    case 4:
+      r = x, b = c;
+      break;
+    default:
+      r = c, b = x;
+      break;
   }
   auto byte = [m](double u) { return static_cast<uint8_t>(std::lround((u + m) * 255.0)); };
   return {byte(r), byte(g), byte(b), 255};

@@ -13,7 +13,7 @@ namespace nansense::render {
 
 struct ValueGrid {
   Image image;
-  int64_t rows = 0, cols = 0;   // cells
+  int64_t rows = 0, cols = 0;               // cells
   int64_t cell_width = 0, cell_height = 0;  // pixels, a 1-pixel gap between cells
   int64_t value_min = 0, value_max = 0;
   int64_t true_count = 0;  // bool

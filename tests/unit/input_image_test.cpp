@@ -105,8 +105,8 @@ Rgba cell_background(const Image& image, int x0, int y0, int w, int h) {
       ++count[(uint32_t(c.r) << 24) | (uint32_t(c.g) << 16) | (uint32_t(c.b) << 8) | c.a];
     }
   }
-  auto best = std::max_element(count.begin(), count.end(),
-                               [](const auto& a, const auto& b) { return a.second < b.second; });
+  auto best =
+      std::max_element(count.begin(), count.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
   const uint32_t k = best->first;
   return {uint8_t(k >> 24), uint8_t(k >> 16), uint8_t(k >> 8), uint8_t(k)};
 }
