@@ -419,6 +419,7 @@ class Engine {
   }
   void set_inputs(std::vector<torch::Tensor> inputs) { core_->set_batch_inputs(std::move(inputs), false); }
   void record_item(std::vector<torch::Tensor> tensors) { core_->record_item(std::move(tensors)); }
+  bool rerunning() const { return core_->rerunning(); }
   bool end_batch() {
     bool repeat;
     {
@@ -873,6 +874,7 @@ PYBIND11_MODULE(_nansense, m) {
       .def("mode", &Engine::mode)
       .def("wait_until_stopped", &Engine::wait_until_stopped)
       .def("live_position", &Engine::live_position)
+      .def("rerunning", &Engine::rerunning)
       .def("snapshot", &Engine::snapshot)
       .def("layer_names", &Engine::layer_names)
       .def("internal_errors", &Engine::internal_errors)

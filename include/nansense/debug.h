@@ -73,8 +73,13 @@ struct DebugSettings {
   // When the guard trips on a batch that was not traced, restore the state the
   // flight recorder kept (weights, buffers, optimizer state, RNG) and deliver
   // the same batch item again, traced, to name the producer. The loop body then
-  // runs twice for that batch (loss sums and counters see it twice); the
-  // re-run assumes the body zeroes gradients, as almost every loop does.
+  // runs twice for that batch: the optimizer step of the first run changes
+  // nothing (its gradients are cleared) and the weights, optimizer states, the
+  // scheduler given to start() and RNG are restored before the second, but
+  // the body's own counters, logs and metric accumulators see the batch twice
+  // (Session::rerunning() tells the second run; log_scalar keeps only the
+  // second run's values). The re-run assumes the body zeroes gradients, as
+  // almost every loop does.
   // Default true. Cost: only when the guard trips (the batch runs again);
   // the recorder's per-batch bookkeeping is in the guard's 0.1%.
   TORCH_ARG(bool, rerun_to_trace) = true;
@@ -171,6 +176,13 @@ struct DebugError {
   //           so its optimizer.step() left weights and optimizer state alone;
   // ""        the trip was found after the step (nothing to choose).
   std::string update;
+  // The batch tripped untraced and ran again from the recorded state, traced
+  // (rerun_to_trace): the weights, buffers, every optimizer's state, the LR
+  // scheduler given to start() and the RNG states were restored before it,
+  // but the loop body ran that batch twice, so what the loop keeps itself
+  // (counters, logs, metric accumulators, a scheduler not given to start())
+  // saw it twice. Session::rerunning() is true during the second run.
+  bool rerun = false;
 };
 
 // A NaN capsule that cannot be used: unreadable, truncated, corrupt, of another

@@ -203,6 +203,13 @@ class Session {
 
   // The batch the training thread is on (updated on every batch).
   std::optional<BatchPosition> live_position() const;
+  // True while the loop body runs a batch for the second time: the traced
+  // re-run of a batch that tripped untraced (DebugSettings::rerun_to_trace).
+  // The weights, buffers, optimizers, the scheduler given to start() and the
+  // RNG states were restored to where that batch began; what the body keeps
+  // itself was not, so a counter that must count each batch once skips this
+  // run: `if (!session.rerunning()) ++step;`. Training thread.
+  bool rerunning() const;
   Mode mode() const;
   RunState state() const;
   // The last published snapshot (null before the first capture).

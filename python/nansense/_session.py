@@ -310,6 +310,20 @@ class Session(_WatchMethods):
         return BatchSnapshot._from(self._engine.snapshot()) if self._engine else None
 
     @property
+    def rerunning(self) -> bool:
+        """True while the loop body runs a batch for the second time: the
+        traced re-run of a batch that tripped a numerical check untraced
+        (DebugSettings.rerun_to_trace). The weights, buffers, the optimizer
+        and scheduler given to start() and torch's RNG were restored to where
+        the batch began; what the body keeps itself was not, so a counter that
+        must count each batch once skips this run::
+
+            if not session.rerunning:
+                step += 1
+        """
+        return bool(self._engine.rerunning()) if self._engine else False
+
+    @property
     def live_position(self) -> Optional[BatchPosition]:
         """Position of the batch the training thread is on."""
         return BatchPosition._from(self._engine.live_position()) if self._engine else None

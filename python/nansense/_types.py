@@ -193,7 +193,10 @@ class DebugError:
     categories that ran; layers the affected layers in graph order.
     root_cause (a dict: status, summary, producer op with its layer, pass,
     shapes and input ranges, the first propagators) names the op that made
-    the first non-finite value; capsule the NaN capsule written for it."""
+    the first non-finite value; capsule the NaN capsule written for it.
+    rerun: the batch tripped untraced and ran again from the recorded state,
+    traced, so your loop body ran it twice (session.rerunning was True in the
+    second run)."""
 
     position: BatchPosition
     reasons: tuple[str, ...]
@@ -204,6 +207,7 @@ class DebugError:
     hits: int = 1
     update: Optional[str] = None
     text: str = ""
+    rerun: bool = False
 
     @classmethod
     def _from(cls, d: Optional[dict]) -> Optional["DebugError"]:
@@ -230,6 +234,7 @@ class DebugError:
             hits=int(d.get("hits", 1)),
             update=d.get("update"),
             text=d.get("text", ""),
+            rerun=bool(d.get("rerun", False)),
         )
 
 

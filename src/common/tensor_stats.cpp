@@ -48,6 +48,9 @@ TensorStats tensor_stats(const torch::Tensor& t, StatsDetail detail) {
   s.numel = t.numel();
   if (s.numel == 0) return s;
   auto x = t.detach();
+  // A sparse tensor (an nn.Embedding(sparse=True) gradient): its statistics
+  // count the implicit zeros, as its dense form holds them.
+  if (x.layout() != torch::kStrided) x = x.to_dense();
   if (x.is_complex()) {
     // Only counts: complex numbers have no order for min and max.
     s.finite = torch::isfinite(x).sum().item<int64_t>();

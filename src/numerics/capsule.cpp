@@ -74,7 +74,8 @@ state::StateFile make_capsule(const CapsuleInput& in) {
     grad_defined.push_back(index < in.grad_defined.size() ? bool(in.grad_defined[index]) : grad.defined());
     if (grad.defined()) {
       saved_gradients.push_back(p.key());
-      gradients.push_back(grad);
+      // A sparse gradient (nn.Embedding(sparse=True)) is kept in its dense form.
+      gradients.push_back(grad.layout() == torch::kStrided ? grad : grad.to_dense());
     }
     ++index;
   }

@@ -60,45 +60,97 @@ void apply(const DebugSettings& s, Row& row, const BandStats& st, bool gradient,
   }
 }
 
-// Per-layer statistics of named tensors, computed only for layers whose cheap
-// sum is suspicious.
-void scan(const DebugSettings& s, Table& table, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
-          bool gradient, const char* source, std::vector<std::string>& reasons) {
-  // Only floating-point (and complex) tensors can hold a NaN or an Inf:
-  // masks, token ids, labels and indices pass unchecked.
-  std::vector<std::pair<std::string, torch::Tensor>> checked;
-  for (const auto& named : tensors) {
-    if (named.second.defined() && (named.second.is_floating_point() || named.second.is_complex())) {
-      checked.push_back(named);
+// One tensor offered to a check: its layer (the table's row) and its name.
+struct Named {
+  std::string layer;
+  std::string tensor;
+  torch::Tensor value;
+};
+
+std::vector<std::string> categories_of(const DebugSettings& s, bool gradient) {
+  std::vector<std::string> out;
+  if (s.check_nan_inf()) out.push_back(kNanInf);
+  if (gradient && s.check_under_over()) out.push_back(kUnderOver);
+  return out;
+}
+
+// band_stats tensor by tensor when the batched call throws; a tensor whose
+// own statistics throw gets nullopt and its error.
+std::vector<std::optional<BandStats>> band_stats_each(const std::vector<torch::Tensor>& tensors,
+                                                      std::vector<std::string>& errors) {
+  errors.assign(tensors.size(), "");
+  std::vector<std::optional<BandStats>> out(tensors.size());
+  try {
+    auto all = band_stats(tensors);
+    for (size_t i = 0; i < all.size(); ++i) out[i] = all[i];
+    return out;
+  } catch (const std::exception&) {
+  }
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    try {
+      out[i] = band_stats({tensors[i]}).at(0);
+    } catch (const std::exception& e) {
+      errors[i] = e.what();
     }
   }
+  return out;
+}
+
+// Per-layer statistics of named tensors, computed only for layers whose cheap
+// sum is suspicious. A tensor whose statistics throw is left out and listed
+// in `failed`; the others are checked as if it were not there.
+void scan(const DebugSettings& s, Table& table, const std::vector<Named>& tensors, bool gradient, const char* source,
+          std::vector<std::string>& reasons, const std::set<std::string>& unchecked,
+          std::vector<UncheckedTensor>& failed) {
+  // Only floating-point (and complex) tensors can hold a NaN or an Inf:
+  // masks, token ids, labels and indices pass unchecked.
+  std::vector<const Named*> checked;
+  for (const auto& named : tensors) {
+    if (named.value.defined() && (named.value.is_floating_point() || named.value.is_complex()) &&
+        !unchecked.count(unchecked_key(source, named.tensor))) {
+      checked.push_back(&named);
+    }
+  }
+  auto fail = [&](const Named& n, const std::string& error) {
+    failed.push_back({source, n.tensor, n.layer, categories_of(s, gradient), error, {}});
+  };
   std::vector<torch::Tensor> values;
-  for (const auto& [_, t] : checked) values.push_back(t);
+  for (const auto* n : checked) values.push_back(n->value);
   if (values.empty()) return;
-  const auto sums = abs_sums(values);
-  std::vector<std::string> suspects;
+  std::vector<std::string> errors;
+  const auto sums = abs_sums_each(values, &errors);
+  std::set<std::string> suspects;
   for (size_t i = 0; i < values.size(); ++i) {
-    if (suspicious(sums[i], values[i].numel(), values[i].scalar_type(), gradient && s.check_under_over(),
+    if (!sums[i]) {
+      fail(*checked[i], errors[i]);
+      continue;
+    }
+    if (suspicious(*sums[i], values[i].numel(), values[i].scalar_type(), gradient && s.check_under_over(),
                    s.threshold_fraction())) {
-      suspects.push_back(checked[i].first);
+      suspects.insert(checked[i]->layer);
     }
   }
   if (suspects.empty()) return;
-  std::vector<torch::Tensor> picked;
-  std::vector<std::string> owners;
-  for (const auto& [layer, t] : checked) {
-    if (std::find(suspects.begin(), suspects.end(), layer) == suspects.end()) continue;
-    picked.push_back(t);
-    owners.push_back(layer);
+  // Every readable tensor of a suspect layer: its fractions are the layer's.
+  std::vector<const Named*> picked;
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (sums[i] && suspects.count(checked[i]->layer)) picked.push_back(checked[i]);
   }
-  const auto stats = band_stats(picked);
+  std::vector<torch::Tensor> picked_values;
+  for (const auto* n : picked) picked_values.push_back(n->value);
+  const auto stats = band_stats_each(picked_values, errors);
   std::map<std::string, BandStats> per_layer;
   std::map<std::string, std::string> dtype;
   std::vector<std::string> order;
   for (size_t i = 0; i < picked.size(); ++i) {
-    if (!per_layer.count(owners[i])) order.push_back(owners[i]);
-    per_layer[owners[i]] += stats[i];
-    if (gradient && !dtype.count(owners[i])) dtype[owners[i]] = common::dtype_name(picked[i].scalar_type());
+    if (!stats[i]) {
+      fail(*picked[i], errors[i]);
+      continue;
+    }
+    const auto& owner = picked[i]->layer;
+    if (!per_layer.count(owner)) order.push_back(owner);
+    per_layer[owner] += *stats[i];
+    if (gradient && !dtype.count(owner)) dtype[owner] = common::dtype_name(picked_values[i].scalar_type());
   }
   for (const auto& layer : order) {
     Row& row = table.row(layer);
@@ -126,6 +178,28 @@ void apply_counts(const DebugSettings& s, Table& table, const std::map<std::stri
 
 }  // namespace
 
+std::string unchecked_key(const std::string& source, const std::string& tensor) { return source + ":" + tensor; }
+
+std::vector<std::optional<double>> abs_sums_each(const std::vector<torch::Tensor>& tensors,
+                                                 std::vector<std::string>* errors) {
+  if (errors) errors->assign(tensors.size(), "");
+  std::vector<std::optional<double>> out(tensors.size());
+  try {
+    auto all = abs_sums(tensors);
+    for (size_t i = 0; i < all.size(); ++i) out[i] = all[i];
+    return out;
+  } catch (const std::exception&) {
+  }
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    try {
+      out[i] = abs_sums({tensors[i]}).at(0);
+    } catch (const std::exception& e) {
+      if (errors) (*errors)[i] = e.what();
+    }
+  }
+  return out;
+}
+
 bool layer_allowed(const DebugSettings& settings, const std::string& layer) {
   for (const auto& entry : settings.allow()) {
     if (layer == entry || layer.rfind(entry + ".", 0) == 0) return true;
@@ -147,25 +221,37 @@ CheckResult run_checks(const DebugSettings& s, const CheckInput& in) {
   if (s.check_under_over()) out.checks_used.push_back(kUnderOver);
   Table table;
   std::vector<std::string> reasons;
-  scan(s, table, in.weight_gradients, /*gradient=*/true, "weight_gradient", reasons);
-  auto named = [&](const std::map<std::string, torch::Tensor>* m, const std::set<std::string>& inf_intended) {
-    std::vector<std::pair<std::string, torch::Tensor>> v;
+  std::vector<Named> weight_gradients;
+  for (size_t i = 0; i < in.weight_gradients.size(); ++i) {
+    const auto& [layer, g] = in.weight_gradients[i];
+    weight_gradients.push_back({layer, i < in.weight_gradient_names.size() ? in.weight_gradient_names[i] : layer, g});
+  }
+  scan(s, table, weight_gradients, /*gradient=*/true, "weight_gradient", reasons, in.unchecked, out.failed);
+  auto named = [&](const std::map<std::string, torch::Tensor>* m, const std::set<std::string>& inf_intended,
+                   const char* source) {
+    std::vector<Named> v;
     if (!m) return v;
     for (const auto& [layer, t] : *m) {
       if (layer_allowed(s, layer)) continue;
-      if (inf_intended.count(layer) && t.is_floating_point()) {
-        v.emplace_back(layer, t.masked_fill(t.isinf(), 0));  // a CPU copy of a traced batch
+      if (inf_intended.count(layer) && t.is_floating_point() && !in.unchecked.count(unchecked_key(source, layer))) {
+        try {
+          v.push_back({layer, layer, t.masked_fill(t.isinf(), 0)});  // a CPU copy of a traced batch
+        } catch (const std::exception& e) {
+          out.failed.push_back({source, layer, layer, categories_of(s, false), e.what(), {}});
+        }
       } else {
-        v.emplace_back(layer, t);
+        v.push_back({layer, layer, t});
       }
     }
     return v;
   };
   if (s.check_nan_inf()) {
-    scan(s, table, named(in.activations, in.intended_activations), /*gradient=*/false, "activation", reasons);
+    scan(s, table, named(in.activations, in.intended_activations, "activation"), /*gradient=*/false, "activation",
+         reasons, in.unchecked, out.failed);
     apply_counts(s, table, in.activation_stats, in.intended_activations, "activation", reasons);
   }
-  scan(s, table, named(in.activation_gradients, {}), /*gradient=*/true, "activation_gradient", reasons);
+  scan(s, table, named(in.activation_gradients, {}, "activation_gradient"), /*gradient=*/true, "activation_gradient",
+       reasons, in.unchecked, out.failed);
   apply_counts(s, table, in.activation_gradient_stats, {}, "activation_gradient", reasons);
 
   for (const auto* r : {"nan", "inf", "underflow", "overflow"}) {

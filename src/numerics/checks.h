@@ -5,6 +5,7 @@
 #include <torch/types.h>
 
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -12,12 +13,19 @@
 
 #include "nansense/debug.h"
 #include "nansense/tensor_stats.h"
+#include "numerics/debug_state.h"
 
 namespace nansense::numerics {
+
+// The key CheckInput::unchecked holds: "<source>:<tensor>".
+std::string unchecked_key(const std::string& source, const std::string& tensor);
 
 struct CheckInput {
   // (layer, gradient) per parameter with a gradient; several per layer.
   std::vector<std::pair<std::string, torch::Tensor>> weight_gradients;
+  // The parameters' names, parallel to weight_gradients (empty: the layer
+  // names), naming the tensor an UncheckedTensor reports.
+  std::vector<std::string> weight_gradient_names;
   // A traced batch's per-layer activations and activation gradients (CPU
   // copies); null when the batch was not captured.
   const std::map<std::string, torch::Tensor>* activations = nullptr;
@@ -31,13 +39,22 @@ struct CheckInput {
   std::set<std::string> intended_activations;
   // Layers in graph order, for the table's row order (others follow).
   std::vector<std::string> layer_order;
+  // Tensors whose checks failed before (unchecked_key): skipped.
+  std::set<std::string> unchecked;
 };
 
 struct CheckResult {
   std::vector<std::string> reasons;      // canonical order: nan, inf, underflow, overflow
   std::vector<std::string> checks_used;  // nan_inf, under_over
   std::vector<LayerReport> layers;       // affected layers only
+  // Tensors whose check threw in this call: left out, the rest checked.
+  std::vector<UncheckedTensor> failed;
 };
+
+// abs_sums (numerics/bands.h) tensor by tensor when the batched call throws:
+// a tensor whose own sum throws gets nullopt and its error.
+std::vector<std::optional<double>> abs_sums_each(const std::vector<torch::Tensor>& tensors,
+                                                 std::vector<std::string>* errors);
 
 // Weight gradients cost one device->host copy (a |g| sum per parameter) and a
 // second only when a sum is suspicious; activations are CPU copies already.

@@ -120,6 +120,7 @@ json to_json(const DebugError& error) {
           {"capsule", error.capsule.empty() ? json(nullptr) : json(error.capsule)},
           {"hits", error.hits},
           {"update", error.update.empty() ? json(nullptr) : json(error.update)},
+          {"rerun", error.rerun},
           {"text", headline(error)}};
 }
 

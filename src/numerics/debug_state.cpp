@@ -199,6 +199,19 @@ int64_t DebugState::checked_batches() const {
   return checked_;
 }
 
+void DebugState::note_unchecked(const UncheckedTensor& tensor) {
+  {
+    std::lock_guard lock(mu_);
+    unchecked_.push_back(tensor);
+  }
+  notify();
+}
+
+std::vector<UncheckedTensor> DebugState::unchecked() const {
+  std::lock_guard lock(mu_);
+  return unchecked_;
+}
+
 void DebugState::choose_update(bool skip) {
   {
     std::lock_guard lock(mu_);

@@ -11,11 +11,25 @@
 
 #include "nansense/debug.h"
 #include "nansense/errors.h"
+#include "nansense/position.h"
 
 namespace nansense::numerics {
 
 inline constexpr const char* kNanInf = "nan_inf";
 inline constexpr const char* kUnderOver = "under_over";
+
+// A tensor the checks could not read (a layout or dtype their kernels do not
+// run on: a sparse gradient's band statistics, say). Only that tensor's
+// checks of that source are turned off, from then on; every other tensor
+// stays checked.
+struct UncheckedTensor {
+  std::string source;  // "weight_gradient", "activation" or "activation_gradient"
+  std::string tensor;  // the parameter's name (weight gradients) or the layer's
+  std::string layer;
+  std::vector<std::string> checks;  // the categories it is no longer checked for
+  std::string error;                // what failed
+  BatchPosition position;           // the batch where it failed (set by the monitor)
+};
 
 // "nan" / "inf" -> "nan_inf"; "underflow" / "overflow" -> "under_over".
 std::string category_of(const std::string& reason);
@@ -65,6 +79,10 @@ class DebugState {
   // Bookkeeping shown in the report.
   void note_checked();
   int64_t checked_batches() const;
+  // A tensor whose check failed (numerics/checks.h): listed in the report
+  // from then on; the monitor no longer offers it to that check.
+  void note_unchecked(const UncheckedTensor& tensor);
+  std::vector<UncheckedTensor> unchecked() const;
 
  private:
   void notify();
@@ -74,6 +92,7 @@ class DebugState {
   DebugSettings settings_;
   std::optional<DebugError> error_;
   int64_t checked_ = 0;
+  std::vector<UncheckedTensor> unchecked_;
   std::function<void()> changed_;
 };
 

@@ -77,6 +77,22 @@ void Monitor::fail(const std::string& what) {
   if (host_.report_error) host_.report_error("numerical checks disabled: " + what);
 }
 
+void Monitor::turn_off(UncheckedTensor failed) {
+  failed.position = position_;
+  unchecked_.insert(unchecked_key(failed.source, failed.tensor));
+  std::string checks;
+  for (const auto& c : failed.checks) checks += (checks.empty() ? "" : ", ") + c;
+  const std::string what = failed.source == "weight_gradient" ? "the weight gradient of "
+                           : failed.source == "activation"    ? "the activations of "
+                                                              : "the activation gradients of ";
+  state_.note_unchecked(failed);
+  if (host_.report_error) {
+    host_.report_error("numerical check" + std::string(failed.checks.size() == 1 ? " " : "s ") + checks +
+                       " turned off for " + what + failed.tensor + " at " + position_.to_string() +
+                       ": checking it failed (" + failed.error + "); every other tensor stays checked");
+  }
+}
+
 Monitor::Trace Monitor::plan_batch(const BatchPosition& position, bool repeat) {
   settings_ = state_.settings();
   position_ = position;
@@ -87,11 +103,17 @@ Monitor::Trace Monitor::plan_batch(const BatchPosition& position, bool repeat) {
   active_ = !disabled_ && settings_.enabled();
   guard_->start_batch(false);
   if (!active_) return Trace::kNone;
-  try {
-    recorder_.begin_batch();
-  } catch (const std::exception& e) {
-    fail(std::string("the flight recorder failed: ") + e.what());
-    return Trace::kNone;
+  if (!recorder_off_) {
+    try {
+      recorder_.begin_batch();
+    } catch (const std::exception& e) {
+      // Capsules (and the traced re-run, which restores one) go; the checks stay.
+      recorder_off_ = true;
+      if (host_.report_error) {
+        host_.report_error(std::string("the flight recorder is off (no NaN capsule, no traced re-run): ") + e.what() +
+                           "; the numerical checks keep running");
+      }
+    }
   }
   if (repeat) {
     rerun_active_ = true;
@@ -112,7 +134,7 @@ void Monitor::begin_batch(capture::Tracer* tracer, Trace trace, observer::Observ
   // Traced batches are checked whatever the interval: they cost far more anyway.
   const bool checked = traced_ || ++since_check_ >= settings_.interval_batches();
   if (checked && !traced_) since_check_ = 0;
-  if (traced_ && settings_.check_nan_inf()) {
+  if (traced_ && settings_.check_nan_inf() && !op_tracing_off_) {
     try {
       op_tracer_ = std::make_unique<OpTracer>(
           model_, settings_.allow(),
@@ -121,8 +143,14 @@ void Monitor::begin_batch(capture::Tracer* tracer, Trace trace, observer::Observ
           },
           std::vector<torch::Tensor>{}, *observer);
     } catch (const std::exception& e) {
-      fail(std::string("op tracing could not start: ") + e.what());
-      return;
+      // The producer goes unnamed from now on; the checks stay.
+      op_tracing_off_ = true;
+      op_tracer_.reset();
+      if (host_.report_error) {
+        host_.report_error(std::string("root-cause op tracing is off (a NaN's producer op goes unnamed): it could "
+                                       "not start: ") +
+                           e.what() + "; the numerical checks keep running");
+      }
     }
   }
   guard_->start_batch(checked && settings_.any_check());
@@ -131,7 +159,7 @@ void Monitor::begin_batch(capture::Tracer* tracer, Trace trace, observer::Observ
 void Monitor::set_item(std::vector<torch::Tensor> tensors) {
   if (!active_) return;
   if (op_tracer_) op_tracer_->set_batch(tensors);
-  recorder_.set_item(std::move(tensors));
+  if (!recorder_off_) recorder_.set_item(std::move(tensors));
 }
 
 void Monitor::on_backward_end() {
@@ -154,15 +182,19 @@ std::optional<DebugError> Monitor::check(bool gradients) {
   if (gradients && !tracer_ && !(op_tracer_ && op_tracer_->saw_non_finite())) {
     std::vector<torch::Tensor> grads;
     grads.reserve(params_.size());
-    for (const auto& [_, p] : params_) {
+    for (const auto& [name, p] : params_) {
       const auto& g = p.grad();
-      if (g.defined() && g.is_floating_point() && g.numel() > 0) grads.push_back(g);
+      if (g.defined() && g.is_floating_point() && g.numel() > 0 &&
+          (unchecked_.empty() || !unchecked_.count(unchecked_key("weight_gradient", name)))) {
+        grads.push_back(g);
+      }
     }
-    const auto sums = abs_sums(grads);
+    const auto sums = abs_sums_each(grads, nullptr);
     bool any = false;
     for (size_t i = 0; i < grads.size() && !any; ++i) {
-      any = suspicious(sums[i], grads[i].numel(), grads[i].scalar_type(), settings_.check_under_over(),
-                       settings_.threshold_fraction());
+      // A sum that threw: the full check below names the tensor and turns it off.
+      any = !sums[i] || suspicious(*sums[i], grads[i].numel(), grads[i].scalar_type(), settings_.check_under_over(),
+                                   settings_.threshold_fraction());
     }
     if (!any) return std::nullopt;
   }
@@ -179,6 +211,7 @@ std::optional<DebugError> Monitor::check(bool gradients) {
       const auto& g = p.grad();
       if (g.defined() && g.is_floating_point() && g.numel() > 0) {
         in.weight_gradients.emplace_back(layer_of_parameter(name, owner), g);
+        in.weight_gradient_names.push_back(name);
       }
     }
   }
@@ -199,7 +232,9 @@ std::optional<DebugError> Monitor::check(bool gradients) {
     in.activation_gradients = &activation_gradients;
     if (op_tracer_) in.intended_activations = op_tracer_->intended_layers();
   }
+  in.unchecked = unchecked_;
   auto result = run_checks(settings_, in);
+  for (auto& failed : result.failed) turn_off(std::move(failed));
   DebugError e;
   e.position = position_;
   e.reasons = result.reasons;
@@ -226,6 +261,7 @@ state::LiveState Monitor::live_state() const {
 
 std::string Monitor::write_capsule(const DebugError& hit) {
   capsule_.reset();
+  if (recorder_off_) return "";
   try {
     auto in = recorder_.capsule_input(live_state());
     in.position = position_;
@@ -275,8 +311,9 @@ void Monitor::handle_hit(DebugError hit, bool in_backward) {
   const bool nan_inf = has_nan_inf(hit.reasons);
   if (!traced_ && nan_inf && settings_.rerun_to_trace() && in_backward && capsule_) {
     hit.root_cause = cause_of(RootCause::Status::kPending,
-                              "this batch was not traced: it runs again from the recorded state, traced, to "
-                              "name the producer");
+                              "this batch was not traced: it runs again from the recorded state (weights, "
+                              "buffers, optimizer and scheduler state, RNG), traced, to name the producer; your "
+                              "loop body runs it a second time");
     state_.record(hit);
     rerun_pending_ = true;
     // This run's optimizer step is undone by the re-run's restore, but an
@@ -342,7 +379,9 @@ Monitor::End Monitor::end_batch(bool can_repeat) {
           e.root_cause->summary =
               "the traced re-run of this batch from the recorded state stayed finite: the step is not "
               "deterministic (randomness outside torch's generators, a nondeterministic kernel, or gradients "
-              "accumulated across batches)";
+              "accumulated across batches), or the NaN depends on something your loop body keeps itself (a "
+              "counter, a per-batch schedule not given to start()), which saw this batch twice: "
+              "Session::rerunning() / session.rerunning is true in the second run";
         });
         if (auto standing = state_.error(); standing && standing->root_cause) {
           std::cerr << "[nansense] " << headline(*standing) << " — " << standing->root_cause->summary << "\n";
@@ -357,6 +396,7 @@ Monitor::End Monitor::end_batch(bool can_repeat) {
         try {
           restore_capsule(*capsule_, live_state());
           out.repeat = true;
+          state_.amend([](DebugError& e) { e.rerun = true; });
         } catch (const std::exception& e) {
           why = std::string("the recorded state could not be restored: ") + e.what();
         }

@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "nansense/architecture.h"
 #include "nansense/debug.h"
 #include "nansense/time_travel.h"
+#include "numerics/checks.h"
 #include "numerics/debug_state.h"
 #include "numerics/flight_recorder.h"
 #include "numerics/guard.h"
@@ -44,7 +46,8 @@ class Monitor {
     std::function<std::string()> unserved_note;
     // The last discovered architecture (layer names and order), may be null.
     std::function<std::shared_ptr<const Architecture>()> architecture;
-    // A failure of the numerics machinery (it turns itself off).
+    // A failure of part of the numerics machinery: one tensor's check, the
+    // flight recorder, op tracing (each turned off alone), or the guard itself.
     std::function<void(const std::string&)> report_error;
     // The error or the settings changed (push a fresh status).
     std::function<void()> changed;
@@ -89,6 +92,9 @@ class Monitor {
   void handle_hit(DebugError hit, bool in_backward);
   void pause_now(bool in_backward);
   void fail(const std::string& what);
+  // One tensor's check failed: that check is off for that tensor from now
+  // on, said in the report and through report_error; the rest keep running.
+  void turn_off(UncheckedTensor failed);
   std::string write_capsule(const DebugError& hit);
   state::LiveState live_state() const;
 
@@ -120,6 +126,9 @@ class Monitor {
   bool rerun_active_ = false;
   bool rerun_tripped_ = false;
   bool disabled_ = false;
+  bool recorder_off_ = false;        // the flight recorder failed: no capsules
+  bool op_tracing_off_ = false;      // the op tracer failed to start: no producer
+  std::set<std::string> unchecked_;  // unchecked_key()s of tensors turned off
 };
 
 }  // namespace nansense::numerics

@@ -82,7 +82,9 @@ bool Capsule::gradients_match(const torch::nn::Module& model, std::string* diffe
       continue;
     }
     if (!g.defined()) return differ("'" + p.key() + "' has no gradient; the capsule recorded one");
-    auto live = g.detach().to(torch::kCPU).contiguous();
+    auto live = g.detach();
+    if (live.layout() != torch::kStrided) live = live.to_dense();  // recorded dense
+    live = live.to(torch::kCPU).contiguous();
     auto recorded = it->second.contiguous();
     if (live.sizes() != recorded.sizes() || live.scalar_type() != recorded.scalar_type()) {
       return differ("'" + p.key() + "' gradient differs in shape or dtype");

@@ -7,6 +7,7 @@
 
 #include "common/dtype.h"
 #include "render/strip.h"
+#include "render/value_grid.h"
 
 namespace nansense::render {
 
@@ -72,7 +73,31 @@ InputImage render_input(const torch::Tensor& batch, const InputImageOptions& opt
   }
   InputImage out;
   out.batch_size = n;
+  out.dtype = common::dtype_name(batch.scalar_type());
   torch::Tensor s = batch[options.sample].detach().to(torch::kCPU);
+  if (!batch.is_floating_point() && !batch.is_complex()) {
+    if (auto grid = render_value_grid(s)) {
+      out.image = std::move(grid->image);
+      out.layout = "values";
+      out.value_min = grid->value_min;
+      out.value_max = grid->value_max;
+      if (batch.scalar_type() == torch::kBool) out.true_count = grid->true_count;
+      return out;
+    }
+    StripOptions strip_options;
+    strip_options.sample = options.sample;
+    auto strip = render_strip(batch, strip_options);
+    out.image = std::move(strip.image);
+    out.layout = "strip";
+    out.value_min = strip.info.value_min;
+    out.value_max = strip.info.value_max;
+    if (batch.scalar_type() == torch::kBool) out.true_count = strip.info.true_count;
+    out.hint = "the sample holds " + std::to_string(s.numel()) + " values, more than the " +
+               std::to_string(kMaxGridCells) + " written out as numbers: drawn one pixel per value, " +
+               (batch.scalar_type() == torch::kBool ? "true dark, false light"
+                                                    : "a colour per value (the same value, the same colour)");
+    return out;
+  }
   if (s.dim() == 2 && batch.is_floating_point()) s = s.unsqueeze(0);  // [H,W] gray
 
   const bool image_like = s.dim() == 3 && s.is_floating_point();
@@ -104,7 +129,7 @@ InputImage render_input(const torch::Tensor& batch, const InputImageOptions& opt
 
   StripOptions strip_options;
   strip_options.sample = options.sample;
-  auto strip = render_strip(batch.is_floating_point() ? batch : batch.to(torch::kFloat), strip_options);
+  auto strip = render_strip(batch, strip_options);
   out.image = std::move(strip.image);
   out.layout = "strip";
   if (image_like) {

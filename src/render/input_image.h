@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,15 +25,24 @@ struct InputImageOptions {
 
 struct InputImage {
   Image image;
-  std::string layout;  // "image" or "strip"
+  // "image", "strip", or "values" (a bool or integer input as a grid of
+  // cells with the values written in them, render/value_grid.h).
+  std::string layout;
   int64_t batch_size = 0;
+  std::string dtype;
+  // bool and integer inputs: the sample's smallest and largest value, and
+  // how many are true (bool).
+  std::optional<int64_t> value_min, value_max;
+  std::optional<int64_t> true_count;
   // Set when the picture is not the plain image: what to pass to see it.
   std::string hint;
 };
 
 // [N,1|3,H,W] and [N,H,W] become images; other [N,C,H,W] go through the
-// transform when there is one; everything else is drawn as a strip on the
-// shared colour scale. Throws std::invalid_argument for a sample out of range,
+// transform when there is one; bool and integer inputs (token ids, masks,
+// labels) become a value grid, or a categorical strip when they hold too many
+// values to write out; everything else is drawn as a strip on the shared
+// colour scale. Throws std::invalid_argument for a sample out of range,
 // mean/std of the wrong length, or a transform with an unusable result.
 InputImage render_input(const torch::Tensor& batch, const InputImageOptions& options);
 

@@ -1,6 +1,8 @@
 #include "render/strip.h"
 
+#include <algorithm>
 #include <cmath>
+#include <tuple>
 #include <stdexcept>
 
 #include "common/dtype.h"
@@ -59,13 +61,22 @@ Strip render_strip(const torch::Tensor& batch, const StripOptions& options) {
   torch::NoGradGuard no_grad;
   if (!batch.defined() || batch.dim() == 0)
     throw std::invalid_argument("nothing to draw: the tensor has no batch dimension");
-  if (!(batch.is_floating_point())) {
-    throw std::invalid_argument("cannot draw a " + common::dtype_name(batch.scalar_type()) + " tensor");
+  if (batch.is_complex()) {
+    throw std::invalid_argument("cannot draw a " + common::dtype_name(batch.scalar_type()) +
+                                " tensor: complex values have no colour scale (watch a layer tensor instrument "
+                                "returning x.abs() or torch.view_as_real(x) to see it)");
   }
   const int64_t n = batch.size(0);
   if (options.sample < 0 || options.sample >= n) {
     throw std::invalid_argument("sample " + std::to_string(options.sample) + " is out of range: the batch has " +
                                 std::to_string(n) + " samples (0.." + std::to_string(n - 1) + ")");
+  }
+  if (!batch.is_floating_point()) {
+    // Masks, ids and labels are values: drawn as they are, never averaged.
+    auto [tiles, layout] = as_tiles(batch[options.sample].to(torch::kCPU));
+    Strip strip = render_value_tiles(tiles, layout, "pick a sample whose tensor is smaller");
+    strip.info.batch_size = n;
+    return strip;
   }
   torch::Tensor s = batch[options.sample].to(torch::kCPU, torch::kDouble);
   if (options.values == Values::kAbs) s = s.abs();
@@ -74,6 +85,7 @@ Strip render_strip(const torch::Tensor& batch, const StripOptions& options) {
   if (options.average && tiles.size(0) > 1) tiles = tiles.nanmean(0, /*keepdim=*/true);
   Strip strip = render_tiles(tiles, options.values == Values::kUnchanged, layout, "use average to collapse it");
   strip.info.batch_size = n;
+  strip.info.dtype = common::dtype_name(batch.scalar_type());
   return strip;
 }
 
@@ -88,6 +100,8 @@ Strip render_tiles(const torch::Tensor& tiles_in, bool signed_scale, const std::
   info.tile_height = tiles.size(1);
   info.tile_width = tiles.size(2);
   info.diverging = signed_scale;
+  info.scale = signed_scale ? "diverging" : "sequential";
+  info.dtype = common::dtype_name(tiles_in.scalar_type());
   auto finite = torch::isfinite(tiles);
   info.nan = torch::isnan(tiles).sum().item<int64_t>();
   info.pos_inf = (tiles == std::numeric_limits<double>::infinity()).sum().item<int64_t>();
@@ -117,6 +131,50 @@ Strip render_tiles(const torch::Tensor& tiles_in, bool signed_scale, const std::
           c = info.diverging ? diverging(value / scale) : sequential(value / scale);
         }
         strip.image.at(static_cast<int>(x0 + x), static_cast<int>(y)) = c;
+      }
+    }
+  }
+  return strip;
+}
+
+bool is_value_scale(const StripInfo& info) { return info.scale == "boolean" || info.scale == "categorical"; }
+
+Strip render_value_tiles(const torch::Tensor& tiles_in, const std::string& layout, const std::string& too_big_hint) {
+  torch::NoGradGuard no_grad;
+  const bool is_bool = tiles_in.scalar_type() == torch::kBool;
+  Strip strip;
+  StripInfo& info = strip.info;
+  info.layout = layout;
+  info.dtype = common::dtype_name(tiles_in.scalar_type());
+  info.scale = is_bool ? "boolean" : "categorical";
+  info.diverging = false;
+  // int64 holds every integer dtype but uint64's top half, which wraps (the
+  // colour stays one per value).
+  torch::Tensor tiles = tiles_in.to(torch::kCPU, torch::kLong).contiguous();
+  info.tiles = tiles.size(0);
+  info.tile_height = tiles.size(1);
+  info.tile_width = tiles.size(2);
+  if (tiles.numel() > 0) {
+    auto [lo, hi] = torch::aminmax(tiles);
+    info.value_min = lo.item<int64_t>();
+    info.value_max = hi.item<int64_t>();
+    info.distinct = std::get<0>(torch::_unique(tiles.reshape({-1}), /*sorted=*/false)).numel();
+    if (is_bool) info.true_count = tiles.sum().item<int64_t>();
+  }
+  const int64_t width = info.tiles * info.tile_width + (info.tiles - 1);
+  if (width > 1 << 15 || info.tile_height > 1 << 15) {
+    throw std::invalid_argument("the strip would be " + std::to_string(width) + " x " +
+                                std::to_string(info.tile_height) + " pixels; " + too_big_hint);
+  }
+  strip.image = Image(static_cast<int>(std::max<int64_t>(width, 0)), static_cast<int>(info.tile_height));
+  const int64_t* v = tiles.data_ptr<int64_t>();
+  for (int64_t t = 0; t < info.tiles; ++t) {
+    const int64_t x0 = t * (info.tile_width + 1);
+    for (int64_t y = 0; y < info.tile_height; ++y) {
+      for (int64_t x = 0; x < info.tile_width; ++x) {
+        const int64_t value = v[(t * info.tile_height + y) * info.tile_width + x];
+        strip.image.at(static_cast<int>(x0 + x), static_cast<int>(y)) =
+            is_bool ? boolean_colour(value != 0) : categorical(value);
       }
     }
   }

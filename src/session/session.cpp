@@ -130,6 +130,9 @@ bool SessionCore::begin_batch(const std::string& phase, std::optional<int64_t> e
   if (!epoch) epoch = loop_epoch_;
   // A re-run keeps the batch's position: the schedule does not advance.
   const bool repeat = std::exchange(repeat_batch_, false);
+  rerunning_ = repeat;
+  // The scalars the first run logged at this position give way to the re-run's.
+  if (repeat) stats_->forget_scalars_at(pos_);
   if (!repeat) {
     try {
       pos_ = schedule_.advance(phase, epoch);
@@ -274,6 +277,7 @@ void SessionCore::show(std::shared_ptr<const BatchSnapshot> view) {
 }
 
 bool SessionCore::finish_batch(bool can_repeat) {
+  rerunning_ = false;
   const auto numerics = numerics_->end_batch(can_repeat);
   if (numerics.repeat) {
     // The first, untraced run of the batch is not published: its re-run is.
@@ -343,6 +347,7 @@ void SessionCore::abandon_batch(bool by_exception) {
     finish_batch(/*can_repeat=*/false);
     return;
   }
+  rerunning_ = false;
   numerics_->abandon();
   tracer_.reset();
   observer_.reset();
@@ -447,6 +452,8 @@ void Session::set_schedule(std::optional<int64_t> epochs, std::optional<PhaseCou
 void Session::close() {
   if (core_) core_->close();
 }
+
+bool Session::rerunning() const { return core_ && core_->rerunning(); }
 
 std::optional<BatchPosition> Session::live_position() const { return core_ ? core_->live_position() : std::nullopt; }
 Mode Session::mode() const { return core_ ? core_->control().mode() : Mode::kDetach; }

@@ -45,6 +45,8 @@ class SessionCore {
   void abandon_batch(bool by_exception);
   // Session::log_scalar: at the current batch position.
   void log_scalar(const std::string& name, double value);
+  // Session::rerunning: the batch under way is the traced re-run.
+  bool rerunning() const { return rerunning_; }
   void close();
   void mark_lost(const std::string& reason);
   // The batch's tracer while one runs (a captured or collected batch), for
@@ -168,6 +170,7 @@ class SessionCore {
       "nansense::serve(session) or StartOptions().port(...) serves one, and session.detach() trains without pausing";
   std::string unserved_nan_note_ = "training continues";
   bool repeat_batch_ = false;          // the next begin_batch delivers the same batch again
+  bool rerunning_ = false;             // the batch under way is that second delivery
   std::optional<int64_t> loop_epoch_;  // the epoch epochs() runs, for batches() without one
   int64_t loop_epochs_ = 0;            // epochs()'s n
   std::unique_ptr<time_travel::TrainingRestorer> restorer_;

@@ -16,6 +16,7 @@
 
 #include "nansense/architecture.h"
 #include "nansense/debug.h"
+#include "numerics/debug_state.h"
 #include "nansense/options.h"
 #include "nansense/position.h"
 #include "nansense/schedule.h"
@@ -98,6 +99,8 @@ class NumericsPort {
   virtual void set_debug_settings(const DebugSettings& settings) = 0;
   virtual std::optional<DebugError> debug_error() const = 0;
   virtual int64_t checked_batches() const = 0;
+  // Tensors whose check failed and is off for them (the rest stay checked).
+  virtual std::vector<numerics::UncheckedTensor> unchecked_tensors() const = 0;
   // Whether skipping the held poisoned update is chosen.
   virtual bool skip_update_chosen() const = 0;
   // Throws std::logic_error when no update is held.

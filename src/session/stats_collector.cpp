@@ -700,6 +700,18 @@ void StatsCollector::log_scalar(const std::string& name, double value, const Bat
   guarded("logging a scalar", [&] { log_point(name, "", pos, value); });
 }
 
+void StatsCollector::forget_scalars_at(const BatchPosition& pos) {
+  guarded("forgetting a re-run batch's scalars", [&] {
+    held_.erase(std::remove_if(held_.begin(), held_.end(),
+                               [&](const HeldPoint& p) {
+                                 return p.phase == pos.phase && p.epoch == pos.epoch && p.batch == pos.batch_idx;
+                               }),
+                held_.end());
+    store_.forget_points_at(pos.phase, pos.epoch, pos.batch_idx);
+    dirty_ = true;
+  });
+}
+
 void StatsCollector::end_phase(const std::string& phase, int64_t count) {
   if (held_.empty()) return;
   guarded("logging a scalar", [&] {

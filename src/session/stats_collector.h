@@ -97,6 +97,9 @@ class StatsCollector {
   void end_batch(const Architecture* architecture);
   // UsageError for an empty name.
   void log_scalar(const std::string& name, double value, const BatchPosition& pos);
+  // A tripped batch runs again (the traced re-run): what its first run
+  // logged at `pos` is dropped, so each batch keeps one value per scalar.
+  void forget_scalars_at(const BatchPosition& pos);
   // The phase's length is known now: its held-back points get their x.
   void end_phase(const std::string& phase, int64_t count);
   // The first capture: drops the watched names `architecture` lacks and

@@ -622,6 +622,16 @@ void StatsStore::log_scalar(const std::string& name, const std::string& layer, c
   series_[it->second].points.push_back(ScalarPoint{epoch, batch, x, value});
 }
 
+void StatsStore::forget_points_at(const std::string& phase, int64_t epoch, int64_t batch) {
+  for (auto& series : series_) {
+    if (series.phase != phase) continue;
+    auto& points = series.points;
+    points.erase(std::remove_if(points.begin(), points.end(),
+                                [&](const ScalarPoint& p) { return p.epoch == epoch && p.batch == batch; }),
+                 points.end());
+  }
+}
+
 void StatsStore::drop_from_epoch(int64_t epoch) {
   for (auto it = buckets_.begin(); it != buckets_.end();) {
     it = std::get<2>(it->first) >= epoch ? buckets_.erase(it) : std::next(it);

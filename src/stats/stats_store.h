@@ -125,6 +125,10 @@ class StatsStore {
   void log_scalar(const std::string& name, const std::string& layer, const std::string& phase, int64_t epoch,
                   std::optional<int64_t> batch, double x, double value);
 
+  // Drops the points logged at one batch (a tripped batch about to run again
+  // for its traced re-run, which logs them anew).
+  void forget_points_at(const std::string& phase, int64_t epoch, int64_t batch);
+
   // A time-travel jump to `epoch`: drops every bucket, sample and point of
   // epochs >= epoch.
   void drop_from_epoch(int64_t epoch);

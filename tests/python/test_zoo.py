@@ -128,9 +128,14 @@ def run_zoo_model(model, batches, loss_of, *, expected_names, linears, strips, w
         # The input pane: images, and token ids drawn as a strip.
         info = picture(api, "/api/render/input?sample=0")
         assert info["name"] == names[0] == "input", info
-        # Known bug (int64 strips): the strip of an integer input layer
-        # (token ids) is refused, 400 "cannot draw a int64 tensor"; not
-        # asked for here.
+        # Bool and integer inputs (token ids, attention masks) are drawn as
+        # values: their input layers' strips and their input pictures.
+        for entry in http_snap["inputs"]:
+            if entry["dtype"] == "bool" or entry["dtype"].startswith("int"):
+                info = picture(api, f"/api/render/strip?layer={entry['name']}&kind=activation&sample=0")
+                assert info["scale"] == ("boolean" if entry["dtype"] == "bool" else "categorical"), info
+                info = picture(api, f"/api/render/input?input={entry['index']}&sample=0")
+                assert info["layout"] in ("values", "strip") and info["dtype"] == entry["dtype"], info
 
         # (d) The NaN is caught at its batch, before the optimizer step.
         session.detach()

@@ -1,10 +1,15 @@
 // The input pane's renderer: denormalised images, transforms, strips, hints.
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
 #include <torch/torch.h>
 
 #include <limits>
 
+#include "render/colormap.h"
 #include "render/input_image.h"
+#include "render/value_grid.h"
 
 namespace {
 
@@ -89,6 +94,97 @@ TEST(InputImage, FlatInputsBecomeAStripAndSamplesAreChecked) {
   EXPECT_THROW(render_input(x, options), std::invalid_argument);
   options.sample = -1;
   EXPECT_THROW(render_input(x, options), std::invalid_argument);
+}
+
+// The colour of the pixel the most cells share inside a cell (its background).
+Rgba cell_background(const Image& image, int x0, int y0, int w, int h) {
+  std::map<uint32_t, int> count;
+  for (int y = y0; y < y0 + h; ++y) {
+    for (int x = x0; x < x0 + w; ++x) {
+      const Rgba c = image.at(x, y);
+      ++count[(uint32_t(c.r) << 24) | (uint32_t(c.g) << 16) | (uint32_t(c.b) << 8) | c.a];
+    }
+  }
+  auto best =
+      std::max_element(count.begin(), count.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+  const uint32_t k = best->first;
+  return {uint8_t(k >> 24), uint8_t(k >> 16), uint8_t(k >> 8), uint8_t(k)};
+}
+
+bool same(Rgba a, Rgba b) { return a.r == b.r && a.g == b.g && a.b == b.b && a.a == b.a; }
+
+// Pixels of a cell that are not its background: the written value.
+int ink(const Image& image, int x0, int y0, int w, int h) {
+  const Rgba bg = cell_background(image, x0, y0, w, h);
+  int n = 0;
+  for (int y = y0; y < y0 + h; ++y) {
+    for (int x = x0; x < x0 + w; ++x) n += !same(image.at(x, y), bg);
+  }
+  return n;
+}
+
+TEST(InputImage, TokenIdsBecomeAGridWithTheValuesWritten) {
+  // Two sequences of 20 token ids: a vector wraps at 16 cells a row.
+  auto ids = torch::arange(40, torch::kLong).reshape({2, 20}) * 7;
+  ids[1][19] = 0;
+  InputImageOptions options;
+  options.sample = 1;
+  InputImage out = render_input(ids, options);
+  EXPECT_EQ(out.layout, "values");
+  EXPECT_EQ(out.dtype, "int64");
+  EXPECT_EQ(out.value_min, 0);
+  EXPECT_EQ(out.value_max, 38 * 7);
+  EXPECT_FALSE(out.true_count);
+  auto grid = render_value_grid(ids[1]);
+  ASSERT_TRUE(grid);
+  EXPECT_EQ(grid->rows, 2);
+  EXPECT_EQ(grid->cols, 16);
+  EXPECT_EQ(out.image.width, 16 * (grid->cell_width + 1) - 1);
+  EXPECT_EQ(out.image.height, 2 * (grid->cell_height + 1) - 1);
+  const int w = static_cast<int>(grid->cell_width), h = static_cast<int>(grid->cell_height);
+  // Cell k of row r is value ids[1][16 r + k]: its colour, with ink in it.
+  for (int k = 0; k < 20; ++k) {
+    const int x0 = (k % 16) * (w + 1), y0 = (k / 16) * (h + 1);
+    EXPECT_TRUE(same(cell_background(out.image, x0, y0, w, h), categorical(ids[1][k].item<int64_t>()))) << k;
+    EXPECT_GT(ink(out.image, x0, y0, w, h), 8) << "cell " << k << " has no value written";
+  }
+  // A two-digit value has more ink than a one-digit one (the digits are drawn).
+  auto small = render_value_grid(torch::tensor({1, 88}, torch::kLong));
+  ASSERT_TRUE(small);
+  const int sw = static_cast<int>(small->cell_width), sh = static_cast<int>(small->cell_height);
+  EXPECT_GT(ink(small->image, sw + 1, 0, sw, sh), ink(small->image, 0, 0, sw, sh));
+  // The unused cells of the last row are left empty.
+  EXPECT_EQ(out.image.at(4 * (w + 1) + 1, h + 2).a, 0);
+}
+
+TEST(InputImage, ABoolMaskBecomesAGridOfTwoColours) {
+  auto mask = torch::zeros({3, 6}, torch::kBool);
+  mask[2].slice(0, 0, 4).fill_(true);
+  InputImageOptions options;
+  options.sample = 2;
+  InputImage out = render_input(mask, options);
+  EXPECT_EQ(out.layout, "values");
+  EXPECT_EQ(out.dtype, "bool");
+  EXPECT_EQ(out.true_count, 4);
+  auto grid = render_value_grid(mask[2]);
+  ASSERT_TRUE(grid);
+  const int w = static_cast<int>(grid->cell_width), h = static_cast<int>(grid->cell_height);
+  for (int k = 0; k < 6; ++k) {
+    EXPECT_TRUE(same(cell_background(out.image, k * (w + 1), 0, w, h), boolean_colour(k < 4))) << k;
+    EXPECT_GT(ink(out.image, k * (w + 1), 0, w, h), 4) << k;
+  }
+  EXPECT_FALSE(same(boolean_colour(true), boolean_colour(false)));
+}
+
+TEST(InputImage, TooManyValuesToWriteBecomeACategoricalStrip) {
+  auto ids = torch::randint(0, 50000, {2, kMaxGridCells + 1}, torch::kLong);
+  InputImageOptions options;
+  InputImage out = render_input(ids, options);
+  EXPECT_EQ(out.layout, "strip");
+  EXPECT_EQ(out.image.width, kMaxGridCells + 1);
+  EXPECT_TRUE(same(out.image.at(7, 0), categorical(ids[0][7].item<int64_t>())));
+  EXPECT_NE(out.hint.find("one pixel per value"), std::string::npos) << out.hint;
+  EXPECT_THROW(render_value_grid(torch::zeros({3})), std::invalid_argument);
 }
 
 }  // namespace

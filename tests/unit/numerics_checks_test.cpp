@@ -134,6 +134,76 @@ TEST(Checks, MasksAndIndicesPassUncheckedBesideAFloatThatTrips) {
   EXPECT_EQ(r.layers[0].layer, "div");
 }
 
+// A sparse gradient (an nn.Embedding(sparse=True)): its |g| sum reads, but
+// the band statistics' kernels do not run on the sparse layout.
+torch::Tensor sparse_nan_gradient() {
+  auto indices = torch::tensor({0, 2}, torch::kLong).reshape({1, 2});
+  auto values = torch::tensor({NAN, 1.0f, 2.0f, 3.0f}).reshape({2, 2});
+  return torch::sparse_coo_tensor(indices, values, {4, 2});
+}
+
+TEST(Checks, ATensorTheChecksCannotReadIsLeftOutAndTheRestAreChecked) {
+  CheckInput in;
+  in.weight_gradients.emplace_back("embed", sparse_nan_gradient());
+  in.weight_gradients.emplace_back("fc", torch::tensor({NAN, 1.0f}));
+  in.weight_gradients.emplace_back("out", torch::tensor({1.0f, 2.0f}));
+  in.weight_gradient_names = {"embed.weight", "fc.weight", "out.weight"};
+  auto r = run_checks(DebugSettings(), in);
+  // The dense NaN still trips, with its layer named.
+  ASSERT_EQ(r.reasons, (std::vector<std::string>{"nan"}));
+  ASSERT_EQ(r.layers.size(), 1u);
+  EXPECT_EQ(r.layers[0].layer, "fc");
+  // The sparse one is named as failed, with the checks it loses.
+  ASSERT_EQ(r.failed.size(), 1u);
+  EXPECT_EQ(r.failed[0].tensor, "embed.weight");
+  EXPECT_EQ(r.failed[0].layer, "embed");
+  EXPECT_EQ(r.failed[0].source, "weight_gradient");
+  EXPECT_EQ(r.failed[0].checks, (std::vector<std::string>{"nan_inf", "under_over"}));
+  EXPECT_FALSE(r.failed[0].error.empty());
+
+  // Once turned off, it is not offered again (no second failure) and the
+  // others stay checked.
+  in.unchecked = {unchecked_key("weight_gradient", "embed.weight")};
+  r = run_checks(DebugSettings(), in);
+  EXPECT_TRUE(r.failed.empty());
+  ASSERT_EQ(r.layers.size(), 1u);
+  EXPECT_EQ(r.layers[0].layer, "fc");
+
+  // A batch where only the dense gradients are clean trips on nothing.
+  in.weight_gradients[1].second = torch::tensor({1.0f, 1.0f});
+  EXPECT_TRUE(run_checks(DebugSettings(), in).reasons.empty());
+}
+
+TEST(Checks, SumsThatThrowAreIsolatedPerTensor) {
+  // A meta tensor has no data to sum: it fails alone.
+  std::vector<torch::Tensor> tensors = {torch::tensor({1.0f, -2.0f}), torch::empty({3}, torch::kMeta),
+                                        torch::tensor({4.0})};
+  std::vector<std::string> errors;
+  auto sums = abs_sums_each(tensors, &errors);
+  ASSERT_EQ(sums.size(), 3u);
+  ASSERT_TRUE(sums[0]);
+  EXPECT_DOUBLE_EQ(*sums[0], 3.0);
+  EXPECT_FALSE(sums[1]);
+  EXPECT_FALSE(errors[1].empty());
+  ASSERT_TRUE(sums[2]);
+  EXPECT_DOUBLE_EQ(*sums[2], 4.0);
+}
+
+TEST(DebugStateTest, UncheckedTensorsAreListed) {
+  int changes = 0;
+  DebugState state(DebugSettings(), [&] { ++changes; });
+  EXPECT_TRUE(state.unchecked().empty());
+  UncheckedTensor u;
+  u.source = "weight_gradient";
+  u.tensor = "embed.weight";
+  u.checks = {"nan_inf"};
+  u.error = "no kernel";
+  state.note_unchecked(u);
+  ASSERT_EQ(state.unchecked().size(), 1u);
+  EXPECT_EQ(state.unchecked()[0].tensor, "embed.weight");
+  EXPECT_EQ(changes, 1);
+}
+
 TEST(Checks, DisabledCategoriesDoNotTrip) {
   auto nan = torch::tensor({NAN, 1.0f});
   EXPECT_TRUE(check_one(nan, DebugSettings().check_nan_inf(false)).reasons.empty());

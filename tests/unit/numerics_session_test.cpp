@@ -244,8 +244,10 @@ TEST(NumericsSession, ABatchThatStaysFiniteWhenRunAgainIsReportedAsNotReproduced
   ASSERT_TRUE(serve(session, quiet_server()));
   session.detach();
   int bodies = 0;
+  std::vector<bool> rerunning;
   TrainingThread loop(session, [&] {
     for (auto& batch : session.batches(data, "train")) {
+      rerunning.push_back(session.rerunning());
       // A fault outside torch's RNG: only the first time batch 2 runs.
       auto x = ++bodies == 3 ? batch.first * INFINITY : batch.first;
       test::train_step(model, opt, x, batch.second);
@@ -259,6 +261,10 @@ TEST(NumericsSession, ABatchThatStaysFiniteWhenRunAgainIsReportedAsNotReproduced
   ASSERT_TRUE(error && error->root_cause);
   EXPECT_EQ(error->position.batch_idx, 2);
   EXPECT_EQ(error->root_cause->status, RootCause::Status::kNotReproduced);
+  // The second run of batch 2 was told, and the error says it ran twice.
+  EXPECT_EQ(rerunning, (std::vector<bool>{false, false, false, true}));
+  EXPECT_TRUE(error->rerun);
+  EXPECT_NE(error->root_cause->summary.find("loop body"), std::string::npos) << error->root_cause->summary;
   // The re-run stayed finite, so its step left finite weights.
   EXPECT_TRUE(torch::isfinite(model->fc1->weight).all().item<bool>());
 }

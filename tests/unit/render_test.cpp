@@ -117,7 +117,78 @@ TEST(Strip, BadRequestsSayWhatIsWrong) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("[2, 3, 4, 5]"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(render_strip(torch::zeros({2, 3}, torch::kLong), {}), std::invalid_argument);
+  // Complex values have no colour scale; the error says what to watch instead.
+  try {
+    render_strip(torch::zeros({2, 3}, torch::kComplexFloat), {});
+    FAIL() << "expected an error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("complex64"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Strip, ABoolMaskIsTwoColoursWithItsTrueCount) {
+  // A padding mask [N, T]: sample 1 keeps 3 of 5 tokens.
+  auto mask = torch::zeros({2, 5}, torch::kBool);
+  mask[1].slice(0, 0, 3).fill_(true);
+  StripOptions options;
+  options.sample = 1;
+  options.values = Values::kSquare;  // does not apply to values: ignored
+  options.average = true;
+  Strip s = render_strip(mask, options);
+  EXPECT_EQ(s.info.scale, "boolean");
+  EXPECT_EQ(s.info.dtype, "bool");
+  EXPECT_TRUE(is_value_scale(s.info));
+  EXPECT_EQ(s.info.layout, "features");
+  EXPECT_EQ(s.image.width, 5);
+  EXPECT_EQ(s.info.true_count, 3);
+  EXPECT_EQ(s.info.value_min, 0);
+  EXPECT_EQ(s.info.value_max, 1);
+  EXPECT_EQ(s.info.batch_size, 2);
+  // Every true cell has one colour, every false cell the other, and they differ.
+  for (int x = 0; x < 3; ++x) EXPECT_TRUE(same(s.image.at(x, 0), boolean_colour(true))) << x;
+  for (int x = 3; x < 5; ++x) EXPECT_TRUE(same(s.image.at(x, 0), boolean_colour(false))) << x;
+  EXPECT_FALSE(same(boolean_colour(true), boolean_colour(false)));
+  for (int x = 0; x < 5; ++x) EXPECT_EQ(s.image.at(x, 0).a, 255);
+}
+
+TEST(Strip, IntegerIdsGetAColourPerValue) {
+  // Token ids [N, T]; T = 9 is a square, so [N, T, D] would be tokens, but a
+  // [N, T] of ids is one row of features.
+  auto ids = torch::tensor({{5, 17, 5, 0, 1023, 17, 2, 3, 4}}, torch::kLong);
+  Strip s = render_strip(ids, {});
+  EXPECT_EQ(s.info.scale, "categorical");
+  EXPECT_EQ(s.info.dtype, "int64");
+  EXPECT_EQ(s.info.value_min, 0);
+  EXPECT_EQ(s.info.value_max, 1023);
+  EXPECT_EQ(s.info.distinct, 7);
+  EXPECT_EQ(s.info.nan, 0);
+  ASSERT_EQ(s.image.width, 9);
+  // The same id, the same colour; different ids, different colours.
+  EXPECT_TRUE(same(s.image.at(0, 0), s.image.at(2, 0)));
+  EXPECT_TRUE(same(s.image.at(1, 0), s.image.at(5, 0)));
+  EXPECT_TRUE(same(s.image.at(0, 0), categorical(5)));
+  EXPECT_TRUE(same(s.image.at(3, 0), categorical(0)));
+  for (int a = 0; a < 9; ++a) {
+    for (int b = 0; b < 9; ++b) {
+      const auto va = ids[0][a].item<int64_t>(), vb = ids[0][b].item<int64_t>();
+      if (va != vb) EXPECT_FALSE(same(s.image.at(a, 0), s.image.at(b, 0))) << va << " vs " << vb;
+    }
+  }
+  // Neighbouring ids (labels 0..9) all differ too, and none is a non-finite mark.
+  for (int64_t a = 0; a < 10; ++a) {
+    for (int64_t b = a + 1; b < 10; ++b) EXPECT_FALSE(same(categorical(a), categorical(b))) << a << " vs " << b;
+    EXPECT_FALSE(same(categorical(a), pos_inf_mark()));
+    EXPECT_FALSE(same(categorical(a), neg_inf_mark()));
+  }
+  // int32 [N, C, H, W] (a segmentation label map per channel) keeps its tiles.
+  auto labels = torch::randint(0, 4, {2, 3, 4, 5}, torch::kInt);
+  StripOptions averaged;
+  averaged.average = true;
+  Strip t = render_strip(labels, averaged);
+  EXPECT_EQ(t.info.layout, "channels");
+  EXPECT_EQ(t.info.tiles, 3);
+  EXPECT_EQ(t.info.dtype, "int32");
+  EXPECT_TRUE(same(t.image.at(6 + 1, 2), categorical(labels[0][1][2][1].item<int64_t>())));
 }
 
 TEST(Png, DecodesToTheSamePixels) {

@@ -305,6 +305,10 @@ std::shared_ptr<const InputPicture> Controller::draw_input(const std::shared_ptr
   out->width = image.image.width;
   out->height = image.image.height;
   out->hint = image.hint;
+  out->dtype = image.dtype;
+  out->value_min = image.value_min;
+  out->value_max = image.value_max;
+  out->true_count = image.true_count;
   input_cache_.put(key, out);
   return out;
 }

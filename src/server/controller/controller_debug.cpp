@@ -36,6 +36,7 @@ json Controller::debug_summary() const {
                         {"capsule", error->capsule.empty() ? json(nullptr) : json(error->capsule)},
                         {"hits", error->hits},
                         {"update", error->update.empty() ? json(nullptr) : json(error->update)},
+                        {"rerun", error->rerun},
                         {"skip_update", session_.skip_update_chosen()}};
   }
   return summary;
@@ -43,10 +44,32 @@ json Controller::debug_summary() const {
 
 json Controller::get_debug_report() const {
   auto error = session_.debug_error();
-  return {{"settings", numerics::to_json(session_.debug_settings())},
-          {"error", error ? numerics::to_json(*error) : json(nullptr)},
-          {"checked_batches", session_.checked_batches()},
-          {"skip_update", session_.skip_update_chosen()}};
+  const auto settings = session_.debug_settings();
+  json unchecked = json::array();
+  for (const auto& u : session_.unchecked_tensors()) {
+    unchecked.push_back({{"source", u.source},
+                         {"tensor", u.tensor},
+                         {"layer", u.layer},
+                         {"checks", u.checks},
+                         {"error", u.error},
+                         {"position", to_json(u.position)}});
+  }
+  // The traced re-run's contract (docs/guide/nans.md), for whoever reads a
+  // "not reproduced" root cause.
+  json rerun = {{"enabled", settings.rerun_to_trace()},
+                {"restored",
+                 {"weights and buffers", "every optimizer's state", "the LR scheduler given to start()",
+                  "torch's RNG states (CPU and every CUDA device)",
+                  "scalars the first run logged with log_scalar (replaced by the second run's)"}},
+                {"runs_twice",
+                 {"your loop body for that batch: its counters, prints, logs and metric accumulators see it "
+                  "twice",
+                  "a scheduler or optimizer not given to start()",
+                  "the first run's optimizer.step() runs with cleared gradients, so it changes nothing"}},
+                {"detect", "session.rerunning (Python) / Session::rerunning() (C++) is true during the second run"}};
+  return {{"settings", numerics::to_json(settings)},       {"error", error ? numerics::to_json(*error) : json(nullptr)},
+          {"checked_batches", session_.checked_batches()}, {"skip_update", session_.skip_update_chosen()},
+          {"unchecked_tensors", std::move(unchecked)},     {"rerun", std::move(rerun)}};
 }
 
 json Controller::choose_update(const std::string& action) {

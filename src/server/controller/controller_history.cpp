@@ -5,8 +5,10 @@
 // training thread.
 #include <algorithm>
 #include <set>
+#include <tuple>
 
 #include "common/text.h"
+#include "common/dtype.h"
 #include "experiments/engine.h"
 #include "nansense/errors.h"
 #include "render/histogram_plot.h"
@@ -18,6 +20,34 @@
 namespace nansense::server {
 
 namespace {
+
+// bool and integer dtypes, as common::dtype_name spells them.
+bool is_value_dtype(const std::string& dtype) {
+  return dtype == "bool" || dtype.rfind("int", 0) == 0 || dtype.rfind("uint", 0) == 0;
+}
+
+// What a bool or integer tensor holds, in counts: no moment of an id or a
+// mask means anything.
+json value_counts(const torch::Tensor& t) {
+  torch::NoGradGuard no_grad;
+  auto v = t.detach().to(torch::kCPU, torch::kLong).reshape({-1});
+  json out = {{"dtype", common::dtype_name(t.scalar_type())},
+              {"numel", v.numel()},
+              {"min", nullptr},
+              {"max", nullptr},
+              {"distinct", 0}};
+  if (v.numel() == 0) return out;
+  auto [lo, hi] = torch::aminmax(v);
+  out["min"] = lo.item<int64_t>();
+  out["max"] = hi.item<int64_t>();
+  out["distinct"] = std::get<0>(torch::_unique(v, /*sorted=*/false)).numel();
+  if (t.scalar_type() == torch::kBool) {
+    const auto count = v.sum().item<int64_t>();
+    out["true_count"] = count;
+    out["true_fraction"] = static_cast<double>(count) / static_cast<double>(v.numel());
+  }
+  return out;
+}
 
 json frequency_json(const UpdateFrequency& f) {
   const bool seconds = f.unit() == UpdateFrequency::Unit::kSeconds;
@@ -252,6 +282,17 @@ json Controller::list_stats() const {
 json Controller::get_stats_history(const std::string& layer, const std::optional<std::string>& phase) const {
   const auto s = require_stats();
   const auto phases = phases_of(*s, layer, session_.schedule());
+  const auto architecture = session_.architecture();
+  const LayerInfo* info = architecture ? architecture->find(layer) : nullptr;
+  if (phases.empty() && info && is_value_dtype(info->dtype)) {
+    throw Refusal(Refusal::Kind::kNotFound,
+                  "layer \"" + layer + "\" outputs " + info->dtype +
+                      " values (a mask, ids or labels): the statistics over time (moments, signed-log "
+                      "histograms) are collected for floating-point tensors only, so it has none; "
+                      "get_current_stats counts its values in the last captured batch and render_layer "
+                      "draws them",
+                  "layer");
+  }
   if (phases.empty()) {
     throw Refusal(Refusal::Kind::kNotFound,
                   "no statistics for layer \"" + layer +
@@ -306,6 +347,14 @@ json Controller::get_current_stats(const std::string& layer) const {
               {"position", to_json(snap->position)},
               {"activation", binned(snap->activations)},
               {"gradient", binned(snap->activation_gradients)}};
+  // A mask, ids or labels: counted, not binned.
+  if (auto it = snap->activations.find(layer); it != snap->activations.end() && it->second.defined() &&
+                                               !it->second.is_floating_point() && !it->second.is_complex()) {
+    out["values"] = value_counts(it->second);
+    out["note"] = "layer \"" + layer + "\" outputs " + common::dtype_name(it->second.scalar_type()) +
+                  " values: the binned statistics are for floating-point tensors, so activation is null and "
+                  "values counts them";
+  }
   if (snap->trimmed()) out["samples"] = samples_kept(*snap, "these bins count the kept samples");
   return out;
 }

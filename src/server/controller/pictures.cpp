@@ -2,27 +2,45 @@
 
 namespace nansense::server {
 
+namespace {
+
+// The value fields of a bool or integer picture (absent for floating ones).
+void add_values(json& out, std::optional<int64_t> lo, std::optional<int64_t> hi, std::optional<int64_t> true_count) {
+  if (lo) out["value_min"] = *lo;
+  if (hi) out["value_max"] = *hi;
+  if (true_count) out["true_count"] = *true_count;
+}
+
+}  // namespace
+
 json info_json(const StripPicture& p) {
   const auto& d = p.drawn;
-  return {{"layer", p.layer},
-          {"kind", p.kind},
-          {"position", to_json(p.position)},
-          {"sequence", p.sequence},
-          {"sample", p.options.sample},
-          {"batch_size", d.batch_size},
-          {"average", p.options.average},
-          {"values", std::string(render::to_string(p.options.values))},
-          {"layout", d.layout},
-          {"tiles", d.tiles},
-          {"tile_width", d.tile_width},
-          {"tile_height", d.tile_height},
-          {"width", p.width},
-          {"height", p.height},
-          {"scale", d.diverging ? "diverging" : "sequential"},
-          {"scale_max", number(d.scale_max)},
-          {"nan", d.nan},
-          {"pos_inf", d.pos_inf},
-          {"neg_inf", d.neg_inf}};
+  json out = {{"layer", p.layer},
+              {"kind", p.kind},
+              {"position", to_json(p.position)},
+              {"sequence", p.sequence},
+              {"sample", p.options.sample},
+              {"batch_size", d.batch_size},
+              {"average", p.options.average},
+              {"values", std::string(render::to_string(p.options.values))},
+              {"layout", d.layout},
+              {"tiles", d.tiles},
+              {"tile_width", d.tile_width},
+              {"tile_height", d.tile_height},
+              {"width", p.width},
+              {"height", p.height},
+              {"scale", d.scale},
+              {"dtype", d.dtype},
+              {"scale_max", number(d.scale_max)},
+              {"nan", d.nan},
+              {"pos_inf", d.pos_inf},
+              {"neg_inf", d.neg_inf}};
+  if (render::is_value_scale(d)) {
+    add_values(out, d.value_min, d.value_max,
+               d.scale == "boolean" ? std::optional<int64_t>(d.true_count) : std::nullopt);
+    out["distinct"] = d.distinct;
+  }
+  return out;
 }
 
 json info_json(const InputPicture& p) {
@@ -30,6 +48,8 @@ json info_json(const InputPicture& p) {
               {"sequence", p.sequence}, {"sample", p.sample}, {"batch_size", p.batch_size},
               {"layout", p.layout},     {"width", p.width},   {"height", p.height}};
   if (!p.hint.empty()) out["hint"] = p.hint;
+  out["dtype"] = p.dtype;
+  add_values(out, p.value_min, p.value_max, p.true_count);
   json mean = json::array();
   json std = json::array();
   for (double v : p.mean) mean.push_back(number(v));

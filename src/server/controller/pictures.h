@@ -37,10 +37,13 @@ struct InputPicture {
   uint64_t sequence = 0;
   int64_t sample = 0;
   int64_t batch_size = 0;
-  std::string layout;  // "image" or "strip"
+  std::string layout;  // "image", "strip" or "values" (render::InputImage)
   int64_t width = 0;
   int64_t height = 0;
   std::string hint;  // how to see it as an image, when it is not one
+  std::string dtype;
+  // bool and integer inputs (render::InputImage).
+  std::optional<int64_t> value_min, value_max, true_count;
   // The normalisation the picture undoes (x * std + mean; empty: none), for
   // a page that turns a colour back into input units.
   std::vector<double> mean;

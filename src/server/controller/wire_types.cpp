@@ -158,6 +158,8 @@ void status_types(json& d, const Words& w) {
                                    {"capsule", nullable(str())},
                                    {"hits", integer()},
                                    {"update", w.update},
+                                   // The batch ran again, traced: the loop body saw it twice.
+                                   {"rerun", boolean()},
                                    {"skip_update", boolean()}});
   d["DebugSummary"] =
       object({{"enabled", boolean()}, {"checks", array(w.check)}, {"error", nullable(ref("DebugErrorSummary"))}});
@@ -370,11 +372,21 @@ void stats_history_types(json& d, const Words& w) {
                               {"edges", array(number())},
                               {"phases", map(array(ref("EpochStats")))},
                               {"parameters", map(array(ref("ParameterSample")))}});
+  d["ValueCounts"] = object({{"dtype", str()},
+                             {"numel", integer()},
+                             {"min", nullable(integer())},
+                             {"max", nullable(integer())},
+                             {"distinct", integer()},
+                             {"true_count?", integer()},
+                             {"true_fraction?", number()}});
   d["CurrentStats"] = object({{"layer", str()},
                               {"position", ref("Position")},
                               {"activation", nullable(ref("RunningStats"))},
                               {"gradient", nullable(ref("RunningStats"))},
-                              {"samples?", ref("SamplesKept")}});
+                              {"samples?", ref("SamplesKept")},
+                              // A bool or integer layer: its values counted (activation is null).
+                              {"values?", ref("ValueCounts")},
+                              {"note?", str()}});
   d["ScalarPoint"] = object({{"epoch", integer()}, {"batch", nullable(integer())}, {"x", num()}, {"value", num()}});
   d["Series"] = extend(d["SeriesInfo"], {{"points", array(ref("ScalarPoint"))}});
   d["FailedMetric"] = object({{"name", str()}, {"error", str()}});
@@ -415,6 +427,7 @@ void debug_types(json& d, const Words& w) {
                             {"capsule", nullable(str())},
                             {"hits", integer()},
                             {"update", w.update},
+                            {"rerun", boolean()},
                             {"text", str()}});
   d["DebugSettings"] = object({{"enabled", boolean()},
                                {"interval_batches", integer()},
@@ -425,10 +438,22 @@ void debug_types(json& d, const Words& w) {
                                {"rerun_to_trace", boolean()},
                                {"allow", array(str())},
                                {"capsule_dir", str()}});
+  // A tensor whose check failed: that check is off for it, the rest run.
+  d["UncheckedTensor"] = object({{"source", w.debug_source},
+                                 {"tensor", str()},
+                                 {"layer", str()},
+                                 {"checks", array(w.check)},
+                                 {"error", str()},
+                                 {"position", ref("Position")}});
+  // What a traced re-run of a tripped batch restores and what it repeats.
+  d["DebugRerun"] =
+      object({{"enabled", boolean()}, {"restored", array(str())}, {"runs_twice", array(str())}, {"detect", str()}});
   d["DebugReport"] = object({{"settings", ref("DebugSettings")},
                              {"error", nullable(ref("DebugError"))},
                              {"checked_batches", integer()},
-                             {"skip_update", boolean()}});
+                             {"skip_update", boolean()},
+                             {"unchecked_tensors", array(ref("UncheckedTensor"))},
+                             {"rerun", ref("DebugRerun")}});
 }
 
 // Time travel.
@@ -460,21 +485,37 @@ void picture_types(json& d, const Words& w) {
                            {"tile_height", integer()},
                            {"width", integer()},
                            {"height", integer()},
-                           {"scale", one_of({"diverging", "sequential"})},
+                           // boolean: a bool tensor in two colours; categorical: an
+                           // integer one, a colour per value (values and average do
+                           // not apply to either).
+                           {"scale", one_of({"diverging", "sequential", "boolean", "categorical"})},
+                           {"dtype", str()},
                            {"scale_max", num()},
                            {"nan", integer()},
                            {"pos_inf", integer()},
-                           {"neg_inf", integer()}});
+                           {"neg_inf", integer()},
+                           // boolean and categorical scales only.
+                           {"value_min?", integer()},
+                           {"value_max?", integer()},
+                           {"true_count?", integer()},
+                           {"distinct?", integer()}});
   d["InputInfo"] = object({{"input", integer()},
                            {"name", str()},
                            {"position", ref("Position")},
                            {"sequence", integer()},
                            {"sample", integer()},
                            {"batch_size", integer()},
-                           {"layout", one_of({"image", "strip"})},
+                           // values: a bool or integer input as a grid of cells with the
+                           // values written in them.
+                           {"layout", one_of({"image", "strip", "values"})},
                            {"width", integer()},
                            {"height", integer()},
                            {"hint?", str()},
+                           {"dtype", str()},
+                           // bool and integer inputs only.
+                           {"value_min?", integer()},
+                           {"value_max?", integer()},
+                           {"true_count?", integer()},
                            // The normalisation the picture undoes (x * std + mean); empty: none.
                            {"mean", array(num())},
                            {"std", array(num())}});

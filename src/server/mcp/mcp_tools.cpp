@@ -45,6 +45,21 @@ std::string describe(const StripPicture& p) {
   s += std::to_string(d.tiles) + " tile" + (d.tiles == 1 ? "" : "s") + " of " + dims(d.tile_width, d.tile_height) +
        " px (layout " + d.layout + ")" + (d.tiles > 1 ? " in one row with 1 px transparent gaps" : "") + "; ";
   const std::string scale_max = number(d.scale_max).dump();
+  auto range = [&] {
+    return d.value_min ? " (values " + std::to_string(*d.value_min) + " .. " + std::to_string(*d.value_max) + ", " +
+                             std::to_string(d.distinct) + " distinct)"
+                       : std::string();
+  };
+  if (d.scale == "boolean") {
+    s += "a " + d.dtype + " tensor, one pixel per value: true dark blue, false light gray; " +
+         std::to_string(d.true_count) + " true.";
+    return s;
+  }
+  if (d.scale == "categorical") {
+    s += "a " + d.dtype + " tensor (ids, labels or indices), one pixel per value, a colour per value (0 gray)" +
+         range() + "; render_input writes an integer input's values out as numbers.";
+    return s;
+  }
   if (d.diverging) {
     s += "diverging scale -" + scale_max + " (blue) .. 0 (white) .. +" + scale_max + " (red)";
   } else {
@@ -61,7 +76,11 @@ std::string describe(const InputPicture& p) {
       "input " + std::to_string(p.input) + " (\"" + p.name + "\"), sample " + std::to_string(p.sample) +
       " of a batch of " + std::to_string(p.batch_size) + " at " + p.position.to_string() + ": " +
       (p.layout == "image" ? "the input as an image (denormalised with input_mean/input_std where set)."
-                           : "a colour strip of its values (it does not look like an image).");
+       : p.layout == "values"
+           ? "a " + p.dtype + " input as a grid of cells, each value written in its cell (" +
+                 (p.dtype == "bool" ? "1 = true on dark blue, 0 = false on light gray" : "a colour per value, 0 gray") +
+                 "; a vector wraps at 16 cells a row)."
+           : "a colour strip of its values (it does not look like an image).");
   if (!p.hint.empty()) caption += " " + p.hint;
   return caption;
 }

@@ -67,7 +67,7 @@ export const LayerCard = memo(function LayerCard({ layer }: { layer: Layer }) {
   const strip = (kind: StripKind) => {
     const summary = entry?.[kind] ?? null;
     const shape = summary?.shape ?? activationShape;
-    const geometry = shape.length ? stripGeometry(shape, average) : null;
+    const geometry = shape.length ? stripGeometry(shape, average, summary?.dtype ?? entry?.activation?.dtype) : null;
     const absent =
       current && !summary
         ? probe

@@ -5,6 +5,8 @@ import { formatCount, formatNum } from '../format';
 
 export function Legend({ info }: { info: StripInfo | null }) {
   if (!info) return <div class="legend legend-empty" />;
+  if (info.scale === 'boolean') return <BooleanLegend info={info} />;
+  if (info.scale === 'categorical') return <CategoricalLegend info={info} />;
   const diverging = info.scale === 'diverging';
   const max = info.scale_max;
   return (
@@ -16,6 +18,42 @@ export function Legend({ info }: { info: StripInfo | null }) {
         <span>{typeof max === 'number' && diverging ? `+${formatNum(max)}` : formatNum(max)}</span>
       </div>
       <NonFinite info={info} />
+    </div>
+  );
+}
+
+// A mask: which colour is true, and how many of the sample's values are.
+function BooleanLegend({ info }: { info: StripInfo }) {
+  const total = info.tiles * info.tile_width * info.tile_height;
+  return (
+    <div class="legend legend-values mono" data-testid={`legend-${info.kind}-${info.layer}`} data-scale="boolean">
+      <span class="value-key" title="true">
+        <i class="swatch swatch-true" />
+        true {formatCount(info.true_count ?? 0)}
+      </span>
+      <span class="value-key" title="false">
+        <i class="swatch swatch-false" />
+        false {formatCount(Math.max(0, total - (info.true_count ?? 0)))}
+      </span>
+    </div>
+  );
+}
+
+// Ids and labels: one colour per value (0 gray), so the legend gives the
+// range and how many distinct values the sample holds.
+function CategoricalLegend({ info }: { info: StripInfo }) {
+  return (
+    <div
+      class="legend legend-values mono"
+      data-testid={`legend-${info.kind}-${info.layer}`}
+      data-scale="categorical"
+      title={`${info.dtype} values, a colour per value (the same value has the same colour in every strip; 0 is gray)`}
+    >
+      <span>{info.dtype}</span>
+      <span>
+        {info.value_min ?? '–'}…{info.value_max ?? '–'}
+      </span>
+      <span>{formatCount(info.distinct ?? 0)} distinct</span>
     </div>
   );
 }

@@ -22,8 +22,16 @@ const LARGEST_TILE_PX = 128;
 const FEATURE_ROW_PX = 18;
 const FEATURE_ROW_WIDTH_PX = 720;
 
+// Bool and integer tensors (masks, token ids, labels) are drawn as values,
+// never averaged; complex ones are not drawn.
+export function isValueDtype(dtype: string | undefined): boolean {
+  return dtype != null && (dtype === 'bool' || /^u?int\d+$/.test(dtype));
+}
+
 // `shape` includes the batch dimension. Null: the server cannot draw it.
-export function stripGeometry(shape: number[], average: boolean): StripGeometry | null {
+export function stripGeometry(shape: number[], average: boolean, dtype?: string): StripGeometry | null {
+  if (dtype?.startsWith('complex')) return null;
+  if (isValueDtype(dtype)) average = false;
   const s = shape.slice(1);
   let layout: StripLayout;
   let tiles: number;

@@ -117,7 +117,9 @@ function DebugDetails({ error, summary }: { error: DebugError; summary: DebugErr
         )}
       </p>
       {update === 'held' && <UpdateChoice skip={summary.skip_update === true} testid="debug-update" />}
+      {error.rerun && <RerunNote />}
       {error.root_cause && <RootCauseView error={error} />}
+      <UncheckedList />
       {error.checks_used.includes('under_over') && error.bands.length > 0 && <Bands bands={error.bands} />}
       <div class="debug-table-wrap">
         <table class="debug-table" data-testid="debug-table">
@@ -172,6 +174,42 @@ function DebugDetails({ error, summary }: { error: DebugError; summary: DebugErr
         </table>
       </div>
       {error.capsule && <CapsuleView path={error.capsule} />}
+    </div>
+  );
+}
+
+// The batch went through the loop body twice: say what that did and did not repeat.
+function RerunNote() {
+  const rerun = useSelector(store, (s) => s.debugReport?.rerun ?? null);
+  return (
+    <div class="form-note" data-testid="debug-rerun">
+      This batch tripped untraced, so it ran again from the recorded state, traced, to name the producer: your loop
+      body ran it twice.
+      {rerun && (
+        <>
+          {' '}
+          Restored before the second run: {rerun.restored.join('; ')}. Seen twice: {rerun.runs_twice.join('; ')}.{' '}
+          {rerun.detect}.
+        </>
+      )}
+    </div>
+  );
+}
+
+// Tensors whose check failed: off for them, every other tensor checked.
+function UncheckedList() {
+  const unchecked = useSelector(store, (s) => s.debugReport?.unchecked_tensors ?? []);
+  if (unchecked.length === 0) return null;
+  return (
+    <div class="form-note" data-testid="debug-unchecked">
+      Checks turned off for a tensor they could not read (every other tensor stays checked):
+      <ul>
+        {unchecked.map((u) => (
+          <li key={`${u.source}:${u.tensor}`} class="mono">
+            {u.source.replace('_', ' ')} of {u.tensor}: {u.checks.join(', ')} off since {u.position.text} — {u.error}
+          </li>
+        ))}
+      </ul>
     </div>
   );
 }

@@ -37,6 +37,19 @@ function aspect(shape: number[]): number {
   return 8;
 }
 
+// What a bool or integer input's cells mean (the numbers are in the picture).
+function ValuesCaption({ info }: { info: InputInfo }) {
+  const text =
+    info.dtype === 'bool'
+      ? `bool: 1 = true (dark), 0 = false (light); ${info.true_count ?? 0} true`
+      : `${info.dtype}: ${info.value_min}…${info.value_max}, a colour per value (0 gray)`;
+  return (
+    <div class="muted mono input-values-caption" data-testid="input-values-caption">
+      {text}
+    </div>
+  );
+}
+
 export function InputPane() {
   const generation = useSelector(store, (s) => s.generation);
   const sequence = useSelector(store, (s) => s.sequence);
@@ -127,7 +140,10 @@ export function InputPane() {
             </select>
           </label>
         )}
-        <div class={`input-frame ${info?.layout === 'strip' ? 'is-strip' : ''}`} style={{ aspectRatio: String(ratio) }}>
+        <div
+          class={`input-frame ${info?.layout === 'strip' ? 'is-strip' : info?.layout === 'values' ? 'is-values' : ''}`}
+          style={{ aspectRatio: String(ratio) }}
+        >
           {picture && (
             <img
               data-testid="input-image"
@@ -136,11 +152,12 @@ export function InputPane() {
               src={picture.url}
               alt={`input ${picture.info.name}, sample ${picture.info.sample}`}
               draggable={false}
-              onClick={choice.on ? perturbAt : undefined}
+              onClick={choice.on && info?.layout !== 'values' ? perturbAt : undefined}
             />
           )}
           {!picture && !error && <span class="muted">{ready ? 'Loading…' : 'No batch captured yet.'}</span>}
         </div>
+        {info && info.value_min != null && <ValuesCaption info={info} />}
         {error?.key === key && <div class="error-text" data-testid="input-error">{error.message}</div>}
         {info?.hint && (
           <div class="hint-amber" data-testid="input-hint">

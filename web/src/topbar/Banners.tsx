@@ -32,6 +32,8 @@ export function Banners() {
 function NumericalBanner({ error }: { error: DebugErrorSummary }) {
   const producer = producerPhrase(error);
   const more = error.hits > 1 ? ` (${error.hits} checked batches tripped)` : '';
+  // The traced re-run delivered the batch to the loop body a second time.
+  const rerun = error.rerun ? ' — re-run traced: your loop body ran this batch twice' : '';
   return (
     <div class="banner banner-amber banner-numerical" role="alert" data-testid="debug-banner">
       <span class="banner-icon" aria-hidden="true">
@@ -41,6 +43,7 @@ function NumericalBanner({ error }: { error: DebugErrorSummary }) {
         Numerical issue detected — {error.reason_labels.join(', ')} — at {error.position.text}
         {producer ? ` — ${producer}` : ''}
         {more}
+        {rerun}
       </button>
       <button class="btn btn-quiet btn-small" data-testid="debug-banner-details" onClick={openDebugDialog}>
         Details
