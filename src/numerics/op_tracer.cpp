@@ -171,138 +171,167 @@ OpReport OpTracer::report(const observer::Frame& frame, const std::vector<torch:
   return r;
 }
 
+namespace {
+
+bool any_non_finite(const std::vector<torch::Tensor>& outputs) {
+  return std::any_of(outputs.begin(), outputs.end(), [](const torch::Tensor& out) { return !finite(out); });
+}
+
+}  // namespace
+
+OpTracer::Pass OpTracer::pass_of(const std::vector<observer::Frame>& stack) {
+  Pass pass;
+  for (auto it = stack.rbegin(); it != stack.rend(); ++it) {
+    if (it->kind != observer::FrameKind::kNode && it->kind != observer::FrameKind::kWrapper) continue;
+    pass.backward = true;
+    if (!pass.node.empty()) continue;
+    std::string_view name = it->name;
+    if (it->kind == observer::FrameKind::kWrapper) {
+      auto colon = name.find(": ");
+      name = colon == std::string_view::npos ? std::string_view() : name.substr(colon + 2);
+    }
+    pass.node = std::string(name);
+    pass.node_seq = it->seq;
+  }
+  return pass;
+}
+
 void OpTracer::process(const observer::Frame& frame, const std::vector<torch::Tensor>& outputs,
                        const std::vector<observer::Frame>& stack) {
   ++index_;
-  bool backward = false;
-  std::string node;
-  int64_t node_seq = -1;
-  for (auto it = stack.rbegin(); it != stack.rend(); ++it) {
-    if (it->kind == observer::FrameKind::kNode || it->kind == observer::FrameKind::kWrapper) {
-      backward = true;
-      if (node.empty()) {
-        std::string_view name = it->name;
-        if (it->kind == observer::FrameKind::kWrapper) {
-          auto colon = name.find(": ");
-          name = colon == std::string_view::npos ? std::string_view() : name.substr(colon + 2);
-        }
-        node = std::string(name);
-        node_seq = it->seq;
-      }
-    }
-  }
+  const Pass pass = pass_of(stack);
   const std::string base = base_name(frame.name);
   if (value_preserving(base)) {
-    if (frame.inputs.empty()) return;
-    const auto* in = frame.inputs.front().unsafeGetTensorImpl();
-    auto owner = owners_.find(in);
-    for (const auto& out : outputs) {
-      const auto* impl = out.unsafeGetTensorImpl();
-      if (impl == in) continue;
-      if (owner != owners_.end()) {
-        owners_.emplace(impl, owner->second);
-        keep_alive_.push_back(out);
-      }
-      if (is_allowed(frame.inputs.front())) {
-        allowed_.insert(impl);
-        keep_alive_.push_back(out);
-        if (!backward && namer_) {
-          if (auto layer = namer_(out)) intended_layers_.insert(*layer);
-        }
-      }
-      if (produced_.count(in)) produced_.emplace(impl, out);
-    }
+    carry_through(frame, outputs, pass.backward);
     return;
   }
+  const Site site = locate(frame, outputs, pass);
+  if (!any_non_finite(outputs)) return;
+  classify(frame, outputs, pass, site, base);
+}
 
-  std::optional<std::string> layer;
-  std::string forward_op;
-  if (backward) {
-    if (auto f = forward_ops_.find(node_seq); f != forward_ops_.end()) {
-      layer = f->second.layer;
-      forward_op = f->second.op;
+// A view, copy or cast hands its input's standing on: an owner's name, an
+// intended value, a traced non-finite value.
+void OpTracer::carry_through(const observer::Frame& frame, const std::vector<torch::Tensor>& outputs, bool backward) {
+  if (frame.inputs.empty()) return;
+  const auto* in = frame.inputs.front().unsafeGetTensorImpl();
+  auto owner = owners_.find(in);
+  for (const auto& out : outputs) {
+    const auto* impl = out.unsafeGetTensorImpl();
+    if (impl == in) continue;
+    if (owner != owners_.end()) {
+      owners_.emplace(impl, owner->second);
+      keep_alive_.push_back(out);
+    }
+    if (is_allowed(frame.inputs.front())) {
+      allowed_.insert(impl);
+      keep_alive_.push_back(out);
+      if (!backward && namer_) {
+        if (auto layer = namer_(out)) intended_layers_.insert(*layer);
+      }
+    }
+    if (produced_.count(in)) produced_.emplace(impl, out);
+  }
+}
+
+// The layer and forward op an op belongs to: a backward op's from the
+// forward op its node recorded, a forward op's from its tensors (and
+// recorded for its node).
+OpTracer::Site OpTracer::locate(const observer::Frame& frame, const std::vector<torch::Tensor>& outputs,
+                                const Pass& pass) {
+  Site site;
+  if (pass.backward) {
+    if (auto f = forward_ops_.find(pass.node_seq); f != forward_ops_.end()) {
+      site.layer = f->second.layer;
+      site.forward_op = f->second.op;
     }
   } else if (!backward_done_) {
-    layer = forward_layer(frame.inputs, outputs);
-    if (frame.seq >= 0) forward_ops_[frame.seq] = ForwardOp{frame.name, layer};
+    site.layer = forward_layer(frame.inputs, outputs);
+    if (frame.seq >= 0) forward_ops_[frame.seq] = ForwardOp{frame.name, site.layer};
   }
+  return site;
+}
 
-  bool bad_output = false;
-  for (const auto& out : outputs) {
-    if (!finite(out)) {
-      bad_output = true;
-      break;
+// What the inputs of an op with non-finite outputs held: a non-finite value
+// that was not intended (and the first such one no traced op made), or only
+// intended ones.
+OpTracer::Inputs OpTracer::inputs_of(const observer::Frame& frame, const std::vector<torch::Tensor>& outputs) const {
+  Inputs in;
+  for (const auto& t : frame.inputs) {
+    const auto* impl = t.unsafeGetTensorImpl();
+    // An in-place op's input is its output now: its values before the op are
+    // known only from what earlier ops left in it.
+    const bool overwritten = std::any_of(outputs.begin(), outputs.end(),
+                                         [&](const torch::Tensor& out) { return out.unsafeGetTensorImpl() == impl; });
+    if (overwritten ? !produced_.count(impl) && !is_allowed(t) : finite(t)) continue;
+    if (is_allowed(t)) {
+      in.allowed = true;
+    } else {
+      in.bad = true;
+      if (!produced_.count(impl) && !in.outside) in.outside = &t;
     }
   }
-  if (!bad_output) return;
+  return in;
+}
 
+// Remembers an op's outputs as intended values or as traced non-finite ones.
+void OpTracer::mark(const std::vector<torch::Tensor>& outputs, bool intended) {
+  for (const auto& out : outputs) {
+    if (!checkable(out)) continue;
+    if (intended) {
+      allowed_.insert(out.unsafeGetTensorImpl());
+      // A factory's result is handed out under a new TensorImpl
+      // (make_variable): its storage is how it is known.
+      if (out.has_storage()) allowed_storages_.insert(out.storage().unsafeGetStorageImpl());
+      keep_alive_.push_back(out);
+    } else {
+      produced_.emplace(out.unsafeGetTensorImpl(), out);
+    }
+  }
+}
+
+// An op with non-finite outputs: intended, the producer, another producer or
+// a propagator.
+void OpTracer::classify(const observer::Frame& frame, const std::vector<torch::Tensor>& outputs, const Pass& pass,
+                        const Site& site, const std::string& base) {
   bool out_nan = false, out_inf = false;
   for (const auto& out : outputs) {
     if (!checkable(out)) continue;
     out_nan = out_nan || torch::isnan(out).any().item<bool>();
     out_inf = out_inf || torch::isinf(out).any().item<bool>();
   }
-  bool input_bad = false, input_allowed = false;
-  const torch::Tensor* outside = nullptr;
-  for (const auto& in : frame.inputs) {
-    const auto* impl = in.unsafeGetTensorImpl();
-    // An in-place op's input is its output now: its values before the op are
-    // known only from what earlier ops left in it.
-    const bool overwritten = std::any_of(outputs.begin(), outputs.end(),
-                                         [&](const torch::Tensor& out) { return out.unsafeGetTensorImpl() == impl; });
-    if (overwritten ? !produced_.count(impl) && !is_allowed(in) : finite(in)) continue;
-    if (is_allowed(in)) {
-      input_allowed = true;
-    } else {
-      input_bad = true;
-      if (!produced_.count(impl) && !outside) outside = &in;
-    }
-  }
-  auto mark = [&](bool intended) {
-    for (const auto& out : outputs) {
-      if (!checkable(out)) continue;
-      if (intended) {
-        allowed_.insert(out.unsafeGetTensorImpl());
-        // A factory's result is handed out under a new TensorImpl
-        // (make_variable): its storage is how it is known.
-        if (out.has_storage()) allowed_storages_.insert(out.storage().unsafeGetStorageImpl());
-        keep_alive_.push_back(out);
-      } else {
-        produced_.emplace(out.unsafeGetTensorImpl(), out);
-      }
-    }
-  };
+  const Inputs in = inputs_of(frame, outputs);
   // Intended: an allowed op; an explicit ±inf fill (masked_fill, where,
   // full... given an infinite value); or an op that only carried an intended
   // Inf along (a masked score plus a bias). NaN is never intended, and neither
   // is an Inf made by arithmetic.
   const bool inf_fill = fills(base) && infinite_literal(frame);
-  if (allowed(frame.name, layer) || (!input_bad && ((inf_fill && !out_nan) || (input_allowed && !out_nan)))) {
-    mark(true);
-    if (layer && !backward) intended_layers_.insert(*layer);
+  if (allowed(frame.name, site.layer) || (!in.bad && ((inf_fill && !out_nan) || (in.allowed && !out_nan)))) {
+    mark(outputs, true);
+    if (site.layer && !pass.backward) intended_layers_.insert(*site.layer);
     return;
   }
   // A fill carrying a NaN along (the mask of a block whose input is already
   // poisoned): the NaN counts, the ±Inf it wrote does not.
-  if (inf_fill && layer && !backward) intended_layers_.insert(*layer);
-  mark(false);
+  if (inf_fill && site.layer && !pass.backward) intended_layers_.insert(*site.layer);
+  mark(outputs, false);
   saw_nan_ = saw_nan_ || out_nan;
   saw_inf_ = saw_inf_ || (out_inf && !inf_fill);
-  if (!producer_ && (!input_bad || outside)) {
-    producer_ = report(frame, outputs, backward, node, forward_op, layer);
-    if (input_bad) {
+  if (!producer_ && (!in.bad || in.outside)) {
+    producer_ = report(frame, outputs, pass.backward, pass.node, site.forward_op, site.layer);
+    if (in.bad) {
       from_outside_ = true;
-      outside_summary_ = origin_of(*outside);
+      outside_summary_ = origin_of(*in.outside);
     }
     return;
   }
-  if (!input_bad) {
+  if (!in.bad) {
     ++other_producers_;
     return;
   }
   ++propagator_count_;
   if (propagators_.size() < 8) {
-    propagators_.push_back(report(frame, outputs, backward, node, forward_op, layer));
+    propagators_.push_back(report(frame, outputs, pass.backward, pass.node, site.forward_op, site.layer));
   }
 }
 

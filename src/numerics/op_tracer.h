@@ -68,8 +68,38 @@ class OpTracer : public observer::Consumer {
     std::optional<std::string> layer;
   };
 
+  // The autograd node an op runs under (the innermost one on the stack), if
+  // any: its name and sequence number. An op under none runs in the forward
+  // pass (or the optimizer step).
+  struct Pass {
+    bool backward = false;
+    std::string node;
+    int64_t node_seq = -1;
+  };
+  // Where an op ran: the layer and forward op it belongs to.
+  struct Site {
+    std::optional<std::string> layer;
+    std::string forward_op;
+  };
+  // The non-finite values among an op's inputs.
+  struct Inputs {
+    bool bad = false;                        // one holds a non-finite value that was not intended
+    bool allowed = false;                    // one holds an intended non-finite value
+    const torch::Tensor* outside = nullptr;  // the first bad one no traced op made
+  };
+
+  // One traced op, in named steps: which pass it ran in, a value-preserving
+  // op carrying its input's standing through, where it ran, and (when an
+  // output is not finite) what it is.
   void process(const observer::Frame& frame, const std::vector<torch::Tensor>& outputs,
                const std::vector<observer::Frame>& stack);
+  static Pass pass_of(const std::vector<observer::Frame>& stack);
+  void carry_through(const observer::Frame& frame, const std::vector<torch::Tensor>& outputs, bool backward);
+  Site locate(const observer::Frame& frame, const std::vector<torch::Tensor>& outputs, const Pass& pass);
+  Inputs inputs_of(const observer::Frame& frame, const std::vector<torch::Tensor>& outputs) const;
+  void mark(const std::vector<torch::Tensor>& outputs, bool intended);
+  void classify(const observer::Frame& frame, const std::vector<torch::Tensor>& outputs, const Pass& pass,
+                const Site& site, const std::string& base);
   bool is_allowed(const torch::Tensor& t) const;
   std::optional<std::string> forward_layer(const std::vector<torch::Tensor>& inputs,
                                            const std::vector<torch::Tensor>& outputs);
