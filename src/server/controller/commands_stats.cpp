@@ -250,7 +250,12 @@ std::vector<Command> stats_commands() {
             return r;
           },
   });
-  // --- Min/Max galleries and bin samples (controller_galleries.cpp) ---
+  return t;
+}
+
+// Min/Max galleries and bin samples (controller_galleries.cpp).
+std::vector<Command> gallery_commands() {
+  std::vector<Command> t;
   const Arg gallery_phase =
       string_arg("phase", "The phase; omit for the training phase when it has galleries, else the first that does.")
           .not_empty();
@@ -265,12 +270,6 @@ std::vector<Command> stats_commands() {
     o.heatmap = a.boolean("heatmap");
     return o;
   };
-  return t;
-}
-
-// Min/Max galleries and bin samples (controller_galleries.cpp).
-std::vector<Command> gallery_commands() {
-  std::vector<Command> t;
   t.push_back({
       .name = "get_extremes",
       .title = "A Min/Max gallery's cells",
