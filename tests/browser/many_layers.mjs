@@ -9,7 +9,9 @@
 // the number of strips the page has fetched over HTTP so far. With shapeOps,
 // every fifth layer (from the third) is a pure shape op (a view) and the
 // eighth is a module's second call ("...#2"), as a transformer has them.
-export async function fakeManyLayers(page, base, count = 200, { shapeOps = false } = {}) {
+// With nested, layer i is "s<i/100>.b<i/10%10>.l<i%10>.conv": modules three
+// deep, as a 1,000-layer network has them.
+export async function fakeManyLayers(page, base, count = 200, { shapeOps = false, nested = false } = {}) {
   const architecture = await (await fetch(`${base}/api/architecture`)).json();
   const realLayer = architecture.layers.find((l) => l.output_shape.length === 4 && l.role !== 'input');
   const real = await fetch(`${base}/api/render/strip?layer=${encodeURIComponent(realLayer.name)}&kind=activation`);
@@ -20,7 +22,9 @@ export async function fakeManyLayers(page, base, count = 200, { shapeOps = false
   const names = Array.from({ length: count }, (_, i) =>
     i === 0
       ? 'x'
-      : isShapeOp(i)
+      : nested
+        ? `s${Math.floor(i / 100)}.b${Math.floor(i / 10) % 10}.l${i % 10}.conv`
+        : isShapeOp(i)
         ? `view_${i}`
         : `stage${Math.floor(i / 10)}.block${i % 10}.conv${shapeOps && i === 8 ? '#2' : ''}`,
   );
