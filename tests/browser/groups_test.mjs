@@ -147,6 +147,37 @@ async function main() {
   });
   await page.close();
 
+  // ---- A GPT-2-shaped network: 12 blocks of op-level layers ----
+  page = h.page = await h.newPage();
+  errors = collectConsoleErrors(page, { uncaught: false });
+  const block = (b) =>
+    ['ln_1', 'attn.c_attn', 'attn.split', 'attn.sdpa', 'attn.c_proj', 'add', 'ln_2', 'mlp.c_fc', 'mlp.act', 'mlp.c_proj', 'add#2'].map(
+      (l) => `transformer.h.${b}.${l}`,
+    );
+  const gpt = ['x', 'transformer.wte', 'transformer.wpe', 'transformer.add', ...Array.from({ length: 12 }, (_, b) => block(b)).flat(), 'transformer.ln_f', 'lm_head'];
+  await fakeManyLayers(page, base, 0, { given: gpt });
+  await page.goto(base);
+
+  await check('a 12-block GPT-2 opens at its blocks, each a closed group', async () => {
+    await attached('graph-group-transformer.h.11');
+    // x, wte, wpe, add, 12 blocks, ln_f, lm_head; "transformer" and
+    // "transformer.h" open around them.
+    await expectNodes(18);
+    await attached('graph-group-close-transformer');
+    await attached('graph-group-close-transformer.h');
+    const count = await byTestId('graph-group-transformer.h.3').getAttribute('data-count');
+    if (count !== '11') throw new Error(`transformer.h.3 says ${count} layers, it holds 11`);
+    // Opening a block shows its layers and its attn and mlp groups closed.
+    await byTestId('graph-group-transformer.h.3').click();
+    await attached('graph-group-transformer.h.3.attn');
+    await attached('graph-group-transformer.h.3.mlp');
+    await attached('graph-node-transformer.h.3.ln_2');
+    await expectNodes(18 - 1 + 6);
+    await screenshot('gpt2-block-open');
+    if (errors.length) throw new Error(`console errors: ${errors.join(' | ')}`);
+  });
+  await page.close();
+
   // ---- 1,000 layers, three deep: s<a>.b<b>.l<c>.conv ----
   page = h.page = await h.newPage();
   errors = collectConsoleErrors(page, { uncaught: false });
@@ -191,10 +222,16 @@ async function main() {
   await check('expand all lays out and shows all 1,000 layers', async () => {
     await byTestId('graph-expand-all').click();
     await expectNodes(1000);
-    const edges = await edgeCount();
-    if (edges !== big.edges.length) throw new Error(`${edges} edges drawn, the network has ${big.edges.length}`);
+    const edges = Number(await byTestId('graph').getAttribute('data-edges'));
+    if (edges !== big.edges.length) throw new Error(`${edges} edges laid out, the network has ${big.edges.length}`);
+    // Only the nodes near the view are drawn (a few screens of them), and
+    // the first layer is among them at the top.
+    await page.locator('[data-testid="graph"][data-culled="true"]').waitFor({ timeout: UI_TIMEOUT_MS });
+    await attached('graph-node-s0.b0.l1.conv');
+    const drawn = await nodeCount();
+    if (drawn >= 1000 || drawn < 10) throw new Error(`${drawn} of 1,000 nodes drawn, expected the few near the view`);
     const t = await page.evaluate(() => window.__nansenseGraph);
-    console.log(`  1,000 nodes: layout in the worker ${t.workerMs.toFixed(0)} ms, shown ${t.shownMs.toFixed(0)} ms after asking`);
+    console.log(`  1,000 nodes: layout in the worker ${t.workerMs.toFixed(0)} ms, shown ${t.shownMs.toFixed(0)} ms after asking, ${drawn} drawn near the view`);
     await screenshot('1000-expanded');
     if (errors.length) throw new Error(`console errors: ${errors.join(' | ')}`);
   });

@@ -24,7 +24,7 @@ import { layoutGraph, NODE_HEIGHT, nodeWidth } from './layout';
 import { nodeDetail } from './nodeText';
 import type { LayoutResult, PlacedEdge } from './layoutTypes';
 import { GraphTooltip, hideTooltip } from './tooltip';
-import { Viewport } from './viewport';
+import { Viewport, type View } from './viewport';
 
 export function GraphPane() {
   const architecture = useSelector(store, (s) => s.architecture);
@@ -83,6 +83,7 @@ export function GraphPane() {
     layoutGraph(request).then(
       (result) => {
         if (cancelled) return;
+        place(result);
         setLayout(result);
         // For the bench and the tests: how long the last layout took, until
         // the nodes are drawn (the next frame after the render).
@@ -107,9 +108,37 @@ export function GraphPane() {
     // Keyed by the signature: a refetch of the same graph does nothing.
   }, [sig]);
 
+  // Big diagrams draw only the nodes and edges near the view (a screen's
+  // margin around it), so showing 1,000 layers does not build 1,000 nodes'
+  // SVG; the window moves when the view nears its edge.
+  const [window_, setWindow] = useState<Rect | null>(null);
+  const windowRef = useRef<Rect | null>(null);
+  const culling = (layout?.nodes.length ?? 0) > CULL_ABOVE;
+  const cullingRef = useRef(false);
+  const frame = useRef(0);
+  const updateWindow = useCallback((to?: View) => {
+    const v = viewport.current;
+    if (!v || !cullingRef.current) return;
+    const r = v.visible(to);
+    const w = windowRef.current;
+    const mx = (r.x1 - r.x0) / 2;
+    const my = (r.y1 - r.y0) / 2;
+    if (w && r.x0 - w.x0 >= mx / 2 && w.x1 - r.x1 >= mx / 2 && r.y0 - w.y0 >= my / 2 && w.y1 - r.y1 >= my / 2) return;
+    const next = { x0: r.x0 - 2 * mx, y0: r.y0 - 2 * my, x1: r.x1 + 2 * mx, y1: r.y1 + 2 * my };
+    windowRef.current = next;
+    setWindow(next);
+  }, []);
+
   useEffect(() => {
     if (!host.current || !group.current) return;
-    const v = new Viewport(host.current, group.current, hideTooltip);
+    const v = new Viewport(host.current, group.current, () => {
+      hideTooltip();
+      if (!cullingRef.current || frame.current) return;
+      frame.current = requestAnimationFrame(() => {
+        frame.current = 0;
+        updateWindow();
+      });
+    });
     viewport.current = v;
     return v.attach();
   }, []);
@@ -118,11 +147,13 @@ export function GraphPane() {
     fitted.current = false;
   }, [architecture, showShapeOps]);
 
-  useEffect(() => {
+  // A new layout: the view moves to it (and the drawn window with it) in
+  // the same render that draws it.
+  const place = (result: LayoutResult) => {
     const v = viewport.current;
-    if (!layout || !v) return;
-    v.setContent(layout.width, layout.height);
-    const target = centreNext.current && layout.nodes.find((n) => n.id === centreNext.current);
+    if (!v) return;
+    v.setContent(result.width, result.height);
+    const target = centreNext.current && result.nodes.find((n) => n.id === centreNext.current);
     if (target) {
       centreNext.current = null;
       v.centreOn(target.x, target.y);
@@ -130,7 +161,10 @@ export function GraphPane() {
       fitted.current = true;
       v.fitWidth();
     }
-  }, [layout]);
+    cullingRef.current = result.nodes.length > CULL_ABOVE;
+    windowRef.current = null;
+    updateWindow(v.destinationView());
+  };
 
   // A layer to bring into view: its groups open first, then, once it has a
   // node, the view centres on it (once per request).
@@ -189,6 +223,21 @@ export function GraphPane() {
   // Expanded groups drawn as boxes around what is shown of them.
   const boxes = useMemo(() => (layout && grouped ? groupBoxes(tree, grouped, layout, isOpen) : []), [layout, grouped, tree, isOpen]);
   const placed = useMemo(() => new Set(grouped?.nodes ?? []), [grouped]);
+  const cull = culling ? window_ : null;
+  const drawnEdges = useMemo(() => {
+    if (!layout) return [];
+    if (!cull) return layout.edges;
+    return layout.edges.filter((e) => {
+      let x0 = Infinity, y0 = Infinity, x1 = -Infinity, y1 = -Infinity;
+      for (const p of e.points) {
+        x0 = Math.min(x0, p.x);
+        y0 = Math.min(y0, p.y);
+        x1 = Math.max(x1, p.x);
+        y1 = Math.max(y1, p.y);
+      }
+      return inRect(cull, x0, y0, x1, y1);
+    });
+  }, [layout, cull]);
   const count = graph?.layers.length ?? 0;
   const folded = showShapeOps ? 0 : shapeOps;
   const visibleNodes = grouped?.nodes.length ?? 0;
@@ -206,7 +255,6 @@ export function GraphPane() {
           {count ? `${count} layers${visibleNodes < count ? ` · ${visibleNodes} nodes` : ''}` : ''}
         </span>
         <div class="toolbar-spacer" />
-        <GraphSearch names={names} />
         <label
           class="switch graph-shape-ops"
           title={`Show pure shape ops (view, reshape, permute, transpose, select…; ${shapeOps} here) as nodes and cards; off, each producer is wired straight to its consumers`}
@@ -220,6 +268,18 @@ export function GraphPane() {
           <span class="switch-track" aria-hidden="true" />
           Shape ops
         </label>
+        <button class="icon-button" title="Zoom out" aria-label="Zoom out" onClick={() => viewport.current?.zoomBy(1 / 1.25)}>
+          −
+        </button>
+        <button class="icon-button" title="Zoom in" aria-label="Zoom in" onClick={() => viewport.current?.zoomBy(1.25)}>
+          +
+        </button>
+        <button class="chip-button" data-testid="graph-fit" title="Fit the whole network in the pane" onClick={() => viewport.current?.fit(true)}>
+          Fit
+        </button>
+      </div>
+      <div class="pane-toolbar graph-subbar">
+        <GraphSearch names={names} />
         {tree.byPath.size > 0 && (
           <>
             <button class="icon-button" data-testid="graph-expand-all" title="Open every module group" aria-label="Open every module group" onClick={openAll}>
@@ -236,25 +296,24 @@ export function GraphPane() {
             </button>
           </>
         )}
-        <button class="icon-button" title="Zoom out" aria-label="Zoom out" onClick={() => viewport.current?.zoomBy(1 / 1.25)}>
-          −
-        </button>
-        <button class="icon-button" title="Zoom in" aria-label="Zoom in" onClick={() => viewport.current?.zoomBy(1.25)}>
-          +
-        </button>
-        <button class="chip-button" data-testid="graph-fit" title="Fit the whole network in the pane" onClick={() => viewport.current?.fit(true)}>
-          Fit
-        </button>
       </div>
-      <div class="graph-host" ref={host} data-testid="graph" data-nodes={layout ? layout.nodes.length : undefined}>
+      <div
+        class="graph-host"
+        ref={host}
+        data-testid="graph"
+        data-nodes={layout ? layout.nodes.length : undefined}
+        data-edges={layout ? layout.edges.length : undefined}
+        data-culled={cull ? 'true' : undefined}
+      >
         <svg class="graph-svg" width="100%" height="100%">
           <g ref={group}>
             {boxes.map((b) => (
               <GroupBox key={b.group.path} box={b} onToggle={onToggle} />
             ))}
-            {layout && <Edges edges={layout.edges} hovered={hoveredNode && placed.has(hoveredNode) ? hoveredNode : null} />}
+            {layout && <Edges edges={drawnEdges} hovered={hoveredNode && placed.has(hoveredNode) ? hoveredNode : null} />}
             {layout?.nodes.map((n) => {
               if (!placed.has(n.id)) return null;
+              if (cull && !inRect(cull, n.x - n.width / 2, n.y - n.height / 2, n.x + n.width / 2, n.y + n.height / 2)) return null;
               if (isGroupId(n.id)) {
                 const g = tree.byPath.get(pathOfId(n.id));
                 return g ? <GroupNode key={n.id} group={g} place={n} onToggle={onToggle} /> : null;
@@ -273,6 +332,18 @@ export function GraphPane() {
     </div>
   );
 }
+
+// Above this many nodes only those near the view are drawn.
+const CULL_ABOVE = 300;
+
+interface Rect {
+  x0: number;
+  y0: number;
+  x1: number;
+  y1: number;
+}
+
+const inRect = (r: Rect, x0: number, y0: number, x1: number, y1: number) => x1 >= r.x0 && x0 <= r.x1 && y1 >= r.y0 && y0 <= r.y1;
 
 interface Box {
   group: Group;
