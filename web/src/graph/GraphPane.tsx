@@ -407,7 +407,7 @@ function GroupBox({ box, onToggle }: { box: Box; onToggle(path: string): void })
         x={box.x + 6}
         y={box.y + 11}
         role="button"
-        tabIndex={0}
+        tabindex={0}
         aria-expanded={true}
         aria-label={`group ${group.path}, ${group.all.length} layers, open; close it`}
         data-testid={`graph-group-close-${group.path}`}

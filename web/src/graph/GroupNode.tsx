@@ -54,7 +54,7 @@ export const GroupNode = memo(function GroupNode({ group, place, onToggle }: Pro
       data-group={path}
       data-count={group.all.length}
       role="button"
-      tabIndex={0}
+      tabindex={0}
       aria-expanded={false}
       aria-label={`group ${path}, ${group.all.length} layers, collapsed${mark ? `; ${MARK_TEXT[mark]}` : ''}`}
       onClick={() => onToggle(path)}
