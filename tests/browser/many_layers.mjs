@@ -9,7 +9,11 @@
 // the number of strips the page has fetched over HTTP so far. With shapeOps,
 // every fifth layer (from the third) is a pure shape op (a view) and the
 // eighth is a module's second call ("...#2"), as a transformer has them.
-export async function fakeManyLayers(page, base, count = 200, { shapeOps = false } = {}) {
+// With nested, layer i is "s<i/100>.b<i/10%10>.l<i%10>.conv": modules three
+// deep, as a 1,000-layer network has them. With given (a list of names,
+// the input first), those names in a chain (skips as above).
+export async function fakeManyLayers(page, base, count = 200, { shapeOps = false, nested = false, given = null } = {}) {
+  if (given) count = given.length;
   const architecture = await (await fetch(`${base}/api/architecture`)).json();
   const realLayer = architecture.layers.find((l) => l.output_shape.length === 4 && l.role !== 'input');
   const real = await fetch(`${base}/api/render/strip?layer=${encodeURIComponent(realLayer.name)}&kind=activation`);
@@ -18,9 +22,13 @@ export async function fakeManyLayers(page, base, count = 200, { shapeOps = false
   const shape = realLayer.output_shape;
   const isShapeOp = (i) => shapeOps && i % 5 === 2;
   const names = Array.from({ length: count }, (_, i) =>
-    i === 0
+    given
+      ? given[i]
+      : i === 0
       ? 'x'
-      : isShapeOp(i)
+      : nested
+        ? `s${Math.floor(i / 100)}.b${Math.floor(i / 10) % 10}.l${i % 10}.conv`
+        : isShapeOp(i)
         ? `view_${i}`
         : `stage${Math.floor(i / 10)}.block${i % 10}.conv${shapeOps && i === 8 ? '#2' : ''}`,
   );

@@ -301,6 +301,8 @@ async function manyLayers(base) {
     await h.withPage(big, async () => {
       const { names, renders } = await fakeManyLayers(big, base, COUNT);
       await big.goto(base);
+      // Opens in its module groups (groups_test.mjs checks those); every layer once all are open.
+      await byTestId('graph-expand-all').click();
       await byTestId(`graph-node-${names[COUNT - 1]}`).waitFor({ state: 'attached', timeout: UI_TIMEOUT_MS });
       const nodes = await big.locator('[data-testid^="graph-node-"]').count();
       if (nodes !== COUNT) throw new Error(`the diagram has ${nodes} nodes, expected ${COUNT}`);

@@ -36,7 +36,7 @@ export const GraphNode = memo(function GraphNode({ layer, place, onActivate }: P
       data-testid={`graph-node-${name}`}
       data-layer={name}
       role="button"
-      tabIndex={0}
+      tabindex={0}
       aria-pressed={shown}
       aria-label={`${name} (${layer.kind})${shown ? ', card shown' : ''}${mark ? `, ${MARK_TEXT[mark]}` : ''}`}
       onMouseEnter={(e) => {

@@ -1,7 +1,5 @@
 // Asks the layout worker to place an architecture's nodes; one worker for the
 // page, and only the latest request's answer is used.
-import type { FoldedGraph } from './fold';
-import { nodeDetail } from './nodeText';
 import type { LayoutRequest, LayoutResult } from './layoutTypes';
 
 export const NODE_HEIGHT = 36;
@@ -34,14 +32,10 @@ export function nodeWidth(name: string, detail: string): number {
   return Math.max(MIN_NODE_WIDTH, Math.ceil(Math.max(name.length, detail.length * 0.85) * CHAR_PX + NODE_PAD_PX));
 }
 
-// The graph as the diagram shows it (shape ops folded or not).
-export function layoutGraph(graph: FoldedGraph): Promise<LayoutResult> {
+// The nodes and edges the diagram shows (layers and collapsed groups).
+export function layoutGraph(graph: Omit<LayoutRequest, 'id'>): Promise<LayoutResult> {
   const id = ++nextId;
-  const request: LayoutRequest = {
-    id,
-    nodes: graph.layers.map((l) => ({ id: l.name, width: nodeWidth(l.name, nodeDetail(l)), height: NODE_HEIGHT })),
-    edges: graph.edges,
-  };
+  const request: LayoutRequest = { id, ...graph };
   return new Promise((resolve, reject) => {
     waiting.set(id, { resolve, reject });
     getWorker().postMessage(request);

@@ -13,6 +13,8 @@ export interface PlacedNode {
   y: number;
   width: number;
   height: number;
+  // Time the worker spent laying out, for the bench.
+  workerMs?: number;
 }
 
 export interface PlacedEdge {
@@ -27,4 +29,6 @@ export interface LayoutResult {
   edges: PlacedEdge[];
   width: number;
   height: number;
+  // Time the worker spent laying out, for the bench.
+  workerMs?: number;
 }

@@ -19,6 +19,7 @@ export class Viewport {
   private content = { width: 0, height: 0 };
   private animation = 0;
   private dragged = false;
+  private destination: View | null = null;
 
   constructor(
     private readonly host: HTMLElement,
@@ -29,6 +30,18 @@ export class Viewport {
 
   setContent(width: number, height: number): void {
     this.content = { width, height };
+  }
+
+  // The part of the content the pane shows (at `view`, by default the view
+  // now), in content coordinates.
+  visible(view: View = this.view): { x0: number; y0: number; x1: number; y1: number } {
+    const { x, y, k } = view;
+    return { x0: -x / k, y0: -y / k, x1: (this.host.clientWidth - x) / k, y1: (this.host.clientHeight - y) / k };
+  }
+
+  // Where the view is going: the end of an animation under way, else now.
+  destinationView(): View {
+    return this.destination ?? this.view;
   }
 
   // True right after a drag: the click that ends it is not a node click.
@@ -123,10 +136,12 @@ export class Viewport {
 
   private go(to: View, animate: boolean): void {
     cancelAnimationFrame(this.animation);
+    this.destination = null;
     if (!animate || matchMedia('(prefers-reduced-motion: reduce)').matches) {
       this.apply(to);
       return;
     }
+    this.destination = to;
     const from = { ...this.view };
     const t0 = performance.now();
     const tick = (now: number) => {
@@ -134,6 +149,7 @@ export class Viewport {
       const e = 1 - (1 - t) ** 3;
       this.apply({ x: from.x + (to.x - from.x) * e, y: from.y + (to.y - from.y) * e, k: from.k + (to.k - from.k) * e });
       if (t < 1) this.animation = requestAnimationFrame(tick);
+      else this.destination = null;
     };
     this.animation = requestAnimationFrame(tick);
   }

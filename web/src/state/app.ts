@@ -43,6 +43,9 @@ export interface AppState {
   values: Values;
   // Pure shape ops as diagram nodes and cards; off: folded into the edges.
   showShapeOps: boolean;
+  // The diagram's module groups the user opened (true) or closed (false);
+  // the others follow the opening depth. Remembered across reloads.
+  groupChoices: Record<string, boolean>;
   toasts: Toast[];
   focus: FocusRequest | null;
   customDialogOpen: boolean;
@@ -74,6 +77,22 @@ const savedShapeOps = (() => {
   }
 })();
 
+const GROUPS_KEY = 'nansense.groups';
+// Enough for several models' worth of choices; the oldest go first.
+const MAX_GROUP_CHOICES = 4000;
+
+const savedGroups = (() => {
+  try {
+    const v = JSON.parse(localStorage.getItem(GROUPS_KEY) ?? '{}') as unknown;
+    if (!v || typeof v !== 'object' || Array.isArray(v)) return {};
+    const out: Record<string, boolean> = {};
+    for (const [k, b] of Object.entries(v)) if (typeof b === 'boolean') out[k] = b;
+    return out;
+  } catch {
+    return {};
+  }
+})();
+
 export const store = createStore<AppState>({
   connection: 'connecting',
   generation: 0,
@@ -89,6 +108,7 @@ export const store = createStore<AppState>({
   average: savedOptions.average === true,
   values: savedOptions.values === 'abs' || savedOptions.values === 'square' ? savedOptions.values : 'unchanged',
   showShapeOps: savedShapeOps,
+  groupChoices: savedGroups,
   toasts: [],
   focus: null,
   customDialogOpen: false,
@@ -111,6 +131,26 @@ export function setShowShapeOps(show: boolean): void {
   const stillThere = hovered != null && visibleNames({ architecture, showShapeOps: show }).has(hovered);
   store.set({ showShapeOps: show, hovered: stillThere ? hovered : null });
   localStorage.setItem(SHAPE_OPS_KEY, JSON.stringify(show));
+}
+
+// Opens (or closes) diagram groups by path, remembered. `reset` forgets every
+// earlier choice first (back to the opening depth).
+export function setGroupsOpen(paths: string[], open: boolean, reset = false): void {
+  const before = reset ? {} : store.get().groupChoices;
+  if (!reset && paths.every((p) => before[p] === open)) return;
+  const next: Record<string, boolean> = { ...before };
+  for (const p of paths) {
+    delete next[p]; // re-inserted last: the newest choice
+    next[p] = open;
+  }
+  const keys = Object.keys(next);
+  for (const k of keys.slice(0, Math.max(0, keys.length - MAX_GROUP_CHOICES))) delete next[k];
+  store.set({ groupChoices: next });
+  try {
+    localStorage.setItem(GROUPS_KEY, JSON.stringify(next));
+  } catch {
+    // A full storage only loses the memory of the choice.
+  }
 }
 
 // The layers that may have a node and a card: all of them, or all but the
