@@ -450,7 +450,7 @@ class Engine {
   // Pauses between two batches, at the boundary of the batch that just
   // ended (a peer rank's NaN): the loop stands where the UI shows it until a
   // command resumes it, as at a batch's own pause.
-  void hold() {
+  void hold_at_boundary() {
     {
       py::gil_scoped_release release;
       auto pos = core_->live_position();
@@ -908,7 +908,7 @@ PYBIND11_MODULE(_nansense, m) {
       .def("close", &Engine::close)
       .def("mark_lost", &Engine::mark_lost)
       .def("set_unserved_nan_note", &Engine::set_unserved_nan_note)
-      .def("hold", &Engine::hold)
+      .def("hold_at_boundary", &Engine::hold_at_boundary)
       .def("note_rank_trip", &Engine::note_rank_trip)
       .def("url", &Engine::url)
       .def("state", &Engine::state)

@@ -316,7 +316,7 @@ class Coordinator:
                 # A follower tripped (rank 0, which did not, has not paused
                 # for it): every rank stands here, before the next batch,
                 # until the UI resumes rank 0.
-                self.engine.hold()
+                self.engine.hold_at_boundary()
                 if self._lost is not None:
                     self._raise_lost()
         self._pending = n
