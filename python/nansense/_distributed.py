@@ -379,6 +379,8 @@ class Coordinator:
     # ---- the end
 
     def _leave(self, why: str) -> None:
+        if self._main is None:
+            return
         try:
             self._main.set(f"x/{self.rank}", why.encode())
         except Exception:
@@ -397,6 +399,11 @@ class Coordinator:
             return
         self._closed = True
         self._stop.set()
+        if threading.current_thread() is not self._heartbeat:
+            self._heartbeat.join(timeout=5)
+        # This rank's store connections end before the process group does
+        # (a TCPStore server torn down under live clients aborts the process).
+        self._main = self._side = None
 
 
 def rank_dir(path: str, rank: int) -> str:
