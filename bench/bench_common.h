@@ -103,10 +103,14 @@ struct ThreadUsage {
   static ThreadUsage now() {
     rusage u{};
     getrusage(RUSAGE_THREAD, &u);
-    const auto ms = [](const timeval& t) { return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_usec) / 1e3; };
+    const auto ms = [](const timeval& t) {
+      return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_usec) / 1e3;
+    };
     return {ms(u.ru_utime), ms(u.ru_stime), static_cast<double>(u.ru_minflt)};
   }
-  ThreadUsage operator-(const ThreadUsage& o) const { return {user_ms - o.user_ms, sys_ms - o.sys_ms, faults - o.faults}; }
+  ThreadUsage operator-(const ThreadUsage& o) const {
+    return {user_ms - o.user_ms, sys_ms - o.sys_ms, faults - o.faults};
+  }
 };
 
 // Runs `pass` (returning a few figures) in a child forked from this process

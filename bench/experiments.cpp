@@ -83,15 +83,19 @@ int main(int argc, char** argv) {
   FashionCnn model;
   auto batch = torch::randn({8, 1, 28, 28});
   // Grad-CAM: one forward and one backward on 8 samples, repeated 20 times.
-  report("Grad-CAM x20 (batch 8)", rounds,
-         [&] {
-           for (int i = 0; i < 20; ++i) experiment(model, batch, "gradcam", {{"batch", 8}});
-         },
-         [&] { plain(model, batch, 20); });
+  report(
+      "Grad-CAM x20 (batch 8)", rounds,
+      [&] {
+        for (int i = 0; i < 20; ++i) experiment(model, batch, "gradcam", {{"batch", 8}});
+      },
+      [&] { plain(model, batch, 20); });
   // Deep Dream: `steps` passes on 8 images (one per channel).
   auto noise = torch::randn({8, 1, 28, 28});
-  report("Deep Dream (8 channels)", rounds,
-         [&] { experiment(model, batch, "deep_dream", {{"steps", steps}, {"channels", 8}}); },
-         [&] { plain(model, noise, steps); });
+  report(
+      "Deep Dream (8 channels)", rounds,
+      [&] {
+        experiment(model, batch, "deep_dream", {{"steps", steps}, {"channels", 8}});
+      },
+      [&] { plain(model, noise, steps); });
   return 0;
 }

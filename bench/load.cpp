@@ -93,10 +93,10 @@ HttpReply request(int port, const std::string& method, const std::string& target
 // What one kind of client saw.
 struct Tally {
   std::atomic<int> clients{0};
-  std::atomic<int> served{0};    // clients with at least one answered request
-  std::atomic<long> ok{0};       // 2xx replies (409: a command refused for the run's state, counted here too)
-  std::atomic<long> busy{0};     // 503: a documented limit said no
-  std::atomic<long> failed{0};   // transport failures and other statuses
+  std::atomic<int> served{0};   // clients with at least one answered request
+  std::atomic<long> ok{0};      // 2xx replies (409: a command refused for the run's state, counted here too)
+  std::atomic<long> busy{0};    // 503: a documented limit said no
+  std::atomic<long> failed{0};  // transport failures and other statuses
 };
 
 void count(Tally& t, const HttpReply& r, bool& served) {
@@ -161,9 +161,8 @@ class Viewer : public std::enable_shared_from_this<Viewer> {
     static const char* layers[] = {"features.0", "features.3", "classifier.1", "classifier.4"};
     json strips = json::array();
     for (int i = 0; i < 2; ++i) {
-      strips.push_back({{"layer", layers[(index_ + i) % 4]},
-                        {"kind", i == 0 ? "activation" : "gradient"},
-                        {"sample", index_ % 8}});
+      strips.push_back(
+          {{"layer", layers[(index_ + i) % 4]}, {"kind", i == 0 ? "activation" : "gradient"}, {"sample", index_ % 8}});
     }
     watch_ = json{{"type", "watch"}, {"strips", strips}}.dump();
     ws_.text(true);
@@ -247,8 +246,9 @@ double slow_loris(int port, const std::atomic<bool>& stop) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Many viewers, agents and waiting clients against a training run: who was served, status latency, "
-               "memory, and the training loop's cost under the load"};
+  CLI::App app{
+      "Many viewers, agents and waiting clients against a training run: who was served, status latency, "
+      "memory, and the training loop's cost under the load"};
   int viewers = 200;
   int clients = 50;
   int stalled = 5;
@@ -290,8 +290,8 @@ int main(int argc, char** argv) {
   torch::optim::Adam optimizer(model->parameters(), 1e-3);
   auto session = nansense::start(model, nansense::StartOptions().optimizer(&optimizer));
   if (!nansense::serve(session, nansense::ServeOptions().port(0).open_browser(false).print_banner(false).limits(
-                                    nansense::ServeLimits().request_timeout(std::chrono::milliseconds(
-                                        static_cast<int64_t>(request_timeout * 1000)))))) {
+                                    nansense::ServeLimits().request_timeout(
+                                        std::chrono::milliseconds(static_cast<int64_t>(request_timeout * 1000)))))) {
     std::fprintf(stderr, "load: cannot serve\n");
     return 1;
   }
@@ -355,7 +355,9 @@ int main(int argc, char** argv) {
       std::string mcp_session;
       if (via_mcp) {
         auto r = request(port, "POST", "/mcp",
-                         json{{"jsonrpc", "2.0"}, {"id", 0}, {"method", "initialize"},
+                         json{{"jsonrpc", "2.0"},
+                              {"id", 0},
+                              {"method", "initialize"},
                               {"params", {{"protocolVersion", "2025-06-18"}, {"capabilities", json::object()}}}}
                              .dump(),
                          "", true);
@@ -377,7 +379,9 @@ int main(int argc, char** argv) {
         if (via_mcp) {
           count(waiters,
                 request(port, "POST", "/mcp",
-                        json{{"jsonrpc", "2.0"}, {"id", id++}, {"method", "tools/call"},
+                        json{{"jsonrpc", "2.0"},
+                             {"id", id++},
+                             {"method", "tools/call"},
                              {"params", {{"name", "run"}, {"arguments", {{"timeout_seconds", 60}}}}}}
                             .dump(),
                         mcp_session, true),
@@ -392,9 +396,12 @@ int main(int argc, char** argv) {
     client_threads.emplace_back([&, i] {
       ++pollers.clients;
       bool served = false;
-      const std::vector<std::string> targets = {
-          "/api/status", "/api/snapshot", "/api/layer_stats?layers=features.0,classifier.1",
-          "/api/render/strip?layer=features.3&sample=" + std::to_string(i % 64), "/api/architecture", "/"};
+      const std::vector<std::string> targets = {"/api/status",
+                                                "/api/snapshot",
+                                                "/api/layer_stats?layers=features.0,classifier.1",
+                                                "/api/render/strip?layer=features.3&sample=" + std::to_string(i % 64),
+                                                "/api/architecture",
+                                                "/"};
       for (size_t k = 0; !stop; ++k) {
         count(pollers, request(port, "GET", targets[k % targets.size()]), served);
         std::this_thread::sleep_for(100ms);
@@ -406,7 +413,9 @@ int main(int argc, char** argv) {
       ++agents.clients;
       bool served = false;
       auto r = request(port, "POST", "/mcp",
-                       json{{"jsonrpc", "2.0"}, {"id", 0}, {"method", "initialize"},
+                       json{{"jsonrpc", "2.0"},
+                            {"id", 0},
+                            {"method", "initialize"},
                             {"params", {{"protocolVersion", "2025-06-18"}, {"capabilities", json::object()}}}}
                            .dump(),
                        "", true);
@@ -420,7 +429,9 @@ int main(int argc, char** argv) {
       for (int id = 1; !stop; ++id) {
         count(agents,
               request(port, "POST", "/mcp",
-                      json{{"jsonrpc", "2.0"}, {"id", id}, {"method", "tools/call"},
+                      json{{"jsonrpc", "2.0"},
+                           {"id", id},
+                           {"method", "tools/call"},
                            {"params", calls[static_cast<size_t>(id) % calls.size()]}}
                           .dump(),
                       mcp_session, true),
@@ -532,13 +543,14 @@ int main(int argc, char** argv) {
   std::printf("/api/status under load: %zu requests, p50 %.1f ms, p99 %.1f ms, max %.1f ms, %ld failed\n",
               latencies.size(), percentile(latencies, 0.5), percentile(latencies, 0.99),
               latencies.empty() ? 0 : *std::max_element(latencies.begin(), latencies.end()), status_failures);
-  std::printf("memory (RSS): %.0f MiB at start, %.0f MiB served, %.0f MiB peak under load, %.0f MiB after "
-              "(high-water mark %.0f MiB)\n  under load, each tenth of the run:",
-              rss_start, rss_served, rss_peak, rss_after, rss_hwm);
+  std::printf(
+      "memory (RSS): %.0f MiB at start, %.0f MiB served, %.0f MiB peak under load, %.0f MiB after "
+      "(high-water mark %.0f MiB)\n  under load, each tenth of the run:",
+      rss_start, rss_served, rss_peak, rss_after, rss_hwm);
   for (double rss : rss_trace) std::printf(" %.0f", rss);
   std::printf(" MiB\n");
-  std::printf("training CPU per batch: plain %.2f ms, served under load %.2f ms (%zu batches): ratio %.3f\n",
-              plain_ms, served_ms, served_batches.size(), plain_ms > 0 ? served_ms / plain_ms : 0);
+  std::printf("training CPU per batch: plain %.2f ms, served under load %.2f ms (%zu batches): ratio %.3f\n", plain_ms,
+              served_ms, served_batches.size(), plain_ms > 0 ? served_ms / plain_ms : 0);
 
   // Served means answered, not fast: every client that should be answered was.
   bool ok = true;

@@ -146,8 +146,9 @@ int main(int argc, char** argv) {
 
   std::printf("nansense numerics: demo CNN, %d rounds of %lld synthetic batches of %lld [1x28x28], every batch\n",
               rounds, static_cast<long long>(batch_count), static_cast<long long>(batch_size));
-  std::printf("torch threads: 1; times are the training thread's CPU time; ratio = median over batches of "
-              "(variant / plain loop on the same batch, timed back to back)\n");
+  std::printf(
+      "torch threads: 1; times are the training thread's CPU time; ratio = median over batches of "
+      "(variant / plain loop on the same batch, timed back to back)\n");
   std::printf("session variants run detached (DETACH) with no UI; 'guard' is the default DebugSettings\n");
   std::fflush(stdout);
 
@@ -186,8 +187,8 @@ int main(int argc, char** argv) {
     std::string verdict = row.variant == Variant::kPlain ? "baseline" : "reported";
     if (row.target) verdict = std::string(row.target) + (ratio <= row.max_ratio ? "  met" : "  MISSED");
     const double min_ratio = *std::min_element(row.ms.begin(), row.ms.end()) / plain_min;
-    std::printf("%-26s %10.3f %8.3f   [%5.3f, %5.3f] %9.3f  %s\n", row.name, median(row.ms), ratio, q1, q3,
-                min_ratio, verdict.c_str());
+    std::printf("%-26s %10.3f %8.3f   [%5.3f, %5.3f] %9.3f  %s\n", row.name, median(row.ms), ratio, q1, q3, min_ratio,
+                verdict.c_str());
   }
   const double us = guard_work_us(batches, 2000);
   std::printf("\nguard work timed alone: %.1f us per batch = %.3f%% of a plain batch (%.3f ms)\n", us,

@@ -97,8 +97,7 @@ double measure(Variant variant, std::vector<Batch>& batches) {
     }
     session.close();
   }
-  return std::chrono::duration<double, std::milli>(end - begin).count() /
-         static_cast<double>(batches.size());
+  return std::chrono::duration<double, std::milli>(end - begin).count() / static_cast<double>(batches.size());
 }
 
 struct Row {
@@ -149,8 +148,7 @@ void run(const char* title, std::vector<Batch> batches, int rounds) {
     } else if (row.target) {
       verdict = std::string(row.target) + (ratio <= row.max_ratio ? "  met" : "  MISSED");
     }
-    std::printf("%-22s %10.3f %8.3f   [%5.3f, %5.3f]  %s\n", row.name, median(row.ms), ratio, q1, q3,
-                verdict.c_str());
+    std::printf("%-22s %10.3f %8.3f   [%5.3f, %5.3f]  %s\n", row.name, median(row.ms), ratio, q1, q3, verdict.c_str());
   }
 }
 
@@ -174,7 +172,9 @@ int main(int argc, char** argv) {
   torch::manual_seed(0);
   std::printf("nansense overhead\n");
   std::printf("torch threads: 1 (torch::set_num_threads(1), for stable timings)\n");
-  std::printf("times are the training thread's CPU time; ratio = median over rounds of (variant / plain loop of the same round)\n");
+  std::printf(
+      "times are the training thread's CPU time; ratio = median over rounds of (variant / plain loop of the same "
+      "round)\n");
   if (model != "transformer") {
     run<CnnBench>("demo CNN, batches of 64 [1x28x28]", synthetic_batches(batch_count, 64), rounds);
   }

@@ -105,7 +105,8 @@ int main(int argc, char** argv) {
   ResNet50 model(1000);
   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
   std::vector<std::pair<torch::Tensor, torch::Tensor>> data;
-  for (int i = 0; i < 2; ++i) data.emplace_back(torch::randn({batch, 3, image, image}), torch::randint(0, 1000, {batch}));
+  for (int i = 0; i < 2; ++i)
+    data.emplace_back(torch::randn({batch, 3, image, image}), torch::randint(0, 1000, {batch}));
   auto step = [&](const torch::Tensor& x, const torch::Tensor& y) {
     optimizer.zero_grad();
     torch::cross_entropy_loss(model->forward(x), y).backward();
@@ -124,10 +125,11 @@ int main(int argc, char** argv) {
   const double plain_peak = peak_rss_mib();
   std::printf("plain step:                %8.0f ms   peak RSS %6.0f MiB\n", plain_ms, plain_peak);
 
-  auto session = nansense::start(model, nansense::StartOptions()
-                                            .optimizer(&optimizer)
-                                            .snapshot_budget(budget_mib << 20)
-                                            .serve(nansense::ServeOptions().port(0).open_browser(false).print_banner(false)));
+  auto session =
+      nansense::start(model, nansense::StartOptions()
+                                 .optimizer(&optimizer)
+                                 .snapshot_budget(budget_mib << 20)
+                                 .serve(nansense::ServeOptions().port(0).open_browser(false).print_banner(false)));
   const int port = std::stoi(session.url().substr(session.url().rfind(':') + 1));
   Clock::time_point batch_start;
   std::thread loop([&] {
@@ -156,10 +158,11 @@ int main(int argc, char** argv) {
 
   auto snap = session.snapshot();
   std::printf("captured step (to pause):  %8.0f ms   (%.2fx the plain step)\n", captured_ms, captured_ms / plain_ms);
-  std::printf("snapshot: %lld of %lld samples kept; held %.0f MiB of activations, gradients and inputs "
-              "(every sample: %.0f MiB); parameters, gradients, momentum %.0f MiB\n",
-              static_cast<long long>(snap->samples_kept), static_cast<long long>(snap->batch_size),
-              mib(snap->held_bytes), mib(snap->full_bytes), mib(snap->parameter_bytes));
+  std::printf(
+      "snapshot: %lld of %lld samples kept; held %.0f MiB of activations, gradients and inputs "
+      "(every sample: %.0f MiB); parameters, gradients, momentum %.0f MiB\n",
+      static_cast<long long>(snap->samples_kept), static_cast<long long>(snap->batch_size), mib(snap->held_bytes),
+      mib(snap->full_bytes), mib(snap->parameter_bytes));
   std::printf("pause -> snapshot summary: %8.0f ms   (HTTP %u, %zu bytes)\n", summary_ms, summary.status,
               summary.body.size());
   std::printf("pause -> first strip:      %8.0f ms   (HTTP %u, stem.0 activation)\n", strip_ms, strip.status);

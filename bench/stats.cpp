@@ -30,7 +30,16 @@ namespace {
 
 using namespace nansense::bench;
 
-enum class Variant { kPlain, kPlainCadenceWindow, kScopeNone, kTraceOnly, kWatched3, kWatched3Galleries, kAll, kDefaultCadence };
+enum class Variant {
+  kPlain,
+  kPlainCadenceWindow,
+  kScopeNone,
+  kTraceOnly,
+  kWatched3,
+  kWatched3Galleries,
+  kAll,
+  kDefaultCadence
+};
 
 // Which batches of a pass are timed: those after the first `warmup`, `timed` of them.
 struct Window {
@@ -89,19 +98,28 @@ double measure(Variant variant, std::vector<Batch>& batches, Window& window, siz
   }
   auto options = nansense::StartOptions().optimizer(&optimizer);
   switch (variant) {
-    case Variant::kScopeNone: options.stats_scope(nansense::StatsScope::kNone); break;
+    case Variant::kScopeNone:
+      options.stats_scope(nansense::StatsScope::kNone);
+      break;
     // Collecting (every batch traced, tensors referenced) with no layer in
     // scope: the tracing part of the cost, without any folding.
-    case Variant::kTraceOnly: options.watch({"not_a_layer"}); break;
+    case Variant::kTraceOnly:
+      options.watch({"not_a_layer"});
+      break;
     // The statistics alone (Min/Max galleries off), then with the galleries
     // (5 inputs per channel, the default).
     case Variant::kWatched3:
       options.watch({"features.0", "features.3", "classifier.1"})
           .watch_performance(nansense::WatchPerformance().samples_per_channel(0));
       break;
-    case Variant::kWatched3Galleries: options.watch({"features.0", "features.3", "classifier.1"}); break;
-    case Variant::kAll: options.stats_scope(nansense::StatsScope::kAll); break;
-    default: break;
+    case Variant::kWatched3Galleries:
+      options.watch({"features.0", "features.3", "classifier.1"});
+      break;
+    case Variant::kAll:
+      options.stats_scope(nansense::StatsScope::kAll);
+      break;
+    default:
+      break;
   }
   auto session = nansense::start(model, options);
   if (variant == Variant::kDefaultCadence) {
@@ -149,15 +167,18 @@ double measure(Variant variant, std::vector<Batch>& batches, Window& window, siz
 }
 
 // measure() in a child process (bench_common.h: in_child).
-double measure_isolated(Variant variant, std::vector<Batch>& batches, Window& window, size_t heap_shift,
-                        uint64_t* seen, ThreadUsage* usage) {
+double measure_isolated(Variant variant, std::vector<Batch>& batches, Window& window, size_t heap_shift, uint64_t* seen,
+                        ThreadUsage* usage) {
   const auto out = in_child([&] {
     uint64_t published = 0;
     ThreadUsage used;
     const double ms = measure(variant, batches, window, heap_shift, &published, &used);
-    return std::vector<double>{ms,          static_cast<double>(published),
-                               used.user_ms, used.sys_ms,
-                               used.faults, static_cast<double>(window.warmup),
+    return std::vector<double>{ms,
+                               static_cast<double>(published),
+                               used.user_ms,
+                               used.sys_ms,
+                               used.faults,
+                               static_cast<double>(window.warmup),
                                static_cast<double>(window.timed)};
   });
   if (out.size() != 7) throw std::runtime_error("a benchmark pass returned no figures");
@@ -205,16 +226,17 @@ void run_ratios(int64_t batch_count, int64_t warmup, int rounds, const std::stri
         ThreadUsage used;
         Window window{warmup, batch_count};
         const double ms = measure(row.variant, batches, window, shift, nullptr, &used);
-        std::printf("%s: %.3f ms/batch (user %.2f, sys %.2f, %.0f page faults; heap shifted %zu bytes)\n", row.name,
-                    ms, used.user_ms, used.sys_ms, used.faults, shift);
+        std::printf("%s: %.3f ms/batch (user %.2f, sys %.2f, %.0f page faults; heap shifted %zu bytes)\n", row.name, ms,
+                    used.user_ms, used.sys_ms, used.faults, shift);
       }
       return;
     }
     throw std::invalid_argument("--only: no variant named '" + only + "'");
   }
-  std::printf("\ndemo CNN, batches of 64 [1x28x28]: %d rounds of %lld synthetic batches timed after %lld "
-              "warm-up batches, each pass in a child process from the same state\n",
-              rounds, static_cast<long long>(batch_count), static_cast<long long>(warmup));
+  std::printf(
+      "\ndemo CNN, batches of 64 [1x28x28]: %d rounds of %lld synthetic batches timed after %lld "
+      "warm-up batches, each pass in a child process from the same state\n",
+      rounds, static_cast<long long>(batch_count), static_cast<long long>(warmup));
   std::fflush(stdout);
   // Each round runs every variant once, in an order shuffled anew, all on
   // one heap layout drawn for the round (so each ratio compares like with like).
@@ -247,26 +269,27 @@ void run_ratios(int64_t batch_count, int64_t warmup, int rounds, const std::stri
       rows[i].ratios.push_back(ms[i] / ms[rows[i].baseline]);
     }
   }
-  std::printf("%-26s %10s %8s %16s  %-14s %6s %6s %7s\n", "variant", "ms/batch", "ratio", "ratio IQR", "target",
-              "user", "sys", "faults");
+  std::printf("%-26s %10s %8s %16s  %-14s %6s %6s %7s\n", "variant", "ms/batch", "ratio", "ratio IQR", "target", "user",
+              "sys", "faults");
   for (auto& row : rows) {
     const double ratio = median(row.ratios);
     std::sort(row.ratios.begin(), row.ratios.end());
     const double q1 = row.ratios[row.ratios.size() / 4];
     const double q3 = row.ratios[(row.ratios.size() * 3) / 4];
-    std::string verdict = row.variant == Variant::kPlain || row.variant == Variant::kPlainCadenceWindow
-                              ? "baseline"
-                              : "reported";
+    std::string verdict =
+        row.variant == Variant::kPlain || row.variant == Variant::kPlainCadenceWindow ? "baseline" : "reported";
     if (row.target) verdict = std::string(row.target) + (ratio <= row.max_ratio ? "  met" : "  MISSED");
-    std::printf("%-26s %10.3f %8.3f   [%5.3f, %5.3f]  %-14s %6.2f %6.2f %7.0f\n", row.name, median(row.ms), ratio,
-                q1, q3, verdict.c_str(), median(row.user_ms), median(row.sys_ms), median(row.faults));
+    std::printf("%-26s %10.3f %8.3f   [%5.3f, %5.3f]  %-14s %6.2f %6.2f %7.0f\n", row.name, median(row.ms), ratio, q1,
+                q3, verdict.c_str(), median(row.user_ms), median(row.sys_ms), median(row.faults));
   }
   const auto& live = rows[cadence];
-  std::printf("user, sys: medians of the training thread's user and system ms a timed batch; faults: its minor page "
-              "faults a batch\n");
-  std::printf("default live updates: timed from the end of the session's first publish to the end of its second "
-              "(%.1f captures a pass, guards the ratio: 0 would mean nothing was published)\n",
-              static_cast<double>(live.seen) / rounds);
+  std::printf(
+      "user, sys: medians of the training thread's user and system ms a timed batch; faults: its minor page "
+      "faults a batch\n");
+  std::printf(
+      "default live updates: timed from the end of the session's first publish to the end of its second "
+      "(%.1f captures a pass, guards the ratio: 0 would mean nothing was published)\n",
+      static_cast<double>(live.seen) / rounds);
 }
 
 // Where folding's time goes: the engine on the demo's largest activation
@@ -283,16 +306,18 @@ void run_fold_parts() {
   const double add = time_ms([&] { accumulator.add(x); });
   const double slots = time_ms([&] { nansense::stats::slot_index(x); });
   const double to_double = time_ms([&] { (void)x.to(torch::kDouble).sum(); });
-  std::printf("\nfolding one [64,16,28,28] float tensor (802816 values): TensorAccumulator::add %.2f ms, of which "
-              "slot_index (searchsorted binning) %.2f ms; a float64 copy + sum alone %.2f ms\n",
-              add, slots, to_double);
+  std::printf(
+      "\nfolding one [64,16,28,28] float tensor (802816 values): TensorAccumulator::add %.2f ms, of which "
+      "slot_index (searchsorted binning) %.2f ms; a float64 copy + sum alone %.2f ms\n",
+      add, slots, to_double);
   nansense::stats::ExtremeGallery gallery{nansense::stats::GallerySettings{}};
   const auto input = torch::rand({64, 1, 28, 28});
   int64_t batch = 0;
   const double gallery_ms = time_ms([&] { gallery.add(x, input, batch++); });
-  std::printf("Min/Max galleries of it (max and min pixel, 5 inputs x 16 channels): ExtremeGallery::add %.2f ms; "
-              "they hold %.1f KiB (%.1f KiB per channel)\n",
-              gallery_ms, gallery.bytes() / 1024.0, gallery.bytes() / 1024.0 / 16);
+  std::printf(
+      "Min/Max galleries of it (max and min pixel, 5 inputs x 16 channels): ExtremeGallery::add %.2f ms; "
+      "they hold %.1f KiB (%.1f KiB per channel)\n",
+      gallery_ms, gallery.bytes() / 1024.0, gallery.bytes() / 1024.0 / 16);
 }
 
 // 100 Linear + ReLU pairs: 200 layers (plus the input and the loss-side ops).
@@ -314,9 +339,8 @@ void run_memory(int64_t epochs, int64_t width) {
   torch::manual_seed(0);
   DeepMlp model(width);
   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(1e-3));
-  auto session = nansense::start(model, nansense::StartOptions()
-                                            .optimizer(&optimizer)
-                                            .stats_scope(nansense::StatsScope::kAll));
+  auto session =
+      nansense::start(model, nansense::StartOptions().optimizer(&optimizer).stats_scope(nansense::StatsScope::kAll));
   session.detach();
   std::vector<Batch> train = {{torch::randn({32, width}), torch::randn({32, width})}};
   std::vector<Batch> val = {{torch::randn({32, width}), torch::randn({32, width})}};
@@ -354,7 +378,8 @@ int main(int argc, char** argv) {
   int64_t epochs = 100;
   std::string only;
   CLI::App app{"Statistics over time: cost on the demo CNN and memory for a 200-layer network."};
-  app.add_option("--batches", batch_count, "Batches per timed pass (the default-cadence row is timed over whole update periods instead)")
+  app.add_option("--batches", batch_count,
+                 "Batches per timed pass (the default-cadence row is timed over whole update periods instead)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_option("--warmup", warmup, "Batches each pass runs before its clock starts")
@@ -363,8 +388,9 @@ int main(int argc, char** argv) {
   app.add_option("--rounds", rounds, "Rounds; each times every variant once, in a shuffled order")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  app.add_option("--epochs", epochs, "Epochs of the 200-layer memory run")->capture_default_str()->check(
-      CLI::PositiveNumber);
+  app.add_option("--epochs", epochs, "Epochs of the 200-layer memory run")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--only", only, "Time one variant by its row name (e.g. \"3 watched, every batch\"), for a profiler");
   CLI11_PARSE(app, argc, argv);
 
@@ -372,8 +398,9 @@ int main(int argc, char** argv) {
   torch::manual_seed(0);
   settle_allocator();
   std::printf("nansense statistics over time\n");
-  std::printf("torch threads: 1; times are the training thread's CPU time; ratio = median over rounds of "
-              "(variant / plain loop of the same round)\n");
+  std::printf(
+      "torch threads: 1; times are the training thread's CPU time; ratio = median over rounds of "
+      "(variant / plain loop of the same round)\n");
   run_ratios(batch_count, warmup, rounds, only);
   if (!only.empty()) return 0;
   run_fold_parts();

@@ -124,14 +124,17 @@ void bench_jump(int jumps, const fs::path& dir) {
   auto val = synthetic_batches(2, 64);
   auto session = nansense::start(model, nansense::StartOptions().optimizer(&optimizer).scheduler(&scheduler));
   std::thread trainer([&] {
-    session.epochs(3, [&](int64_t) {
-      model->train();
-      for (auto& b : session.batches(train, "train")) train_step(model, optimizer, b);
-      torch::NoGradGuard no_grad;
-      model->eval();
-      for (auto& b : session.batches(val, "val")) model->forward(b.data);
-      scheduler.step();
-    }, nansense::EpochOptions().cache_dir((dir / "jump").string()));
+    session.epochs(
+        3,
+        [&](int64_t) {
+          model->train();
+          for (auto& b : session.batches(train, "train")) train_step(model, optimizer, b);
+          torch::NoGradGuard no_grad;
+          model->eval();
+          for (auto& b : session.batches(val, "val")) model->forward(b.data);
+          scheduler.step();
+        },
+        nansense::EpochOptions().cache_dir((dir / "jump").string()));
     session.close();
   });
   const auto wait = std::chrono::seconds(60);

@@ -22,8 +22,7 @@ namespace {
 
 struct Fixture {
   fuzz::TrainedModel trained;
-  time_travel::TrainingRestorer restorer{*trained.model, {trained.optimizer.get()}, nullptr,
-                                         {[] {}, [] {}, [] {}}};
+  time_travel::TrainingRestorer restorer{*trained.model, {trained.optimizer.get()}, nullptr, {[] {}, [] {}, [] {}}};
   std::string folder = fuzz::scratch_dir() + "/cache";
   state::StateFile seed;
 

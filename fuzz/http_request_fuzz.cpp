@@ -10,7 +10,7 @@
 #include <string_view>
 
 #include "fuzz/served_session.h"
-#include "server/waiting_requests.h"
+#include "server/http/waiting_requests.h"
 
 using namespace nansense;
 

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "fuzz/served_session.h"
-#include "server/waiting_requests.h"
+#include "server/http/waiting_requests.h"
 
 using namespace nansense;
 

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "fuzz/served_session.h"
-#include "server/commands.h"
-#include "server/waiting_requests.h"
+#include "server/controller/commands.h"
+#include "server/http/waiting_requests.h"
 
 using namespace nansense;
 
@@ -44,8 +44,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   server::HttpRequest request;
   if (get) {
     // The query as a browser sends it: the transport splits and decodes it.
-    const auto parsed = server::parse_request("GET " + command.rest->path + "?" + rest +
-                                              " HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n\r\n");
+    const auto parsed =
+        server::parse_request("GET " + command.rest->path + "?" + rest + " HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n\r\n");
     if (parsed.outcome != server::ParsedRequest::Outcome::kRequest) return 0;
     request = parsed.request;
   } else {

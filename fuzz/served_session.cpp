@@ -226,8 +226,8 @@ void check_response(const server::HttpResponse& response, std::string_view what)
     }
     if (name == "X-Nansense-Render") check_text(value, what);
   }
-  const bool json_reply = response.content_type == "application/json" ||
-                          response.content_type.rfind("text/event-stream", 0) == 0;
+  const bool json_reply =
+      response.content_type == "application/json" || response.content_type.rfind("text/event-stream", 0) == 0;
   if (json_reply && !response.body.empty()) check_text(response.body, what);
 }
 

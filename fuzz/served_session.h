@@ -11,7 +11,7 @@
 #include <string>
 #include <string_view>
 
-#include "server/http_server.h"
+#include "server/http/http_server.h"
 #include "server/server.h"
 
 namespace nansense::fuzz {

@@ -35,17 +35,26 @@ std::string file_of(const uint8_t* data, size_t size, const state::StateFile& se
     const uint8_t what = data[at] % 5, arg = data[at + 2];
     Section& s = sections[data[at + 1] % sections.size()];
     switch (what) {
-      case 0: sections.erase(sections.begin() + (&s - sections.data())); break;
-      case 1: s.bytes = sections[arg % sections.size()].bytes; break;
-      case 2: s.bytes.resize(s.bytes.size() * arg / 256); break;
+      case 0:
+        sections.erase(sections.begin() + (&s - sections.data()));
+        break;
+      case 1:
+        s.bytes = sections[arg % sections.size()].bytes;
+        break;
+      case 2:
+        s.bytes.resize(s.bytes.size() * arg / 256);
+        break;
       case 3: {
         const auto names = seed.section_names();
         const std::string name = arg % (names.size() + 1) == names.size() ? "extra" : names[arg % (names.size() + 1)];
-        const bool taken = std::any_of(sections.begin(), sections.end(), [&](const Section& o) { return o.name == name; });
+        const bool taken =
+            std::any_of(sections.begin(), sections.end(), [&](const Section& o) { return o.name == name; });
         if (!taken) s.name = name;
         break;
       }
-      case 4: kind = arg % 3 == 0 ? "checkpoint" : arg % 3 == 1 ? "nan-capsule" : "other"; break;
+      case 4:
+        kind = arg % 3 == 0 ? "checkpoint" : arg % 3 == 1 ? "nan-capsule" : "other";
+        break;
     }
   }
   state::StateFile file(kind);

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "fuzz/served_session.h"
-#include "server/push_channel.h"
+#include "server/http/push_channel.h"
 
 using namespace nansense;
 

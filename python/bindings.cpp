@@ -20,7 +20,7 @@
 #include "numerics/capsule.h"
 #include "nansense/nansense.h"
 #include "numerics/debug_json.h"
-#include "server/controller.h"
+#include "server/controller/controller.h"
 #include "session/session_access.h"
 #include "session/session_port.h"
 #include "session/stats_collector.h"
@@ -33,9 +33,7 @@ namespace {
 
 using MeanStd = std::variant<std::vector<double>, std::map<std::string, std::vector<double>>>;
 
-py::object from_json(const nlohmann::json& j) {
-  return py::module_::import("json").attr("loads")(j.dump());
-}
+py::object from_json(const nlohmann::json& j) { return py::module_::import("json").attr("loads")(j.dump()); }
 
 py::dict position_dict(const BatchPosition& p) { return from_json(common::to_json(p)); }
 
@@ -379,8 +377,7 @@ class Engine {
   // The Python optimizer's and scheduler's state_dict(), in every
   // checkpoint and NaN capsule from now on.
   void set_state_adapter(const std::string& kind, py::object save, py::object load) {
-    core_->restorer().set_default_adapter(
-        std::make_shared<PythonStateAdapter>(kind, std::move(save), std::move(load)));
+    core_->restorer().set_default_adapter(std::make_shared<PythonStateAdapter>(kind, std::move(save), std::move(load)));
   }
 
   // transform: None, a callable, or a dict of input name -> callable
@@ -636,7 +633,9 @@ class Engine {
     return from_json(controller_->set_update_frequency(unit, n, phase));
   }
   py::object set_stats_scope(const std::string& scope) { return from_json(controller_->set_stats_scope(scope)); }
-  py::object watch_layers(const std::vector<std::string>& layers) { return from_json(controller_->watch_layers(layers)); }
+  py::object watch_layers(const std::vector<std::string>& layers) {
+    return from_json(controller_->watch_layers(layers));
+  }
   py::object unwatch_layers(const std::vector<std::string>& layers) {
     return from_json(controller_->unwatch_layers(layers));
   }
@@ -739,7 +738,9 @@ class Engine {
     py::gil_scoped_release release;
     return call_json([&] { return controller_->clear_perturbations(wait(wait_s)); });
   }
-  py::object set_auto_run_experiments(bool enabled) { return from_json(controller_->set_auto_run_experiments(enabled)); }
+  py::object set_auto_run_experiments(bool enabled) {
+    return from_json(controller_->set_auto_run_experiments(enabled));
+  }
   py::object set_experiment_defaults(const std::string& kind, const std::string& params) {
     return from_json(controller_->set_experiment_defaults(kind, nlohmann::json::parse(params)));
   }
@@ -759,7 +760,7 @@ class Engine {
     return server::Controller::Wait(static_cast<int64_t>(seconds * 1000));
   }
   // A controller call made with the GIL released: its JSON reply converted
-  // once the GIL is back (its refusal passes through as a ControllerError).
+  // once the GIL is back (its refusal passes through as a Refusal).
   template <class F>
   py::object call_json(F&& f) {
     nlohmann::json reply = f();
@@ -844,10 +845,10 @@ PYBIND11_MODULE(_nansense, m) {
       py::set_error(time_travel_error, e.what());
     } catch (const nansense::CapsuleError& e) {
       py::set_error(capsule_error, e.what());
-    } catch (const nansense::server::ControllerError& e) {
+    } catch (const nansense::common::Refusal& e) {
       // The UI's refusals: a wrong argument is a ValueError (naming it), the
       // others (not paused, nothing pinned) a ControlError.
-      if (e.kind() == nansense::server::ControllerError::Kind::kConflict) {
+      if (e.kind() == nansense::common::Refusal::Kind::kConflict) {
         py::set_error(control_error, e.what());
       } else {
         PyErr_SetString(PyExc_ValueError, e.what());
@@ -875,10 +876,12 @@ PYBIND11_MODULE(_nansense, m) {
 
   using nansense::python::ReplayedCapsule;
   py::class_<ReplayedCapsule>(m, "ReplayedCapsule")
-      .def_property_readonly("position",
-                             [](const ReplayedCapsule& c) { return nansense::python::position_dict(c.capsule.position); })
-      .def_property_readonly("batch", [](const ReplayedCapsule& c) { return nansense::python::clones(c.capsule.batch); })
-      .def_property_readonly("gradients", [](const ReplayedCapsule& c) { return nansense::python::clones(c.capsule.gradients); })
+      .def_property_readonly(
+          "position", [](const ReplayedCapsule& c) { return nansense::python::position_dict(c.capsule.position); })
+      .def_property_readonly("batch",
+                             [](const ReplayedCapsule& c) { return nansense::python::clones(c.capsule.batch); })
+      .def_property_readonly("gradients",
+                             [](const ReplayedCapsule& c) { return nansense::python::clones(c.capsule.gradients); })
       .def_property_readonly("reasons", [](const ReplayedCapsule& c) { return c.capsule.reasons; })
       .def_property_readonly("notes", [](const ReplayedCapsule& c) { return c.capsule.notes; })
       .def_property_readonly("num_threads", [](const ReplayedCapsule& c) { return c.capsule.num_threads; })

@@ -18,8 +18,8 @@ namespace nansense::python {
 // root has path "".
 struct ModuleSpec {
   std::string path;
-  std::string kind;         // type(module).__name__: "Conv2d"
-  std::string description;  // "Conv2d(1, 16, kernel_size=(3, 3), stride=(1, 1))"
+  std::string kind;                                               // type(module).__name__: "Conv2d"
+  std::string description;                                        // "Conv2d(1, 16, kernel_size=(3, 3), stride=(1, 1))"
   std::vector<std::pair<std::string, torch::Tensor>> parameters;  // own, not recursive
   std::vector<std::pair<std::string, torch::Tensor>> buffers;
 };

@@ -73,9 +73,11 @@ torch::Device parse_device(const std::string& name) {
     throw std::invalid_argument("unknown device '" + name + "': use cpu, cuda or cuda:N");
   }
   if (device->is_cpu()) return *device;
-  if (!device->is_cuda()) throw std::invalid_argument("device '" + name + "' is not supported: use cpu, cuda or cuda:N");
+  if (!device->is_cuda())
+    throw std::invalid_argument("device '" + name + "' is not supported: use cpu, cuda or cuda:N");
   if (!torch::cuda::is_available()) {
-    throw std::invalid_argument("--device " + name + ": this LibTorch has no CUDA device (a CPU-only build, or no GPU " +
+    throw std::invalid_argument("--device " + name +
+                                ": this LibTorch has no CUDA device (a CPU-only build, or no GPU " +
                                 "visible); use --device cpu");
   }
   const auto count = static_cast<int64_t>(torch::cuda::device_count());

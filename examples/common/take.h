@@ -29,9 +29,7 @@ class Take {
       if (--left_ > 0) ++it_;
       return *this;
     }
-    friend bool operator==(const iterator& a, const sentinel& s) {
-      return a.left_ == 0 || a.it_ == s.end;
-    }
+    friend bool operator==(const iterator& a, const sentinel& s) { return a.left_ == 0 || a.it_ == s.end; }
 
    private:
     friend class Take;
@@ -40,8 +38,7 @@ class Take {
     int64_t left_;
   };
 
-  Take(Range& range, int64_t limit)
-      : range_(range), limit_(limit > 0 ? limit : std::numeric_limits<int64_t>::max()) {}
+  Take(Range& range, int64_t limit) : range_(range), limit_(limit > 0 ? limit : std::numeric_limits<int64_t>::max()) {}
 
   iterator begin() { return iterator(std::begin(range_), limit_); }
   sentinel end() { return {std::end(range_)}; }

@@ -18,8 +18,7 @@ constexpr uint32_t kSide = 28;
 constexpr uint32_t kMaxCount = 1'000'000;
 
 [[noreturn]] void fail(const std::string& path, const std::string& why) {
-  throw std::runtime_error(path + ": " + why +
-                           " (install dataset-fashion-mnist or pass --data-dir)");
+  throw std::runtime_error(path + ": " + why + " (install dataset-fashion-mnist or pass --data-dir)");
 }
 
 // One gzip'd IDX file, read front to back.
@@ -43,8 +42,7 @@ class IdxReader {
 
   void expect(uint32_t value, uint32_t expected, const char* what) {
     if (value != expected) {
-      fail(path_, std::string("bad ") + what + " " + std::to_string(value) + ", expected " +
-                      std::to_string(expected));
+      fail(path_, std::string("bad ") + what + " " + std::to_string(value) + ", expected " + std::to_string(expected));
     }
   }
 
@@ -100,8 +98,7 @@ FashionMnist::FashionMnist(const std::string& dir, Split split) {
   labels_ = read_labels(prefix + "-labels-idx1-ubyte.gz");
   if (images_.size(0) != labels_.size(0)) {
     fail(prefix + "-labels-idx1-ubyte.gz",
-         std::to_string(labels_.size(0)) + " labels for " + std::to_string(images_.size(0)) +
-             " images");
+         std::to_string(labels_.size(0)) + " labels for " + std::to_string(images_.size(0)) + " images");
   }
 }
 
@@ -109,6 +106,4 @@ torch::data::Example<> FashionMnist::get(size_t index) {
   return {images_[static_cast<int64_t>(index)], labels_[static_cast<int64_t>(index)]};
 }
 
-torch::optional<size_t> FashionMnist::size() const {
-  return static_cast<size_t>(images_.size(0));
-}
+torch::optional<size_t> FashionMnist::size() const { return static_cast<size_t>(images_.size(0)); }

@@ -49,7 +49,7 @@ struct Flags {
   double snapshot_budget_mib = static_cast<double>(nansense::StartOptions::kDefaultSnapshotBudget) / (1 << 20);
   std::string device_name = "cpu";
   std::string dtype_name = "float32";
-  torch::Device device = torch::kCPU;               // parsed from device_name
+  torch::Device device = torch::kCPU;             // parsed from device_name
   std::optional<c10::ScalarType> autocast_dtype;  // parsed from dtype_name; none: float32
 };
 
@@ -171,7 +171,8 @@ int main(int argc, char** argv) {
   app.add_flag("--no-browser", flags.no_browser, "Do not open a browser tab");
   app.add_flag("--detach", flags.detach, "Train without pausing (the UI stays live)");
   app.add_option("--limit-batches", flags.limit_batches, "Cap batches per phase (0 = all)")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--data-dir", flags.data_dir, "Directory of the Fashion-MNIST .gz files")->capture_default_str();
   app.add_flag("--exit-when-done", flags.exit_when_done, "Exit after training instead of keeping the UI up");
   app.add_flag("--nan", flags.nan, "Train with a per-class loss that turns NaN when a batch lacks a class");
@@ -188,7 +189,8 @@ int main(int argc, char** argv) {
   app.add_option("--cache-dir", flags.cache_dir,
                  "Time-travel checkpoint folder, kept after the run (default: a temp folder removed at exit)");
   app.add_option("--start-epoch", flags.start_epoch, "Resume at this epoch from --cache-dir's checkpoint")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--device", flags.device_name, "Where the model trains: cpu, cuda or cuda:N")->capture_default_str();
   app.add_option("--dtype", flags.dtype_name,
                  "Forward precision: float32, or float16/bfloat16 autocast (mixed precision; on the CPU "
@@ -222,9 +224,8 @@ int main(int argc, char** argv) {
   const int64_t train_count = phase_batches(*train_set->size(), flags.batch_size, flags.limit_batches);
   const int64_t val_count = phase_batches(*val_set->size(), flags.batch_size, flags.limit_batches);
 
-  auto train_loader = torch::data::make_data_loader(
-      std::move(*train_set).map(torch::data::transforms::Stack<>()),
-      torch::data::DataLoaderOptions().batch_size(flags.batch_size));
+  auto train_loader = torch::data::make_data_loader(std::move(*train_set).map(torch::data::transforms::Stack<>()),
+                                                    torch::data::DataLoaderOptions().batch_size(flags.batch_size));
   auto val_loader = torch::data::make_data_loader<torch::data::samplers::SequentialSampler>(
       std::move(*val_set).map(torch::data::transforms::Stack<>()),
       torch::data::DataLoaderOptions().batch_size(flags.batch_size));
@@ -234,21 +235,21 @@ int main(int argc, char** argv) {
   torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(1e-3));
   torch::optim::StepLR scheduler(optimizer, /*step_size=*/1, /*gamma=*/0.7);
 
-  auto session = nansense::start(
-      model, nansense::StartOptions()
-                 .optimizer(&optimizer)
-                 .scheduler(&scheduler)
-                 .epochs(flags.epochs)
-                 .phases(nansense::PhaseCounts{{"train", train_count}, {"val", val_count}})
-                 .port(flags.port)
-                 .host(flags.host)
-                 .open_browser(!flags.no_browser)
-                 .input_mean({kFashionMnistMean})
-                 .input_std({kFashionMnistStd})
-                 .debug(nansense::DebugSettings().capsule_dir(flags.capsule_dir))
-                 .snapshot_budget(static_cast<int64_t>(flags.snapshot_budget_mib * (1 << 20)))
-                 // The conv and linear layers collect statistics over time (the Stats page).
-                 .watch({"features.0", "features.3", "classifier.1", "classifier.4"}));
+  auto session =
+      nansense::start(model, nansense::StartOptions()
+                                 .optimizer(&optimizer)
+                                 .scheduler(&scheduler)
+                                 .epochs(flags.epochs)
+                                 .phases(nansense::PhaseCounts{{"train", train_count}, {"val", val_count}})
+                                 .port(flags.port)
+                                 .host(flags.host)
+                                 .open_browser(!flags.no_browser)
+                                 .input_mean({kFashionMnistMean})
+                                 .input_std({kFashionMnistStd})
+                                 .debug(nansense::DebugSettings().capsule_dir(flags.capsule_dir))
+                                 .snapshot_budget(static_cast<int64_t>(flags.snapshot_budget_mib * (1 << 20)))
+                                 // The conv and linear layers collect statistics over time (the Stats page).
+                                 .watch({"features.0", "features.3", "classifier.1", "classifier.4"}));
 
   if (flags.instruments) {
     // Drawn under each watched layer's card: how many standard deviations
@@ -322,11 +323,10 @@ int main(int argc, char** argv) {
     if (stop_signal.requested()) return;
     scheduler.step();
 
-    std::cout << "epoch " << epoch + 1 << "/" << flags.epochs
-              << "  train loss " << train_loss / std::max<int64_t>(train_seen, 1)
-              << "  val loss " << val_loss / std::max<int64_t>(val_seen, 1)
-              << "  val accuracy " << std::setprecision(2) << 100.0 * correct / std::max<int64_t>(total, 1)
-              << "%" << std::setprecision(4) << std::endl;
+    std::cout << "epoch " << epoch + 1 << "/" << flags.epochs << "  train loss "
+              << train_loss / std::max<int64_t>(train_seen, 1) << "  val loss "
+              << val_loss / std::max<int64_t>(val_seen, 1) << "  val accuracy " << std::setprecision(2)
+              << 100.0 * correct / std::max<int64_t>(total, 1) << "%" << std::setprecision(4) << std::endl;
   };
   try {
     session.epochs(flags.epochs, train_epoch,

@@ -8,13 +8,11 @@
 struct FashionCnnImpl : torch::nn::Module {
   FashionCnnImpl() {
     using namespace torch::nn;
-    features = register_module(
-        "features",
-        Sequential(Conv2d(Conv2dOptions(1, 16, 3).padding(1)), ReLU(), MaxPool2d(2),
-                   Conv2d(Conv2dOptions(16, 32, 3).padding(1)), ReLU(), MaxPool2d(2)));
-    classifier = register_module(
-        "classifier",
-        Sequential(Flatten(), Linear(32 * 7 * 7, 64), ReLU(), Dropout(0.25), Linear(64, 10)));
+    features =
+        register_module("features", Sequential(Conv2d(Conv2dOptions(1, 16, 3).padding(1)), ReLU(), MaxPool2d(2),
+                                               Conv2d(Conv2dOptions(16, 32, 3).padding(1)), ReLU(), MaxPool2d(2)));
+    classifier = register_module("classifier",
+                                 Sequential(Flatten(), Linear(32 * 7 * 7, 64), ReLU(), Dropout(0.25), Linear(64, 10)));
   }
 
   torch::Tensor forward(const torch::Tensor& x) {

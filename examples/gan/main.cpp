@@ -51,12 +51,12 @@ struct GanImpl : torch::nn::Module {
       : G(register_module("G", torch::nn::Sequential(torch::nn::Linear(kNoise, kHidden), torch::nn::ReLU(),
                                                      torch::nn::Linear(kHidden, kHidden), torch::nn::ReLU(),
                                                      torch::nn::Linear(kHidden, 2)))),
-        D(register_module(
-            "D", torch::nn::Sequential(torch::nn::Linear(2, kHidden),
-                                       torch::nn::LeakyReLU(torch::nn::LeakyReLUOptions().negative_slope(0.2)),
-                                       torch::nn::Linear(kHidden, kHidden),
-                                       torch::nn::LeakyReLU(torch::nn::LeakyReLUOptions().negative_slope(0.2)),
-                                       torch::nn::Linear(kHidden, 1)))) {}
+        D(register_module("D",
+                          torch::nn::Sequential(torch::nn::Linear(2, kHidden),
+                                                torch::nn::LeakyReLU(torch::nn::LeakyReLUOptions().negative_slope(0.2)),
+                                                torch::nn::Linear(kHidden, kHidden),
+                                                torch::nn::LeakyReLU(torch::nn::LeakyReLUOptions().negative_slope(0.2)),
+                                                torch::nn::Linear(kHidden, 1)))) {}
   torch::nn::Sequential G, D;  // D gives logits
 };
 TORCH_MODULE(Gan);
@@ -124,7 +124,8 @@ int main(int argc, char** argv) {
   app.add_flag("--no-browser", flags.no_browser, "Do not open a browser tab");
   app.add_flag("--detach", flags.detach, "Train without pausing (the UI stays live)");
   app.add_option("--limit-batches", flags.limit_batches, "Cap batches per epoch (0 = all)")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--exit-when-done", flags.exit_when_done, "Exit after training instead of keeping the UI up");
   CLI11_PARSE(app, argc, argv);
 
@@ -155,45 +156,47 @@ int main(int argc, char** argv) {
   std::cout << std::fixed << std::setprecision(4);
   // The time-travel epoch loop checkpoints both optimizers at every epoch start,
   // in a folder of this run's own.
-  const auto cache_dir =
-      std::filesystem::temp_directory_path() / ("nansense_gan_" + std::to_string(::getpid()));
-  session.epochs(flags.epochs, [&](int64_t epoch) {
-    if (stop_signal.requested()) return;
-    // A fresh shuffle of the real points each epoch, cut into batches.
-    std::vector<torch::Tensor> real_batches =
-        real_points.index_select(0, torch::randperm(kPoints)).split(flags.batch_size);
-    Take data(real_batches, flags.limit_batches);
-    double d_total = 0, g_total = 0;
-    int64_t seen = 0;
-    for (auto& real : session.batches(data, "train", epoch)) {
-      if (stop_signal.requested()) break;
-      // The discriminator: real points are 1, generated ones 0; G is not
-      // trained by this loss (detach).
-      d_opt.zero_grad();
-      auto real_logits = gan->D->forward(real);
-      auto fake = gan->G->forward(torch::randn({real.size(0), kNoise}));
-      auto fake_logits = gan->D->forward(fake.detach());
-      auto d_loss = bce(real_logits, 1.0) + bce(fake_logits, 0.0);
-      d_loss.backward();
-      d_opt.step();
+  const auto cache_dir = std::filesystem::temp_directory_path() / ("nansense_gan_" + std::to_string(::getpid()));
+  session.epochs(
+      flags.epochs,
+      [&](int64_t epoch) {
+        if (stop_signal.requested()) return;
+        // A fresh shuffle of the real points each epoch, cut into batches.
+        std::vector<torch::Tensor> real_batches =
+            real_points.index_select(0, torch::randperm(kPoints)).split(flags.batch_size);
+        Take data(real_batches, flags.limit_batches);
+        double d_total = 0, g_total = 0;
+        int64_t seen = 0;
+        for (auto& real : session.batches(data, "train", epoch)) {
+          if (stop_signal.requested()) break;
+          // The discriminator: real points are 1, generated ones 0; G is not
+          // trained by this loss (detach).
+          d_opt.zero_grad();
+          auto real_logits = gan->D->forward(real);
+          auto fake = gan->G->forward(torch::randn({real.size(0), kNoise}));
+          auto fake_logits = gan->D->forward(fake.detach());
+          auto d_loss = bce(real_logits, 1.0) + bce(fake_logits, 0.0);
+          d_loss.backward();
+          d_opt.step();
 
-      // The generator: make D call its points real.
-      g_opt.zero_grad();
-      auto g_loss = bce(gan->D->forward(fake), 1.0);
-      g_loss.backward();
-      g_opt.step();
+          // The generator: make D call its points real.
+          g_opt.zero_grad();
+          auto g_loss = bce(gan->D->forward(fake), 1.0);
+          g_loss.backward();
+          g_opt.step();
 
-      const double d_value = d_loss.item<double>(), g_value = g_loss.item<double>();
-      session.log_scalar("d_loss", d_value);
-      session.log_scalar("g_loss", g_value);
-      d_total += d_value;
-      g_total += g_value;
-      ++seen;
-    }
-    if (stop_signal.requested()) return;
-    report_quality(gan, epoch, flags.epochs, d_total / std::max<int64_t>(seen, 1),
-                   g_total / std::max<int64_t>(seen, 1));
-  }, nansense::EpochOptions().cache_dir(cache_dir.string()));
+          const double d_value = d_loss.item<double>(), g_value = g_loss.item<double>();
+          session.log_scalar("d_loss", d_value);
+          session.log_scalar("g_loss", g_value);
+          d_total += d_value;
+          g_total += g_value;
+          ++seen;
+        }
+        if (stop_signal.requested()) return;
+        report_quality(gan, epoch, flags.epochs, d_total / std::max<int64_t>(seen, 1),
+                       g_total / std::max<int64_t>(seen, 1));
+      },
+      nansense::EpochOptions().cache_dir(cache_dir.string()));
   session.close();
   std::error_code ignored;
   std::filesystem::remove_all(cache_dir, ignored);

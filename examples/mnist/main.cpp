@@ -47,8 +47,8 @@ struct Net : torch::nn::Module {
 };
 
 template <typename DataLoader>
-void train(size_t epoch, Net& model, torch::Device device, DataLoader& data_loader,
-           torch::optim::Optimizer& optimizer, size_t dataset_size) {
+void train(size_t epoch, Net& model, torch::Device device, DataLoader& data_loader, torch::optim::Optimizer& optimizer,
+           size_t dataset_size) {
   model.train();
   size_t batch_idx = 0;
   for (auto& batch : data_loader) {
@@ -107,8 +107,8 @@ int main(int argc, char** argv) {
                            .map(torch::data::transforms::Normalize<>(0.1307, 0.3081))
                            .map(torch::data::transforms::Stack<>());
   const size_t train_dataset_size = train_dataset.size().value();
-  auto train_loader =
-      torch::data::make_data_loader<torch::data::samplers::SequentialSampler>(std::move(train_dataset), train_batch_size);
+  auto train_loader = torch::data::make_data_loader<torch::data::samplers::SequentialSampler>(std::move(train_dataset),
+                                                                                              train_batch_size);
 
   auto test_dataset = torch::data::datasets::MNIST(data_root, torch::data::datasets::MNIST::Mode::kTest)
                           .map(torch::data::transforms::Normalize<>(0.1307, 0.3081))
@@ -118,13 +118,13 @@ int main(int argc, char** argv) {
 
   torch::optim::SGD optimizer(model.parameters(), torch::optim::SGDOptions(0.01).momentum(0.5));
 
-  auto session = nansense::start(model, nansense::StartOptions()           // nansense
-                                            .optimizer(&optimizer)           // nansense
-                                            .port(port)                      // nansense
-                                            .input_mean({0.1307})            // nansense
-                                            .input_std({0.3081}));           // nansense
-  auto train_batches = session.batches(*train_loader, "train");            // nansense
-  auto test_batches = session.batches(*test_loader, "test");               // nansense
+  auto session = nansense::start(model, nansense::StartOptions()    // nansense
+                                            .optimizer(&optimizer)  // nansense
+                                            .port(port)             // nansense
+                                            .input_mean({0.1307})   // nansense
+                                            .input_std({0.3081}));  // nansense
+  auto train_batches = session.batches(*train_loader, "train");     // nansense
+  auto test_batches = session.batches(*test_loader, "test");        // nansense
 
   for (size_t epoch = 1; epoch <= epochs; ++epoch) {
     train(epoch, model, device, train_batches, optimizer, train_dataset_size);  // was *train_loader

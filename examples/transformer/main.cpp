@@ -129,18 +129,21 @@ int main(int argc, char** argv) {
   app.add_flag("--no-browser", flags.no_browser, "Do not open a browser tab");
   app.add_flag("--detach", flags.detach, "Train without pausing (the UI stays live)");
   app.add_option("--limit-batches", flags.limit_batches, "Cap batches per phase (0 = all)")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--exit-when-done", flags.exit_when_done, "Exit after training instead of keeping the UI up");
   app.add_flag("--nan", flags.nan,
                "Pad out one sample of a training batch of epoch 0 completely: softmax over its all -inf "
                "attention scores returns NaN");
   app.add_option("--nan-batch", flags.nan_batch, "The training batch of epoch 0 that --nan spoils")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--capsule-dir", flags.capsule_dir, "Where NaN capsules are written")->capture_default_str();
   app.add_option("--cache-dir", flags.cache_dir,
                  "Time-travel checkpoint folder, kept after the run (default: a temp folder removed at exit)");
   app.add_option("--start-epoch", flags.start_epoch, "Resume at this epoch from --cache-dir's checkpoint")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
 
   const bool own_cache = flags.cache_dir.empty();
@@ -233,9 +236,8 @@ int main(int argc, char** argv) {
     std::cout << "epoch " << epoch + 1 << "/" << flags.epochs << "  train loss "
               << train_loss / std::max<int64_t>(train_seen, 1) << "  train accuracy " << std::setprecision(2)
               << 100.0 * train_correct / std::max<int64_t>(train_total, 1) << "%" << std::setprecision(4)
-              << "  val loss " << val_loss / std::max<int64_t>(val_seen, 1) << "  val accuracy "
-              << std::setprecision(2) << 100.0 * correct / std::max<int64_t>(total, 1) << "%"
-              << std::setprecision(4) << std::endl;
+              << "  val loss " << val_loss / std::max<int64_t>(val_seen, 1) << "  val accuracy " << std::setprecision(2)
+              << 100.0 * correct / std::max<int64_t>(total, 1) << "%" << std::setprecision(4) << std::endl;
   };
   try {
     session.epochs(flags.epochs, train_epoch,

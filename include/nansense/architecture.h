@@ -20,12 +20,12 @@ struct LayerInfo {
   enum class Role { kInput, kModule, kOp };
   std::string name;
   Role role = Role::kOp;
-  std::string kind;                      // "Conv2d", "relu", "input"
-  std::string module;                    // module path; empty for ops and inputs
-  std::vector<std::string> ops;          // the aten ops it ran, in order
-  std::vector<int64_t> output_shape;     // shape of its activation
-  std::string dtype;                     // dtype of its activation
-  std::vector<std::string> parameters;   // qualified parameter names it used
+  std::string kind;                     // "Conv2d", "relu", "input"
+  std::string module;                   // module path; empty for ops and inputs
+  std::vector<std::string> ops;         // the aten ops it ran, in order
+  std::vector<int64_t> output_shape;    // shape of its activation
+  std::string dtype;                    // dtype of its activation
+  std::vector<std::string> parameters;  // qualified parameter names it used
   // Its hyperparameters as a person reads them: the module's own printout
   // ("Conv2d(1, 16, kernel_size=[3, 3], ...)") or the op's literal arguments
   // ("max_pool2d(·, [2, 2], ...)", · standing for a tensor).
@@ -37,9 +37,9 @@ struct LayerInfo {
 };
 
 struct Architecture {
-  std::vector<LayerInfo> layers;                        // execution order
+  std::vector<LayerInfo> layers;                           // execution order
   std::vector<std::pair<std::string, std::string>> edges;  // producer -> consumer
-  std::vector<std::string> inputs;                      // names of input layers
+  std::vector<std::string> inputs;                         // names of input layers
 
   // The layer named `name`, or nullptr.
   const LayerInfo* find(const std::string& name) const;

@@ -53,8 +53,7 @@ template <class Data, class Target>
 struct BatchTraits<std::vector<torch::data::Example<Data, Target>>> {
   // The examples reach the model stacked: together they are one input layer.
   static constexpr bool kStacked = true;
-  static std::vector<torch::Tensor> inputs(
-      const std::vector<torch::data::Example<Data, Target>>& examples) {
+  static std::vector<torch::Tensor> inputs(const std::vector<torch::data::Example<Data, Target>>& examples) {
     std::vector<torch::Tensor> out;
     for (const auto& e : examples) {
       auto part = BatchTraits<torch::data::Example<Data, Target>>::inputs(e);
@@ -81,12 +80,12 @@ struct BatchTraits<std::tuple<Ts...>> {
     [&]<size_t... I>(std::index_sequence<I...>) {
       (
           [&] {
-            auto part = BatchTraits<std::decay_t<std::tuple_element_t<I, std::tuple<Ts...>>>>::inputs(
-                std::get<I>(t));
+            auto part = BatchTraits<std::decay_t<std::tuple_element_t<I, std::tuple<Ts...>>>>::inputs(std::get<I>(t));
             out.insert(out.end(), part.begin(), part.end());
           }(),
           ...);
-    }(std::make_index_sequence<take>{});
+    }
+    (std::make_index_sequence<take>{});
     return out;
   }
 };

@@ -114,8 +114,8 @@ struct LayerReport {
 
 // One op of a traced batch.
 struct OpReport {
-  std::string op;        // "aten::div"
-  std::string pass;      // "forward" or "backward"
+  std::string op;    // "aten::div"
+  std::string pass;  // "forward" or "backward"
   // Backward ops: the autograd node running them ("SqrtBackward0") and the
   // forward op it differentiates ("aten::sqrt").
   std::string backward_node;
@@ -156,13 +156,13 @@ std::string_view to_string(RootCause::Status status);
 // the standing error: reasons are united, each layer keeps its worst fraction,
 // the first position is kept.
 struct DebugError {
-  BatchPosition position;                 // the batch it was first detected on
-  std::vector<std::string> reasons;       // subset of "nan", "inf", "underflow", "overflow"
-  std::vector<std::string> checks_used;   // subset of "nan_inf", "under_over"
-  std::vector<LayerReport> layers;        // affected layers, in graph order
-  std::optional<RootCause> root_cause;    // nullopt for under/overflow-only errors
-  std::string capsule;                    // the NaN capsule written for it ("" if none)
-  int64_t hits = 1;                       // checked batches that tripped since
+  BatchPosition position;                // the batch it was first detected on
+  std::vector<std::string> reasons;      // subset of "nan", "inf", "underflow", "overflow"
+  std::vector<std::string> checks_used;  // subset of "nan_inf", "under_over"
+  std::vector<LayerReport> layers;       // affected layers, in graph order
+  std::optional<RootCause> root_cause;   // nullopt for under/overflow-only errors
+  std::string capsule;                   // the NaN capsule written for it ("" if none)
+  int64_t hits = 1;                      // checked batches that tripped since
   // The poisoned optimizer update of the batch that tripped:
   // "held"    paused before the optimizer step; resuming applies it unless
   //           skip_update is chosen (Session::skip_update, REST, MCP, UI);
@@ -215,7 +215,6 @@ struct Capsule {
 Capsule replay_capsule(const std::string& path, torch::nn::Module& model,
                        const std::vector<torch::optim::Optimizer*>& optimizers);
 // The same for a session with one optimizer (or none).
-Capsule replay_capsule(const std::string& path, torch::nn::Module& model,
-                       torch::optim::Optimizer* optimizer = nullptr);
+Capsule replay_capsule(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer* optimizer = nullptr);
 
 }  // namespace nansense

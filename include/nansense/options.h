@@ -101,12 +101,30 @@ struct ServeOptions {
   TORCH_ARG(ServeLimits, limits) = {};
 
  public:
-  ServeOptions& input_mean(std::vector<double> all) { mean_.all = std::move(all); return *this; }
-  ServeOptions& input_mean(std::map<std::string, std::vector<double>> m) { mean_.per_input = std::move(m); return *this; }
-  ServeOptions& input_std(std::vector<double> all) { std_.all = std::move(all); return *this; }
-  ServeOptions& input_std(std::map<std::string, std::vector<double>> m) { std_.per_input = std::move(m); return *this; }
-  ServeOptions& input_transform(InputTransform all) { transform_.all = std::move(all); return *this; }
-  ServeOptions& input_transform(std::map<std::string, InputTransform> m) { transform_.per_input = std::move(m); return *this; }
+  ServeOptions& input_mean(std::vector<double> all) {
+    mean_.all = std::move(all);
+    return *this;
+  }
+  ServeOptions& input_mean(std::map<std::string, std::vector<double>> m) {
+    mean_.per_input = std::move(m);
+    return *this;
+  }
+  ServeOptions& input_std(std::vector<double> all) {
+    std_.all = std::move(all);
+    return *this;
+  }
+  ServeOptions& input_std(std::map<std::string, std::vector<double>> m) {
+    std_.per_input = std::move(m);
+    return *this;
+  }
+  ServeOptions& input_transform(InputTransform all) {
+    transform_.all = std::move(all);
+    return *this;
+  }
+  ServeOptions& input_transform(std::map<std::string, InputTransform> m) {
+    transform_.per_input = std::move(m);
+    return *this;
+  }
   const InputNormalization& input_mean() const { return mean_; }
   const InputNormalization& input_std() const { return std_; }
   const InputTransforms& input_transform() const { return transform_; }
@@ -138,12 +156,11 @@ struct StartOptions {
   // Default: every check on every batch, about 0.1% of a batch for the guard;
   // see nansense/debug.h for what each part costs.
   TORCH_ARG(DebugSettings, debug) = {};
-  // Statistics over time (nansense/stats.h, docs/guide/stats.md): which layers collect (default kWatched), the layers watched
-  // from the start (default none, so nothing is collected; a name the first
-  // captured batch does not have is dropped and reported), how often a
-  // running loop is published without pausing (default every 2 seconds of
-  // training, about 1% on the demo) and the per-channel detail kept
-  // (default the first 16 channels). Each says its cost in nansense/stats.h.
+  // Statistics over time (nansense/stats.h, docs/guide/stats.md): which layers collect (default kWatched), the layers
+  // watched from the start (default none, so nothing is collected; a name the first captured batch does not have is
+  // dropped and reported), how often a running loop is published without pausing (default every 2 seconds of training,
+  // about 1% on the demo) and the per-channel detail kept (default the first 16 channels). Each says its cost in
+  // nansense/stats.h.
   TORCH_ARG(StatsScope, stats_scope) = StatsScope::kWatched;
   TORCH_ARG(std::vector<std::string>, watch) = {};
   TORCH_ARG(UpdateFrequency, update_frequency) = {};
@@ -209,17 +226,51 @@ struct StartOptions {
   // is) and input_transform (default: gray or RGB by channel count) only
   // change how the UI draws inputs, on a server thread.
   // port() also means "serve at once"; the others only shape a later serve.
-  StartOptions& port(int port) { serve_.port(port); serve_at_start_ = true; return *this; }
-  StartOptions& host(std::string host) { serve_.host(std::move(host)); return *this; }
-  StartOptions& open_browser(bool open) { serve_.open_browser(open); return *this; }
-  StartOptions& print_banner(bool print) { serve_.print_banner(print); return *this; }
-  StartOptions& mcp(bool on) { serve_.mcp(on); return *this; }
-  StartOptions& input_mean(std::vector<double> all) { serve_.input_mean(std::move(all)); return *this; }
-  StartOptions& input_mean(std::map<std::string, std::vector<double>> m) { serve_.input_mean(std::move(m)); return *this; }
-  StartOptions& input_std(std::vector<double> all) { serve_.input_std(std::move(all)); return *this; }
-  StartOptions& input_std(std::map<std::string, std::vector<double>> m) { serve_.input_std(std::move(m)); return *this; }
-  StartOptions& input_transform(InputTransform all) { serve_.input_transform(std::move(all)); return *this; }
-  StartOptions& input_transform(std::map<std::string, InputTransform> m) { serve_.input_transform(std::move(m)); return *this; }
+  StartOptions& port(int port) {
+    serve_.port(port);
+    serve_at_start_ = true;
+    return *this;
+  }
+  StartOptions& host(std::string host) {
+    serve_.host(std::move(host));
+    return *this;
+  }
+  StartOptions& open_browser(bool open) {
+    serve_.open_browser(open);
+    return *this;
+  }
+  StartOptions& print_banner(bool print) {
+    serve_.print_banner(print);
+    return *this;
+  }
+  StartOptions& mcp(bool on) {
+    serve_.mcp(on);
+    return *this;
+  }
+  StartOptions& input_mean(std::vector<double> all) {
+    serve_.input_mean(std::move(all));
+    return *this;
+  }
+  StartOptions& input_mean(std::map<std::string, std::vector<double>> m) {
+    serve_.input_mean(std::move(m));
+    return *this;
+  }
+  StartOptions& input_std(std::vector<double> all) {
+    serve_.input_std(std::move(all));
+    return *this;
+  }
+  StartOptions& input_std(std::map<std::string, std::vector<double>> m) {
+    serve_.input_std(std::move(m));
+    return *this;
+  }
+  StartOptions& input_transform(InputTransform all) {
+    serve_.input_transform(std::move(all));
+    return *this;
+  }
+  StartOptions& input_transform(std::map<std::string, InputTransform> m) {
+    serve_.input_transform(std::move(m));
+    return *this;
+  }
 
  private:
   ServeOptions serve_;

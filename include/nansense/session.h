@@ -240,8 +240,8 @@ class Session {
   // Dismisses the standing error; the checks stay on.
   void clear_debug_error();
 
-  // Watching training evolve (nansense/stats.h, docs/guide/stats.md). Settings are callable from any thread and take effect at the next
-  // batch boundary; on a disabled session every call does nothing.
+  // Watching training evolve (nansense/stats.h, docs/guide/stats.md). Settings are callable from any thread and take
+  // effect at the next batch boundary; on a disabled session every call does nothing.
   //
   // Watch layers by name (get_architecture's names). Once a batch has been
   // captured, a name the architecture lacks throws UsageError naming it and
@@ -333,20 +333,20 @@ template <class Impl>
 Session start(const torch::nn::ModuleHolder<Impl>& model, StartOptions options = {}) {
   Session session = start(std::static_pointer_cast<torch::nn::Module>(model.ptr()), std::move(options));
   std::shared_ptr<Impl> impl = model.ptr();
-  if constexpr (requires(Impl& m, const torch::Tensor& x) {
+  if constexpr (requires(Impl & m, const torch::Tensor& x) {
                   { m.forward(x) } -> std::convertible_to<torch::Tensor>;
                 }) {
     session.set_forward([impl](const std::vector<torch::Tensor>& in) -> torch::Tensor {
-      if (in.size() != 1) throw ArgumentError("the model's forward takes 1 input, the batch has " +
-                                                      std::to_string(in.size()));
+      if (in.size() != 1)
+        throw ArgumentError("the model's forward takes 1 input, the batch has " + std::to_string(in.size()));
       return impl->forward(in[0]);
     });
-  } else if constexpr (requires(Impl& m, const torch::Tensor& x) {
+  } else if constexpr (requires(Impl & m, const torch::Tensor& x) {
                          { m.forward(x, x) } -> std::convertible_to<torch::Tensor>;
                        }) {
     session.set_forward([impl](const std::vector<torch::Tensor>& in) -> torch::Tensor {
-      if (in.size() != 2) throw ArgumentError("the model's forward takes 2 inputs, the batch has " +
-                                                      std::to_string(in.size()));
+      if (in.size() != 2)
+        throw ArgumentError("the model's forward takes 2 inputs, the batch has " + std::to_string(in.size()));
       return impl->forward(in[0], in[1]);
     });
   }

@@ -53,12 +53,12 @@ struct BatchSnapshot {
   // batch tensor (leading dimension == batch_size) of activations,
   // activation_gradients and inputs holds its first samples_kept samples;
   // samples_kept == batch_size when nothing was left out.
-  int64_t batch_size = 0;        // 0 when the batch had no tensor input
+  int64_t batch_size = 0;  // 0 when the batch had no tensor input
   int64_t samples_kept = 0;
-  int64_t budget_bytes = 0;      // the budget it was built under; 0 for none
-  int64_t held_bytes = 0;        // bytes of activations, gradients and inputs held
-  int64_t full_bytes = 0;        // what they would hold with every sample
-  int64_t parameter_bytes = 0;   // weights, their gradients, optimizer state (kept whole)
+  int64_t budget_bytes = 0;     // the budget it was built under; 0 for none
+  int64_t held_bytes = 0;       // bytes of activations, gradients and inputs held
+  int64_t full_bytes = 0;       // what they would hold with every sample
+  int64_t parameter_bytes = 0;  // weights, their gradients, optimizer state (kept whole)
   // Statistics (counts, min, max, mean) of the whole batch, computed on the
   // tensor's device before it was trimmed; only for trimmed tensors.
   std::map<std::string, TensorStats> activation_stats;

@@ -60,9 +60,7 @@ struct UpdateFrequency {
   }
   static UpdateFrequency epochs(int64_t n) { return UpdateFrequency().unit(Unit::kEpoch).n(static_cast<double>(n)); }
   static UpdateFrequency seconds(double n) { return UpdateFrequency().unit(Unit::kSeconds).n(n); }
-  bool operator==(const UpdateFrequency& o) const {
-    return unit_ == o.unit_ && n_ == o.n_ && phase_ == o.phase_;
-  }
+  bool operator==(const UpdateFrequency& o) const { return unit_ == o.unit_ && n_ == o.n_ && phase_ == o.phase_; }
 };
 std::string_view to_string(UpdateFrequency::Unit unit);  // "batch", "epoch", "seconds"
 
@@ -218,10 +216,10 @@ struct GallerySlot {
 
 struct GalleryView {
   GalleryRanking ranking = GalleryRanking::kMaxPixel;
-  int64_t samples = 0;   // slots per channel, best first
-  int64_t channels = 0;  // the first `channels` channels
+  int64_t samples = 0;                        // slots per channel, best first
+  int64_t channels = 0;                       // the first `channels` channels
   int64_t input_height = 0, input_width = 0;  // the model input's, where crops come from
-  std::vector<GallerySlot> slots;  // [sample][channel], row-major
+  std::vector<GallerySlot> slots;             // [sample][channel], row-major
   // float32 CPU: crops [samples, channels, input channels, crop h, crop w]
   // and the channel's activation map [samples, channels, h, w] (undefined for
   // a flat activation); dequantised (about 1/254 of each crop's range), NaN
@@ -271,7 +269,7 @@ struct ScalarPoint {
 };
 
 struct SeriesView {
-  std::string name;   // "loss"; a metric instrument's name (or "name/key")
+  std::string name;  // "loss"; a metric instrument's name (or "name/key")
   std::string phase;
   std::string layer;  // "" for Session::log_scalar
   std::vector<ScalarPoint> points;

@@ -11,9 +11,12 @@ const LayerInfo* Architecture::find(const std::string& name) const {
 
 std::string_view to_string(LayerInfo::Role role) {
   switch (role) {
-    case LayerInfo::Role::kInput: return "input";
-    case LayerInfo::Role::kModule: return "module";
-    case LayerInfo::Role::kOp: return "op";
+    case LayerInfo::Role::kInput:
+      return "input";
+    case LayerInfo::Role::kModule:
+      return "module";
+    case LayerInfo::Role::kOp:
+      return "op";
   }
   return "op";
 }

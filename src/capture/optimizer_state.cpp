@@ -31,7 +31,7 @@ State adam_state(const ParamState& st, bool copy) {
 
 template <class Options>
 Hyper adam_hyper(const Options& o) {
-  return {{"lr", o.lr()}, {"beta1", std::get<0>(o.betas())}, {"beta2", std::get<1>(o.betas())},
+  return {{"lr", o.lr()},   {"beta1", std::get<0>(o.betas())},  {"beta2", std::get<1>(o.betas())},
           {"eps", o.eps()}, {"weight_decay", o.weight_decay()}, {"amsgrad", o.amsgrad() ? 1.0 : 0.0}};
 }
 
@@ -58,18 +58,28 @@ State read_state(const torch::optim::OptimizerParamState& base, bool copy) {
 Hyper read_hyper(const torch::optim::OptimizerOptions& base) {
   Hyper h;
   if (auto* o = dynamic_cast<const torch::optim::SGDOptions*>(&base)) {
-    h = {{"lr", o->lr()}, {"momentum", o->momentum()}, {"dampening", o->dampening()},
-         {"weight_decay", o->weight_decay()}, {"nesterov", o->nesterov() ? 1.0 : 0.0}};
+    h = {{"lr", o->lr()},
+         {"momentum", o->momentum()},
+         {"dampening", o->dampening()},
+         {"weight_decay", o->weight_decay()},
+         {"nesterov", o->nesterov() ? 1.0 : 0.0}};
   } else if (auto* o = dynamic_cast<const torch::optim::AdamOptions*>(&base)) {
     h = adam_hyper(*o);
   } else if (auto* o = dynamic_cast<const torch::optim::AdamWOptions*>(&base)) {
     h = adam_hyper(*o);
   } else if (auto* o = dynamic_cast<const torch::optim::RMSpropOptions*>(&base)) {
-    h = {{"lr", o->lr()}, {"alpha", o->alpha()}, {"eps", o->eps()}, {"weight_decay", o->weight_decay()},
-         {"momentum", o->momentum()}, {"centered", o->centered() ? 1.0 : 0.0}};
+    h = {{"lr", o->lr()},
+         {"alpha", o->alpha()},
+         {"eps", o->eps()},
+         {"weight_decay", o->weight_decay()},
+         {"momentum", o->momentum()},
+         {"centered", o->centered() ? 1.0 : 0.0}};
   } else if (auto* o = dynamic_cast<const torch::optim::AdagradOptions*>(&base)) {
-    h = {{"lr", o->lr()}, {"lr_decay", o->lr_decay()}, {"weight_decay", o->weight_decay()},
-         {"initial_accumulator_value", o->initial_accumulator_value()}, {"eps", o->eps()}};
+    h = {{"lr", o->lr()},
+         {"lr_decay", o->lr_decay()},
+         {"weight_decay", o->weight_decay()},
+         {"initial_accumulator_value", o->initial_accumulator_value()},
+         {"eps", o->eps()}};
   } else {
     h = {{"lr", base.get_lr()}};
   }
@@ -90,7 +100,8 @@ OptimizerView read_optimizer(torch::optim::Optimizer& optimizer, const torch::nn
       auto name = names.find(p.unsafeGetTensorImpl());
       if (name == names.end()) continue;  // a parameter outside the debugged model
       view.hyperparams[name->second] = hyper;
-      if (const auto* state = compat::optimizer_state(optimizer, p)) view.state[name->second] = read_state(*state, copy_to_cpu);
+      if (const auto* state = compat::optimizer_state(optimizer, p))
+        view.state[name->second] = read_state(*state, copy_to_cpu);
     }
   }
   return view;

@@ -9,7 +9,9 @@ namespace nansense::capture {
 
 namespace {
 
-int64_t bytes_of(const torch::Tensor& t) { return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0; }
+int64_t bytes_of(const torch::Tensor& t) {
+  return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
+}
 
 template <class Visit>
 void for_each_held(const TraceResult& trace, Visit&& visit) {
@@ -81,8 +83,8 @@ int64_t next_start_samples(const TraceResult& trace) {
   return samples_that_fit(budget.bytes, per_sample, fixed, budget.batch_size);
 }
 
-void hold(TraceResult& trace, std::map<std::string, torch::Tensor>& held,
-          std::map<std::string, TensorStats>& stats, const std::string& name, const torch::Tensor& t) {
+void hold(TraceResult& trace, std::map<std::string, torch::Tensor>& held, std::map<std::string, TensorStats>& stats,
+          const std::string& name, const torch::Tensor& t) {
   SampleBudget& budget = trace.budget;
   // A layer's later op replaces its earlier output.
   stats.erase(name);

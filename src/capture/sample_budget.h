@@ -43,8 +43,8 @@ int64_t samples_that_fit(int64_t budget_bytes, int64_t per_sample_bytes, int64_t
 // first. Then, if the copies exceed the budget, shrinks every held batch
 // tensor to the samples that fit (at most half of what they held, as the rest
 // of the batch is still to come). The caller holds the trace's grad_mu.
-void hold(TraceResult& trace, std::map<std::string, torch::Tensor>& held,
-          std::map<std::string, TensorStats>& stats, const std::string& name, const torch::Tensor& t);
+void hold(TraceResult& trace, std::map<std::string, torch::Tensor>& held, std::map<std::string, TensorStats>& stats,
+          const std::string& name, const torch::Tensor& t);
 
 // Host bytes of the held activations, gradients and inputs (an input shares
 // its activation's storage and is counted once).

@@ -6,10 +6,10 @@
 
 namespace nansense::capture {
 
-std::shared_ptr<BatchSnapshot> build_snapshot(const BatchPosition& position, uint64_t sequence,
-                                                    TraceResult& trace, const torch::nn::Module& model,
-                                                    const std::vector<torch::optim::Optimizer*>& optimizers,
-                                                    const OptimizerReader& other_optimizers) {
+std::shared_ptr<BatchSnapshot> build_snapshot(const BatchPosition& position, uint64_t sequence, TraceResult& trace,
+                                              const torch::nn::Module& model,
+                                              const std::vector<torch::optim::Optimizer*>& optimizers,
+                                              const OptimizerReader& other_optimizers) {
   at::DisableRecordFunctionGuard no_record;
   torch::NoGradGuard no_grad;
   auto snap = std::make_shared<BatchSnapshot>();
@@ -34,8 +34,7 @@ std::shared_ptr<BatchSnapshot> build_snapshot(const BatchPosition& position, uin
     const auto& w = p.value();
     snap->parameter_bytes += bytes(snap->weights[p.key()] = w.detach().to(torch::kCPU, false, true));
     if (w.grad().defined()) {
-      snap->parameter_bytes +=
-          bytes(snap->weight_gradients[p.key()] = w.grad().detach().to(torch::kCPU, false, true));
+      snap->parameter_bytes += bytes(snap->weight_gradients[p.key()] = w.grad().detach().to(torch::kCPU, false, true));
     }
   }
   // Each parameter shows the optimizer that holds it (several: a GAN's two).

@@ -15,9 +15,9 @@ namespace nansense::capture {
 // Copies weights, weight gradients and the optimizers' state to CPU and
 // combines them with the trace. Runs on the training thread; the snapshot is
 // still the caller's to complete (instrument outputs) before it publishes it.
-std::shared_ptr<BatchSnapshot> build_snapshot(const BatchPosition& position, uint64_t sequence,
-                                                    TraceResult& trace, const torch::nn::Module& model,
-                                                    const std::vector<torch::optim::Optimizer*>& optimizers,
-                                                    const OptimizerReader& other_optimizers = {});
+std::shared_ptr<BatchSnapshot> build_snapshot(const BatchPosition& position, uint64_t sequence, TraceResult& trace,
+                                              const torch::nn::Module& model,
+                                              const std::vector<torch::optim::Optimizer*>& optimizers,
+                                              const OptimizerReader& other_optimizers = {});
 
 }  // namespace nansense::capture

@@ -39,19 +39,33 @@ std::string module_kind(const torch::nn::Module& m) {
 
 // Loss functions end the model's forward: what follows is the loss, not the model.
 bool is_loss_op(const std::string& op) {
-  static const std::set<std::string> kLosses = {
-      "nll_loss", "nll_loss_nd", "nll_loss2d", "cross_entropy_loss", "mse_loss", "l1_loss",
-      "binary_cross_entropy", "binary_cross_entropy_with_logits", "smooth_l1_loss", "huber_loss",
-      "kl_div", "margin_ranking_loss", "hinge_embedding_loss", "soft_margin_loss",
-      "multilabel_margin_loss", "multi_margin_loss", "cosine_embedding_loss",
-      "triplet_margin_loss", "ctc_loss", "poisson_nll_loss"};
+  static const std::set<std::string> kLosses = {"nll_loss",
+                                                "nll_loss_nd",
+                                                "nll_loss2d",
+                                                "cross_entropy_loss",
+                                                "mse_loss",
+                                                "l1_loss",
+                                                "binary_cross_entropy",
+                                                "binary_cross_entropy_with_logits",
+                                                "smooth_l1_loss",
+                                                "huber_loss",
+                                                "kl_div",
+                                                "margin_ranking_loss",
+                                                "hinge_embedding_loss",
+                                                "soft_margin_loss",
+                                                "multilabel_margin_loss",
+                                                "multi_margin_loss",
+                                                "cosine_embedding_loss",
+                                                "triplet_margin_loss",
+                                                "ctc_loss",
+                                                "poisson_nll_loss"};
   return kLosses.count(op) > 0;
 }
 
 // Ops that pass a tensor through unchanged in value: their output keeps the
 // producer of their input instead of becoming a layer.
 bool is_transparent_op(const std::string& op) {
-  static const std::set<std::string> kTransparent = {"to", "to_copy", "contiguous", "detach",
+  static const std::set<std::string> kTransparent = {"to",      "to_copy",    "contiguous", "detach",
                                                      "type_as", "lift_fresh", "alias"};
   return kTransparent.count(op) > 0;
 }
@@ -59,9 +73,9 @@ bool is_transparent_op(const std::string& op) {
 // Ops that read only their input's shape, dtype and device (a loss's target
 // of ones): no data flows through them.
 bool is_factory_op(const std::string& op) {
-  static const std::set<std::string> kFactory = {
-      "ones_like", "zeros_like", "empty_like", "full_like", "rand_like", "randn_like", "randint_like",
-      "new_ones",  "new_zeros",  "new_empty",  "new_full",  "new_empty_strided"};
+  static const std::set<std::string> kFactory = {"ones_like", "zeros_like", "empty_like",   "full_like",
+                                                 "rand_like", "randn_like", "randint_like", "new_ones",
+                                                 "new_zeros", "new_empty",  "new_full",     "new_empty_strided"};
   return kFactory.count(op) > 0;
 }
 
@@ -69,10 +83,10 @@ bool is_factory_op(const std::string& op) {
 // layers flagged shape_op, which the UI folds into the edges.
 bool is_shape_op(const std::string& op) {
   static const std::set<std::string> kShape = {
-      "view",    "reshape", "reshape_alias", "unsafe_view", "permute",   "transpose", "t",
-      "numpy_T", "select",  "slice",         "narrow",      "flatten",   "unflatten", "unsqueeze",
-      "squeeze", "expand",  "expand_as",     "view_as",     "chunk",     "split",     "split_with_sizes",
-      "unbind",  "movedim", "moveaxis",      "swapaxes",    "swapdims",  "as_strided"};
+      "view",    "reshape", "reshape_alias", "unsafe_view", "permute",  "transpose", "t",
+      "numpy_T", "select",  "slice",         "narrow",      "flatten",  "unflatten", "unsqueeze",
+      "squeeze", "expand",  "expand_as",     "view_as",     "chunk",    "split",     "split_with_sizes",
+      "unbind",  "movedim", "moveaxis",      "swapaxes",    "swapdims", "as_strided"};
   return kShape.count(op) > 0;
 }
 
@@ -119,8 +133,9 @@ bool module_runs(const std::string& kind, const std::string& op) {
       {"Unflatten", {"unflatten", "view"}},
       {"PixelShuffle", {"pixel_shuffle"}},
       {"PixelUnshuffle", {"pixel_unshuffle"}},
-      {"Upsample", {"upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "upsample_linear1d",
-                    "upsample_bilinear2d", "upsample_bicubic2d", "upsample_trilinear3d"}},
+      {"Upsample",
+       {"upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "upsample_linear1d", "upsample_bilinear2d",
+        "upsample_bicubic2d", "upsample_trilinear3d"}},
       {"ZeroPad2d", {"constant_pad_nd", "pad"}},
       {"ConstantPad1d", {"constant_pad_nd", "pad"}},
       {"ConstantPad2d", {"constant_pad_nd", "pad"}},
@@ -328,8 +343,8 @@ std::vector<Tracer::FinalName> Tracer::final_names() const {
     // Between two calls of one module (weight sharing) is outside it.
     std::string scope;
     if (before && after) {
-      scope = before->module == after->module ? parent_scope(before->module)
-                                              : common_scope(before->module, after->module);
+      scope =
+          before->module == after->module ? parent_scope(before->module) : common_scope(before->module, after->module);
     }
     // A side result made from ops deeper in a module call, after its last
     // submodule call: it belongs to that call.
@@ -538,8 +553,8 @@ void Tracer::set_inputs(const std::vector<torch::Tensor>& inputs, bool stacked) 
     }
   }
   if (stacked && !inputs.empty()) {
-    bool same_shape = std::all_of(inputs.begin(), inputs.end(),
-                                  [&](const auto& t) { return t.sizes() == inputs[0].sizes(); });
+    bool same_shape =
+        std::all_of(inputs.begin(), inputs.end(), [&](const auto& t) { return t.sizes() == inputs[0].sizes(); });
     int idx = add_input(fresh_name("input"), same_shape ? torch::stack(inputs) : inputs[0]);
     stacked_input_ = idx;
     for (const auto& t : inputs) {
@@ -583,8 +598,9 @@ void Tracer::op_started(const at::RecordFunction& fn, const observer::Frame& fra
     // arguments' text): the optimizer's many ops skip the formatting, and so
     // does a batch only collected (no snapshot shows its descriptions).
     pending_args_.clear();
-    if (keep_.cpu && std::any_of(frame.inputs.begin(), frame.inputs.end(),
-                    [&](const torch::Tensor& t) { return producer_.count(t.unsafeGetTensorImpl()) > 0; })) {
+    if (keep_.cpu && std::any_of(frame.inputs.begin(), frame.inputs.end(), [&](const torch::Tensor& t) {
+          return producer_.count(t.unsafeGetTensorImpl()) > 0;
+        })) {
       pending_args_ = describe_args(fn.inputs());
     }
     if (pending_.layer < 0) return;
@@ -684,9 +700,9 @@ void Tracer::record_op(const std::string& op, const std::vector<torch::Tensor>& 
   if (!activation) return;  // indices, masks, shapes: not layers
 
   // The loop stacking a batch's examples builds the input layer itself.
-  const bool stacks_examples = stacked_input_ >= 0 && (op == "stack" || op == "cat") &&
-                               std::all_of(producers.begin(), producers.end(),
-                                           [&](int p) { return p == stacked_input_; });
+  const bool stacks_examples =
+      stacked_input_ >= 0 && (op == "stack" || op == "cat") &&
+      std::all_of(producers.begin(), producers.end(), [&](int p) { return p == stacked_input_; });
   if (!owner && (is_transparent_op(op) || stacks_examples)) {
     for (const auto& out : outputs) {
       producer_[out.unsafeGetTensorImpl()] = producers.front();
@@ -702,9 +718,9 @@ void Tracer::record_op(const std::string& op, const std::vector<torch::Tensor>& 
     // a GAN's discriminator on real then fake data) is a new call, and so is
     // an op that reads a parameter this call already read.
     auto open = open_module_call_.find(owner->module_path);
-    bool continues = open != open_module_call_.end() &&
-                     (last_layer_ == open->second ||
-                      std::find(producers.begin(), producers.end(), open->second) != producers.end());
+    bool continues =
+        open != open_module_call_.end() &&
+        (last_layer_ == open->second || std::find(producers.begin(), producers.end(), open->second) != producers.end());
     if (continues) {
       const auto& used = layers_[static_cast<size_t>(open->second)].parameters;
       for (const auto& p : params) continues = continues && std::find(used.begin(), used.end(), p) == used.end();
@@ -782,8 +798,7 @@ void Tracer::capture_activation(int layer, const torch::Tensor& out, int64_t op_
     std::weak_ptr<TraceResult> weak = result_;
     // The hook stays on the autograd graph; it records only while this op is
     // still the layer's final op, and never keeps the result alive.
-    const Keep keep{.cpu = keep_.cpu, .device = device, .device_layer = nullptr,
-                    .take = device ? keep_.take : nullptr};
+    const Keep keep{.cpu = keep_.cpu, .device = device, .device_layer = nullptr, .take = device ? keep_.take : nullptr};
     const_cast<torch::Tensor&>(out).register_hook([weak, layer, op_seq, keep](torch::Tensor grad) {
       auto result = weak.lock();
       if (!result || !grad.defined()) return;

@@ -100,9 +100,9 @@ struct TraceKeep {
 // parameters and buffers (compared by pointer, in order: no names, no text).
 struct ModelIndex {
   struct Owner {
-    std::string module_path;   // "" for the root module
+    std::string module_path;  // "" for the root module
     std::string module_kind;
-    std::string param_name;    // qualified name
+    std::string param_name;  // qualified name
   };
   // A registered module, in named_modules() order.
   struct ModuleEntry {
@@ -116,8 +116,8 @@ struct ModelIndex {
   // the embedding's weight): their module, the first owner's parameter name.
   std::unordered_multimap<const c10::TensorImpl*, Owner> aliases;
   std::vector<ModuleEntry> modules;
-  std::map<std::string, size_t> module_index;    // module path -> index in modules
-  std::vector<torch::Tensor> parameters;         // every parameter, for their gradients
+  std::map<std::string, size_t> module_index;  // module path -> index in modules
+  std::vector<torch::Tensor> parameters;       // every parameter, for their gradients
   std::unordered_set<const c10::TensorImpl*> parameter_impls;
   std::map<std::string, size_t> parameter_order;  // qualified name -> named_parameters() index
   // Modules, then parameters and buffers, by address: what reuse compares.
@@ -185,8 +185,8 @@ class Tracer : public observer::Consumer {
   using ModuleEntry = ModelIndex::ModuleEntry;
   // Per provisional layer, what naming and pruning at finish() need.
   struct LayerTrace {
-    bool after_loss = false;   // created after the batch's first loss op
-    bool feeds_loss = false;   // a loss op consumed its output
+    bool after_loss = false;           // created after the batch's first loss op
+    bool feeds_loss = false;           // a loss op consumed its output
     std::optional<std::string> scope;  // the reported module scope it ran in
   };
 
@@ -196,8 +196,7 @@ class Tracer : public observer::Consumer {
   int add_layer(LayerInfo info);
   void record_op(const std::string& op, const std::vector<torch::Tensor>& inputs,
                  const std::vector<torch::Tensor>& outputs);
-  bool touches_optimizer_state(const std::vector<torch::Tensor>& inputs,
-                               const std::vector<torch::Tensor>& outputs);
+  bool touches_optimizer_state(const std::vector<torch::Tensor>& inputs, const std::vector<torch::Tensor>& outputs);
   std::string fresh_name(const std::string& base);
   std::string fresh_call_name(const std::string& module_path);
   void capture_activation(int layer, const torch::Tensor& out, int64_t op_seq);
@@ -215,9 +214,9 @@ class Tracer : public observer::Consumer {
   Pending pending_;
   void offer_pending();
   struct FinalName {
-    bool kept = false;   // false: an op after a loss that the model never used
+    bool kept = false;  // false: an op after a loss that the model never used
     std::string name;
-    int module = -1;     // the parameterless registered module that ran it
+    int module = -1;  // the parameterless registered module that ran it
   };
   // Each provisional layer's fate, judged from the ops seen so far.
   std::vector<FinalName> final_names() const;
@@ -248,7 +247,7 @@ class Tracer : public observer::Consumer {
   bool seen_loss_ = false;
   std::string module_scope_;  // set_module_scope()
   bool scoped_ = false;
-  bool stopped_ = false;    // tracing failed part-way
+  bool stopped_ = false;  // tracing failed part-way
   observer::Observer& observer_;
   Keep keep_;
   int64_t start_samples_ = 0;

@@ -75,10 +75,9 @@ TensorStats tensor_stats(const torch::Tensor& t, StatsDetail detail) {
 }
 
 json to_json(const TensorStats& s) {
-  json out = {{"shape", s.shape},   {"dtype", s.dtype},     {"numel", s.numel},
-              {"finite", s.finite}, {"nan", s.nan},         {"pos_inf", s.pos_inf},
-              {"neg_inf", s.neg_inf}, {"min", number(s.min)}, {"max", number(s.max)},
-              {"mean", number(s.mean)}};
+  json out = {{"shape", s.shape},     {"dtype", s.dtype},      {"numel", s.numel},     {"finite", s.finite},
+              {"nan", s.nan},         {"pos_inf", s.pos_inf},  {"neg_inf", s.neg_inf}, {"min", number(s.min)},
+              {"max", number(s.max)}, {"mean", number(s.mean)}};
   if (s.zero_fraction) {
     out["std"] = number(s.std);
     out["median"] = number(s.median);

@@ -48,15 +48,15 @@ bool Engine::has_forward() const {
 }
 
 Engine::Checked Engine::check(const std::string& kind_name, const std::string& layer, const json& params) const {
-  using Why = Refused::Why;
-  if (auto ended = host_.ended(); !ended.empty()) throw Refused(Why::kConflict, ended);
+  using Kind = common::Refusal::Kind;
+  if (auto ended = host_.ended(); !ended.empty()) throw Refusal(Kind::kConflict, ended);
   const KindSpec* kind = find_kind(kind_name);
   if (!kind) {
-    throw Refused(Why::kInvalid, "unknown experiment kind \"" + kind_name + "\"; kinds: " + kind_names());
+    throw Refusal(Kind::kInvalidArgument, "unknown experiment kind \"" + kind_name + "\"; kinds: " + kind_names());
   }
   auto snap = host_.snapshot();
   if (!snap || !snap->architecture) {
-    throw Refused(Why::kConflict, "no batch has been captured yet: step the loop once, then run the experiment");
+    throw Refusal(Kind::kConflict, "no batch has been captured yet: step the loop once, then run the experiment");
   }
   const LayerInfo* info = snap->architecture->find(layer);
   if (!info) {
@@ -64,10 +64,10 @@ Engine::Checked Engine::check(const std::string& kind_name, const std::string& l
     for (const auto& l : snap->architecture->layers) {
       if (!why_unusable(*kind, l)) usable += (usable.empty() ? "" : ", ") + l.name;
     }
-    throw Refused(Why::kNotFound, "unknown layer \"" + layer + "\"; layers " + kind->title +
-                                      " can use: " + (usable.empty() ? "(none)" : usable));
+    throw Refusal(Kind::kNotFound, "unknown layer \"" + layer + "\"; layers " + kind->title +
+                                       " can use: " + (usable.empty() ? "(none)" : usable));
   }
-  if (auto why = why_unusable(*kind, *info)) throw Refused(Why::kInvalid, *why);
+  if (auto why = why_unusable(*kind, *info)) throw Refusal(Kind::kInvalidArgument, *why);
   if (kind_name == "occlusion") {
     // Windows slide over images: judged from the traced input's shape.
     const auto& inputs = snap->architecture->inputs;
@@ -75,14 +75,15 @@ Engine::Checked Engine::check(const std::string& kind_name, const std::string& l
     if (input && input->output_shape.size() != 4) {
       std::string shape;
       for (auto d : input->output_shape) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
-      throw Refused(Why::kInvalid, kind->title + " needs image inputs [N,C,H,W]; the model input is [" + shape + "]");
+      throw Refusal(Kind::kInvalidArgument,
+                    kind->title + " needs image inputs [N,C,H,W]; the model input is [" + shape + "]");
     }
   }
   json session_defaults;
   {
     std::lock_guard lock(mu_);
     if (!forward_) {
-      throw Refused(Why::kConflict,
+      throw Refusal(Kind::kConflict,
                     "the session does not know how to call the model's forward: start() finds it for a "
                     "TORCH_MODULE model whose forward takes one or two tensors; otherwise call session.set_forward()");
     }
@@ -93,15 +94,16 @@ Engine::Checked Engine::check(const std::string& kind_name, const std::string& l
   try {
     out.resolved = resolve_params(*kind, {session_defaults, params});
   } catch (const std::invalid_argument& e) {
-    throw Refused(Why::kInvalid, e.what());
+    throw Refusal(Kind::kInvalidArgument, e.what());
   }
   if (out.resolved.params.contains("channel") && info->output_shape.size() >= 2) {
     const int64_t channel = out.resolved.params["channel"].get<int64_t>();
     const int64_t channels = info->output_shape[1];
     if (channel >= channels) {
-      throw Refused(Why::kInvalid, kind_name + " parameter \"channel\" is out of range: layer \"" + layer + "\" has " +
-                                       std::to_string(channels) + " channels (0.." + std::to_string(channels - 1) +
-                                       "; -1 = the whole layer), got " + std::to_string(channel));
+      throw Refusal(Kind::kInvalidArgument, kind_name + " parameter \"channel\" is out of range: layer \"" + layer +
+                                                "\" has " + std::to_string(channels) + " channels (0.." +
+                                                std::to_string(channels - 1) + "; -1 = the whole layer), got " +
+                                                std::to_string(channel));
     }
   }
   return out;
@@ -149,24 +151,23 @@ std::vector<Result> Engine::drop_queued_of(const std::string& tab) {
       ++it;
       continue;
     }
-    dropped.push_back(
-        stopped_before_running(*it, "replaced by a newer run of the same auto experiment before it ran"));
+    dropped.push_back(stopped_before_running(*it, "replaced by a newer run of the same auto experiment before it ran"));
     it = queue_.erase(it);
   }
   return dropped;
 }
 
 Engine::Submitted Engine::submit(const std::string& kind_name, const std::string& layer, const json& params) {
-  using Why = Refused::Why;
+  using Kind = common::Refusal::Kind;
   Checked checked = check(kind_name, layer, params);
   const bool paused = host_.paused();
-  if (paused && host_.in_batch_pause && host_.in_batch_pause()) throw Refused(Why::kConflict, kInsideTracedBatch);
+  if (paused && host_.in_batch_pause && host_.in_batch_pause()) throw Refusal(Kind::kConflict, kInsideTracedBatch);
   Submitted out;
   {
     std::lock_guard lock(mu_);
-    if (closed_) throw Refused(Why::kConflict, "the session has closed: experiments run on a live training loop");
+    if (closed_) throw Refusal(Kind::kConflict, "the session has closed: experiments run on a live training loop");
     if (!paused && !auto_run_) {
-      throw Refused(Why::kConflict,
+      throw Refusal(Kind::kConflict,
                     "training is running: pause it (pause or step) before running an experiment, or turn on "
                     "auto-run (set_auto_run_experiments) to run it at the next live update");
     }
@@ -187,8 +188,9 @@ Engine::Submitted Engine::submit(const std::string& kind_name, const std::string
 
 Engine::Submitted Engine::set_auto(const std::string& tab, const std::string& kind_name, const std::string& layer,
                                    const json& params, Clock::time_point now) {
-  using Why = Refused::Why;
-  if (tab.empty()) throw Refused(Why::kInvalid, "an auto experiment needs a tab: a name for the page that renews it");
+  using Kind = common::Refusal::Kind;
+  if (tab.empty())
+    throw Refusal(Kind::kInvalidArgument, "an auto experiment needs a tab: a name for the page that renews it");
   Checked checked = check(kind_name, layer, params);
   // Paused between batches: a new or changed experiment shows at once.
   const bool paused = host_.paused() && !(host_.in_batch_pause && host_.in_batch_pause());
@@ -196,7 +198,7 @@ Engine::Submitted Engine::set_auto(const std::string& tab, const std::string& ki
   std::vector<Result> dropped;
   {
     std::lock_guard lock(mu_);
-    if (closed_) throw Refused(Why::kConflict, "the session has closed: experiments run on a live training loop");
+    if (closed_) throw Refusal(Kind::kConflict, "the session has closed: experiments run on a live training loop");
     auto_runs_.expire(now);
     const bool changed = auto_runs_.put(tab, kind_name, layer, params, now);
     if (changed && paused) {
@@ -252,7 +254,7 @@ int Engine::snapshot_published(Clock::time_point now) {
       enqueue(Request{0, e.kind, e.layer, checked.resolved.params, e.tab});
       ++queued;
       continue;
-    } catch (const Refused& refusal) {
+    } catch (const common::Refusal& refusal) {
       failed.error = refusal.what();
     }
     std::lock_guard lock(mu_);
@@ -370,16 +372,16 @@ json Engine::defaults() const {
 std::vector<std::string> Engine::set_defaults(const std::string& kind_name, const json& params) {
   const KindSpec* kind = find_kind(kind_name);
   if (!kind) {
-    throw Refused(Refused::Why::kInvalid, "unknown experiment kind \"" + kind_name + "\"; kinds: " + kind_names());
+    throw Refusal(Refused::Why::kInvalid, "unknown experiment kind \"" + kind_name + "\"; kinds: " + kind_names());
   }
   if (!params.is_null() && !params.is_object()) {
-    throw Refused(Refused::Why::kInvalid, "defaults for " + kind_name + " must be an object of parameter values");
+    throw Refusal(Refused::Why::kInvalid, "defaults for " + kind_name + " must be an object of parameter values");
   }
   Resolved resolved;
   try {
     resolved = resolve_params(*kind, {params});
   } catch (const std::invalid_argument& e) {
-    throw Refused(Refused::Why::kInvalid, e.what());
+    throw Refusal(Refused::Why::kInvalid, e.what());
   }
   json kept = json::object();
   if (params.is_object()) {

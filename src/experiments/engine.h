@@ -164,8 +164,8 @@ class Engine {
   Submitted enqueue(Request request);
   // mu_ held: `tab`'s queued requests leave the queue (stopped results).
   std::vector<Result> drop_queued_of(const std::string& tab);
-  void publish(const Result& r);  // mu_ not held
-  void keep_recent();              // mu_ held
+  void publish(const Result& r);    // mu_ not held
+  void keep_recent();               // mu_ held
   void mark_changed(uint64_t seq);  // mu_ held
   void run_one(const Request& request);
 

@@ -15,8 +15,6 @@ namespace nansense::experiments {
 
 namespace {
 
-
-
 // --- reaching a layer's activation -----------------------------------------
 
 torch::Tensor first_floating(const std::vector<torch::Tensor>& outputs) {
@@ -96,8 +94,9 @@ class LayerProbe {
 
   Pass trace(const std::vector<torch::Tensor>& inputs) {
     observer::Observer observer;
-    capture::Tracer tracer(model_, observer,
-                           capture::Tracer::Keep{.cpu = false, .device = false, .device_layer = nullptr, .take = nullptr});
+    capture::Tracer tracer(
+        model_, observer,
+        capture::Tracer::Keep{.cpu = false, .device = false, .device_layer = nullptr, .take = nullptr});
     OpTap tap;
     observer.attach(&tap);
     tracer.set_inputs(inputs, /*stacked=*/false);
@@ -113,8 +112,10 @@ class LayerProbe {
       for (const auto& l : result->architecture->layers) {
         if (l.role != LayerInfo::Role::kInput && !l.shape_op) known += (known.empty() ? "" : ", ") + l.name;
       }
-      throw std::invalid_argument("layer \"" + layer_ + "\" did not run in the experiment's forward (the model in "
-                                  "eval mode); its layers: " + known);
+      throw std::invalid_argument("layer \"" + layer_ +
+                                  "\" did not run in the experiment's forward (the model in "
+                                  "eval mode); its layers: " +
+                                  known);
     }
     const auto index = static_cast<size_t>(it - names.begin());
     const LayerInfo* info = result->architecture->find(layer_);
@@ -171,8 +172,8 @@ void gauss_legendre(int64_t n, std::vector<double>& nodes, std::vector<double>& 
     for (int iter = 0; iter < 100; ++iter) {
       double p0 = 1, p1 = x;
       for (int64_t k = 2; k <= n; ++k) {
-        const double p2 = ((2.0 * static_cast<double>(k) - 1) * x * p1 - (static_cast<double>(k) - 1) * p0) /
-                          static_cast<double>(k);
+        const double p2 =
+            ((2.0 * static_cast<double>(k) - 1) * x * p1 - (static_cast<double>(k) - 1) * p0) / static_cast<double>(k);
         p0 = p1;
         p1 = p2;
       }
@@ -181,7 +182,7 @@ void gauss_legendre(int64_t n, std::vector<double>& nodes, std::vector<double>& 
       x -= dx;
       if (std::abs(dx) < 1e-15) break;
     }
-    nodes[static_cast<size_t>(i)] = (1 - x) / 2;  // ascending from 0 to 1
+    nodes[static_cast<size_t>(i)] = (1 - x) / 2;                    // ascending from 0 to 1
     weights[static_cast<size_t>(i)] = 1 / ((1 - x * x) * dp * dp);  // 2/((1-x²)P'²) halved for [0,1]
   }
 }
@@ -263,7 +264,8 @@ struct Runner {
       throw std::invalid_argument("the model input is " + std::string(c10::toString(x.scalar_type())) +
                                   ", not floating point: gradients with respect to it do not exist");
     }
-    if (x.dim() < 2) throw std::invalid_argument("the model input " + common::shape_text(x.sizes()) + " has no batch dimension");
+    if (x.dim() < 2)
+      throw std::invalid_argument("the model input " + common::shape_text(x.sizes()) + " has no batch dimension");
     if (need_image && x.dim() != 4) {
       throw std::invalid_argument(kind.title + " needs image inputs [N,C,H,W]; the model input is " +
                                   common::shape_text(x.sizes()));
@@ -315,8 +317,9 @@ struct Runner {
       throw std::invalid_argument("target class " + std::to_string(target) + " is out of range: the model has " +
                                   std::to_string(classes) + " classes (0.." + std::to_string(classes - 1) + ")");
     }
-    torch::Tensor targets = target < 0 ? pass.output.detach().argmax(1)
-                                       : torch::full({x.size(0)}, target, torch::dtype(torch::kLong).device(x.device()));
+    torch::Tensor targets = target < 0
+                                ? pass.output.detach().argmax(1)
+                                : torch::full({x.size(0)}, target, torch::dtype(torch::kLong).device(x.device()));
     torch::Tensor score = pass.output.gather(1, targets.unsqueeze(1)).squeeze(1);
     values_of(score);
     torch::Tensor g = grad_of(score.sum(), act);
@@ -442,8 +445,8 @@ struct Runner {
     auto fit = [&](std::vector<double>& v, double fallback, const char* name) {
       if (v.empty()) v.assign(1, fallback);
       if (v.size() != 1 && static_cast<int64_t>(v.size()) != c) {
-        result.notes.push_back(std::string("input_") + name + " has " + std::to_string(v.size()) +
-                               " values for " + std::to_string(c) + " channels: clamped to [0,1] unnormalised");
+        result.notes.push_back(std::string("input_") + name + " has " + std::to_string(v.size()) + " values for " +
+                               std::to_string(c) + " channels: clamped to [0,1] unnormalised");
         mean.assign(1, 0);
         std.assign(1, 1);
       }
@@ -595,9 +598,10 @@ struct Runner {
 void run(const KindSpec& kind, const std::string& layer, const json& params, Context& context, Result& result) {
   if (!context.model) throw std::invalid_argument("no model");
   if (!context.forward) {
-    throw std::invalid_argument("the session does not know how to call the model's forward: start() finds it for a "
-                                "TORCH_MODULE model whose forward takes one or two tensors; otherwise call "
-                                "session.set_forward(...)");
+    throw std::invalid_argument(
+        "the session does not know how to call the model's forward: start() finds it for a "
+        "TORCH_MODULE model whose forward takes one or two tensors; otherwise call "
+        "session.set_forward(...)");
   }
   // A pause inside a validation loop may sit under NoGradGuard or InferenceMode.
   c10::InferenceMode no_inference(false);

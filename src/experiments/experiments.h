@@ -37,8 +37,8 @@ struct ParamSpec {
 struct KindSpec {
   std::string kind;  // "deep_dream", "gradcam", "neuron_gradient", "neuron_ig", "occlusion"
   std::string title;
-  std::string summary;      // one line
-  std::string description;  // what it computes and how to read it
+  std::string summary;       // one line
+  std::string description;   // what it computes and how to read it
   bool attribution = false;  // a map over the input (Captum's kinds), not a dreamed image
   std::vector<ParamSpec> params;
 };

@@ -23,20 +23,21 @@ ParamSpec number(std::string key, std::string label, double fallback, std::optio
   return {std::move(key), std::move(label), Type::kNumber, fallback, min, max, {}, std::move(description)};
 }
 ParamSpec boolean(std::string key, std::string label, bool fallback, std::string description) {
-  return {std::move(key), std::move(label), Type::kBoolean, fallback, std::nullopt, std::nullopt, {},
+  return {std::move(key),        std::move(label), Type::kBoolean, fallback, std::nullopt, std::nullopt, {},
           std::move(description)};
 }
 
 const ParamSpec kChannel = integer("channel", "Channel", 0, -1, std::nullopt,
                                    "The layer's channel (an index along dim 1) whose mean activation is the target; "
                                    "-1 = the whole layer's mean.");
-const ParamSpec kBatch = integer("batch", "Inputs", 8, 1, 64,
-                                 "How many samples of the current batch to attribute (its first ones).");
+const ParamSpec kBatch =
+    integer("batch", "Inputs", 8, 1, 64, "How many samples of the current batch to attribute (its first ones).");
 
 std::vector<KindSpec> make_kinds() {
   std::vector<KindSpec> k;
   k.push_back(
-      {"deep_dream", "Deep Dream",
+      {"deep_dream",
+       "Deep Dream",
        "Synthesise the input each channel responds to most.",
        "Gradient ascent on the input: sample i starts from noise (or a sample of the current batch) and is changed, "
        "step by step, to raise channel i's mean activation in the layer. Each step's gradient is normalised per "
@@ -46,9 +47,16 @@ std::vector<KindSpec> make_kinds() {
        "out is what the channel looks for. The objective is the mean target activation; it should rise.",
        false,
        {integer("channels", "Channels", 8, 1, 64, "How many channels, from channel 0: one dreamed image each."),
-        {"start", "Start from", Type::kChoice, "noise", std::nullopt, std::nullopt, {"noise", "sample"},
+        {"start",
+         "Start from",
+         Type::kChoice,
+         "noise",
+         std::nullopt,
+         std::nullopt,
+         {"noise", "sample"},
          "noise: random input with the batch's mean and std; sample: a sample of the current batch."},
-        integer("sample", "Sample", 0, 0, std::nullopt, "Which sample of the current batch to start from (start=sample)."),
+        integer("sample", "Sample", 0, 0, std::nullopt,
+                "Which sample of the current batch to start from (start=sample)."),
         integer("steps", "Steps", 300, 1, 10000, "Gradient steps."),
         boolean("all_steps", "Publish every step", false,
                 "Publish the images after every step instead of about 20 evenly spaced ones."),
@@ -60,7 +68,8 @@ std::vector<KindSpec> make_kinds() {
         boolean("clamp", "Clamp to displayable range", true,
                 "Keep the input within [0,1] after undoing input_mean/input_std.")}});
   k.push_back(
-      {"gradcam", "Grad-CAM (Captum)",
+      {"gradcam",
+       "Grad-CAM (Captum)",
        "Where in the input the layer's features drove the class score.",
        "Grad-CAM (Captum's LayerGradCam): for each sample, the gradient of the target class's output with respect "
        "to the layer's activation is averaged over each channel's positions; these averages weight the channels' "
@@ -71,23 +80,27 @@ std::vector<KindSpec> make_kinds() {
        {integer("target", "Target class", -1, -1, std::nullopt,
                 "The output class explained; -1 = each sample's predicted class (argmax)."),
         kBatch}});
-  k.push_back({"neuron_gradient", "Neuron Gradient (Captum)",
+  k.push_back({"neuron_gradient",
+               "Neuron Gradient (Captum)",
                "How each input pixel changes the layer-channel's mean activation.",
                "Neuron Gradient (Captum's NeuronGradient): the gradient of the chosen channel's mean activation in "
                "the layer (or the whole layer's mean) with respect to each input value, per sample. Large "
                "magnitudes mark the pixels the channel is most sensitive to right now.",
-               true, {kChannel, kBatch}});
-  k.push_back({"neuron_ig", "Neuron Integrated Gradients (Captum)",
-               "How much each input pixel contributes to the layer-channel's mean activation.",
-               "Neuron Integrated Gradients (Captum's NeuronIntegratedGradients) from an all-zero baseline: the "
-               "gradients of the channel's mean activation along the straight path from zero to the input, "
-               "integrated (Gauss-Legendre, ig_steps points) and multiplied by the input. The attributions of a "
-               "sample add up to F(input) - F(zero) (completeness); the result reports both sums.",
                true,
-               {kChannel, kBatch,
-                integer("ig_steps", "Integration steps", 32, 2, 512,
-                        "Points on the path from the baseline to the input.")}});
-  k.push_back({"occlusion", "Occlusion (Captum)",
+               {kChannel, kBatch}});
+  k.push_back(
+      {"neuron_ig",
+       "Neuron Integrated Gradients (Captum)",
+       "How much each input pixel contributes to the layer-channel's mean activation.",
+       "Neuron Integrated Gradients (Captum's NeuronIntegratedGradients) from an all-zero baseline: the "
+       "gradients of the channel's mean activation along the straight path from zero to the input, "
+       "integrated (Gauss-Legendre, ig_steps points) and multiplied by the input. The attributions of a "
+       "sample add up to F(input) - F(zero) (completeness); the result reports both sums.",
+       true,
+       {kChannel, kBatch,
+        integer("ig_steps", "Integration steps", 32, 2, 512, "Points on the path from the baseline to the input.")}});
+  k.push_back({"occlusion",
+               "Occlusion (Captum)",
                "How much hiding each patch changes the layer-channel's mean activation.",
                "Occlusion (Captum's Occlusion) against an intermediate layer: a window of zeros (over every input "
                "channel) slides over the input with the given stride; each input value's attribution is the mean, "
@@ -101,10 +114,14 @@ std::vector<KindSpec> make_kinds() {
 
 std::string type_name(Type t) {
   switch (t) {
-    case Type::kInteger: return "an integer";
-    case Type::kNumber: return "a number";
-    case Type::kBoolean: return "true or false";
-    case Type::kChoice: return "one of";
+    case Type::kInteger:
+      return "an integer";
+    case Type::kNumber:
+      return "a number";
+    case Type::kBoolean:
+      return "true or false";
+    case Type::kChoice:
+      return "one of";
   }
   return "";
 }
@@ -131,11 +148,16 @@ std::string kind_names() {
 
 std::string_view to_string(Result::Stage stage) {
   switch (stage) {
-    case Result::Stage::kQueued: return "queued";
-    case Result::Stage::kRunning: return "running";
-    case Result::Stage::kDone: return "done";
-    case Result::Stage::kStopped: return "stopped";
-    case Result::Stage::kFailed: return "failed";
+    case Result::Stage::kQueued:
+      return "queued";
+    case Result::Stage::kRunning:
+      return "running";
+    case Result::Stage::kDone:
+      return "done";
+    case Result::Stage::kStopped:
+      return "stopped";
+    case Result::Stage::kFailed:
+      return "failed";
   }
   return "failed";
 }
@@ -168,7 +190,8 @@ Resolved resolve_params(const KindSpec& kind, const std::vector<json>& layers) {
     if (given.is_null()) continue;
     if (!given.is_object()) throw std::invalid_argument("params must be a JSON object, got " + given.dump());
     for (const auto& [key, value] : given.items()) {
-      auto spec = std::find_if(kind.params.begin(), kind.params.end(), [&key = key](const auto& p) { return p.key == key; });
+      auto spec =
+          std::find_if(kind.params.begin(), kind.params.end(), [&key = key](const auto& p) { return p.key == key; });
       if (spec == kind.params.end()) {
         if (std::find(r.ignored.begin(), r.ignored.end(), key) == r.ignored.end()) r.ignored.push_back(key);
         continue;
@@ -182,15 +205,16 @@ Resolved resolve_params(const KindSpec& kind, const std::vector<json>& layers) {
         case Type::kChoice: {
           std::string options;
           for (const auto& o : spec->options) options += (options.empty() ? "" : ", ") + o;
-          if (!v.is_string() || std::find(spec->options.begin(), spec->options.end(), v.get<std::string>()) ==
-                                    spec->options.end()) {
+          if (!v.is_string() ||
+              std::find(spec->options.begin(), spec->options.end(), v.get<std::string>()) == spec->options.end()) {
             throw std::invalid_argument(where + " must be one of " + options + ", got " + value.dump());
           }
           break;
         }
         case Type::kInteger:
         case Type::kNumber: {
-          if (!v.is_number()) throw std::invalid_argument(where + " must be " + type_name(spec->type) + ", got " + value.dump());
+          if (!v.is_number())
+            throw std::invalid_argument(where + " must be " + type_name(spec->type) + ", got " + value.dump());
           const double d = v.get<double>();
           if (!std::isfinite(d)) throw std::invalid_argument(where + " must be finite, got " + value.dump());
           if (spec->type == Type::kInteger) {
@@ -218,6 +242,5 @@ Resolved resolve_params(const KindSpec& kind, const std::vector<json>& layers) {
   }
   return r;
 }
-
 
 }  // namespace nansense::experiments

@@ -12,7 +12,7 @@ namespace nansense::experiments {
 
 namespace {
 
-using Why = Refused::Why;
+using Kind = common::Refusal::Kind;
 
 std::string shape_text(const torch::Tensor& t) {
   std::ostringstream out;
@@ -67,9 +67,12 @@ Traced trace_forward(torch::nn::Module& model, const ForwardFn& forward, const s
 
 const char* probe_mode_name(ProbeMode mode) {
   switch (mode) {
-    case ProbeMode::kUnchanged: return "unchanged";
-    case ProbeMode::kEval: return "eval";
-    case ProbeMode::kTrain: return "train";
+    case ProbeMode::kUnchanged:
+      return "unchanged";
+    case ProbeMode::kEval:
+      return "eval";
+    case ProbeMode::kTrain:
+      return "train";
   }
   return "unchanged";
 }
@@ -86,8 +89,8 @@ void check_perturbation(const Perturbation& p, const std::vector<torch::Tensor>&
   if (n == 0) throw std::invalid_argument("the batch has no tensor input to perturb");
   if (p.input < 0 || p.input >= n) {
     throw std::invalid_argument("input " + std::to_string(p.input) + " does not exist: the model has " +
-                                std::to_string(n) + " input" + (n == 1 ? "" : "s") + " (0.." +
-                                std::to_string(n - 1) + ")");
+                                std::to_string(n) + " input" + (n == 1 ? "" : "s") + " (0.." + std::to_string(n - 1) +
+                                ")");
   }
   const torch::Tensor& t = inputs[static_cast<size_t>(p.input)];
   const std::string which = "input " + std::to_string(p.input) + " (shape " + shape_text(t) + ")";
@@ -95,7 +98,8 @@ void check_perturbation(const Perturbation& p, const std::vector<torch::Tensor>&
     throw std::invalid_argument(which + " is not floating point: only float inputs can be perturbed");
   }
   if (t.dim() < 2 || t.dim() > 4) {
-    throw std::invalid_argument(which + ": perturbations apply to images [N,C,H,W] or [N,H,W] and to flat inputs "
+    throw std::invalid_argument(which +
+                                ": perturbations apply to images [N,C,H,W] or [N,H,W] and to flat inputs "
                                 "[N,F]");
   }
   if (p.sample < 0 || p.sample >= t.size(0)) {
@@ -105,24 +109,23 @@ void check_perturbation(const Perturbation& p, const std::vector<torch::Tensor>&
   const size_t want_index = t.dim() == 2 ? 1 : 2;
   const std::string index_form = t.dim() == 2 ? "[feature]" : "[y, x]";
   if (p.index.size() != want_index) {
-    throw std::invalid_argument("index " + index_text(p.index) + " does not fit " + which + ": it takes " +
-                                index_form);
+    throw std::invalid_argument("index " + index_text(p.index) + " does not fit " + which + ": it takes " + index_form);
   }
   for (size_t i = 0; i < p.index.size(); ++i) {
     const int64_t size = t.size(static_cast<int64_t>(t.dim() - p.index.size() + i));
     if (p.index[i] < 0 || p.index[i] >= size) {
-      throw std::invalid_argument("index " + index_text(p.index) + " is out of range for " + which + ": " +
-                                  index_form + " with " + (t.dim() == 2 ? "feature" : (i == 0 ? "y" : "x")) +
-                                  " in 0.." + std::to_string(size - 1));
+      throw std::invalid_argument("index " + index_text(p.index) + " is out of range for " + which + ": " + index_form +
+                                  " with " + (t.dim() == 2 ? "feature" : (i == 0 ? "y" : "x")) + " in 0.." +
+                                  std::to_string(size - 1));
     }
   }
   const int64_t channels = t.dim() == 4 ? t.size(1) : 1;
   const auto count = static_cast<int64_t>(p.values.size());
   if (count != 1 && count != channels) {
-    throw std::invalid_argument(std::to_string(count) + " values do not fit " + which + ": give " +
-                                (channels == 1 ? std::string("1 value")
-                                               : "1 value (every channel) or " + std::to_string(channels) +
-                                                     " (one per channel)"));
+    throw std::invalid_argument(
+        std::to_string(count) + " values do not fit " + which + ": give " +
+        (channels == 1 ? std::string("1 value")
+                       : "1 value (every channel) or " + std::to_string(channels) + " (one per channel)"));
   }
   for (double v : p.values) {
     if (!std::isfinite(v)) throw std::invalid_argument("perturbation values must be finite numbers");
@@ -167,22 +170,22 @@ Probes::Probes(torch::nn::Module& model, Host host) : model_(model), host_(std::
 
 void Probes::require_pause(const char* what) const {
   if (host_.ended) {
-    if (auto why = host_.ended(); !why.empty()) throw Refused(Why::kConflict, std::string(what) + ": " + why);
+    if (auto why = host_.ended(); !why.empty()) throw Refusal(Kind::kConflict, std::string(what) + ": " + why);
   }
   if (!host_.paused || !host_.paused()) {
-    throw Refused(Why::kConflict, std::string(what) + ": probes run on the paused model; pause the loop first");
+    throw Refusal(Kind::kConflict, std::string(what) + ": probes run on the paused model; pause the loop first");
   }
   if (host_.in_batch_pause && host_.in_batch_pause()) {
-    throw Refused(Why::kConflict, std::string(what) +
-                                      ": the loop is paused inside a traced batch (a numerical check stopped it "
-                                      "before the optimizer step); step once, then probe");
+    throw Refusal(Kind::kConflict, std::string(what) +
+                                       ": the loop is paused inside a traced batch (a numerical check stopped it "
+                                       "before the optimizer step); step once, then probe");
   }
 }
 
 BatchPosition Probes::pin() {
   require_pause("cannot pin the batch");
   auto snap = host_.snapshot ? host_.snapshot() : nullptr;
-  if (!snap || snap->inputs.empty()) throw Refused(Why::kConflict, "nothing to pin yet: no batch was captured");
+  if (!snap || snap->inputs.empty()) throw Refusal(Kind::kConflict, "nothing to pin yet: no batch was captured");
   std::lock_guard lock(mu_);
   settings_.pinned = true;
   settings_.pinned_position = snap->position;
@@ -239,12 +242,12 @@ void Probes::add_perturbation(const Perturbation& p) {
   auto snap = host_.snapshot ? host_.snapshot() : nullptr;
   std::lock_guard lock(mu_);
   if (!settings_.pinned && (!snap || snap->inputs.empty())) {
-    throw Refused(Why::kConflict, "nothing to perturb yet: no batch was captured");
+    throw Refusal(Kind::kConflict, "nothing to perturb yet: no batch was captured");
   }
   try {
     check_perturbation(p, base_inputs_locked(snap.get()));
   } catch (const std::invalid_argument& e) {
-    throw Refused(Why::kInvalid, e.what());
+    throw Refusal(Kind::kInvalidArgument, e.what());
   }
   auto& list = settings_.perturbations;
   bool replaced = false;
@@ -299,7 +302,7 @@ uint64_t Probes::settings_generation() const {
 }
 
 std::shared_ptr<const ProbeResult> Probes::wait_for_settings(uint64_t generation,
-                                                            std::chrono::milliseconds timeout) const {
+                                                             std::chrono::milliseconds timeout) const {
   std::unique_lock lock(mu_);
   cv_.wait_for(lock, timeout, [&] { return done_generation_ >= generation || !settings_.active() || closed_; });
   return result_;
@@ -371,13 +374,14 @@ void Probes::run_now() {
   r->settings = settings;
   r->snapshot_sequence = snap ? snap->sequence : 0;
   r->position = settings.pinned && settings.pinned_position ? *settings.pinned_position
-                                                             : (snap ? snap->position : BatchPosition{});
+                                                            : (snap ? snap->position : BatchPosition{});
   try {
     if (base.empty()) throw std::runtime_error("no captured batch to re-run");
     ForwardFn forward = host_.forward ? host_.forward() : ForwardFn{};
     if (!forward) {
-      throw std::runtime_error("probes need the model's forward: start() sets it for a TORCH_MODULE whose forward "
-                               "takes one tensor or two; otherwise call session.set_forward(...)");
+      throw std::runtime_error(
+          "probes need the model's forward: start() sets it for a TORCH_MODULE whose forward "
+          "takes one tensor or two; otherwise call session.set_forward(...)");
     }
     if (observer::Observer::active()) {
       throw std::runtime_error("a batch is being traced: probes run between batches");
@@ -431,8 +435,7 @@ void Probes::run_now() {
       r->perturbations_applied = applied;
       for (auto& [name, after] : probed.activations) {
         auto it = plain.activations.find(name);
-        if (it == plain.activations.end() || !it->second.sizes().equals(after.sizes()) ||
-            !after.is_floating_point()) {
+        if (it == plain.activations.end() || !it->second.sizes().equals(after.sizes()) || !after.is_floating_point()) {
           continue;
         }
         view->activations[name] = after - it->second;

@@ -61,9 +61,9 @@ struct ProbeSettings {
 
 // One completed run, immutable once published.
 struct ProbeResult {
-  uint64_t run = 0;  // 1, 2, ...: runs completed when it was published
-  ProbeSettings settings;  // what it ran with
-  BatchPosition position;  // the batch whose inputs it re-ran (pinned or current)
+  uint64_t run = 0;                // 1, 2, ...: runs completed when it was published
+  ProbeSettings settings;          // what it ran with
+  BatchPosition position;          // the batch whose inputs it re-ran (pinned or current)
   uint64_t snapshot_sequence = 0;  // the live snapshot current when it ran
   // Activations are perturbed - unperturbed (perturbations were set).
   bool diff = false;
@@ -171,7 +171,7 @@ class Probes {
   bool running_ = false;
   uint64_t settings_generation_ = 0;  // one per requested run
   uint64_t done_generation_ = 0;      // the newest a finished run began with
-  bool showing_ = false;  // a probe view is shown instead of the live snapshot
+  bool showing_ = false;              // a probe view is shown instead of the live snapshot
   bool closed_ = false;
 };
 

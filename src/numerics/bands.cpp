@@ -22,11 +22,16 @@ std::optional<Band> band_of(c10::ScalarType dtype) {
                 static_cast<double>(std::numeric_limits<T>::max()) / kOverflowHeadroom};
   };
   switch (dtype) {
-    case c10::ScalarType::Half: return make(c10::Half());
-    case c10::ScalarType::BFloat16: return make(c10::BFloat16());
-    case c10::ScalarType::Float: return make(float());
-    case c10::ScalarType::Double: return make(double());
-    default: return std::nullopt;
+    case c10::ScalarType::Half:
+      return make(c10::Half());
+    case c10::ScalarType::BFloat16:
+      return make(c10::BFloat16());
+    case c10::ScalarType::Float:
+      return make(float());
+    case c10::ScalarType::Double:
+      return make(double());
+    default:
+      return std::nullopt;
   }
 }
 
@@ -55,8 +60,7 @@ torch::Tensor band_vector(const torch::Tensor& x, const Band& band) {
   return torch::stack({torch::full({}, static_cast<double>(x.numel()), x.options().dtype(acc)),
                        torch::isnan(x).sum().to(acc), torch::isinf(x).sum().to(acc),
                        torch::where(finite_abs < band.tiny, finite_abs, zero).sum(acc),
-                       torch::where(finite_abs >= band.overflow, finite_abs, zero).sum(acc),
-                       finite_abs.sum(acc)});
+                       torch::where(finite_abs >= band.overflow, finite_abs, zero).sum(acc), finite_abs.sum(acc)});
 }
 
 }  // namespace

@@ -33,8 +33,8 @@ void write_tensors(const std::vector<torch::Tensor>& tensors, const char* prefix
   });
 }
 
-std::vector<torch::Tensor> read_tensors(const state::StateFile& capsule, const std::string& section,
-                                        const char* prefix, size_t count) {
+std::vector<torch::Tensor> read_tensors(const state::StateFile& capsule, const std::string& section, const char* prefix,
+                                        size_t count) {
   try {
     const auto& bytes = capsule.at(section);
     torch::serialize::InputArchive archive;
@@ -81,9 +81,9 @@ state::StateFile make_capsule(const CapsuleInput& in) {
   write_tensors(gradients, "g", capsule.add("gradients"));
   write_tensors(in.batch, "t", capsule.add("batch"));
 
-  const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
-                       std::chrono::system_clock::now().time_since_epoch())
-                       .count();
+  const auto now =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
   capsule.meta.update({{"position", common::to_json(in.position)},
                        {"settings", to_json(in.settings)},
                        {"error", in.error},
@@ -101,7 +101,7 @@ std::string capsule_path(const std::string& dir, const BatchPosition& position) 
   std::string phase;
   for (char ch : position.phase) phase += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
   return (std::filesystem::absolute(dir) / ("nan-epoch" + std::to_string(position.epoch) + "-" + phase + "-batch" +
-                                        std::to_string(position.batch_idx) + ".capsule"))
+                                            std::to_string(position.batch_idx) + ".capsule"))
       .string();
 }
 

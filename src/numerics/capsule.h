@@ -28,11 +28,11 @@ struct CapsuleInput {
   state::LiveState live;
   BatchPosition position;
   DebugSettings settings;
-  nlohmann::json error;                  // the DebugError as JSON
-  std::vector<torch::Tensor> buffers;    // batch-start values, model.named_buffers() order
-  std::vector<bool> grad_defined;        // per parameter, at the start of the batch
-  std::vector<torch::Tensor> batch;      // ItemTensors of the batch item
-  state::RngState rng;                   // at the start of the batch
+  nlohmann::json error;                // the DebugError as JSON
+  std::vector<torch::Tensor> buffers;  // batch-start values, model.named_buffers() order
+  std::vector<bool> grad_defined;      // per parameter, at the start of the batch
+  std::vector<torch::Tensor> batch;    // ItemTensors of the batch item
+  state::RngState rng;                 // at the start of the batch
   std::vector<std::string> notes;
 };
 

@@ -179,9 +179,8 @@ CheckResult run_checks(const DebugSettings& s, const CheckInput& in) {
   for (auto& row : table.rows()) {
     if (row.tripped) rows.push_back(row);
   }
-  std::stable_sort(rows.begin(), rows.end(), [&](const Row& a, const Row& b) {
-    return rank(a.report.layer) < rank(b.report.layer);
-  });
+  std::stable_sort(rows.begin(), rows.end(),
+                   [&](const Row& a, const Row& b) { return rank(a.report.layer) < rank(b.report.layer); });
   for (auto& row : rows) out.layers.push_back(std::move(row.report));
   return out;
 }

@@ -73,12 +73,9 @@ json to_json(const RootCause& cause) {
 }
 
 json to_json(const LayerReport& row) {
-  return {{"layer", row.layer},
-          {"nan", row.nan},
-          {"inf", row.inf},
-          {"underflow", row.underflow},
-          {"overflow", row.overflow},
-          {"dtype", row.dtype ? json(*row.dtype) : json(nullptr)},
+  return {{"layer", row.layer},       {"nan", row.nan},
+          {"inf", row.inf},           {"underflow", row.underflow},
+          {"overflow", row.overflow}, {"dtype", row.dtype ? json(*row.dtype) : json(nullptr)},
           {"sources", row.sources}};
 }
 
@@ -132,11 +129,16 @@ namespace nansense {
 
 std::string_view to_string(RootCause::Status status) {
   switch (status) {
-    case RootCause::Status::kFound: return "found";
-    case RootCause::Status::kFromOutside: return "from_outside";
-    case RootCause::Status::kNotReproduced: return "not_reproduced";
-    case RootCause::Status::kPending: return "pending";
-    case RootCause::Status::kNotTraced: return "not_traced";
+    case RootCause::Status::kFound:
+      return "found";
+    case RootCause::Status::kFromOutside:
+      return "from_outside";
+    case RootCause::Status::kNotReproduced:
+      return "not_reproduced";
+    case RootCause::Status::kPending:
+      return "pending";
+    case RootCause::Status::kNotTraced:
+      return "not_traced";
   }
   return "not_traced";
 }

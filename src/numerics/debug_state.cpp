@@ -207,8 +207,9 @@ void DebugState::choose_update(bool skip) {
       throw std::logic_error(
           error_->update.empty()
               ? std::string("this error was found after the optimizer step: its update was already applied")
-              : "the update of this error was already " + error_->update + "; the choice applies only while "
-                "the loop is paused before the step");
+              : "the update of this error was already " + error_->update +
+                    "; the choice applies only while "
+                    "the loop is paused before the step");
     }
     skip_update_ = skip;
   }

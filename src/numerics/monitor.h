@@ -106,7 +106,7 @@ class Monitor {
   std::thread::id training_thread_;
   capture::Tracer* tracer_ = nullptr;
   std::unique_ptr<OpTracer> op_tracer_;
-  bool active_ = false;           // settings enabled for this batch
+  bool active_ = false;  // settings enabled for this batch
   bool traced_ = false;
   bool checked_in_backward_ = false;
   bool tripped_ = false;

@@ -25,21 +25,21 @@ std::string base_name(std::string_view full) { return observer::op_name(full); }
 // every weight each forward); ownership and taint pass through them.
 bool value_preserving(const std::string& op) {
   static const std::set<std::string> kOps = {
-      "t",       "transpose", "permute", "view",      "reshape",   "reshape_alias", "unsafe_view",
-      "as_strided", "expand", "expand_as", "squeeze", "unsqueeze", "slice",         "select",
-      "narrow",  "unfold",    "detach",  "alias",     "lift_fresh", "flatten",      "contiguous",
-      "clone",   "split",     "chunk",   "unbind",    "view_as",   "numpy_T",       "resolve_conj",
-      "resolve_neg", "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like"};
+      "t",           "transpose",     "permute",    "view",         "reshape",     "reshape_alias",
+      "unsafe_view", "as_strided",    "expand",     "expand_as",    "squeeze",     "unsqueeze",
+      "slice",       "select",        "narrow",     "unfold",       "detach",      "alias",
+      "lift_fresh",  "flatten",       "contiguous", "clone",        "split",       "chunk",
+      "unbind",      "view_as",       "numpy_T",    "resolve_conj", "resolve_neg", "empty",
+      "empty_like",  "empty_strided", "zeros",      "zeros_like",   "ones",        "ones_like"};
   return kOps.count(op) > 0;
 }
 
 // Ops that write a value they are given: an infinite value given to them is
 // intended (an attention mask's -inf), not a numerical accident.
 bool fills(const std::string& op) {
-  static const std::set<std::string> kOps = {"masked_fill", "where",     "full",     "full_like", "new_full",
-                                             "scalar_tensor", "tensor",
-                                             "fill",        "index_fill", "clamp",   "clamp_min", "clamp_max",
-                                             "masked_scatter", "constant_pad_nd", "pad"};
+  static const std::set<std::string> kOps = {
+      "masked_fill", "where", "full",      "full_like", "new_full",       "scalar_tensor",   "tensor", "fill",
+      "index_fill",  "clamp", "clamp_min", "clamp_max", "masked_scatter", "constant_pad_nd", "pad"};
   return kOps.count(op) > 0;
 }
 
@@ -71,8 +71,7 @@ std::string shape_text(const torch::Tensor& t) {
 }
 
 bool same_storage(const torch::Tensor& a, const torch::Tensor& b) {
-  return a.has_storage() && b.has_storage() &&
-         a.storage().unsafeGetStorageImpl() == b.storage().unsafeGetStorageImpl();
+  return a.has_storage() && b.has_storage() && a.storage().unsafeGetStorageImpl() == b.storage().unsafeGetStorageImpl();
 }
 
 }  // namespace

@@ -85,12 +85,12 @@ class OpTracer : public observer::Consumer {
   std::vector<torch::Tensor> batch_;
   // Parameter / buffer (and views of them) -> module path and qualified name.
   std::unordered_map<const c10::TensorImpl*, std::pair<std::string, std::string>> owners_;
-  std::unordered_map<const c10::TensorImpl*, std::string> layer_of_;  // forward outputs
+  std::unordered_map<const c10::TensorImpl*, std::string> layer_of_;    // forward outputs
   std::unordered_map<const c10::TensorImpl*, torch::Tensor> produced_;  // non-finite outputs of traced ops
   std::unordered_set<const c10::TensorImpl*> allowed_;                  // outputs holding intended values
   std::unordered_set<const c10::StorageImpl*> allowed_storages_;        // storages of intended fills
   std::set<std::string> intended_layers_;
-  std::map<int64_t, ForwardOp> forward_ops_;                            // by autograd sequence number
+  std::map<int64_t, ForwardOp> forward_ops_;  // by autograd sequence number
   std::vector<torch::Tensor> keep_alive_;
   int64_t index_ = 0;
   bool backward_done_ = false;

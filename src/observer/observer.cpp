@@ -168,8 +168,8 @@ void Observer::on_start(const at::RecordFunction& fn) {
   } else {
     // Nested in an op, unless a backward node stands between them (the nodes
     // Tensor::backward() runs are ops of their own).
-    const bool in_op = !frames.empty() && frames.back().kind != FrameKind::kNode &&
-                       frames.back().kind != FrameKind::kWrapper;
+    const bool in_op =
+        !frames.empty() && frames.back().kind != FrameKind::kNode && frames.back().kind != FrameKind::kWrapper;
     frame.kind = in_op ? FrameKind::kNestedOp : FrameKind::kOp;
     frame.op = op_name(frame.name);
   }

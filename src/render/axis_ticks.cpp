@@ -68,9 +68,8 @@ std::vector<Tick> without_overlaps(const std::vector<Tick>& ticks, const std::fu
   for (const auto& tick : ticks) {
     const double half = extent(tick) / 2.0 + gap / 2.0;
     const double lo = tick.pos - half, hi = tick.pos + half;
-    const bool clear = std::none_of(taken.begin(), taken.end(), [&](const auto& t) {
-      return lo < t.second && t.first < hi;
-    });
+    const bool clear =
+        std::none_of(taken.begin(), taken.end(), [&](const auto& t) { return lo < t.second && t.first < hi; });
     if (clear) {
       taken.emplace_back(lo, hi);
       kept.push_back(tick);

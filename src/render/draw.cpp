@@ -14,9 +14,7 @@ void blend(Image& image, int x, int y, Rgba color, float coverage) {
   // Porter-Duff "over", so text and bars also compose on transparent images.
   const float da = dst.a / 255.0f * (1 - a);
   const float out_a = a + da;
-  auto channel = [&](uint8_t s, uint8_t d) {
-    return static_cast<uint8_t>(std::lround((s * a + d * da) / out_a));
-  };
+  auto channel = [&](uint8_t s, uint8_t d) { return static_cast<uint8_t>(std::lround((s * a + d * da) / out_a)); };
   dst = {channel(color.r, dst.r), channel(color.g, dst.g), channel(color.b, dst.b),
          static_cast<uint8_t>(std::lround(out_a * 255))};
 }

@@ -16,8 +16,8 @@ namespace nansense::render {
 
 namespace {
 
-constexpr int kMaxSide = 1568;     // MCP's image cap, on both sides
-constexpr int kMinWidth = 320;     // below this the axes and legend have no room
+constexpr int kMaxSide = 1568;  // MCP's image cap, on both sides
+constexpr int kMinWidth = 320;  // below this the axes and legend have no room
 constexpr int kPanelHeight = 300;
 constexpr int kMinPanelHeight = 120;
 constexpr int kEmptyPanelHeight = 110;  // a title and its reason need no more
@@ -59,9 +59,9 @@ void validate(const std::vector<HistogramPanel>& panels, const std::vector<doubl
   }
   for (size_t i = 0; i + 1 < edges.size(); ++i) {
     if (!(edges[i] < edges[i + 1])) {
-      throw std::invalid_argument("histogram plot: options.edges must ascend, but edge " + std::to_string(i) +
-                                  " (" + std::to_string(edges[i]) + ") is not below edge " +
-                                  std::to_string(i + 1) + " (" + std::to_string(edges[i + 1]) + ")");
+      throw std::invalid_argument("histogram plot: options.edges must ascend, but edge " + std::to_string(i) + " (" +
+                                  std::to_string(edges[i]) + ") is not below edge " + std::to_string(i + 1) + " (" +
+                                  std::to_string(edges[i + 1]) + ")");
     }
   }
   for (const auto& panel : panels) {
@@ -69,8 +69,8 @@ void validate(const std::vector<HistogramPanel>& panels, const std::vector<doubl
       if (series.counts.size() + 1 != edges.size()) {
         throw std::invalid_argument("histogram plot: series '" + series.label + "' of panel '" + panel.title +
                                     "' has " + std::to_string(series.counts.size()) + " counts, but the " +
-                                    std::to_string(edges.size()) + " edges make " +
-                                    std::to_string(edges.size() - 1) + " bins");
+                                    std::to_string(edges.size()) + " edges make " + std::to_string(edges.size() - 1) +
+                                    " bins");
       }
     }
   }
@@ -170,9 +170,9 @@ class XAxis {
       return left + (value - lo_) / (hi_ - lo_) * (right - left);
     }
     if (!(value >= edges_[bins_.first] && value <= edges_[bins_.last + 1])) return std::nullopt;
-    const int bin = std::clamp(
-        static_cast<int>(std::upper_bound(edges_.begin(), edges_.end(), value) - edges_.begin()) - 1,
-        bins_.first, bins_.last);
+    const int bin =
+        std::clamp(static_cast<int>(std::upper_bound(edges_.begin(), edges_.end(), value) - edges_.begin()) - 1,
+                   bins_.first, bins_.last);
     const double a = edges_[bin], b = edges_[bin + 1];
     // Within a bin of one sign the axis is logarithmic; across zero, linear.
     const double fraction = (a > 0 || b < 0) ? std::log(value / a) / std::log(b / a) : (value - a) / (b - a);
@@ -200,8 +200,10 @@ class XAxis {
     std::vector<Decade> decades;
     for (int e = bins_.first; e <= bins_.last + 1; ++e) {
       int exponent = 0;
-      if (edges_[e] == 0) ticks.push_back({edge_x(e), "0"});
-      else if (is_power_of_ten(edges_[e], &exponent)) decades.push_back({e, exponent});
+      if (edges_[e] == 0)
+        ticks.push_back({edge_x(e), "0"});
+      else if (is_power_of_ten(edges_[e], &exponent))
+        decades.push_back({e, exponent});
     }
     double per_decade = right - left;
     int widest = 0;
@@ -275,7 +277,8 @@ class YAxis {
       }
     }
     const int h = line_height(px);
-    return without_overlaps(ticks, [h](const Tick&) { return h; }, 2);
+    return without_overlaps(
+        ticks, [h](const Tick&) { return h; }, 2);
   }
 
  private:
@@ -387,8 +390,8 @@ void draw_empty_panel(Image& image, const HistogramPanel& panel, const PanelLayo
   horizontal_line(image, left, right - 1, layout.plot_bottom, frame);
   vertical_line(image, left, layout.plot_top, layout.plot_bottom, frame);
   vertical_line(image, right - 1, layout.plot_top, layout.plot_bottom, frame);
-  const auto lines = wrap_text(panel.empty_reason.empty() ? "no data" : panel.empty_reason, kMessagePx,
-                          right - left - 2 * kPad);
+  const auto lines =
+      wrap_text(panel.empty_reason.empty() ? "no data" : panel.empty_reason, kMessagePx, right - left - 2 * kPad);
   const int lh = line_height(kMessagePx);
   int y = (layout.plot_top + layout.plot_bottom) / 2 - lh * static_cast<int>(lines.size()) / 2;
   for (const auto& line : lines) {
@@ -397,13 +400,14 @@ void draw_empty_panel(Image& image, const HistogramPanel& panel, const PanelLayo
   }
 }
 
-void draw_data_panel(Image& image, const HistogramPanel& panel, const PanelLayout& layout, const XAxis& x,
-                     BinSpan bins, const HistogramPlotOptions& options) {
+void draw_data_panel(Image& image, const HistogramPanel& panel, const PanelLayout& layout, const XAxis& x, BinSpan bins,
+                     const HistogramPlotOptions& options) {
   const YAxis& y = *layout.y;
   const int top = layout.plot_top, bottom = layout.plot_bottom;
   const auto x_ticks = x.ticks(kLabelPx);
 
-  for (const auto& t : layout.y_ticks) horizontal_line(image, x.left, x.right - 1, static_cast<int>(std::lround(t.pos)), kGridColor);
+  for (const auto& t : layout.y_ticks)
+    horizontal_line(image, x.left, x.right - 1, static_cast<int>(std::lround(t.pos)), kGridColor);
   for (const auto& t : x_ticks) vertical_line(image, static_cast<int>(std::lround(t.pos)), top, bottom - 1, kGridColor);
 
   // One height per pixel column and series: where several narrow bins share
@@ -529,8 +533,10 @@ Image render_histogram_plot(const std::vector<HistogramPanel>& panels, const His
   if (!bins.empty()) x.emplace(options.edges, bins, options.log_x, left, right);
   for (int i = 0; i < n; ++i) {
     draw_header(image, panels[i], layouts[i].header, layouts[i].top);
-    if (layouts[i].y) draw_data_panel(image, panels[i], layouts[i], *x, bins, options);
-    else draw_empty_panel(image, panels[i], layouts[i], left, right);
+    if (layouts[i].y)
+      draw_data_panel(image, panels[i], layouts[i], *x, bins, options);
+    else
+      draw_empty_panel(image, panels[i], layouts[i], left, right);
   }
   if (captioned >= 0) {
     draw_text(image, options.log_x ? "value (signed log: equal-width bins)" : "value", (left + right) / 2,

@@ -13,7 +13,7 @@
 namespace nansense::render {
 
 struct HistogramSeries {
-  std::string label;        // "train ep 3", "channel 5"
+  std::string label;  // "train ep 3", "channel 5"
   Rgba color{0, 0, 0, 255};
   std::vector<int64_t> counts;  // one per signed-log bin (211)
   // Of the end bins' counts, how many were +-inf (drawn as clipped).
@@ -22,7 +22,7 @@ struct HistogramSeries {
 };
 
 struct HistogramPanel {
-  std::string title;  // "features.0 activations"
+  std::string title;                    // "features.0 activations"
   std::vector<HistogramSeries> series;  // empty: the panel says "no data"
   std::string empty_reason;             // why there is no data, when empty
 };

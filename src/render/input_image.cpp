@@ -81,8 +81,9 @@ InputImage render_input(const torch::Tensor& batch, const InputImageOptions& opt
     if (s.size(0) != 1 && s.size(0) != 3) {
       auto shown = options.transform(x.to(torch::kFloat));
       if (!shown.defined() || shown.dim() != 3 || (shown.size(0) != 1 && shown.size(0) != 3)) {
-        throw std::invalid_argument("the input transform must return [1,H,W] or [3,H,W], got " +
-                                    (shown.defined() ? common::shape_text(shown.sizes()) : std::string("an undefined tensor")));
+        throw std::invalid_argument(
+            "the input transform must return [1,H,W] or [3,H,W], got " +
+            (shown.defined() ? common::shape_text(shown.sizes()) : std::string("an undefined tensor")));
       }
       x = shown.detach().to(torch::kCPU, torch::kDouble);
     }

@@ -13,8 +13,10 @@ namespace {
 // The sample as [tiles, height, width] plus its layout name.
 std::pair<torch::Tensor, std::string> as_tiles(const torch::Tensor& s) {
   switch (s.dim()) {
-    case 0: return {s.reshape({1, 1, 1}), "scalar"};
-    case 1: return {s.reshape({1, 1, s.size(0)}), "features"};
+    case 0:
+      return {s.reshape({1, 1, 1}), "scalar"};
+    case 1:
+      return {s.reshape({1, 1, s.size(0)}), "features"};
     case 2: {
       const int64_t tokens = s.size(0);
       const auto side = static_cast<int64_t>(std::lround(std::sqrt(static_cast<double>(tokens))));
@@ -24,7 +26,8 @@ std::pair<torch::Tensor, std::string> as_tiles(const torch::Tensor& s) {
       }
       return {s.unsqueeze(0), "matrix"};
     }
-    case 3: return {s, "channels"};
+    case 3:
+      return {s, "channels"};
     default:
       throw std::invalid_argument("cannot show a per-sample tensor of shape " + common::shape_text(s.sizes()) +
                                   ": only [C,H,W], [F], [T,D] and scalars are drawn");
@@ -35,9 +38,12 @@ std::pair<torch::Tensor, std::string> as_tiles(const torch::Tensor& s) {
 
 std::string_view to_string(Values values) {
   switch (values) {
-    case Values::kUnchanged: return "unchanged";
-    case Values::kAbs: return "abs";
-    case Values::kSquare: return "square";
+    case Values::kUnchanged:
+      return "unchanged";
+    case Values::kAbs:
+      return "abs";
+    case Values::kSquare:
+      return "square";
   }
   return "unchanged";
 }
@@ -51,7 +57,8 @@ Values parse_values(const std::string& text) {
 
 Strip render_strip(const torch::Tensor& batch, const StripOptions& options) {
   torch::NoGradGuard no_grad;
-  if (!batch.defined() || batch.dim() == 0) throw std::invalid_argument("nothing to draw: the tensor has no batch dimension");
+  if (!batch.defined() || batch.dim() == 0)
+    throw std::invalid_argument("nothing to draw: the tensor has no batch dimension");
   if (!(batch.is_floating_point())) {
     throw std::invalid_argument("cannot draw a " + common::dtype_name(batch.scalar_type()) + " tensor");
   }

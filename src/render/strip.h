@@ -18,19 +18,19 @@ std::string_view to_string(Values values);
 Values parse_values(const std::string& text);
 
 struct StripOptions {
-  int64_t sample = 0;        // index into the batch dimension
-  bool average = false;      // collapse the channels to their mean (one tile)
+  int64_t sample = 0;                  // index into the batch dimension
+  bool average = false;                // collapse the channels to their mean (one tile)
   Values values = Values::kUnchanged;  // applied before averaging
 };
 
 // What the picture shows, for legends and captions.
 struct StripInfo {
-  std::string layout;      // "channels", "features", "tokens", "matrix", "scalar"
+  std::string layout;  // "channels", "features", "tokens", "matrix", "scalar"
   int64_t tiles = 0;
   int64_t tile_width = 0;
   int64_t tile_height = 0;
-  double scale_max = 0;    // |value| that maps to the end of the scale
-  bool diverging = true;   // false: magnitudes on the sequential scale
+  double scale_max = 0;   // |value| that maps to the end of the scale
+  bool diverging = true;  // false: magnitudes on the sequential scale
   int64_t nan = 0, pos_inf = 0, neg_inf = 0;
   int64_t batch_size = 0;
 };

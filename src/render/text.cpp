@@ -17,9 +17,9 @@
 __asm__(NANSENSE_ASM_RODATA_BEGIN
         ".balign 16\n"
         "nansense_font_begin:\n"
-        ".incbin \"" NANSENSE_FONT_FILE "\"\n"
-        "nansense_font_end:\n"
-        NANSENSE_ASM_RODATA_END);
+        ".incbin \"" NANSENSE_FONT_FILE
+        "\"\n"
+        "nansense_font_end:\n" NANSENSE_ASM_RODATA_END);
 extern const unsigned char nansense_font_begin[] __asm__("nansense_font_begin");
 extern const unsigned char nansense_font_end[] __asm__("nansense_font_end");
 

@@ -25,8 +25,7 @@ int line_height(float px);
 // Draws `text` with the top of its line at `y`; `x` is its left edge, centre or
 // right edge as `align` says. Pixels outside the image are skipped. Returns
 // the text's width.
-int draw_text(Image& image, std::string_view text, int x, int y, float px, Rgba color,
-              Align align = Align::kLeft);
+int draw_text(Image& image, std::string_view text, int x, int y, float px, Rgba color, Align align = Align::kLeft);
 
 // Draws `text` turned a quarter left, reading bottom to top (a y-axis label):
 // the top of its line at column `x`, centred on row `y_center`.

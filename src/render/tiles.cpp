@@ -12,8 +12,9 @@ namespace nansense::render {
 torch::Tensor stretched(const torch::Tensor& map, int64_t h, int64_t w) {
   if (map.size(0) == h && map.size(1) == w) return map;
   namespace F = torch::nn::functional;
-  return F::interpolate(map.unsqueeze(0).unsqueeze(0),
-                        F::InterpolateFuncOptions().size(std::vector<int64_t>{h, w}).mode(torch::kBilinear).align_corners(false))
+  return F::interpolate(
+             map.unsqueeze(0).unsqueeze(0),
+             F::InterpolateFuncOptions().size(std::vector<int64_t>{h, w}).mode(torch::kBilinear).align_corners(false))
       .squeeze(0)
       .squeeze(0);
 }
@@ -53,7 +54,6 @@ Image overlay(const Image& input, const Image& heat, const torch::Tensor& map) {
   return out;
 }
 
-
 // Tiles side by side in rows, each scaled up by an integer factor so small
 // images (28x28) stay readable, each captioned ("start", "channel 3",
 // "attribution", "input").
@@ -90,7 +90,7 @@ Image compose(const std::vector<std::vector<Tile>>& rows, int tile_height) {
         for (int x = 0; x < t.width * factor; ++x) out.at(x0 + x, y0 + y) = t.at(x / factor, y / factor);
       }
       draw_text(out, rows[r][c].label, x0 + t.width * factor / 2, y0 + t.height * factor + 1, kLabelPx,
-                        {200, 200, 210, 255}, Align::kCenter);
+                {200, 200, 210, 255}, Align::kCenter);
     }
   }
   return out;

@@ -19,8 +19,11 @@ WeightLayout default_weight_layout(c10::IntArrayRef shape) {
   WeightLayout l;
   l.index.assign(shape.size(), 0);
   switch (rank) {
-    case 0: break;
-    case 1: l.x_dim = 0; break;
+    case 0:
+      break;
+    case 1:
+      l.x_dim = 0;
+      break;
     case 2:
       l.y_dim = 0;
       l.x_dim = 1;
@@ -65,9 +68,8 @@ WeightLayout resolve_weight_layout(c10::IntArrayRef shape, const WeightLayoutReq
     }
   }
   if (static_cast<int64_t>(request.index.size()) > rank) {
-    throw std::invalid_argument("index has " + std::to_string(request.index.size()) + " entries, but a " +
-                                shape_text + " tensor has " + std::to_string(rank) +
-                                " dimensions: give one index per dimension");
+    throw std::invalid_argument("index has " + std::to_string(request.index.size()) + " entries, but a " + shape_text +
+                                " tensor has " + std::to_string(rank) + " dimensions: give one index per dimension");
   }
 
   WeightLayout l = default_weight_layout(shape);
@@ -84,12 +86,11 @@ WeightLayout resolve_weight_layout(c10::IntArrayRef shape, const WeightLayoutReq
   for (int64_t d = 0; d < rank; ++d) {
     const int64_t i = l.index[static_cast<size_t>(d)];
     if (l.is_index(d) && (i < 0 || i >= shape[static_cast<size_t>(d)])) {
-      throw std::invalid_argument("index " + std::to_string(i) + " of dimension " + std::to_string(d) +
-                                  " is out of range: it has size " + std::to_string(shape[static_cast<size_t>(d)]) +
-                                  (shape[static_cast<size_t>(d)] > 0
-                                       ? " (0.." + std::to_string(shape[static_cast<size_t>(d)] - 1) + ")"
-                                       : "") +
-                                  " in a " + shape_text + " tensor");
+      throw std::invalid_argument(
+          "index " + std::to_string(i) + " of dimension " + std::to_string(d) + " is out of range: it has size " +
+          std::to_string(shape[static_cast<size_t>(d)]) +
+          (shape[static_cast<size_t>(d)] > 0 ? " (0.." + std::to_string(shape[static_cast<size_t>(d)] - 1) + ")" : "") +
+          " in a " + shape_text + " tensor");
     }
   }
   return l;

@@ -6,10 +6,10 @@
 #include <iostream>
 #include <random>
 
-#include "server/api_routes.h"
+#include "server/http/api_routes.h"
 #include "server/banner.h"
-#include "server/static_assets.h"
-#include "server/waiting_requests.h"
+#include "server/http/static_assets.h"
+#include "server/http/waiting_requests.h"
 
 namespace nansense::server {
 
@@ -52,7 +52,6 @@ std::string cookie_value(const std::string& cookies, const std::string& name) {
   }
   return "";
 }
-
 
 }  // namespace
 
@@ -132,8 +131,10 @@ std::optional<HttpResponse> Server::refuse(const HttpRequest& request) const {
   const std::string& origin = request.header("origin");
   if (loopback_) {
     if (!host.empty() && !is_loopback_host(host)) {
-      return error_response(403, "Host \"" + host + "\" refused: this server answers loopback names only "
-                                 "(DNS-rebinding protection); use " + url());
+      return error_response(403, "Host \"" + host +
+                                     "\" refused: this server answers loopback names only "
+                                     "(DNS-rebinding protection); use " +
+                                     url());
     }
     if (!origin.empty() && !is_loopback_host(origin_authority(origin))) {
       return error_response(403, "Origin \"" + origin + "\" refused: only pages served from this machine may call it");
@@ -155,8 +156,9 @@ std::optional<HttpResponse> Server::refuse(const HttpRequest& request) const {
   }
   if (presented.empty()) presented = cookie_value(request.header("cookie"), "nansense_token");
   if (presented.empty() || !constant_time_equal(presented, token_)) {
-    return error_response(401, "a token is required on a non-loopback bind: open the URL printed in the "
-                               "training log (it ends with ?token=...)");
+    return error_response(401,
+                          "a token is required on a non-loopback bind: open the URL printed in the "
+                          "training log (it ends with ?token=...)");
   }
   return std::nullopt;
 }

@@ -7,10 +7,10 @@
 #include <string>
 
 #include "nansense/options.h"
-#include "server/controller.h"
-#include "server/http_server.h"
+#include "server/controller/controller.h"
+#include "server/http/http_server.h"
 #include "server/mcp/mcp_endpoint.h"
-#include "server/push_channel.h"
+#include "server/http/push_channel.h"
 #include "session/session_port.h"
 
 namespace nansense::server {

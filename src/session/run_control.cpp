@@ -12,14 +12,19 @@ namespace nansense::detail {
 
 bool RunControl::pauses_at(const BatchPosition& pos) const {
   switch (mode_) {
-    case Mode::kStepBatch: return true;
-    case Mode::kStepPhase: return pos.phase != ref_.phase || pos.epoch != ref_.epoch;
-    case Mode::kStepEpoch: return pos.epoch != ref_.epoch;
+    case Mode::kStepBatch:
+      return true;
+    case Mode::kStepPhase:
+      return pos.phase != ref_.phase || pos.epoch != ref_.epoch;
+    case Mode::kStepEpoch:
+      return pos.epoch != ref_.epoch;
     case Mode::kRunUntil:
       // Also stop if the target was skipped (a phase shorter than expected).
       return !target_ || pos.same_batch(*target_) || schedule_.before(*target_, pos);
-    case Mode::kRun: return pos.is_last_in_run;
-    case Mode::kDetach: return false;
+    case Mode::kRun:
+      return pos.is_last_in_run;
+    case Mode::kDetach:
+      return false;
   }
   return false;
 }
@@ -75,15 +80,17 @@ void RunControl::set_update_frequency(const UpdateFrequency& f) {
   }
   if (f.phase()) {
     if (f.unit() != Unit::kBatch) {
-      throw UsageError("update frequency: a phase applies only to the batch unit (count that phase's batches); "
-                       "leave phase out for unit " + unit);
+      throw UsageError(
+          "update frequency: a phase applies only to the batch unit (count that phase's batches); "
+          "leave phase out for unit " +
+          unit);
     }
     const auto order = schedule_.phase_order();
     if (f.phase()->empty() || (!order.empty() && !schedule_.phase_index(*f.phase()))) {
       std::string known;
       for (const auto& p : order) known += (known.empty() ? "" : ", ") + p;
-      throw UsageError("update frequency: unknown phase '" + *f.phase() + "'; known phases: " +
-                       (known.empty() ? "(none yet)" : known));
+      throw UsageError("update frequency: unknown phase '" + *f.phase() +
+                       "'; known phases: " + (known.empty() ? "(none yet)" : known));
     }
   }
   std::lock_guard lock(mu_);
@@ -153,7 +160,8 @@ void RunControl::set_pause_check(std::function<bool()> check, std::chrono::milli
 }
 
 void RunControl::require_live() const {
-  if (lost_) throw ControlError("the training loop was lost (" + lost_reason_ + "); restart the program to train again");
+  if (lost_)
+    throw ControlError("the training loop was lost (" + lost_reason_ + "); restart the program to train again");
   if (finished_) throw ControlError("training has finished; the last captured batch stays available for inspection");
 }
 

@@ -25,19 +25,23 @@ std::string BatchPosition::to_string() const {
 
 std::string_view to_string(Mode mode) {
   switch (mode) {
-    case Mode::kStepBatch: return "step_batch";
-    case Mode::kStepPhase: return "step_phase";
-    case Mode::kStepEpoch: return "step_epoch";
-    case Mode::kRunUntil: return "run_until";
-    case Mode::kRun: return "run";
-    case Mode::kDetach: return "detach";
+    case Mode::kStepBatch:
+      return "step_batch";
+    case Mode::kStepPhase:
+      return "step_phase";
+    case Mode::kStepEpoch:
+      return "step_epoch";
+    case Mode::kRunUntil:
+      return "run_until";
+    case Mode::kRun:
+      return "run";
+    case Mode::kDetach:
+      return "detach";
   }
   return "unknown";
 }
 
-Schedule::Schedule(std::optional<int64_t> epochs, std::optional<PhaseCounts> phases) {
-  set(epochs, std::move(phases));
-}
+Schedule::Schedule(std::optional<int64_t> epochs, std::optional<PhaseCounts> phases) { set(epochs, std::move(phases)); }
 
 void Schedule::set(std::optional<int64_t> epochs, std::optional<PhaseCounts> phases) {
   if (epochs && *epochs < 1) {
@@ -96,8 +100,8 @@ BatchPosition Schedule::advance(const std::string& phase, std::optional<int64_t>
   if (epoch) {
     if (*epoch < 0) throw ScheduleError("epoch must not be negative, got " + std::to_string(*epoch));
     new_epoch = *epoch;
-  } else if (!same_phase && std::find(seen_this_epoch_.begin(), seen_this_epoch_.end(), phase) !=
-                                seen_this_epoch_.end()) {
+  } else if (!same_phase &&
+             std::find(seen_this_epoch_.begin(), seen_this_epoch_.end(), phase) != seen_this_epoch_.end()) {
     // A phase that already ran this epoch starts again: a new epoch began.
     new_epoch = have_current ? current_->epoch + 1 : 0;
   }

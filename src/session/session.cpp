@@ -10,10 +10,14 @@ namespace nansense {
 
 std::string_view to_string(RunState state) {
   switch (state) {
-    case RunState::kRunning: return "running";
-    case RunState::kPaused: return "paused";
-    case RunState::kFinished: return "finished";
-    case RunState::kLost: return "lost";
+    case RunState::kRunning:
+      return "running";
+    case RunState::kPaused:
+      return "paused";
+    case RunState::kFinished:
+      return "finished";
+    case RunState::kLost:
+      return "lost";
   }
   return "running";
 }
@@ -53,9 +57,12 @@ SessionCore::SessionCore(std::shared_ptr<torch::nn::Module> model, const StartOp
   experiments_host.in_batch_pause = [this] { return in_batch_pause_.load(); };
   experiments_host.ended = [this]() -> std::string {
     switch (control_.state()) {
-      case RunState::kFinished: return "training has finished: experiments run on the paused training loop";
-      case RunState::kLost: return "the training loop was lost (" + control_.lost_reason() + ")";
-      default: return "";
+      case RunState::kFinished:
+        return "training has finished: experiments run on the paused training loop";
+      case RunState::kLost:
+        return "the training loop was lost (" + control_.lost_reason() + ")";
+      default:
+        return "";
     }
   };
   experiments_host.leave_requested = [this] { return control_.leave_requested(); };
@@ -69,9 +76,12 @@ SessionCore::SessionCore(std::shared_ptr<torch::nn::Module> model, const StartOp
   probes_host.in_batch_pause = [this] { return in_batch_pause_.load(); };
   probes_host.ended = [this]() -> std::string {
     switch (control_.state()) {
-      case RunState::kFinished: return "training has finished: probes run on the paused training loop";
-      case RunState::kLost: return "the training loop was lost (" + control_.lost_reason() + ")";
-      default: return "";
+      case RunState::kFinished:
+        return "training has finished: probes run on the paused training loop";
+      case RunState::kLost:
+        return "the training loop was lost (" + control_.lost_reason() + ")";
+      default:
+        return "";
     }
   };
   probes_host.post = [this](std::function<void()> work) { control_.post(std::move(work)); };
@@ -293,8 +303,7 @@ bool SessionCore::finish_batch(bool can_repeat) {
   if (decision_.pause_after) {
     if (!attachment_ && !warned_no_ui_) {
       warned_no_ui_ = true;
-      std::cerr << "[nansense] paused at " << pos_.to_string()
-                << " with no UI served: " << no_ui_hint_ << "\n";
+      std::cerr << "[nansense] paused at " << pos_.to_string() << " with no UI served: " << no_ui_hint_ << "\n";
     }
     pause_here(schedule_.with_flags(pos_));
   }
@@ -322,7 +331,8 @@ void SessionCore::end_phase(const std::string& phase, int64_t count) {
 
 void SessionCore::log_scalar(const std::string& name, double value) {
   if (pos_.phase.empty()) {
-    throw UsageError("log_scalar(\"" + name + "\") needs a batch position: call it inside a batches() loop, after "
+    throw UsageError("log_scalar(\"" + name +
+                     "\") needs a batch position: call it inside a batches() loop, after "
                      "its first batch began");
   }
   stats_->log_scalar(name, value, pos_);
@@ -438,27 +448,37 @@ void Session::close() {
   if (core_) core_->close();
 }
 
-std::optional<BatchPosition> Session::live_position() const {
-  return core_ ? core_->live_position() : std::nullopt;
-}
+std::optional<BatchPosition> Session::live_position() const { return core_ ? core_->live_position() : std::nullopt; }
 Mode Session::mode() const { return core_ ? core_->control().mode() : Mode::kDetach; }
 RunState Session::state() const { return core_ ? core_->control().state() : RunState::kRunning; }
 std::shared_ptr<const BatchSnapshot> Session::snapshot() const { return core_ ? core_->snapshot() : nullptr; }
-std::shared_ptr<const Architecture> Session::architecture() const {
-  return core_ ? core_->architecture() : nullptr;
-}
+std::shared_ptr<const Architecture> Session::architecture() const { return core_ ? core_->architecture() : nullptr; }
 const Schedule& Session::schedule() const { return core_ ? core_->schedule() : empty_schedule(); }
 
-void Session::step_batch() { if (core_) core_->control().step_batch(); }
-void Session::step_phase() { if (core_) core_->control().step_phase(); }
-void Session::step_epoch() { if (core_) core_->control().step_epoch(); }
+void Session::step_batch() {
+  if (core_) core_->control().step_batch();
+}
+void Session::step_phase() {
+  if (core_) core_->control().step_phase();
+}
+void Session::step_epoch() {
+  if (core_) core_->control().step_epoch();
+}
 void Session::run_until(const BatchPosition& target) {
   if (core_) core_->control().run_until(target);
 }
-void Session::run() { if (core_) core_->control().run(); }
-void Session::detach() { if (core_) core_->control().detach(); }
-void Session::pause() { if (core_) core_->control().pause(); }
-void Session::refresh() { if (core_) core_->control().refresh(); }
+void Session::run() {
+  if (core_) core_->control().run();
+}
+void Session::detach() {
+  if (core_) core_->control().detach();
+}
+void Session::pause() {
+  if (core_) core_->control().pause();
+}
+void Session::refresh() {
+  if (core_) core_->control().refresh();
+}
 RunState Session::wait_until_stopped(std::chrono::milliseconds timeout) const {
   return core_ ? core_->control().wait_until_stopped(timeout) : RunState::kRunning;
 }

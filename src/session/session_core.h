@@ -167,7 +167,7 @@ class SessionCore {
   std::string no_ui_hint_ =
       "nansense::serve(session) or StartOptions().port(...) serves one, and session.detach() trains without pausing";
   std::string unserved_nan_note_ = "training continues";
-  bool repeat_batch_ = false;  // the next begin_batch delivers the same batch again
+  bool repeat_batch_ = false;          // the next begin_batch delivers the same batch again
   std::optional<int64_t> loop_epoch_;  // the epoch epochs() runs, for batches() without one
   int64_t loop_epochs_ = 0;            // epochs()'s n
   std::unique_ptr<time_travel::TrainingRestorer> restorer_;

@@ -27,7 +27,7 @@
 namespace nansense::experiments {
 class Engine;
 class Probes;
-}
+}  // namespace nansense::experiments
 
 namespace nansense::detail {
 

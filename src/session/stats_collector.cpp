@@ -15,18 +15,24 @@ namespace nansense {
 
 std::string_view to_string(StatsScope scope) {
   switch (scope) {
-    case StatsScope::kNone: return "none";
-    case StatsScope::kWatched: return "watched";
-    case StatsScope::kAll: return "all";
+    case StatsScope::kNone:
+      return "none";
+    case StatsScope::kWatched:
+      return "watched";
+    case StatsScope::kAll:
+      return "all";
   }
   return "none";
 }
 
 std::string_view to_string(UpdateFrequency::Unit unit) {
   switch (unit) {
-    case UpdateFrequency::Unit::kBatch: return "batch";
-    case UpdateFrequency::Unit::kEpoch: return "epoch";
-    case UpdateFrequency::Unit::kSeconds: return "seconds";
+    case UpdateFrequency::Unit::kBatch:
+      return "batch";
+    case UpdateFrequency::Unit::kEpoch:
+      return "epoch";
+    case UpdateFrequency::Unit::kSeconds:
+      return "seconds";
   }
   return "seconds";
 }
@@ -41,12 +47,16 @@ void check_performance(const WatchPerformance& p) {
                      std::to_string(p.channel_limit()));
   }
   if (p.histogram_sample() < 0) {
-    throw UsageError("watch performance: histogram_sample must be >= 0 (values a CPU histogram counts per tensor; "
-                     "0 counts every value), got " + std::to_string(p.histogram_sample()));
+    throw UsageError(
+        "watch performance: histogram_sample must be >= 0 (values a CPU histogram counts per tensor; "
+        "0 counts every value), got " +
+        std::to_string(p.histogram_sample()));
   }
   if (p.samples_per_channel() < 0 || p.samples_per_channel() > 64) {
-    throw UsageError("watch performance: samples_per_channel must be 0..64 (inputs a Min/Max gallery keeps per "
-                     "channel; 0 turns galleries off), got " + std::to_string(p.samples_per_channel()));
+    throw UsageError(
+        "watch performance: samples_per_channel must be 0..64 (inputs a Min/Max gallery keeps per "
+        "channel; 0 turns galleries off), got " +
+        std::to_string(p.samples_per_channel()));
   }
 }
 
@@ -112,11 +122,16 @@ void StatsCollector::Reduction::add(double v) {
 double StatsCollector::Reduction::value() const {
   if (metric->custom_reduce) return metric->custom_reduce(values);
   switch (metric->reduce) {
-    case MetricReduce::kMean: return sum / static_cast<double>(count);
-    case MetricReduce::kSum: return sum;
-    case MetricReduce::kMin: return min;
-    case MetricReduce::kMax: return max;
-    case MetricReduce::kLast: return last;
+    case MetricReduce::kMean:
+      return sum / static_cast<double>(count);
+    case MetricReduce::kSum:
+      return sum;
+    case MetricReduce::kMin:
+      return min;
+    case MetricReduce::kMax:
+      return max;
+    case MetricReduce::kLast:
+      return last;
   }
   return last;
 }
@@ -173,9 +188,8 @@ void StatsCollector::unwatch(const std::vector<std::string>& layers, const Archi
   if (auto unknown = unknown_layers(layers, architecture); !unknown.empty()) refuse_unknown(unknown, *architecture);
   {
     std::lock_guard lock(mu_);
-    std::erase_if(watched_, [&](const std::string& w) {
-      return std::find(layers.begin(), layers.end(), w) != layers.end();
-    });
+    std::erase_if(watched_,
+                  [&](const std::string& w) { return std::find(layers.begin(), layers.end(), w) != layers.end(); });
     ++version_;
   }
   host_.changed();
@@ -257,7 +271,8 @@ void StatsCollector::add_metric(const std::string& name, NamedMetricFn fn, Metri
 void StatsCollector::add_tensor_instrument(const std::string& name, LayerTensorFn layer_fn, WeightTensorFn weight_fn) {
   const char* call = layer_fn || !weight_fn ? "watch_layer_tensor" : "watch_weight_tensor";
   if (name.empty()) throw UsageError(std::string(call) + " needs a name (its strip's label), got an empty one");
-  if (!layer_fn && !weight_fn) throw UsageError(std::string(call) + "(\"" + name + "\") needs a function, got an empty one");
+  if (!layer_fn && !weight_fn)
+    throw UsageError(std::string(call) + "(\"" + name + "\") needs a function, got an empty one");
   auto instrument = std::make_shared<TensorInstrument>();
   instrument->name = name;
   instrument->layer_fn = std::move(layer_fn);
@@ -375,8 +390,8 @@ capture::TraceKeep StatsCollector::trace_keep() {
 
 bool StatsCollector::Staged::take(int layer, int64_t op_seq, const std::string& name, bool gradient,
                                   const torch::Tensor& t) {
-  if (hold_all || !t.defined() || !t.is_cpu() || t.layout() != torch::kStrided ||
-      t.scalar_type() != torch::kFloat || t.numel() == 0) {
+  if (hold_all || !t.defined() || !t.is_cpu() || t.layout() != torch::kStrided || t.scalar_type() != torch::kFloat ||
+      t.numel() == 0) {
     return false;
   }
   if (!gradient && std::find(gallery_layers.begin(), gallery_layers.end(), name) != gallery_layers.end()) {
@@ -540,8 +555,7 @@ void StatsCollector::run_metrics(const BatchPosition& pos, const std::vector<con
   }
 }
 
-void StatsCollector::run_tensor_instruments(const BatchPosition& pos, capture::TraceResult& trace,
-                                            BatchSnapshot& snap,
+void StatsCollector::run_tensor_instruments(const BatchPosition& pos, capture::TraceResult& trace, BatchSnapshot& snap,
                                             const std::function<capture::OptimizerView()>& live_optimizer) {
   std::vector<std::shared_ptr<TensorInstrument>> instruments;
   {
@@ -566,7 +580,8 @@ void StatsCollector::run_tensor_instruments(const BatchPosition& pos, capture::T
     }
     std::map<std::string, torch::Tensor> params;
     for (const auto& p : model_.named_parameters()) params.emplace(p.key(), p.value());
-    const capture::OptimizerView optimizer = wants_weights && live_optimizer ? live_optimizer() : capture::OptimizerView{};
+    const capture::OptimizerView optimizer =
+        wants_weights && live_optimizer ? live_optimizer() : capture::OptimizerView{};
     at::DisableRecordFunctionGuard no_record;
     torch::NoGradGuard no_grad;
     const auto cpu = [](const torch::Tensor& t) { return t.detach().to(torch::kCPU, false, true); };
@@ -599,7 +614,8 @@ void StatsCollector::run_tensor_instruments(const BatchPosition& pos, capture::T
             continue;
           }
           // Trimmed like the activations the snapshot kept.
-          if (snap.trimmed() && out.dim() > 0 && out.size(0) == snap.batch_size) out = out.narrow(0, 0, snap.samples_kept);
+          if (snap.trimmed() && out.dim() > 0 && out.size(0) == snap.batch_size)
+            out = out.narrow(0, 0, snap.samples_kept);
           snap.custom_activations[layer->name][instrument->name] = cpu(out);
           continue;
         }
@@ -647,8 +663,8 @@ void StatsCollector::fail_metric(Metric& metric, const std::string& layer, const
     std::lock_guard lock(mu_);
     failed_.push_back({metric.name, "on layer \"" + layer + "\": " + error});
   }
-  host_.report_error("metric instrument \"" + metric.name + "\" threw on layer \"" + layer + "\" and is disabled: " +
-                     error);
+  host_.report_error("metric instrument \"" + metric.name + "\" threw on layer \"" + layer +
+                     "\" and is disabled: " + error);
 }
 
 void StatsCollector::end_batch(const Architecture* architecture) {

@@ -24,7 +24,8 @@ json tensor_list(const torch::OrderedDict<std::string, torch::Tensor>& named) {
 std::string shape_text(const json& shape) {
   std::string s = "[";
   // As written: a saved shape may hold anything (get<int64_t> of 1e300 is undefined).
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + shape[i].dump(-1, ' ', false, json::error_handler_t::replace);
+  for (size_t i = 0; i < shape.size(); ++i)
+    s += (i ? ", " : "") + shape[i].dump(-1, ' ', false, json::error_handler_t::replace);
   return s + "]";
 }
 

@@ -91,14 +91,16 @@ struct Header {
 // header size.
 uint32_t check_start(std::string_view start, uint64_t file_size, const std::string& origin) {
   if (start.substr(0, kOldCapsuleMagic.size()) == kOldCapsuleMagic) {
-    throw StateError(origin + " is a NaN capsule in an older nansense format (\"NANSENSE-CAPSULE\", before the "
-                              "shared state file); this nansense does not read it: run the training again to "
-                              "record the NaN in the current format");
+    throw StateError(origin +
+                     " is a NaN capsule in an older nansense format (\"NANSENSE-CAPSULE\", before the "
+                     "shared state file); this nansense does not read it: run the training again to "
+                     "record the NaN in the current format");
   }
   if (start.substr(0, kOldCheckpointMagic.size()) == kOldCheckpointMagic) {
-    throw StateError(origin + " is a time-travel checkpoint in an older nansense format (\"NSCKPT01\", before the "
-                              "shared state file); this nansense does not read it: delete the file (or the cache "
-                              "folder) and it is written afresh at the next epoch start");
+    throw StateError(origin +
+                     " is a time-travel checkpoint in an older nansense format (\"NSCKPT01\", before the "
+                     "shared state file); this nansense does not read it: delete the file (or the cache "
+                     "folder) and it is written afresh at the next epoch start");
   }
   const size_t compared = std::min(start.size(), kMagic.size());
   if (start.substr(0, compared) != kMagic.substr(0, compared)) {
@@ -190,8 +192,10 @@ void check_torch_version(const nlohmann::json& meta, const std::string& origin) 
   const auto ours = major_minor(TORCH_VERSION);
   if (major_minor(written) > ours) {
     throw StateError(origin + " was written by nansense on PyTorch " + written + ", newer than this one's " +
-                     TORCH_VERSION + ": its tensors may be in a format this PyTorch cannot read; open it where "
-                     "nansense runs PyTorch " + written + " or later");
+                     TORCH_VERSION +
+                     ": its tensors may be in a format this PyTorch cannot read; open it where "
+                     "nansense runs PyTorch " +
+                     written + " or later");
   }
 }
 

@@ -15,10 +15,14 @@ namespace nansense {
 
 std::string_view to_string(GalleryRanking ranking) {
   switch (ranking) {
-    case GalleryRanking::kMaxPixel: return "max_pixel";
-    case GalleryRanking::kMinPixel: return "min_pixel";
-    case GalleryRanking::kMaxAverage: return "max_average";
-    case GalleryRanking::kMinAverage: return "min_average";
+    case GalleryRanking::kMaxPixel:
+      return "max_pixel";
+    case GalleryRanking::kMinPixel:
+      return "min_pixel";
+    case GalleryRanking::kMaxAverage:
+      return "max_average";
+    case GalleryRanking::kMinAverage:
+      return "min_average";
   }
   return "max_pixel";
 }
@@ -194,7 +198,7 @@ void ExtremeGallery::start(const torch::Tensor& act, const torch::Tensor& input)
     crop_w_ = W;
   }
   std::vector<std::pair<GalleryRanking, bool>> kinds = {{GalleryRanking::kMaxPixel, true},
-                                                         {GalleryRanking::kMinPixel, false}};
+                                                        {GalleryRanking::kMinPixel, false}};
   if (settings_.averages && act.dim() == 4) {
     kinds.push_back({GalleryRanking::kMaxAverage, true});
     kinds.push_back({GalleryRanking::kMinAverage, false});
@@ -225,9 +229,10 @@ bool ExtremeGallery::add(const torch::Tensor& activation, const torch::Tensor& i
   if (unsupported_) return false;
   if (!activation.defined() || !input.defined() || activation.numel() == 0) return false;
   if (activation.dim() != 2 && activation.dim() != 4) {
-    unsupported_ = "Min/Max galleries need a [batch, channels] or [batch, channels, height, width] activation; this "
-                   "layer's is " +
-                   std::to_string(activation.dim()) + "-D";
+    unsupported_ =
+        "Min/Max galleries need a [batch, channels] or [batch, channels, height, width] activation; this "
+        "layer's is " +
+        std::to_string(activation.dim()) + "-D";
     return false;
   }
   if (!image_like(input)) {
@@ -267,10 +272,18 @@ bool ExtremeGallery::add(const torch::Tensor& activation, const torch::Tensor& i
   const auto nowhere = torch::zeros({B, channels_}, act.options().dtype(torch::kLong));
   for (auto& r : rankings_) {
     switch (r.kind) {
-      case GalleryRanking::kMaxPixel: fold(r, max_value, max_at, act, in, batch); break;
-      case GalleryRanking::kMinPixel: fold(r, -min_value, min_at, act, in, batch); break;
-      case GalleryRanking::kMaxAverage: fold(r, mean, nowhere, act, in, batch); break;
-      case GalleryRanking::kMinAverage: fold(r, -mean, nowhere, act, in, batch); break;
+      case GalleryRanking::kMaxPixel:
+        fold(r, max_value, max_at, act, in, batch);
+        break;
+      case GalleryRanking::kMinPixel:
+        fold(r, -min_value, min_at, act, in, batch);
+        break;
+      case GalleryRanking::kMaxAverage:
+        fold(r, mean, nowhere, act, in, batch);
+        break;
+      case GalleryRanking::kMinAverage:
+        fold(r, -mean, nowhere, act, in, batch);
+        break;
     }
   }
   return true;

@@ -53,7 +53,7 @@ int64_t crop_origin(int64_t p, int64_t in, int64_t out, int64_t side);
 constexpr int64_t kMaxGalleryChannels = 64;
 
 struct GallerySettings {
-  int64_t samples = 5;        // slots per channel and ranking
+  int64_t samples = 5;         // slots per channel and ranking
   int64_t channel_limit = 16;  // channels tracked (the first ones); 0 = all
   bool averages = false;       // collect max_average / min_average too
 };
@@ -91,7 +91,7 @@ class ExtremeGallery {
  private:
   struct Ranking {
     GalleryRanking kind;
-    bool maximum = true;  // scores are stored negated for the min rankings
+    bool maximum = true;   // scores are stored negated for the min rankings
     torch::Tensor score;   // [k, C] float32, -inf where empty
     torch::Tensor where;   // [k, C, 6] int64: batch, sample, y, x, top, left (batch -1 where empty)
     torch::Tensor crop;    // [k, C, ic, ch, cw] uint8

@@ -47,8 +47,8 @@ const std::vector<double>& magnitude_edges() {
 // plus +inf gives m = how many edges lie at or below |x|, so 0 is the zero
 // band, 1..106 the magnitude bins (106 = at or beyond 1e6) and 107 = inf.
 // A key m + 108 * (x < 0), or 216 for NaN, then reads the bin from a table.
-constexpr int64_t kMagnitudes = kSideBins + 3;   // 108
-constexpr int64_t kNanKey = 2 * kMagnitudes;     // 216
+constexpr int64_t kMagnitudes = kSideBins + 3;  // 108
+constexpr int64_t kNanKey = 2 * kMagnitudes;    // 216
 
 std::vector<int64_t> key_table(int64_t nan, int64_t pos_inf, int64_t neg_inf) {
   std::vector<int64_t> table(kNanKey + 1);
@@ -83,8 +83,7 @@ torch::Tensor cached(std::map<TableKey, torch::Tensor>& cache, const torch::Devi
   if (it != cache.end()) return it->second;
   auto table = values();
   using T = typename decltype(table)::value_type;
-  auto host = torch::from_blob(table.data(), {static_cast<int64_t>(table.size())},
-                               c10::CppTypeToScalarType<T>::value);
+  auto host = torch::from_blob(table.data(), {static_cast<int64_t>(table.size())}, c10::CppTypeToScalarType<T>::value);
   return cache[key] = host.to(device, dtype, /*non_blocking=*/false, /*copy=*/true);
 }
 
@@ -156,7 +155,6 @@ const OctaveTable& octave_table() {
   }();
   return table;
 }
-
 
 // The slot of one float32 value, as slot_index() gives it.
 inline int slot_of(const OctaveTable& table, float x) {
@@ -238,8 +236,7 @@ constexpr float kFloatInf = std::numeric_limits<float>::infinity();
 
 // The values from i on, one by one, then the chunk's figures into `f`, or
 // false when a sum is not finite (the vector paths' common ending).
-bool finish_chunk(const float* v, int64_t i, int64_t n, double sum, double sum_sq, float mn, float mx,
-                  ExactFold& f) {
+bool finish_chunk(const float* v, int64_t i, int64_t n, double sum, double sum_sq, float mn, float mx, ExactFold& f) {
   for (; i < n; ++i) {
     const float x = v[i];
     const double d = x;
@@ -359,8 +356,10 @@ __attribute__((target("avx2"))) bool fold_chunk_finite_avx2(const float* v, int6
 // Up to 16 values (the lanes in `m`) into two float64 sums, two sums of
 // squares and the extremes: lanes outside `m` load as zeros, which add
 // nothing, and leave the extremes alone.
-__attribute__((target("avx512f,avx512dq,fma"), always_inline)) inline void avx512_step(
-    const float* at, __mmask16 m, __m512d& s0, __m512d& s1, __m512d& q0, __m512d& q1, __m512& lo, __m512& hi) {
+__attribute__((target("avx512f,avx512dq,fma"), always_inline)) inline void avx512_step(const float* at, __mmask16 m,
+                                                                                       __m512d& s0, __m512d& s1,
+                                                                                       __m512d& q0, __m512d& q1,
+                                                                                       __m512& lo, __m512& hi) {
   const __m512 x = _mm512_maskz_loadu_ps(m, at);
   const __m512d a = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
   const __m512d b = _mm512_cvtps_pd(_mm512_extractf32x8_ps(x, 1));
@@ -433,8 +432,8 @@ std::atomic<bool> g_portable_fold{false};
 // not ask for the portable path).
 bool widest_is_avx512() {
 #if defined(NANSENSE_HAVE_AVX2_PATH)
-  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-                             __builtin_cpu_supports("fma");
+  static const bool avx512 =
+      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("fma");
   return avx512 && !g_portable_fold.load(std::memory_order_relaxed);
 #else
   return false;
@@ -511,7 +510,6 @@ void range_of(const float* v, int64_t n, ChannelRange& r) {
   r.seen += n;
 }
 
-
 // Rows of `len` values, `stride` apart, into `into` (and `range`, the
 // channel they belong to); `after_row` sees each row once folded.
 void fold_rows(const float* first, int64_t rows, int64_t stride, int64_t len, ExactFold& into, ChannelRange* range,
@@ -541,8 +539,8 @@ void fold_rows(const float* first, int64_t rows, int64_t stride, int64_t len, Ex
 
 // Bins values [p, stop) of a [outer, channels, inner] tensor into `counts`,
 // each row (a channel of one sample) at its channel's offset.
-void bin_span(const float* values, int64_t p, int64_t stop, int64_t channels, int64_t inner,
-              const int64_t* row_offset, int64_t* counts, const PrefixTable& table, const OctaveTable& octaves) {
+void bin_span(const float* values, int64_t p, int64_t stop, int64_t channels, int64_t inner, const int64_t* row_offset,
+              int64_t* counts, const PrefixTable& table, const OctaveTable& octaves) {
   while (p < stop) {
     const int64_t row = p / inner;
     const int64_t row_end = std::min(stop, (row + 1) * inner);
@@ -554,8 +552,8 @@ void bin_span(const float* values, int64_t p, int64_t stop, int64_t channels, in
 // What fold_exact_cpu bins as it goes: for the values [a, a + len) just
 // folded, every value (stride <= run) or the sampled runs that start there
 // (each run starts in exactly one folded span, so none is binned twice).
-void bin_folded(const float* values, int64_t numel, int64_t channels, int64_t inner, const SampledBins& bins,
-                int64_t a, int64_t len, int64_t* counts) {
+void bin_folded(const float* values, int64_t numel, int64_t channels, int64_t inner, const SampledBins& bins, int64_t a,
+                int64_t len, int64_t* counts) {
   const auto& table = prefix_table();
   const auto& octaves = octave_table();
   const int64_t run = std::max<int64_t>(1, bins.run);
@@ -619,16 +617,16 @@ void fold_exact_cpu(const float* values, int64_t outer, int64_t channels, int64_
     // one set of vector sums for its range, then the untracked channels'
     // values, contiguous within each sample, as one more unit.
     const int64_t units = tracked + (channels > tracked ? 1 : 0);
-    at::parallel_for(0, units, /*grain_size=*/1, task([&](int64_t begin, int64_t end, ExactFold& local,
-                                                          std::vector<ChannelRange>& local_ranges,
-                                                          const std::function<void(const float*, int64_t)>* after) {
-      for (int64_t u = begin; u < end; ++u) {
-        const bool rest = u == tracked;
-        fold_rows(values + (rest ? tracked : u) * inner, outer, channels * inner,
-                  rest ? (channels - tracked) * inner : inner, local,
-                  rest ? nullptr : &local_ranges[static_cast<size_t>(u)], after);
-      }
-    }));
+    at::parallel_for(0, units, /*grain_size=*/1,
+                     task([&](int64_t begin, int64_t end, ExactFold& local, std::vector<ChannelRange>& local_ranges,
+                              const std::function<void(const float*, int64_t)>* after) {
+                       for (int64_t u = begin; u < end; ++u) {
+                         const bool rest = u == tracked;
+                         fold_rows(values + (rest ? tracked : u) * inner, outer, channels * inner,
+                                   rest ? (channels - tracked) * inner : inner, local,
+                                   rest ? nullptr : &local_ranges[static_cast<size_t>(u)], after);
+                       }
+                     }));
     return;
   }
   // The whole tensor as one row, in pieces of 32k values to share among the
@@ -636,13 +634,14 @@ void fold_exact_cpu(const float* values, int64_t outer, int64_t channels, int64_
   // [batch, features]: one value per row), each tracked channel's range.
   constexpr int64_t kPiece = 32768;
   const int64_t pieces = (numel + kPiece - 1) / kPiece;
-  at::parallel_for(0, pieces, /*grain_size=*/1, task([&](int64_t begin, int64_t end, ExactFold& local,
-                                                         std::vector<ChannelRange>&,
-                                                         const std::function<void(const float*, int64_t)>* after) {
-    for (int64_t k = begin; k < end; ++k) {
-      fold_rows(values + k * kPiece, 1, 0, std::min(kPiece, numel - k * kPiece), local, nullptr, after);
-    }
-  }));
+  at::parallel_for(0, pieces, /*grain_size=*/1,
+                   task([&](int64_t begin, int64_t end, ExactFold& local, std::vector<ChannelRange>&,
+                            const std::function<void(const float*, int64_t)>* after) {
+                     for (int64_t k = begin; k < end; ++k) {
+                       fold_rows(values + k * kPiece, 1, 0, std::min(kPiece, numel - k * kPiece), local, nullptr,
+                                 after);
+                     }
+                   }));
   for (int64_t c = 0; c < tracked; ++c) {
     for (int64_t o = 0; o < outer; ++o) range_of(values + (o * channels + c) * inner, inner, ranges[c]);
   }

@@ -19,10 +19,10 @@
 namespace nansense::stats {
 
 constexpr int kBinsPerDecade = 7;
-constexpr int kDecades = 15;                               // 1e-9 .. 1e6
-constexpr int kSideBins = kBinsPerDecade * kDecades;       // 105
-constexpr int kZeroBin = kSideBins;                        // 105
-constexpr int kBins = 2 * kSideBins + 1;                   // 211
+constexpr int kDecades = 15;                          // 1e-9 .. 1e6
+constexpr int kSideBins = kBinsPerDecade * kDecades;  // 105
+constexpr int kZeroBin = kSideBins;                   // 105
+constexpr int kBins = 2 * kSideBins + 1;              // 211
 constexpr double kZeroBand = 1e-9;
 constexpr double kTop = 1e6;
 
@@ -46,10 +46,10 @@ torch::Tensor bin_index(const torch::Tensor& x);
 // What accumulators count: the 211 bins of the non-infinite values, then one
 // slot each for NaN, +inf and -inf, so one count over slot_index() gives
 // the histogram and the non-finite counts together.
-constexpr int kNanSlot = kBins;          // 211
-constexpr int kPosInfSlot = kBins + 1;   // 212
-constexpr int kNegInfSlot = kBins + 2;   // 213
-constexpr int kSlots = kBins + 3;        // 214
+constexpr int kNanSlot = kBins;         // 211
+constexpr int kPosInfSlot = kBins + 1;  // 212
+constexpr int kNegInfSlot = kBins + 2;  // 213
+constexpr int kSlots = kBins + 3;       // 214
 torch::Tensor slot_index(const torch::Tensor& x);
 
 // The CPU path, for float32 values laid out as [outer, channels, inner] (a
@@ -71,8 +71,8 @@ struct ExactFold {
   double max = -std::numeric_limits<double>::infinity();
 };
 struct ChannelRange {
-  int64_t seen = 0;  // values, non-finite ones included
-  double min = std::numeric_limits<double>::infinity();   // finite values
+  int64_t seen = 0;                                      // values, non-finite ones included
+  double min = std::numeric_limits<double>::infinity();  // finite values
   double max = -std::numeric_limits<double>::infinity();
   bool nonfinite = false;
   // Every value seen lies in the zero band (a NaN or infinity does not).

@@ -187,8 +187,8 @@ void TensorAccumulator::add(const torch::Tensor& t) {
   auto d = x.to(s.scalars.scalar_type());
   auto finite = torch::nan_to_num(d, 0.0, 0.0, 0.0);
   s.sums.add_(torch::stack({finite.sum(), torch::linalg_vector_norm(finite, 2).square()}));
-  auto batch_extremes = torch::stack({torch::nan_to_num(d, kInf, kInf, kInf).amin(),
-                                      torch::nan_to_num(d, -kInf, -kInf, -kInf).amax().neg()});
+  auto batch_extremes = torch::stack(
+      {torch::nan_to_num(d, kInf, kInf, kInf).amin(), torch::nan_to_num(d, -kInf, -kInf, -kInf).amax().neg()});
   at::minimum_out(s.extremes, s.extremes, batch_extremes);
 }
 
@@ -231,8 +231,7 @@ CpuFold fold_on_cpu(const torch::Tensor& x, const Detail& detail, uint64_t seed)
   bins.seed = seed;
   bins.slots = f.slots.data();
   bins.slot_count = static_cast<int64_t>(f.slots.size());
-  fold_exact_cpu(values, outer, channels, inner, f.tracked, f.tracked > 0 ? f.ranges.data() : nullptr, f.exact,
-                 &bins);
+  fold_exact_cpu(values, outer, channels, inner, f.tracked, f.tracked > 0 ? f.ranges.data() : nullptr, f.exact, &bins);
   return f;
 }
 
@@ -472,7 +471,7 @@ void StatsStore::add_gallery(const std::string& layer, const std::string& phase,
 }
 
 std::shared_ptr<StatsStore::Bucket>& StatsStore::bucket_for(const std::string& layer, const std::string& phase,
-                                                             int64_t epoch) {
+                                                            int64_t epoch) {
   Key key{layer, phase, epoch};
   auto it = buckets_.find(key);
   if (it == buckets_.end()) {
@@ -608,8 +607,8 @@ void StatsStore::finish_parameter_sample(const std::map<std::string, std::string
   sampled_epochs_.insert(pending->epoch);
 }
 
-void StatsStore::log_scalar(const std::string& name, const std::string& layer, const std::string& phase,
-                            int64_t epoch, std::optional<int64_t> batch, double x, double value) {
+void StatsStore::log_scalar(const std::string& name, const std::string& layer, const std::string& phase, int64_t epoch,
+                            std::optional<int64_t> batch, double x, double value) {
   auto key = std::make_tuple(name, layer, phase);
   auto it = series_index_.find(key);
   if (it == series_index_.end()) {
@@ -629,9 +628,9 @@ void StatsStore::drop_from_epoch(int64_t epoch) {
   }
   for (auto it = parameters_.begin(); it != parameters_.end();) {
     auto& samples = it->second;
-    samples.erase(std::remove_if(samples.begin(), samples.end(),
-                                 [epoch](const ParameterSample& s) { return s.epoch >= epoch; }),
-                  samples.end());
+    samples.erase(
+        std::remove_if(samples.begin(), samples.end(), [epoch](const ParameterSample& s) { return s.epoch >= epoch; }),
+        samples.end());
     if (samples.empty()) {
       owner_.erase(it->first);
       it = parameters_.erase(it);
@@ -643,9 +642,9 @@ void StatsStore::drop_from_epoch(int64_t epoch) {
   series_index_.clear();
   for (auto& series : series_) {
     auto& points = series.points;
-    points.erase(std::remove_if(points.begin(), points.end(),
-                                [epoch](const ScalarPoint& p) { return p.epoch >= epoch; }),
-                 points.end());
+    points.erase(
+        std::remove_if(points.begin(), points.end(), [epoch](const ScalarPoint& p) { return p.epoch >= epoch; }),
+        points.end());
     if (points.empty()) continue;
     series_index_.emplace(std::make_tuple(series.name, series.layer, series.phase), kept.size());
     kept.push_back(std::move(series));
@@ -681,8 +680,7 @@ void StatsStore::clear() {
 void StatsStore::forget_dropped() {
   auto dropped = [this](const std::shared_ptr<Bucket>& b) { return !live(b); };
   touched_.erase(std::remove_if(touched_.begin(), touched_.end(), dropped), touched_.end());
-  collapse_queue_.erase(std::remove_if(collapse_queue_.begin(), collapse_queue_.end(), dropped),
-                        collapse_queue_.end());
+  collapse_queue_.erase(std::remove_if(collapse_queue_.begin(), collapse_queue_.end(), dropped), collapse_queue_.end());
 }
 
 std::shared_ptr<const StatsSnapshot> StatsStore::publish() {

@@ -91,8 +91,8 @@ std::vector<std::string> CheckpointStore::adopt(
     if (item.is_regular_file() && is_orphaned_temp(item.path())) {
       std::error_code removed;
       fs::remove(item.path(), removed);
-      problems.push_back(removed ? "cannot remove " + item.path().string() + ", left by a write that never finished: " +
-                                       removed.message()
+      problems.push_back(removed ? "cannot remove " + item.path().string() +
+                                       ", left by a write that never finished: " + removed.message()
                                  : "removed " + item.path().filename().string() +
                                        ", left by a checkpoint write that never finished (its process is gone)");
       continue;
@@ -114,9 +114,8 @@ std::vector<std::string> CheckpointStore::adopt(
   }
   if (ec) problems.push_back("cannot list " + folder_.string() + ": " + ec.message());
   // Oldest written first, so eviction order follows the files' history.
-  std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) {
-    return a.time != b.time ? a.time < b.time : a.epoch < b.epoch;
-  });
+  std::sort(found.begin(), found.end(),
+            [](const Found& a, const Found& b) { return a.time != b.time ? a.time < b.time : a.epoch < b.epoch; });
   std::lock_guard lock(mu_);
   for (const auto& f : found) entries_[f.epoch] = {f.bytes, next_order_++, {}};
   return problems;
@@ -211,8 +210,10 @@ void CheckpointStore::commit_failed(int64_t epoch, uint64_t order, std::optional
     auto it = entries_.find(epoch);
     if (it != entries_.end() && it->second.order == order) {
       // The rename never happened: the previous file, if any, is still there.
-      if (replaced) it->second = *replaced;
-      else entries_.erase(it);
+      if (replaced)
+        it->second = *replaced;
+      else
+        entries_.erase(it);
     }
   }
   if (handler) {

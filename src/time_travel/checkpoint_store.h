@@ -77,8 +77,8 @@ class CheckpointStore {
  private:
   struct Entry {
     uint64_t bytes = 0;
-    uint64_t order = 0;                // write order: lower is older
-    std::shared_future<void> placed;   // the background fsync + rename (invalid: on disk already)
+    uint64_t order = 0;               // write order: lower is older
+    std::shared_future<void> placed;  // the background fsync + rename (invalid: on disk already)
   };
   // Expects mu_ held. Unlists the victims; the caller waits for and deletes them.
   std::vector<std::pair<int64_t, Entry>> evict_locked();

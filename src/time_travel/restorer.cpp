@@ -261,8 +261,8 @@ void TrainingRestorer::request_jump(int64_t epoch) {
                             std::to_string(epochs_) + " epochs (0.." + std::to_string(epochs_ - 1) + ")");
     }
     if (!store_->has(epoch)) {
-      throw TimeTravelError("epoch " + std::to_string(epoch) + " is not cached (cached epochs: " +
-                            ranges(store_->epochs()) +
+      throw TimeTravelError("epoch " + std::to_string(epoch) +
+                            " is not cached (cached epochs: " + ranges(store_->epochs()) +
                             "); an epoch becomes a jump target once training has passed its start");
     }
   }
@@ -286,8 +286,10 @@ TimeTravelStatus TrainingRestorer::status() const {
   std::lock_guard lock(mu_);
   TimeTravelStatus s;
   s.available = active_ && unavailable_.empty();
-  if (!active_) s.reason = ended_ ? kLoopEnded : kNoLoop;
-  else s.reason = unavailable_;
+  if (!active_)
+    s.reason = ended_ ? kLoopEnded : kNoLoop;
+  else
+    s.reason = unavailable_;
   if (store_) {
     for (int64_t e : store_->epochs()) {
       if (e < epochs_) s.cached_epochs.push_back(e);
@@ -300,8 +302,10 @@ TimeTravelStatus TrainingRestorer::status() const {
     s.budget_bytes = budget_;
   }
   if (active_) s.current_epoch = current_;
-  if (pending_) s.pending_epoch = pending_->epoch;
-  else if (in_flight_) s.pending_epoch = in_flight_->epoch;
+  if (pending_)
+    s.pending_epoch = pending_->epoch;
+  else if (in_flight_)
+    s.pending_epoch = in_flight_->epoch;
   s.jumps = jumps_;
   s.last_error = last_error_;
   return s;

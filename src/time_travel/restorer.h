@@ -112,7 +112,7 @@ class TrainingRestorer {
 
   mutable std::mutex mu_;
   bool active_ = false;
-  bool ended_ = false;  // an epochs() loop opened and returned
+  bool ended_ = false;       // an epochs() loop opened and returned
   std::string unavailable_;  // why no jump is possible in an open loop
   int64_t epochs_ = 0;
   std::optional<int64_t> current_;

@@ -94,8 +94,7 @@ int main() {
     check(std::find(names.begin(), names.end(), want) != names.end(), std::string("layer ") + want + " is found");
   }
   auto snapshot = session.snapshot();
-  check(snapshot && snapshot->weights.count("fc1.weight") == 1 &&
-            snapshot->optimizer_state.count("fc1.weight") == 1 &&
+  check(snapshot && snapshot->weights.count("fc1.weight") == 1 && snapshot->optimizer_state.count("fc1.weight") == 1 &&
             snapshot->optimizer_state.at("fc1.weight").count("momentum_buffer") == 1,
         "the snapshot holds fc1.weight and SGD's momentum for it");
 

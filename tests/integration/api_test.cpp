@@ -9,15 +9,15 @@
 #include <thread>
 
 #include "integration/training_fixture.h"
-#include "server/http_server.h"
+#include "server/http/http_server.h"
 
 namespace {
 
 using nansense::testing::http_request;
-using nansense::testing::Reply;
-using nansense::testing::TrainingServerTest;
-using nansense::testing::TinyNet;
 using nansense::testing::port_of;
+using nansense::testing::Reply;
+using nansense::testing::TinyNet;
+using nansense::testing::TrainingServerTest;
 using json = nlohmann::json;
 using namespace std::chrono_literals;
 
@@ -49,9 +49,9 @@ TEST_F(ApiTest, ArchitectureListsLayersEdgesAndInputs) {
   EXPECT_EQ(arch["layers"][1]["kind"], "Linear");
   EXPECT_EQ(arch["layers"][1]["output_shape"], json::array({5, 8}));
   EXPECT_EQ(arch["layers"][1]["parameters"], json::array({"fc1.weight", "fc1.bias"}));
-  json expected_edges = json::array({json{{"from", "input"}, {"to", "fc1"}}, json{{"from", "fc1"}, {"to", "relu"}},
-                                      json{{"from", "relu"}, {"to", "fc2"}},
-                                      json{{"from", "fc2"}, {"to", "log_softmax"}}});
+  json expected_edges =
+      json::array({json{{"from", "input"}, {"to", "fc1"}}, json{{"from", "fc1"}, {"to", "relu"}},
+                   json{{"from", "relu"}, {"to", "fc2"}}, json{{"from", "fc2"}, {"to", "log_softmax"}}});
   EXPECT_EQ(arch["edges"], expected_edges);
 }
 
@@ -242,8 +242,8 @@ TEST_F(ApiTest, BadRequestsGetClearErrorsAndTrainingGoesOn) {
   expect_error(http_request(port_, "GET", "/api/status", "", {{"Host", "127.attacker.example:80"}}), 403,
                "DNS-rebinding");
   expect_error(http_request(port_, "POST", "/api/step", "{}", {{"Origin", "null"}}), 403, "Origin");
-  expect_error(http_request(port_, "POST", "/api/step", "{\"unit\":\"batch\"}", {{"Content-Type", "text/plain"}}),
-               415, "application/json");
+  expect_error(http_request(port_, "POST", "/api/step", "{\"unit\":\"batch\"}", {{"Content-Type", "text/plain"}}), 415,
+               "application/json");
   expect_error(http_request(port_, "GET", "/%FF%FE"), 404, "not found");
   Reply head = http_request(port_, "HEAD", "/");
   EXPECT_EQ(head.status, 200u);
@@ -337,7 +337,8 @@ TEST_F(ApiTest, APortAlreadyTakenLeavesTrainingRunning) {
 TEST(ApiRemoteTest, NonLoopbackBindRequiresTheToken) {
   auto model = TinyNet();
   auto session = nansense::start(model, nansense::StartOptions());
-  ASSERT_TRUE(nansense::serve(session, nansense::ServeOptions().host("0.0.0.0").port(0).open_browser(false).print_banner(false)));
+  ASSERT_TRUE(nansense::serve(
+      session, nansense::ServeOptions().host("0.0.0.0").port(0).open_browser(false).print_banner(false)));
   const std::string url = session.url();
   auto token_at = url.find("?token=");
   ASSERT_NE(token_at, std::string::npos) << url;

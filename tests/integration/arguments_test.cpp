@@ -12,7 +12,7 @@
 
 #include "integration/mcp_client.h"
 #include "integration/training_fixture.h"
-#include "server/wire_types.h"
+#include "server/controller/wire_types.h"
 
 namespace nansense::testing {
 namespace {
@@ -26,9 +26,9 @@ struct Probe {
 
 // Keywords the argument check enforces (and this test probes); anything else
 // advertised in a schema would be a promise nobody keeps.
-const std::set<std::string> kEnforced = {"type",    "description", "default",  "minimum",  "maximum",
-                                         "exclusiveMinimum", "exclusiveMaximum", "enum", "minLength",
-                                         "items",   "minItems",    "maxItems"};
+const std::set<std::string> kEnforced = {
+    "type", "description", "default", "minimum",  "maximum", "exclusiveMinimum", "exclusiveMaximum",
+    "enum", "minLength",   "items",   "minItems", "maxItems"};
 
 // A valid value of an argument, for the required ones while another is probed:
 // the fixture's first layer for names, the lowest allowed number.
@@ -89,7 +89,8 @@ std::vector<Probe> probes(const json& spec) {
     out.push_back({"true", true, true});
     out.push_back({"false", false, true});
     out.push_back({"a word", "maybe", false});
-  } else if (type == "array" && (spec["items"].value("type", "") == "integer" || spec["items"].value("type", "") == "number")) {
+  } else if (type == "array" &&
+             (spec["items"].value("type", "") == "integer" || spec["items"].value("type", "") == "number")) {
     // A list of integers (a weight strip's index) or numbers (a perturbation's values), each item bounded.
     const bool integers = spec["items"]["type"] == "integer";
     const double low = spec["items"].value("minimum", 0.0);
@@ -130,7 +131,8 @@ std::string query_text(const json& v) {
   if (v.is_string()) return v.get<std::string>();
   if (v.is_array()) {
     std::string out;
-    for (const auto& item : v) out += (out.empty() ? "" : ",") + (item.is_string() ? item.get<std::string>() : item.dump());
+    for (const auto& item : v)
+      out += (out.empty() ? "" : ",") + (item.is_string() ? item.get<std::string>() : item.dump());
     return out;
   }
   return v.dump();
@@ -229,8 +231,8 @@ TEST_F(ArgumentsTest, EveryBoundIsEnforcedAlikeOverRestAndMcp) {
 
     for (const auto& [arg, spec] : schema["properties"].items()) {
       for (const auto& [keyword, _] : spec.items()) {
-        EXPECT_TRUE(kEnforced.count(keyword)) << name << "." << arg << " advertises \"" << keyword
-                                              << "\", which the argument check does not enforce";
+        EXPECT_TRUE(kEnforced.count(keyword))
+            << name << "." << arg << " advertises \"" << keyword << "\", which the argument check does not enforce";
       }
       for (const auto& probe : probes(spec)) {
         json args = base;

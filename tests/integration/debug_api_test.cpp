@@ -29,8 +29,9 @@ TEST_F(DebugApiTest, ReportsSettingsAndNoErrorAtFirst) {
 TEST_F(DebugApiTest, SettingsArePartialUpdates) {
   start();
   wait_paused();
-  auto reply = post("/api/debug/settings", {{"interval_batches", 10}, {"threshold_fraction", 0.25},
-                                            {"allow", {"masked_fill", "encoder.attn"}}});
+  auto reply =
+      post("/api/debug/settings",
+           {{"interval_batches", 10}, {"threshold_fraction", 0.25}, {"allow", {"masked_fill", "encoder.attn"}}});
   ASSERT_EQ(reply.status, 200u) << reply.body;
   auto s = reply.json()["settings"];
   EXPECT_EQ(s["interval_batches"], 10);

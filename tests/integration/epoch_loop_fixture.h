@@ -23,7 +23,8 @@ class EpochLoopServerTest : public TrainingServerTest {
     if (HasFatalFailure()) return;
     trainer_ = std::thread([this] {
       try {
-        session_->epochs(3, [&](int64_t) { run_epoch(); }, nansense::EpochOptions().cache_dir(dir_.string()));
+        session_->epochs(
+            3, [&](int64_t) { run_epoch(); }, nansense::EpochOptions().cache_dir(dir_.string()));
         session_->close();
       } catch (const std::exception&) {
       }

@@ -49,9 +49,10 @@ TEST_F(ExperimentsApiTest, RestListsRunsRendersAndRefuses) {
   EXPECT_TRUE(steps_listed) << (*ig)["params"];
 
   // Integrated gradients on the parameterless relu: complete within 1%.
-  auto ran = post("/api/experiments/run", {{"kind", "neuron_ig"},
-                                           {"layer", "relu"},
-                                           {"params", {{"channel", 2}, {"ig_steps", 64}, {"batch", 5}, {"colour", 1}}}});
+  auto ran =
+      post("/api/experiments/run", {{"kind", "neuron_ig"},
+                                    {"layer", "relu"},
+                                    {"params", {{"channel", 2}, {"ig_steps", 64}, {"batch", 5}, {"colour", 1}}}});
   ASSERT_EQ(ran.status, 200) << ran.body;
   json r = ran.json();
   ASSERT_EQ(r["stage"], "done") << r;
@@ -80,12 +81,11 @@ TEST_F(ExperimentsApiTest, RestListsRunsRendersAndRefuses) {
   auto unusable = post("/api/experiments/run", {{"kind", "gradcam"}, {"layer", "fc1"}});
   EXPECT_EQ(unusable.status, 400);
   EXPECT_NE(unusable.body.find("spatial"), std::string::npos) << unusable.body;
-  auto range = post("/api/experiments/run",
-                    {{"kind", "neuron_ig"}, {"layer", "fc1"}, {"params", {{"ig_steps", 1}}}});
+  auto range = post("/api/experiments/run", {{"kind", "neuron_ig"}, {"layer", "fc1"}, {"params", {{"ig_steps", 1}}}});
   EXPECT_EQ(range.status, 400);
   EXPECT_NE(range.body.find("ig_steps"), std::string::npos) << range.body;
-  auto channel = post("/api/experiments/run",
-                      {{"kind", "neuron_gradient"}, {"layer", "fc1"}, {"params", {{"channel", 8}}}});
+  auto channel =
+      post("/api/experiments/run", {{"kind", "neuron_gradient"}, {"layer", "fc1"}, {"params", {{"channel", 8}}}});
   EXPECT_EQ(channel.status, 400);
   EXPECT_NE(channel.body.find("8 channels"), std::string::npos) << channel.body;
   auto missing = get("/api/experiments/result?seq=999");
@@ -110,8 +110,8 @@ TEST_F(ExperimentsApiTest, RestListsRunsRendersAndRefuses) {
   for (const auto& p : (*kind_of(listed, "neuron_ig"))["params"]) {
     if (p["key"] == "ig_steps") EXPECT_EQ(p["default"], 8);
   }
-  json layered = post("/api/experiments/run", {{"kind", "neuron_ig"}, {"layer", "relu"}, {"params", {{"batch", 3}}}})
-                     .json();
+  json layered =
+      post("/api/experiments/run", {{"kind", "neuron_ig"}, {"layer", "relu"}, {"params", {{"batch", 3}}}}).json();
   EXPECT_EQ(layered["params"]["ig_steps"], 8) << layered;
   EXPECT_EQ(layered["params"]["batch"], 3) << layered;
   EXPECT_EQ(layered["params"]["channel"], 0) << layered;
@@ -125,7 +125,9 @@ TEST_F(ExperimentsApiTest, RestListsRunsRendersAndRefuses) {
   // Paused in the val phase, whose loop runs under NoGradGuard: gradients still flow.
   post("/api/step", {{"unit", "phase"}, {"timeout_seconds", 20}});
   ASSERT_EQ(wait_paused()["live_position"]["phase"], "val");
-  json val = post("/api/experiments/run", {{"kind", "neuron_gradient"}, {"layer", "relu"}, {"params", {{"channel", -1}}}}).json();
+  json val =
+      post("/api/experiments/run", {{"kind", "neuron_gradient"}, {"layer", "relu"}, {"params", {{"channel", -1}}}})
+          .json();
   EXPECT_EQ(val["stage"], "done") << val;
   EXPECT_GT(std::abs(val["attribution_sums"][0].get<double>()) + std::abs(val["target_values"][0].get<double>()), 0);
 }

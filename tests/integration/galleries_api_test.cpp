@@ -30,13 +30,13 @@ class GalleriesApiTest : public TrainingServerTest {
     cnn_ = nansense::test::Cnn();
     sgd_ = std::make_unique<torch::optim::SGD>(cnn_->parameters(), torch::optim::SGDOptions(0.05));
     for (int i = 0; i < 4; ++i) data_.emplace_back(torch::rand({6, 1, 8, 8}), torch::randint(3, {6}));
-    session_ = std::make_unique<nansense::Session>(nansense::start(
-        cnn_, nansense::StartOptions()
-                  .epochs(2)
-                  .phases(nansense::PhaseCounts{{"train", 4}})
-                  .watch({"conv", "fc"})
-                  .optimizer(sgd_.get())
-                  .debug(nansense::test::quiet_checks())));
+    session_ =
+        std::make_unique<nansense::Session>(nansense::start(cnn_, nansense::StartOptions()
+                                                                      .epochs(2)
+                                                                      .phases(nansense::PhaseCounts{{"train", 4}})
+                                                                      .watch({"conv", "fc"})
+                                                                      .optimizer(sgd_.get())
+                                                                      .debug(nansense::test::quiet_checks())));
     ASSERT_TRUE(nansense::serve(*session_, nansense::ServeOptions().port(0).open_browser(false).print_banner(false)));
     port_ = nansense::testing::port_of(session_->url());
     trainer_ = std::thread([this] {

@@ -20,8 +20,8 @@ struct Reply {
 
 // One request on a fresh loopback connection; throws on a transport failure
 // or when the reply takes longer than `deadline`.
-inline Reply http_request(int port, const std::string& method, const std::string& target,
-                          const std::string& body = "", const std::map<std::string, std::string>& headers = {},
+inline Reply http_request(int port, const std::string& method, const std::string& target, const std::string& body = "",
+                          const std::map<std::string, std::string>& headers = {},
                           std::chrono::seconds deadline = std::chrono::seconds(60)) {
   namespace beast = boost::beast;
   namespace http = beast::http;

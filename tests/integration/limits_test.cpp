@@ -1,9 +1,7 @@
-// What clients can hold of the server (ServeLimits, docs/guide/security.md): waits run off the workers and are bounded, idle MCP sessions
-// expire, a slow client runs out of time, connections and a WebSocket's
-// queued frames are capped, incoming frames and bodies are bounded, and the
-// access checks (token, static files) hold. No test sleeps to synchronise:
-// each waits for the event it is about, with a bound that only ends a test
-// gone wrong.
+// What clients can hold of the server (ServeLimits, docs/guide/security.md): waits run off the workers and are bounded,
+// idle MCP sessions expire, a slow client runs out of time, connections and a WebSocket's queued frames are capped,
+// incoming frames and bodies are bounded, and the access checks (token, static files) hold. No test sleeps to
+// synchronise: each waits for the event it is about, with a bound that only ends a test gone wrong.
 #include <gtest/gtest.h>
 
 #include <boost/asio.hpp>
@@ -20,12 +18,12 @@
 
 #include "integration/mcp_client.h"
 #include "integration/training_fixture.h"
-#include "server/controller.h"
-#include "server/http_server.h"
+#include "server/controller/controller.h"
+#include "server/http/http_server.h"
 #include "server/mcp/mcp_endpoint.h"
 #include "server/server.h"
-#include "server/static_assets.h"
-#include "server/waiting_requests.h"
+#include "server/http/static_assets.h"
+#include "server/http/waiting_requests.h"
 #include "session/session_port.h"
 
 namespace nansense::testing {
@@ -108,8 +106,8 @@ Received read_until_closed(asio::io_context& ioc, tcp::socket& socket, std::chro
 // Reads a WebSocket until it fails or closes (or the bound passes); returns
 // the frames read and why reading ended.
 std::pair<size_t, beast::error_code> read_ws_until_closed(asio::io_context& ioc,
-                                                         websocket::stream<beast::tcp_stream>& ws,
-                                                         std::chrono::seconds bound = 60s) {
+                                                          websocket::stream<beast::tcp_stream>& ws,
+                                                          std::chrono::seconds bound = 60s) {
   size_t frames = 0;
   beast::error_code end;
   beast::flat_buffer buffer;
@@ -451,11 +449,10 @@ TEST(WaitingRequests, EveryMovingCommandWithATimeoutIsAWait) {
   EXPECT_EQ(server::lane_of(post("/api/step", R"({"timeout_seconds":0})")), server::Lane::kWorker);
   EXPECT_FALSE(server::may_wait(post("/api/run", R"({"detach":true})")));
   EXPECT_FALSE(server::may_wait(post("/api/step", "{not json")));
-  EXPECT_TRUE(server::may_wait(post("/mcp", json::array({json{{"jsonrpc", "2.0"},
-                                                               {"id", 1},
-                                                               {"method", "tools/call"},
-                                                               {"params", {{"name", "step"}}}}})
-                                                .dump())));
+  EXPECT_TRUE(server::may_wait(
+      post("/mcp",
+           json::array({json{{"jsonrpc", "2.0"}, {"id", 1}, {"method", "tools/call"}, {"params", {{"name", "step"}}}}})
+               .dump())));
 }
 
 TEST_F(LimitsTest, AnIdleMcpSessionExpiresAndItsIdGets404) {
@@ -568,9 +565,9 @@ TEST(AccessChecks, StaticFilesNeverLeaveTheirFolder) {
   auto page = get("/index.html");
   ASSERT_TRUE(page.has_value());
   EXPECT_EQ(page->body, "<html>page</html>");
-  for (const std::string path : {"/../secret.txt", "/%2e%2e/secret.txt", "/%2E%2E%2Fsecret.txt",
-                                 "/assets/../../secret.txt", "/..\\secret.txt", "/%2e%2e%5csecret.txt",
-                                 "/index.html%00.png"}) {
+  for (const std::string path :
+       {"/../secret.txt", "/%2e%2e/secret.txt", "/%2E%2E%2Fsecret.txt", "/assets/../../secret.txt", "/..\\secret.txt",
+        "/%2e%2e%5csecret.txt", "/index.html%00.png"}) {
     auto file = get(path);
     EXPECT_FALSE(file.has_value()) << path << " served " << (file ? file->body : "");
   }
@@ -592,14 +589,15 @@ TEST(AccessChecks, ATokenMustMatchWhole) {
   torch::manual_seed(0);
   TinyNet model;
   auto session = nansense::start(model, nansense::StartOptions());
-  ASSERT_TRUE(nansense::serve(session, nansense::ServeOptions().host("0.0.0.0").port(0).open_browser(false).print_banner(false)));
+  ASSERT_TRUE(nansense::serve(
+      session, nansense::ServeOptions().host("0.0.0.0").port(0).open_browser(false).print_banner(false)));
   const std::string url = session.url();
   const auto at = url.find("?token=");
   ASSERT_NE(at, std::string::npos) << url;
   const std::string token = url.substr(at + 7);
   const int port = port_of(url.substr(0, at - 1));
-  for (const std::string wrong : {token.substr(0, token.size() - 1), token + "0", std::string(token.size(), '0'),
-                                  std::string("")}) {
+  for (const std::string wrong :
+       {token.substr(0, token.size() - 1), token + "0", std::string(token.size(), '0'), std::string("")}) {
     EXPECT_EQ(http_request(port, "GET", "/api/status?token=" + wrong).status, 401u) << wrong;
     EXPECT_EQ(http_request(port, "GET", "/api/status", "", {{"Authorization", "Bearer " + wrong}}).status, 401u);
   }

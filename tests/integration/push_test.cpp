@@ -112,7 +112,8 @@ StripFrame decode_strip(const std::string& bytes) {
   if (bytes.size() < 4) throw std::runtime_error("strip frame shorter than its length prefix");
   const auto* b = reinterpret_cast<const unsigned char*>(bytes.data());
   const size_t n = (size_t{b[0]} << 24) | (size_t{b[1]} << 16) | (size_t{b[2]} << 8) | size_t{b[3]};
-  if (4 + n > bytes.size()) throw std::runtime_error("strip header length " + std::to_string(n) + " runs past the frame");
+  if (4 + n > bytes.size())
+    throw std::runtime_error("strip header length " + std::to_string(n) + " runs past the frame");
   return StripFrame{json::parse(bytes.substr(4, n)), bytes.substr(4 + n)};
 }
 
@@ -221,8 +222,7 @@ TEST_F(PushTest, ExperimentProgressAndItsOutcomeArePushed) {
   EXPECT_EQ(outcome["step"], 5000);
   // Progress came while it ran: steps between the start and the end, in order.
   EXPECT_TRUE(std::is_sorted(steps.begin(), steps.end()));
-  EXPECT_TRUE(std::any_of(steps.begin(), steps.end(), [](int64_t s) { return s > 0 && s < 5000; }))
-      << json(steps);
+  EXPECT_TRUE(std::any_of(steps.begin(), steps.end(), [](int64_t s) { return s > 0 && s < 5000; })) << json(steps);
 }
 
 TEST_F(PushTest, RunningLoopReportsFinishedAtTheEnd) {

@@ -65,12 +65,11 @@ TEST_F(StatsApiTest, DefaultsCollectNothingUntilALayerIsWatched) {
   EXPECT_EQ(status["stats"]["update_frequency"], json({{"unit", "seconds"}, {"n", 2}, {"phase", nullptr}}));
   json settings = get("/api/settings").json();
   EXPECT_EQ(settings["stats_scope"], "watched");
-  EXPECT_EQ(settings["watch_performance"],
-            json({{"channel_limit_enabled", true},
-                  {"channel_limit", 16},
-                  {"histogram_sample", 16384},
-                  {"samples_per_channel", 5},
-                  {"average_galleries", false}}));
+  EXPECT_EQ(settings["watch_performance"], json({{"channel_limit_enabled", true},
+                                                 {"channel_limit", 16},
+                                                 {"histogram_sample", 16384},
+                                                 {"samples_per_channel", 5},
+                                                 {"average_galleries", false}}));
   EXPECT_EQ(settings["patch_layers"], nullptr);
   step("batch");
   EXPECT_TRUE(stats_layers().empty());
@@ -264,8 +263,8 @@ TEST_F(StatsLoopTest, LoggedScalarsAndMetricsKeepTheirPositions) {
   EXPECT_EQ(metrics["failed"], json::array());
   std::map<std::string, json> by_key;
   for (const auto& s : metrics["series"]) {
-    const std::string key = s["name"].get<std::string>() + "|" + s["phase"].get<std::string>() + "|" +
-                            s["layer"].get<std::string>();
+    const std::string key =
+        s["name"].get<std::string>() + "|" + s["phase"].get<std::string>() + "|" + s["layer"].get<std::string>();
     by_key[key] = s;
   }
   ASSERT_TRUE(by_key.count("loss|train|")) << metrics.dump();
@@ -322,7 +321,8 @@ TEST_F(StatsLoopTest, AThrowingInstrumentIsDisabledAndReportedWhileTrainingCompl
 TEST_F(StatsApiTest, WatchPerformanceRefusesBadValuesAndTakesGoodOnes) {
   start();
   wait_paused();
-  for (const json& body : {json{{"histogram_sample", -5}}, json{{"channel_limit", 0}}, json{{"histogram_sample", "all"}}}) {
+  for (const json& body :
+       {json{{"histogram_sample", -5}}, json{{"channel_limit", 0}}, json{{"histogram_sample", "all"}}}) {
     Reply r = post("/api/stats/performance", body);
     EXPECT_EQ(r.status, 400u) << body.dump();
     EXPECT_EQ(r.json()["argument"], body.begin().key()) << r.body;

@@ -68,7 +68,8 @@ TEST_F(TimeTravelApiTest, StatusAndDetailsDescribeTheCache) {
 
 TEST_F(TimeTravelApiTest, JumpsBackAndPausesOnTheTargetsFirstBatch) {
   wait_paused();
-  json status = post("/api/run_until", {{"phase", "train"}, {"epoch", 2}, {"batch", 1}, {"timeout_seconds", 20}}).json();
+  json status =
+      post("/api/run_until", {{"phase", "train"}, {"epoch", 2}, {"batch", 1}, {"timeout_seconds", 20}}).json();
   EXPECT_EQ(status["live_position"]["epoch"], 2);
   EXPECT_EQ(status["time_travel"]["cached_epochs"], json::array({0, 1, 2}));
   auto reply = post("/api/time_travel", {{"epoch", 1}, {"timeout_seconds", 20}});

@@ -11,7 +11,7 @@
 
 #include "integration/http_client.h"
 #include "integration/wire_check.h"
-#include "server/commands.h"
+#include "server/controller/commands.h"
 
 namespace nansense::testing {
 

@@ -31,8 +31,7 @@ class WeightsApiTest : public TrainingServerTest {
  protected:
   // start(), with `setup` run on the session before the loop's first batch.
   void start_with(const std::function<void(nansense::Session&)>& setup) {
-    serve_session(4, 2,
-                  nansense::StartOptions().epochs(2).phases(nansense::PhaseCounts{{"train", 4}, {"val", 2}}));
+    serve_session(4, 2, nansense::StartOptions().epochs(2).phases(nansense::PhaseCounts{{"train", 4}, {"val", 2}}));
     if (HasFatalFailure()) return;
     setup(*session_);
     trainer_ = std::thread([this] {
@@ -120,8 +119,7 @@ TEST_F(WeightsApiTest, EachTensorOfAParameterIsDrawnByItsRoles) {
   expect_pixels(r.body, snap->weight_gradients.at("fc1.weight").to(torch::kDouble).t().unsqueeze(0));
   r = get("/api/render/weight_strip?layer=fc1&parameter=weight&tensor=state:momentum_buffer");
   ASSERT_EQ(r.status, 200u) << r.body;
-  expect_pixels(r.body,
-                snap->optimizer_state.at("fc1.weight").at("momentum_buffer").to(torch::kDouble).unsqueeze(0));
+  expect_pixels(r.body, snap->optimizer_state.at("fc1.weight").at("momentum_buffer").to(torch::kDouble).unsqueeze(0));
 }
 
 TEST_F(WeightsApiTest, BadRequestsAreRefusedSayingWhatToDo) {
@@ -138,7 +136,8 @@ TEST_F(WeightsApiTest, BadRequestsAreRefusedSayingWhatToDo) {
            {"layer=relu&parameter=weight", 400, "has no parameters; layers with parameters: fc1, fc2"},
            {"layer=fc1&parameter=weight&x_dim=2", 400, "x_dim 2 is out of range"},
            {"layer=fc1&parameter=weight&x_dim=0&y_dim=0", 400, "y_dim and x_dim are both 0"},
-           {"layer=fc1&parameter=weight&y_dim=-1&index=8", 400, "index 8 of dimension 0 is out of range: it has size 8 (0..7)"},
+           {"layer=fc1&parameter=weight&y_dim=-1&index=8", 400,
+            "index 8 of dimension 0 is out of range: it has size 8 (0..7)"},
            {"layer=fc1&parameter=weight&index=0,0,0", 400, "one index per dimension"},
            {"layer=fc1&parameter=weight&x_dim=first", 400, "\"x_dim\" must be an integer"},
            {"layer=fc1&parameter=weight&x_dim=-2", 400, "-1 or more"},
@@ -165,10 +164,11 @@ TEST_F(WeightsApiTest, McpRenderWeightsDrawsEveryTensorWithScalarsAndHyperparame
   ASSERT_FALSE(result["isError"].get<bool>()) << result.dump();
   const json& images = result["structuredContent"]["images"];
   std::vector<std::string> drawn;
-  for (const auto& i : images) drawn.push_back(i["parameter"].get<std::string>() + " " + i["tensor"].get<std::string>());
-  EXPECT_EQ(drawn, (std::vector<std::string>{"fc1.weight weight", "fc1.weight gradient",
-                                             "fc1.weight state:momentum_buffer", "fc1.bias weight",
-                                             "fc1.bias gradient", "fc1.bias state:momentum_buffer"}));
+  for (const auto& i : images)
+    drawn.push_back(i["parameter"].get<std::string>() + " " + i["tensor"].get<std::string>());
+  EXPECT_EQ(drawn,
+            (std::vector<std::string>{"fc1.weight weight", "fc1.weight gradient", "fc1.weight state:momentum_buffer",
+                                      "fc1.bias weight", "fc1.bias gradient", "fc1.bias state:momentum_buffer"}));
   int pngs = 0;
   for (const auto& block : result["content"]) pngs += block["type"] == "image";
   EXPECT_EQ(pngs, 6);
@@ -202,9 +202,8 @@ TEST_F(WeightsApiTest, TensorInstrumentsMatchADirectComputationAndAFailingOneIsD
   start_with([](nansense::Session& s) {
     s.set_stats_scope(nansense::StatsScope::kAll);
     s.watch_layer_tensor("double", [](const nansense::LayerContext& ctx) { return ctx.activation * 2; });
-    s.watch_layer_tensor("boom", [](const nansense::LayerContext&) -> at::Tensor {
-      throw std::runtime_error("instrument bug");
-    });
+    s.watch_layer_tensor(
+        "boom", [](const nansense::LayerContext&) -> at::Tensor { throw std::runtime_error("instrument bug"); });
     s.watch_layer_tensor("misshapen", [](const nansense::LayerContext& ctx) { return ctx.activation.sum(); });
     s.watch_weight_tensor("step_size", [](const nansense::WeightContext& ctx) -> at::Tensor {
       auto m = ctx.optimizer_state.find("momentum_buffer");

@@ -9,7 +9,7 @@
 
 #include <string>
 
-#include "server/wire_types.h"
+#include "server/controller/wire_types.h"
 
 namespace nansense::testing {
 

@@ -66,9 +66,8 @@ TEST(CheckpointStore, ReadsBackWhatItWrote) {
   EXPECT_EQ(file.meta["epoch"], 2);
   EXPECT_EQ(file.at("model"), std::string(3 << 20, 'p'));
   // A fill that throws changes nothing.
-  auto why = message_of<state::StateError>([&] {
-    store.write(3, [](state::StateFile&) { throw std::runtime_error("boom"); });
-  });
+  auto why = message_of<state::StateError>(
+      [&] { store.write(3, [](state::StateFile&) { throw std::runtime_error("boom"); }); });
   EXPECT_NE(why.find("cannot serialize the checkpoint of epoch 3: boom"), std::string::npos) << why;
   EXPECT_EQ(store.epochs(), (std::vector<int64_t>{2}));
 }
@@ -94,11 +93,9 @@ TEST(CheckpointStore, AdoptsAnExistingFolderAndSkipsBadFilesSayingWhy) {
   for (const auto& p : problems) all += p + "\n";
   EXPECT_NE(all.find("epoch_2.ckpt is truncated"), std::string::npos) << all;
   EXPECT_NE(all.find("epoch 3 is for another model"), std::string::npos) << all;
-  EXPECT_NE(all.find("epoch_4.ckpt is not a checkpoint of epoch 4 (its description says epoch 0)"),
-            std::string::npos)
+  EXPECT_NE(all.find("epoch_4.ckpt is not a checkpoint of epoch 4 (its description says epoch 0)"), std::string::npos)
       << all;
-  EXPECT_NE(all.find("epoch_5.ckpt is a time-travel checkpoint in an older nansense format"), std::string::npos)
-      << all;
+  EXPECT_NE(all.find("epoch_5.ckpt is a time-travel checkpoint in an older nansense format"), std::string::npos) << all;
   // Out of the loop's range: not listed.
   CheckpointStore short_loop(dir, std::nullopt);
   short_loop.adopt(1, [](int64_t, const nlohmann::json&) { return std::string(); });
@@ -136,7 +133,8 @@ TEST(CheckpointStore, AdoptingRemovesTheTempFilesOfWritersThatAreGone) {
   EXPECT_TRUE(fs::exists(dir / mine));
   EXPECT_TRUE(fs::exists(dir / "epoch_4.ckpt.tmp.x.1"));  // not a name nansense writes
   ASSERT_EQ(problems.size(), 1u);
-  EXPECT_EQ(problems[0], "removed " + orphan + ", left by a checkpoint write that never finished (its process is gone)");
+  EXPECT_EQ(problems[0],
+            "removed " + orphan + ", left by a checkpoint write that never finished (its process is gone)");
   EXPECT_TRUE(store.epochs().empty());
   fs::remove_all(dir);
 }

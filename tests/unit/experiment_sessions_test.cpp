@@ -127,7 +127,7 @@ TEST(AutoExperiments, EachTabsExperimentReRunsAtEverySnapshotWithoutCancellingAn
   EXPECT_EQ(engine.result(a.seq)->tab, "tab-a");
   EXPECT_EQ(engine.set_auto("tab-a", "gradcam", "features.3", {{"batch", 1}}, now).seq, 0u);
   // A registration is checked like a request.
-  auto msg = test::message_of<experiments::Refused>(
+  auto msg = test::message_of<common::Refusal>(
       [&] { engine.set_auto("tab-c", "gradcam", "classifier.1", json::object(), now); });
   EXPECT_NE(msg.find("spatial"), std::string::npos) << msg;
 
@@ -245,7 +245,7 @@ TEST(ExperimentStops, ClosingTheSessionStopsTheRunningExperimentAndTheQueue) {
   EXPECT_EQ(queued->stage, Result::Stage::kStopped);
   EXPECT_NE(queued->stop_reason.find("closed"), std::string::npos) << queued->stop_reason;
   EXPECT_EQ(session.state(), RunState::kFinished);
-  auto msg = test::message_of<experiments::Refused>([&] { engine.submit("gradcam", "features.3", {}); });
+  auto msg = test::message_of<common::Refusal>([&] { engine.submit("gradcam", "features.3", {}); });
   EXPECT_NE(msg.find("finished"), std::string::npos) << msg;
   loop.join();
 }

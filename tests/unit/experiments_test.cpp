@@ -73,8 +73,8 @@ Result run_kind(const std::string& kind, const std::string& layer, const json& p
 std::vector<LayerInfo> traced_layers(torch::nn::Module& model, const std::function<torch::Tensor()>& forward,
                                      const torch::Tensor& input) {
   observer::Observer observer;
-  capture::Tracer tracer(model, observer,
-                         capture::Tracer::Keep{.cpu = false, .device = false, .device_layer = nullptr, .take = nullptr});
+  capture::Tracer tracer(
+      model, observer, capture::Tracer::Keep{.cpu = false, .device = false, .device_layer = nullptr, .take = nullptr});
   tracer.set_inputs({input}, false);
   forward();
   return tracer.finish()->architecture->layers;
@@ -84,8 +84,8 @@ TEST(Experiments, IntegratedGradientsAreComplete) {
   Demo demo;
   demo.model->eval();
   for (int channel : {2, -1}) {
-    auto r = run_kind("neuron_ig", "features.3", {{"channel", channel}, {"ig_steps", 64}, {"batch", 4}},
-                      *demo.model, demo.forward(), {demo.x});
+    auto r = run_kind("neuron_ig", "features.3", {{"channel", channel}, {"ig_steps", 64}, {"batch", 4}}, *demo.model,
+                      demo.forward(), {demo.x});
     ASSERT_EQ(r.stage, Result::Stage::kDone) << r.error;
     ASSERT_EQ(r.attributions.sizes(), demo.x.sizes());
     // F(x) - F(0) computed directly from the layer's definition.
@@ -109,7 +109,8 @@ TEST(Experiments, IntegratedGradientsOnAParameterlessAddAreComplete) {
   test::Residual model;
   auto x = torch::randn({3, 4});
   std::string add;
-  for (const auto& l : traced_layers(*model, [&] { return model->forward(x); }, x)) {
+  for (const auto& l : traced_layers(
+           *model, [&] { return model->forward(x); }, x)) {
     if (l.kind == "add") add = l.name;
   }
   ASSERT_FALSE(add.empty());
@@ -134,8 +135,8 @@ TEST(Experiments, GradCamIsTheWeightedReluSumOfTheActivationMaps) {
   Demo demo;
   demo.model->eval();
   for (int target : {-1, 3}) {
-    auto r = run_kind("gradcam", "features.3", {{"target", target}, {"batch", 3}}, *demo.model, demo.forward(),
-                      {demo.x});
+    auto r =
+        run_kind("gradcam", "features.3", {{"target", target}, {"batch", 3}}, *demo.model, demo.forward(), {demo.x});
     ASSERT_EQ(r.stage, Result::Stage::kDone) << r.error;
     // Directly: A = the layer's maps, y = the class score, alpha_k = mean of dy/dA_k.
     auto x = demo.x.narrow(0, 0, 3);
@@ -222,8 +223,9 @@ TEST(Experiments, AModelWithTwoInputsIsAttributedOnItsFirstWithTheOtherHeldFixed
   EXPECT_EQ(dream.images.sizes(), (std::vector<int64_t>{2, 4}));
 
   // Another input without the first one's samples cannot be held per sample.
-  auto msg = test::message_of<std::invalid_argument>(
-      [&] { run_kind("neuron_gradient", "head", {{"channel", 1}}, *model, forward, {a, torch::randn({3, 2})}); });
+  auto msg = test::message_of<std::invalid_argument>([&] {
+    run_kind("neuron_gradient", "head", {{"channel", 1}}, *model, forward, {a, torch::randn({3, 2})});
+  });
   EXPECT_NE(msg.find("hold its other inputs fixed"), std::string::npos) << msg;
 }
 
@@ -237,7 +239,9 @@ TEST(Experiments, OcclusionEqualsABruteForceLoopOverWindows) {
                     [model](const std::vector<torch::Tensor>& in) mutable { return model->forward(in[0]); }, {x});
   ASSERT_EQ(r.stage, Result::Stage::kDone) << r.error;
   torch::NoGradGuard no_grad;
-  auto f = [&](const torch::Tensor& in) { return torch::relu(model->conv(in)).select(1, channel).mean().item<double>(); };
+  auto f = [&](const torch::Tensor& in) {
+    return torch::relu(model->conv(in)).select(1, channel).mean().item<double>();
+  };
   for (int64_t s = 0; s < 2; ++s) {
     auto xs = x.narrow(0, s, 1);
     const double base = f(xs);
@@ -258,8 +262,10 @@ TEST(Experiments, OcclusionEqualsABruteForceLoopOverWindows) {
       }
     }
     for (int64_t p = 0; p < 64; ++p) {
-      const double expected = count[static_cast<size_t>(p)] > 0 ? sum[static_cast<size_t>(p)] / count[static_cast<size_t>(p)] : 0;
-      EXPECT_NEAR(r.attributions[s][0][p / 8][p % 8].item<double>(), expected, 1e-5) << "sample " << s << " pixel " << p;
+      const double expected =
+          count[static_cast<size_t>(p)] > 0 ? sum[static_cast<size_t>(p)] / count[static_cast<size_t>(p)] : 0;
+      EXPECT_NEAR(r.attributions[s][0][p / 8][p % 8].item<double>(), expected, 1e-5)
+          << "sample " << s << " pixel " << p;
     }
   }
   EXPECT_EQ(r.total, 9);  // 3 x 3 window positions
@@ -321,12 +327,14 @@ TEST(Experiments, BadLayersAndParametersAreRefusedClearly) {
   input.output_shape = {8, 1, 28, 28};
   EXPECT_TRUE(experiments::why_unusable(*gradcam, input));
 
-  auto msg = test::message_of<std::invalid_argument>(
-      [&] { experiments::resolve_params(*experiments::find_kind("neuron_ig"), {json{{"ig_steps", 1}}}); });
+  auto msg = test::message_of<std::invalid_argument>([&] {
+    experiments::resolve_params(*experiments::find_kind("neuron_ig"), {json{{"ig_steps", 1}}});
+  });
   EXPECT_NE(msg.find("ig_steps"), std::string::npos) << msg;
   EXPECT_NE(msg.find("at least 2"), std::string::npos) << msg;
-  msg = test::message_of<std::invalid_argument>(
-      [&] { experiments::resolve_params(*experiments::find_kind("deep_dream"), {json{{"start", "video"}}}); });
+  msg = test::message_of<std::invalid_argument>([&] {
+    experiments::resolve_params(*experiments::find_kind("deep_dream"), {json{{"start", "video"}}});
+  });
   EXPECT_NE(msg.find("noise, sample"), std::string::npos) << msg;
   auto r = experiments::resolve_params(*experiments::find_kind("occlusion"),
                                        {json{{"window", 6}}, json{{"stride", 3}, {"colour", 1}}});
@@ -356,7 +364,8 @@ TEST(Experiments, EveryKindLeavesTheModelBitForBitAsItWas) {
     }
     for (const auto& b : model->named_buffers()) before[b.key()] = b.value().clone();
     std::vector<const void*> grad_storage;
-    for (const auto& p : model->parameters()) grad_storage.push_back(p.grad().defined() ? p.grad().data_ptr() : nullptr);
+    for (const auto& p : model->parameters())
+      grad_storage.push_back(p.grad().defined() ? p.grad().data_ptr() : nullptr);
     const auto rng = state::RngState::capture();
     json params = kind.kind == "deep_dream" ? json{{"steps", 5}, {"channels", 2}} : json::object();
     if (kind.kind == "occlusion") params = {{"window", 4}, {"stride", 4}};
@@ -458,7 +467,7 @@ TEST(ExperimentQueue, RequestsQueueWhileAnotherExperimentTracesItsForwards) {
     try {
       engine.submit("neuron_gradient", "features.0", {{"batch", 1}});
       ++queued;
-    } catch (const experiments::Refused& e) {
+    } catch (const common::Refusal& e) {
       refusal = e.what();
       break;
     }
@@ -480,7 +489,7 @@ TEST(ExperimentQueue, CancelTimeLimitResumeAutoRunAndRefusals) {
   ASSERT_TRUE(serve(session, quiet_server()));
   auto& engine = detail::core_of(session)->experiments();
   // Before any batch: nothing captured.
-  auto msg = test::message_of<experiments::Refused>([&] { engine.submit("gradcam", "features.0", {}); });
+  auto msg = test::message_of<common::Refusal>([&] { engine.submit("gradcam", "features.0", {}); });
   EXPECT_NE(msg.find("captured"), std::string::npos) << msg;
   test::Gate in_batch_1, release_batch_1;
   TrainingThread loop(session, [&] {
@@ -497,18 +506,17 @@ TEST(ExperimentQueue, CancelTimeLimitResumeAutoRunAndRefusals) {
   ASSERT_EQ(session.wait_until_stopped(kWait), RunState::kPaused);
 
   // Refusals name what is wrong.
-  msg = test::message_of<experiments::Refused>([&] { engine.submit("dream", "features.0", {}); });
+  msg = test::message_of<common::Refusal>([&] { engine.submit("dream", "features.0", {}); });
   EXPECT_NE(msg.find("deep_dream"), std::string::npos) << msg;
-  msg = test::message_of<experiments::Refused>([&] { engine.submit("gradcam", "nope", {}); });
+  msg = test::message_of<common::Refusal>([&] { engine.submit("gradcam", "nope", {}); });
   EXPECT_NE(msg.find("features.3"), std::string::npos) << msg;
-  msg = test::message_of<experiments::Refused>([&] { engine.submit("gradcam", "classifier.1", {}); });
+  msg = test::message_of<common::Refusal>([&] { engine.submit("gradcam", "classifier.1", {}); });
   EXPECT_NE(msg.find("spatial"), std::string::npos) << msg;
-  msg = test::message_of<experiments::Refused>([&] { engine.submit("gradcam", "input", {}); });
+  msg = test::message_of<common::Refusal>([&] { engine.submit("gradcam", "input", {}); });
   EXPECT_NE(msg.find("model input"), std::string::npos) << msg;
-  msg = test::message_of<experiments::Refused>(
-      [&] { engine.submit("neuron_gradient", "features.0", {{"channel", 16}}); });
+  msg = test::message_of<common::Refusal>([&] { engine.submit("neuron_gradient", "features.0", {{"channel", 16}}); });
   EXPECT_NE(msg.find("16 channels"), std::string::npos) << msg;
-  msg = test::message_of<experiments::Refused>([&] { engine.submit("occlusion", "features.0", {{"window", 0}}); });
+  msg = test::message_of<common::Refusal>([&] { engine.submit("occlusion", "features.0", {{"window", 0}}); });
   EXPECT_NE(msg.find("window"), std::string::npos) << msg;
 
   // A long dream runs; the request queued behind it waits; a cancel stops
@@ -581,7 +589,7 @@ TEST(ExperimentQueue, CancelTimeLimitResumeAutoRunAndRefusals) {
   // with auto-run it waits and runs at the next captured batch.
   ASSERT_TRUE(in_batch_1.wait());
   EXPECT_EQ(session.state(), RunState::kRunning);
-  msg = test::message_of<experiments::Refused>([&] { engine.submit("gradcam", "features.3", {}); });
+  msg = test::message_of<common::Refusal>([&] { engine.submit("gradcam", "features.3", {}); });
   EXPECT_NE(msg.find("auto-run"), std::string::npos) << msg;
   engine.set_auto_run(true);
   auto later = engine.submit("gradcam", "features.3", {{"batch", 2}});

@@ -50,9 +50,8 @@ std::vector<Candidate> brute_force(const std::vector<torch::Tensor>& acts, int64
     }
   }
   const bool lowest = ranking == GalleryRanking::kMinPixel || ranking == GalleryRanking::kMinAverage;
-  std::sort(all.begin(), all.end(), [&](const auto& p, const auto& q) {
-    return lowest ? p.score < q.score : p.score > q.score;
-  });
+  std::sort(all.begin(), all.end(),
+            [&](const auto& p, const auto& q) { return lowest ? p.score < q.score : p.score > q.score; });
   return all;
 }
 
@@ -126,9 +125,9 @@ TEST(ExtremeGallery, NaNRanksBelowRealValuesAndEmptySlotsStayEmpty) {
   ExtremeGallery gallery(settings);
   const float nan = std::numeric_limits<float>::quiet_NaN();
   auto act = torch::zeros({3, 1, 2, 2});
-  act[0][0].fill_(nan);                                        // sample 0: only NaN
-  act[1][0] = torch::tensor({{9.0f, nan}, {7.0f, -9.0f}});     // sample 1: a NaN among larger values
-  act[2][0] = torch::tensor({{1.0f, 3.0f}, {5.0f, -2.0f}});    // sample 2: max 5 at (1, 0), min -2 at (1, 1)
+  act[0][0].fill_(nan);                                      // sample 0: only NaN
+  act[1][0] = torch::tensor({{9.0f, nan}, {7.0f, -9.0f}});   // sample 1: a NaN among larger values
+  act[2][0] = torch::tensor({{1.0f, 3.0f}, {5.0f, -2.0f}});  // sample 2: max 5 at (1, 0), min -2 at (1, 1)
   ASSERT_TRUE(gallery.add(act, torch::rand({3, 3, 8, 8}), 0));
   const auto views = gallery.view();
   for (auto r : {GalleryRanking::kMaxPixel, GalleryRanking::kMinPixel}) {

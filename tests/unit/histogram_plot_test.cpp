@@ -73,8 +73,10 @@ std::vector<int> columns_where(const Image& image, bool (*matches)(Rgba)) {
 std::vector<std::pair<int, int>> runs(const std::vector<int>& columns) {
   std::vector<std::pair<int, int>> out;
   for (int c : columns) {
-    if (out.empty() || c != out.back().second + 1) out.push_back({c, c});
-    else out.back().second = c;
+    if (out.empty() || c != out.back().second + 1)
+      out.push_back({c, c});
+    else
+      out.back().second = c;
   }
   return out;
 }
@@ -183,7 +185,8 @@ TEST(AxisTicks, StepsAndLabelsReadAsPeopleWriteThem) {
 
   // Earlier ticks win; a later one that would touch them is dropped.
   const std::vector<Tick> ticks = {{100, "0"}, {104, "1e-9"}, {60, "-1e-3"}, {140, "1e-3"}};
-  const auto kept = without_overlaps(ticks, [](const Tick&) { return 20; }, 4);
+  const auto kept = without_overlaps(
+      ticks, [](const Tick&) { return 20; }, 4);
   ASSERT_EQ(kept.size(), 3u);
   EXPECT_EQ(kept[0].label, "0");
   EXPECT_EQ(kept[1].label, "-1e-3");
@@ -265,16 +268,14 @@ TEST(HistogramPlot, LinearAxisDrawsBarsAtTheirTrueEdges) {
   EXPECT_NEAR(wide / narrow, 10.0, 1.5);
 
   // The zero band is two billionths wide, yet its bar shows.
-  const std::vector<HistogramPanel> with_zeros = {
-      {"relu", {series("train", kRed, {{kZeroBand, 500}, {160, 50}})}, ""}};
+  const std::vector<HistogramPanel> with_zeros = {{"relu", {series("train", kRed, {{kZeroBand, 500}, {160, 50}})}, ""}};
   const auto zero_and_far = runs(columns_where(render_histogram_plot(with_zeros, options(false)), reddish));
   ASSERT_EQ(zero_and_far.size(), 2u);
   EXPECT_LE(zero_and_far[0].second - zero_and_far[0].first, 2);
 }
 
 TEST(HistogramPlot, LogCountsRevealBarsTooSmallForALinearAxis) {
-  const std::vector<HistogramPanel> panels = {
-      {"grads", {series("train", kRed, {{140, 1'000'000}, {150, 1}})}, ""}};
+  const std::vector<HistogramPanel> panels = {{"grads", {series("train", kRed, {{140, 1'000'000}, {150, 1}})}, ""}};
   const auto linear = runs(columns_where(render_histogram_plot(panels, options(true, false)), reddish));
   const auto log = runs(columns_where(render_histogram_plot(panels, options(true, true)), reddish));
   EXPECT_EQ(linear.size(), 1u);  // one count in a million is under a pixel
@@ -298,8 +299,10 @@ TEST(HistogramPlot, ClippedEndBinsGetATriangleOnlyWhenTheyOverflow) {
       min_x = std::min(min_x, x), max_x = std::max(max_x, x);
     }
     // On the end bin's own side: the left tenth for -inf, the right for +inf.
-    if (side == 0) EXPECT_LT(max_x, with.width / 10);
-    else EXPECT_GT(min_x, with.width * 9 / 10);
+    if (side == 0)
+      EXPECT_LT(max_x, with.width / 10);
+    else
+      EXPECT_GT(min_x, with.width * 9 / 10);
   }
 }
 
@@ -331,8 +334,10 @@ TEST(HistogramPlot, MarksAreDrawnInsideTheSpanAndLeftOutOutsideIt) {
     // symlog axis, which ends at 1e-9 (a linear one shows it at zero); 1 on
     // the linear axis, which ends near 5e-3.
     o.marks = {2.1267647e37, -2.1267647e37};
-    if (log_x) o.marks.insert(o.marks.end(), {1.17549435e-38, -1.17549435e-38});
-    else o.marks.push_back(1.0);
+    if (log_x)
+      o.marks.insert(o.marks.end(), {1.17549435e-38, -1.17549435e-38});
+    else
+      o.marks.push_back(1.0);
     EXPECT_TRUE(differences(none, render_histogram_plot(panels, o)).empty()) << "log_x " << log_x;
   }
 }
@@ -340,7 +345,8 @@ TEST(HistogramPlot, MarksAreDrawnInsideTheSpanAndLeftOutOutsideIt) {
 TEST(HistogramPlot, AnEmptyPanelSaysWhy) {
   const HistogramPanel data{"features.0 activations", {series("train", kRed, {{150, 10}})}, ""};
   const Image off = render_histogram_plot({data, {"features.0 gradients", {}, "statistics are off"}}, options(true));
-  const Image other = render_histogram_plot({data, {"features.0 gradients", {}, "no backward pass yet"}}, options(true));
+  const Image other =
+      render_histogram_plot({data, {"features.0 gradients", {}, "no backward pass yet"}}, options(true));
   const auto changed = differences(off, other);
   ASSERT_FALSE(changed.empty());
   // The reason sits in the second panel, the only part that differs.
@@ -384,8 +390,8 @@ TEST(HistogramPlot, WritesASamplePicture) {
   const Image image = render_histogram_plot(panels, o);
   const std::string png = encode_png(image);
   int w = 0, h = 0, components = 0;
-  ASSERT_TRUE(stbi_info_from_memory(reinterpret_cast<const stbi_uc*>(png.data()), static_cast<int>(png.size()), &w,
-                                    &h, &components));
+  ASSERT_TRUE(stbi_info_from_memory(reinterpret_cast<const stbi_uc*>(png.data()), static_cast<int>(png.size()), &w, &h,
+                                    &components));
   EXPECT_EQ(w, image.width);
   EXPECT_EQ(h, image.height);
   const char* dir = std::getenv("TMPDIR");

@@ -160,15 +160,14 @@ TEST(DebugStateTest, LaterHitsMergeIntoTheFirst) {
   int changes = 0;
   DebugState state(DebugSettings(), [&] { ++changes; });
   EXPECT_TRUE(state.record(hit("train", 3, {"inf"}, {{"fc1", 0, 0.5}, {"fc2", 0, 0.1}})));
-  EXPECT_FALSE(state.record(hit("train", 9, {"nan", "underflow"},
-                                {{"fc2", 0.2, 0.05, 0.3}, {"fc3", 1.0}})));
+  EXPECT_FALSE(state.record(hit("train", 9, {"nan", "underflow"}, {{"fc2", 0.2, 0.05, 0.3}, {"fc3", 1.0}})));
   auto e = state.error();
   ASSERT_TRUE(e);
   EXPECT_EQ(e->position.batch_idx, 3);  // the first position is kept
   EXPECT_EQ(e->reasons, (std::vector<std::string>{"nan", "inf", "underflow"}));
   ASSERT_EQ(e->layers.size(), 3u);
   EXPECT_EQ(e->layers[1].layer, "fc2");
-  EXPECT_DOUBLE_EQ(e->layers[1].nan, 0.2);   // worst of each
+  EXPECT_DOUBLE_EQ(e->layers[1].nan, 0.2);  // worst of each
   EXPECT_DOUBLE_EQ(e->layers[1].inf, 0.1);
   EXPECT_DOUBLE_EQ(e->layers[1].underflow, 0.3);
   EXPECT_EQ(e->layers[2].layer, "fc3");

@@ -19,8 +19,7 @@ struct NetImpl : torch::nn::Module {
 };
 TORCH_MODULE(Net);
 
-RootCause trace(const Net& net, const std::function<void()>& body,
-                std::vector<std::string> allow = {}) {
+RootCause trace(const Net& net, const std::function<void()>& body, std::vector<std::string> allow = {}) {
   observer::Observer observer;
   OpTracer tracer(*net, std::move(allow), nullptr, {}, observer);
   body();
@@ -118,7 +117,7 @@ TEST(RootCause, SqrtAtZeroInTheBackward) {
   auto cause = trace(net, [&] {
     auto y = torch::sqrt(w).sum();  // sqrt(0) = 0: the forward is finite
     ASSERT_TRUE(std::isfinite(y.item<double>()));
-    y.backward();                   // d sqrt / dx at 0 = 1 / (2 * 0) = Inf
+    y.backward();  // d sqrt / dx at 0 = 1 / (2 * 0) = Inf
   });
   ASSERT_EQ(cause.status, RootCause::Status::kFound) << cause.summary;
   const auto& p = *cause.producer;
@@ -128,8 +127,9 @@ TEST(RootCause, SqrtAtZeroInTheBackward) {
   EXPECT_EQ(p.op, "aten::div");
   EXPECT_EQ(p.outputs[0].pos_inf, 4);
   EXPECT_TRUE(torch::isinf(w.grad()).all().item<bool>());
-  EXPECT_EQ(cause.summary,
-            "aten::div in the backward, in SqrtBackward0 (the gradient of aten::sqrt), produced Inf from finite inputs");
+  EXPECT_EQ(
+      cause.summary,
+      "aten::div in the backward, in SqrtBackward0 (the gradient of aten::sqrt), produced Inf from finite inputs");
 }
 
 TEST(RootCause, AnExplicitInfFillIsIntended) {
@@ -137,12 +137,26 @@ TEST(RootCause, AnExplicitInfFillIsIntended) {
   auto mask = torch::tensor({{false, true, false}, {false, false, true}});
   // Every way an attention mask writes -inf, and arithmetic carrying it along.
   const std::vector<std::pair<std::string, std::function<torch::Tensor()>>> fills = {
-      {"masked_fill", [&] { return torch::ones({2, 3}).masked_fill(mask, -INFINITY); }},
+      {"masked_fill",
+       [&] {
+         return torch::ones({2, 3}).masked_fill(mask, -INFINITY);
+       }},
       {"masked_fill (tensor value)",
-       [&] { return torch::ones({2, 3}).masked_fill(mask, torch::tensor(-INFINITY)); }},
-      {"where", [&] { return torch::where(mask, torch::full({2, 3}, -INFINITY), torch::ones({2, 3})); }},
-      {"full + add", [&] { return torch::full({2, 3}, INFINITY) * -1 + torch::zeros({2, 3}).masked_fill(mask, 1); }},
-      {"fill_", [&] { return torch::ones({2, 3}).fill_(-INFINITY); }},
+       [&] {
+         return torch::ones({2, 3}).masked_fill(mask, torch::tensor(-INFINITY));
+       }},
+      {"where",
+       [&] {
+         return torch::where(mask, torch::full({2, 3}, -INFINITY), torch::ones({2, 3}));
+       }},
+      {"full + add",
+       [&] {
+         return torch::full({2, 3}, INFINITY) * -1 + torch::zeros({2, 3}).masked_fill(mask, 1);
+       }},
+      {"fill_",
+       [&] {
+         return torch::ones({2, 3}).fill_(-INFINITY);
+       }},
   };
   for (const auto& [what, fill] : fills) {
     SCOPED_TRACE(what);
@@ -190,13 +204,12 @@ TEST(RootCause, TheAllowListCoversOtherIntendedValues) {
 
 TEST(RootCause, AnAllowedInfTurningIntoNanStillTrips) {
   Net net;
-  auto cause = trace(
-      net,
-      [&] {
-        auto scores = torch::ones({1, 3}).masked_fill(torch::ones({1, 3}, torch::kBool), -INFINITY);
-        (void)torch::softmax(scores, 1);  // a fully masked row: 0/0
-      },
-      {"masked_fill"});
+  auto cause = trace(net,
+                     [&] {
+                       auto scores = torch::ones({1, 3}).masked_fill(torch::ones({1, 3}, torch::kBool), -INFINITY);
+                       (void)torch::softmax(scores, 1);  // a fully masked row: 0/0
+                     },
+                     {"masked_fill"});
   ASSERT_EQ(cause.status, RootCause::Status::kFound) << cause.summary;
   EXPECT_EQ(cause.producer->op, "aten::softmax");
 }

@@ -38,8 +38,7 @@ torch::Tensor per_class_bce(const torch::Tensor& logits, const torch::Tensor& ta
 }
 
 std::string temp_dir(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() /
-             ("nansense-" + name + "-" + std::to_string(::getpid()));
+  auto dir = std::filesystem::temp_directory_path() / ("nansense-" + name + "-" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   return dir.string();
 }
@@ -105,7 +104,7 @@ TEST(NumericsSession, TripsInDetachPausesBeforeTheStepAndNamesTheProducer) {
   EXPECT_EQ(producer.pass, "forward");
   EXPECT_EQ(producer.layer, std::nullopt);  // the loss, outside the model
   ASSERT_EQ(producer.inputs.size(), 2u);
-  EXPECT_EQ(producer.inputs[1].max, 0.0);   // the class count
+  EXPECT_EQ(producer.inputs[1].max, 0.0);  // the class count
   EXPECT_EQ(producer.outputs[0].pos_inf, 1);
   EXPECT_GT(error->root_cause->propagator_count, 0);
   EXPECT_EQ(error->root_cause->summary,
@@ -119,7 +118,7 @@ TEST(NumericsSession, TripsInDetachPausesBeforeTheStepAndNamesTheProducer) {
   }
   EXPECT_FALSE(torch::isfinite(model->fc1->weight.grad()).all().item<bool>());
   // Paused inside the batch: an experiment waits for a pause between batches, and says so.
-  const auto refused = test::message_of<experiments::Refused>(
+  const auto refused = test::message_of<common::Refusal>(
       [&] { detail::core_of(session)->experiments().submit("neuron_gradient", "fc1", {}); });
   EXPECT_NE(refused.find("paused inside a traced batch"), std::string::npos) << refused;
   // The traced re-run was published as the snapshot the UI shows.
@@ -147,7 +146,7 @@ TEST(NumericsSession, TripsInDetachPausesBeforeTheStepAndNamesTheProducer) {
 
 // What one run of the batch body saw around its optimizer step.
 struct StepRecord {
-  std::map<std::string, torch::Tensor> before, after;  // weights
+  std::map<std::string, torch::Tensor> before, after;   // weights
   int64_t adam_step_before = -1, adam_step_after = -1;  // fc1.weight's Adam step count
 };
 
@@ -207,7 +206,8 @@ TEST(NumericsSession, ASkippedUpdateChangesNothingAndANewProblemPausesAgain) {
   ASSERT_TRUE(second);
   EXPECT_EQ(second->position.batch_idx, 2);
   EXPECT_NE(std::find(second->reasons.begin(), second->reasons.end(), "inf"), second->reasons.end());
-  ASSERT_TRUE(second->root_cause && second->root_cause->producer) << (second->root_cause ? second->root_cause->summary : "");
+  ASSERT_TRUE(second->root_cause && second->root_cause->producer)
+      << (second->root_cause ? second->root_cause->summary : "");
   EXPECT_EQ(second->root_cause->producer->op, "aten::div");
   EXPECT_EQ(second->update, "held");
   session.detach();  // applied this time

@@ -226,7 +226,8 @@ TEST(OptimizerState, ParametersOutsideTheModelAreSkipped) {
   params.push_back(extra);
   torch::optim::Adam opt(params, 1e-3);
   opt.zero_grad();
-  (torch::cross_entropy_loss(model->forward(torch::randn({2, 4})), torch::tensor({0, 1}, torch::kLong)) + extra.sum()).backward();
+  (torch::cross_entropy_loss(model->forward(torch::randn({2, 4})), torch::tensor({0, 1}, torch::kLong)) + extra.sum())
+      .backward();
   opt.step();
   auto view = read_optimizer(opt, *model);
   EXPECT_EQ(view.state.size(), 4u);

@@ -17,11 +17,11 @@
 namespace nansense {
 namespace {
 
+using common::Refusal;
 using experiments::Perturbation;
 using experiments::ProbeMode;
 using experiments::ProbeResult;
 using experiments::Probes;
-using experiments::Refused;
 using test::kWait;
 using test::NormNet;
 using test::TrainingThread;
@@ -266,10 +266,18 @@ TEST(Probes, LeaveTheModelBitForBitAsItWasAndTrainingUnchanged) {
         const ModelState before(*model);
         const uint64_t seen = probes.runs_completed();
         switch (b) {
-          case 0: probes.pin(); break;
-          case 1: probes.set_mode(ProbeMode::kTrain); break;
-          case 2: probes.add_perturbation({0, 2, {4, 4}, {3.0}}); break;
-          default: probes.set_mode(ProbeMode::kEval); break;
+          case 0:
+            probes.pin();
+            break;
+          case 1:
+            probes.set_mode(ProbeMode::kTrain);
+            break;
+          case 2:
+            probes.add_perturbation({0, 2, {4, 4}, {3.0}});
+            break;
+          default:
+            probes.set_mode(ProbeMode::kEval);
+            break;
         }
         auto r = next_run(session, seen);
         if (r && b == 1) EXPECT_EQ(r->settings.mode, ProbeMode::kTrain);

@@ -31,7 +31,7 @@ TEST(Strip, ChannelsBecomeTilesWithTransparentGaps) {
   EXPECT_TRUE(same(s.image.at(1, 0), diverging(0.0)));
   EXPECT_EQ(s.image.at(5, 0).a, 0);  // the gap after tile 0
   EXPECT_TRUE(same(s.image.at(2 * 6 + 4, 3), diverging(-0.5)));
-  EXPECT_GT(diverging(1.0).r, diverging(1.0).b);   // positive is red
+  EXPECT_GT(diverging(1.0).r, diverging(1.0).b);    // positive is red
   EXPECT_GT(diverging(-1.0).b, diverging(-1.0).r);  // negative is blue
 }
 

@@ -657,8 +657,8 @@ TEST(UpdateCadenceTest, EveryNBatchesOfAPhaseOrEveryNEpochsAndNeverDetached) {
   // Without a phase every batch counts: the 4th, 8th and 12th of 2 x (4 + 2).
   control.set_update_frequency(UpdateFrequency::batches(4));
   EXPECT_EQ(captured_batches(control, 2),
-            std::vector<std::string>({at("train", 0, 3).to_string(), at("train", 1, 1).to_string(),
-                                      at("val", 1, 1).to_string()}));
+            std::vector<std::string>(
+                {at("train", 0, 3).to_string(), at("train", 1, 1).to_string(), at("val", 1, 1).to_string()}));
   control.set_update_frequency(UpdateFrequency::epochs(2));
   EXPECT_EQ(captured_batches(control, 3),
             std::vector<std::string>({at("train", 0, 0).to_string(), at("train", 2, 0).to_string()}));
@@ -682,10 +682,8 @@ TEST(UpdateCadenceTest, BadFrequenciesAreRefusedAndChangeNothing) {
   EXPECT_NE(refusal(UpdateFrequency().unit(UpdateFrequency::Unit::kBatch).n(2.5)).find("whole number"),
             std::string::npos);
   EXPECT_NE(refusal(UpdateFrequency::seconds(-1)).find("n > 0"), std::string::npos);
-  EXPECT_NE(refusal(UpdateFrequency::epochs(1).phase("train")).find("only to the batch unit"),
-            std::string::npos);
-  EXPECT_NE(refusal(UpdateFrequency::batches(1, "test")).find("known phases: train, val"),
-            std::string::npos);
+  EXPECT_NE(refusal(UpdateFrequency::epochs(1).phase("train")).find("only to the batch unit"), std::string::npos);
+  EXPECT_NE(refusal(UpdateFrequency::batches(1, "test")).find("known phases: train, val"), std::string::npos);
   EXPECT_EQ(control.update_frequency(), before);
 }
 

@@ -49,8 +49,9 @@ void expect_close(const TensorMap& got, const std::string& key, const torch::Ten
   auto it = got.find(key);
   ASSERT_NE(it, got.end()) << "missing '" << key << "'";
   ASSERT_EQ(it->second.sizes(), want.sizes()) << key;
-  EXPECT_TRUE(torch::allclose(it->second, want.detach(), 1e-5, 1e-6))
-      << key << ": got\n" << it->second << "\nwant\n" << want;
+  EXPECT_TRUE(torch::allclose(it->second, want.detach(), 1e-5, 1e-6)) << key << ": got\n"
+                                                                      << it->second << "\nwant\n"
+                                                                      << want;
 }
 
 void expect_cpu_copy(const torch::Tensor& t, const std::string& what) {

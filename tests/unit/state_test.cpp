@@ -113,8 +113,7 @@ TEST(TrainingState, TwoOptimizersAndASchedulerContinueBitForBitInFreshObjects) {
   for (int i = 3; i < 8; ++i) replayed.push_back(fresh.step(batches[i]));
   EXPECT_EQ(replayed, expected);
   EXPECT_EQ(flat(*fresh.net), flat(*original.net));
-  EXPECT_DOUBLE_EQ(fresh.adam.param_groups()[0].options().get_lr(),
-                   original.adam.param_groups()[0].options().get_lr());
+  EXPECT_DOUBLE_EQ(fresh.adam.param_groups()[0].options().get_lr(), original.adam.param_groups()[0].options().get_lr());
 }
 
 // One optimizer of each kind LibTorch ships, saved mid-training and restored

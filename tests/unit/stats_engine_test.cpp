@@ -76,8 +76,7 @@ TEST(StatsHistogram, EdgesAreMonotoneWithExactPowersOfTenEverySevenBins) {
   EXPECT_EQ(e[105], -1e-9);
   EXPECT_EQ(e[106], 1e-9);
   EXPECT_EQ(e.back(), 1e6);
-  const double decades[] = {1e-9, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2,
-                            1e-1, 1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6};
+  const double decades[] = {1e-9, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6};
   for (int d = 0; d < 16; ++d) {
     EXPECT_EQ(e[106 + 7 * d], decades[d]) << d;
     EXPECT_EQ(e[105 - 7 * d], -decades[d]) << d;
@@ -88,10 +87,9 @@ TEST(StatsHistogram, EdgesAreMonotoneWithExactPowersOfTenEverySevenBins) {
 }
 
 TEST(StatsHistogram, ChosenValuesLandInTheirBins) {
-  const std::vector<double> values = {0,    -0.0, 1e-10, -1e-10, 1e-9, -1e-9, 1,      -1,    1e6,
-                                      -1e6, 1e7,  -1e7,  kInf,   -kInf, kNaN, 1.2e-9, -2e-9};
-  const std::vector<int64_t> expected = {105, 105, 105, 105, 106, 104, 169, 41, 210,
-                                         0,   210, 0,   210, 0,   -1,  106, 102};
+  const std::vector<double> values = {0,    -0.0, 1e-10, -1e-10, 1e-9,  -1e-9, 1,      -1,   1e6,
+                                      -1e6, 1e7,  -1e7,  kInf,   -kInf, kNaN,  1.2e-9, -2e-9};
+  const std::vector<int64_t> expected = {105, 105, 105, 105, 106, 104, 169, 41, 210, 0, 210, 0, 210, 0, -1, 106, 102};
   for (auto dtype : {torch::kDouble, torch::kFloat}) {
     EXPECT_EQ(bins_of(torch::tensor(values, torch::kDouble).to(dtype)), expected) << dtype;
   }
@@ -152,8 +150,16 @@ TEST(StatsHistogram, EveryBinCentreLandsInItsBinAndRandomValuesMatchTheReference
 // zero, subnormals, NaN, the infinities, beyond 1e6, random magnitudes, per
 // channel rows, and the finite values' count, sums and extremes.
 TEST(StatsHistogram, TheCpuPassesCountWhatTheOpPathCounts) {
-  std::vector<float> values = {0.0f, -0.0f, 1e-45f, -1e-40f, 3.0f, -7.5e7f, 2e9f,
-                               static_cast<float>(kNaN), static_cast<float>(kInf), static_cast<float>(-kInf)};
+  std::vector<float> values = {0.0f,
+                               -0.0f,
+                               1e-45f,
+                               -1e-40f,
+                               3.0f,
+                               -7.5e7f,
+                               2e9f,
+                               static_cast<float>(kNaN),
+                               static_cast<float>(kInf),
+                               static_cast<float>(-kInf)};
   for (double e : bin_edges()) {
     values.push_back(static_cast<float>(e));
     values.push_back(std::nextafter(static_cast<float>(e), 0.0f));
@@ -166,8 +172,8 @@ TEST(StatsHistogram, TheCpuPassesCountWhatTheOpPathCounts) {
   auto x = torch::tensor(values).view({-1, 3, 4});
   std::vector<int64_t> offsets = {0, kSlots, 0};
   std::vector<int64_t> counts(2 * kSlots, 0);
-  bin_cpu(x.data_ptr<float>(), x.size(0), 3, 4, offsets.data(), /*stride=*/1, /*run=*/16, /*seed=*/0,
-          counts.data(), static_cast<int64_t>(counts.size()));
+  bin_cpu(x.data_ptr<float>(), x.size(0), 3, 4, offsets.data(), /*stride=*/1, /*run=*/16, /*seed=*/0, counts.data(),
+          static_cast<int64_t>(counts.size()));
   ExactFold folded;
   fold_exact_cpu(x.data_ptr<float>(), x.numel(), 1, 1, 0, nullptr, folded);
   // The same by rows, with channel ranges: the same sums.
@@ -281,13 +287,13 @@ TEST(StatsHistogram, TheSampledPassBinsOneRunPerWindowIntoItsChannelRow) {
 TEST(StatsAccumulator, ASampledHistogramKeepsEveryOtherStatisticExact) {
   torch::manual_seed(4);
   auto x = torch::randn({64, 16, 28, 28});
-  x.select(1, 3).zero_();                // dead
+  x.select(1, 3).zero_();  // dead
   x.select(1, 5).zero_();
-  x[17][5][13][2] = 0.5;                 // alive by one value
+  x[17][5][13][2] = 0.5;  // alive by one value
   x[0][0][0][0] = kNaN;
   x[1][2][3][4] = kInf;
   x[9][7][1][1] = -kInf;
-  x[30][8][8][8] = 7e7;                  // the largest finite value
+  x[30][8][8][8] = 7e7;  // the largest finite value
   TensorAccumulator sampled(limit(16).histogram_sample(4096));
   TensorAccumulator every(limit(16).histogram_sample(0));
   sampled.add(x);
@@ -825,10 +831,9 @@ TEST(StatsStore, MemoryOfTwoHundredLayersOverAHundredEpochs) {
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   auto s = store.publish();
-  std::cout << "[ stats memory ] " << kLayers << " layers x " << kEpochs << " epochs: device "
-            << s->device_bytes / 1024 << " KiB (after epoch 0: " << after_first / 1024 << " KiB), published snapshot "
-            << s->host_bytes() / 1024 << " KiB on the host; " << 3 * kLayers * kEpochs << " adds in " << seconds
-            << " s\n";
+  std::cout << "[ stats memory ] " << kLayers << " layers x " << kEpochs << " epochs: device " << s->device_bytes / 1024
+            << " KiB (after epoch 0: " << after_first / 1024 << " KiB), published snapshot " << s->host_bytes() / 1024
+            << " KiB on the host; " << 3 * kLayers * kEpochs << " adds in " << seconds << " s\n";
   EXPECT_EQ(s->device_bytes, after_first);
   EXPECT_EQ(s->layers.at({"layers.7", "val"}).size(), static_cast<size_t>(kEpochs));
   EXPECT_EQ(s->layers.at({"layers.7", "val"}).back().activation->hist.size(), 211u);

@@ -86,9 +86,9 @@ TEST(StatsFoldAhead, AStreamMixingTheOpPathAndFoldsStaysExact) {
   const auto detail = stats::Detail().channel_limit(4).histogram_sample(0);
   stats::TensorAccumulator mixed(detail), reference(detail);
   const auto x0 = batch(5), x1 = batch(6), x2 = batch(7);
-  mixed.add(x0.to(torch::kDouble));                 // op path: counts in the slots
-  mixed.add(stats::fold_on_cpu(x1, detail, 0));     // now exact counts
-  mixed.add(x2.to(torch::kDouble));                 // op path again, after folds
+  mixed.add(x0.to(torch::kDouble));              // op path: counts in the slots
+  mixed.add(stats::fold_on_cpu(x1, detail, 0));  // now exact counts
+  mixed.add(x2.to(torch::kDouble));              // op path again, after folds
   for (const auto& x : {x0, x1, x2}) reference.add(x);
   const auto m = published(mixed), r = published(reference);
   EXPECT_EQ(m.n, r.n);
@@ -136,8 +136,8 @@ TEST(StatsFoldAhead, EveryFloatPrefixBinsAsTheOpPathBinsIt) {
     std::fill(counts.begin(), counts.end(), 0);
     stats::bin_cpu(&values[i], 1, 1, 1, nullptr, 1, 1, 0, counts.data(), stats::kSlots);
     if (counts[static_cast<size_t>(want[i])] != 1 && ++wrong <= 5) {
-      ADD_FAILURE() << "value " << values[i] << " (bits " << std::hex << std::bit_cast<uint32_t>(values[i])
-                    << std::dec << ") expected slot " << want[i];
+      ADD_FAILURE() << "value " << values[i] << " (bits " << std::hex << std::bit_cast<uint32_t>(values[i]) << std::dec
+                    << ") expected slot " << want[i];
     }
   }
   EXPECT_EQ(wrong, 0);
@@ -275,10 +275,11 @@ TEST(StatsFoldAhead, ASessionsStatisticsEqualTheTensorsTheModelProduced) {
     torch::optim::SGD optimizer(model->parameters(), 0.05);
     std::vector<std::pair<torch::Tensor, torch::Tensor>> data;
     for (int i = 0; i < 3; ++i) data.emplace_back(torch::randn({5, 1, 6, 6}), torch::randint(3, {5}));
-    auto session = start(model, StartOptions()
-                                    .optimizer(&optimizer)
-                                    .watch({"conv"})
-                                    .watch_performance(WatchPerformance().histogram_sample(0).samples_per_channel(galleries)));
+    auto session =
+        start(model, StartOptions()
+                         .optimizer(&optimizer)
+                         .watch({"conv"})
+                         .watch_performance(WatchPerformance().histogram_sample(0).samples_per_channel(galleries)));
     session.detach();
     for (auto& b : session.batches(data, "train")) {
       optimizer.zero_grad();
@@ -312,9 +313,11 @@ TEST(StatsFoldAhead, TheModelIndexIsReusedUntilAModuleIsReplaced) {
   const auto* old_weight = model->fc->weight.unsafeGetTensorImpl();
   ASSERT_TRUE(first->owners.count(old_weight));
   EXPECT_EQ(first->owners.at(old_weight).param_name, "fc.weight");
-  EXPECT_EQ(first->modules.at(first->module_index.at("fc")).description, "Linear(in_features=6, out_features=2, bias=true)");
+  EXPECT_EQ(first->modules.at(first->module_index.at("fc")).description,
+            "Linear(in_features=6, out_features=2, bias=true)");
   EXPECT_FALSE(first->modules.at(first->module_index.at("fc")).parameterless);
-  EXPECT_FALSE(first->modules.at(first->module_index.at("")).parameterless) << "the root holds the modules that hold tensors";
+  EXPECT_FALSE(first->modules.at(first->module_index.at("")).parameterless)
+      << "the root holds the modules that hold tensors";
 
   model->fc = model->replace_module("fc", torch::nn::Linear(6, 2));
   const auto second = capture::ModelIndex::of(*model, first);
@@ -388,8 +391,8 @@ TEST(StatsFoldAhead, TheExactPassBinsWhatTheSampledPassBins) {
         fold_exact_cpu(x.data_ptr<float>(), outer, channels, inner, tracked, r2.data(), without);
         bin_cpu(x.data_ptr<float>(), outer, channels, inner, offsets.data(), stride, 16, 5, separate.data(),
                 static_cast<int64_t>(separate.size()));
-        const std::string what = "shape " + std::to_string(inner) + (nan ? " with NaN" : "") + " stride " +
-                                 std::to_string(stride);
+        const std::string what =
+            "shape " + std::to_string(inner) + (nan ? " with NaN" : "") + " stride " + std::to_string(stride);
         EXPECT_EQ(fused, separate) << what;
         EXPECT_EQ(with_bins.n, without.n) << what;
         EXPECT_EQ(with_bins.nan, nan ? 1 : 0) << what;

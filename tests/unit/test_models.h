@@ -118,9 +118,7 @@ struct FunctionalImpl : torch::nn::Module {
     w2 = register_parameter("w2", torch::randn({3, 8}) * 0.3);
     b2 = register_parameter("b2", torch::zeros({3}));
   }
-  torch::Tensor forward(const torch::Tensor& x) {
-    return torch::linear(torch::relu(torch::linear(x, w1, b1)), w2, b2);
-  }
+  torch::Tensor forward(const torch::Tensor& x) { return torch::linear(torch::relu(torch::linear(x, w1, b1)), w2, b2); }
   torch::Tensor w1, b1, w2, b2;
 };
 TORCH_MODULE(Functional);
@@ -147,9 +145,7 @@ struct NormNetImpl : torch::nn::Module {
         norm(register_module("norm", torch::nn::BatchNorm2d(4))),
         drop(register_module("drop", torch::nn::Dropout(0.5))),
         fc(register_module("fc", torch::nn::Linear(4 * 8 * 8, 3))) {}
-  torch::Tensor forward(const torch::Tensor& x) {
-    return fc(drop(torch::relu(norm(conv(x))).flatten(1)));
-  }
+  torch::Tensor forward(const torch::Tensor& x) { return fc(drop(torch::relu(norm(conv(x))).flatten(1))); }
   torch::nn::Conv2d conv;
   torch::nn::BatchNorm2d norm;
   torch::nn::Dropout drop;

@@ -21,8 +21,8 @@ namespace nansense {
 namespace {
 
 namespace fs = std::filesystem;
-using test::Gate;
 using test::DropNet;
+using test::Gate;
 using test::kWait;
 using test::message_of;
 using test::TrainingThread;
@@ -53,8 +53,8 @@ struct Loop {
         val(test::make_batches(2, 6)) {
     if (split) {
       opt = std::make_unique<torch::optim::Adam>(model->fc1->parameters(), torch::optim::AdamOptions(0.01));
-      opt2 = std::make_unique<torch::optim::SGD>(model->fc2->parameters(),
-                                                 torch::optim::SGDOptions(0.05).momentum(0.9));
+      opt2 =
+          std::make_unique<torch::optim::SGD>(model->fc2->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
     } else if (adam) {
       opt = std::make_unique<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(0.01));
     } else {
@@ -91,7 +91,8 @@ struct Loop {
           }
           torch::NoGradGuard no_grad;
           model->eval();
-          for (auto& batch : s.batches(val, "val")) record(s, torch::cross_entropy_loss(model->forward(batch.first), batch.second));
+          for (auto& batch : s.batches(val, "val"))
+            record(s, torch::cross_entropy_loss(model->forward(batch.first), batch.second));
           sched->step();
         },
         options);
@@ -336,9 +337,12 @@ TEST(TimeTravel, RefusesEveryMisuseWithAClearError) {
   const auto dir = fresh_dir("misuse");
   Gate ended, proceed;
   TrainingThread t(session, [&] {
-    session.epochs(2, [&](int64_t) {
-      for (auto& b : session.batches(*loop.loader, "train")) loop.model->forward(b.data);
-    }, EpochOptions().cache_dir(dir.string()));
+    session.epochs(
+        2,
+        [&](int64_t) {
+          for (auto& b : session.batches(*loop.loader, "train")) loop.model->forward(b.data);
+        },
+        EpochOptions().cache_dir(dir.string()));
     ended.open();
     proceed.wait();
     session.close();
@@ -346,8 +350,10 @@ TEST(TimeTravel, RefusesEveryMisuseWithAClearError) {
   expect_paused_at(session, at("train", 0, 0));
   EXPECT_TRUE(session.time_travel_status().available);
   EXPECT_EQ(session.time_travel_status().total_epochs, 2);
-  EXPECT_NE(message_of<TimeTravelError>([&] { session.request_time_travel(2); }).find("out of range"), std::string::npos);
-  EXPECT_NE(message_of<TimeTravelError>([&] { session.request_time_travel(-1); }).find("out of range"), std::string::npos);
+  EXPECT_NE(message_of<TimeTravelError>([&] { session.request_time_travel(2); }).find("out of range"),
+            std::string::npos);
+  EXPECT_NE(message_of<TimeTravelError>([&] { session.request_time_travel(-1); }).find("out of range"),
+            std::string::npos);
   EXPECT_NE(message_of<TimeTravelError>([&] { session.request_time_travel(1); }).find("not cached"), std::string::npos);
   EXPECT_EQ(session.state(), RunState::kPaused) << "a refused jump leaves the pause alone";
   session.detach();
@@ -363,7 +369,8 @@ TEST(TimeTravel, RefusesEveryMisuseWithAClearError) {
   Loop other;
   auto s2 = other.start();
   EXPECT_NE(message_of<TimeTravelError>([&] {
-              s2.epochs(3, [](int64_t) {}, EpochOptions().cache_dir(dir.string()).start_epoch(3));
+              s2.epochs(
+                  3, [](int64_t) {}, EpochOptions().cache_dir(dir.string()).start_epoch(3));
             }).find("out of range"),
             std::string::npos);
   EXPECT_THROW(s2.epochs(0, [](int64_t) {}), UsageError);
@@ -376,12 +383,15 @@ TEST(TimeTravel, ALostLoopRefusesJumps) {
   auto session = loop.start();
   const auto dir = fresh_dir("lost");
   TrainingThread t(session, [&] {
-    session.epochs(2, [&](int64_t) {
-      for (auto& b : session.batches(*loop.loader, "train")) {
-        loop.model->forward(b.data);
-        throw std::runtime_error("user bug");
-      }
-    }, EpochOptions().cache_dir(dir.string()));
+    session.epochs(
+        2,
+        [&](int64_t) {
+          for (auto& b : session.batches(*loop.loader, "train")) {
+            loop.model->forward(b.data);
+            throw std::runtime_error("user bug");
+          }
+        },
+        EpochOptions().cache_dir(dir.string()));
   });
   t.join();
   EXPECT_EQ(session.state(), RunState::kLost);
@@ -394,7 +404,8 @@ TEST(TimeTravel, ADisabledSessionRunsTheBodyAndNeverTouchesTheDisk) {
   auto session = nansense::start(model, StartOptions().enabled(false));
   const auto dir = fresh_dir("disabled");
   std::vector<int64_t> seen;
-  session.epochs(3, [&](int64_t e) { seen.push_back(e); }, EpochOptions().cache_dir(dir.string()).start_epoch(2));
+  session.epochs(
+      3, [&](int64_t e) { seen.push_back(e); }, EpochOptions().cache_dir(dir.string()).start_epoch(2));
   EXPECT_EQ(seen, (std::vector<int64_t>{0, 1, 2}));
   EXPECT_FALSE(fs::exists(dir));
   EXPECT_FALSE(session.time_travel_status().available);
@@ -445,20 +456,26 @@ TEST(TimeTravel, ResumesFromAnotherSessionsCache) {
   // A different model, optimizer or a missing epoch: refused up front, naming why.
   Loop narrow(8);
   auto s1 = narrow.start();
-  auto why = message_of<TimeTravelError>(
-      [&] { s1.epochs(3, [](int64_t) {}, EpochOptions().cache_dir(dir.string()).start_epoch(1)); });
+  auto why = message_of<TimeTravelError>([&] {
+    s1.epochs(
+        3, [](int64_t) {}, EpochOptions().cache_dir(dir.string()).start_epoch(1));
+  });
   EXPECT_NE(why.find("parameter 'fc1.weight' has shape [16, 4] in the cache but [8, 4]"), std::string::npos) << why;
   s1.close();
   Loop sgd(16, /*adam=*/false);
   auto s2 = sgd.start();
-  why = message_of<TimeTravelError>(
-      [&] { s2.epochs(3, [](int64_t) {}, EpochOptions().cache_dir(dir.string()).start_epoch(1)); });
+  why = message_of<TimeTravelError>([&] {
+    s2.epochs(
+        3, [](int64_t) {}, EpochOptions().cache_dir(dir.string()).start_epoch(1));
+  });
   EXPECT_NE(why.find("optimizer is torch::optim::Adam in the cache but torch::optim::SGD"), std::string::npos) << why;
   s2.close();
   Loop longer;
   auto s3 = longer.start();
-  why = message_of<TimeTravelError>(
-      [&] { s3.epochs(5, [](int64_t) {}, EpochOptions().cache_dir(dir.string()).start_epoch(3)); });
+  why = message_of<TimeTravelError>([&] {
+    s3.epochs(
+        5, [](int64_t) {}, EpochOptions().cache_dir(dir.string()).start_epoch(3));
+  });
   EXPECT_NE(why.find("no usable checkpoint"), std::string::npos) << why;
   s3.close();
   fs::remove_all(dir);
@@ -486,8 +503,10 @@ TEST(TimeTravel, ResumesEveryOptimizerInOrder) {
 
   Loop single;
   auto s1 = single.start();
-  auto why = message_of<TimeTravelError>(
-      [&] { s1.epochs(3, [](int64_t) {}, EpochOptions().cache_dir(dir.string()).start_epoch(1)); });
+  auto why = message_of<TimeTravelError>([&] {
+    s1.epochs(
+        3, [](int64_t) {}, EpochOptions().cache_dir(dir.string()).start_epoch(1));
+  });
   EXPECT_NE(why.find("the cache holds the state of 2 optimizers (torch::optim::Adam, torch::optim::SGD) but 1 was "
                      "given (torch::optim::Adam)"),
             std::string::npos)
@@ -502,10 +521,11 @@ TEST(TimeTravel, AnOldFormatCacheIsReportedNeverLoaded) {
   std::ofstream(dir / "epoch_0.ckpt", std::ios::binary) << "NSCKPT01" << std::string(100, '\1');
   Loop loop;
   auto session = loop.start();
-  auto why = message_of<TimeTravelError>(
-      [&] { session.epochs(2, [](int64_t) {}, EpochOptions().cache_dir(dir.string()).start_epoch(1)); });
-  EXPECT_NE(why.find("epoch_0.ckpt is a time-travel checkpoint in an older nansense format"), std::string::npos)
-      << why;
+  auto why = message_of<TimeTravelError>([&] {
+    session.epochs(
+        2, [](int64_t) {}, EpochOptions().cache_dir(dir.string()).start_epoch(1));
+  });
+  EXPECT_NE(why.find("epoch_0.ckpt is a time-travel checkpoint in an older nansense format"), std::string::npos) << why;
   session.close();
   // Training from scratch over it reports it and writes the current format.
   Loop again;
@@ -558,8 +578,10 @@ TEST(TimeTravel, CorruptedAndTruncatedCheckpointsAreReportedNeverLoaded) {
   // A later run that adopts the folder skips the damaged files, and says so.
   Loop again;
   auto s2 = again.start();
-  why = message_of<TimeTravelError>(
-      [&] { s2.epochs(4, [](int64_t) {}, EpochOptions().cache_dir(dir.string()).start_epoch(1)); });
+  why = message_of<TimeTravelError>([&] {
+    s2.epochs(
+        4, [](int64_t) {}, EpochOptions().cache_dir(dir.string()).start_epoch(1));
+  });
   EXPECT_NE(why.find("checksum mismatch"), std::string::npos) << why;
   s2.close();
   fs::remove_all(dir);

@@ -42,8 +42,8 @@ using test::incoming;
 using test::layer;
 
 template <class Items, class Body>
-std::shared_ptr<const BatchSnapshot> capture_first(std::shared_ptr<torch::nn::Module> model, Items& items,
-                                                   Body body, StartOptions options = {}) {
+std::shared_ptr<const BatchSnapshot> capture_first(std::shared_ptr<torch::nn::Module> model, Items& items, Body body,
+                                                   StartOptions options = {}) {
   auto session = start(model, options);
   TrainingThread thread(session, [&] {
     for (auto& item : session.batches(items, "train")) body(item);
@@ -147,9 +147,21 @@ TEST(TracerModels, ATransformerEncoderReadsLikeItsCode) {
   const Architecture& a = *snap->architecture;
 
   auto block = [](const std::string& p) {
-    return Names{p + "attention.qkv", p + "attention.matmul", p + "attention.div", p + "attention.masked_fill",
-                 p + "attention.softmax", p + "attention.matmul_1", p + "attention.out", p + "dropout",
-                 p + "add", p + "norm1", p + "ff1", p + "relu", p + "ff2", p + "add_1", p + "norm2"};
+    return Names{p + "attention.qkv",
+                 p + "attention.matmul",
+                 p + "attention.div",
+                 p + "attention.masked_fill",
+                 p + "attention.softmax",
+                 p + "attention.matmul_1",
+                 p + "attention.out",
+                 p + "dropout",
+                 p + "add",
+                 p + "norm1",
+                 p + "ff1",
+                 p + "relu",
+                 p + "ff2",
+                 p + "add_1",
+                 p + "norm2"};
   };
   Names want{"input", "input_1", "embed"};
   for (const auto& p : {"layers.0.", "layers.1."}) {
@@ -199,8 +211,8 @@ struct BasicBlockImpl : torch::nn::Module {
         bn1(register_module("bn1", torch::nn::BatchNorm2d(out))),
         conv2(register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(out, out, 3).padding(1)))),
         bn2(register_module("bn2", torch::nn::BatchNorm2d(out))),
-        shortcut(register_module("shortcut", torch::nn::Sequential(torch::nn::Conv2d(in, out, 1),
-                                                                   torch::nn::BatchNorm2d(out)))) {}
+        shortcut(register_module("shortcut",
+                                 torch::nn::Sequential(torch::nn::Conv2d(in, out, 1), torch::nn::BatchNorm2d(out)))) {}
   torch::Tensor forward(const torch::Tensor& x) {
     auto y = torch::relu(bn1(conv1(x)));
     y = bn2(conv2(y));
@@ -238,9 +250,9 @@ TEST(TracerModels, AResNetBlockHasItsShortcutAndResidualAdd) {
       StartOptions().optimizer(&opt));
   ASSERT_TRUE(snap && snap->architecture);
   const Architecture& a = *snap->architecture;
-  EXPECT_EQ(shown(a), (Names{"input", "stem", "relu", "block.conv1", "block.bn1", "block.relu", "block.conv2",
-                             "block.bn2", "block.shortcut.0", "block.shortcut.1", "add", "relu_1",
-                             "adaptive_avg_pool2d", "fc"}));
+  EXPECT_EQ(shown(a),
+            (Names{"input", "stem", "relu", "block.conv1", "block.bn1", "block.relu", "block.conv2", "block.bn2",
+                   "block.shortcut.0", "block.shortcut.1", "add", "relu_1", "adaptive_avg_pool2d", "fc"}));
   EXPECT_EQ(shape_ops(a), (Names{"flatten"}));
   EXPECT_EQ(incoming(a, "add"), (Names{"block.bn2", "block.shortcut.1"}));
   EXPECT_EQ(incoming(a, "block.shortcut.0"), (Names{"relu"}));
@@ -288,8 +300,8 @@ TEST(TracerModels, ARegisteredParameterlessModuleKeepsItsName) {
   });
   ASSERT_TRUE(snap && snap->architecture);
   const Architecture& a = *snap->architecture;
-  EXPECT_EQ(shown(a), (Names{"input", "conv1", "max_pool2d", "relu", "conv2", "conv2_drop", "max_pool2d_1",
-                             "relu_1", "fc1", "log_softmax"}));
+  EXPECT_EQ(shown(a), (Names{"input", "conv1", "max_pool2d", "relu", "conv2", "conv2_drop", "max_pool2d_1", "relu_1",
+                             "fc1", "log_softmax"}));
   EXPECT_EQ(layer(a, "conv2_drop").kind, "Dropout2d");
   EXPECT_EQ(layer(a, "conv2_drop").role, LayerInfo::Role::kModule);
   EXPECT_EQ(layer(a, "conv2_drop").ops, (Names{"feature_dropout"}));
@@ -334,13 +346,12 @@ TEST(TracerModels, EveryForwardOfAGanBatchIsCapturedWithBothOptimizers) {
   std::vector<torch::Tensor> real;
   for (int i = 0; i < 2; ++i) real.push_back(torch::randn({5, 6}));
   auto snap = capture_first(
-      gan.ptr(), real,
-      [&](torch::Tensor& x) { gan_step(gan, d_opt, g_opt, x); },
+      gan.ptr(), real, [&](torch::Tensor& x) { gan_step(gan, d_opt, g_opt, x); },
       StartOptions().optimizers({&d_opt, &g_opt}));
   ASSERT_TRUE(snap && snap->architecture);
   const Architecture& a = *snap->architecture;
-  EXPECT_EQ(shown(a), (Names{"input", "D.0", "D.1", "D.2", "D.3", "G.0", "G.1", "G.2", "G.3", "D.0#2", "D.1#2",
-                             "D.2#2", "D.3#2", "D.0#3", "D.1#3", "D.2#3", "D.3#3"}));
+  EXPECT_EQ(shown(a), (Names{"input", "D.0", "D.1", "D.2", "D.3", "G.0", "G.1", "G.2", "G.3", "D.0#2", "D.1#2", "D.2#2",
+                             "D.3#2", "D.0#3", "D.1#3", "D.2#3", "D.3#3"}));
   EXPECT_EQ(incoming(a, "D.0"), (Names{"input"})) << "the real-data path";
   EXPECT_EQ(incoming(a, "D.0#2"), (Names{"G.3"}));
   EXPECT_EQ(incoming(a, "D.0#3"), (Names{"G.3"}));
@@ -386,7 +397,6 @@ TEST(TracerModels, AGansCallAfterABackwardPassIsCollectedOnEveryBatch) {
     EXPECT_EQ(it->second[0].gradient->n, it->second[0].activation->n) << name;
   }
 }
-
 
 // --- LibTorch's own multi-op modules: MultiheadAttention, LSTM, GRU ---
 

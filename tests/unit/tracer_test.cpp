@@ -125,11 +125,10 @@ TEST(Tracer, CnnKindsShapesAndEdges) {
   const Architecture& a = *snap->architecture;
 
   EXPECT_EQ(names(a), (std::vector<std::string>{"input", "conv", "relu", "max_pool2d", "flatten", "fc"}));
-  EXPECT_EQ(a.edges, (std::vector<Edge>{{"input", "conv"},
-                                        {"conv", "relu"},
-                                        {"relu", "max_pool2d"},
-                                        {"max_pool2d", "flatten"},
-                                        {"flatten", "fc"}}));
+  EXPECT_EQ(
+      a.edges,
+      (std::vector<Edge>{
+          {"input", "conv"}, {"conv", "relu"}, {"relu", "max_pool2d"}, {"max_pool2d", "flatten"}, {"flatten", "fc"}}));
   EXPECT_EQ(layer(a, "conv").kind, "Conv2d");
   EXPECT_EQ(layer(a, "conv").ops, (std::vector<std::string>{"conv2d"}));
   EXPECT_EQ(layer(a, "conv").parameters, (std::vector<std::string>{"conv.weight", "conv.bias"}));

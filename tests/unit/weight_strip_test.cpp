@@ -181,8 +181,7 @@ TEST(WeightLayoutRequest, BadValuesAreRefusedSayingWhatFits) {
 
   WeightLayoutRequest too_many;
   too_many.index = {0, 0, 0, 0, 0};
-  EXPECT_NE(thrown([&] { resolve_weight_layout(conv, too_many); }).find("one index per dimension"),
-            std::string::npos);
+  EXPECT_NE(thrown([&] { resolve_weight_layout(conv, too_many); }).find("one index per dimension"), std::string::npos);
 }
 
 TEST(WeightStrip, DrawsTilesOnASymmetricScaleWithTransparentGaps) {
@@ -201,8 +200,9 @@ TEST(WeightStrip, DrawsTilesOnASymmetricScaleWithTransparentGaps) {
   EXPECT_TRUE(same(s.image.at(0, 0), diverging(1.0)));
   EXPECT_EQ(s.image.at(2, 0).a, 0);  // the gap
   EXPECT_TRUE(same(s.image.at(2 * 3 + 1, 1), diverging(-0.5)));
-  EXPECT_NE(thrown([&] { render_weight_strip(torch::zeros({2}, torch::kLong), default_weight_layout({2})); })
-                .find("cannot draw"),
+  EXPECT_NE(thrown([&] {
+              render_weight_strip(torch::zeros({2}, torch::kLong), default_weight_layout({2}));
+            }).find("cannot draw"),
             std::string::npos);
 }
 

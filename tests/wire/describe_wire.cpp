@@ -3,7 +3,7 @@
 // JSON Schema of every reply. check_types.mjs holds the page's types to it.
 #include <iostream>
 
-#include "server/wire_types.h"
+#include "server/controller/wire_types.h"
 
 int main() {
   std::cout << nansense::server::wire_description().dump(2) << "\n";

@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "server/json_views.h"
+#include "server/controller/json_views.h"
 
 namespace nansense::server::mcp {
 

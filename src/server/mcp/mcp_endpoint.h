@@ -12,8 +12,8 @@
 #include <variant>
 #include <vector>
 
-#include "server/controller.h"
-#include "server/http_server.h"
+#include "server/controller/controller.h"
+#include "server/http/http_server.h"
 #include "server/mcp/mcp_tools.h"
 
 namespace nansense::server::mcp {

@@ -4,7 +4,7 @@
 
 #include "common/base64.h"
 #include "render/downscale.h"
-#include "server/commands.h"
+#include "server/controller/commands.h"
 #include "server/mcp/jsonrpc.h"
 
 namespace nansense::server::mcp {
@@ -34,7 +34,6 @@ namespace {
 
 json text(const std::string& s) { return {{"type", "text"}, {"text", s}}; }
 
-
 std::string dims(int64_t w, int64_t h) { return std::to_string(w) + "x" + std::to_string(h); }
 
 // One sentence an agent can read instead of decoding the picture's legend.
@@ -58,22 +57,22 @@ std::string describe(const StripPicture& p) {
 }
 
 std::string describe(const InputPicture& p) {
-  std::string caption = "input " + std::to_string(p.input) + " (\"" + p.name + "\"), sample " +
-                        std::to_string(p.sample) + " of a batch of " + std::to_string(p.batch_size) + " at " +
-                        p.position.to_string() + ": " +
-                        (p.layout == "image"
-                             ? "the input as an image (denormalised with input_mean/input_std where set)."
-                             : "a colour strip of its values (it does not look like an image).");
+  std::string caption =
+      "input " + std::to_string(p.input) + " (\"" + p.name + "\"), sample " + std::to_string(p.sample) +
+      " of a batch of " + std::to_string(p.batch_size) + " at " + p.position.to_string() + ": " +
+      (p.layout == "image" ? "the input as an image (denormalised with input_mean/input_std where set)."
+                           : "a colour strip of its values (it does not look like an image).");
   if (!p.hint.empty()) caption += " " + p.hint;
   return caption;
 }
 
 std::string describe(const HistogramPicture& p) {
-  std::string caption = "Histograms over the 211 signed-log bins (7 per decade over 1e-9..1e6 on each side, the "
-                        "zero band |x| < 1e-9 in the middle; end bins hold everything beyond +-1e6, +-Inf marked "
-                        "clipped), x axis " +
-                        std::string(p.log_x ? "symmetric log" : "linear") + ", y axis " +
-                        (p.log_y ? "log" : "linear") + " counts. Series:";
+  std::string caption =
+      "Histograms over the 211 signed-log bins (7 per decade over 1e-9..1e6 on each side, the "
+      "zero band |x| < 1e-9 in the middle; end bins hold everything beyond +-1e6, +-Inf marked "
+      "clipped), x axis " +
+      std::string(p.log_x ? "symmetric log" : "linear") + ", y axis " + (p.log_y ? "log" : "linear") +
+      " counts. Series:";
   for (const auto& s : p.series) caption += " " + s + ";";
   if (p.series.empty()) caption += " none (nothing collected for what was asked);";
   return caption;
@@ -223,9 +222,8 @@ json Tools::list(const std::string& version) const {
   json tools = json::array();
   for (const auto& command : commands()) {
     if (!command.mcp) continue;
-    json entry = {{"name", command.name},
-                  {"description", command.description},
-                  {"inputSchema", input_schema(command.args)}};
+    json entry = {
+        {"name", command.name}, {"description", command.description}, {"inputSchema", input_schema(command.args)}};
     if (version >= "2025-06-18") entry["title"] = command.title;
     if (version >= "2025-03-26") {
       entry["annotations"] = {{"title", command.title},
@@ -251,7 +249,7 @@ json Tools::call(const std::string& name, const json& arguments, const std::stri
   ToolResult r;
   try {
     r = tool_result(command->run(controller_, Args(command->args, arguments)));
-  } catch (const ControllerError& e) {
+  } catch (const Refusal& e) {
     r = ToolResult{};
     r.is_error = true;
     r.content.push_back(text(e.what()));

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "server/controller.h"
+#include "server/controller/controller.h"
 
 namespace nansense::server::mcp {
 

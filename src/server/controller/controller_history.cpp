@@ -1,0 +1,427 @@
+// The controller's statistics over time: the settings (scope, watched
+// layers, update cadence, per-channel detail), the published statistics
+// view, the current batch binned the same way, logged series, and the
+// histogram chart. Views are immutable CPU copies; nothing here touches the
+// training thread.
+#include <algorithm>
+#include <set>
+
+#include "experiments/engine.h"
+#include "nansense/errors.h"
+#include "render/histogram_plot.h"
+#include "server/controller/controller.h"
+#include "server/controller/lookup.h"
+#include "session/session_port.h"
+#include "stats/stats_store.h"
+
+namespace nansense::server {
+
+namespace {
+
+json frequency_json(const UpdateFrequency& f) {
+  const bool seconds = f.unit() == UpdateFrequency::Unit::kSeconds;
+  return {{"unit", std::string(to_string(f.unit()))},
+          {"n", seconds ? number(f.n()) : json(static_cast<int64_t>(f.n()))},
+          {"phase", f.phase() ? json(*f.phase()) : json(nullptr)}};
+}
+
+json running_stats(const TensorStatsView& v) {
+  const bool any = v.n > 0;
+  auto if_any = [&](double x) { return any ? number(x) : json(nullptr); };
+  return {{"n", v.n},
+          {"sum", number(v.sum)},
+          {"sum_sq", number(v.sum_sq)},
+          {"mean", if_any(v.mean())},
+          {"std", if_any(v.std())},
+          {"median", if_any(v.median)},
+          {"min", if_any(v.min)},
+          {"max", if_any(v.max)},
+          {"nan", v.nan},
+          {"pos_inf", v.pos_inf},
+          {"neg_inf", v.neg_inf},
+          {"hist", v.hist.empty() ? json(nullptr) : json(v.hist)},
+          {"channel_hists", v.channel_hists.empty() ? json(nullptr) : json(v.channel_hists)},
+          {"channels", v.channels},
+          {"binned", v.binned},
+          {"dead_count", v.dead_count ? json(*v.dead_count) : json(nullptr)},
+          {"dead_channels", v.dead_channels}};
+}
+
+json optional_stats(const std::optional<TensorStatsView>& v) { return v ? running_stats(*v) : json(nullptr); }
+
+json layer_stats(const LayerStatsView& v) {
+  return {{"epoch", v.epoch},
+          {"batches", v.batches},
+          {"activation", optional_stats(v.activation)},
+          {"gradient", optional_stats(v.gradient)}};
+}
+
+json parameter_sample(const ParameterSample& p) {
+  return {{"epoch", p.epoch},
+          {"value_norm", number(p.value_norm)},
+          {"mean", number(p.mean)},
+          {"std", number(p.std)},
+          {"min", number(p.min)},
+          {"max", number(p.max)},
+          {"grad_norm", number(p.grad_norm)},
+          {"grad_mean", number(p.grad_mean)},
+          {"grad_std", number(p.grad_std)},
+          {"grad_min", number(p.grad_min)},
+          {"grad_max", number(p.grad_max)},
+          {"update_ratio", number(p.update_ratio)}};
+}
+
+StatsScope parse_scope(const std::string& scope) {
+  if (scope == "none") return StatsScope::kNone;
+  if (scope == "watched") return StatsScope::kWatched;
+  if (scope == "all") return StatsScope::kAll;
+  throw std::logic_error("set_stats_scope: undeclared scope \"" + scope + "\"");  // the declaration admits no other
+}
+
+UpdateFrequency::Unit parse_unit(const std::string& unit) {
+  if (unit == "batch") return UpdateFrequency::Unit::kBatch;
+  if (unit == "epoch") return UpdateFrequency::Unit::kEpoch;
+  if (unit == "seconds") return UpdateFrequency::Unit::kSeconds;
+  throw std::logic_error("set_update_frequency: undeclared unit \"" + unit + "\"");
+}
+
+[[noreturn]] void refuse(Refusal::Kind kind, const UsageError& e, const std::string& argument = "") {
+  throw Refusal(kind, e.what(), argument);
+}
+
+// Distinct series colours, in order.
+render::Rgba series_color(size_t i) {
+  static const render::Rgba kPalette[] = {{31, 119, 180, 255},  {255, 127, 14, 255},  {44, 160, 44, 255},
+                                          {214, 39, 40, 255},   {148, 103, 189, 255}, {140, 86, 75, 255},
+                                          {227, 119, 194, 255}, {127, 127, 127, 255}};
+  return kPalette[i % (sizeof kPalette / sizeof kPalette[0])];
+}
+
+}  // namespace
+
+std::string join(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out.empty() ? "(none)" : out;
+}
+
+std::vector<std::string> phases_of(const StatsSnapshot& s, const std::string& layer, const Schedule& schedule) {
+  std::vector<std::string> phases;
+  for (const auto& [key, _] : s.layers) {
+    if (key.first == layer) phases.push_back(key.second);
+  }
+  const auto order = schedule.phase_order();
+  auto rank = [&](const std::string& p) {
+    auto it = std::find(order.begin(), order.end(), p);
+    return std::make_pair(static_cast<size_t>(it - order.begin()), p);
+  };
+  std::sort(phases.begin(), phases.end(), [&](const auto& a, const auto& b) { return rank(a) < rank(b); });
+  return phases;
+}
+
+std::vector<std::string> layers_of(const StatsSnapshot& s, const Architecture* architecture) {
+  std::set<std::string> with;
+  for (const auto& [key, _] : s.layers) with.insert(key.first);
+  std::vector<std::string> out;
+  if (architecture) {
+    for (const auto& l : architecture->layers) {
+      if (with.erase(l.name)) out.push_back(l.name);
+    }
+  }
+  out.insert(out.end(), with.begin(), with.end());
+  return out;
+}
+
+std::shared_ptr<const StatsSnapshot> Controller::require_stats() const {
+  if (auto s = session_.stats()) return s;
+  static const auto kEmpty = std::make_shared<const StatsSnapshot>();
+  return kEmpty;
+}
+
+json Controller::stats_summary() const {
+  const auto s = session_.stats();
+  return {{"scope", std::string(to_string(session_.stats_scope()))},
+          {"watched_layers", session_.watched_layers()},
+          {"sequence", s ? s->sequence : 0},
+          {"collecting", session_.stats_collecting()},
+          {"update_frequency", frequency_json(session_.update_frequency())}};
+}
+
+json Controller::get_settings() const {
+  const auto performance = session_.watch_performance();
+  return {{"update_frequency", frequency_json(session_.update_frequency())},
+          {"stats_scope", std::string(to_string(session_.stats_scope()))},
+          {"watched_layers", session_.watched_layers()},
+          {"watch_performance",
+           {{"channel_limit_enabled", performance.channel_limit_enabled()},
+            {"channel_limit", performance.channel_limit()},
+            {"histogram_sample", performance.histogram_sample()},
+            {"samples_per_channel", performance.samples_per_channel()},
+            {"average_galleries", performance.average_galleries()}}},
+          {"patch_layers", session_.patch_layers() ? json(*session_.patch_layers()) : json(nullptr)},
+          {"stats_collecting", session_.stats_collecting()},
+          {"auto_run_experiments", session_.experiments().auto_run()},
+          {"experiment_defaults", session_.experiments().defaults()},
+          {"experiment_time_limit_seconds", session_.experiments().time_limit_seconds()}};
+}
+
+json Controller::set_update_frequency(const std::string& unit, double n, const std::optional<std::string>& phase) {
+  try {
+    session_.set_update_frequency(UpdateFrequency().unit(parse_unit(unit)).n(n).phase(phase));
+  } catch (const UsageError& e) {
+    refuse(Refusal::Kind::kInvalidArgument, e);
+  }
+  return get_settings();
+}
+
+json Controller::set_stats_scope(const std::string& scope) {
+  session_.set_stats_scope(parse_scope(scope));
+  return get_settings();
+}
+
+json Controller::watch_layers(const std::vector<std::string>& layers) {
+  try {
+    session_.watch_layers(layers);
+  } catch (const UsageError& e) {
+    refuse(Refusal::Kind::kInvalidArgument, e, "layers");
+  }
+  return get_settings();
+}
+
+json Controller::unwatch_layers(const std::vector<std::string>& layers) {
+  try {
+    session_.unwatch_layers(layers);
+  } catch (const UsageError& e) {
+    refuse(Refusal::Kind::kInvalidArgument, e, "layers");
+  }
+  return get_settings();
+}
+
+json Controller::set_watch_performance(const PerformanceChange& change) {
+  auto performance = session_.watch_performance();
+  if (change.channel_limit_enabled) performance.channel_limit_enabled(*change.channel_limit_enabled);
+  if (change.channel_limit) performance.channel_limit(*change.channel_limit);
+  if (change.histogram_sample) performance.histogram_sample(*change.histogram_sample);
+  if (change.samples_per_channel) performance.samples_per_channel(*change.samples_per_channel);
+  if (change.average_galleries) performance.average_galleries(*change.average_galleries);
+  bool flushed = false;
+  try {
+    flushed = session_.set_watch_performance(performance);
+  } catch (const UsageError& e) {
+    const std::string what = e.what();
+    const char* argument = what.find("samples_per_channel") != std::string::npos ? "samples_per_channel"
+                           : what.find("histogram_sample") != std::string::npos  ? "histogram_sample"
+                                                                                 : "channel_limit";
+    refuse(Refusal::Kind::kInvalidArgument, e, argument);
+  }
+  json out = get_settings();
+  out["statistics_flushed"] = flushed;
+  return out;
+}
+
+json Controller::set_patch_layers(const std::optional<std::vector<std::string>>& layers) {
+  try {
+    session_.set_patch_layers(layers);
+  } catch (const UsageError& e) {
+    refuse(Refusal::Kind::kInvalidArgument, e, "layers");
+  }
+  return get_settings();
+}
+
+json Controller::list_stats() const {
+  const auto s = require_stats();
+  const auto architecture = session_.architecture();
+  json layers = json::array();
+  for (const auto& layer : layers_of(*s, architecture.get())) {
+    json phases = json::array();
+    for (const auto& phase : phases_of(*s, layer, session_.schedule())) {
+      json epochs = json::array();
+      for (const auto& bucket : s->layers.at({layer, phase})) epochs.push_back(bucket.epoch);
+      phases.push_back({{"phase", phase}, {"epochs", std::move(epochs)}});
+    }
+    layers.push_back({{"layer", layer}, {"phases", std::move(phases)}});
+  }
+  json parameters = json::object();
+  for (const auto& [param, owner] : s->owner) {
+    if (s->parameters.count(param)) parameters[owner].push_back(param);
+  }
+  json series = json::array();
+  for (const auto& v : s->series) series.push_back({{"name", v.name}, {"phase", v.phase}, {"layer", v.layer}});
+  return {{"sequence", s->sequence},     {"edges", stats::bin_edges()},
+          {"layers", std::move(layers)}, {"parameters", std::move(parameters)},
+          {"series", std::move(series)}, {"device_bytes", s->device_bytes}};
+}
+
+json Controller::get_stats_history(const std::string& layer, const std::optional<std::string>& phase) const {
+  const auto s = require_stats();
+  const auto phases = phases_of(*s, layer, session_.schedule());
+  if (phases.empty()) {
+    throw Refusal(Refusal::Kind::kNotFound,
+                  "no statistics for layer \"" + layer +
+                      "\"; layers with statistics: " + join(layers_of(*s, session_.architecture().get())) +
+                      " (watch_layers collects a layer's, or set_stats_scope all)",
+                  "layer");
+  }
+  if (phase && std::find(phases.begin(), phases.end(), *phase) == phases.end()) {
+    throw Refusal(Refusal::Kind::kNotFound,
+                  "layer \"" + layer + "\" has no statistics for phase \"" + *phase + "\"; its phases: " + join(phases),
+                  "phase");
+  }
+  json by_phase = json::object();
+  for (const auto& p : phases) {
+    if (phase && p != *phase) continue;
+    json epochs = json::array();
+    for (const auto& bucket : s->layers.at({layer, p})) epochs.push_back(layer_stats(bucket));
+    by_phase[p] = std::move(epochs);
+  }
+  json parameters = json::object();
+  for (const auto& [param, owner] : s->owner) {
+    auto samples = s->parameters.find(param);
+    if (owner != layer || samples == s->parameters.end()) continue;
+    json list = json::array();
+    for (const auto& sample : samples->second) list.push_back(parameter_sample(sample));
+    parameters[param] = std::move(list);
+  }
+  return {{"layer", layer},
+          {"edges", stats::bin_edges()},
+          {"phases", std::move(by_phase)},
+          {"parameters", std::move(parameters)}};
+}
+
+json Controller::get_current_stats(const std::string& layer) const {
+  auto snap = require_snapshot();
+  if (!snap->architecture->find(layer)) {
+    std::vector<std::string> known;
+    for (const auto& l : snap->architecture->layers) known.push_back(l.name);
+    throw Refusal(Refusal::Kind::kNotFound, "unknown layer \"" + layer + "\"; layers: " + join(known), "layer");
+  }
+  const auto detail = session_.watch_performance();
+  // The same accumulator the training thread folds with, on this thread's
+  // CPU copy: the bins and channel cap match the collected statistics.
+  auto binned = [&](const std::map<std::string, torch::Tensor>& tensors) -> json {
+    auto it = tensors.find(layer);
+    if (it == tensors.end() || !it->second.is_floating_point()) return nullptr;
+    stats::TensorAccumulator accumulator(detail);
+    accumulator.add(it->second);
+    return running_stats(accumulator.view(accumulator.buffers()));
+  };
+  json out = {{"layer", layer},
+              {"position", to_json(snap->position)},
+              {"activation", binned(snap->activations)},
+              {"gradient", binned(snap->activation_gradients)}};
+  if (snap->trimmed()) out["samples"] = samples_kept(*snap, "these bins count the kept samples");
+  return out;
+}
+
+json Controller::get_metrics(const std::vector<std::string>& layers) const {
+  const auto s = require_stats();
+  json series = json::array();
+  for (const auto& v : s->series) {
+    if (!layers.empty() && !v.layer.empty() && std::find(layers.begin(), layers.end(), v.layer) == layers.end()) {
+      continue;
+    }
+    json points = json::array();
+    for (const auto& p : v.points) {
+      points.push_back({{"epoch", p.epoch},
+                        {"batch", p.batch ? json(*p.batch) : json(nullptr)},
+                        {"x", number(p.x)},
+                        {"value", number(p.value)}});
+    }
+    series.push_back({{"name", v.name}, {"phase", v.phase}, {"layer", v.layer}, {"points", std::move(points)}});
+  }
+  json failed = json::array();
+  for (const auto& f : session_.failed_metrics()) failed.push_back({{"name", f.name}, {"error", f.error}});
+  return {{"series", std::move(series)}, {"failed", std::move(failed)}};
+}
+
+std::shared_ptr<const HistogramPicture> Controller::render_histogram(const HistogramOptions& options) const {
+  const auto s = require_stats();
+  std::string key = std::to_string(s->sequence) + "|" + (options.phase ? *options.phase : "*") + "|" +
+                    (options.log_x ? "lx" : "") + (options.log_y ? "ly" : "") + "|" +
+                    (options.channel ? std::to_string(*options.channel) : "all");
+  for (const auto& l : options.layers) key += "|" + l;
+  return histogram_cache_.get_or_compute(key, [&]() -> std::shared_ptr<const HistogramPicture> {
+    auto out = std::make_shared<HistogramPicture>();
+    std::vector<render::HistogramPanel> panels;
+    for (const auto& layer : options.layers) {
+      const auto phases = phases_of(*s, layer, session_.schedule());
+      if (phases.empty()) {
+        throw Refusal(Refusal::Kind::kNotFound,
+                      "no statistics for layer \"" + layer +
+                          "\"; layers with statistics: " + join(layers_of(*s, session_.architecture().get())),
+                      "layers");
+      }
+      if (options.phase && std::find(phases.begin(), phases.end(), *options.phase) == phases.end()) {
+        throw Refusal(Refusal::Kind::kNotFound,
+                      "layer \"" + layer + "\" has no statistics for phase \"" + *options.phase +
+                          "\"; its phases: " + join(phases),
+                      "phase");
+      }
+      for (const bool gradient : {false, true}) {
+        render::HistogramPanel panel;
+        panel.title = layer + (gradient ? " gradients" : " activations");
+        for (const auto& phase : phases) {
+          if (options.phase && phase != *options.phase) continue;
+          // The newest epoch keeps its bins.
+          const auto& buckets = s->layers.at({layer, phase});
+          const LayerStatsView* bucket = nullptr;
+          const TensorStatsView* view = nullptr;
+          for (auto it = buckets.rbegin(); it != buckets.rend() && !view; ++it) {
+            const auto& v = gradient ? it->gradient : it->activation;
+            if (v && !v->hist.empty()) {
+              bucket = &*it;
+              view = &*v;
+            }
+          }
+          if (!view) continue;
+          render::HistogramSeries series;
+          series.label = phase + " epoch " + std::to_string(bucket->epoch);
+          series.counts = view->hist;
+          if (options.channel) {
+            const auto c = static_cast<size_t>(*options.channel);
+            if (c >= view->channel_hists.size()) {
+              const std::string kept =
+                  view->channel_hists.empty()
+                      ? std::string("no per-channel histograms (fewer than 2 dims, or a changing dim 1)")
+                      : "per-channel histograms of channels 0.." + std::to_string(view->channel_hists.size() - 1);
+              throw Refusal(Refusal::Kind::kInvalidArgument,
+                            "channel " + std::to_string(*options.channel) + " is out of range: " + layer + " keeps " +
+                                kept + "; set_watch_performance changes how many",
+                            "channel");
+            }
+            series.counts = view->channel_hists[c];
+            series.label += " channel " + std::to_string(c);
+          }
+          series.color = series_color(panel.series.size());
+          series.neg_overflow = view->neg_inf;
+          series.pos_overflow = view->pos_inf;
+          out->series.push_back(panel.title + ": " + series.label + " (" + std::to_string(bucket->batches) +
+                                " batches, " + std::to_string(view->n) + " finite values)");
+          panel.series.push_back(std::move(series));
+        }
+        if (panel.series.empty()) {
+          panel.empty_reason = gradient ? "no gradient collected (forward-only phases, or no backward reached it)"
+                                        : "no activation collected";
+        }
+        panels.push_back(std::move(panel));
+      }
+    }
+    render::HistogramPlotOptions plot;
+    plot.log_x = options.log_x;
+    plot.log_y = options.log_y;
+    plot.edges = stats::bin_edges();
+    const auto image = render::render_histogram_plot(panels, plot);
+    out->png = render::encode_png(image);
+    out->layers = options.layers;
+    out->phase = options.phase;
+    out->channel = options.channel;
+    out->log_x = options.log_x;
+    out->log_y = options.log_y;
+    out->sequence = s->sequence;
+    out->width = image.width;
+    out->height = image.height;
+    return out;
+  });
+}
+
+}  // namespace nansense::server

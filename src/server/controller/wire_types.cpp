@@ -1,0 +1,664 @@
+#include "server/controller/wire_types.h"
+
+#include "server/controller/commands.h"
+
+namespace nansense::server {
+
+namespace {
+
+// A small vocabulary for writing JSON Schema by hand.
+json str() { return {{"type", "string"}}; }
+json integer() { return {{"type", "integer"}}; }
+json number() { return {{"type", "number"}}; }
+json boolean() { return {{"type", "boolean"}}; }
+json one_of(std::vector<std::string> values) { return {{"type", "string"}, {"enum", std::move(values)}}; }
+json literal(const std::string& value) { return {{"const", value}}; }
+json ref(const std::string& name) { return {{"$ref", "#/$defs/" + name}}; }
+json array(json items) { return {{"type", "array"}, {"items", std::move(items)}}; }
+json map(json values) { return {{"type", "object"}, {"additionalProperties", std::move(values)}}; }
+json nullable(json schema) { return {{"anyOf", {std::move(schema), {{"type", "null"}}}}}; }
+json any_of(std::vector<json> schemas) { return {{"anyOf", std::move(schemas)}}; }
+// A number the server may have to write as "nan", "inf" or "-inf".
+json num() { return ref("Num"); }
+
+// An object with exactly these keys; a key ending in '?' may be absent.
+json object(std::vector<std::pair<std::string, json>> fields) {
+  json properties = json::object();
+  json required = json::array();
+  for (auto& [key, schema] : fields) {
+    const bool optional = key.back() == '?';
+    const std::string name = optional ? key.substr(0, key.size() - 1) : key;
+    properties[name] = std::move(schema);
+    if (!optional) required.push_back(name);
+  }
+  return {{"type", "object"}, {"properties", properties}, {"required", required}, {"additionalProperties", false}};
+}
+
+// `base`'s keys plus these.
+json extend(const json& base, std::vector<std::pair<std::string, json>> fields) {
+  json out = base;
+  json more = object(std::move(fields));
+  out["properties"].update(more["properties"]);
+  for (const auto& key : more["required"]) out["required"].push_back(key);
+  return out;
+}
+
+json tensor_stats() {
+  return object({{"shape", array(integer())},
+                 {"dtype", str()},
+                 {"numel", integer()},
+                 {"finite", integer()},
+                 {"nan", integer()},
+                 {"pos_inf", integer()},
+                 {"neg_inf", integer()},
+                 {"min", nullable(num())},
+                 {"max", nullable(num())},
+                 {"mean", nullable(num())},
+                 {"std?", nullable(num())},
+                 {"median?", nullable(num())},
+                 {"zero_fraction?", num()},
+                 {"norm?", num()}});
+}
+
+json histogram() {
+  return object({{"bins", integer()},
+                 {"min", nullable(num())},
+                 {"max", nullable(num())},
+                 {"bin_width?", num()},
+                 // [bin centre, count] of each non-empty bin.
+                 {"pairs", array(array(num()))}});
+}
+
+json build() {
+  const json reason = one_of({"nan", "inf", "underflow", "overflow"});
+  const json check = one_of({"nan_inf", "under_over"});
+  const json root_cause_status = one_of({"found", "from_outside", "not_reproduced", "pending", "not_traced"});
+  const json update = nullable(one_of({"held", "applied", "skipped"}));
+  const json strip_kind = one_of({"activation", "gradient"});
+  const json values = one_of({"unchanged", "abs", "square"});
+  const json scope = one_of({"none", "watched", "all"});
+  const json time_travel_summary = object({{"available", boolean()},
+                                           {"reason?", str()},
+                                           {"cached_epochs", array(integer())},
+                                           {"total_epochs", integer()},
+                                           {"current_epoch", nullable(integer())},
+                                           {"pending_epoch", nullable(integer())}});
+  const json strip_view = object(
+      {{"layer", str()}, {"kind", strip_kind}, {"sample", integer()}, {"average", boolean()}, {"values", values}});
+
+  json d = json::object();
+  d["Num"] = any_of({number(), one_of({"nan", "inf", "-inf"})});
+  d["Position"] = object({{"phase", str()},
+                          {"epoch", integer()},
+                          {"batch_idx", integer()},
+                          {"is_last_in_phase", boolean()},
+                          {"is_last_in_epoch", boolean()},
+                          {"is_last_in_run", boolean()},
+                          {"text", str()}});
+  d["PhaseSchedule"] = object({{"name", str()}, {"batches", nullable(integer())}});
+  d["Schedule"] =
+      object({{"epochs", nullable(integer())}, {"declared", boolean()}, {"phases", array(ref("PhaseSchedule"))}});
+
+  // --- the status ---
+  d["TimeTravelStatus"] = time_travel_summary;
+  d["ProducerBrief"] = object({{"op", str()}, {"pass", str()}, {"layer", nullable(str())}});
+  d["DebugErrorSummary"] = object({{"reasons", array(reason)},
+                                   {"reason_labels", array(str())},
+                                   {"position", ref("Position")},
+                                   {"text", str()},
+                                   {"layers", array(str())},
+                                   {"root_cause_status", nullable(root_cause_status)},
+                                   {"producer", nullable(ref("ProducerBrief"))},
+                                   {"capsule", nullable(str())},
+                                   {"hits", integer()},
+                                   {"update", update},
+                                   {"skip_update", boolean()}});
+  d["DebugSummary"] =
+      object({{"enabled", boolean()}, {"checks", array(check)}, {"error", nullable(ref("DebugErrorSummary"))}});
+  d["UpdateFrequency"] =
+      object({{"unit", one_of({"batch", "epoch", "seconds"})}, {"n", number()}, {"phase", nullable(str())}});
+  d["StatsSummary"] = object({{"scope", scope},
+                              {"watched_layers", array(str())},
+                              {"sequence", integer()},
+                              {"collecting", boolean()},
+                              {"update_frequency", ref("UpdateFrequency")}});
+  d["Status"] = object({{"state", one_of({"running", "paused", "finished", "lost"})},
+                        {"mode", one_of({"step_batch", "step_phase", "step_epoch", "run_until", "run", "detach"})},
+                        {"live_position", nullable(ref("Position"))},
+                        {"snapshot_position", nullable(ref("Position"))},
+                        {"snapshot_sequence", integer()},
+                        {"snapshot_batch_size", integer()},
+                        {"snapshot_samples_kept", integer()},
+                        {"schedule", ref("Schedule")},
+                        {"hint", str()},
+                        {"time_travel", ref("TimeTravelStatus")},
+                        {"debug", ref("DebugSummary")},
+                        {"stats", ref("StatsSummary")},
+                        {"probe", ref("ProbeStatus")},
+                        {"paused_at_ms?", integer()},
+                        {"lost_reason?", str()},
+                        {"internal_errors?", array(str())},
+                        {"refreshed?", boolean()}});
+
+  // --- the architecture and the snapshot ---
+  d["Layer"] = object({{"name", str()},
+                       {"role", one_of({"input", "module", "op"})},
+                       {"kind", str()},
+                       {"module", str()},
+                       {"ops", array(str())},
+                       {"output_shape", array(integer())},
+                       {"dtype", str()},
+                       {"parameters", array(str())},
+                       {"description", str()},
+                       {"shape_op", boolean()}});
+  d["Edge"] = object({{"from", str()}, {"to", str()}});
+  d["Architecture"] = object({{"captured", boolean()},
+                              {"reason?", str()},
+                              {"layers", array(ref("Layer"))},
+                              {"edges", array(ref("Edge"))},
+                              {"inputs", array(str())}});
+  d["TensorStats"] = tensor_stats();
+  d["SnapshotLayer"] = object({{"name", str()},
+                               {"kind", str()},
+                               {"activation", nullable(ref("TensorStats"))},
+                               {"gradient", nullable(ref("TensorStats"))},
+                               // watch_layer_tensor instruments' outputs by name.
+                               {"instruments?", map(ref("TensorStats"))}});
+  d["SnapshotInput"] = object({{"index", integer()}, {"name", str()}, {"shape", array(integer())}, {"dtype", str()}});
+  d["SnapshotParameter"] = object({{"name", str()},
+                                   {"weight", ref("TensorStats")},
+                                   {"gradient", nullable(ref("TensorStats"))},
+                                   {"optimizer_state?", map(any_of({num(), ref("TensorStats")}))},
+                                   {"hyperparameters?", map(num())}});
+  d["SnapshotBudget"] = object({{"budget_bytes", integer()},
+                                {"held_bytes", integer()},
+                                {"full_bytes", integer()},
+                                {"parameter_bytes", integer()},
+                                {"trimmed", boolean()},
+                                {"note?", str()}});
+  d["Snapshot"] = object({{"position", ref("Position")},
+                          {"sequence", integer()},
+                          {"batch_size", integer()},
+                          {"samples_kept", integer()},
+                          {"budget", ref("SnapshotBudget")},
+                          {"inputs", array(ref("SnapshotInput"))},
+                          {"layers", array(ref("SnapshotLayer"))},
+                          {"parameters", array(ref("SnapshotParameter"))},
+                          // Set while a probe's result is shown in the snapshot's place.
+                          {"probe", nullable(ref("SnapshotProbe"))}});
+  d["SnapshotProbe"] = object({{"run", integer()},
+                               {"position", ref("Position")},
+                               {"mode", one_of({"unchanged", "eval", "train"})},
+                               {"diff", boolean()}});
+
+  // --- probes ---
+  d["Perturbation"] =
+      object({{"input", str()}, {"sample", integer()}, {"index", array(integer())}, {"values", array(num())}});
+  d["ProbeResultSummary"] = object({{"run", integer()},
+                                    {"position", ref("Position")},
+                                    {"diff", boolean()},
+                                    {"perturbations_applied", integer()},
+                                    {"snapshot_sequence", integer()},
+                                    {"layers?", integer()}});
+  d["ProbeStatus"] = object({{"active", boolean()},
+                             {"pinned", boolean()},
+                             {"pinned_position", nullable(ref("Position"))},
+                             {"mode", one_of({"unchanged", "eval", "train"})},
+                             {"perturbations", array(ref("Perturbation"))},
+                             {"runs_completed", integer()},
+                             {"pending", boolean()},
+                             {"result", nullable(ref("ProbeResultSummary"))},
+                             {"error?", str()},
+                             {"hint", str()},
+                             {"cleared?", integer()}});
+
+  // --- statistics queries ---
+  d["Histogram"] = histogram();
+  d["ChannelStats"] = extend(tensor_stats(), {{"index", integer()}, {"histogram?", ref("Histogram")}});
+  d["DeadChannels"] = object(
+      {{"count", integer()}, {"of", integer()}, {"indices", array(integer())}, {"indices_truncated?", boolean()}});
+  d["LayerTensorStats"] = extend(
+      tensor_stats(),
+      {{"dead_channels?", ref("DeadChannels")}, {"histogram?", ref("Histogram")}, {"channel?", ref("ChannelStats")}});
+  d["LayerStatsEntry"] = object({{"name", str()},
+                                 {"kind", str()},
+                                 {"activation", nullable(ref("LayerTensorStats"))},
+                                 {"gradient", nullable(ref("LayerTensorStats"))},
+                                 {"gradient_note?", str()}});
+  // Where the snapshot budget left samples out: what a reply's figures cover.
+  d["SamplesKept"] = object({{"kept", integer()}, {"of", integer()}, {"note", str()}});
+  d["LayerStats"] = object({{"position", ref("Position")},
+                            {"sequence", integer()},
+                            {"layers", array(ref("LayerStatsEntry"))},
+                            {"samples?", ref("SamplesKept")}});
+  d["ParameterStats"] = object({{"name", str()},
+                                {"value", nullable(ref("TensorStats"))},
+                                {"note?", str()},
+                                {"gradient?", nullable(ref("TensorStats"))},
+                                {"gradient_note?", str()},
+                                {"optimizer_state?", map(any_of({num(), ref("TensorStats")}))},
+                                {"optimizer_state_note?", str()},
+                                {"hyperparameters?", map(num())},
+                                // Where the Weights page starts: the layout of the value's shape.
+                                {"default_layout?", ref("WeightLayout")},
+                                // watch_weight_tensor instruments' outputs by name.
+                                {"instruments?", map(ref("TensorStats"))}});
+  // Each dimension's role in a weight strip (null: no dimension holds it).
+  d["WeightLayout"] = object({{"x_dim", nullable(integer())},
+                              {"y_dim", nullable(integer())},
+                              {"tile_dim", nullable(integer())},
+                              {"index", array(integer())}});
+  d["WeightStats"] = object({{"layer", str()},
+                             {"kind", str()},
+                             {"position", ref("Position")},
+                             {"sequence", integer()},
+                             {"parameters", array(ref("ParameterStats"))}});
+
+  // --- statistics over time ---
+  d["WatchPerformance"] = object({{"channel_limit_enabled", boolean()},
+                                  {"channel_limit", integer()},
+                                  {"histogram_sample", integer()},
+                                  {"samples_per_channel", integer()},
+                                  {"average_galleries", boolean()}});
+  d["Settings"] = object({{"update_frequency", ref("UpdateFrequency")},
+                          {"stats_scope", scope},
+                          {"watched_layers", array(str())},
+                          {"watch_performance", ref("WatchPerformance")},
+                          {"patch_layers", nullable(array(str()))},
+                          {"stats_collecting", boolean()},
+                          {"auto_run_experiments", boolean()},
+                          // {kind: {param: value}}: the session's experiment defaults.
+                          {"experiment_defaults", map(map(json::object()))},
+                          {"experiment_time_limit_seconds", number()},
+                          // Only from set_watch_performance.
+                          {"statistics_flushed?", boolean()}});
+  d["RunningStats"] = object({{"n", integer()},
+                              {"sum", num()},
+                              {"sum_sq", num()},
+                              {"mean", nullable(num())},
+                              {"std", nullable(num())},
+                              {"median", nullable(num())},
+                              {"min", nullable(num())},
+                              {"max", nullable(num())},
+                              {"nan", integer()},
+                              {"pos_inf", integer()},
+                              {"neg_inf", integer()},
+                              {"hist", nullable(array(integer()))},
+                              {"channel_hists", nullable(array(array(integer())))},
+                              {"channels", integer()},
+                              {"binned", integer()},
+                              {"dead_count", nullable(integer())},
+                              {"dead_channels", array(integer())}});
+  d["EpochStats"] = object({{"epoch", integer()},
+                            {"batches", integer()},
+                            {"activation", nullable(ref("RunningStats"))},
+                            {"gradient", nullable(ref("RunningStats"))}});
+  d["ParameterSample"] = object({{"epoch", integer()},
+                                 {"value_norm", num()},
+                                 {"mean", num()},
+                                 {"std", num()},
+                                 {"min", num()},
+                                 {"max", num()},
+                                 {"grad_norm", nullable(num())},
+                                 {"grad_mean", nullable(num())},
+                                 {"grad_std", nullable(num())},
+                                 {"grad_min", nullable(num())},
+                                 {"grad_max", nullable(num())},
+                                 {"update_ratio", nullable(num())}});
+  d["SeriesInfo"] = object({{"name", str()}, {"phase", str()}, {"layer", str()}});
+  d["StatsList"] = object(
+      {{"sequence", integer()},
+       {"edges", array(number())},
+       {"layers",
+        array(object({{"layer", str()}, {"phases", array(object({{"phase", str()}, {"epochs", array(integer())}}))}}))},
+       {"parameters", map(array(str()))},
+       {"series", array(ref("SeriesInfo"))},
+       {"device_bytes", integer()}});
+  d["StatsHistory"] = object({{"layer", str()},
+                              {"edges", array(number())},
+                              {"phases", map(array(ref("EpochStats")))},
+                              {"parameters", map(array(ref("ParameterSample")))}});
+  d["CurrentStats"] = object({{"layer", str()},
+                              {"position", ref("Position")},
+                              {"activation", nullable(ref("RunningStats"))},
+                              {"gradient", nullable(ref("RunningStats"))},
+                              {"samples?", ref("SamplesKept")}});
+  d["ScalarPoint"] = object({{"epoch", integer()}, {"batch", nullable(integer())}, {"x", num()}, {"value", num()}});
+  d["Series"] = extend(d["SeriesInfo"], {{"points", array(ref("ScalarPoint"))}});
+  d["FailedMetric"] = object({{"name", str()}, {"error", str()}});
+  d["Metrics"] = object({{"series", array(ref("Series"))}, {"failed", array(ref("FailedMetric"))}});
+
+  // --- numerical debugging ---
+  d["OpReport"] = object({{"op", str()},
+                          {"pass", one_of({"forward", "backward", "step"})},
+                          {"backward_node", nullable(str())},
+                          {"forward_op", nullable(str())},
+                          {"layer", nullable(str())},
+                          {"index", integer()},
+                          {"inputs", array(ref("TensorStats"))},
+                          {"outputs", array(ref("TensorStats"))}});
+  d["RootCause"] = object({{"status", root_cause_status},
+                           {"summary", str()},
+                           {"producer", nullable(ref("OpReport"))},
+                           {"propagators", array(ref("OpReport"))},
+                           {"propagator_count", integer()},
+                           {"other_producer_count", integer()}});
+  d["LayerReport"] = object({{"layer", str()},
+                             {"nan", number()},
+                             {"inf", number()},
+                             {"underflow", number()},
+                             {"overflow", number()},
+                             {"dtype", nullable(str())},
+                             {"sources", array(one_of({"activation", "activation_gradient", "weight_gradient"}))}});
+  d["DebugBand"] = object({{"dtype", str()}, {"tiny", number()}, {"overflow", number()}});
+  d["DebugError"] = object({{"position", ref("Position")},
+                            {"reasons", array(reason)},
+                            {"reason_labels", array(str())},
+                            {"checks_used", array(check)},
+                            {"layers", array(ref("LayerReport"))},
+                            {"bands", array(ref("DebugBand"))},
+                            {"root_cause", nullable(ref("RootCause"))},
+                            {"capsule", nullable(str())},
+                            {"hits", integer()},
+                            {"update", update},
+                            {"text", str()}});
+  d["DebugSettings"] = object({{"enabled", boolean()},
+                               {"interval_batches", integer()},
+                               {"check_nan_inf", boolean()},
+                               {"check_under_over", boolean()},
+                               {"threshold_fraction", number()},
+                               {"trace_interval_batches", integer()},
+                               {"rerun_to_trace", boolean()},
+                               {"allow", array(str())},
+                               {"capsule_dir", str()}});
+  d["DebugReport"] = object({{"settings", ref("DebugSettings")},
+                             {"error", nullable(ref("DebugError"))},
+                             {"checked_batches", integer()},
+                             {"skip_update", boolean()}});
+
+  // --- time travel ---
+  d["Checkpoint"] = object({{"epoch", integer()}, {"bytes", integer()}});
+  d["TimeTravelReport"] = extend(time_travel_summary, {{"uncached_epochs", array(integer())},
+                                                       {"checkpoints", array(ref("Checkpoint"))},
+                                                       {"cache_dir", nullable(str())},
+                                                       {"budget_bytes", nullable(integer())},
+                                                       {"bytes_used", integer()},
+                                                       {"jumps", integer()},
+                                                       {"last_error", nullable(str())},
+                                                       {"hint", str()}});
+
+  // --- pictures: the JSON beside each PNG ---
+  d["StripInfo"] = object({{"layer", str()},
+                           {"kind", strip_kind},
+                           {"position", ref("Position")},
+                           {"sequence", integer()},
+                           {"sample", integer()},
+                           {"batch_size", integer()},
+                           {"average", boolean()},
+                           {"values", values},
+                           {"layout", str()},
+                           {"tiles", integer()},
+                           {"tile_width", integer()},
+                           {"tile_height", integer()},
+                           {"width", integer()},
+                           {"height", integer()},
+                           {"scale", one_of({"diverging", "sequential"})},
+                           {"scale_max", num()},
+                           {"nan", integer()},
+                           {"pos_inf", integer()},
+                           {"neg_inf", integer()}});
+  d["InputInfo"] = object({{"input", integer()},
+                           {"name", str()},
+                           {"position", ref("Position")},
+                           {"sequence", integer()},
+                           {"sample", integer()},
+                           {"batch_size", integer()},
+                           {"layout", one_of({"image", "strip"})},
+                           {"width", integer()},
+                           {"height", integer()},
+                           {"hint?", str()},
+                           // The normalisation the picture undoes (x * std + mean); empty: none.
+                           {"mean", array(num())},
+                           {"std", array(num())}});
+
+  // A layer-tensor instrument's strip: kind is "instrument:<name>".
+  d["InstrumentStripInfo"] = d["StripInfo"];
+  d["InstrumentStripInfo"]["properties"]["kind"] = str();
+  d["WeightStripInfo"] = object({{"layer", str()},
+                                 {"parameter", str()},
+                                 {"tensor", str()},
+                                 {"shape", array(integer())},
+                                 {"layout", ref("WeightLayout")},
+                                 {"position", ref("Position")},
+                                 {"sequence", integer()},
+                                 {"tiles", integer()},
+                                 {"tile_width", integer()},
+                                 {"tile_height", integer()},
+                                 {"width", integer()},
+                                 {"height", integer()},
+                                 {"scale_max", num()},
+                                 {"nan", integer()},
+                                 {"pos_inf", integer()},
+                                 {"neg_inf", integer()}});
+
+  d["HistogramInfo"] = object({{"layers", array(str())},
+                               {"phase", nullable(str())},
+                               {"channel", nullable(integer())},
+                               {"log_x", boolean()},
+                               {"log_y", boolean()},
+                               {"sequence", integer()},
+                               {"width", integer()},
+                               {"height", integer()},
+                               {"series", array(str())}});
+
+  // --- Min/Max galleries and bin samples ---
+  const json ranking = one_of({"max_pixel", "min_pixel", "max_average", "min_average"});
+  d["ExtremeCell"] = object({{"slot", integer()},
+                             {"channel", integer()},
+                             {"filled", boolean()},
+                             {"score", nullable(num())},
+                             {"batch", integer()},
+                             {"sample", integer()},
+                             {"y", integer()},
+                             {"x", integer()},
+                             {"top", integer()},
+                             {"left", integer()},
+                             // base64 PNG of the crop (null for an empty slot).
+                             {"png", nullable(str())}});
+  d["Extremes"] = object({{"layer", str()},
+                          {"phase", str()},
+                          {"epoch", integer()},
+                          {"phases", array(str())},  // the phases that have galleries for the layer
+                          {"ranking", ranking},
+                          {"rankings", array(ranking)},  // those collected
+                          {"heatmap", boolean()},
+                          {"samples", integer()},
+                          {"channels", integer()},
+                          {"crop", object({{"height", integer()}, {"width", integer()}})},
+                          {"sequence", integer()},
+                          // Why there are no cells, or what the cells leave out.
+                          {"note", nullable(str())},
+                          {"cells", array(ref("ExtremeCell"))}});
+  d["ExtremesPicture"] = object({{"layer", str()},
+                                 {"phase", str()},
+                                 {"epoch", integer()},
+                                 {"grids", array(ranking)},
+                                 {"heatmap", boolean()},
+                                 {"samples", integer()},
+                                 {"channels", integer()},
+                                 {"sequence", integer()},
+                                 {"width", integer()},
+                                 {"height", integer()}});
+  d["BinSample"] = object({{"sample", integer()},
+                           {"index", array(integer())},  // the element's coordinates after the batch dimension
+                           {"value", num()},
+                           {"top", integer()},
+                           {"left", integer()},
+                           {"png", nullable(str())}});  // base64 PNG of the input crop; null without an image input
+  d["BinSamples"] = object({{"layer", str()},
+                            {"kind", strip_kind},
+                            {"channel", nullable(integer())},
+                            {"bin", integer()},
+                            {"range", array(num())},  // the bin's edges [low, high]
+                            {"matches", integer()},   // elements in the bin among the kept samples
+                            {"sequence", integer()},
+                            {"position", ref("Position")},
+                            {"note", nullable(str())},
+                            {"samples", array(ref("BinSample"))}});
+  d["BinSamplesPicture"] = object({{"layer", str()},
+                                   {"kind", strip_kind},
+                                   {"channel", nullable(integer())},
+                                   {"bin", integer()},
+                                   {"range", array(num())},
+                                   {"matches", integer()},
+                                   {"shown", integer()},
+                                   {"sequence", integer()},
+                                   {"width", integer()},
+                                   {"height", integer()}});
+
+  // --- refusals ---
+  // A REST refusal's body (with its 4xx status); `argument` names the
+  // argument it is about, when it is about one.
+  d["ErrorReply"] = object({{"error", str()}, {"argument?", str()}});
+  // An MCP tool refusal's structuredContent.
+  d["ToolError"] =
+      object({{"error", str()}, {"state", one_of({"running", "paused", "finished", "lost"})}, {"argument?", str()}});
+
+  // --- MCP's picture tools: structuredContent beside the images ---
+  // How the image sent differs from the one rendered (fitted for agents).
+  const std::vector<std::pair<std::string, json>> sent = {
+      {"sent_width", integer()}, {"sent_height", integer()}, {"downscaled", boolean()}, {"enlarged", boolean()}};
+  d["StripImage"] = extend(d["StripInfo"], sent);
+  d["InputImage"] = extend(d["InputInfo"], sent);
+  d["MissingStrip"] = object({{"layer", str()}, {"kind", strip_kind}, {"reason", str()}});
+  d["LayerImages"] = object({{"images", array(ref("StripImage"))}, {"missing", array(ref("MissingStrip"))}});
+  // --- experiments (controller_experiments.cpp) ---
+  const json any_value = json::object();
+  d["ExperimentParamSpec"] = object({{"key", str()},
+                                     {"label", str()},
+                                     {"description", str()},
+                                     {"type", one_of({"integer", "number", "boolean", "choice"})},
+                                     {"default", any_value},
+                                     {"minimum?", number()},
+                                     {"maximum?", number()},
+                                     {"options?", array(str())}});
+  d["ExperimentKind"] = object({{"kind", str()},
+                                {"title", str()},
+                                {"summary", str()},
+                                {"description", str()},
+                                {"attribution", boolean()},
+                                {"layers", array(str())},
+                                {"unusable_layers", array(object({{"layer", str()}, {"reason", str()}}))},
+                                {"params", array(ref("ExperimentParamSpec"))}});
+  d["ExperimentList"] =
+      object({{"kinds", array(ref("ExperimentKind"))},
+              {"time_limit_seconds", number()},
+              {"auto_run", boolean()},
+              {"forward_known", boolean()},
+              {"kept_results", array(integer())},
+              {"auto_experiments",
+               array(object({{"tab", str()}, {"kind", str()}, {"layer", str()}, {"params", map(any_value)}}))}});
+  d["ExperimentResult"] =
+      object({{"seq", integer()},
+              {"kind", str()},
+              {"layer", str()},
+              {"params", map(any_value)},
+              {"stage", one_of({"queued", "running", "done", "stopped", "failed", "absent"})},
+              {"done", boolean()},
+              {"step", integer()},
+              {"total", integer()},
+              {"objective", nullable(num())},
+              {"seconds", num()},
+              {"notes", array(str())},
+              {"queued_ahead?", integer()},
+              {"tab?", str()},
+              {"error?", str()},
+              {"stop_reason?", str()},
+              {"objectives?", array(num())},
+              {"channels?", array(integer())},
+              {"produced_images?", integer()},
+              {"targets?", array(integer())},
+              {"target_values?", array(num())},
+              {"attribution_sums?", array(num())},
+              {"attributions?", array(object({{"min", num()}, {"max", num()}, {"mean_abs", num()}}))},
+              {"attribution_shape?", array(integer())},
+              {"ignored_params?", array(str())}});
+  d["ExperimentCancel"] = object({{"cancelled", integer()}});
+  d["ExperimentAutoRun"] = object({{"auto_run_experiments", boolean()}});
+  d["ExperimentDefaults"] = extend(d["Settings"], {{"ignored_params", array(str())}});
+  d["AutoExperiment"] = object({{"tab", str()},
+                                {"seq", integer()},
+                                {"params", map(any_value)},
+                                {"ignored_params", array(str())},
+                                {"auto_run", boolean()},
+                                {"expires_after_seconds", integer()}});
+  d["AutoExperimentCleared"] = object({{"tab", str()}, {"removed", boolean()}});
+  d["ExperimentPictureInfo"] = object({{"seq", integer()},
+                                       {"kind", str()},
+                                       {"stage", str()},
+                                       {"step", integer()},
+                                       {"total", integer()},
+                                       {"overlay", boolean()},
+                                       {"width", integer()},
+                                       {"height", integer()}});
+
+  d["HistogramImage"] = extend(d["HistogramInfo"], sent);
+  d["ExperimentImage"] = extend(d["ExperimentPictureInfo"], sent);
+  d["WeightImage"] = extend(d["WeightStripInfo"], sent);
+  d["WeightImages"] = object({{"images", array(ref("WeightImage"))},
+                              {"missing", array(object({{"parameter", str()}, {"tensor", str()}, {"reason", str()}}))},
+                              {"parameters", array(object({{"name", str()},
+                                                           {"shape", array(integer())},
+                                                           {"layout", ref("WeightLayout")},
+                                                           {"scalars", map(num())},
+                                                           {"hyperparameters", map(num())}}))}});
+  d["ExtremesImage"] = extend(d["ExtremesPicture"], sent);
+  d["BinSamplesImage"] = extend(d["BinSamplesPicture"], sent);
+  d["McpImages"] = any_of({ref("InputImage"), ref("LayerImages"), ref("HistogramImage"), ref("ExperimentImage"),
+                           ref("WeightImages"), ref("ExtremesImage"), ref("BinSamplesImage")});
+
+  // --- the push channel (/ws) ---
+  d["StripView"] = strip_view;
+  d["FailedStrip"] = extend(strip_view, {{"error", str()}});
+  d["PushMessage"] = any_of(
+      {object({{"type", literal("status")}, {"status", ref("Status")}}),
+       object({{"type", literal("snapshot")},
+               {"sequence", integer()},
+               {"position", ref("Position")},
+               {"batch_size", integer()},
+               {"samples_kept", integer()},
+               {"architecture_changed", boolean()}}),
+       object({{"type", literal("strips_done")}, {"sequence", integer()}, {"failed", array(ref("FailedStrip"))}}),
+       // An experiment's progress or outcome (its objective history left out).
+       object({{"type", literal("experiment")}, {"result", ref("ExperimentResult")}}),
+       object({{"type", literal("error")}, {"message", str()}})});
+  // The JSON header of a binary strip frame.
+  d["StripFrameHeader"] = extend(d["StripInfo"], {{"type", literal("strip")}});
+  // What a page sends.
+  d["WatchMessage"] = object({{"type", literal("watch")}, {"strips", array(ref("StripView"))}});
+  return d;
+}
+
+}  // namespace
+
+const json& wire_types() {
+  static const json types = build();
+  return types;
+}
+
+json wire_description() {
+  json list = json::array();
+  for (const auto& c : commands()) {
+    list.push_back({{"name", c.name},
+                    {"title", c.title},
+                    {"description", c.description},
+                    {"rest", c.rest ? json{{"method", c.rest->method}, {"path", c.rest->path}} : json(nullptr)},
+                    {"mcp", c.mcp},
+                    {"read_only", c.read_only},
+                    {"input_schema", input_schema(c.args)},
+                    {"reply", c.reply.empty() ? json(nullptr) : json(c.reply)}});
+  }
+  return {{"commands", std::move(list)}, {"$defs", wire_types()}};
+}
+
+}  // namespace nansense::server
