@@ -444,6 +444,49 @@ class Engine {
   void mark_lost(const std::string& reason) { core_->mark_lost(reason); }
   void set_unserved_nan_note(std::string note) { core_->set_unserved_nan_note(std::move(note)); }
 
+  // --- distributed runs (nansense/_distributed.py), training thread ---
+  // Pauses between two batches, at the boundary of the batch that just
+  // ended (a peer rank's NaN): the loop stands where the UI shows it until a
+  // command resumes it, as at a batch's own pause.
+  void hold_at_boundary() {
+    {
+      py::gil_scoped_release release;
+      auto pos = core_->live_position();
+      if (pos) {
+        core_->control().pause();
+        core_->control().pause_at(core_->schedule().with_flags(*pos));
+      }
+    }
+    raise_pending();
+  }
+  // Names the ranks whose checks tripped in the standing error's root cause
+  // (`note` replaces an earlier such note); with no standing error (only a
+  // peer tripped), records one at the live position carrying the peer's
+  // reasons and capsule.
+  void note_rank_trip(const std::string& note, const std::vector<std::string>& reasons,
+                      const std::vector<std::string>& checks, const std::string& capsule) {
+    auto& debug = core_->debug();
+    static const std::string kMark = "[distributed] ";
+    auto edit = [&](DebugError& e) {
+      if (!e.root_cause) e.root_cause = RootCause{};
+      auto& summary = e.root_cause->summary;
+      if (const auto at = summary.find(kMark); at != std::string::npos) summary.erase(at);
+      while (!summary.empty() && summary.back() == ' ') summary.pop_back();
+      summary += (summary.empty() ? "" : " ") + kMark + note;
+    };
+    if (debug.error()) {
+      debug.amend(edit);
+      return;
+    }
+    DebugError e;
+    if (auto pos = core_->live_position()) e.position = core_->schedule().with_flags(*pos);
+    e.reasons = reasons;
+    e.checks_used = checks;
+    e.capsule = capsule;
+    edit(e);
+    debug.record(e);
+  }
+
   // --- any thread ---
   std::string url() const { return session_->url(); }
   std::string state() const { return std::string(to_string(session_->state())); }
@@ -869,6 +912,8 @@ PYBIND11_MODULE(_nansense, m) {
       .def("close", &Engine::close)
       .def("mark_lost", &Engine::mark_lost)
       .def("set_unserved_nan_note", &Engine::set_unserved_nan_note)
+      .def("hold_at_boundary", &Engine::hold_at_boundary)
+      .def("note_rank_trip", &Engine::note_rank_trip)
       .def("url", &Engine::url)
       .def("state", &Engine::state)
       .def("mode", &Engine::mode)

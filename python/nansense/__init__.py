@@ -19,6 +19,7 @@ from ._check import check_torch as _check_torch
 _check_torch()
 
 from ._capsule import Capsule, replay_capsule  # noqa: E402
+from ._distributed import DistributedError  # noqa: E402
 from ._restorer import TrainingRestorer  # noqa: E402
 from ._session import DEFAULT_CACHE_DIR, Session, TimeTravelJump, serve, start  # noqa: E402
 from ._types import (  # noqa: E402
@@ -90,6 +91,7 @@ __all__ = [
     "ArgumentError",
     "CapsuleError",
     "ControlError",
+    "DistributedError",
     "ScheduleError",
     "TimeTravelError",
     "UsageError",

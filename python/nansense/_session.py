@@ -18,7 +18,7 @@ from typing import Any, Optional, Union
 import torch
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
-from . import _nansense
+from . import _distributed, _nansense
 from ._restorer import TrainingRestorer, _check_cache_dir
 from ._session_watch import _WatchMethods
 from ._types import (BatchPosition, BatchSnapshot, DebugError, DebugSettings, Mode, RunState, Schedule,
@@ -296,6 +296,7 @@ class Session(_WatchMethods):
         self._start_epochs = None
         self._server: Optional[threading.Thread] = None
         self._driven = False         # run control was asked for (or a UI served) before the first batch
+        self._coordinator: Optional[_distributed.Coordinator] = None  # a distributed run's boundary exchange
 
     # ---- properties
 
@@ -438,14 +439,31 @@ class Session(_WatchMethods):
     def _first_batch(self) -> None:
         if not self._driven:
             self._driven = True
-            if not self.url:
+            follower = self._coordinator is not None and not self._coordinator.leader
+            if not self.url and not follower:
                 self._train_on_without_ui()
 
     def _open_batch(self, phase: str, epoch: Optional[int], item: Any) -> list:
         """Begin one debugger batch on item (may pause; may raise
         TimeTravelJump): the hooks to remove when the body is done."""
         engine = self._engine
-        capture = engine.begin_batch(phase, epoch, self._model.training)
+        coordinator = self._coordinator
+        if coordinator is None:
+            capture = engine.begin_batch(phase, epoch, self._model.training)
+        else:
+            # Every rank meets here before the batch: rank 0's decision
+            # (go on, a pause held, a jump) applies to all. Rank 0 sends it
+            # once its own batch has begun (or raised a jump).
+            coordinator.boundary()
+            try:
+                capture = engine.begin_batch(phase, epoch, self._model.training)
+            except TimeTravelJump as jump:
+                coordinator.release(jump=jump.epoch)
+                raise
+            except BaseException as e:
+                self._left_by(e)
+                raise
+            coordinator.release()
         engine.record_item(_tensors_of(item))
         return self._watch_module_calls() if capture else []
 
@@ -471,17 +489,31 @@ class Session(_WatchMethods):
                         # A loop left early ends its phase; its length stays unlearned.
                         engine.end_phase(phase, 0)
                     raise
-                except BaseException:
+                except BaseException as e:
                     self._remove_hooks(hooks)
                     engine.abandon_batch(True)
+                    self._left_by(e)
                     raise
                 self._remove_hooks(hooks)
                 # True: the engine restored the batch's starting state to run it
                 # again traced (a NaN's root cause): the same item once more.
-                if not engine.end_batch():
+                try:
+                    repeat = engine.end_batch()
+                except TimeTravelJump as jump:
+                    # Rank 0's jump, requested in its pause: every rank makes it.
+                    if self._coordinator is not None:
+                        self._coordinator.boundary(jump=jump.epoch)
+                    raise
+                if not repeat:
                     break
             count += 1
         engine.end_phase(phase, count)
+
+    def _left_by(self, e: BaseException) -> None:
+        # A rank leaving its loop by an exception (not a jump) tells the
+        # others, which would otherwise wait for it at the next boundary.
+        if self._coordinator is not None and not isinstance(e, (TimeTravelJump, GeneratorExit)):
+            self._coordinator.abandon(f"its training loop raised {type(e).__name__}: {e}")
 
     def _train_on_without_ui(self) -> None:
         # A script that served no UI and asked for no pause: nothing could
@@ -517,7 +549,7 @@ class Session(_WatchMethods):
                 raise ValueError("epochs() needs the epoch count: session.epochs(n), or nansense.start(..., epochs=n)")
         _check_int("n", n, 1, none_ok=False)
         _check_int("start_epoch", start_epoch, 0, none_ok=False)
-        cache_dir = _check_cache_dir(cache_dir)
+        cache_dir = self._own_dir(_check_cache_dir(cache_dir))
         if start_epoch >= n:
             raise ValueError(f"start_epoch must be < n ({n}), got {start_epoch}")
         if self._engine is not None and self._closed:
@@ -525,6 +557,10 @@ class Session(_WatchMethods):
         if self._restorer is not None:
             raise _nansense.UsageError("epochs() is already running: epoch loops do not nest")
         return TrainingRestorer(self, n, cache_dir, start_epoch).iter_epochs()
+
+    def _own_dir(self, path: str) -> str:
+        # Under torch.distributed each rank checkpoints to <path>/rank_<r>.
+        return _distributed.rank_dir(path, self._coordinator.rank) if self._coordinator is not None else path
 
     def restore_point(self) -> contextlib.AbstractContextManager[TrainingRestorer]:
         """The per-epoch restore boundary of a session.epochs() loop: a
@@ -555,7 +591,7 @@ class Session(_WatchMethods):
         epochs=N)). A session without a restorer never writes checkpoints;
         on a disabled session the restorer is inert (one attempt, nothing on
         disk)."""
-        cache_dir = _check_cache_dir(cache_dir)
+        cache_dir = self._own_dir(_check_cache_dir(cache_dir))
         n = self.schedule.epochs if self._engine else self._start_epochs
         if n is None:
             raise ValueError("training_restorer() needs the epoch count: nansense.start(..., epochs=n)")
@@ -588,6 +624,14 @@ class Session(_WatchMethods):
     def close(self) -> None:
         """Mark training finished once the loop completes. The UI keeps
         serving the last captured state for as long as the session lives."""
+        if self._coordinator is not None and not self._closed:
+            # The ranks finish together (rank 0 may still be paused on the last batch).
+            try:
+                self._coordinator.boundary(close=True)
+            finally:
+                self._closed = True
+                self._engine.close()
+            return
         self._closed = True
         if self._engine:
             self._engine.close()
@@ -672,7 +716,10 @@ class Session(_WatchMethods):
         if not isinstance(settings, DebugSettings):
             raise TypeError(f"set_debug_settings takes a nansense.DebugSettings, got {type(settings).__name__}")
         if self._engine:
-            self._engine.set_debug_settings(json.dumps(settings._to_engine()))
+            values = settings._to_engine()
+            if self._coordinator is not None:
+                values = _distributed.settings_for_rank(values, self._coordinator.rank)
+            self._engine.set_debug_settings(json.dumps(values))
 
     def disable_debug_check(self, category: str = "") -> None:
         """Turn a check category off ("nan_inf" or "under_over"; "" = every
@@ -746,6 +793,7 @@ def start(
         session = Session(model, None, optimizer, scheduler)
         session._start_epochs = epochs
         return session
+    dist = _distributed.process_group()
     engine = _nansense.Engine(_module_specs(model), epochs, phase_list)
     engine.set_model(model)
     if optimizer is not None:
@@ -754,6 +802,10 @@ def start(
         engine.set_state_adapter(_state_kind(optimizer, scheduler), _save_state(optimizer, scheduler),
                                  _load_state(optimizer, scheduler))
     session = Session(model, engine, optimizer, scheduler)
+    if dist is not None:
+        session._coordinator = _distributed.start(session, engine, dist)
+        if not session._coordinator.leader:
+            return session  # rank 0 serves the UI
     if port is not None:
         session._server = _ServerThread(session, engine.serve(port, host, open_browser, True, True, mean, std,
                                                               transform))
@@ -822,6 +874,8 @@ def serve(
                                              port_none_ok=False)
     if session._engine is None:
         return None
+    if session._coordinator is not None and not session._coordinator.leader:
+        return None  # the UI lives on rank 0
     session._server = _ServerThread(session, session._engine.serve(port, host, open_browser, mcp, True, mean, std,
                                                                    transform))
     return session._server

@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""What nansense's per-batch coordination costs a 2-rank DDP run (Gloo, CPU,
+loopback), as ratios to a plain DDP step measured in the same run:
+
+  detached   nansense.start() on every rank, rank 0 detached, checks off  target <= 1.01
+  guard      the same with the numerical checks (guard) on                 target <= 1.03
+
+Each batch every rank meets at the boundary exchange over the process
+group's TCPStore (a follower sets one key and reads rank 0's decision; rank
+0 reads the followers' keys and sets its decision). The model: an MLP
+512-1024-1024-10, 64 samples per rank, one thread per rank.
+
+    PYTHONPATH=build/python .venv/bin/python bench/python/ddp.py [--batches 100] [--rounds 5]
+
+Variants run interleaved, round after round; each ratio is the median of
+the per-round ratios (rank 0's wall time) to the plain loop of the same round.
+"""
+
+import argparse
+import os
+import socket
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+
+import nansense
+
+
+def make_model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024),
+                               torch.nn.ReLU(), torch.nn.Linear(1024, 10))
+
+
+def train(rank, batches, debug=None):
+    model = make_model()
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
+    session = None
+    loop = batches
+    if debug is not None:
+        session = nansense.start(ddp, optimizer=optimizer)
+        session.set_debug_settings(debug)
+        session.detach()
+        loop = session.batches(batches, phase="train")
+    dist.barrier()
+    start = time.perf_counter()
+    for x, y in loop:
+        optimizer.zero_grad()
+        F.cross_entropy(ddp(x), y).backward()
+        optimizer.step()
+    elapsed = time.perf_counter() - start
+    if session:
+        session.close()
+    return elapsed
+
+
+def worker(rank, world, port, args, out):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    g = torch.Generator().manual_seed(rank)
+    batches = [(torch.randn(64, 512, generator=g), torch.randint(0, 10, (64,), generator=g))
+               for _ in range(args.batches)]
+    variants = {"detached": nansense.DebugSettings(enabled=False), "guard": nansense.DebugSettings()}
+    train(rank, batches[:5])  # warm-up
+    ratios = {name: [] for name in variants}
+    plain_times = []
+    for _ in range(args.rounds):
+        plain = train(rank, batches)
+        plain_times.append(plain)
+        for name, debug in variants.items():
+            ratios[name].append(train(rank, batches, debug) / plain)
+    if rank == 0:
+        out.put((ratios, plain_times))
+    dist.destroy_process_group()
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--batches", type=int, default=100)
+    p.add_argument("--rounds", type=int, default=5)
+    args = p.parse_args()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    out = ctx.SimpleQueue()
+    mp.start_processes(worker, args=(2, port, args, out), nprocs=2, start_method="spawn")
+    ratios, plain_times = out.get()
+    step_ms = statistics.median(plain_times) / args.batches * 1e3
+    print(f"ddp coordination: 2 ranks (Gloo, CPU), MLP 512-1024-1024-10, 64 samples per rank, 1 thread per rank, "
+          f"{args.batches} batches x {args.rounds} rounds; a plain DDP step takes {step_ms:.2f} ms")
+    for name, values in ratios.items():
+        target = 1.01 if name == "detached" else 1.03
+        print(f"  {name:<9} {statistics.median(values):.3f}  (range {min(values):.3f}..{max(values):.3f}; "
+              f"target <= {target})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

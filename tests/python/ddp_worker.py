@@ -1,0 +1,81 @@
+"""One rank of a DDP training run under nansense, for test_distributed.py.
+
+Started like torchrun starts a worker (RANK, WORLD_SIZE, MASTER_ADDR,
+MASTER_PORT in the environment), in the run's folder (its cwd). Options
+(JSON in argv[1]):
+  epochs, batches     the run's shape (a global batch of 4 * world samples)
+  nan_rank, nan_batch the rank whose data holds a NaN, and in which batch
+  no_start_rank       a rank that never calls nansense.start()
+  time_travel         drive the epochs with session.epochs() / restore_point()
+Each rank appends one JSON line per event to rank<r>.log: {"begin": [e, b]}
+when a batch body begins, {"done": [e, b]} when it ends, {"epoch": e,
+"weights": sum} at each epoch's start; rank 0 writes the UI's address to url.
+"""
+
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+import nansense
+
+
+def main():
+    opts = json.loads(sys.argv[1])
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    log = open(f"rank{rank}.log", "a", buffering=1)
+
+    def note(**event):
+        log.write(json.dumps(event) + "\n")
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    epochs, batches = opts.get("epochs", 2), opts.get("batches", 4)
+    g = torch.Generator().manual_seed(1)
+    data = [(torch.randn(4 * world, 4, generator=g), torch.randint(0, 2, (4 * world,), generator=g))
+            for _ in range(batches)]
+    shard = [(x[rank * 4:(rank + 1) * 4], y[rank * 4:(rank + 1) * 4]) for x, y in data]
+    if opts.get("nan_rank") == rank:
+        # In the data itself, so the capsule's batch holds it (epoch 0 only).
+        x = shard[opts["nan_batch"]][0]
+        x[0, 0] = float("nan")
+
+    if opts.get("no_start_rank") == rank:
+        session = nansense.start(ddp, enabled=False)
+    else:
+        session = nansense.start(ddp, epochs=epochs, phases={"train": batches}, optimizer=optimizer,
+                                 port=0 if rank == 0 else None, open_browser=False)
+        if rank == 0:
+            with open("url.tmp", "w") as f:
+                f.write(session.url)
+            os.replace("url.tmp", "url")
+
+    def run_epoch(epoch):
+        note(epoch=epoch, weights=float(sum(p.detach().double().sum() for p in model.parameters())))
+        for b, (x, y) in enumerate(session.batches(shard, phase="train", epoch=epoch)):
+            note(begin=[epoch, b])
+            optimizer.zero_grad()
+            F.cross_entropy(ddp(x), y).backward()
+            optimizer.step()
+            note(done=[epoch, b])
+
+    if opts.get("time_travel"):
+        for epoch in session.epochs(epochs):
+            with session.restore_point():
+                run_epoch(epoch)
+    else:
+        for epoch in range(epochs):
+            run_epoch(epoch)
+    session.close()
+    note(closed=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
