@@ -2,7 +2,7 @@
 // networks (many_layers.mjs) served by the demo; run by groups.sh. The first
 // failure stops the run; every wait is Playwright's polling or a deadline.
 import { Harness, collectConsoleErrors } from './harness.mjs';
-import { fakeManyLayers } from './many_layers.mjs';
+import { fakeManyLayers, fakeNaN } from './many_layers.mjs';
 
 const h = new Harness('groups', { uiTimeoutMs: 30_000 });
 const { byTestId, screenshot, check } = h;
@@ -34,28 +34,6 @@ function aggregated(edges, drawnAs) {
     if (a !== b) out.add(`${a}->${b}`);
   }
   return out.size;
-}
-
-// The debug push and report of a NaN produced in `producer` (as ui_test's
-// stand-in for a folded producer does).
-async function fakeNaN(page, producer, next) {
-  const status = await h.demo.api('/api/status');
-  const row = (layer) => ({ layer, nan: 0.5, inf: 0, underflow: 0, overflow: 0, dtype: 'float32', sources: ['activation'] });
-  const rows = [row(producer), row(next)];
-  const summary = {
-    reasons: ['nan'], reason_labels: ['NaN'], position: status.live_position, text: '', layers: rows.map((r) => r.layer),
-    root_cause_status: 'found', producer: { op: 'aten::div', pass: 'forward', layer: producer }, capsule: null, hits: 1,
-    update: null, skip_update: false,
-  };
-  const error = {
-    position: status.live_position, reasons: ['nan'], reason_labels: ['NaN'], checks_used: ['nan_inf'], layers: rows, bands: [],
-    root_cause: { status: 'found', summary: '', producer: null, propagators: [], propagator_count: 0 },
-    capsule: null, hits: 1, update: null, text: '',
-  };
-  await page.routeWebSocket(/\/ws$/, (ws) => {
-    ws.send(JSON.stringify({ type: 'status', status: { ...status, debug: { enabled: true, checks: ['nan_inf'], error: summary } } }));
-  });
-  await page.route('**/api/debug', (route) => route.fulfill({ json: { settings: {}, error, checked_batches: 1, skip_update: false } }));
 }
 
 async function main() {
@@ -184,7 +162,7 @@ async function main() {
   await page.addInitScript(() => localStorage.removeItem('nansense.groups'));
   const big = await fakeManyLayers(page, base, 1000, { nested: true });
   const producer = 's6.b4.l2.conv';
-  await fakeNaN(page, producer, 's6.b4.l3.conv');
+  await fakeNaN(page, h.demo, producer, ['s6.b4.l3.conv']);
   await page.goto(base);
 
   await check("1,000 layers open at about 40 nodes at most, with the NaN producer's groups opened", async () => {

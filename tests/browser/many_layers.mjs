@@ -1,7 +1,8 @@
 // A synthetic network of many layers (200 by default) with skip connections,
 // served to a page by intercepting the JSON views; every strip gets one real
 // picture from the demo so the images are genuine PNGs of a known size. Used
-// by ui_test.mjs and bench/ui_scroll.mjs.
+// by ui_test.mjs, groups_test.mjs and bench/ui_scroll.mjs; fakeNaN serves a
+// numerical error standing on it.
 
 // Routes /api/architecture, /api/snapshot and /api/render/strip of `page` to
 // the synthetic network, against the demo at `base`. Returns the layer names
@@ -78,4 +79,28 @@ export async function showAllLayers(page, names, timeout) {
   await page.getByTestId('show-all').click();
   await page.keyboard.press('Escape');
   await page.getByTestId(`card-${names.at(-1)}`).waitFor({ state: 'attached', timeout });
+}
+
+// Serves `page` a numerical error standing on the synthetic network: the
+// status pushed over /ws and /api/debug name `producer` (an `op` in the
+// forward pass) and the layers `others` as holding NaNs, as the demo at
+// `demo` would report them.
+export async function fakeNaN(page, demo, producer, others, op = 'aten::div') {
+  const status = await demo.api('/api/status');
+  const row = (layer) => ({ layer, nan: 0.5, inf: 0, underflow: 0, overflow: 0, dtype: 'float32', sources: ['activation'] });
+  const rows = [row(producer), ...others.map(row)];
+  const summary = {
+    reasons: ['nan'], reason_labels: ['NaN'], position: status.live_position, text: '', layers: rows.map((r) => r.layer),
+    root_cause_status: 'found', producer: { op, pass: 'forward', layer: producer }, capsule: null, hits: 1,
+    update: null, skip_update: false,
+  };
+  const error = {
+    position: status.live_position, reasons: ['nan'], reason_labels: ['NaN'], checks_used: ['nan_inf'], layers: rows, bands: [],
+    root_cause: { status: 'found', summary: '', producer: null, propagators: [], propagator_count: 0 },
+    capsule: null, hits: 1, update: null, text: '',
+  };
+  await page.routeWebSocket(/\/ws$/, (ws) => {
+    ws.send(JSON.stringify({ type: 'status', status: { ...status, debug: { enabled: true, checks: ['nan_inf'], error: summary } } }));
+  });
+  await page.route('**/api/debug', (route) => route.fulfill({ json: { settings: {}, error, checked_batches: 1, skip_update: false } }));
 }

@@ -2,7 +2,7 @@
 // Each check waits with Playwright's own polling (never a fixed sleep) and the
 // first failure stops the run: later checks build on the state it leaves.
 import { Harness, START_TIMEOUT_MS, collectConsoleErrors, escapeRegExp } from './harness.mjs';
-import { fakeManyLayers, showAllLayers } from './many_layers.mjs';
+import { fakeManyLayers, fakeNaN, showAllLayers } from './many_layers.mjs';
 
 const h = new Harness('ui');
 const { byTestId, expectText, expectTextWhileProgressing, expectEnabled, expectImageLoaded, screenshot, check } = h;
@@ -343,23 +343,7 @@ async function foldedShapeOps(base) {
 
       // names[3] is the first kept layer after the shape op names[2].
       const producer = names[2];
-      const status = await h.demo.api('/api/status');
-      const row = (layer) => ({ layer, nan: 0.5, inf: 0, underflow: 0, overflow: 0, dtype: 'float32', sources: ['activation'] });
-      const rows = [row(producer), row(names[3]), row(names[4])];
-      const summary = {
-        reasons: ['nan'], reason_labels: ['NaN'], position: status.live_position, text: '', layers: rows.map((r) => r.layer),
-        root_cause_status: 'found', producer: { op: 'aten::view', pass: 'forward', layer: producer }, capsule: null, hits: 1,
-        update: null, skip_update: false,
-      };
-      const error = {
-        position: status.live_position, reasons: ['nan'], reason_labels: ['NaN'], checks_used: ['nan_inf'], layers: rows, bands: [],
-        root_cause: { status: 'found', summary: '', producer: null, propagators: [], propagator_count: 0 },
-        capsule: null, hits: 1, update: null, text: '',
-      };
-      await page.routeWebSocket(/\/ws$/, (ws) => {
-        ws.send(JSON.stringify({ type: 'status', status: { ...status, debug: { enabled: true, checks: ['nan_inf'], error: summary } } }));
-      });
-      await page.route('**/api/debug', (route) => route.fulfill({ json: { settings: {}, error, checked_batches: 1, skip_update: false } }));
+      await fakeNaN(page, h.demo, producer, [names[3], names[4]], 'aten::view');
       const asked = [];
       page.on('request', (r) => {
         if (r.url().includes('/api/render/strip')) asked.push(new URL(r.url()).searchParams.get('layer'));
