@@ -16,12 +16,6 @@ const char* kInsideTracedBatch =
     "the loop is paused inside a traced batch (a numerical check stopped it during backward, before the optimizer "
     "step): experiments need a pause between batches; step once, then run the experiment";
 
-torch::Device device_of(torch::nn::Module& model) {
-  for (const auto& p : model.parameters()) return p.device();
-  for (const auto& b : model.buffers()) return b.device();
-  return torch::kCPU;
-}
-
 std::string seconds_text(double s) {
   std::ostringstream out;
   out << s;
@@ -515,7 +509,7 @@ void Engine::run_one(const Request& request) {
     if (observer::Observer::active()) throw std::runtime_error(kInsideTracedBatch);
     auto snap = host_.snapshot();
     if (!snap) throw std::runtime_error("no captured batch");
-    const torch::Device device = device_of(model_);
+    const torch::Device device = state::device_of(model_);
     for (const auto& t : snap->inputs) ctx.inputs.push_back(t.to(device));
     if (snap->trimmed()) {
       r.notes.push_back("the snapshot kept " + std::to_string(snap->samples_kept) + " of the batch's " +

@@ -30,12 +30,6 @@ std::string index_text(const std::vector<int64_t>& index) {
   return out.str();
 }
 
-torch::Device device_of(torch::nn::Module& model) {
-  for (const auto& p : model.parameters()) return p.device();
-  for (const auto& b : model.buffers()) return b.device();
-  return torch::kCPU;
-}
-
 // Two perturbations of the same input value.
 bool same_place(const Perturbation& a, const Perturbation& b) {
   return a.input == b.input && a.sample == b.sample && a.index == b.index;
@@ -387,7 +381,7 @@ void Probes::run_now() {
     if (observer::Observer::active()) {
       throw std::runtime_error("a batch is being traced: probes run between batches");
     }
-    const torch::Device device = device_of(model_);
+    const torch::Device device = state::device_of(model_);
     std::vector<torch::Tensor> inputs;
     for (const auto& t : base) inputs.push_back(t.to(device));
     std::vector<torch::Tensor> changed;

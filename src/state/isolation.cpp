@@ -59,4 +59,10 @@ ModelIsolation::~ModelIsolation() {
   }
 }
 
+torch::Device device_of(torch::nn::Module& model) {
+  for (const auto& p : model.parameters()) return p.device();
+  for (const auto& b : model.buffers()) return b.device();
+  return torch::kCPU;
+}
+
 }  // namespace nansense::state

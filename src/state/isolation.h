@@ -11,6 +11,10 @@
 
 namespace nansense::state {
 
+// The device the model's first parameter (else buffer) lives on; the CPU for
+// a model with neither.
+torch::Device device_of(torch::nn::Module& model);
+
 // On construction: saves every parameter's value, its gradient (or its
 // absence), every buffer, every module's training flag and every RNG, then
 // switches the model to eval mode. On destruction: puts each back bit for

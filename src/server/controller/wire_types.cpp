@@ -2,7 +2,10 @@
 
 namespace nansense::server {
 
+// The schema vocabulary has a namespace of its own: its short words
+// (number, object, ...) would otherwise meet the controller's in a unity batch.
 namespace {
+namespace schema_words {
 
 // A small vocabulary for writing JSON Schema by hand.
 json str() { return {{"type", "string"}}; }
@@ -765,10 +768,11 @@ json build() {
   return d;
 }
 
+}  // namespace schema_words
 }  // namespace
 
 const json& wire_types() {
-  static const json types = build();
+  static const json types = schema_words::build();
   return types;
 }
 
