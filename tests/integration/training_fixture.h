@@ -7,6 +7,7 @@
 
 #include <nansense/nansense.h>
 
+#include <atomic>
 #include <thread>
 
 #include "integration/http_client.h"
@@ -44,7 +45,7 @@ class TrainingServerTest : public ::testing::Test {
     if (HasFatalFailure()) return;
     trainer_ = std::thread([this, epochs, throw_midway] {
       try {
-        for (int64_t e = 0; e < epochs; ++e) run_epoch(throw_midway && e == 0);
+        for (int64_t e = 0; e < epochs && !ending_; ++e) run_epoch(throw_midway && e == 0);
         session_->close();
       } catch (const std::exception&) {
         // The session reports the loop as lost.
@@ -83,7 +84,10 @@ class TrainingServerTest : public ::testing::Test {
 
   void TearDown() override {
     if (session_ && trainer_.joinable()) {
-      // Let a paused or running loop finish so the thread can be joined.
+      // Let a paused or running loop finish so the thread can be joined: the
+      // rest of its epoch, not the rest of a long run's (start()'s loop ends
+      // at the next epoch once the test is over).
+      ending_ = true;
       try {
         session_->detach();
       } catch (const std::exception&) {
@@ -127,6 +131,7 @@ class TrainingServerTest : public ::testing::Test {
   std::vector<std::pair<torch::Tensor, torch::Tensor>> train_, val_;
   std::unique_ptr<nansense::Session> session_;
   std::thread trainer_;
+  std::atomic<bool> ending_{false};  // TearDown: start()'s loop stops at the next epoch
   int port_ = 0;
 };
 

@@ -23,10 +23,6 @@ using nansense::testing::TrainingServerTest;
 using json = nlohmann::json;
 using namespace std::chrono_literals;
 
-bool same(nansense::render::Rgba a, nansense::render::Rgba b) {
-  return a.r == b.r && a.g == b.g && a.b == b.b && a.a == b.a;
-}
-
 class WeightsApiTest : public TrainingServerTest {
  protected:
   // start(), with `setup` run on the session before the loop's first batch.
@@ -55,8 +51,8 @@ class WeightsApiTest : public TrainingServerTest {
       for (int64_t y = 0; y < h; ++y) {
         for (int64_t x = 0; x < w; ++x) {
           const double v = tiles[i][y][x].item<double>();
-          ASSERT_TRUE(same(image.at(static_cast<int>(i * (w + 1) + x), static_cast<int>(y)),
-                           nansense::render::diverging(v / scale)))
+          ASSERT_EQ(image.at(static_cast<int>(i * (w + 1) + x), static_cast<int>(y)),
+                    nansense::render::diverging(v / scale))
               << "tile " << i << " at " << x << "," << y << " value " << v;
         }
       }

@@ -111,14 +111,12 @@ Rgba cell_background(const Image& image, int x0, int y0, int w, int h) {
   return {uint8_t(k >> 24), uint8_t(k >> 16), uint8_t(k >> 8), uint8_t(k)};
 }
 
-bool same(Rgba a, Rgba b) { return a.r == b.r && a.g == b.g && a.b == b.b && a.a == b.a; }
-
 // Pixels of a cell that are not its background: the written value.
 int ink(const Image& image, int x0, int y0, int w, int h) {
   const Rgba bg = cell_background(image, x0, y0, w, h);
   int n = 0;
   for (int y = y0; y < y0 + h; ++y) {
-    for (int x = x0; x < x0 + w; ++x) n += !same(image.at(x, y), bg);
+    for (int x = x0; x < x0 + w; ++x) n += (image.at(x, y) != bg);
   }
   return n;
 }
@@ -145,7 +143,7 @@ TEST(InputImage, TokenIdsBecomeAGridWithTheValuesWritten) {
   // Cell k of row r is value ids[1][16 r + k]: its colour, with ink in it.
   for (int k = 0; k < 20; ++k) {
     const int x0 = (k % 16) * (w + 1), y0 = (k / 16) * (h + 1);
-    EXPECT_TRUE(same(cell_background(out.image, x0, y0, w, h), categorical(ids[1][k].item<int64_t>()))) << k;
+    EXPECT_EQ(cell_background(out.image, x0, y0, w, h), categorical(ids[1][k].item<int64_t>())) << k;
     EXPECT_GT(ink(out.image, x0, y0, w, h), 8) << "cell " << k << " has no value written";
   }
   // A two-digit value has more ink than a one-digit one (the digits are drawn).
@@ -170,10 +168,10 @@ TEST(InputImage, ABoolMaskBecomesAGridOfTwoColours) {
   ASSERT_TRUE(grid);
   const int w = static_cast<int>(grid->cell_width), h = static_cast<int>(grid->cell_height);
   for (int k = 0; k < 6; ++k) {
-    EXPECT_TRUE(same(cell_background(out.image, k * (w + 1), 0, w, h), boolean_colour(k < 4))) << k;
+    EXPECT_EQ(cell_background(out.image, k * (w + 1), 0, w, h), boolean_colour(k < 4)) << k;
     EXPECT_GT(ink(out.image, k * (w + 1), 0, w, h), 4) << k;
   }
-  EXPECT_FALSE(same(boolean_colour(true), boolean_colour(false)));
+  EXPECT_NE(boolean_colour(true), boolean_colour(false));
 }
 
 TEST(InputImage, TooManyValuesToWriteBecomeACategoricalStrip) {
@@ -182,7 +180,7 @@ TEST(InputImage, TooManyValuesToWriteBecomeACategoricalStrip) {
   InputImage out = render_input(ids, options);
   EXPECT_EQ(out.layout, "strip");
   EXPECT_EQ(out.image.width, kMaxGridCells + 1);
-  EXPECT_TRUE(same(out.image.at(7, 0), categorical(ids[0][7].item<int64_t>())));
+  EXPECT_EQ(out.image.at(7, 0), categorical(ids[0][7].item<int64_t>()));
   EXPECT_NE(out.hint.find("one pixel per value"), std::string::npos) << out.hint;
   EXPECT_THROW(render_value_grid(torch::zeros({3})), std::invalid_argument);
 }

@@ -13,8 +13,6 @@ namespace {
 
 using namespace nansense::render;
 
-bool same(Rgba a, Rgba b) { return a.r == b.r && a.g == b.g && a.b == b.b && a.a == b.a; }
-
 TEST(Strip, ChannelsBecomeTilesWithTransparentGaps) {
   auto t = torch::zeros({2, 3, 4, 5});
   t[1][0][0][0] = 2.0;   // sample 1, channel 0: the largest positive value
@@ -27,10 +25,10 @@ TEST(Strip, ChannelsBecomeTilesWithTransparentGaps) {
   EXPECT_EQ(s.image.width, 3 * 5 + 2);
   EXPECT_EQ(s.image.height, 4);
   EXPECT_DOUBLE_EQ(s.info.scale_max, 2.0);
-  EXPECT_TRUE(same(s.image.at(0, 0), diverging(1.0)));
-  EXPECT_TRUE(same(s.image.at(1, 0), diverging(0.0)));
+  EXPECT_EQ(s.image.at(0, 0), diverging(1.0));
+  EXPECT_EQ(s.image.at(1, 0), diverging(0.0));
   EXPECT_EQ(s.image.at(5, 0).a, 0);  // the gap after tile 0
-  EXPECT_TRUE(same(s.image.at(2 * 6 + 4, 3), diverging(-0.5)));
+  EXPECT_EQ(s.image.at(2 * 6 + 4, 3), diverging(-0.5));
   EXPECT_GT(diverging(1.0).r, diverging(1.0).b);    // positive is red
   EXPECT_GT(diverging(-1.0).b, diverging(-1.0).r);  // negative is blue
 }
@@ -46,14 +44,14 @@ TEST(Strip, NonFiniteValuesAreMarkedOffTheScale) {
   EXPECT_EQ(s.info.pos_inf, 1);
   EXPECT_EQ(s.info.neg_inf, 1);
   EXPECT_DOUBLE_EQ(s.info.scale_max, 3.0);  // non-finite values do not set the scale
-  EXPECT_TRUE(same(s.image.at(0, 0), nan_mark(0, 0)));
-  EXPECT_TRUE(same(s.image.at(1, 0), pos_inf_mark()));
-  EXPECT_TRUE(same(s.image.at(0, 1), neg_inf_mark()));
-  EXPECT_TRUE(same(s.image.at(1, 1), diverging(1.0)));
+  EXPECT_EQ(s.image.at(0, 0), nan_mark(0, 0));
+  EXPECT_EQ(s.image.at(1, 0), pos_inf_mark());
+  EXPECT_EQ(s.image.at(0, 1), neg_inf_mark());
+  EXPECT_EQ(s.image.at(1, 1), diverging(1.0));
   for (double v = -1; v <= 1; v += 0.05) {
     for (Rgba mark : {nan_mark(0, 0), nan_mark(1, 0), pos_inf_mark(), neg_inf_mark()}) {
-      EXPECT_FALSE(same(mark, diverging(v)));
-      EXPECT_FALSE(same(mark, sequential(std::abs(v))));
+      EXPECT_NE(mark, diverging(v));
+      EXPECT_NE(mark, sequential(std::abs(v)));
     }
   }
 }
@@ -71,7 +69,7 @@ TEST(Strip, FeaturesAreOneRowAndTokensAGridPerChannel) {
   EXPECT_EQ(grid.info.tiles, 3);
   EXPECT_EQ(grid.image.width, 3 * 4 + 2);
   EXPECT_EQ(grid.image.height, 4);
-  EXPECT_TRUE(same(grid.image.at(2 * 5 + 2, 1), diverging(1.0)));
+  EXPECT_EQ(grid.image.at(2 * 5 + 2, 1), diverging(1.0));
 
   Strip matrix = render_strip(torch::randn({1, 5, 3}), {});
   EXPECT_EQ(matrix.info.layout, "matrix");
@@ -97,7 +95,7 @@ TEST(Strip, AverageAndValueTransforms) {
   square.values = Values::kSquare;
   Strip squared = render_strip(t, square);
   EXPECT_DOUBLE_EQ(squared.info.scale_max, 9.0);
-  EXPECT_TRUE(same(squared.image.at(0, 0), sequential(1.0 / 9.0)));
+  EXPECT_EQ(squared.image.at(0, 0), sequential(1.0 / 9.0));
   EXPECT_EQ(parse_values("abs"), Values::kAbs);
   EXPECT_THROW(parse_values("log"), std::invalid_argument);
 }
@@ -145,9 +143,9 @@ TEST(Strip, ABoolMaskIsTwoColoursWithItsTrueCount) {
   EXPECT_EQ(s.info.value_max, 1);
   EXPECT_EQ(s.info.batch_size, 2);
   // Every true cell has one colour, every false cell the other, and they differ.
-  for (int x = 0; x < 3; ++x) EXPECT_TRUE(same(s.image.at(x, 0), boolean_colour(true))) << x;
-  for (int x = 3; x < 5; ++x) EXPECT_TRUE(same(s.image.at(x, 0), boolean_colour(false))) << x;
-  EXPECT_FALSE(same(boolean_colour(true), boolean_colour(false)));
+  for (int x = 0; x < 3; ++x) EXPECT_EQ(s.image.at(x, 0), boolean_colour(true)) << x;
+  for (int x = 3; x < 5; ++x) EXPECT_EQ(s.image.at(x, 0), boolean_colour(false)) << x;
+  EXPECT_NE(boolean_colour(true), boolean_colour(false));
   for (int x = 0; x < 5; ++x) EXPECT_EQ(s.image.at(x, 0).a, 255);
 }
 
@@ -164,21 +162,21 @@ TEST(Strip, IntegerIdsGetAColourPerValue) {
   EXPECT_EQ(s.info.nan, 0);
   ASSERT_EQ(s.image.width, 9);
   // The same id, the same colour; different ids, different colours.
-  EXPECT_TRUE(same(s.image.at(0, 0), s.image.at(2, 0)));
-  EXPECT_TRUE(same(s.image.at(1, 0), s.image.at(5, 0)));
-  EXPECT_TRUE(same(s.image.at(0, 0), categorical(5)));
-  EXPECT_TRUE(same(s.image.at(3, 0), categorical(0)));
+  EXPECT_EQ(s.image.at(0, 0), s.image.at(2, 0));
+  EXPECT_EQ(s.image.at(1, 0), s.image.at(5, 0));
+  EXPECT_EQ(s.image.at(0, 0), categorical(5));
+  EXPECT_EQ(s.image.at(3, 0), categorical(0));
   for (int a = 0; a < 9; ++a) {
     for (int b = 0; b < 9; ++b) {
       const auto va = ids[0][a].item<int64_t>(), vb = ids[0][b].item<int64_t>();
-      if (va != vb) EXPECT_FALSE(same(s.image.at(a, 0), s.image.at(b, 0))) << va << " vs " << vb;
+      if (va != vb) EXPECT_NE(s.image.at(a, 0), s.image.at(b, 0)) << va << " vs " << vb;
     }
   }
   // Neighbouring ids (labels 0..9) all differ too, and none is a non-finite mark.
   for (int64_t a = 0; a < 10; ++a) {
-    for (int64_t b = a + 1; b < 10; ++b) EXPECT_FALSE(same(categorical(a), categorical(b))) << a << " vs " << b;
-    EXPECT_FALSE(same(categorical(a), pos_inf_mark()));
-    EXPECT_FALSE(same(categorical(a), neg_inf_mark()));
+    for (int64_t b = a + 1; b < 10; ++b) EXPECT_NE(categorical(a), categorical(b)) << a << " vs " << b;
+    EXPECT_NE(categorical(a), pos_inf_mark());
+    EXPECT_NE(categorical(a), neg_inf_mark());
   }
   // int32 [N, C, H, W] (a segmentation label map per channel) keeps its tiles.
   auto labels = torch::randint(0, 4, {2, 3, 4, 5}, torch::kInt);
@@ -188,7 +186,7 @@ TEST(Strip, IntegerIdsGetAColourPerValue) {
   EXPECT_EQ(t.info.layout, "channels");
   EXPECT_EQ(t.info.tiles, 3);
   EXPECT_EQ(t.info.dtype, "int32");
-  EXPECT_TRUE(same(t.image.at(6 + 1, 2), categorical(labels[0][1][2][1].item<int64_t>())));
+  EXPECT_EQ(t.image.at(6 + 1, 2), categorical(labels[0][1][2][1].item<int64_t>()));
 }
 
 TEST(Png, DecodesToTheSamePixels) {

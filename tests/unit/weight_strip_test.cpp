@@ -15,8 +15,6 @@ namespace {
 
 using namespace nansense::render;
 
-bool same(Rgba a, Rgba b) { return a.r == b.r && a.g == b.g && a.b == b.b && a.a == b.a; }
-
 // Distinct values everywhere, so a wrong index shows up as a wrong value.
 torch::Tensor counting(std::vector<int64_t> shape) {
   int64_t n = 1;
@@ -197,9 +195,9 @@ TEST(WeightStrip, DrawsTilesOnASymmetricScaleWithTransparentGaps) {
   EXPECT_EQ(s.info.tile_height, 2);
   EXPECT_EQ(s.image.width, 3 * 2 + 2);
   EXPECT_DOUBLE_EQ(s.info.scale_max, 4.0);
-  EXPECT_TRUE(same(s.image.at(0, 0), diverging(1.0)));
+  EXPECT_EQ(s.image.at(0, 0), diverging(1.0));
   EXPECT_EQ(s.image.at(2, 0).a, 0);  // the gap
-  EXPECT_TRUE(same(s.image.at(2 * 3 + 1, 1), diverging(-0.5)));
+  EXPECT_EQ(s.image.at(2 * 3 + 1, 1), diverging(-0.5));
   EXPECT_NE(thrown([&] {
               render_weight_strip(torch::zeros({2}, torch::kLong), default_weight_layout({2}));
             }).find("cannot draw"),
