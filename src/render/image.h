@@ -9,6 +9,7 @@ namespace nansense::render {
 
 struct Rgba {
   uint8_t r = 0, g = 0, b = 0, a = 0;
+  bool operator==(const Rgba&) const = default;
 };
 
 struct Image {
