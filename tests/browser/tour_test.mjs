@@ -279,6 +279,30 @@ async function main() {
     await byTestId('share-close').click();
   });
 
+  await check('the main page’s link names the cards shown, and opens them', async () => {
+    await page.goto(base);
+    await byTestId(`card-${LAYER}`).waitFor({ timeout: h.uiTimeoutMs });
+    const shown = await page.evaluate(() => [...document.querySelectorAll('[data-tour="card"]')].map((c) => c.dataset.layer));
+    await byTestId(`hide-${LAYER}`).click();
+    await h.gone(`card-${LAYER}`);
+    await byTestId('share').click();
+    const want = shown.filter((l) => l !== LAYER);
+    const link = await byTestId('share-page-link').inputValue();
+    const layers = new URL(link).searchParams.get('layer')?.split(',');
+    if (JSON.stringify(layers) !== JSON.stringify(want)) throw new Error(`the link should name ${want.join(',')}: ${link}`);
+    await copyAndCheck(page, 'page', link);
+    await byTestId('share-close').click();
+    const other = await newPage();
+    try {
+      await other.goto(link);
+      await other.getByTestId(`card-${want[want.length - 1]}`).waitFor({ timeout: h.uiTimeoutMs });
+      const opened = await other.evaluate(() => [...document.querySelectorAll('[data-tour="card"]')].map((c) => c.dataset.layer));
+      if (JSON.stringify(opened) !== JSON.stringify(want)) throw new Error(`the link opened ${opened.join(',')}, not ${want.join(',')}`);
+    } finally {
+      await other.close();
+    }
+  });
+
   await check('recordings the server lists are offered with their links', async () => {
     // list_recordings' reply shape (Recordings: saved ones, then the active).
     const dir = 'nansense_recordings/20261202-170000';

@@ -9,7 +9,7 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { pageToken } from '../api/client';
 import { Modal } from '../dialogs/Modal';
-import { pageHref } from '../links';
+import { currentPage, pageHref } from '../links';
 import { store } from '../state/app';
 import { isLocked } from '../state/locked';
 import { createStore, useSelector } from '../state/store';
@@ -26,9 +26,19 @@ export function ShareDialogHost() {
   return <ShareDialog />;
 }
 
-// The page's address as the receiver should open it: absolute, its query
-// (the page's state) kept.
+// Past this many cards the main page's link names none (the receiver gets
+// the first few, as on any first visit).
+const MAX_LINKED_LAYERS = 40;
+
+// The page's address as the receiver should open it: absolute, with the
+// page's state: its query (the other pages keep it current), or on the main
+// page the cards shown (?layer=a,b).
 export function pageLink(): string {
+  if (currentPage() === 'main') {
+    const { shown } = store.get();
+    const params: Record<string, string> = shown.length && shown.length <= MAX_LINKED_LAYERS ? { layer: shown.join(',') } : {};
+    return new URL(pageHref('main', params), location.href).href;
+  }
   return new URL(location.pathname + location.search, location.origin).href;
 }
 

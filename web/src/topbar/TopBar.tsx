@@ -117,8 +117,20 @@ export function TopBar({ page }: { page: Page }) {
       )}
       <ConnectionIndicator connection={connection} />
       <SettingsGear status={status} />
-      <button class="btn btn-quiet" data-testid="share" data-tour="share" onClick={openShare} title="Share a link to this page, the playground, a recording or the library">
-        Share
+      <button
+        class="icon-button share-button"
+        data-testid="share"
+        data-tour="share"
+        onClick={openShare}
+        title="Share a link to this page, the playground, a recording or the library"
+        aria-label="Share"
+      >
+        <svg viewBox="0 0 24 24" width="17" height="17" aria-hidden="true">
+          <path
+            fill="currentColor"
+            d="M18 16.1c-.8 0-1.5.3-2 .8l-7.1-4.2c.1-.2.1-.5.1-.7s0-.5-.1-.7L16 7.2c.5.5 1.2.8 2 .8a3 3 0 1 0-3-3c0 .2 0 .5.1.7L8 9.8A3 3 0 0 0 3 12a3 3 0 0 0 5 2.2l7.1 4.2c-.1.2-.1.4-.1.6a2.9 2.9 0 1 0 3-2.9z"
+          />
+        </svg>
       </button>
       <button
         class="icon-button tour-button"
