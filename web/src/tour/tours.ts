@@ -30,7 +30,7 @@ export const TOURS: Record<Page, Tour> = {
     title: 'The layers',
     ready: 'card',
     steps: [
-      { target: 'step-controls', text: 'Run, Step and Pause drive the training loop; Step’s arrow steps further.', only: 'unlocked' },
+      { target: 'step-controls', text: 'Run, Step and Pause drive the loop; Step’s menu steps a phase, an epoch or further.', only: 'unlocked' },
       { target: 'position', text: 'Where the loop is: epoch, phase and batch.', only: 'unlocked' },
       { target: 'graph', text: 'The network as traced from its forward pass; click a layer to show its card.' },
       { target: 'card', text: 'Each card shows one layer’s activations and gradients for the chosen sample.' },
