@@ -6,6 +6,8 @@ import { DebugDialogHost } from './dialogs/DebugDialog';
 import { DebugSettingsHost } from './dialogs/DebugSettingsDialog';
 import { TimeTravelDialogHost } from './dialogs/TimeTravelDialog';
 import { Toasts } from './dialogs/Toasts';
+import { ShareDialogHost } from './share/ShareDialog';
+import { TourHost } from './tour/Tour';
 import { GraphPane } from './graph/GraphPane';
 import { InputPane } from './input/InputPane';
 import { Panes } from './layout/Panes';
@@ -32,7 +34,9 @@ export function Dialogs() {
       <DebugDialogHost />
       <DebugSettingsHost />
       <TimeTravelDialogHost />
+      <ShareDialogHost />
       <Toasts />
+      <TourHost />
     </>
   );
 }

@@ -42,7 +42,7 @@ function specs(layer: Layer): LinkSpec[] {
 
 export function CardLinks({ layer }: { layer: Layer }) {
   return (
-    <>
+    <span class="card-links" data-tour="card-links">
       {specs(layer).map((s) => (
         <a
           key={s.page}
@@ -58,6 +58,6 @@ export function CardLinks({ layer }: { layer: Layer }) {
           </svg>
         </a>
       ))}
-    </>
+    </span>
   );
 }

@@ -104,6 +104,7 @@ export const LayerCard = memo(function LayerCard({ layer }: { layer: Layer }) {
       class={`card role-${layer.role} ${hovered ? 'hovered' : ''} ${mark ? `debug-${mark}` : ''}`}
       data-debug={mark ?? undefined}
       data-testid={`card-${name}`}
+      data-tour="card"
       data-layer={name}
       onPointerMove={hoverByPointer}
       onPointerLeave={() => store.get().hovered === name && setHovered(null)}

@@ -8,6 +8,7 @@ import { useEffect, useState } from 'preact/hooks';
 import { Dialogs } from '../App';
 import { cancelExperiment, listExperiments, runExperiment, setAutoRunExperiments } from '../api/client';
 import type { ExperimentKind, ExperimentKindName, ExperimentList, ExperimentParamSpec, ExperimentResult } from '../api/types';
+import { pageHref } from '../links';
 import { store } from '../state/app';
 import { useSelector } from '../state/store';
 import { Banners } from '../topbar/Banners';
@@ -78,7 +79,7 @@ export function ExperimentPage() {
   const state = useSelector(store, (s) => s.status?.state ?? null);
   const sequence = useSelector(store, (s) => s.status?.snapshot_sequence ?? 0);
   const [list, setList] = useState<ExperimentList | null>(null);
-  const [kindName, setKindName] = useState('gradcam');
+  const [kindName, setKindName] = useState(() => new URLSearchParams(location.search).get('kind') ?? 'gradcam');
   const [layer, setLayer] = useState(() => new URLSearchParams(location.search).get('layer') ?? '');
   const [values, setValues] = useState<Record<string, Values>>({});
   const [overlay, setOverlay] = useState(false);
@@ -87,6 +88,14 @@ export function ExperimentPage() {
   // The auto-run switch as the user set it, until the server's answer: a
   // re-render in between (a push) must not flip it back.
   const [autoRunWanted, setAutoRunWanted] = useState<boolean | null>(null);
+
+  // The address keeps the layer and kind, so a reload or a shared link opens the same.
+  useEffect(() => {
+    const params: Record<string, string> = {};
+    if (layer) params.layer = layer;
+    if (kindName !== 'gradcam') params.kind = kindName;
+    history.replaceState(null, '', pageHref('experiment', params));
+  }, [layer, kindName]);
 
   // The kinds and their layers follow the architecture (known after the first capture).
   useEffect(() => {
@@ -98,6 +107,10 @@ export function ExperimentPage() {
   }, [architecture, sequence]);
 
   const kind = list?.kinds.find((k) => k.kind === kindName);
+  // A kind from the address that this server does not offer: its first one.
+  useEffect(() => {
+    if (list && !list.kinds.some((k) => k.kind === kindName) && list.kinds[0]) setKindName(list.kinds[0].kind);
+  }, [list, kindName]);
   const kindValues = kind ? { ...defaultsOf(kind), ...values[kind.kind] } : {};
   const usable = kind?.layers ?? [];
   const paused = state === 'paused';
@@ -163,7 +176,7 @@ export function ExperimentPage() {
       <div class="experiment-body">
         <aside class="experiment-form" data-testid="experiment-form">
           <h1 class="stats-heading">Experiment</h1>
-          <label class="form-row form-row-stacked">
+          <label class="form-row form-row-stacked" data-tour="experiment-kind">
             <span>Experiment</span>
             <select
               data-testid="experiment-kind"
@@ -178,7 +191,7 @@ export function ExperimentPage() {
               ))}
             </select>
           </label>
-          <div class="experiment-buttons">
+          <div class="experiment-buttons" data-tour="experiment-buttons">
             <button
               class="btn btn-run"
               data-testid="experiment-run"
@@ -199,7 +212,7 @@ export function ExperimentPage() {
           </div>
           <fieldset class="side-group">
             <legend>Parameters</legend>
-            <label class="form-row">
+            <label class="form-row" data-tour="experiment-layer">
               <span>Layer</span>
               <select
                 data-testid="experiment-layer"
@@ -243,6 +256,7 @@ export function ExperimentPage() {
           )}
           <label
             class="form-row form-row-check"
+            data-tour="experiment-auto-run"
             title="Run this page's experiment again at every pause and live update (auto-run is a setting of the session; each open page re-runs its own experiment)"
           >
             <input
@@ -274,7 +288,7 @@ export function ExperimentPage() {
             {kind?.description}
           </p>
         </aside>
-        <main class="experiment-main">
+        <main class="experiment-main" data-tour="experiment-result">
           <p
             class="experiment-status"
             data-testid="experiment-status"

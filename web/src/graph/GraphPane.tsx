@@ -244,7 +244,7 @@ export function GraphPane() {
   const hoveredNode = hovered ? (grouped?.drawnAs.get(hovered) ?? null) : null;
 
   return (
-    <div class="pane graph-pane">
+    <div class="pane graph-pane" data-tour="graph">
       <div class="pane-toolbar">
         <span class="pane-title">Architecture</span>
         <span

@@ -123,7 +123,7 @@ export function InputPane() {
         <span class="pane-title pane-title-input">Input</span>
         <span class="muted mono">{shape.length ? `[${shape.join(', ')}]` : ''}</span>
       </div>
-      <div class="input-body">
+      <div class="input-body" data-tour="input">
         {inputs.length > 1 && (
           <label class="field">
             <span>Input</span>

@@ -129,7 +129,7 @@ export function ProbeControls({ shape, info, choice, setChoice, error, setError 
   const shownError = error ?? probe.error ?? null;
 
   return (
-    <div class="probe" data-testid="probe">
+    <div class="probe" data-testid="probe" data-tour="probe">
       <div class="probe-row">
         <label class="switch" title={hasBatch ? 'Re-run this batch at every later capture' : 'Nothing to pin yet'}>
           <input

@@ -1,6 +1,7 @@
 // The page's state: what the server last told us, and what the user chose.
 import type { Architecture, DebugReport, Layer, Snapshot, SnapshotLayer, Status, Values } from '../api/types';
 import { isFolded } from '../graph/fold';
+import { currentPage } from '../links';
 import { createStore } from './store';
 
 export type Connection = 'connecting' | 'open' | 'closed';
@@ -266,12 +267,21 @@ export function hideAll(): void {
 
 const DEFAULT_SHOWN = 8;
 
+// The cards the main page's address asks for (?layer=a,b: a shared link),
+// in that order.
+export function addressLayers(): string[] {
+  if (currentPage() !== 'main') return [];
+  return (new URLSearchParams(location.search).get('layer') ?? '').split(',').filter(Boolean);
+}
+
 // Keeps the user's choice across architecture changes, dropping vanished
-// layers; the first architecture shows the first few non-input layers that
-// are not folded away.
+// layers; the first architecture shows the layers the address names, else
+// the first few non-input layers that are not folded away.
 export function shownFor(next: Architecture, previous: Architecture | null, shown: string[], showShapeOps: boolean): string[] {
   const names = new Set(next.layers.map((l) => l.name));
   if (!previous?.captured) {
+    const asked = addressLayers().filter((l) => names.has(l));
+    if (asked.length) return asked;
     return next.layers
       .filter((l) => l.role !== 'input' && !isFolded(l, showShapeOps))
       .slice(0, DEFAULT_SHOWN)

@@ -4,7 +4,7 @@ import { ApiError, getArchitecture, getSnapshot, getStatus } from '../api/client
 import { connectPush } from '../api/push';
 import type { PushMessage, Status } from '../api/types';
 import { expectStrips, pushClosed, pushOpened, receiveStrip, stripsDone } from '../cards/stripPush';
-import { setSample, shownFor, store, toast } from './app';
+import { addressLayers, requestFocus, setSample, shownFor, store, toast } from './app';
 import { experimentPushed } from './experiments';
 
 // Sequences restart with the server, so everything fetched is tagged with the
@@ -59,10 +59,11 @@ export function refreshArchitecture(): Promise<void> {
     try {
       const architecture = await getArchitecture();
       const { architecture: previous, shown, showShapeOps } = store.get();
-      store.set({
-        architecture,
-        shown: architecture.captured ? shownFor(architecture, previous, shown, showShapeOps) : shown,
-      });
+      const next = architecture.captured ? shownFor(architecture, previous, shown, showShapeOps) : shown;
+      store.set({ architecture, shown: next });
+      // A shared link's first layer: brought into view in both panes.
+      const asked = architecture.captured && !previous?.captured ? addressLayers().find((l) => next.includes(l)) : undefined;
+      if (asked) requestFocus(asked, 'both');
     } catch (e) {
       reportFetchError('architecture', e);
     } finally {

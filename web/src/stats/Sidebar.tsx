@@ -34,7 +34,7 @@ export function Sidebar({ layers, phase }: { layers: string[]; phase: string | n
         Stats <span class="muted">{withStats.length} layer{withStats.length === 1 ? '' : 's'}</span>
       </h1>
 
-      <fieldset class="side-group">
+      <fieldset class="side-group" data-tour="stats-view">
         <legend>View</legend>
         {(['histogram', 'minmax', 'graphs'] as StatsView[]).map((v) => (
           <label class="radio-row" key={v}>
@@ -44,7 +44,7 @@ export function Sidebar({ layers, phase }: { layers: string[]; phase: string | n
         ))}
       </fieldset>
 
-      <fieldset class="side-group">
+      <fieldset class="side-group" data-tour="stats-phase">
         <legend>Phase</legend>
         {phases.length === 0 && s.view !== 'histogram' && <p class="form-hint">No phase has statistics yet.</p>}
         {phases.map((p) => (
@@ -65,7 +65,7 @@ export function Sidebar({ layers, phase }: { layers: string[]; phase: string | n
         )}
       </fieldset>
 
-      <fieldset class="side-group">
+      <fieldset class="side-group" data-tour="stats-layer">
         <legend>Layer</legend>
         <select
           class="side-select mono"
@@ -100,7 +100,7 @@ export function Sidebar({ layers, phase }: { layers: string[]; phase: string | n
       )}
 
       {s.view !== 'minmax' && (
-      <fieldset class="side-group">
+      <fieldset class="side-group" data-tour="stats-axes">
         <legend>Axes</legend>
         {s.view === 'histogram' && (
           <Check id="log-x" label="Log x" checked={s.logX} title="Signed log by bin (powers of ten evenly spaced); off: a linear value axis" onChange={(v) => statsStore.set({ logX: v })} />

@@ -39,6 +39,7 @@ export function StatsPage() {
           class="stats-main"
           ref={setScroller}
           data-testid="stats-main"
+          data-tour="stats-cards"
           data-view={s.view}
           data-phase={phase ?? 'current'}
           data-stats-sequence={s.list?.sequence ?? 0}

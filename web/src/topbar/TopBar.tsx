@@ -5,6 +5,8 @@ import { detach, pause, refresh, run, stepBy } from '../state/commands';
 import { store, type Connection } from '../state/app';
 import { positionLabel } from '../state/position';
 import { useSelector } from '../state/store';
+import { openShare } from '../share/ShareDialog';
+import { startTour } from '../tour/Tour';
 import { StepButton } from './StepButton';
 
 export interface Controls {
@@ -48,7 +50,7 @@ export function TopBar({ page }: { page: Page }) {
         </span>
         <span class="brand-sub">LibTorch debugger</span>
       </a>
-      <div class="controls" role="toolbar" aria-label="Training controls">
+      <div class="controls" role="toolbar" aria-label="Training controls" data-tour="step-controls">
         <button class="btn btn-run" data-testid="run" disabled={!c.run} onClick={run} title="Run to the end of training">
           <svg viewBox="0 0 24 24" width="14" height="14" aria-hidden="true">
             <path fill="currentColor" d="M7 4.5v15l12-7.5z" />
@@ -82,7 +84,7 @@ export function TopBar({ page }: { page: Page }) {
       </div>
       <div class="where">
         <StateDot status={status} />
-        <span class="position mono" data-testid="position-label">
+        <span class="position mono" data-testid="position-label" data-tour="position">
           {positionLabel(status?.live_position ?? null, status?.schedule ?? null)}
         </span>
         {status?.state === 'finished' && (
@@ -105,16 +107,41 @@ export function TopBar({ page }: { page: Page }) {
         Refresh
       </button>
       {page === 'main' ? (
-        <a class="btn btn-quiet" data-testid="stats-link" href={pageHref('stats')} title="Statistics over time: histograms and graphs by epoch">
+        <a class="btn btn-quiet" data-testid="stats-link" data-tour="stats-link" href={pageHref('stats')} title="Statistics over time: histograms and graphs by epoch">
           Stats
         </a>
       ) : (
-        <a class="btn btn-quiet" data-testid="back-link" href={pageHref('main')} title="Back to the layers">
+        <a class="btn btn-quiet" data-testid="back-link" data-tour="back" href={pageHref('main')} title="Back to the layers">
           ← Layers
         </a>
       )}
       <ConnectionIndicator connection={connection} />
       <SettingsGear status={status} />
+      <button
+        class="icon-button share-button"
+        data-testid="share"
+        data-tour="share"
+        onClick={openShare}
+        title="Share a link to this page, the playground, a recording or the library"
+        aria-label="Share"
+      >
+        <svg viewBox="0 0 24 24" width="17" height="17" aria-hidden="true">
+          <path
+            fill="currentColor"
+            d="M18 16.1c-.8 0-1.5.3-2 .8l-7.1-4.2c.1-.2.1-.5.1-.7s0-.5-.1-.7L16 7.2c.5.5 1.2.8 2 .8a3 3 0 1 0-3-3c0 .2 0 .5.1.7L8 9.8A3 3 0 0 0 3 12a3 3 0 0 0 5 2.2l7.1 4.2c-.1.2-.1.4-.1.6a2.9 2.9 0 1 0 3-2.9z"
+          />
+        </svg>
+      </button>
+      <button
+        class="icon-button tour-button"
+        data-testid="tour-replay"
+        data-tour="tour"
+        title="Take the tour of this page"
+        aria-label="Take the tour of this page"
+        onClick={() => startTour()}
+      >
+        ?
+      </button>
     </header>
   );
 }
@@ -129,6 +156,7 @@ function SettingsGear({ status }: { status: Status | null }) {
     <button
       class={`icon-button gear ${off ? 'gear-off' : ''}`}
       data-testid="settings-gear"
+      data-tour="settings"
       title={title}
       aria-label={title}
       onClick={() => store.set({ debugSettingsOpen: true })}

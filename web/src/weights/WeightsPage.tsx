@@ -66,7 +66,7 @@ export function WeightsPage() {
           <h1 class="stats-heading" data-testid="weights-title">
             Weights · {layer || '(no layer)'}
           </h1>
-          <label class="weights-layer">
+          <label class="weights-layer" data-tour="weights-layer">
             <span>Layer</span>
             <select
               data-testid="weights-layer"
@@ -86,6 +86,7 @@ export function WeightsPage() {
             <a
               class="btn btn-quiet"
               data-testid="weight-graphs-link"
+              data-tour="weight-graphs"
               href={pageHref('stats', { layer, view: 'graphs' })}
               title="This layer's weights over the epochs (the Stats page's graphs)"
             >
@@ -164,7 +165,7 @@ function ParameterCard({ layer, parameter: p, sequence }: { layer: string; param
         )}
       </header>
       {shape.length > 0 && (
-        <div class="weights-dims">
+        <div class="weights-dims" data-tour="weights-dims">
           {shape.map((size, d) => {
             const role = roleOf(layout, d);
             return (
@@ -203,7 +204,7 @@ function ParameterCard({ layer, parameter: p, sequence }: { layer: string; param
           })}
         </div>
       )}
-      <div class="weights-strips">
+      <div class="weights-strips" data-tour="weights-strips">
         {stripsOf(p).map((s) => (
           <WeightStrip
             key={s.tensor}
@@ -217,7 +218,7 @@ function ParameterCard({ layer, parameter: p, sequence }: { layer: string; param
           />
         ))}
       </div>
-      <div class="weights-scalars mono" data-testid={`weights-scalars-${p.name}`}>
+      <div class="weights-scalars mono" data-testid={`weights-scalars-${p.name}`} data-tour="weights-scalars">
         {scalars.map(([k, v]) => (
           <span key={k}>
             {k} {formatNum(v)}
