@@ -1,11 +1,6 @@
-// The signed-log histogram every statistic shares (the original's 211 bins):
-// 7 bins per decade over |x| in 1e-9 .. 1e6 on each side, a zero band
-// |x| < 1e-9 in the middle, and open end bins that take everything beyond
-// +-1e6 (infinities included; the UI marks those bars as clipped).
-//
-//   bin 0 .. 104    negative values, most negative first
-//   bin 105         the zero band (|x| < 1e-9)
-//   bin 106 .. 210  positive values, smallest first
+// The signed-log histogram every statistic shares, over the bins of
+// stats/bins.h (211: 7 per decade over |x| in 1e-9 .. 1e6 on each side, a
+// zero band in the middle, open end bins).
 //
 // NaN is never binned: it is counted on its own (TensorStatsView::nan).
 #pragma once
@@ -16,15 +11,9 @@
 #include <limits>
 #include <vector>
 
-namespace nansense::stats {
+#include "stats/bins.h"
 
-constexpr int kBinsPerDecade = 7;
-constexpr int kDecades = 15;                          // 1e-9 .. 1e6
-constexpr int kSideBins = kBinsPerDecade * kDecades;  // 105
-constexpr int kZeroBin = kSideBins;                   // 105
-constexpr int kBins = 2 * kSideBins + 1;              // 211
-constexpr double kZeroBand = 1e-9;
-constexpr double kTop = 1e6;
+namespace nansense::stats {
 
 // The 212 bin edges, ascending: -1e6 .. -1e-9, then 1e-9 .. 1e6; bin i lies
 // between edges[i] and edges[i+1] (the zero band between -1e-9 and 1e-9).

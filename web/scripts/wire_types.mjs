@@ -18,12 +18,20 @@ if (!source) {
 }
 const text = source.endsWith('.json') ? readFileSync(source, 'utf8') : execFileSync(source, { encoding: 'utf8' });
 const defs = JSON.parse(text);
+// A def marked x-constant (every property a const) is also written as a
+// constant of that type: HistogramBins -> histogramBins.
+function constant(name, schema) {
+  if (!schema['x-constant']) return '';
+  const value = Object.fromEntries(Object.entries(schema.properties).map(([key, s]) => [key, s.const]));
+  const id = name[0].toLowerCase() + name.slice(1);
+  return `export const ${id}: ${name} = ${JSON.stringify(value)};\n`;
+}
 const out = resolve(dirname(fileURLToPath(import.meta.url)), '../src/api/wire.gen.ts');
 const body = [
   '// Generated from the server\'s declarations (src/server/controller/wire_types.cpp) by',
   '// web/scripts/wire_types.mjs at build time: do not edit, change wire_types.cpp.',
   '',
-  ...Object.entries(defs).map(([name, schema]) => declaration(name, schema) + '\n'),
+  ...Object.entries(defs).map(([name, schema]) => declaration(name, schema) + '\n' + constant(name, schema)),
 ].join('\n');
 if (!existsSync(out) || readFileSync(out, 'utf8') !== body) writeFileSync(out, body);
 console.log(`wire_types: ${Object.keys(defs).length} types in ${join('web/src/api', 'wire.gen.ts')}`);

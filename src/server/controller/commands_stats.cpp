@@ -3,6 +3,7 @@
 // (controller_galleries.cpp), declared once (commands.h says what a
 // declaration holds).
 #include "server/controller/command_parts.h"
+#include "stats/bins.h"
 
 namespace nansense::server::command_parts {
 
@@ -176,8 +177,9 @@ std::vector<Command> stats_commands() {
       .title = "A layer's statistics per epoch",
       .description = "Per phase and epoch, a layer's activation and gradient statistics over every collected batch: n, "
                      "sum, sum_sq, mean, std, median, min, max over finite values, NaN/+Inf/-Inf counts, dead channels "
-                     "(every value in the zero band |x| < 1e-9) and, for the newest epoch, 211-bin signed-log "
-                     "histograms (edges given) for the layer and per channel; plus its parameters' samples at each "
+                     "(every value in the zero band |x| < 1e-9) and, for the newest epoch, histograms over the " +
+                     stats::bins_description() +
+                     " (edges given) for the layer and per channel; plus its parameters' samples at each "
                      "epoch's first collected batch (norms, mean, std, min, max of value and gradient, update_ratio = "
                      "||step change|| / ||weight||).",
       .args = {kLayer.mandatory(), string_arg("phase", "Only this phase, e.g. \"train\".").not_empty()},
@@ -220,8 +222,8 @@ std::vector<Command> stats_commands() {
   t.push_back({
       .name = "render_histogram",
       .title = "Picture a layer's value distribution",
-      .description = "A PNG chart of the newest epoch's histograms over the 211 signed-log bins (7 per decade over "
-                     "1e-9..1e6 each side, a zero band in the middle): per layer a panel for activations and one for "
+      .description = "A PNG chart of the newest epoch's histograms over the " + stats::bins_description() +
+                     ": per layer a panel for activations and one for "
                      "gradients, a coloured series per phase, end bins that hold +-Inf marked as clipped. Drawn by the "
                      "server with axes, labels and a legend, under 1568 px.",
       .args = {kLayers.mandatory().items(1, 8),

@@ -1,5 +1,7 @@
 #include "server/controller/wire_types.h"
 
+#include "stats/bins.h"
+
 namespace nansense::server {
 
 // The schema vocabulary has a namespace of its own: its short words
@@ -748,8 +750,22 @@ void push_types(json& d, const Words& w) {
   d["WatchMessage"] = object({{"type", literal("watch")}, {"strips", array(ref("StripView"))}});
 }
 
+// Numbers the page shares with the server: web/scripts/wire_types.mjs writes
+// each def marked x-constant as a constant too (histogramBins), so the page
+// never copies them.
+void constant_types(json& d) {
+  json bins = object({{"bins", {{"const", stats::kBins}}},
+                      {"zero_bin", {{"const", stats::kZeroBin}}},
+                      {"bins_per_decade", {{"const", stats::kBinsPerDecade}}},
+                      {"zero_band", {{"const", stats::kZeroBand}}},
+                      {"top", {{"const", stats::kTop}}}});
+  bins["x-constant"] = true;
+  d["HistogramBins"] = std::move(bins);
+}
+
 json build() {
   json d = json::object();
+  constant_types(d);
   const Words w = words(d);
   basic_types(d);
   status_types(d, w);

@@ -6,6 +6,7 @@
 #include "render/downscale.h"
 #include "server/controller/commands.h"
 #include "server/mcp/jsonrpc.h"
+#include "stats/bins.h"
 
 namespace nansense::server::mcp {
 
@@ -86,12 +87,10 @@ std::string describe(const InputPicture& p) {
 }
 
 std::string describe(const HistogramPicture& p) {
-  std::string caption =
-      "Histograms over the 211 signed-log bins (7 per decade over 1e-9..1e6 on each side, the "
-      "zero band |x| < 1e-9 in the middle; end bins hold everything beyond +-1e6, +-Inf marked "
-      "clipped), x axis " +
-      std::string(p.log_x ? "symmetric log" : "linear") + ", y axis " + (p.log_y ? "log" : "linear") +
-      " counts. Series:";
+  std::string caption = "Histograms over the " + stats::bins_description() +
+                        " (end bins hold everything beyond +-1e6, +-Inf marked clipped), x axis " +
+                        std::string(p.log_x ? "symmetric log" : "linear") + ", y axis " + (p.log_y ? "log" : "linear") +
+                        " counts. Series:";
   for (const auto& s : p.series) caption += " " + s + ";";
   if (p.series.empty()) caption += " none (nothing collected for what was asked);";
   return caption;

@@ -1,14 +1,16 @@
-// The statistics' signed-log bins (src/stats/histogram.h): 211 bins, 7 per
-// decade over |x| in 1e-9..1e6 on each side, bin 105 the zero band
-// |x| < 1e-9, the end bins also holding everything beyond ±1e6 and ±inf.
-// Bin i spans edges[i]..edges[i+1] of the server's 212 edges.
+// The statistics' signed-log bins (src/stats/bins.h, generated into
+// wire.gen.ts): 211 bins, 7 per decade over |x| in 1e-9..1e6 on each side,
+// bin 105 the zero band |x| < 1e-9, the end bins also holding everything
+// beyond ±1e6 and ±inf. Bin i spans edges[i]..edges[i+1] of the server's
+// BINS + 1 edges.
 import type { DebugBand, Num } from '../api/types';
+import { histogramBins } from '../api/wire.gen';
 
-export const BINS = 211;
-export const ZERO_BIN = 105;
+export const BINS = histogramBins.bins;
+export const ZERO_BIN = histogramBins.zero_bin;
 // The span the bins resolve; band edges outside it are not drawn.
-export const SPAN_MIN = 1e-9;
-export const SPAN_MAX = 1e6;
+export const SPAN_MIN = histogramBins.zero_band;
+export const SPAN_MAX = histogramBins.top;
 
 export function num(v: Num | null | undefined): number {
   if (v == null) return NaN;
