@@ -118,6 +118,7 @@ class Coordinator:
         self._trips_lock = threading.Lock()
         self._peeked: set[tuple[int, int]] = set()  # (boundary, rank) news read early (leader)
         self._pending: Optional[int] = None  # the boundary gathered, its decision not yet sent (leader)
+        self._rejoin = False  # a follower that made a jump: its engine landed paused, detach it again
         self._handshake()
         self._stop = threading.Event()
         self._heartbeat = threading.Thread(target=self._beat, name=f"nansense-ddp-heartbeat-{self.rank}", daemon=True)
@@ -282,6 +283,11 @@ class Coordinator:
         same jump on its engine, so its begin_batch raises it."""
         if self._closed:
             return
+        if self._rejoin:
+            # The engine pauses on a jump's target whatever its mode; a
+            # follower's pauses are rank 0's, so it goes on detached.
+            self._rejoin = False
+            self.engine.detach()
         n = self._n
         self._n += 1
         if self.leader:
@@ -371,6 +377,7 @@ class Coordinator:
             # Armed here, the jump is raised by this rank's next batch start.
             try:
                 self.engine.request_time_travel(jump)
+                self._rejoin = True
             except Exception as e:
                 why = f"rank {self.rank} cannot jump to epoch {jump}: {e}"
                 self._leave(why)

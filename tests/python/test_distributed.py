@@ -223,8 +223,6 @@ def test_start_on_only_some_ranks_is_refused(run):
     assert "nansense.start() ran on rank(s) 0 but not on rank(s) 1" in out, out
 
 
-@pytest.mark.skip(reason="not working yet: every rank makes the jump and stands at the target epoch's first "
-                         "batch, but the run then does not finish (a hang after the jump, not yet found)")
 def test_a_jump_rewinds_every_rank_in_lockstep(run):
     r = run(2, epochs=3, batches=2, time_travel=True)
     api = r.api()
