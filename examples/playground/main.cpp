@@ -37,6 +37,7 @@ struct Flags {
   std::string host = "127.0.0.1";
   int port = 7860;
   bool no_browser = false;
+  bool synthetic = false;
 };
 
 // The layers the demo shows Min/Max galleries for; every layer collects
@@ -47,20 +48,9 @@ torch::Tensor loss_of(FashionCnn& model, const torch::Tensor& data, const torch:
   return torch::nll_loss(model->forward(data), target);
 }
 
-int prepare(const Flags& flags) {
-  std::optional<FashionMnist> train_set;
-  try {
-    train_set.emplace(flags.data_dir, FashionMnist::Split::kTrain);
-  } catch (const std::exception& e) {
-    std::cerr << "playground_demo: " << e.what() << "\n";
-    return 1;
-  }
-  const int64_t all = (static_cast<int64_t>(*train_set->size()) + flags.batch_size - 1) / flags.batch_size;
-  const int64_t batches = flags.limit_batches > 0 ? std::min(all, flags.limit_batches) : all;
-  auto loader = torch::data::make_data_loader(std::move(*train_set).map(torch::data::transforms::Stack<>()),
-                                              torch::data::DataLoaderOptions().batch_size(flags.batch_size));
-  Take train_data(*loader, flags.limit_batches);
-
+// Trains on `train_data` (`batches` a epoch) and freezes the last batch.
+template <class Data>
+int prepare_on(const Flags& flags, Data& train_data, int64_t batches) {
   torch::manual_seed(0);
   FashionCnn model;
   torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(1e-3));
@@ -80,7 +70,7 @@ int prepare(const Flags& flags) {
     int64_t seen = 0;
     for (auto& batch : session.batches(train_data, "train", epoch)) {
       optimizer.zero_grad();
-      auto loss = loss_of(model, batch.data, batch.target);
+      torch::Tensor loss = loss_of(model, batch.data, batch.target);
       loss.backward();
       optimizer.step();
       session.log_scalar("loss", loss.item<double>());
@@ -97,6 +87,32 @@ int prepare(const Flags& flags) {
   std::cout << "froze the moment to " << flags.moment << " (" << std::filesystem::file_size(flags.moment)
             << " bytes); serve it with: playground_demo --moment " << flags.moment << "\n";
   return 0;
+}
+
+int prepare(const Flags& flags) {
+  if (flags.synthetic) {
+    // Random images of the demo's shape: for tests, which never need the dataset.
+    torch::manual_seed(1);
+    const int64_t batches = std::max<int64_t>(flags.limit_batches, 1);
+    std::vector<torch::data::Example<>> data;
+    for (int64_t i = 0; i < batches; ++i) {
+      data.push_back({torch::randn({flags.batch_size, 1, 28, 28}), torch::randint(0, 10, {flags.batch_size})});
+    }
+    return prepare_on(flags, data, batches);
+  }
+  std::optional<FashionMnist> train_set;
+  try {
+    train_set.emplace(flags.data_dir, FashionMnist::Split::kTrain);
+  } catch (const std::exception& e) {
+    std::cerr << "playground_demo: " << e.what() << "\n";
+    return 1;
+  }
+  const int64_t all = (static_cast<int64_t>(*train_set->size()) + flags.batch_size - 1) / flags.batch_size;
+  const int64_t batches = flags.limit_batches > 0 ? std::min(all, flags.limit_batches) : all;
+  auto loader = torch::data::make_data_loader(std::move(*train_set).map(torch::data::transforms::Stack<>()),
+                                              torch::data::DataLoaderOptions().batch_size(flags.batch_size));
+  Take train_data(*loader, flags.limit_batches);
+  return prepare_on(flags, train_data, batches);
 }
 
 int serve(const Flags& flags, StopSignal& stop_signal) {
@@ -144,6 +160,7 @@ int main(int argc, char** argv) {
   app.add_option("--host", flags.host, "Bind address (0.0.0.0: every interface)")->capture_default_str();
   app.add_option("--port", flags.port, "Port")->check(CLI::Range(0, 65535))->capture_default_str();
   app.add_flag("--no-browser", flags.no_browser, "Do not open a browser tab");
+  app.add_flag("--synthetic", flags.synthetic, "Random images instead of Fashion-MNIST (--prepare; tests)");
   CLI11_PARSE(app, argc, argv);
   return flags.prepare ? prepare(flags) : serve(flags, stop_signal);
 }
