@@ -6,7 +6,7 @@ route, MCP exposure, arguments, reply type) and every reply shape once as a
 JSON Schema (src/server/controller/wire_types.cpp). The program
 build/tests/nansense_wire_description prints both as one JSON document:
 
-    {"commands": [{"name", "rest": {"method", "path"} | null, "mcp", "read_only",
+    {"commands": [{"name", "rest": {"method", "path"} | null, "mcp", "read_only", "runs_when_locked",
                    "input_schema", "reply", ["title", "description"]}, ...],
      "$defs": {"Status": {...JSON Schema...}, ...}}
 
@@ -275,6 +275,8 @@ def http_page(doc):
         r = c["rest"]
         out += [f"## {r['method']} {r['path']} {{#{anchor('route', c['name'])}}}", ""]
         facts = [f"Command `{c['name']}`", "read-only" if c["read_only"] else "changes the run or its settings"]
+        if not c.get("runs_when_locked", True):
+            facts.append("refused on a locked session (409)")
         if c["mcp"]:
             facts.append(f"also the MCP tool [`{c['name']}`](mcp.md#{anchor('tool', c['name'])})")
         out += ["; ".join(facts) + ".", ""]
@@ -319,6 +321,8 @@ def mcp_page(doc):
     for c in tools:
         out += [f"## {c['name']} {{#{anchor('tool', c['name'])}}}", ""]
         facts = ["Read-only (`readOnlyHint`)" if c["read_only"] else "Changes the run or its settings"]
+        if not c.get("runs_when_locked", True):
+            facts.append("refused on a locked session")
         rest = c.get("rest")
         if rest:
             facts.append(f"over HTTP: [`{rest['method']} {rest['path']}`](http.md#{anchor('route', c['name'])})")

@@ -597,6 +597,34 @@ class Engine {
     return d;
   }
 
+  // --- frozen moments, lock and park (nansense/_session.py) ---
+  void freeze_moment(const std::string& path, const std::string& phase, int64_t epoch, int64_t batch_idx) {
+    session_->freeze_moment(path, phase, epoch, batch_idx);
+  }
+  void lock() { session_->lock(); }
+  bool locked() const { return session_->locked(); }
+  void park() {
+    {
+      py::gil_scoped_release release;
+      session_->park();
+    }
+    raise_pending();
+  }
+  // load_moment's replay, run by Python between the two (its module hooks
+  // name the layers as a training batch's do).
+  std::vector<torch::Tensor> begin_moment_replay(const std::string& path) {
+    py::gil_scoped_release release;
+    return core_->begin_moment_replay(path, /*set_inputs=*/false);
+  }
+  void end_moment_replay() {
+    py::gil_scoped_release release;
+    core_->end_moment_replay();
+  }
+  void abandon_moment_replay() {
+    py::gil_scoped_release release;
+    core_->abandon_moment_replay();
+  }
+
   void step_batch() { session_->step_batch(); }
   void step_phase() { session_->step_phase(); }
   void step_epoch() { session_->step_epoch(); }
@@ -831,6 +859,7 @@ PYBIND11_MODULE(_nansense, m) {
   static py::exception<nansense::ArgumentError> argument_error(m, "ArgumentError", PyExc_ValueError);
   static py::exception<nansense::TimeTravelError> time_travel_error(m, "TimeTravelError", PyExc_RuntimeError);
   static py::exception<nansense::CapsuleError> capsule_error(m, "CapsuleError", PyExc_RuntimeError);
+  static py::exception<nansense::MomentError> moment_error(m, "MomentError", PyExc_RuntimeError);
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
@@ -846,6 +875,8 @@ PYBIND11_MODULE(_nansense, m) {
       py::set_error(time_travel_error, e.what());
     } catch (const nansense::CapsuleError& e) {
       py::set_error(capsule_error, e.what());
+    } catch (const nansense::MomentError& e) {
+      py::set_error(moment_error, e.what());
     } catch (const nansense::common::Refusal& e) {
       // A refused request: a wrong or unknown argument is an ArgumentError
       // (a ValueError), the others (not paused, nothing pinned) a ControlError.
@@ -931,6 +962,13 @@ PYBIND11_MODULE(_nansense, m) {
       .def("abort_epochs", &Engine::abort_epochs)
       .def("request_time_travel", &Engine::request_time_travel)
       .def("time_travel_status", &Engine::time_travel_status)
+      .def("freeze_moment", &Engine::freeze_moment)
+      .def("lock", &Engine::lock)
+      .def("locked", &Engine::locked)
+      .def("park", &Engine::park)
+      .def("begin_moment_replay", &Engine::begin_moment_replay)
+      .def("end_moment_replay", &Engine::end_moment_replay)
+      .def("abandon_moment_replay", &Engine::abandon_moment_replay)
       .def("step_batch", &Engine::step_batch)
       .def("step_phase", &Engine::step_phase)
       .def("step_epoch", &Engine::step_epoch)

@@ -6,6 +6,7 @@
 #include "nansense/debug.h"
 #include "nansense/errors.h"
 #include "nansense/item_tensors.h"
+#include "nansense/moment.h"
 #include "nansense/options.h"
 #include "nansense/position.h"
 #include "nansense/schedule.h"

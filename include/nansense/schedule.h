@@ -40,6 +40,11 @@ class Schedule {
   void set_epochs(int64_t epochs);
   // Rewind the epoch counter (used when the loop restarts at an earlier epoch).
   void rewind_to_epoch(int64_t epoch);
+  // A frozen moment's schedule (load_moment): the epoch total, every phase in
+  // run order and the counts known, positioned so that the next
+  // advance(at.phase, at.epoch) returns `at`.
+  void restore(std::optional<int64_t> epochs, const std::vector<std::string>& order,
+               const std::map<std::string, int64_t>& counts, const BatchPosition& at);
 
   std::optional<int64_t> epochs() const;
   bool declared() const;

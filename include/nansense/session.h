@@ -315,6 +315,43 @@ class Session {
   // The UI's address once served ("http://127.0.0.1:8080/"), else empty.
   std::string url() const;
 
+  // Sharing the debugger (docs/guide/moments.md).
+  //
+  // Arms a one-shot freeze of the debugger's moment at exactly (phase, epoch,
+  // batch_idx): when training reaches that batch it is captured whatever the
+  // mode (a detached run works, and does not pause), and at its end the moment
+  // is written to `path` atomically with a checksum (the state layer's format,
+  // kind "moment"): the batch's loader item (the replay seed), the model's
+  // parameters and buffers as the batch began and as it ended, the optimizers'
+  // state and hyperparameters, the statistics collected so far (histograms,
+  // Min/Max galleries, series), the watched set and the schedule. Arming again
+  // replaces a target not reached yet; one never reached is reported at
+  // close() (stderr and the status' internal errors). Any thread. No-op on a
+  // disabled or locked session. UsageError for an empty path or phase or a
+  // negative epoch or batch; a failed write is reported the same way, and
+  // training goes on.
+  void freeze_moment(const std::string& path, const std::string& phase, int64_t epoch, int64_t batch_idx);
+  // Locks the session for a shared deployment, one way: from now on every
+  // transport (REST, MCP, the page) refuses run control, time travel,
+  // watching, probes that change shared state and every global setting, with
+  // a reason; the status says "locked": true. The statistics scope is forced
+  // to kAll (so a page's show/hide never touches shared state); experiments
+  // still run, with their parameters clamped to kLockedLimits (experiments/
+  // engine.h) and the queue capped. Here, on the Session itself, the run
+  // control and settings methods become no-ops, request_time_travel throws
+  // TimeTravelError, and registering an instrument (watch_metric,
+  // watch_layer_tensor, watch_weight_tensor) throws UsageError. close() is
+  // not locked: it belongs to the hosting program. Any thread.
+  void lock();
+  bool locked() const;
+  // Holds the calling thread in the pause loop, running the experiments and
+  // probes the UI queues, until close() (from another thread: a signal
+  // handler's, the host's). The counterpart of a training loop for a session
+  // with no batches left to drive, e.g. one load_moment() rebuilt: call it on
+  // the thread that owns the model. On an unlocked session a Run or Step
+  // simply re-enters the pause. Returns at once on a disabled or closed one.
+  void park();
+
   // How experiments (Grad-CAM, integrated gradients, Deep Dream... run on
   // the paused model from the Experiment page or MCP) call the model: its
   // forward on the model inputs of a batch, in input-layer order. start()

@@ -21,7 +21,7 @@ _check_torch()
 from ._capsule import Capsule, replay_capsule  # noqa: E402
 from ._distributed import DistributedError  # noqa: E402
 from ._restorer import TrainingRestorer  # noqa: E402
-from ._session import DEFAULT_CACHE_DIR, Session, TimeTravelJump, serve, start  # noqa: E402
+from ._session import DEFAULT_CACHE_DIR, Session, TimeTravelJump, load_moment, serve, start  # noqa: E402
 from ._types import (  # noqa: E402
     BatchPosition,
     BatchSnapshot,
@@ -52,6 +52,7 @@ from ._nansense import (  # noqa: E402
     ArgumentError,
     CapsuleError,
     ControlError,
+    MomentError,
     ScheduleError,
     TimeTravelError,
     UsageError,
@@ -60,6 +61,7 @@ from ._nansense import (  # noqa: E402
 __all__ = [
     "start",
     "serve",
+    "load_moment",
     "Session",
     "replay_capsule",
     "Capsule",
@@ -92,6 +94,7 @@ __all__ = [
     "CapsuleError",
     "ControlError",
     "DistributedError",
+    "MomentError",
     "ScheduleError",
     "TimeTravelError",
     "UsageError",

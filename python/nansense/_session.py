@@ -12,7 +12,7 @@ import numbers
 import sys
 import threading
 import weakref
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Optional, Union
 
 import torch
@@ -636,28 +636,80 @@ class Session(_WatchMethods):
         if self._engine:
             self._engine.close()
 
+    # ---- sharing: frozen moments, lock and park (docs/guide/moments.md)
+
+    def freeze_moment(self, path: Union[str, "os.PathLike[str]"], *, phase: str, epoch: int, batch_idx: int) -> None:
+        """Arm a one-shot freeze of the debugger's moment at exactly (phase,
+        epoch, batch_idx). When training reaches that batch it is captured
+        whatever the mode (a detached run works, without pausing) and, at its
+        end, the moment is written to path atomically with a checksum: the
+        batch's loader item (the replay seed: drive the loop with batches()),
+        the weights and buffers as the batch began and ended, the optimizer
+        state and hyperparameters, the statistics so far, the watched set and
+        the schedule. Arming again replaces a target not reached yet; one the
+        run never reaches is reported at close(). No-op on a disabled or
+        locked session."""
+        if not isinstance(phase, str) or not phase:
+            raise TypeError(f"phase must be a non-empty string, got {phase!r}")
+        _check_int("epoch", epoch, 0, none_ok=False)
+        _check_int("batch_idx", batch_idx, 0, none_ok=False)
+        if self._engine and not self._is_locked():
+            self._engine.freeze_moment(os.fspath(path), phase, epoch, batch_idx)
+
+    def lock(self) -> None:
+        """Lock run control and global settings for a shared deployment (one
+        way). Every transport then refuses run control, time travel,
+        watching, probes and settings with a reason; here those methods become
+        no-ops, request_time_travel raises TimeTravelError and registering an
+        instrument raises RuntimeError. The stats scope is forced to ALL;
+        experiments still run, clamped and with the queue capped. close() is
+        not locked. A locked session served on a non-loopback host needs no
+        token: nothing a visitor sends can change the run."""
+        if self._engine:
+            self._engine.lock()
+
+    @property
+    def locked(self) -> bool:
+        """Whether lock() was called."""
+        return self._is_locked()
+
+    def park(self) -> None:
+        """Hold the calling thread at a pause, serving experiments and the
+        UI, until close() (from another thread or a signal handler). Call it
+        on the thread that built the model, typically right after lock()."""
+        if self._engine:
+            self._engine.park()
+
     # ---- run control (any thread; takes effect at the next batch boundary)
 
     def step_batch(self) -> None:
         """Pause after the next batch."""
+        if self._is_locked():
+            return
         self._driven = True
         if self._engine:
             self._engine.step_batch()
 
     def step_phase(self) -> None:
         """Pause at the first batch of the next phase."""
+        if self._is_locked():
+            return
         self._driven = True
         if self._engine:
             self._engine.step_phase()
 
     def step_epoch(self) -> None:
         """Pause at the first batch of the next epoch."""
+        if self._is_locked():
+            return
         self._driven = True
         if self._engine:
             self._engine.step_epoch()
 
     def run_until(self, *, phase: str, epoch: int, batch_idx: int) -> None:
         """Pause at exactly (phase, epoch, batch_idx), which must lie ahead."""
+        if self._is_locked():
+            return
         self._driven = True
         if not isinstance(phase, str) or not phase:
             raise TypeError(f"phase must be a non-empty string, got {phase!r}")
@@ -668,24 +720,32 @@ class Session(_WatchMethods):
 
     def run(self) -> None:
         """Run to the last batch of the run."""
+        if self._is_locked():
+            return
         self._driven = True
         if self._engine:
             self._engine.run()
 
     def detach(self) -> None:
         """Never pause again (a numerical error still does)."""
+        if self._is_locked():
+            return
         self._driven = True
         if self._engine:
             self._engine.detach()
 
     def pause(self) -> None:
         """Pause at the next batch boundary."""
+        if self._is_locked():
+            return
         self._driven = True
         if self._engine:
             self._engine.pause()
 
     def refresh(self) -> None:
         """Capture and publish the next batch without pausing."""
+        if self._is_locked():
+            return
         self._driven = True
         if self._engine:
             self._engine.refresh()
@@ -713,6 +773,8 @@ class Session(_WatchMethods):
 
     def set_debug_settings(self, settings: DebugSettings) -> None:
         """Replace the numerical checks' settings; takes effect at the next batch."""
+        if self._is_locked():
+            return
         if not isinstance(settings, DebugSettings):
             raise TypeError(f"set_debug_settings takes a nansense.DebugSettings, got {type(settings).__name__}")
         if self._engine:
@@ -724,6 +786,8 @@ class Session(_WatchMethods):
     def disable_debug_check(self, category: str = "") -> None:
         """Turn a check category off ("nan_inf" or "under_over"; "" = every
         category of the standing error) and drop it from the standing error."""
+        if self._is_locked():
+            return
         if category not in ("", "nan_inf", "under_over"):
             raise ValueError(f'category must be "nan_inf", "under_over" or "" (all), got {category!r}')
         if self._engine:
@@ -806,6 +870,59 @@ def start(
         session._coordinator = _distributed.start(session, engine, dist)
         if not session._coordinator.leader:
             return session  # rank 0 serves the UI
+    if port is not None:
+        session._server = _ServerThread(session, engine.serve(port, host, open_browser, True, True, mean, std,
+                                                              transform))
+    return session
+
+
+def load_moment(
+    model: torch.nn.Module,
+    path: Union[str, "os.PathLike[str]"],
+    *,
+    replay: Callable[[torch.nn.Module, Any], torch.Tensor],
+    port: Optional[int] = None,
+    host: str = "127.0.0.1",
+    open_browser: bool = True,
+    input_mean: Union[MeanStd, dict[str, MeanStd], None] = None,
+    input_std: Union[MeanStd, dict[str, MeanStd], None] = None,
+    input_transform: Any = None,
+) -> Session:
+    """Rebuild a frozen moment around model for browsing or a locked demo.
+
+    model must be a fresh instance of the architecture the moment was frozen
+    from (parameter names and shapes are checked against the file, and the
+    layers the replay discovers against the frozen ones); the frozen weights
+    and buffers are loaded into it. replay(model, batch) is the training
+    step's forward in miniature, returning the loss, e.g.
+    ``lambda m, batch: criterion(m(batch[0]), batch[1])``; batch is the
+    stored item's tensors in order. It runs once, here, to regenerate the
+    batch's activations and gradients. The session shows exactly the frozen
+    pause, with statistics collection off; nothing trains. Follow with
+    lock() and park() for a shared deployment. Raises MomentError when the
+    file is unreadable or does not fit model."""
+    model = _unwrap(model)
+    if not callable(replay):
+        raise TypeError(f"replay must be a callable (model, batch) -> loss, got {type(replay).__name__}")
+    mean, std, transform = _check_serve_args(port, host, open_browser, input_mean, input_std, input_transform,
+                                             port_none_ok=True)
+    engine = _nansense.Engine(_module_specs(model), None, None)
+    engine.set_model(model)
+    session = Session(model, engine, None, None)
+    session._driven = True
+    item = engine.begin_moment_replay(os.fspath(path))
+    hooks = session._watch_module_calls()
+    try:
+        loss = replay(model, tuple(item))
+        if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+            raise TypeError(f"replay must return the batch's loss (a 1-element tensor), got {type(loss).__name__}")
+        loss.backward()
+    except BaseException:
+        session._remove_hooks(hooks)
+        engine.abandon_moment_replay()
+        raise
+    session._remove_hooks(hooks)
+    engine.end_moment_replay()
     if port is not None:
         session._server = _ServerThread(session, engine.serve(port, host, open_browser, True, True, mean, std,
                                                               transform))

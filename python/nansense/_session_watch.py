@@ -64,6 +64,15 @@ class _WatchMethods:
 
     _engine: Any
 
+    def _is_locked(self) -> bool:
+        """Whether lock() was called: settings and probes become no-ops."""
+        return bool(self._engine) and self._engine.locked()
+
+    def _refuse_instruments_if_locked(self) -> None:
+        if self._is_locked():
+            raise RuntimeError("instruments cannot be registered on a locked session: register them, like every "
+                               "other setting, before lock()")
+
     def _instruments(self) -> _Instruments:
         inst = self.__dict__.get("_instruments_")
         if inst is None:
@@ -86,6 +95,8 @@ class _WatchMethods:
         """Watch `layer` (a name of Session.layer_names). Returns False, and
         changes nothing, for a name the discovered layers lack; before the
         first capture names are kept and checked then."""
+        if self._is_locked():
+            return False
         if not isinstance(layer, str):
             raise TypeError(f"watch takes a layer name (str), got {type(layer).__name__} {layer!r}")
         if not self._engine:
@@ -99,6 +110,8 @@ class _WatchMethods:
     def unwatch(self, layer: str) -> None:
         """Stop watching `layer`. Under the WATCHED scope its statistics go
         with it; under ALL and NONE they stay."""
+        if self._is_locked():
+            return
         if not isinstance(layer, str):
             raise TypeError(f"unwatch takes a layer name (str), got {type(layer).__name__} {layer!r}")
         if self._engine:
@@ -118,6 +131,8 @@ class _WatchMethods:
     def set_stats_scope(self, scope: Union[StatsScope, str]) -> None:
         """Set which layers collect: "none", "watched" or "all". Narrowing to
         WATCHED drops what the other layers collected."""
+        if self._is_locked():
+            return
         try:
             value = StatsScope(scope)
         except ValueError:
@@ -130,6 +145,8 @@ class _WatchMethods:
         largest statistics state) only for `layers`; None: the watched ones.
         Histograms and graphs are unaffected. An unknown name raises
         ValueError once layers are discovered; galleries already kept stay."""
+        if self._is_locked():
+            return
         names = None if layers is None else _layer_list("set_patch_layers", layers)
         if not self._engine:
             return
@@ -155,6 +172,8 @@ class _WatchMethods:
         """Publish (capture statistics, refresh the UI) every n-th epoch
         (unit="epoch"), every n-th batch (unit="batch", of `phase` only when
         given) or every n seconds (unit="seconds"), without pausing."""
+        if self._is_locked():
+            return
         if unit not in ("epoch", "batch", "seconds"):
             raise ValueError(f'unit must be "epoch", "batch" or "seconds", got {unit!r}')
         if isinstance(n, bool) or not isinstance(n, numbers.Real) or math.isnan(n):
@@ -188,6 +207,8 @@ class _WatchMethods:
         the change flushed the layer statistics collected so far (any
         effective change does; logged scalars, metrics and parameter samples
         stay)."""
+        if self._is_locked():
+            return
         args = (_opt("channel_limit_enabled", channel_limit_enabled, bool),
                 _opt("channel_limit", channel_limit, int, 1),
                 _opt("histogram_sample", histogram_sample, int, 1),
@@ -244,6 +265,7 @@ class _WatchMethods:
         the default, "sum", "min", "max", "last", or a function of the list
         of values). A function that raises is disabled and reported in
         instrument_errors; training goes on."""
+        self._refuse_instruments_if_locked()
         _check_name("watch_metric", name)
         if on not in ("batch", "epoch"):
             raise ValueError(f'on must be "batch" or "epoch", got {on!r}')
@@ -289,6 +311,7 @@ class _WatchMethods:
         return self._tensor_instrument("watch_weight_tensor", name, weight=True)
 
     def _tensor_instrument(self, what: str, name: str, *, weight: bool) -> Callable[[_InstrumentFn], _InstrumentFn]:
+        self._refuse_instruments_if_locked()
         _check_name(what, name)
 
         def register(fn: _InstrumentFn) -> _InstrumentFn:
@@ -345,6 +368,8 @@ class _WatchMethods:
         Returns False when there is nothing to pin (a disabled session, no
         capture yet). Raises ControlError while the loop runs (pause first).
         `timeout` waits that many seconds for the first probe run."""
+        if self._is_locked():
+            return False
         if not self._engine or self.snapshot is None:
             return False
         self._engine.pin_batch(_timeout(timeout))
@@ -352,12 +377,16 @@ class _WatchMethods:
 
     def unpin_batch(self, *, timeout: float = 0.0) -> None:
         """Release the pinned batch (nothing when none is pinned)."""
+        if self._is_locked():
+            return
         if self._engine and self.is_pinned:
             self._engine.unpin_batch(_timeout(timeout))
 
     def set_probe_mode(self, mode: str, *, timeout: float = 0.0) -> None:
         """Run probes with the model as it is ("unchanged"), in eval() or in
         train() mode."""
+        if self._is_locked():
+            return
         if mode not in ("unchanged", "eval", "train"):
             raise ValueError(f'probe mode must be "unchanged", "eval" or "train", got {mode!r}')
         if self._engine:
@@ -370,6 +399,8 @@ class _WatchMethods:
         with one value per channel, or (channel,) of a flat input with one
         value. A perturbation that does not fit the input raises ValueError
         saying what does."""
+        if self._is_locked():
+            return
         idx = [int(i) for i in _int_list("index", index)]
         vals = [float(v) for v in _number_list("values", values)]
         if isinstance(sample, bool) or not isinstance(sample, numbers.Integral) or sample < 0:
@@ -381,6 +412,8 @@ class _WatchMethods:
 
     def clear_perturbations(self, *, timeout: float = 0.0) -> None:
         """Remove every perturbation."""
+        if self._is_locked():
+            return
         if self._engine:
             self._engine.clear_perturbations(_timeout(timeout))
 
@@ -393,6 +426,8 @@ class _WatchMethods:
 
     def set_auto_run_experiments(self, enabled: bool) -> None:
         """Re-run each open page's experiment at every snapshot (or not)."""
+        if self._is_locked():
+            return
         if not isinstance(enabled, bool):
             raise TypeError(f"enabled must be a bool, got {type(enabled).__name__} {enabled!r}")
         if self._engine:
@@ -409,6 +444,8 @@ class _WatchMethods:
         ...), or, without one, for every kind that has each parameter. A
         parameter no kind has raises ValueError naming it, and nothing
         changes."""
+        if self._is_locked():
+            return
         if kind is not None and not isinstance(kind, str):
             raise TypeError(f"kind must be an experiment kind's name or None, got {kind!r}")
         if not self._engine:

@@ -156,6 +156,18 @@ std::vector<Result> Engine::drop_queued_of(const std::string& tab) {
 Engine::Submitted Engine::submit(const std::string& kind_name, const std::string& layer, const json& params) {
   using Kind = common::Refusal::Kind;
   Checked checked = check(kind_name, layer, params);
+  std::vector<std::string> clamped;
+  if (locked()) {
+    for (const auto& c : kLockedLimits) {
+      auto& p = checked.resolved.params;
+      if (!p.contains(c.key) || !p[c.key].is_number()) continue;
+      const double v = p[c.key].get<double>();
+      if (c.upper ? v > c.bound : v < c.bound) {
+        p[c.key] = p[c.key].is_number_integer() ? json(static_cast<int64_t>(c.bound)) : json(c.bound);
+        clamped.push_back(c.key);
+      }
+    }
+  }
   const bool paused = host_.paused();
   if (paused && host_.in_batch_pause && host_.in_batch_pause()) throw Refusal(Kind::kConflict, kInsideTracedBatch);
   Submitted out;
@@ -167,9 +179,15 @@ Engine::Submitted Engine::submit(const std::string& kind_name, const std::string
                     "training is running: pause it (pause or step) before running an experiment, or turn on "
                     "auto-run (set_auto_run_experiments) to run it at the next live update");
     }
+    if (locked_ && queue_.size() >= kLockedQueue) {
+      throw Refusal(Kind::kConflict, "this shared session already has " + std::to_string(queue_.size()) +
+                                         " experiments waiting (at most " + std::to_string(kLockedQueue) +
+                                         "): try again when one has finished");
+    }
     out = enqueue(Request{0, kind_name, layer, checked.resolved.params, ""});
   }
   out.ignored = checked.resolved.ignored;
+  out.clamped = std::move(clamped);
   cv_.notify_all();
   if (host_.changed) host_.changed();
   if (paused) {
@@ -401,6 +419,18 @@ std::vector<std::string> Engine::set_defaults(const std::string& kind_name, cons
   return resolved.ignored;
 }
 
+void Engine::lock() {
+  std::lock_guard lock(mu_);
+  locked_ = true;
+  auto_run_ = false;
+  time_limit_ = std::min(time_limit_, kLockedTimeLimit);
+}
+
+bool Engine::locked() const {
+  std::lock_guard lock(mu_);
+  return locked_;
+}
+
 double Engine::time_limit_seconds() const {
   std::lock_guard lock(mu_);
   return time_limit_;
@@ -466,7 +496,7 @@ void Engine::keep_recent() {
   // Finished results beyond the 8 newest go; queued and running ones stay.
   size_t finished = 0;
   for (auto it = results_.rbegin(); it != results_.rend();) {
-    if (it->second->finished() && ++finished > kKeptResults) {
+    if (it->second->finished() && ++finished > (locked_ ? kLockedKeptResults : kKeptResults)) {
       changed_at_.erase(it->first);
       it = std::make_reverse_iterator(results_.erase(std::next(it).base()));
     } else {

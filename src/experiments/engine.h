@@ -53,6 +53,21 @@ class Engine {
     std::function<ServeOptions()> display;
   };
   static constexpr size_t kKeptResults = 8;
+  // A locked session (Session::lock) is shared by many visitors: each request
+  // is clamped to these bounds (the parameters that make a run long), at most
+  // kLockedQueue wait at once (more are refused with a reason), each run
+  // stops at kLockedTimeLimit seconds, and the newest kLockedKeptResults are
+  // kept so that every visitor finds its own.
+  struct Clamp {
+    const char* key;
+    double bound;
+    bool upper;  // true: at most `bound`; false: at least
+  };
+  static constexpr Clamp kLockedLimits[] = {
+      {"steps", 64, true}, {"channels", 8, true}, {"batch", 8, true}, {"ig_steps", 32, true}, {"stride", 2, false}};
+  static constexpr size_t kLockedQueue = 16;
+  static constexpr double kLockedTimeLimit = 20;
+  static constexpr size_t kLockedKeptResults = 64;
   static constexpr double kDefaultTimeLimit = 90;
 
   Engine(torch::nn::Module& model, Host host);
@@ -66,6 +81,7 @@ class Engine {
     uint64_t seq = 0;
     json params;                       // resolved
     std::vector<std::string> ignored;  // unknown keys
+    std::vector<std::string> clamped;  // keys a locked session bounded (kLockedLimits)
     int64_t queued_ahead = 0;
   };
   // Validates and queues a request. Refused: unknown kind or layer (naming
@@ -126,6 +142,11 @@ class Engine {
   };
   Changes changes_since(uint64_t version) const;
 
+  // One way: the limits above from now on; auto experiments and changes to
+  // the defaults, auto-run and the time limit are refused.
+  void lock();
+  bool locked() const;
+
   // Training thread: runs the queued requests in order until the queue is
   // empty or the pause ends (those left wait for the next pause).
   void drain();
@@ -177,6 +198,7 @@ class Engine {
   json defaults_ = json::object();
   double time_limit_ = kDefaultTimeLimit;
   bool closed_ = false;
+  bool locked_ = false;
 };
 
 }  // namespace nansense::experiments

@@ -89,7 +89,13 @@ Server::~Server() { http_.stop(); }
 bool Server::start(const ServeOptions& options) {
   host_ = options.host();
   loopback_ = is_loopback_host(host_);
-  if (!loopback_) token_ = random_token();
+  // A locked session (Session::lock, before serve) bound to a non-loopback
+  // address is a public playground: nothing a visitor sends can change the
+  // run or what another visitor sees, so it is served without a token. Any
+  // other non-loopback bind requires one. The lock is one way: it cannot be
+  // lifted while served so.
+  if (!loopback_ && !controller_.locked()) token_ = random_token();
+  public_ = !loopback_ && token_.empty();
   const ServeLimits& limits = options.limits();
   if (options.mcp()) mcp_ = std::make_unique<mcp::Endpoint>(controller_, limits.mcp_session_idle_timeout());
   HttpServerLimits http_limits;
@@ -105,6 +111,10 @@ bool Server::start(const ServeOptions& options) {
   }
   port_ = http_.port();
   if (options.print_banner()) print_banner(url(), mcp_ ? mcp_install_line() : "");
+  if (public_) {
+    std::cerr << "[nansense] serving a locked session on " << host_ << ":" << port_
+              << " without a token: anyone who can reach it may browse it (nothing they send changes the run)\n";
+  }
   if (options.open_browser()) open_browser(url());
   return true;
 }
@@ -147,7 +157,7 @@ std::optional<HttpResponse> Server::refuse(const HttpRequest& request) const {
   if (request.method == "POST" && request.header("content-type").rfind("application/json", 0) != 0) {
     return error_response(415, "POST requests must have Content-Type: application/json");
   }
-  if (loopback_) return std::nullopt;
+  if (loopback_ || public_) return std::nullopt;
   std::string presented;
   if (auto q = request.query.find("token"); q != request.query.end()) presented = q->second;
   if (presented.empty()) {

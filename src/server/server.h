@@ -44,6 +44,7 @@ class Server final : public detail::Attachment {
   PushChannel push_;
   std::string host_;
   bool loopback_ = true;
+  bool public_ = false;  // a locked session on a non-loopback bind: no token (start())
   std::string token_;
   int port_ = 0;
 };

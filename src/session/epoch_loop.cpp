@@ -138,6 +138,9 @@ TimeTravelStatus Session::time_travel_status() const {
 
 void Session::request_time_travel(int64_t epoch) {
   if (!core_) throw TimeTravelError("nansense is disabled in this session: there is nothing to rewind");
+  if (core_->locked()) {
+    throw TimeTravelError("this session is locked (a shared demo): time travel is refused");
+  }
   core_->request_time_travel(epoch);
 }
 

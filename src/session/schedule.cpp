@@ -122,6 +122,26 @@ BatchPosition Schedule::advance(const std::string& phase, std::optional<int64_t>
   return *current_;
 }
 
+void Schedule::restore(std::optional<int64_t> epochs, const std::vector<std::string>& order,
+                       const std::map<std::string, int64_t>& counts, const BatchPosition& at) {
+  std::lock_guard lock(mu_);
+  // Declared or not as set() left it (load_moment declares a declared one first).
+  epochs_ = epochs;
+  order_ = order;
+  counts_ = counts;
+  order_complete_ = true;
+  seen_this_epoch_.clear();
+  for (const auto& phase : order_) {
+    seen_this_epoch_.push_back(phase);
+    if (phase == at.phase) break;
+  }
+  BatchPosition before = at;
+  before.batch_idx = at.batch_idx - 1;
+  current_ = before;
+  next_batch_ = at.batch_idx;
+  phase_ended_ = false;
+}
+
 void Schedule::end_phase(const std::string& phase, int64_t count) {
   std::lock_guard lock(mu_);
   if (current_ && current_->phase == phase) phase_ended_ = true;

@@ -142,6 +142,10 @@ bool SessionCore::begin_batch(const std::string& phase, std::optional<int64_t> e
     }
   }
   decision_ = control_.decide(pos_, stats_->collecting() && !capture_disabled_);
+  // A frozen moment due here: captured whatever the mode, without a pause.
+  if (!repeat && moment_target_ready(pos_)) begin_moment();
+  if (moment_now_) decision_.capture = true;
+  if (replaying_) decision_ = {.capture = true, .pause_after = false, .collect = false};
   const auto trace = numerics_->plan_batch(pos_, repeat);
   // A re-run is captured, so the UI shows the batch that went non-finite.
   if (trace == numerics::Monitor::Trace::kCapture) decision_.capture = true;
@@ -177,9 +181,13 @@ bool SessionCore::begin_batch(const std::string& phase, std::optional<int64_t> e
   return tracer_ != nullptr;
 }
 
-void SessionCore::record_item(std::vector<torch::Tensor> tensors) { numerics_->set_item(std::move(tensors)); }
+void SessionCore::record_item(std::vector<torch::Tensor> tensors) {
+  if (moment_file_) record_moment_item(tensors);
+  numerics_->set_item(std::move(tensors));
+}
 
 void SessionCore::set_batch_inputs(std::vector<torch::Tensor> inputs, bool stacked) {
+  if (moment_file_) record_moment_inputs(inputs, stacked);
   if (!tracer_) return;
   try {
     tracer_->set_inputs(inputs, stacked);
@@ -300,6 +308,7 @@ bool SessionCore::finish_batch(bool can_repeat) {
   // After the loop's optimizer step: the parameter sample's update ratio.
   stats_->end_batch(architecture_.load().get());
   if (decision_.capture) stats_->publish();
+  if (moment_now_) finish_moment();
   if (numerics.pause) {
     control_.pause();
     decision_.pause_after = true;
@@ -357,6 +366,7 @@ void SessionCore::abandon_batch(bool by_exception) {
 }
 
 void SessionCore::close() {
+  if (!closed_) report_unreached_moment();
   if (!closed_) stats_->finish();
   closed_ = true;
   control_.close();
@@ -463,28 +473,28 @@ std::shared_ptr<const Architecture> Session::architecture() const { return core_
 const Schedule& Session::schedule() const { return core_ ? core_->schedule() : empty_schedule(); }
 
 void Session::step_batch() {
-  if (core_) core_->control().step_batch();
+  if (core_ && !core_->locked()) core_->control().step_batch();
 }
 void Session::step_phase() {
-  if (core_) core_->control().step_phase();
+  if (core_ && !core_->locked()) core_->control().step_phase();
 }
 void Session::step_epoch() {
-  if (core_) core_->control().step_epoch();
+  if (core_ && !core_->locked()) core_->control().step_epoch();
 }
 void Session::run_until(const BatchPosition& target) {
-  if (core_) core_->control().run_until(target);
+  if (core_ && !core_->locked()) core_->control().run_until(target);
 }
 void Session::run() {
-  if (core_) core_->control().run();
+  if (core_ && !core_->locked()) core_->control().run();
 }
 void Session::detach() {
-  if (core_) core_->control().detach();
+  if (core_ && !core_->locked()) core_->control().detach();
 }
 void Session::pause() {
-  if (core_) core_->control().pause();
+  if (core_ && !core_->locked()) core_->control().pause();
 }
 void Session::refresh() {
-  if (core_) core_->control().refresh();
+  if (core_ && !core_->locked()) core_->control().refresh();
 }
 RunState Session::wait_until_stopped(std::chrono::milliseconds timeout) const {
   return core_ ? core_->control().wait_until_stopped(timeout) : RunState::kRunning;
@@ -497,13 +507,13 @@ void Session::set_forward(ForwardFn forward) {
 std::optional<DebugError> Session::debug_error() const { return core_ ? core_->debug().error() : std::nullopt; }
 DebugSettings Session::debug_settings() const { return core_ ? core_->debug().settings() : DebugSettings(); }
 void Session::set_debug_settings(const DebugSettings& settings) {
-  if (core_) core_->debug().set_settings(settings);
+  if (core_ && !core_->locked()) core_->debug().set_settings(settings);
 }
 void Session::silence_debug_check(const std::string& category) {
-  if (core_) core_->debug().silence(category);
+  if (core_ && !core_->locked()) core_->debug().silence(category);
 }
 void Session::clear_debug_error() {
-  if (core_) core_->debug().clear();
+  if (core_ && !core_->locked()) core_->debug().clear();
 }
 
 Session start(std::shared_ptr<torch::nn::Module> model, StartOptions options) {

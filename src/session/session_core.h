@@ -18,6 +18,7 @@
 #include "experiments/probe.h"
 #include "common/atomic_shared_ptr.h"
 #include "observer/observer.h"
+#include "nansense/moment.h"
 #include "nansense/options.h"
 #include "nansense/schedule.h"
 #include "nansense/session.h"
@@ -26,6 +27,7 @@
 #include "session/run_control.h"
 #include "session/session_port.h"
 #include "session/stats_collector.h"
+#include "state/state_file.h"
 #include "time_travel/restorer.h"
 
 namespace nansense::detail {
@@ -111,6 +113,25 @@ class SessionCore {
   void abort_epochs();
   time_travel::TrainingRestorer& restorer() { return *restorer_; }
   const time_travel::TrainingRestorer& restorer() const { return *restorer_; }
+  // --- frozen moments, lock and park (session/moment.cpp) ---
+  // Any thread: arms the one-shot freeze (Session::freeze_moment).
+  void arm_moment(const std::string& path, const BatchPosition& at);
+  // Any thread (Session::lock): one way.
+  void lock();
+  bool locked() const { return locked_.load(); }
+  // The model's thread: the pause loop until close() (Session::park).
+  void park();
+  // The model's thread, on a session no batch ran on: load_moment's work.
+  void restore_moment(const std::string& path, const ReplayFn& replay);
+  // The same in two steps, for a caller that runs the replay itself (Python,
+  // with its module hooks): begin returns the batch item (on the model's
+  // device) with the batch open and traced, the model at the batch's start;
+  // the caller runs forward and backward; end publishes. `set_inputs`: the
+  // stored model inputs are handed to the tracer (else the caller does).
+  std::vector<torch::Tensor> begin_moment_replay(const std::string& path, bool set_inputs);
+  void end_moment_replay();
+  void abandon_moment_replay();
+
   // An optimizer the session cannot read itself (a Python one): its state
   // in every snapshot from now on. Training thread.
   void set_optimizer_reader(capture::OptimizerReader reader) { optimizer_reader_ = std::move(reader); }
@@ -131,6 +152,17 @@ class SessionCore {
   // Shows `view` in the live snapshot's place; null: the live snapshot again
   // (a copy under a new sequence, so sequences only grow).
   void show(std::shared_ptr<const BatchSnapshot> view);
+  // Whether the armed moment's position is `pos` (then it is taken).
+  bool moment_target_ready(const BatchPosition& pos);
+  // The moment's batch item (its ItemTensors), stored as the replay seed.
+  void record_moment_item(const std::vector<torch::Tensor>& tensors);
+  void record_moment_inputs(const std::vector<torch::Tensor>& inputs, bool stacked);
+  // close(): an armed moment the run never reached is reported.
+  void report_unreached_moment();
+  // The armed moment is due at pos_: saves what the batch began with.
+  void begin_moment();
+  // At the end of the moment's batch, after its snapshot: writes the file.
+  void finish_moment();
   std::unique_ptr<numerics::Monitor> make_monitor(const DebugSettings& settings);
   std::unique_ptr<time_travel::TrainingRestorer> make_restorer(torch::optim::LRScheduler* scheduler);
   // Pauses the loop at `pos`; queued experiments run first in the pause.
@@ -174,6 +206,25 @@ class SessionCore {
   std::optional<int64_t> loop_epoch_;  // the epoch epochs() runs, for batches() without one
   int64_t loop_epochs_ = 0;            // epochs()'s n
   std::unique_ptr<time_travel::TrainingRestorer> restorer_;
+
+  // The armed freeze (moment_mu_), and the file of the batch it is being
+  // written at (training thread).
+  struct MomentTarget {
+    std::string path;
+    BatchPosition at;
+  };
+  mutable std::mutex moment_mu_;
+  std::optional<MomentTarget> moment_target_;
+  std::optional<MomentTarget> moment_now_;
+  std::unique_ptr<state::StateFile> moment_file_;
+  std::atomic<bool> locked_{false};
+  // restore_moment's replay batch: captured, never paused or collected.
+  bool replaying_ = false;
+  struct MomentReplay {
+    state::StateFile file;
+    std::vector<std::string> layers;  // the architecture frozen
+  };
+  std::unique_ptr<MomentReplay> moment_replay_;
 
   common::AtomicSharedPtr<const BatchSnapshot> snapshot_;
   common::AtomicSharedPtr<const BatchSnapshot> shown_;

@@ -23,6 +23,7 @@ class CorePort final : public SessionPort {
   std::vector<std::string> internal_errors() const override { return core_.internal_errors(); }
   std::shared_ptr<const BatchSnapshot> snapshot() const override { return core_.shown_snapshot(); }
   std::shared_ptr<const Architecture> architecture() const override { return core_.architecture(); }
+  bool locked() const override { return core_.locked(); }
 
   void step_batch() override { core_.control().step_batch(); }
   void step_phase() override { core_.control().step_phase(); }

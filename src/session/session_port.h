@@ -66,6 +66,9 @@ class RunPort {
   // is active: see experiments/probe.h) and architecture (null before the first).
   virtual std::shared_ptr<const BatchSnapshot> snapshot() const = 0;
   virtual std::shared_ptr<const Architecture> architecture() const = 0;
+  // Session::lock() was called: the transports refuse what the command table
+  // marks refused when locked (server/controller/commands.h).
+  virtual bool locked() const = 0;
 
   // --- run control: as Session's methods of the same names ---
   virtual void step_batch() = 0;

@@ -768,14 +768,22 @@ void StatsCollector::rewind(int64_t epoch) {
   });
 }
 
+void StatsCollector::adopt_frozen(std::shared_ptr<const StatsSnapshot> view) {
+  frozen_ = true;
+  dirty_ = false;
+  published_.store(std::move(view));
+  host_.changed();
+}
+
 void StatsCollector::publish() {
-  if (!dirty_) return;
+  if (!dirty_ || frozen_) return;
   dirty_ = false;
   guarded("publishing", [&] { published_.store(store_.publish()); });
   host_.changed();
 }
 
 void StatsCollector::finish() {
+  if (frozen_) return;
   guarded("finishing", [&] {
     for (const auto& phase : schedule_.phase_order()) end_phase(phase, 0);
     if (epoch_) {

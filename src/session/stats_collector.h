@@ -115,6 +115,9 @@ class StatsCollector {
                               const std::function<capture::OptimizerView()>& live_optimizer);
   // A time-travel jump to `epoch`: everything of epochs >= epoch goes.
   void rewind(int64_t epoch);
+  // A frozen moment's view (load_moment): published as it is, and kept; this
+  // collector publishes nothing of its own from now on.
+  void adopt_frozen(std::shared_ptr<const StatsSnapshot> view);
   // Publishes a new view when something changed since the last one.
   void publish();
   // The run is over: the last epoch's reductions, then a publish.
@@ -210,7 +213,8 @@ class StatsCollector {
   std::optional<std::vector<std::string>> applied_patch_layers_;
   std::optional<int64_t> epoch_;  // the epoch of the last batch seen
   bool sampling_parameters_ = false;
-  bool dirty_ = false;  // collected or logged since the last publish
+  bool dirty_ = false;   // collected or logged since the last publish
+  bool frozen_ = false;  // adopt_frozen: the published view stays
   std::map<std::tuple<std::string, std::string, std::string, int64_t>, Reduction> reductions_;
   std::vector<HeldPoint> held_;
   std::shared_ptr<Staged> staged_;  // this batch's, from trace_keep()

@@ -393,6 +393,7 @@ StateFileHead read_state_head(const std::filesystem::path& path) {
 std::string describe_kind(std::string_view kind) {
   if (kind == kCheckpointKind) return "a time-travel checkpoint";
   if (kind == kCapsuleKind) return "a NaN capsule";
+  if (kind == kMomentKind) return "a frozen moment";
   return "a state file of kind '" + std::string(kind) + "'";
 }
 

@@ -46,6 +46,7 @@ inline constexpr const char* kTorchVersionKey = "torch";
 // The kinds of file in this format.
 inline constexpr std::string_view kCheckpointKind = "checkpoint";
 inline constexpr std::string_view kCapsuleKind = "nan-capsule";
+inline constexpr std::string_view kMomentKind = "moment";
 
 // A state file in memory: what is written, and what a verified read returns.
 class StateFile {

@@ -20,6 +20,27 @@ std::vector<Command> table() {
 
 }  // namespace
 
+bool runs_when_locked(const Command& command) {
+  switch (command.locked) {
+    case WhenLocked::kAllowed:
+      return true;
+    case WhenLocked::kRefused:
+      return false;
+    case WhenLocked::kByReadOnly:
+      return command.read_only;
+  }
+  return false;
+}
+
+Reply dispatch(const Command& command, Controller& controller, const Args& args) {
+  if (!runs_when_locked(command) && controller.locked()) {
+    throw Refusal(Refusal::Kind::kConflict,
+                  "this session is locked (a shared demo): " + command.name +
+                      " is refused; the layers, statistics, weights and experiments stay available");
+  }
+  return command.run(controller, args);
+}
+
 const std::vector<Command>& commands() {
   static const std::vector<Command> table_ = table();
   return table_;

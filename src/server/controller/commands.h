@@ -53,6 +53,13 @@ struct Reply {
   std::vector<Missing> missing;
 };
 
+// What a locked session (Session::lock: a shared demo that many visitors
+// browse) does with a command. kByReadOnly, the default: read-only commands
+// run, the others are refused; kAllowed and kRefused say so explicitly (an
+// experiment changes nothing another visitor sees; a read that exposes
+// shared state being changed would be refused).
+enum class WhenLocked { kByReadOnly, kAllowed, kRefused };
+
 struct Command {
   std::string name;
   std::string title;        // a few words (MCP's title)
@@ -61,11 +68,20 @@ struct Command {
   std::optional<Route> rest;  // nullopt: not served over REST
   bool mcp = true;            // false: not an MCP tool
   bool read_only = true;      // changes nothing in the run or its settings
+  WhenLocked locked = WhenLocked::kByReadOnly;
   // The reply's type in wire_types() ("Status"); for pictures, the type of
   // the info that comes with the PNG; "" for MCP's own picture replies.
   std::string reply;
   std::function<Reply(Controller&, const Args&)> run;
 };
+
+// Whether a locked session runs `command`.
+bool runs_when_locked(const Command& command);
+
+// The one dispatch every transport (REST, MCP) runs a command through: on a
+// locked session, a command refused when locked is refused here (a conflict
+// naming the lock) before it runs.
+Reply dispatch(const Command& command, Controller& controller, const Args& args);
 
 // In the order MCP lists them.
 const std::vector<Command>& commands();

@@ -52,6 +52,9 @@ std::vector<Command> experiment_commands() {
       .rest = Route{"POST", "/api/experiments/run"},
       .mcp = true,
       .read_only = false,
+      // Visitors of a locked session run experiments: clamped, the queue capped
+      // (experiments/engine.h kLockedLimits); nothing another visitor sees changes.
+      .locked = WhenLocked::kAllowed,
       .reply = "ExperimentResult",
       .run =
           [](Controller& c, const Args& a) {

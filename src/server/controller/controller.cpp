@@ -57,6 +57,8 @@ auto drawn_for(const BatchSnapshot& snap, std::optional<uint64_t> shown, Draw&& 
 
 }  // namespace
 
+bool Controller::locked() const { return session_.locked(); }
+
 Status Controller::get_status() const {
   Status status;
   status.state = session_.state();
@@ -78,6 +80,7 @@ Status Controller::get_status() const {
   status.debug = debug_summary();
   status.stats = stats_summary();
   status.probe = get_probe_status();
+  status.locked = session_.locked();
   return status;
 }
 

@@ -30,6 +30,8 @@ class Controller {
   explicit Controller(detail::SessionPort& session) : session_(session) {}
 
   // --- queries ---
+  // Session::lock() was called (commands.h's dispatch refuses accordingly).
+  bool locked() const;
   Status get_status() const;
   json get_architecture() const;
   // Per-layer summary of the last captured batch.

@@ -154,6 +154,7 @@ json Controller::run_experiment(const std::string& kind, const std::string& laye
     out["stage"] = "absent";
   }
   out["ignored_params"] = sub.ignored;
+  if (!sub.clamped.empty()) out["clamped_params"] = sub.clamped;
   return out;
 }
 

@@ -25,11 +25,15 @@ json to_json(const Status& s) {
               {"snapshot_batch_size", s.snapshot_batch_size},
               {"snapshot_samples_kept", s.snapshot_samples_kept},
               {"schedule", s.schedule},
-              {"hint", hint(s.state)},
+              {"hint", s.locked && s.state == RunState::kPaused
+                           ? "locked: a shared, read-only view; inspect the layers, statistics and weights, or run "
+                             "an experiment"
+                           : hint(s.state)},
               {"time_travel", s.time_travel},
               {"debug", s.debug},
               {"stats", s.stats},
-              {"probe", s.probe}};
+              {"probe", s.probe},
+              {"locked", s.locked}};
   if (s.paused_at_ms) out["paused_at_ms"] = *s.paused_at_ms;
   if (s.state == RunState::kLost) out["lost_reason"] = s.lost_reason;
   if (!s.internal_errors.empty()) out["internal_errors"] = s.internal_errors;

@@ -33,6 +33,7 @@ struct Status {
   json debug;                                // what the numerical banner needs
   json stats;                                // statistics settings and the view's sequence
   json probe;                                // get_probe_status()
+  bool locked = false;                       // Session::lock(): a shared, read-only session
   // Only from refresh: whether a newer snapshot arrived within the wait.
   std::optional<bool> refreshed;
 };

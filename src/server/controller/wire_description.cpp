@@ -14,6 +14,7 @@ json wire_description() {
                     {"rest", c.rest ? json{{"method", c.rest->method}, {"path", c.rest->path}} : json(nullptr)},
                     {"mcp", c.mcp},
                     {"read_only", c.read_only},
+                    {"runs_when_locked", runs_when_locked(c)},
                     {"input_schema", input_schema(c.args)},
                     {"reply", c.reply.empty() ? json(nullptr) : json(c.reply)}});
   }

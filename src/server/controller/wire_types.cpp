@@ -188,6 +188,7 @@ void status_types(json& d, const Words& w) {
                         {"debug", ref("DebugSummary")},
                         {"stats", ref("StatsSummary")},
                         {"probe", ref("ProbeStatus")},
+                        {"locked", boolean()},
                         {"paused_at_ms?", integer()},
                         {"lost_reason?", str()},
                         {"internal_errors?", array(str())},
@@ -692,7 +693,8 @@ void experiment_types(json& d, const Words& w) {
               {"attribution_sums?", array(num())},
               {"attributions?", array(object({{"min", num()}, {"max", num()}, {"mean_abs", num()}}))},
               {"attribution_shape?", array(integer())},
-              {"ignored_params?", array(str())}});
+              {"ignored_params?", array(str())},
+              {"clamped_params?", array(str())}});
   d["ExperimentCancel"] = object({{"cancelled", integer()}});
   d["ExperimentAutoRun"] = object({{"auto_run_experiments", boolean()}});
   d["ExperimentDefaults"] = extend(d["Settings"], {{"ignored_params", array(str())}});

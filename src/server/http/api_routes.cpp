@@ -86,7 +86,7 @@ HttpResponse handle_api(Controller& controller, const HttpRequest& request) {
     return res;
   }
   try {
-    return respond(route->run(controller, Args(route->args, arguments_of(*route, request))));
+    return respond(dispatch(*route, controller, Args(route->args, arguments_of(*route, request))));
   } catch (const SnapshotReplaced& e) {
     // Not an error of the page's snapshot: no error status (which a browser
     // logs as a failed load even when the page handles it), no picture.

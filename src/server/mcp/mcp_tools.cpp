@@ -266,7 +266,7 @@ json Tools::call(const std::string& name, const json& arguments, const std::stri
   }
   ToolResult r;
   try {
-    r = tool_result(command->run(controller_, Args(command->args, arguments)));
+    r = tool_result(dispatch(*command, controller_, Args(command->args, arguments)));
   } catch (const Refusal& e) {
     r = ToolResult{};
     r.is_error = true;

@@ -102,7 +102,8 @@ export function ProbeControls({ shape, info, choice, setChoice, error, setError 
   useEffect(() => {
     if (wanted?.answered && status !== wanted.answered) setWanted(null);
   }, [status, wanted]);
-  if (!probe) return null;
+  // Probes change what every visitor of a locked session sees: refused there.
+  if (!probe || status?.locked) return null;
 
   const act = (f: () => Promise<ProbeStatus>, want: Omit<Wanted, 'answered'> | null = null) => {
     setError(null);

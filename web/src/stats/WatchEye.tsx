@@ -7,6 +7,9 @@ import { useSelector } from '../state/store';
 // The eye: collect statistics for this layer (the watched scope's layers).
 export function WatchEye({ layer, watched }: { layer: string; watched: boolean }) {
   const scope = useSelector(store, (s) => s.status?.stats?.scope ?? null);
+  const locked = useSelector(store, (s) => s.status?.locked ?? false);
+  // A locked session collects every layer; watching is shared state, refused.
+  if (locked) return null;
   const note = scope === 'none' ? ' (collection is off: Settings → Statistics collection)' : scope === 'all' ? ' (every layer is collected now: scope "all")' : '';
   const title = `${watched ? 'Stop watching' : 'Watch'} ${layer}: ${watched ? 'no more statistics for it' : 'collect its statistics while training runs'}${note}`;
   return (

@@ -50,6 +50,16 @@ export function TopBar({ page }: { page: Page }) {
         </span>
         <span class="brand-sub">LibTorch debugger</span>
       </a>
+      {status?.locked ? (
+        <span
+          class="chip chip-amber"
+          data-testid="locked-chip"
+          data-tour="locked"
+          title="A shared, read-only session paused at a frozen moment: layers, statistics, weights and experiments work; training controls, watching and settings are locked"
+        >
+          locked — training controls disabled
+        </span>
+      ) : (
       <div class="controls" role="toolbar" aria-label="Training controls" data-tour="step-controls">
         <button class="btn btn-run" data-testid="run" disabled={!c.run} onClick={run} title="Run to the end of training">
           <svg viewBox="0 0 24 24" width="14" height="14" aria-hidden="true">
@@ -82,11 +92,14 @@ export function TopBar({ page }: { page: Page }) {
           </button>
         </span>
       </div>
+      )}
       <div class="where">
         <StateDot status={status} />
-        <span class="position mono" data-testid="position-label" data-tour="position">
-          {positionLabel(status?.live_position ?? null, status?.schedule ?? null)}
-        </span>
+        {!status?.locked && (
+          <span class="position mono" data-testid="position-label" data-tour="position">
+            {positionLabel(status?.live_position ?? null, status?.schedule ?? null)}
+          </span>
+        )}
         {status?.state === 'finished' && (
           <span class="chip chip-amber" data-testid="finished-chip">
             training finished
@@ -94,6 +107,7 @@ export function TopBar({ page }: { page: Page }) {
         )}
       </div>
       <div class="toolbar-spacer" />
+      {!status?.locked && (
       <button
         class="btn btn-quiet"
         data-testid="refresh"
@@ -106,6 +120,7 @@ export function TopBar({ page }: { page: Page }) {
         </svg>
         Refresh
       </button>
+      )}
       {page === 'main' ? (
         <a class="btn btn-quiet" data-testid="stats-link" data-tour="stats-link" href={pageHref('stats')} title="Statistics over time: histograms and graphs by epoch">
           Stats
