@@ -78,6 +78,7 @@ Status Controller::get_status() const {
   status.debug = debug_summary();
   status.stats = stats_summary();
   status.probe = get_probe_status();
+  status.recordings = recording_keys();
   return status;
 }
 

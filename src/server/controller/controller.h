@@ -25,9 +25,14 @@ class SessionPort;
 
 namespace nansense::server {
 
+class Recorder;
+struct RecordView;
+struct ViewPages;
+
 class Controller {
  public:
-  explicit Controller(detail::SessionPort& session) : session_(session) {}
+  explicit Controller(detail::SessionPort& session);
+  ~Controller();  // finishes every recording
 
   // --- queries ---
   Status get_status() const;
@@ -279,6 +284,20 @@ class Controller {
   // through (the default). Conflict when no update is held.
   json choose_update(const std::string& action);
 
+  // --- recordings and snapshots of a view (controller_recordings.cpp, recorder.h) ---
+  // The view drawn now as the page(s) a recording frame or snapshot holds.
+  // Refusals name the unknown view, layer or what is missing.
+  ViewPages draw_view(const RecordView& view) const;
+  json list_recordings() const;
+  json start_recording(const RecordView& view);
+  json stop_recording(const std::optional<std::string>& key);
+  json discard_recording(const std::optional<std::string>& key);
+  json save_snapshot(const RecordView& view);
+  // The session's close(): every recording saved.
+  void finish_recordings();
+  // The active recordings' keys (the status's `recordings`).
+  std::vector<std::string> recording_keys() const;
+
  private:
   template <class F>
   Status command(F&& apply, Wait wait);
@@ -321,6 +340,8 @@ class Controller {
   mutable render::RenderCache<InputPicture> input_cache_{32};
   mutable render::RenderCache<HistogramPicture> histogram_cache_{32};
   mutable render::RenderCache<WeightPicture> weight_cache_{128};
+  // Last: its thread draws through the members above, so it stops first.
+  std::unique_ptr<Recorder> recorder_;
 };
 
 }  // namespace nansense::server

@@ -33,6 +33,7 @@ struct Status {
   json debug;                                // what the numerical banner needs
   json stats;                                // statistics settings and the view's sequence
   json probe;                                // get_probe_status()
+  std::vector<std::string> recordings;       // the keys of the active recordings
   // Only from refresh: whether a newer snapshot arrived within the wait.
   std::optional<bool> refreshed;
 };

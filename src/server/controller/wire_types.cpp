@@ -186,6 +186,7 @@ void status_types(json& d, const Words& w) {
                         {"debug", ref("DebugSummary")},
                         {"stats", ref("StatsSummary")},
                         {"probe", ref("ProbeStatus")},
+                        {"recordings", array(str())},
                         {"paused_at_ms?", integer()},
                         {"lost_reason?", str()},
                         {"internal_errors?", array(str())},
@@ -727,6 +728,34 @@ void experiment_types(json& d, const Words& w) {
 }
 
 // The push channel (/ws).
+// Recordings and snapshots (recorder.h).
+void recording_types(json& d) {
+  d["RecordingFile"] = object({{"path", str()},
+                               {"frames", integer()},
+                               {"dropped", integer()},
+                               {"width", integer()},
+                               {"height", integer()},
+                               {"error", str()},
+                               {"finished", boolean()}});
+  d["Recording"] = object({{"key", str()},
+                           {"label", str()},
+                           {"view", one_of({"layers", "weights", "histograms", "patches"})},
+                           {"frames", integer()},
+                           {"dropped", integer()},
+                           {"files", array(ref("RecordingFile"))},
+                           {"error", str()}});
+  d["SavedRecording"] = object({{"key", str()}, {"label", str()}, {"files", array(str())}});
+  d["Recordings"] = object({{"directory", str()},
+                            {"frame_rate", integer()},
+                            {"recordings", array(ref("Recording"))},
+                            {"saved", array(ref("SavedRecording"))}});
+  d["RecordingsStopped"] = object({{"stopped", array(ref("Recording"))}, {"directory", str()}, {"note?", str()}});
+  d["RecordingsDiscarded"] =
+      object({{"discarded", array(object({{"key", str()}, {"removed", array(str())}}))}, {"note?", str()}});
+  d["SnapshotSaved"] =
+      object({{"files", array(str())}, {"key", str()}, {"position", ref("Position")}, {"sequence", integer()}});
+}
+
 void push_types(json& d, const Words& w) {
   d["StripView"] = w.strip_view;
   d["FailedStrip"] = extend(w.strip_view, {{"error", str()}});
@@ -764,6 +793,7 @@ json build() {
   refusal_types(d, w);
   mcp_picture_types(d, w);
   experiment_types(d, w);
+  recording_types(d);
   push_types(d, w);
   return d;
 }
