@@ -21,6 +21,7 @@
 #include "integration/training_fixture.h"
 #include "record/files.h"
 #include "record/frame.h"
+#include "record/recording.h"
 #include "record/video_encoder.h"
 #include "render/downscale.h"
 #include "unit/test_models.h"
@@ -295,6 +296,26 @@ TEST(RecordingCrashTest, AKilledProcessLeavesAFileFfmpegOpens) {
   ASSERT_FALSE(video.rgb.empty());
   EXPECT_NEAR(video.rgb[0], 180, 6);  // the last frame's red
   fs::remove(path);
+}
+
+}  // namespace
+
+namespace {
+
+// A full disk (/dev/full answers every write with ENOSPC) stops the
+// recording and keeps the error; nothing throws at the caller, and later
+// frames are dropped and counted.
+TEST(RecordingDiskTest, AFullDiskStopsTheRecordingWithItsError) {
+  nansense::record::Recording recording("/dev/full", 10, 64);
+  nansense::render::Image page(40, 30);
+  for (auto& p : page.pixels) p = {200, 40, 40, 255};
+  for (int i = 0; i < 20; ++i) recording.push(page);
+  const auto info = recording.finish();
+  EXPECT_NE(info.error, "");
+  EXPECT_NE(info.error.find("No space left"), std::string::npos) << info.error;
+  EXPECT_GT(info.dropped, 0);
+  EXPECT_TRUE(info.finished);
+  EXPECT_FALSE(recording.push(page)) << "a finished recording takes nothing";
 }
 
 }  // namespace
