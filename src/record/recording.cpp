@@ -1,11 +1,20 @@
 #include "record/recording.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <filesystem>
 
 #include "record/frame.h"
 #include "record/video_encoder.h"
 
 namespace nansense::record {
+
+void yield_to_training() {
+  // On Linux a nice value is per thread (its id as the "process").
+  setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 10);
+}
 
 Recording::Recording(std::string path, int fps, size_t queue_capacity) : fps_(fps), capacity_(queue_capacity) {
   info_.path = std::move(path);
@@ -26,6 +35,7 @@ bool Recording::push(render::Image page) {
 }
 
 void Recording::encode_loop() {
+  yield_to_training();
   std::unique_lock lock(mu_);
   while (true) {
     wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });

@@ -20,6 +20,11 @@ namespace nansense::record {
 
 class VideoEncoder;
 
+// Lowers the calling thread's CPU priority (nice 10): a recording's drawing
+// and encoding yield to the training loop when cores are short, and fall
+// behind (dropping frames) instead of slowing it.
+void yield_to_training();
+
 struct RecordingInfo {
   std::string path;
   int64_t frames = 0;         // written to the file

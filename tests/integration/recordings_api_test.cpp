@@ -268,6 +268,39 @@ TEST_F(RecordingsApiTest, McpToolsRecordAndSnapshot) {
   EXPECT_TRUE(bad.value("isError", false)) << bad.dump();
 }
 
+TEST_F(RecordingsApiTest, ADeepDreamVideoHoldsItsPublishedSteps) {
+  start_cnn();
+  wait_paused();
+  auto r = post("/api/experiments/run", {{"kind", "deep_dream"},
+                                         {"layer", "conv"},
+                                         {"params", {{"steps", 40}}},
+                                         {"timeout_seconds", 60},
+                                         {"video", true}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json dream = r.json();
+  ASSERT_EQ(dream["stage"], "done") << dream;
+  const json video = dream["video"];
+  EXPECT_EQ(video["error"], "");
+  // 40 steps publish every 2nd: about 20 frames, each a distinct step
+  // (ones published faster than they were drawn are skipped).
+  const int64_t frames = video["frames"];
+  EXPECT_GE(frames, 2);
+  EXPECT_LE(frames, 21);
+  const std::string path = video["path"];
+  EXPECT_EQ(fs::path(path).parent_path().parent_path(), dir_);
+  const auto probe = probe_mp4(path);
+  ASSERT_TRUE(probe.opened) << probe.error;
+  EXPECT_EQ(probe.codec, "h264");
+  EXPECT_EQ(probe.packets, frames);
+  auto not_dream =
+      post("/api/experiments/run", {{"kind", "gradcam"}, {"layer", "conv"}, {"video", true}, {"timeout_seconds", 10}});
+  EXPECT_EQ(not_dream.status, 400);
+  EXPECT_EQ(not_dream.json()["argument"], "video");
+  auto no_wait = post("/api/experiments/run",
+                      {{"kind", "deep_dream"}, {"layer", "conv"}, {"video", true}, {"timeout_seconds", 0}});
+  EXPECT_EQ(no_wait.status, 400);
+}
+
 // A process killed with SIGKILL mid-recording: the fragmented MP4 opens and
 // holds every frame written before the kill.
 TEST(RecordingCrashTest, AKilledProcessLeavesAFileFfmpegOpens) {

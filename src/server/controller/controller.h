@@ -214,6 +214,12 @@ class Controller {
   // `wait` for it to finish. Refusals name the unknown kind or layer, the bad
   // parameter, or say to pause first.
   json run_experiment(const std::string& kind, const std::string& layer, const json& params, Wait wait);
+  // run_experiment with video: a Deep Dream's published steps (about 20,
+  // evenly spaced; every step with all_steps) drawn as an MP4 in the
+  // recordings folder while it runs; the reply adds video {path, frames,
+  // error}. Refused for other kinds and without a wait
+  // (controller_recordings.cpp).
+  json run_experiment_video(const std::string& kind, const std::string& layer, const json& params, Wait wait);
   // Progress or outcome; kNotFound once it left the 8 kept.
   json get_experiment_result(uint64_t seq) const;
   // One request, or every one (nullopt); {"cancelled": how many}.

@@ -8,6 +8,7 @@
 #include "render/downscale.h"
 #include "server/controller/controller.h"
 #include "server/controller/recorder.h"
+#include "experiments/engine.h"
 #include "session/session_port.h"
 
 namespace nansense::server {
@@ -147,6 +148,73 @@ json Controller::discard_recording(const std::optional<std::string>& key) { retu
 json Controller::save_snapshot(const RecordView& view) { return recorder_->snapshot(view); }
 void Controller::finish_recordings() { recorder_->finish_all(); }
 std::vector<std::string> Controller::recording_keys() const { return recorder_->keys(); }
+
+// --- Deep Dream clips ---
+
+json Controller::run_experiment_video(const std::string& kind, const std::string& layer, const json& params,
+                                      Wait wait) {
+  if (kind != "deep_dream") {
+    throw Refusal(Refusal::Kind::kInvalidArgument,
+                  "video is for deep_dream only: " + kind + " draws one picture, not a sequence", "video");
+  }
+  if (wait.count() <= 0) {
+    throw Refusal(Refusal::Kind::kInvalidArgument,
+                  "video needs timeout_seconds > 0: its frames are drawn while the dream runs", "timeout_seconds");
+  }
+  auto& engine = session_.experiments();
+  const auto sub = engine.submit(kind, layer, params);
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  // A clip keeps every step it is given: a queue as long as the dream's
+  // published steps (about 20) rather than a live recording's 8.
+  std::unique_ptr<record::Recording> clip;
+  int64_t drawn_step = -1;
+  uint64_t seen = 0;
+  std::string draw_error;
+  while (true) {
+    const auto r = engine.result(sub.seq);
+    if (!r) break;
+    const bool over = r->stage == experiments::Result::Stage::kDone ||
+                      r->stage == experiments::Result::Stage::kStopped ||
+                      r->stage == experiments::Result::Stage::kFailed;
+    if (r->stage != experiments::Result::Stage::kQueued && r->step != drawn_step) {
+      try {
+        const auto picture = render_experiment(sub.seq, false);
+        if (!clip) {
+          const std::string stem = "deep_dream_" + record::file_part(layer) + "_seq" + std::to_string(sub.seq);
+          clip = std::make_unique<record::Recording>(record::free_path(recorder_->folder(), stem, "mp4"),
+                                                     record::Recording::kFps, 1024);
+        }
+        const std::string stamp = "Deep Dream of " + layer + "  ·  step " + std::to_string(picture->step) + " of " +
+                                  std::to_string(picture->total);
+        clip->push(record::compose(stamp, {{picture->caption, render::decode_png(picture->png)}}));
+        drawn_step = r->step;
+      } catch (const Refusal& e) {
+        draw_error = e.what();  // nothing drawable at this step yet
+      } catch (const std::runtime_error& e) {
+        draw_error = e.what();
+        break;
+      }
+    }
+    if (over || std::chrono::steady_clock::now() >= deadline) break;
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    seen = wait_for_change(seen, std::min(left, std::chrono::milliseconds(200)));
+  }
+  json out;
+  try {
+    out = get_experiment_result(sub.seq);
+  } catch (const Refusal&) {
+    out = {{"seq", sub.seq}, {"stage", "absent"}};
+  }
+  out["ignored_params"] = sub.ignored;
+  if (clip) {
+    const auto info = clip->finish();
+    out["video"] = {{"path", info.path}, {"frames", info.frames}, {"error", info.error}};
+  } else {
+    out["video"] = {{"path", nullptr}, {"frames", 0}, {"error", draw_error.empty() ? "no step was drawn" : draw_error}};
+  }
+  return out;
+}
 
 // --- the recorder ---
 
@@ -346,6 +414,7 @@ json Recorder::snapshot(const RecordView& view) {
 }
 
 void Recorder::pump() {
+  record::yield_to_training();
   uint64_t seen = 0;
   while (true) {
     {

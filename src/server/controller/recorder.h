@@ -78,6 +78,8 @@ class Recorder {
   // Every recording finished (the session's close(), the server going away).
   void finish_all();
   std::vector<std::string> keys() const;
+  // nansense_recordings/<run timestamp> (or under NANSENSE_RECORDINGS_DIR).
+  std::string folder() const;
 
  private:
   struct Active {
@@ -87,7 +89,6 @@ class Recorder {
     uint64_t last_sequence = 0;
     std::string draw_error;  // the newest frame that could not be drawn, and why
   };
-  std::string folder() const;
   void pump();
   void add_frame(Active& a, const ViewPages& pages);
   json describe(const Active& a) const;

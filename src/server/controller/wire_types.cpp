@@ -691,7 +691,9 @@ void experiment_types(json& d, const Words& w) {
               {"attribution_sums?", array(num())},
               {"attributions?", array(object({{"min", num()}, {"max", num()}, {"mean_abs", num()}}))},
               {"attribution_shape?", array(integer())},
-              {"ignored_params?", array(str())}});
+              {"ignored_params?", array(str())},
+              // run_experiment with video: the clip.
+              {"video?", object({{"path", nullable(str())}, {"frames", integer()}, {"error", str()}})}});
   d["ExperimentCancel"] = object({{"cancelled", integer()}});
   d["ExperimentAutoRun"] = object({{"auto_run_experiments", boolean()}});
   d["ExperimentDefaults"] = extend(d["Settings"], {{"ignored_params", array(str())}});
