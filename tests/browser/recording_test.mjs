@@ -57,6 +57,16 @@ async function main() {
     await expectText('recording-frames', /^\s*1 frame\s*$/);
   });
 
+  await check("while the view records, the controls that would change it are frozen and say why", async () => {
+    await byTestId('update-frequency-frozen').waitFor({ timeout: h.uiTimeoutMs });
+    // Disabled through its fieldset: :disabled, not the element's own attribute.
+    await page.locator('[data-testid="update-n"]:disabled').waitFor({ timeout: h.uiTimeoutMs });
+    await h.expectEnabled('average-toggle', false);
+    await h.expectEnabled('values-select', false);
+    const why = await page.locator('.render-options label').first().getAttribute('title');
+    if (!/Frozen while this view records/.test(why)) throw new Error(`the average toggle says "${why}"`);
+  });
+
   await check('each step is a live update: the frame count grows while the dialog is open', async () => {
     for (let i = 0; i < 2; ++i) await h.demo.api('/api/step', { unit: 'batch', timeout_seconds: 30 });
     await expectText('recording-frames', /^\s*[23] frames/);
@@ -70,6 +80,8 @@ async function main() {
     await h.gone('recording-item');
     await byTestId('recording-start').waitFor({ timeout: h.uiTimeoutMs });
     await h.gone('settings-gear-recordings');
+    await h.gone('update-frequency-frozen');
+    await h.expectEnabled('average-toggle', true);
     const after = await h.demo.api('/api/recordings');
     if (after.recordings.length !== 0) throw new Error(`still recording: ${JSON.stringify(after.recordings)}`);
     const saved = after.saved[0];
