@@ -10,6 +10,7 @@
 #include "server/controller/recorder.h"
 #include "experiments/engine.h"
 #include "session/session_port.h"
+#include "state/atomic_file.h"
 
 namespace nansense::server {
 
@@ -397,13 +398,13 @@ json Recorder::snapshot(const RecordView& view) {
   for (const auto& [suffix, image] : pages.pages) {
     try {
       const std::string path = record::free_path(folder(), stem + (suffix.empty() ? "" : "_" + suffix), "png");
-      const std::string png = render::encode_png(image);
-      std::FILE* f = std::fopen(path.c_str(), "wb");
-      const bool written = f && std::fwrite(png.data(), 1, png.size(), f) == png.size();
-      const bool closed = f && std::fclose(f) == 0;
-      if (!written || !closed) {
-        std::filesystem::remove(path);
-        throw std::runtime_error("cannot write " + path);
+      // Whole or not at all: the reserved name is replaced atomically.
+      try {
+        state::write_file_atomic(path, {render::encode_png(image)});
+      } catch (const std::exception& e) {
+        std::error_code ec;
+        std::filesystem::remove(path, ec);
+        throw std::runtime_error(e.what());
       }
       files.push_back(path);
     } catch (const std::runtime_error& e) {
