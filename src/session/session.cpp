@@ -372,6 +372,7 @@ void SessionCore::close() {
   control_.close();
   experiments_->close();
   probes_->close();
+  if (attachment_) attachment_->session_closed();
   std::lock_guard lock(publish_mu_);
   published_.notify_all();
 }

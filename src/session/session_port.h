@@ -40,6 +40,9 @@ class Attachment {
   // Where it serves: "http://127.0.0.1:8080/" (with ?token=... on a
   // non-loopback bind).
   virtual std::string url() const = 0;
+  // The session's close() (on the training thread): what the transport keeps
+  // open about the run (recordings) is finished; it goes on serving.
+  virtual void session_closed() {}
 };
 
 // The session as the server sees it, one interface per area; SessionPort is

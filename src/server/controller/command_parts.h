@@ -154,5 +154,6 @@ std::vector<Command> stats_commands();
 std::vector<Command> gallery_commands();
 std::vector<Command> experiment_commands();
 std::vector<Command> probe_commands();
+std::vector<Command> recording_commands();
 
 }  // namespace nansense::server::command_parts

@@ -48,7 +48,12 @@ std::vector<Command> experiment_commands() {
                kTimeout
                    .described("How long to wait for the experiment to finish, in seconds (0 returns at once with "
                               "the queued result). The experiment goes on after a timeout.")
-                   .or_else(120)},
+                   .or_else(120),
+               boolean_arg("video",
+                           "deep_dream only: also draw the dream's published steps (about 20 evenly spaced, every "
+                           "step with params.all_steps) as an H.264 MP4 in the recordings folder (list_recordings); "
+                           "the reply adds video {path, frames, error}. Needs timeout_seconds > 0.")
+                   .or_else(false)},
       .rest = Route{"POST", "/api/experiments/run"},
       .mcp = true,
       .read_only = false,
@@ -58,6 +63,10 @@ std::vector<Command> experiment_commands() {
       .reply = "ExperimentResult",
       .run =
           [](Controller& c, const Args& a) {
+            if (a.boolean("video")) {
+              return json_reply(
+                  c.run_experiment_video(a.string("kind"), a.string("layer"), a.object("params"), wait_of(a)));
+            }
             return json_reply(c.run_experiment(a.string("kind"), a.string("layer"), a.object("params"), wait_of(a)));
           },
   });

@@ -81,6 +81,7 @@ Status Controller::get_status() const {
   status.stats = stats_summary();
   status.probe = get_probe_status();
   status.locked = session_.locked();
+  status.recordings = recording_keys();
   return status;
 }
 

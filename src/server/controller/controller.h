@@ -25,9 +25,14 @@ class SessionPort;
 
 namespace nansense::server {
 
+class Recorder;
+struct RecordView;
+struct ViewPages;
+
 class Controller {
  public:
-  explicit Controller(detail::SessionPort& session) : session_(session) {}
+  explicit Controller(detail::SessionPort& session);
+  ~Controller();  // finishes every recording
 
   // --- queries ---
   // Session::lock() was called (commands.h's dispatch refuses accordingly).
@@ -211,6 +216,12 @@ class Controller {
   // `wait` for it to finish. Refusals name the unknown kind or layer, the bad
   // parameter, or say to pause first.
   json run_experiment(const std::string& kind, const std::string& layer, const json& params, Wait wait);
+  // run_experiment with video: a Deep Dream's published steps (about 20,
+  // evenly spaced; every step with all_steps) drawn as an MP4 in the
+  // recordings folder while it runs; the reply adds video {path, frames,
+  // error}. Refused for other kinds and without a wait
+  // (controller_recordings.cpp).
+  json run_experiment_video(const std::string& kind, const std::string& layer, const json& params, Wait wait);
   // Progress or outcome; kNotFound once it left the 8 kept.
   json get_experiment_result(uint64_t seq) const;
   // One request, or every one (nullopt); {"cancelled": how many}.
@@ -281,6 +292,20 @@ class Controller {
   // through (the default). Conflict when no update is held.
   json choose_update(const std::string& action);
 
+  // --- recordings and snapshots of a view (controller_recordings.cpp, recorder.h) ---
+  // The view drawn now as the page(s) a recording frame or snapshot holds.
+  // Refusals name the unknown view, layer or what is missing.
+  ViewPages draw_view(const RecordView& view) const;
+  json list_recordings() const;
+  json start_recording(const RecordView& view);
+  json stop_recording(const std::optional<std::string>& key);
+  json discard_recording(const std::optional<std::string>& key);
+  json save_snapshot(const RecordView& view);
+  // The session's close(): every recording saved.
+  void finish_recordings();
+  // The active recordings' keys (the status's `recordings`).
+  std::vector<std::string> recording_keys() const;
+
  private:
   template <class F>
   Status command(F&& apply, Wait wait);
@@ -323,6 +348,8 @@ class Controller {
   mutable render::RenderCache<InputPicture> input_cache_{32};
   mutable render::RenderCache<HistogramPicture> histogram_cache_{32};
   mutable render::RenderCache<WeightPicture> weight_cache_{128};
+  // Last: its thread draws through the members above, so it stops first.
+  std::unique_ptr<Recorder> recorder_;
 };
 
 }  // namespace nansense::server

@@ -34,6 +34,7 @@ struct Status {
   json stats;                                // statistics settings and the view's sequence
   json probe;                                // get_probe_status()
   bool locked = false;                       // Session::lock(): a shared, read-only session
+  std::vector<std::string> recordings;       // the keys of the active recordings
   // Only from refresh: whether a newer snapshot arrived within the wait.
   std::optional<bool> refreshed;
 };

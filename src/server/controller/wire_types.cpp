@@ -189,6 +189,7 @@ void status_types(json& d, const Words& w) {
                         {"stats", ref("StatsSummary")},
                         {"probe", ref("ProbeStatus")},
                         {"locked", boolean()},
+                        {"recordings", array(str())},
                         {"paused_at_ms?", integer()},
                         {"lost_reason?", str()},
                         {"internal_errors?", array(str())},
@@ -694,7 +695,9 @@ void experiment_types(json& d, const Words& w) {
               {"attributions?", array(object({{"min", num()}, {"max", num()}, {"mean_abs", num()}}))},
               {"attribution_shape?", array(integer())},
               {"ignored_params?", array(str())},
-              {"clamped_params?", array(str())}});
+              {"clamped_params?", array(str())},
+              // run_experiment with video: the clip.
+              {"video?", object({{"path", nullable(str())}, {"frames", integer()}, {"error", str()}})}});
   d["ExperimentCancel"] = object({{"cancelled", integer()}});
   d["ExperimentAutoRun"] = object({{"auto_run_experiments", boolean()}});
   d["ExperimentDefaults"] = extend(d["Settings"], {{"ignored_params", array(str())}});
@@ -731,6 +734,34 @@ void experiment_types(json& d, const Words& w) {
 }
 
 // The push channel (/ws).
+// Recordings and snapshots (recorder.h).
+void recording_types(json& d) {
+  d["RecordingFile"] = object({{"path", str()},
+                               {"frames", integer()},
+                               {"dropped", integer()},
+                               {"width", integer()},
+                               {"height", integer()},
+                               {"error", str()},
+                               {"finished", boolean()}});
+  d["Recording"] = object({{"key", str()},
+                           {"label", str()},
+                           {"view", one_of({"layers", "weights", "histograms", "patches"})},
+                           {"frames", integer()},
+                           {"dropped", integer()},
+                           {"files", array(ref("RecordingFile"))},
+                           {"error", str()}});
+  d["SavedRecording"] = object({{"key", str()}, {"label", str()}, {"files", array(str())}});
+  d["Recordings"] = object({{"directory", str()},
+                            {"frame_rate", integer()},
+                            {"recordings", array(ref("Recording"))},
+                            {"saved", array(ref("SavedRecording"))}});
+  d["RecordingsStopped"] = object({{"stopped", array(ref("Recording"))}, {"directory", str()}, {"note?", str()}});
+  d["RecordingsDiscarded"] =
+      object({{"discarded", array(object({{"key", str()}, {"removed", array(str())}}))}, {"note?", str()}});
+  d["SnapshotSaved"] =
+      object({{"files", array(str())}, {"key", str()}, {"position", ref("Position")}, {"sequence", integer()}});
+}
+
 void push_types(json& d, const Words& w) {
   d["StripView"] = w.strip_view;
   d["FailedStrip"] = extend(w.strip_view, {{"error", str()}});
@@ -782,6 +813,7 @@ json build() {
   refusal_types(d, w);
   mcp_picture_types(d, w);
   experiment_types(d, w);
+  recording_types(d);
   push_types(d, w);
   return d;
 }

@@ -282,3 +282,10 @@ export const clearAutoExperiment = (tab: string, keepalive = false) =>
 // The result drawn (dreamed images, or attribution maps beside or over the inputs).
 export const renderExperiment = (seq: number, overlay: boolean, signal?: AbortSignal) =>
   getImage<ExperimentPictureInfo>(routes.render_experiment.path, { seq: String(seq), overlay: String(overlay) }, signal);
+
+// --- recordings and snapshots of the page's view (the gear's Recording section) ---
+export const listRecordings = (signal?: AbortSignal) => get('list_recordings', signal);
+export const startRecording = (view: CommandArgs['start_recording']) => post('start_recording', view);
+export const saveSnapshot = (view: CommandArgs['save_snapshot']) => post('save_snapshot', view);
+export const stopRecording = (key: string) => post('stop_recording', { key });
+export const discardRecording = (key: string) => post('discard_recording', { key });

@@ -2,6 +2,11 @@
 // names (checked against its command table by tests/wire/check_types.sh).
 export const routes = {
   get_status: { method: 'GET', path: '/api/status' },
+  list_recordings: { method: 'GET', path: '/api/recordings' },
+  start_recording: { method: 'POST', path: '/api/recordings/start' },
+  stop_recording: { method: 'POST', path: '/api/recordings/stop' },
+  discard_recording: { method: 'POST', path: '/api/recordings/discard' },
+  save_snapshot: { method: 'POST', path: '/api/recordings/snapshot' },
   get_architecture: { method: 'GET', path: '/api/architecture' },
   get_snapshot: { method: 'GET', path: '/api/snapshot' },
   step: { method: 'POST', path: '/api/step' },

@@ -26,8 +26,13 @@ import type {
   Metrics,
   ProbeMode,
   ProbeStatus,
+  Recording,
+  Recordings,
+  RecordingsDiscarded,
+  RecordingsStopped,
   Settings,
   Snapshot,
+  SnapshotSaved,
   StatsHistory,
   StatsList,
   StatsScope,
@@ -37,6 +42,7 @@ import type {
   StripView,
   TimeTravelReport,
   UpdateFrequency,
+  Values,
   WatchPerformance,
   WeightStats,
   WeightStripInfo,
@@ -52,6 +58,21 @@ export type UpdateAction = 'skip' | 'apply';
 export type StepUnit = 'batch' | 'phase' | 'epoch';
 
 export type ExperimentKindName = 'deep_dream' | 'gradcam' | 'neuron_gradient' | 'neuron_ig' | 'occlusion';
+
+// start_recording / save_snapshot: one of the views a page shows.
+export interface RecordViewArgs {
+  view: 'layers' | 'weights' | 'histograms' | 'patches';
+  layers?: string[];
+  layer?: string;
+  phase?: string;
+  kind?: 'activation' | 'gradient' | 'both';
+  sample?: number;
+  average?: boolean;
+  values?: Values;
+  log_x?: boolean;
+  log_y?: boolean;
+  heatmap?: boolean;
+}
 
 export interface CommandArgs {
   step: { unit: StepUnit; timeout_seconds: number };
@@ -106,6 +127,10 @@ export interface CommandArgs {
   set_probe_mode: { mode: ProbeMode; timeout_seconds?: number };
   add_perturbation: { index: number[]; values: number[]; sample?: number; input_name?: string; timeout_seconds?: number };
   clear_perturbations: { timeout_seconds?: number };
+  start_recording: RecordViewArgs;
+  save_snapshot: RecordViewArgs;
+  stop_recording: { key?: string };
+  discard_recording: { key?: string };
 }
 
 // What the page reads from each command it uses (a picture's: the info
@@ -158,4 +183,9 @@ export interface Replies {
   set_probe_mode: ProbeStatus;
   add_perturbation: ProbeStatus;
   clear_perturbations: ProbeStatus;
+  list_recordings: Recordings;
+  start_recording: Recording;
+  stop_recording: RecordingsStopped;
+  discard_recording: RecordingsDiscarded;
+  save_snapshot: SnapshotSaved;
 }

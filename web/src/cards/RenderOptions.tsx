@@ -7,11 +7,15 @@ import { useSelector } from '../state/store';
 export function RenderOptions() {
   const average = useSelector(store, (s) => s.average);
   const values = useSelector(store, (s) => s.values);
+  // The main page's recording draws its frames with these options.
+  const recording = useSelector(store, (s) => s.status?.recordings.includes('main') ?? false);
+  const frozen = recording ? 'Frozen while this view records (Settings → Recording: Save & Finish or Delete)' : null;
   return (
-    <div class="render-options">
-      <label class="switch" title="Collapse each strip to the mean over its channels">
+    <div class="render-options" data-testid="render-options" data-frozen={recording}>
+      <label class="switch" title={frozen ?? 'Collapse each strip to the mean over its channels'}>
         <input
           type="checkbox"
+          disabled={recording}
           data-testid="average-toggle"
           checked={average}
           onChange={(e) => setRenderOptions({ average: e.currentTarget.checked })}
@@ -19,9 +23,10 @@ export function RenderOptions() {
         <span class="switch-track" aria-hidden="true" />
         Channel average
       </label>
-      <label class="field-inline" title="Transform values before drawing (and before averaging)">
+      <label class="field-inline" title={frozen ?? 'Transform values before drawing (and before averaging)'}>
         Values
         <select
+          disabled={recording}
           data-testid="values-select"
           value={values}
           onChange={(e) => setRenderOptions({ values: e.currentTarget.value as Values })}

@@ -8,6 +8,7 @@ import { store, toast } from '../state/app';
 import { saveDebugSettings } from '../state/debug';
 import { useSelector } from '../state/store';
 import { Modal } from './Modal';
+import { RecordingSection } from './RecordingSection';
 import { StatsSettings } from './StatsSettings';
 
 export function DebugSettingsHost() {
@@ -209,6 +210,7 @@ function DebugSettingsDialog() {
           </div>
         </form>
       )}
+      <RecordingSection />
     </Modal>
   );
 }

@@ -28,6 +28,7 @@ function message(e: unknown): string {
 
 export function StatsSettings() {
   const phases = useSelector(store, (s) => s.status?.schedule.phases.map((p) => p.name) ?? []);
+  const recording = useSelector(store, (s) => (s.status?.recordings.length ?? 0) > 0);
   const [settings, setSettings] = useState<Settings | null>(null);
   const [loadError, setLoadError] = useState<string | null>(null);
   const [errors, setErrors] = useState<Partial<Record<Section, string>>>({});
@@ -188,6 +189,13 @@ export function StatsSettings() {
       <section class="settings-section">
         <h3>Update frequency</h3>
         <p class="form-hint">While training runs, a batch is captured and published at this cadence, without pausing.</p>
+        {recording && (
+          <p class="form-note settings-frozen" data-testid="update-frequency-frozen">
+            Frozen while a view records: each update is a frame of the video. Save &amp; Finish or Delete the recording
+            (below) to change it.
+          </p>
+        )}
+        <fieldset class="settings-group" disabled={recording}>
         <label class="settings-row">
           <span>Update</span>
           <select data-testid="update-unit" class="settings-wide" value={f.unit} onChange={(e) => setFrequency({ unit: e.currentTarget.value as UpdateFrequency['unit'] })}>
@@ -224,6 +232,7 @@ export function StatsSettings() {
             </select>
           </label>
         )}
+        </fieldset>
         <Feedback error={errors.frequency} saved={saved === 'frequency'} testid="update-frequency" />
       </section>
     </div>

@@ -166,7 +166,12 @@ export function TopBar({ page }: { page: Page }) {
 function SettingsGear({ status }: { status: Status | null }) {
   const debug = status?.debug;
   const off = debug != null && (!debug.enabled || debug.checks.length === 0);
-  const title = off ? 'Error checks are off — open the settings' : 'Settings: statistics, update frequency, error checks';
+  const recording = status?.recordings.length ?? 0;
+  const title = recording
+    ? `Recording ${recording} view${recording === 1 ? '' : 's'} — open the settings to save or delete`
+    : off
+      ? 'Error checks are off — open the settings'
+      : 'Settings: statistics, update frequency, error checks, recording';
   return (
     <button
       class={`icon-button gear ${off ? 'gear-off' : ''}`}
@@ -182,7 +187,13 @@ function SettingsGear({ status }: { status: Status | null }) {
           d="M19.14 12.94a7.4 7.4 0 0 0 0-1.88l2.03-1.58a.5.5 0 0 0 .12-.64l-1.92-3.32a.5.5 0 0 0-.61-.22l-2.39.96a7.1 7.1 0 0 0-1.62-.94l-.36-2.54A.5.5 0 0 0 14 2.4h-3.84a.5.5 0 0 0-.5.42l-.36 2.54c-.58.24-1.12.55-1.62.94l-2.39-.96a.5.5 0 0 0-.61.22L2.76 8.88a.5.5 0 0 0 .12.64l2.03 1.58a7.4 7.4 0 0 0 0 1.88l-2.03 1.58a.5.5 0 0 0-.12.64l1.92 3.32c.13.22.39.3.61.22l2.39-.96c.5.39 1.04.7 1.62.94l.36 2.54c.05.24.25.42.5.42H14c.25 0 .45-.18.5-.42l.36-2.54c.58-.24 1.12-.55 1.62-.94l2.39.96c.22.08.48 0 .61-.22l1.92-3.32a.5.5 0 0 0-.12-.64l-2.14-1.58zM12.08 15.5a3.5 3.5 0 1 1 0-7 3.5 3.5 0 0 1 0 7z"
         />
       </svg>
-      {off && <i class="gear-badge" data-testid="settings-gear-off" aria-hidden="true" />}
+      {recording > 0 ? (
+        <i class="gear-count" data-testid="settings-gear-recordings">
+          {recording}
+        </i>
+      ) : (
+        off && <i class="gear-badge" data-testid="settings-gear-off" aria-hidden="true" />
+      )}
     </button>
   );
 }

@@ -1,0 +1,137 @@
+// The commands of recordings and snapshots (controller_recordings.cpp,
+// recorder.h), declared once (commands.h says what a declaration holds).
+#include "server/controller/command_parts.h"
+#include "server/controller/recorder.h"
+
+namespace nansense::server::command_parts {
+
+namespace {
+
+const std::string kViews =
+    "layers: the main page's strips of `layers` (activation and gradient, one sample); weights: `layer`'s Weights "
+    "page (every tensor of its parameters); histograms: the Stats page's histograms of `layers`; patches: "
+    "`layer`'s Min/Max galleries (max/min pixel, and max/min average when average_galleries is on, as separate "
+    "files).";
+
+std::vector<Arg> view_args() {
+  return {
+      string_arg("view", "Which view. " + kViews).one_of({"layers", "weights", "histograms", "patches"}).mandatory(),
+      kLayers.described("Views layers and histograms: the layers shown, e.g. [\"features.0\", \"relu\"]."),
+      kLayer.described("Views weights and patches: the layer shown, e.g. \"features.0\"."),
+      string_arg("phase", "Views histograms and patches: one phase (default every phase / the training one).")
+          .not_empty(),
+      string_arg("kind", "View layers: which strips of each layer.")
+          .one_of({"activation", "gradient", "both"})
+          .or_else("both"),
+      kSample,
+      kAverage,
+      kValues,
+      boolean_arg("log_x", "View histograms: symmetric log x axis.").or_else(false),
+      boolean_arg("log_y", "View histograms: log count axis.").or_else(false),
+      integer_arg("channel", "View histograms: one channel's histogram (an index along dim 1).").at_least(0),
+      boolean_arg("heatmap", "View patches: overlay the channel's activation on each crop.").or_else(false)};
+}
+
+RecordView view_of(const Args& a) {
+  RecordView v;
+  v.view = a.string("view");
+  v.layers = a.strings("layers");
+  if (auto layer = a.optional_string("layer")) v.layer = *layer;
+  v.phase = a.optional_string("phase");
+  v.kind = a.string("kind");
+  v.strip = strip_options(a);
+  v.log_x = a.boolean("log_x");
+  v.log_y = a.boolean("log_y");
+  v.channel = a.optional_integer("channel");
+  v.heatmap = a.boolean("heatmap");
+  if ((v.view == "layers" || v.view == "histograms") && v.layers.empty()) {
+    throw Refusal(Refusal::Kind::kInvalidArgument, "view " + v.view + " needs layers", "layers");
+  }
+  if ((v.view == "weights" || v.view == "patches") && v.layer.empty()) {
+    throw Refusal(Refusal::Kind::kInvalidArgument, "view " + v.view + " needs a layer", "layer");
+  }
+  return v;
+}
+
+const Arg kKey = string_arg("key",
+                            "The recording's key from list_recordings: main, weights:<layer>, watch_histogram or "
+                            "watch_minmax. Omit for every active recording.")
+                     .not_empty();
+
+}  // namespace
+
+std::vector<Command> recording_commands() {
+  std::vector<Command> t;
+  t.push_back({
+      .name = "list_recordings",
+      .title = "List the recordings",
+      .description = "The folder recordings and snapshots go to (nansense_recordings/<run timestamp>/), the frame "
+                     "rate (10 fps), the active recordings (key, label, view, frames written, frames dropped, files "
+                     "with their size and error, the last error) and those saved in this run.",
+      .args = {},
+      .rest = Route{"GET", "/api/recordings"},
+      .mcp = true,
+      .read_only = true,
+      .reply = "Recordings",
+      .run = [](Controller& c, const Args&) { return json_reply(c.list_recordings()); },
+  });
+  t.push_back({
+      .name = "start_recording",
+      .title = "Record a view as a video",
+      .description =
+          "Starts an H.264 MP4 of a view at 10 fps: a frame now and one at every live update (each snapshot "
+          "published: the update cadence of set_update_frequency, a step; a paused run adds nothing), each "
+          "stamped with its training position and drawn by the same renderers as the pages. The video's size is "
+          "the first frame's (even sides, at most 1920x1080; later frames are fitted on white). Encoding runs "
+          "off the training thread; frames the encoder cannot keep up with are dropped and counted. One "
+          "recording per view key; refused when the view cannot be drawn now. " +
+          kViews + " Returns the recording as list_recordings shows it.",
+      .args = view_args(),
+      .rest = Route{"POST", "/api/recordings/start"},
+      .mcp = true,
+      .read_only = false,
+      .reply = "Recording",
+      .run = [](Controller& c, const Args& a) { return json_reply(c.start_recording(view_of(a))); },
+  });
+  t.push_back({
+      .name = "stop_recording",
+      .title = "Save and finish a recording",
+      .description = "Encodes what is queued and closes the MP4 (one, or every active recording) so it plays "
+                     "everywhere; returns each with its files and frame counts. session.close() does this for "
+                     "every recording.",
+      .args = {kKey},
+      .rest = Route{"POST", "/api/recordings/stop"},
+      .mcp = true,
+      .read_only = false,
+      .reply = "RecordingsStopped",
+      .run = [](Controller& c, const Args& a) { return json_reply(c.stop_recording(a.optional_string("key"))); },
+  });
+  t.push_back({
+      .name = "discard_recording",
+      .title = "Delete a recording",
+      .description = "Stops a recording (one, or every active one) without saving and removes its files.",
+      .args = {kKey},
+      .rest = Route{"POST", "/api/recordings/discard"},
+      .mcp = true,
+      .read_only = false,
+      .reply = "RecordingsDiscarded",
+      .run = [](Controller& c, const Args& a) { return json_reply(c.discard_recording(a.optional_string("key"))); },
+  });
+  t.push_back({
+      .name = "save_snapshot",
+      .title = "Save a view as PNG",
+      .description = "The view drawn now, as a recording's frame would be, saved as PNG in the recordings folder: "
+                     "<view>_ep<E>_<phase>_b<B>.png (patches: _pixel and _average), never overwriting (-2, -3 "
+                     "are added). " +
+                     kViews + " Returns the paths, the position and the snapshot sequence drawn.",
+      .args = view_args(),
+      .rest = Route{"POST", "/api/recordings/snapshot"},
+      .mcp = true,
+      .read_only = false,
+      .reply = "SnapshotSaved",
+      .run = [](Controller& c, const Args& a) { return json_reply(c.save_snapshot(view_of(a))); },
+  });
+  return t;
+}
+
+}  // namespace nansense::server::command_parts

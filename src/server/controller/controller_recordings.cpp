@@ -1,0 +1,460 @@
+// Recordings and snapshots of the pages' views (recorder.h): each view drawn
+// as one page of the pictures the pages and MCP show, with the training
+// position stamped over it.
+#include <filesystem>
+#include <iostream>
+
+#include "record/files.h"
+#include "render/downscale.h"
+#include "server/controller/controller.h"
+#include "server/controller/recorder.h"
+#include "experiments/engine.h"
+#include "session/session_port.h"
+#include "state/atomic_file.h"
+
+namespace nansense::server {
+
+namespace {
+
+constexpr std::chrono::milliseconds kPumpInterval{500};
+
+std::string joined(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& s : items) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+Refusal unknown_view(const std::string& view) {
+  return Refusal(Refusal::Kind::kInvalidArgument,
+                 "unknown view \"" + view + "\": one of layers, weights, histograms, patches", "view");
+}
+
+json file_json(const record::RecordingInfo& info) {
+  return {{"path", info.path},     {"frames", info.frames}, {"dropped", info.dropped},  {"width", info.width},
+          {"height", info.height}, {"error", info.error},   {"finished", info.finished}};
+}
+
+}  // namespace
+
+std::string RecordView::key() const {
+  if (view == "layers") return "main";
+  if (view == "weights") return "weights:" + layer;
+  if (view == "histograms") return "watch_histogram";
+  if (view == "patches") return "watch_minmax";
+  throw unknown_view(view);
+}
+
+std::string RecordView::label() const {
+  if (view == "layers") return "Layers: " + joined(layers);
+  if (view == "weights") return "Weights: " + layer;
+  if (view == "histograms") return "Histograms: " + joined(layers) + (phase ? " (" + *phase + ")" : "");
+  if (view == "patches") return "Min/Max galleries: " + layer + (phase ? " (" + *phase + ")" : "");
+  throw unknown_view(view);
+}
+
+// --- drawing a view ---
+
+ViewPages Controller::draw_view(const RecordView& v) const {
+  ViewPages out;
+  const auto snap = session_.snapshot();
+  if (snap) {
+    out.position = snap->position;
+    out.sequence = snap->sequence;
+  }
+  std::vector<record::Panel> panels;
+  auto page = [&](const std::string& suffix, const std::vector<record::Panel>& content) {
+    const std::string stamp = v.label() + (suffix.empty() ? "" : " (" + suffix + ")") + "  ·  " +
+                              (snap ? out.position.to_string() : std::string("before the first capture"));
+    out.pages.emplace_back(suffix, record::compose(stamp, content));
+  };
+  if (v.view == "layers") {
+    if (v.layers.empty()) throw Refusal(Refusal::Kind::kInvalidArgument, "view layers needs layers", "layers");
+    std::vector<std::string> kinds;
+    if (v.kind != "gradient") kinds.push_back("activation");
+    if (v.kind != "activation") kinds.push_back("gradient");
+    std::string reasons;
+    bool any = false;
+    for (const auto& layer : v.layers) {
+      for (const auto& k : kinds) {
+        try {
+          const auto strip = render_strip(layer, k, v.strip);
+          panels.push_back({layer + " " + k, render::decode_png(strip->png)});
+          out.position = strip->position;
+          out.sequence = strip->sequence;
+          any = true;
+        } catch (const Refusal& e) {
+          panels.push_back({layer + " " + k + ": " + e.what(), {}});
+          reasons += (reasons.empty() ? "" : "; ") + std::string(e.what());
+        }
+      }
+    }
+    if (!any) throw Refusal(Refusal::Kind::kInvalidArgument, "nothing to record: " + reasons, "layers");
+    page("", panels);
+  } else if (v.view == "weights") {
+    const auto drawn = render_weights(v.layer, {}, {});
+    for (const auto& w : drawn.pictures) {
+      panels.push_back({w->parameter + " " + w->tensor, render::decode_png(w->png)});
+      out.position = w->position;
+      out.sequence = w->sequence;
+    }
+    for (const auto& m : drawn.missing) panels.push_back({m.parameter + " " + m.tensor + ": " + m.reason, {}});
+    if (drawn.pictures.empty()) {
+      throw Refusal(Refusal::Kind::kInvalidArgument, "layer \"" + v.layer + "\" has no parameter tensor to draw",
+                    "layer");
+    }
+    page("", panels);
+  } else if (v.view == "histograms") {
+    if (v.layers.empty()) throw Refusal(Refusal::Kind::kInvalidArgument, "view histograms needs layers", "layers");
+    HistogramOptions o;
+    o.layers = v.layers;
+    o.phase = v.phase;
+    o.log_x = v.log_x;
+    o.log_y = v.log_y;
+    o.channel = v.channel;
+    const auto chart = render_histogram(o);
+    page("", {{joined(chart->series), render::decode_png(chart->png)}});
+  } else if (v.view == "patches") {
+    if (v.layer.empty()) throw Refusal(Refusal::Kind::kInvalidArgument, "view patches needs a layer", "layer");
+    GalleryOptions o;
+    o.layer = v.layer;
+    o.phase = v.phase;
+    o.heatmap = v.heatmap;
+    o.grids = {"max_pixel", "min_pixel"};
+    const auto pixel = render_extreme_patches(o);
+    page("pixel", {{pixel->caption, render::decode_png(pixel->png)}});
+    // The average rankings exist only with average_galleries on.
+    o.grids = {"max_average", "min_average"};
+    try {
+      const auto average = render_extreme_patches(o);
+      page("average", {{average->caption, render::decode_png(average->png)}});
+    } catch (const Refusal&) {
+    }
+  } else {
+    throw unknown_view(v.view);
+  }
+  return out;
+}
+
+// --- the controller's commands ---
+
+Controller::Controller(detail::SessionPort& session)
+    : session_(session), recorder_(std::make_unique<Recorder>(*this)) {}
+
+Controller::~Controller() { recorder_->finish_all(); }
+
+json Controller::list_recordings() const { return recorder_->list(); }
+json Controller::start_recording(const RecordView& view) { return recorder_->start(view); }
+json Controller::stop_recording(const std::optional<std::string>& key) { return recorder_->stop(key); }
+json Controller::discard_recording(const std::optional<std::string>& key) { return recorder_->discard(key); }
+json Controller::save_snapshot(const RecordView& view) { return recorder_->snapshot(view); }
+void Controller::finish_recordings() { recorder_->finish_all(); }
+std::vector<std::string> Controller::recording_keys() const { return recorder_->keys(); }
+
+// --- Deep Dream clips ---
+
+json Controller::run_experiment_video(const std::string& kind, const std::string& layer, const json& params,
+                                      Wait wait) {
+  if (kind != "deep_dream") {
+    throw Refusal(Refusal::Kind::kInvalidArgument,
+                  "video is for deep_dream only: " + kind + " draws one picture, not a sequence", "video");
+  }
+  if (wait.count() <= 0) {
+    throw Refusal(Refusal::Kind::kInvalidArgument,
+                  "video needs timeout_seconds > 0: its frames are drawn while the dream runs", "timeout_seconds");
+  }
+  auto& engine = session_.experiments();
+  const auto sub = engine.submit(kind, layer, params);
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  // A clip keeps every step it is given: a queue as long as the dream's
+  // published steps (about 20) rather than a live recording's 8.
+  std::unique_ptr<record::Recording> clip;
+  int64_t drawn_step = -1;
+  uint64_t seen = 0;
+  std::string draw_error;
+  while (true) {
+    const auto r = engine.result(sub.seq);
+    if (!r) break;
+    const bool over = r->stage == experiments::Result::Stage::kDone ||
+                      r->stage == experiments::Result::Stage::kStopped ||
+                      r->stage == experiments::Result::Stage::kFailed;
+    if (r->stage != experiments::Result::Stage::kQueued && r->step != drawn_step) {
+      try {
+        const auto picture = render_experiment(sub.seq, false);
+        if (!clip) {
+          const std::string stem = "deep_dream_" + record::file_part(layer) + "_seq" + std::to_string(sub.seq);
+          clip = std::make_unique<record::Recording>(record::free_path(recorder_->folder(), stem, "mp4"),
+                                                     record::Recording::kFps, 1024);
+        }
+        const std::string stamp = "Deep Dream of " + layer + "  ·  step " + std::to_string(picture->step) + " of " +
+                                  std::to_string(picture->total);
+        clip->push(record::compose(stamp, {{picture->caption, render::decode_png(picture->png)}}));
+        drawn_step = r->step;
+      } catch (const Refusal& e) {
+        draw_error = e.what();  // nothing drawable at this step yet
+      } catch (const std::runtime_error& e) {
+        draw_error = e.what();
+        break;
+      }
+    }
+    if (over || std::chrono::steady_clock::now() >= deadline) break;
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    seen = wait_for_change(seen, std::min(left, std::chrono::milliseconds(200)));
+  }
+  json out;
+  try {
+    out = get_experiment_result(sub.seq);
+  } catch (const Refusal&) {
+    out = {{"seq", sub.seq}, {"stage", "absent"}};
+  }
+  out["ignored_params"] = sub.ignored;
+  if (clip) {
+    const auto info = clip->finish();
+    out["video"] = {{"path", info.path}, {"frames", info.frames}, {"error", info.error}};
+  } else {
+    out["video"] = {{"path", nullptr}, {"frames", 0}, {"error", draw_error.empty() ? "no step was drawn" : draw_error}};
+  }
+  return out;
+}
+
+// --- the recorder ---
+
+Recorder::Recorder(Controller& controller) : controller_(controller), started_(std::time(nullptr)) {}
+
+Recorder::~Recorder() { finish_all(); }
+
+std::string Recorder::folder() const { return record::run_folder(started_); }
+
+std::vector<std::string> Recorder::keys() const {
+  std::lock_guard lock(mu_);
+  std::vector<std::string> out;
+  for (const auto& [key, a] : active_) out.push_back(key);
+  return out;
+}
+
+json Recorder::describe(const Active& a) const {
+  json files = json::array();
+  int64_t frames = 0, dropped = 0;
+  std::string error = a.draw_error;
+  for (size_t i = 0; i < a.files.size(); ++i) {
+    const auto info = a.files[i].second->info();
+    files.push_back(file_json(info));
+    if (i == 0) frames = info.frames;
+    dropped += info.dropped;
+    if (error.empty()) error = info.error;
+  }
+  return {{"key", a.key},       {"label", a.view.label()}, {"view", a.view.view}, {"frames", frames},
+          {"dropped", dropped}, {"files", files},          {"error", error}};
+}
+
+json Recorder::list() const {
+  std::vector<std::shared_ptr<Active>> active;
+  json saved;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [key, a] : active_) active.push_back(a);
+    saved = saved_;
+  }
+  json recordings = json::array();
+  for (const auto& a : active) recordings.push_back(describe(*a));
+  return {{"directory", folder()},
+          {"frame_rate", record::Recording::kFps},
+          {"recordings", recordings},
+          {"saved", saved.is_null() ? json::array() : saved}};
+}
+
+void Recorder::add_frame(Active& a, const ViewPages& pages) {
+  a.last_sequence = pages.sequence;
+  for (auto& [suffix, recording] : a.files) {
+    for (const auto& [page_suffix, image] : pages.pages) {
+      if (page_suffix == suffix) recording->push(image);
+    }
+  }
+}
+
+json Recorder::start(const RecordView& view) {
+  const std::string key = view.key();
+  {
+    std::lock_guard lock(mu_);
+    if (active_.count(key)) {
+      throw Refusal(Refusal::Kind::kConflict,
+                    "\"" + key + "\" is already recording: stop_recording or discard_recording it first", "view");
+    }
+  }
+  std::lock_guard draw(draw_mu_);
+  const ViewPages pages = controller_.draw_view(view);
+  auto a = std::make_shared<Active>();
+  a->view = view;
+  a->key = key;
+  const std::string stem =
+      record::snapshot_stem(key, pages.position.epoch, pages.position.phase, pages.position.batch_idx);
+  try {
+    for (const auto& [suffix, image] : pages.pages) {
+      a->files.emplace_back(suffix, std::make_unique<record::Recording>(record::free_path(
+                                        folder(), stem + (suffix.empty() ? "" : "_" + suffix), "mp4")));
+    }
+  } catch (const std::runtime_error& e) {
+    throw Refusal(Refusal::Kind::kConflict, e.what());
+  }
+  add_frame(*a, pages);
+  {
+    std::lock_guard lock(mu_);
+    if (active_.count(key)) {
+      for (auto& f : a->files) f.second->discard();
+      throw Refusal(Refusal::Kind::kConflict, "\"" + key + "\" is already recording", "view");
+    }
+    active_[key] = a;
+    if (!thread_.joinable()) {
+      stopping_ = false;
+      thread_ = std::thread([this] { pump(); });
+    }
+  }
+  controller_.wake_watchers();  // the status's recordings changed
+  return describe(*a);
+}
+
+std::vector<std::shared_ptr<Recorder::Active>> Recorder::take(const std::optional<std::string>& key) {
+  std::lock_guard lock(mu_);
+  std::vector<std::shared_ptr<Active>> out;
+  if (key) {
+    auto it = active_.find(*key);
+    if (it == active_.end()) {
+      std::vector<std::string> keys;
+      for (const auto& [k, a] : active_) keys.push_back(k);
+      throw Refusal(Refusal::Kind::kNotFound,
+                    "no recording \"" + *key + "\"; recording now: " + (keys.empty() ? "none" : joined(keys)), "key");
+    }
+    out.push_back(it->second);
+    active_.erase(it);
+  } else {
+    for (auto& [k, a] : active_) out.push_back(a);
+    active_.clear();
+  }
+  return out;
+}
+
+json Recorder::stop(const std::optional<std::string>& key) {
+  std::lock_guard draw(draw_mu_);
+  const auto taken = take(key);
+  json stopped = json::array();
+  const uint64_t sequence = controller_.snapshot_sequence();
+  for (const auto& a : taken) {
+    // Save & Finish keeps the view as it is now: an update the pump had not
+    // drawn yet becomes the last frame.
+    if (sequence != a->last_sequence) {
+      try {
+        add_frame(*a, controller_.draw_view(a->view));
+      } catch (const std::exception& e) {
+        a->draw_error = std::string("last frame not drawn: ") + e.what();
+      }
+    }
+    json files = json::array();
+    json paths = json::array();
+    std::string error = a->draw_error;
+    for (auto& [suffix, recording] : a->files) {
+      const auto info = recording->finish();
+      files.push_back(file_json(info));
+      if (info.frames > 0) paths.push_back(info.path);
+      if (error.empty()) error = info.error;
+    }
+    json entry = describe(*a);
+    entry["error"] = error;
+    {
+      std::lock_guard lock(mu_);
+      saved_.push_back({{"key", a->key}, {"label", a->view.label()}, {"files", paths}});
+    }
+    stopped.push_back(std::move(entry));
+  }
+  if (!taken.empty()) controller_.wake_watchers();
+  json out = {{"stopped", stopped}, {"directory", folder()}};
+  if (taken.empty()) out["note"] = "nothing was recording";
+  return out;
+}
+
+json Recorder::discard(const std::optional<std::string>& key) {
+  std::lock_guard draw(draw_mu_);
+  const auto taken = take(key);
+  json discarded = json::array();
+  for (const auto& a : taken) {
+    json removed = json::array();
+    for (auto& [suffix, recording] : a->files) {
+      recording->discard();
+      removed.push_back(recording->info().path);
+    }
+    discarded.push_back({{"key", a->key}, {"removed", removed}});
+  }
+  if (!taken.empty()) controller_.wake_watchers();
+  json out = {{"discarded", discarded}};
+  if (taken.empty()) out["note"] = "nothing was recording";
+  return out;
+}
+
+json Recorder::snapshot(const RecordView& view) {
+  const std::string key = view.key();
+  const ViewPages pages = controller_.draw_view(view);
+  const std::string stem =
+      record::snapshot_stem(key, pages.position.epoch, pages.position.phase, pages.position.batch_idx);
+  json files = json::array();
+  for (const auto& [suffix, image] : pages.pages) {
+    try {
+      const std::string path = record::free_path(folder(), stem + (suffix.empty() ? "" : "_" + suffix), "png");
+      // Whole or not at all: the reserved name is replaced atomically.
+      try {
+        state::write_file_atomic(path, {render::encode_png(image)});
+      } catch (const std::exception& e) {
+        std::error_code ec;
+        std::filesystem::remove(path, ec);
+        throw std::runtime_error(e.what());
+      }
+      files.push_back(path);
+    } catch (const std::runtime_error& e) {
+      throw Refusal(Refusal::Kind::kConflict, e.what());
+    }
+  }
+  return {{"files", files}, {"key", key}, {"position", to_json(pages.position)}, {"sequence", pages.sequence}};
+}
+
+void Recorder::pump() {
+  record::yield_to_training();
+  uint64_t seen = 0;
+  while (true) {
+    {
+      std::lock_guard lock(mu_);
+      if (stopping_) return;
+    }
+    seen = controller_.wait_for_change(seen, kPumpInterval);
+    std::lock_guard draw(draw_mu_);
+    std::vector<std::shared_ptr<Active>> active;
+    {
+      std::lock_guard lock(mu_);
+      if (stopping_) return;
+      for (const auto& [key, a] : active_) active.push_back(a);
+    }
+    const uint64_t sequence = controller_.snapshot_sequence();
+    for (const auto& a : active) {
+      if (sequence == a->last_sequence) continue;
+      try {
+        add_frame(*a, controller_.draw_view(a->view));
+        a->draw_error.clear();
+      } catch (const std::exception& e) {
+        // Shown in the dialog; the next update tries again.
+        a->last_sequence = sequence;
+        a->draw_error = std::string("frame not drawn at snapshot ") + std::to_string(sequence) + ": " + e.what();
+      }
+    }
+  }
+}
+
+void Recorder::finish_all() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  controller_.wake_watchers();
+  if (thread_.joinable()) thread_.join();
+  stop(std::nullopt);
+  std::lock_guard lock(mu_);
+  stopping_ = false;
+}
+
+}  // namespace nansense::server

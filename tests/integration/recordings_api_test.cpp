@@ -1,0 +1,354 @@
+// Recordings and snapshots over REST and MCP against a real training loop of
+// a small CNN: each view recorded over a few steps and its MP4 read back with
+// FFmpeg's own libraries (codec, size, frame count, duration), the last frame
+// decoded and compared with the PNG snapshot of the same view, discard,
+// close() finishing what records, every refusal, and a process killed
+// mid-recording leaving a file libavformat opens. Each reply is held to its
+// declared wire type by the fixture.
+#include <gtest/gtest.h>
+#include <nansense/nansense.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "integration/mcp_client.h"
+#include "integration/mp4_probe.h"
+#include "integration/training_fixture.h"
+#include "record/files.h"
+#include "record/frame.h"
+#include "record/recording.h"
+#include "record/video_encoder.h"
+#include "render/downscale.h"
+#include "unit/test_models.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using nansense::testing::McpClient;
+using nansense::testing::probe_mp4;
+using nansense::testing::TrainingServerTest;
+using json = nlohmann::json;
+
+class RecordingsApiTest : public TrainingServerTest {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("nansense_recordings_test_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    ::setenv("NANSENSE_RECORDINGS_DIR", dir_.c_str(), 1);
+  }
+  void TearDown() override {
+    TrainingServerTest::TearDown();
+    fs::remove_all(dir_);
+  }
+  // A CNN (conv 1->4 3x3, relu, pool, fc) on [6, 1, 8, 8] images, "conv"
+  // and "fc" watched, two epochs of six train batches, pausing at the first.
+  void start_cnn() {
+    torch::manual_seed(0);
+    cnn_ = nansense::test::Cnn();
+    sgd_ = std::make_unique<torch::optim::SGD>(cnn_->parameters(), torch::optim::SGDOptions(0.05));
+    for (int i = 0; i < 6; ++i) data_.emplace_back(torch::rand({6, 1, 8, 8}), torch::randint(3, {6}));
+    session_ =
+        std::make_unique<nansense::Session>(nansense::start(cnn_, nansense::StartOptions()
+                                                                      .epochs(2)
+                                                                      .phases(nansense::PhaseCounts{{"train", 6}})
+                                                                      .watch({"conv", "fc"})
+                                                                      .optimizer(sgd_.get())
+                                                                      .debug(nansense::test::quiet_checks())));
+    ASSERT_TRUE(nansense::serve(*session_, nansense::ServeOptions().port(0).open_browser(false).print_banner(false)));
+    port_ = nansense::testing::port_of(session_->url());
+    trainer_ = std::thread([this] {
+      try {
+        for (int e = 0; e < 2; ++e) {
+          for (auto& batch : session_->batches(data_, "train")) {
+            nansense::test::train_step(cnn_, *sgd_, batch.first, batch.second);
+          }
+        }
+        session_->close();
+      } catch (const std::exception&) {
+      }
+    });
+  }
+  void step() { ASSERT_EQ(post("/api/step", {{"unit", "batch"}, {"timeout_seconds", 20}}).json()["state"], "paused"); }
+
+  fs::path dir_;
+  nansense::test::Cnn cnn_{nullptr};
+  std::unique_ptr<torch::optim::SGD> sgd_;
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> data_;
+};
+
+// Mean absolute difference per channel over the PNG's area of the frame.
+double frame_difference(const nansense::testing::Mp4Probe& video, const nansense::render::Image& png) {
+  double sum = 0;
+  int64_t n = 0;
+  for (int y = 0; y < std::min(png.height, video.height); ++y) {
+    for (int x = 0; x < std::min(png.width, video.width); ++x) {
+      const auto& p = png.at(x, y);
+      const uint8_t* v = &video.rgb[(static_cast<size_t>(y) * video.width + x) * 3];
+      sum += std::abs(p.r - v[0]) + std::abs(p.g - v[1]) + std::abs(p.b - v[2]);
+      n += 3;
+    }
+  }
+  return n ? sum / n : 1e9;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST_F(RecordingsApiTest, EachViewRecordsAnH264VideoOfItsUpdates) {
+  start_cnn();
+  wait_paused();
+  post("/api/stats/performance", {{"average_galleries", true}});
+  step();  // the galleries now hold a collected batch
+
+  const json views[] = {
+      {{"view", "layers"}, {"layers", {"conv", "fc"}}},
+      {{"view", "weights"}, {"layer", "conv"}},
+      {{"view", "histograms"}, {"layers", {"conv"}}},
+      {{"view", "patches"}, {"layer", "conv"}},
+  };
+  for (const auto& v : views) {
+    auto r = post("/api/recordings/start", v);
+    ASSERT_EQ(r.status, 200) << v.dump() << " " << r.body;
+    EXPECT_EQ(r.json()["frames"], 0) << "the first frame is queued, not yet counted as written";
+  }
+  json listed = get("/api/recordings").json();
+  EXPECT_EQ(listed["frame_rate"], 10);
+  EXPECT_EQ(listed["recordings"].size(), 4u);
+  EXPECT_EQ(get("/api/status").json()["recordings"],
+            json::array({"main", "watch_histogram", "watch_minmax", "weights:conv"}));
+  EXPECT_EQ(fs::path(listed["directory"].get<std::string>()).parent_path(), dir_);
+
+  constexpr int kSteps = 3;
+  for (int i = 0; i < kSteps; ++i) step();
+  json stopped = post("/api/recordings/stop", json::object()).json();
+  ASSERT_EQ(stopped["stopped"].size(), 4u);
+  EXPECT_TRUE(get("/api/status").json()["recordings"].empty());
+
+  std::map<std::string, json> by_key;
+  for (const auto& s : stopped["stopped"]) by_key[s["key"]] = s;
+  ASSERT_EQ(by_key["watch_minmax"]["files"].size(), 2u) << "pixel and average galleries, each its own file";
+  for (const auto& [key, s] : by_key) {
+    EXPECT_EQ(s["error"], "") << key;
+    for (const auto& f : s["files"]) {
+      const std::string path = f["path"];
+      // One frame at the start, one per step the pump drew (an update it
+      // could not draw in time is skipped, never blocks), the last state
+      // always: between 2 and 1 + kSteps.
+      const int64_t frames = f["frames"];
+      EXPECT_GE(frames, 2) << path;
+      EXPECT_LE(frames, 1 + kSteps) << path;
+      EXPECT_EQ(fs::path(path).extension(), ".mp4");
+      EXPECT_EQ(fs::path(path).filename().string().rfind(nansense::record::file_part(key) + "_ep000_train_b00001", 0),
+                0u)
+          << path;
+      const auto video = probe_mp4(path);
+      ASSERT_TRUE(video.opened) << path << ": " << video.error;
+      EXPECT_EQ(video.codec, "h264");
+      EXPECT_EQ(video.width, f["width"]);
+      EXPECT_EQ(video.height, f["height"]);
+      EXPECT_EQ(video.width % 2, 0);
+      EXPECT_EQ(video.height % 2, 0);
+      EXPECT_LE(video.width, nansense::record::kMaxFrameWidth);
+      EXPECT_EQ(video.packets, frames) << path;
+      EXPECT_EQ(video.decoded, frames) << path;
+      EXPECT_NEAR(video.duration, frames / 10.0, 1e-6) << path;
+    }
+  }
+
+  // The last frame is the view as it is now: the same page a snapshot saves.
+  for (const auto& v : views) {
+    json saved = post("/api/recordings/snapshot", v).json();
+    const std::string key = saved["key"];
+    ASSERT_EQ(saved["files"].size(), by_key[key]["files"].size()) << key;
+    for (size_t i = 0; i < saved["files"].size(); ++i) {
+      const std::string png_path = saved["files"][i];
+      EXPECT_EQ(
+          fs::path(png_path).filename().string().rfind(nansense::record::file_part(key) + "_ep000_train_b00004", 0), 0u)
+          << png_path;
+      const auto png = nansense::render::decode_png(read_file(png_path));
+      const auto video = probe_mp4(by_key[key]["files"][i]["path"]);
+      ASSERT_FALSE(video.rgb.empty());
+      if (png.width <= video.width && png.height <= video.height) {
+        EXPECT_LT(frame_difference(video, png), 4.0) << key << ": H.264 at CRF 12 stays within a few levels";
+      }
+    }
+  }
+  // Snapshots never overwrite: the same view again gets -2.
+  json again = post("/api/recordings/snapshot", views[0]).json();
+  EXPECT_NE(again["files"][0].get<std::string>().find("_b00004-2.png"), std::string::npos) << again.dump();
+  EXPECT_EQ(get("/api/recordings").json()["saved"].size(), 4u);
+}
+
+TEST_F(RecordingsApiTest, APausedRunAddsNoFrame) {
+  start_cnn();
+  wait_paused();
+  post("/api/recordings/start", {{"view", "layers"}, {"layers", {"conv"}}});
+  json stopped = post("/api/recordings/stop", {{"key", "main"}}).json();
+  ASSERT_EQ(stopped["stopped"].size(), 1u);
+  EXPECT_EQ(stopped["stopped"][0]["frames"], 1);
+  const auto video = probe_mp4(stopped["stopped"][0]["files"][0]["path"]);
+  EXPECT_EQ(video.packets, 1);
+}
+
+TEST_F(RecordingsApiTest, DiscardRemovesTheFile) {
+  start_cnn();
+  wait_paused();
+  json started = post("/api/recordings/start", {{"view", "weights"}, {"layer", "fc"}}).json();
+  const std::string path = started["files"][0]["path"];
+  step();
+  json discarded = post("/api/recordings/discard", {{"key", "weights:fc"}}).json();
+  ASSERT_EQ(discarded["discarded"].size(), 1u);
+  EXPECT_EQ(discarded["discarded"][0]["removed"][0], path);
+  EXPECT_FALSE(fs::exists(path));
+  EXPECT_TRUE(get("/api/recordings").json()["recordings"].empty());
+}
+
+TEST_F(RecordingsApiTest, BadViewsAndKeysAreRefused) {
+  start_cnn();
+  wait_paused();
+  auto unknown_view = post("/api/recordings/start", {{"view", "graph"}});
+  EXPECT_EQ(unknown_view.status, 400);
+  EXPECT_EQ(unknown_view.json()["argument"], "view");
+  auto no_layers = post("/api/recordings/start", {{"view", "layers"}});
+  EXPECT_EQ(no_layers.status, 400);
+  EXPECT_EQ(no_layers.json()["argument"], "layers");
+  auto unknown_layer = post("/api/recordings/start", {{"view", "layers"}, {"layers", {"nope"}}});
+  EXPECT_EQ(unknown_layer.status, 400) << unknown_layer.body;
+  EXPECT_NE(unknown_layer.body.find("nope"), std::string::npos);
+  auto bad_weights = post("/api/recordings/snapshot", {{"view", "weights"}, {"layer", "nope"}});
+  EXPECT_EQ(bad_weights.status / 100, 4) << bad_weights.body;
+  EXPECT_EQ(post("/api/recordings/start", {{"view", "layers"}, {"layers", {"conv"}}}).status, 200);
+  auto twice = post("/api/recordings/start", {{"view", "layers"}, {"layers", {"fc"}}});
+  EXPECT_EQ(twice.status, 409);
+  EXPECT_NE(twice.body.find("already recording"), std::string::npos);
+  auto no_key = post("/api/recordings/stop", {{"key", "weights:conv"}});
+  EXPECT_EQ(no_key.status, 404);
+  EXPECT_NE(no_key.body.find("main"), std::string::npos) << "names what records: " << no_key.body;
+  EXPECT_EQ(post("/api/recordings/discard", {{"key", "nope"}}).status, 404);
+  EXPECT_TRUE(get("/api/recordings").json()["recordings"].size() == 1);
+  EXPECT_FALSE(fs::exists(dir_ / "graph")) << "nothing written for a refused view";
+}
+
+TEST_F(RecordingsApiTest, CloseFinishesEveryRecordingSoItPlays) {
+  start_cnn();
+  wait_paused();
+  json started = post("/api/recordings/start", {{"view", "layers"}, {"layers", {"conv"}}}).json();
+  const std::string path = started["files"][0]["path"];
+  post("/api/run", {{"detach", true}, {"timeout_seconds", 0}});
+  trainer_.join();  // the loop runs to its end and session.close()
+  EXPECT_TRUE(get("/api/recordings").json()["recordings"].empty());
+  const auto video = probe_mp4(path);
+  ASSERT_TRUE(video.opened) << video.error;
+  EXPECT_GE(video.packets, 1);
+  EXPECT_EQ(video.packets, video.decoded);
+}
+
+TEST_F(RecordingsApiTest, McpToolsRecordAndSnapshot) {
+  start_cnn();
+  wait_paused();
+  McpClient mcp(port_);
+  mcp.initialize();
+  json started = mcp.tool("start_recording", {{"view", "layers"}, {"layers", {"fc"}}});
+  EXPECT_FALSE(started.value("isError", false)) << started.dump();
+  json listed = mcp.tool("list_recordings", json::object());
+  EXPECT_EQ(listed["structuredContent"]["recordings"][0]["key"], "main");
+  json stopped = mcp.tool("stop_recording", json::object());
+  EXPECT_EQ(stopped["structuredContent"]["stopped"][0]["frames"], 1);
+  json snap = mcp.tool("save_snapshot", {{"view", "histograms"}, {"layers", {"fc"}}});
+  EXPECT_FALSE(snap.value("isError", false)) << snap.dump();
+  json bad = mcp.tool("save_snapshot", {{"view", "nope"}});
+  EXPECT_TRUE(bad.value("isError", false)) << bad.dump();
+}
+
+TEST_F(RecordingsApiTest, ADeepDreamVideoHoldsItsPublishedSteps) {
+  start_cnn();
+  wait_paused();
+  auto r = post("/api/experiments/run", {{"kind", "deep_dream"},
+                                         {"layer", "conv"},
+                                         {"params", {{"steps", 40}}},
+                                         {"timeout_seconds", 60},
+                                         {"video", true}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json dream = r.json();
+  ASSERT_EQ(dream["stage"], "done") << dream;
+  const json video = dream["video"];
+  EXPECT_EQ(video["error"], "");
+  // 40 steps publish every 2nd: about 20 frames, each a distinct step
+  // (ones published faster than they were drawn are skipped).
+  const int64_t frames = video["frames"];
+  EXPECT_GE(frames, 2);
+  EXPECT_LE(frames, 21);
+  const std::string path = video["path"];
+  EXPECT_EQ(fs::path(path).parent_path().parent_path(), dir_);
+  const auto probe = probe_mp4(path);
+  ASSERT_TRUE(probe.opened) << probe.error;
+  EXPECT_EQ(probe.codec, "h264");
+  EXPECT_EQ(probe.packets, frames);
+  auto not_dream =
+      post("/api/experiments/run", {{"kind", "gradcam"}, {"layer", "conv"}, {"video", true}, {"timeout_seconds", 10}});
+  EXPECT_EQ(not_dream.status, 400);
+  EXPECT_EQ(not_dream.json()["argument"], "video");
+  auto no_wait = post("/api/experiments/run",
+                      {{"kind", "deep_dream"}, {"layer", "conv"}, {"video", true}, {"timeout_seconds", 0}});
+  EXPECT_EQ(no_wait.status, 400);
+}
+
+// A process killed with SIGKILL mid-recording: the fragmented MP4 opens and
+// holds every frame written before the kill.
+TEST(RecordingCrashTest, AKilledProcessLeavesAFileFfmpegOpens) {
+  const fs::path path = fs::temp_directory_path() / ("nansense_crash_" + std::to_string(::getpid()) + ".mp4");
+  fs::remove(path);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    nansense::record::VideoEncoder encoder(path.string(), 64, 48, 10);
+    nansense::render::Image frame(64, 48);
+    for (int i = 0; i < 7; ++i) {
+      for (auto& p : frame.pixels) p = {static_cast<uint8_t>(30 * i), 90, 200, 255};
+      encoder.add(frame);
+    }
+    ::raise(SIGKILL);  // no finish(), no trailer, no destructors
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  const auto video = probe_mp4(path.string());
+  ASSERT_TRUE(video.opened) << video.error;
+  EXPECT_EQ(video.codec, "h264");
+  EXPECT_EQ(video.width, 64);
+  EXPECT_EQ(video.packets, 7);
+  EXPECT_EQ(video.decoded, 7);
+  ASSERT_FALSE(video.rgb.empty());
+  EXPECT_NEAR(video.rgb[0], 180, 6);  // the last frame's red
+  fs::remove(path);
+}
+
+}  // namespace
+
+namespace {
+
+// A full disk (/dev/full answers every write with ENOSPC) stops the
+// recording and keeps the error; nothing throws at the caller, and later
+// frames are dropped and counted.
+TEST(RecordingDiskTest, AFullDiskStopsTheRecordingWithItsError) {
+  nansense::record::Recording recording("/dev/full", 10, 64);
+  nansense::render::Image page(40, 30);
+  for (auto& p : page.pixels) p = {200, 40, 40, 255};
+  for (int i = 0; i < 20; ++i) recording.push(page);
+  const auto info = recording.finish();
+  EXPECT_NE(info.error, "");
+  EXPECT_NE(info.error.find("No space left"), std::string::npos) << info.error;
+  EXPECT_GT(info.dropped, 0);
+  EXPECT_TRUE(info.finished);
+  EXPECT_FALSE(recording.push(page)) << "a finished recording takes nothing";
+}
+
+}  // namespace

@@ -1,0 +1,213 @@
+// The gear dialog's Recording section: the view this page shows, Snapshot
+// (a PNG of it now) and Record (an MP4 of it from now on), and the active
+// recordings with their frame counts and errors, each with Save & Finish and
+// Delete. The server draws the frames; the page only names the view.
+import { useEffect, useState } from 'preact/hooks';
+import * as api from '../api/client';
+import type { RecordViewArgs, Recordings } from '../api/types';
+import { currentPage } from '../links';
+import { store, toast } from '../state/app';
+import { shownLayers, shownPhase, statsStore } from '../state/stats';
+import { useSelector } from '../state/store';
+
+export interface PageView {
+  args: RecordViewArgs;
+  key: string; // the server's recording key for it
+  label: string;
+}
+
+const NOTHING = 'Nothing recordable on this page yet — show a layer or open its weights or statistics first.';
+
+function message(e: unknown): string {
+  return e instanceof Error ? e.message : String(e);
+}
+
+// The recordable view of the page the dialog opened on; null with the reason.
+export function usePageView(): { view: PageView | null; reason: string } {
+  const page = currentPage();
+  const main = useSelector(store, (s) => ({ shown: s.shown, sample: s.sample, average: s.average, values: s.values }));
+  const firstLayer = useSelector(store, (x) => x.architecture?.layers.find((l) => l.role !== 'input')?.name ?? null);
+  const livePhase = useSelector(store, (x) => x.status?.live_position?.phase ?? null);
+  const stats = useSelector(statsStore, (x) => x);
+  if (page === 'main') {
+    if (main.shown.length === 0) return { view: null, reason: NOTHING };
+    const layers = main.shown.slice(0, 64);
+    return {
+      view: {
+        args: { view: 'layers', layers, sample: main.sample, average: main.average, values: main.values },
+        key: 'main',
+        label: `Layers: ${layers.join(', ')}`,
+      },
+      reason: '',
+    };
+  }
+  if (page === 'weights') {
+    const layer = new URLSearchParams(location.search).get('layer') ?? '';
+    if (!layer) return { view: null, reason: NOTHING };
+    return { view: { args: { view: 'weights', layer }, key: `weights:${layer}`, label: `Weights: ${layer}` }, reason: '' };
+  }
+  if (page === 'stats') {
+    const layers = shownLayers(stats, firstLayer);
+    const phase = shownPhase(stats, layers, livePhase);
+    if (layers.length === 0 || stats.view === 'graphs') {
+      return { view: null, reason: 'The graphs view is not recordable: switch to Histograms or Min/Max.' };
+    }
+    const phaseArg = phase ? { phase } : {};
+    if (stats.view === 'minmax') {
+      const layer = layers[0];
+      return {
+        view: { args: { view: 'patches', layer, ...phaseArg }, key: 'watch_minmax', label: `Min/Max galleries: ${layer}` },
+        reason: '',
+      };
+    }
+    const shown = layers.slice(0, 8);
+    return {
+      view: {
+        args: { view: 'histograms', layers: shown, ...phaseArg },
+        key: 'watch_histogram',
+        label: `Histograms: ${shown.join(', ')}`,
+      },
+      reason: '',
+    };
+  }
+  return { view: null, reason: 'Experiments are not recordable from this page yet.' };
+}
+
+export function RecordingSection() {
+  const { view, reason } = usePageView();
+  const active = useSelector(store, (s) => s.status?.recordings ?? []);
+  const [list, setList] = useState<Recordings | null>(null);
+  const [error, setError] = useState<string | null>(null);
+  const [busy, setBusy] = useState(false);
+  const [tick, setTick] = useState(0);
+
+  // The list follows the status's recordings; while something records its
+  // frame counts grow, so the open dialog re-reads it each second.
+  useEffect(() => {
+    const abort = new AbortController();
+    api.listRecordings(abort.signal).then(setList, (e: Error) => {
+      if (e.name !== 'AbortError') setError(e.message);
+    });
+    return () => abort.abort();
+  }, [active.join('\n'), tick]);
+  useEffect(() => {
+    if (active.length === 0) return;
+    const timer = setInterval(() => setTick((t) => t + 1), 1000);
+    return () => clearInterval(timer);
+  }, [active.length]);
+
+  const act = async (what: () => Promise<unknown>, done: (r: unknown) => string) => {
+    setBusy(true);
+    setError(null);
+    try {
+      const r = await what();
+      toast(done(r), 'info');
+      setTick((t) => t + 1);
+    } catch (e) {
+      setError(message(e));
+    } finally {
+      setBusy(false);
+    }
+  };
+  const recording = view != null && active.includes(view.key);
+
+  return (
+    <section class="recording-section" data-testid="recording-section">
+      <h3 class="settings-heading">Recording</h3>
+      {view ? (
+        <div class="recording-current">
+          <span class="form-note" data-testid="recording-view">
+            {view.label}
+          </span>
+          <button
+            type="button"
+            class="btn btn-quiet"
+            data-testid="recording-snapshot"
+            disabled={busy}
+            title="Save a PNG of this view now"
+            onClick={() =>
+              act(
+                () => api.saveSnapshot(view.args),
+                (r) => `Saved ${(r as { files: string[] }).files.join(', ')}`,
+              )
+            }
+          >
+            Snapshot
+          </button>
+          {!recording && (
+            <button
+              type="button"
+              class="btn btn-record"
+              data-testid="recording-start"
+              disabled={busy}
+              title="Record this view as an MP4, a frame at every live update"
+              onClick={() => act(() => api.startRecording(view.args), () => `Recording ${view.label}`)}
+            >
+              Record
+            </button>
+          )}
+        </div>
+      ) : (
+        <p class="form-note" data-testid="recording-nothing">
+          {reason}
+        </p>
+      )}
+      {list && list.recordings.length > 0 && (
+        <ul class="recording-list" data-testid="recording-list">
+          {list.recordings.map((r) => (
+            <li key={r.key} data-testid="recording-item" data-key={r.key}>
+              <span>
+                {r.label}
+                {view?.key === r.key ? ' (this view)' : ''}
+              </span>
+              <span class="form-hint" data-testid="recording-frames">
+                {r.frames} frame{r.frames === 1 ? '' : 's'}
+                {r.dropped > 0 ? `, ${r.dropped} dropped` : ''}
+              </span>
+              {r.error && (
+                <span class="form-error" data-testid="recording-error">
+                  {r.error}
+                </span>
+              )}
+              <button
+                type="button"
+                class="btn btn-step"
+                data-testid="recording-stop"
+                disabled={busy}
+                onClick={() =>
+                  act(
+                    () => api.stopRecording(r.key),
+                    (s) =>
+                      `Saved ${(s as { stopped: { files: { path: string }[] }[] }).stopped
+                        .flatMap((x) => x.files.map((f) => f.path))
+                        .join(', ')}`,
+                  )
+                }
+              >
+                Save &amp; Finish
+              </button>
+              <button
+                type="button"
+                class="btn btn-quiet"
+                data-testid="recording-discard"
+                disabled={busy}
+                onClick={() => act(() => api.discardRecording(r.key), () => `Deleted the recording of ${r.label}`)}
+              >
+                Delete
+              </button>
+            </li>
+          ))}
+        </ul>
+      )}
+      <div class="form-error" role="alert" data-testid="recording-error-message">
+        {error}
+      </div>
+      {list && (
+        <p class="form-hint">
+          Files: <span class="mono" data-testid="recording-directory">{list.directory}/</span> (MP4 at {list.frame_rate} fps,
+          PNG snapshots)
+        </p>
+      )}
+    </section>
+  );
+}
