@@ -197,8 +197,10 @@ def test_tensor_instruments_land_in_the_snapshot():
         return ctx.optimizer_state.get("momentum_buffer")
 
     data = mlp_batches()
-    loop = TrainingThread(lambda: train(session, model, optimizer, data))
+    # Asked before the loop starts, so the first pause is after batch 0
+    # whichever thread gets there first.
     session.step_batch()
+    loop = TrainingThread(lambda: train(session, model, optimizer, data))
     assert session.wait_until_stopped(60) == nansense.RunState.PAUSED
     session.step_batch()
     assert session.wait_until_stopped(60) == nansense.RunState.PAUSED
