@@ -8,7 +8,7 @@
 #include <torch/torch.h>
 
 #include "integration/mcp_client.h"
-#include "integration/training_fixture.h"
+#include "integration/cnn_fixture.h"
 #include "render/downscale.h"
 #include "stats/histogram.h"
 #include "unit/test_models.h"
@@ -16,46 +16,14 @@
 namespace {
 
 using nansense::testing::base64_decode;
+using nansense::testing::CnnServerTest;
 using nansense::testing::McpClient;
 using nansense::testing::text_of;
-using nansense::testing::TrainingServerTest;
 using json = nlohmann::json;
 
-class GalleriesApiTest : public TrainingServerTest {
+class GalleriesApiTest : public CnnServerTest {
  protected:
-  // A CNN (conv 1->4 3x3, relu, pool, fc) on [6, 1, 8, 8] images, "conv" and
-  // "fc" watched, two epochs of four train batches, pausing at the first.
-  void start_cnn() {
-    torch::manual_seed(0);
-    cnn_ = nansense::test::Cnn();
-    sgd_ = std::make_unique<torch::optim::SGD>(cnn_->parameters(), torch::optim::SGDOptions(0.05));
-    for (int i = 0; i < 4; ++i) data_.emplace_back(torch::rand({6, 1, 8, 8}), torch::randint(3, {6}));
-    session_ =
-        std::make_unique<nansense::Session>(nansense::start(cnn_, nansense::StartOptions()
-                                                                      .epochs(2)
-                                                                      .phases(nansense::PhaseCounts{{"train", 4}})
-                                                                      .watch({"conv", "fc"})
-                                                                      .optimizer(sgd_.get())
-                                                                      .debug(nansense::test::quiet_checks())));
-    ASSERT_TRUE(nansense::serve(*session_, nansense::ServeOptions().port(0).open_browser(false).print_banner(false)));
-    port_ = nansense::testing::port_of(session_->url());
-    trainer_ = std::thread([this] {
-      try {
-        for (int e = 0; e < 2; ++e) {
-          for (auto& batch : session_->batches(data_, "train")) {
-            nansense::test::train_step(cnn_, *sgd_, batch.first, batch.second);
-          }
-        }
-        session_->close();
-      } catch (const std::exception&) {
-      }
-    });
-  }
-  void step() { ASSERT_EQ(post("/api/step", {{"unit", "batch"}, {"timeout_seconds", 20}}).json()["state"], "paused"); }
-
-  nansense::test::Cnn cnn_{nullptr};
-  std::unique_ptr<torch::optim::SGD> sgd_;
-  std::vector<std::pair<torch::Tensor, torch::Tensor>> data_;
+  void start_cnn() { CnnServerTest::start_cnn(4); }
 };
 
 double value(const json& v) { return v.is_number() ? v.get<double>() : std::nan(""); }

@@ -18,7 +18,7 @@
 
 #include "integration/mcp_client.h"
 #include "integration/mp4_probe.h"
-#include "integration/training_fixture.h"
+#include "integration/cnn_fixture.h"
 #include "record/files.h"
 #include "record/frame.h"
 #include "record/recording.h"
@@ -29,12 +29,12 @@
 namespace {
 
 namespace fs = std::filesystem;
+using nansense::testing::CnnServerTest;
 using nansense::testing::McpClient;
 using nansense::testing::probe_mp4;
-using nansense::testing::TrainingServerTest;
 using json = nlohmann::json;
 
-class RecordingsApiTest : public TrainingServerTest {
+class RecordingsApiTest : public CnnServerTest {
  protected:
   void SetUp() override {
     dir_ = fs::temp_directory_path() / ("nansense_recordings_test_" + std::to_string(::getpid()) + "_" +
@@ -43,43 +43,12 @@ class RecordingsApiTest : public TrainingServerTest {
     ::setenv("NANSENSE_RECORDINGS_DIR", dir_.c_str(), 1);
   }
   void TearDown() override {
-    TrainingServerTest::TearDown();
+    CnnServerTest::TearDown();
     fs::remove_all(dir_);
   }
-  // A CNN (conv 1->4 3x3, relu, pool, fc) on [6, 1, 8, 8] images, "conv"
-  // and "fc" watched, two epochs of six train batches, pausing at the first.
-  void start_cnn() {
-    torch::manual_seed(0);
-    cnn_ = nansense::test::Cnn();
-    sgd_ = std::make_unique<torch::optim::SGD>(cnn_->parameters(), torch::optim::SGDOptions(0.05));
-    for (int i = 0; i < 6; ++i) data_.emplace_back(torch::rand({6, 1, 8, 8}), torch::randint(3, {6}));
-    session_ =
-        std::make_unique<nansense::Session>(nansense::start(cnn_, nansense::StartOptions()
-                                                                      .epochs(2)
-                                                                      .phases(nansense::PhaseCounts{{"train", 6}})
-                                                                      .watch({"conv", "fc"})
-                                                                      .optimizer(sgd_.get())
-                                                                      .debug(nansense::test::quiet_checks())));
-    ASSERT_TRUE(nansense::serve(*session_, nansense::ServeOptions().port(0).open_browser(false).print_banner(false)));
-    port_ = nansense::testing::port_of(session_->url());
-    trainer_ = std::thread([this] {
-      try {
-        for (int e = 0; e < 2; ++e) {
-          for (auto& batch : session_->batches(data_, "train")) {
-            nansense::test::train_step(cnn_, *sgd_, batch.first, batch.second);
-          }
-        }
-        session_->close();
-      } catch (const std::exception&) {
-      }
-    });
-  }
-  void step() { ASSERT_EQ(post("/api/step", {{"unit", "batch"}, {"timeout_seconds", 20}}).json()["state"], "paused"); }
+  void start_cnn() { CnnServerTest::start_cnn(6); }
 
   fs::path dir_;
-  nansense::test::Cnn cnn_{nullptr};
-  std::unique_ptr<torch::optim::SGD> sgd_;
-  std::vector<std::pair<torch::Tensor, torch::Tensor>> data_;
 };
 
 // Mean absolute difference per channel over the PNG's area of the frame.
