@@ -127,6 +127,7 @@ function DebugSettingsDialog() {
   return (
     <Modal title="Settings" testid="debug-settings-dialog" onClose={close} wide>
       <StatsSettings />
+      <RecordingSection />
       <h3 class="settings-heading">Error checks</h3>
       {loadError && <p class="form-error">{loadError}</p>}
       {!form && !loadError && <p class="form-note">Loading…</p>}
@@ -210,7 +211,6 @@ function DebugSettingsDialog() {
           </div>
         </form>
       )}
-      <RecordingSection />
     </Modal>
   );
 }
