@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "bench_common.h"
-#include "stats/extremes.h"
+#include "stats/patches.h"
 #include "stats/stats_store.h"
 
 namespace {
@@ -106,7 +106,7 @@ double measure(Variant variant, std::vector<Batch>& batches, Window& window, siz
     case Variant::kTraceOnly:
       options.watch({"not_a_layer"});
       break;
-    // The statistics alone (Min/Max galleries off), then with the galleries
+    // The statistics alone (Min/Max patches off), then with the patches
     // (5 inputs per channel, the default).
     case Variant::kWatched3:
       options.watch({"features.0", "features.3", "classifier.1"})
@@ -212,7 +212,7 @@ void run_ratios(int64_t batch_count, int64_t warmup, int rounds, const std::stri
       {Variant::kScopeNone, "scope none", nullptr, 0},
       {Variant::kTraceOnly, "traced, nothing folded", nullptr, 0},
       {Variant::kWatched3, "3 watched, every batch", "<= 1.10", 1.10},
-      {Variant::kWatched3Galleries, "3 watched + galleries", nullptr, 0},
+      {Variant::kWatched3Galleries, "3 watched + patches", nullptr, 0},
       {Variant::kAll, "all layers, every batch", "<= 1.5", 1.5},
       {Variant::kDefaultCadence, "default live updates", "<= 1.02", 1.02, 1},
   };
@@ -310,12 +310,12 @@ void run_fold_parts() {
       "\nfolding one [64,16,28,28] float tensor (802816 values): TensorAccumulator::add %.2f ms, of which "
       "slot_index (searchsorted binning) %.2f ms; a float64 copy + sum alone %.2f ms\n",
       add, slots, to_double);
-  nansense::stats::ExtremeGallery gallery{nansense::stats::GallerySettings{}};
+  nansense::stats::PatchCollector gallery{nansense::stats::PatchSettings{}};
   const auto input = torch::rand({64, 1, 28, 28});
   int64_t batch = 0;
   const double gallery_ms = time_ms([&] { gallery.add(x, input, batch++); });
   std::printf(
-      "Min/Max galleries of it (max and min pixel, 5 inputs x 16 channels): ExtremeGallery::add %.2f ms; "
+      "Min/Max patches of it (max and min pixel, 5 inputs x 16 channels): PatchCollector::add %.2f ms; "
       "they hold %.1f KiB (%.1f KiB per channel)\n",
       gallery_ms, gallery.bytes() / 1024.0, gallery.bytes() / 1024.0 / 16);
 }

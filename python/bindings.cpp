@@ -120,7 +120,7 @@ auto with_python(const char* what, F&& f) {
   }
 }
 
-py::dict tensor_stats_dict(const TensorStatsView& v) {
+py::dict tensor_stats_dict(const TensorStatsSnapshot& v) {
   py::dict d;
   d["n"] = v.n;
   d["sum"] = v.sum;
@@ -140,7 +140,7 @@ py::dict tensor_stats_dict(const TensorStatsView& v) {
   return d;
 }
 
-py::dict gallery_dict(const GalleryView& g) {
+py::dict gallery_dict(const PatchGallery& g) {
   py::dict d;
   d["ranking"] = std::string(to_string(g.ranking));
   d["samples"] = g.samples;
@@ -184,10 +184,10 @@ py::dict stats_dict(const StatsSnapshot& s) {
       l["batches"] = v.batches;
       l["activation"] = v.activation ? py::object(tensor_stats_dict(*v.activation)) : py::none();
       l["gradient"] = v.gradient ? py::object(tensor_stats_dict(*v.gradient)) : py::none();
-      py::list galleries;
-      for (const auto& g : v.galleries) galleries.append(gallery_dict(g));
-      l["galleries"] = galleries;
-      l["gallery_note"] = v.gallery_note ? py::object(py::str(*v.gallery_note)) : py::none();
+      py::list patches;
+      for (const auto& g : v.patches) patches.append(gallery_dict(g));
+      l["patches"] = patches;
+      l["patches_note"] = v.patches_note ? py::object(py::str(*v.patches_note)) : py::none();
       layers.append(l);
     }
   }
@@ -670,13 +670,13 @@ class Engine {
   }
   py::object set_watch_performance(std::optional<bool> channel_limit_enabled, std::optional<int64_t> channel_limit,
                                    std::optional<int64_t> histogram_sample, std::optional<int64_t> samples_per_channel,
-                                   std::optional<bool> average_galleries) {
+                                   std::optional<bool> average_patches) {
     server::Controller::PerformanceChange change;
     change.channel_limit_enabled = channel_limit_enabled;
     change.channel_limit = channel_limit;
     change.histogram_sample = histogram_sample;
     change.samples_per_channel = samples_per_channel;
-    change.average_galleries = average_galleries;
+    change.average_patches = average_patches;
     return from_json(controller_->set_watch_performance(change));
   }
   py::object set_patch_layers(const std::optional<std::vector<std::string>>& layers) {

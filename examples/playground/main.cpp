@@ -40,7 +40,7 @@ struct Flags {
   bool synthetic = false;
 };
 
-// The layers the demo shows Min/Max galleries for; every layer collects
+// The layers the demo shows Min/Max patches for; every layer collects
 // histograms (scope all).
 const std::vector<std::string> kShowcase = {"features.0", "features.3", "classifier.1", "classifier.4"};
 

@@ -269,10 +269,10 @@ class Session {
   // stay). Throws UsageError for channel_limit < 1.
   bool set_watch_performance(const WatchPerformance& performance);
   WatchPerformance watch_performance() const;
-  // Which collected layers keep Min/Max galleries: `layers`, or (nullopt,
+  // Which collected layers keep Min/Max patches: `layers`, or (nullopt,
   // the default) the watched ones, so scope kAll collects every layer's
-  // statistics but galleries only for the watched. Histograms and graphs are
-  // unaffected; galleries already collected stay. Once a batch has been
+  // statistics but patches only for the watched. Histograms and graphs are
+  // unaffected; patches already collected stay. Once a batch has been
   // captured, an unknown name throws UsageError naming it and nothing changes.
   void set_patch_layers(const std::optional<std::vector<std::string>>& layers);
   std::optional<std::vector<std::string>> patch_layers() const;
@@ -324,7 +324,7 @@ class Session {
   // kind "moment"): the batch's loader item (the replay seed), the model's
   // parameters and buffers as the batch began and as it ended, the optimizers'
   // state and hyperparameters, the statistics collected so far (histograms,
-  // Min/Max galleries, series), the watched set and the schedule. Arming again
+  // Min/Max patches, series), the watched set and the schedule. Arming again
   // replaces a target not reached yet; one never reached is reported at
   // close() (stderr and the status' internal errors). Any thread. No-op on a
   // disabled or locked session. UsageError for an empty path or phase or a

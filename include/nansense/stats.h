@@ -27,10 +27,11 @@ namespace nansense {
 // Default kWatched: with no layer watched nothing is collected and a batch
 // costs nothing extra; watching a layer turns collection on.
 // Cost while collecting (bench/stats, demo CNN): every batch is traced (the
-// ops observed, tensors referenced on their device, no copy: about 1.3x) and
+// ops observed, tensors referenced on their device, no copy: about 1.07x) and
 // each collected layer's activation and gradient folded on its device, which
-// costs by the number of values: 3 watched layers every batch measured 1.6x a
-// plain batch, every layer 2.2x.
+// costs by the number of values: 3 watched layers every batch measured 1.10x a
+// plain batch without Min/Max patches (1.5x with them, the default), every
+// layer 1.22x (docs/benchmarks.md).
 enum class StatsScope { kNone, kWatched, kAll };
 std::string_view to_string(StatsScope scope);  // "none", "watched", "all"
 
@@ -136,36 +137,37 @@ struct WatchPerformance {
   // this many values of each tensor, a stratified random sample over it
   // (runs of 16 values, one in each equal window); 0 counts every
   // value. Count, sum, mean, std, min, max, the non-finite counts and dead
-  // channels stay exact either way (TensorStatsView::binned says how many
+  // channels stay exact either way (TensorStatsSnapshot::binned says how many
   // values the bins hold). Default 16384: a histogram's shape to about 1%,
   // and every layer on every batch within bench/stats' target. On a GPU
   // every value is counted.
   TORCH_ARG(int64_t, histogram_sample) = 16384;
-  // Min/Max galleries (activations of the collected layers with an
+  // Min/Max patches (activations of the collected layers with an
   // image-like model input): the inputs kept per channel and ranking, for the
-  // same channels the per-channel histograms track. 0 turns galleries off.
+  // same channels the per-channel histograms track. 0 turns patches off.
   TORCH_ARG(int64_t, samples_per_channel) = 5;
   // Also rank by a channel's spatial mean (max_average / min_average), each
   // keeping whole inputs: more memory, off by default.
-  TORCH_ARG(bool, average_galleries) = false;
+  TORCH_ARG(bool, average_patches) = false;
 
  public:
   bool operator==(const WatchPerformance& o) const {
     return channel_limit_enabled_ == o.channel_limit_enabled_ && channel_limit_ == o.channel_limit_ &&
            histogram_sample_ == o.histogram_sample_ && samples_per_channel_ == o.samples_per_channel_ &&
-           average_galleries_ == o.average_galleries_;
+           average_patches_ == o.average_patches_;
   }
 };
 
 // One accumulator (a layer's activations or activation gradients over a
 // phase's batches in one epoch), as published: an immutable CPU copy.
-struct TensorStatsView {
-  // Over the finite values.
+struct TensorStatsSnapshot {
+  // Over the finite values (n of them); min and max are nullopt when there
+  // are none, as in TensorStats.
   int64_t n = 0;
   double sum = 0;
   double sum_sq = 0;
-  double min = std::numeric_limits<double>::quiet_NaN();
-  double max = std::numeric_limits<double>::quiet_NaN();
+  std::optional<double> min;
+  std::optional<double> max;
   // Non-finite element counts.
   int64_t nan = 0;
   int64_t pos_inf = 0;
@@ -183,29 +185,30 @@ struct TensorStatsView {
   // (WatchPerformance::histogram_sample); 0 once collapsed.
   int64_t binned = 0;
   // From hist (the non-NaN values, infinities in the end bins), or cached
-  // when the bins were collapsed.
-  double median = std::numeric_limits<double>::quiet_NaN();
+  // when the bins were collapsed; nullopt when the bins held no value.
+  std::optional<double> median;
   // Channels whose every value fell in the zero band (of those tracked,
   // that saw a value; a NaN or infinity keeps a channel alive); nullopt when
   // unknown (no per-channel histograms).
   std::optional<int64_t> dead_count;
   std::vector<int64_t> dead_channels;  // their indices (while bins exist)
 
-  double mean() const;      // NaN without values
-  double variance() const;  // population; NaN without values
-  double std() const;
+  // Of the finite values; nullopt without any.
+  std::optional<double> mean() const;
+  std::optional<double> variance() const;  // population
+  std::optional<double> std() const;
 };
 
-// Min/Max galleries (see docs/guide/stats.md): per channel, the
+// Min/Max patches (see docs/guide/stats.md): per channel, the
 // inputs that drove it highest or lowest in one (phase, epoch).
 // kMaxPixel / kMinPixel rank a sample by the channel's largest (smallest)
 // value and keep the input crop around where it was; kMaxAverage /
 // kMinAverage rank by the channel's spatial mean and keep the whole input.
-enum class GalleryRanking { kMaxPixel, kMinPixel, kMaxAverage, kMinAverage };
-std::string_view to_string(GalleryRanking ranking);  // "max_pixel", ...
-std::optional<GalleryRanking> gallery_ranking_from(std::string_view name);
+enum class PatchRanking { kMaxPixel, kMinPixel, kMaxAverage, kMinAverage };
+std::string_view to_string(PatchRanking ranking);  // "max_pixel", ...
+std::optional<PatchRanking> patch_ranking_from(std::string_view name);
 
-struct GallerySlot {
+struct PatchSlot {
   bool filled = false;
   double score = std::numeric_limits<double>::quiet_NaN();  // the ranked value (NaN: the channel held only NaN)
   int64_t batch = -1;                                       // the batch's index in its phase
@@ -214,39 +217,39 @@ struct GallerySlot {
   int64_t top = 0, left = 0;                                // the crop's origin in the input
 };
 
-struct GalleryView {
-  GalleryRanking ranking = GalleryRanking::kMaxPixel;
+struct PatchGallery {
+  PatchRanking ranking = PatchRanking::kMaxPixel;
   int64_t samples = 0;                        // slots per channel, best first
   int64_t channels = 0;                       // the first `channels` channels
   int64_t input_height = 0, input_width = 0;  // the model input's, where crops come from
-  std::vector<GallerySlot> slots;             // [sample][channel], row-major
+  std::vector<PatchSlot> slots;               // [sample][channel], row-major
   // float32 CPU: crops [samples, channels, input channels, crop h, crop w]
   // and the channel's activation map [samples, channels, h, w] (undefined for
   // a flat activation); dequantised (about 1/254 of each crop's range), NaN
   // where non-finite or the slot is empty.
   at::Tensor crops;
   at::Tensor heat;
-  const GallerySlot& slot(int64_t sample, int64_t channel) const {
+  const PatchSlot& slot(int64_t sample, int64_t channel) const {
     return slots[static_cast<size_t>(sample * channels + channel)];
   }
 };
 
 // One (layer, phase, epoch) bucket.
-struct LayerStatsView {
+struct LayerStatsSnapshot {
   std::string layer;
   std::string phase;
   int64_t epoch = 0;
   int64_t batches = 0;  // batches folded in
-  std::optional<TensorStatsView> activation;
-  std::optional<TensorStatsView> gradient;
-  // The activation's Min/Max galleries (newest epoch of the phase only;
+  std::optional<TensorStatsSnapshot> activation;
+  std::optional<TensorStatsSnapshot> gradient;
+  // The activation's Min/Max patches (newest epoch of the phase only;
   // older epochs release them), and why there are none when none could be
   // collected ("needs an image-like input", a 3-D activation...).
-  std::vector<GalleryView> galleries;
-  std::optional<std::string> gallery_note;
-  // Batches the galleries left out: their activation or input had another
+  std::vector<PatchGallery> patches;
+  std::optional<std::string> patches_note;
+  // Batches the patches left out: their activation or input had another
   // shape than the epoch's first batch (a ragged batch size is fine).
-  int64_t gallery_skipped = 0;
+  int64_t patches_skipped = 0;
 };
 
 // One parameter at an epoch's first collected batch.
@@ -279,7 +282,7 @@ struct SeriesView {
 struct StatsSnapshot {
   uint64_t sequence = 0;
   // (layer, phase) -> buckets by ascending epoch; the newest keeps its bins.
-  std::map<std::pair<std::string, std::string>, std::vector<LayerStatsView>> layers;
+  std::map<std::pair<std::string, std::string>, std::vector<LayerStatsSnapshot>> layers;
   // Parameter name -> samples by epoch, and the layer that owns it.
   std::map<std::string, std::vector<ParameterSample>> parameters;
   std::map<std::string, std::string> owner;

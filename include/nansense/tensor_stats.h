@@ -14,8 +14,8 @@ struct TensorStats {
   std::vector<int64_t> shape;
   std::string dtype;  // numpy spelling: "float32", "bfloat16", "int64"
   int64_t numel = 0;
-  // Element counts; finite + nan + pos_inf + neg_inf == numel.
-  int64_t finite = 0;
+  // Element counts; n + nan + pos_inf + neg_inf == numel (n: the finite ones).
+  int64_t n = 0;  // finite values
   int64_t nan = 0;
   int64_t pos_inf = 0;
   int64_t neg_inf = 0;

@@ -34,7 +34,7 @@ from ._types import (  # noqa: E402
     TimeTravelStatus,
 )
 from ._stats import (  # noqa: E402
-    Gallery,
+    PatchGallery,
     LayerContext,
     LayerStatsSnapshot,
     MetricSeries,
@@ -80,7 +80,7 @@ __all__ = [
     "WatchSnapshot",
     "LayerStatsSnapshot",
     "TensorStatsSnapshot",
-    "Gallery",
+    "PatchGallery",
     "ParameterSample",
     "LayerContext",
     "WeightContext",

@@ -141,10 +141,10 @@ class _WatchMethods:
             self._engine.set_stats_scope(str(value))
 
     def set_patch_layers(self, layers: Optional[Iterable[str]]) -> None:
-        """Keep Min/Max galleries (the extreme-input patches, by far the
+        """Keep Min/Max patches (the extreme-input patches, by far the
         largest statistics state) only for `layers`; None: the watched ones.
         Histograms and graphs are unaffected. An unknown name raises
-        ValueError once layers are discovered; galleries already kept stay."""
+        ValueError once layers are discovered; patches already kept stay."""
         if self._is_locked():
             return
         names = None if layers is None else _layer_list("set_patch_layers", layers)
@@ -197,7 +197,7 @@ class _WatchMethods:
         p = self._settings()["watch_performance"]
         return WatchPerformance(channel_limit_enabled=p["channel_limit_enabled"], channel_limit=p["channel_limit"],
                                 samples_per_channel=p["samples_per_channel"],
-                                average_patches=p["average_galleries"], histogram_sample=p["histogram_sample"])
+                                average_patches=p["average_patches"], histogram_sample=p["histogram_sample"])
 
     def set_watch_performance(self, *, channel_limit_enabled: Optional[bool] = None,
                               channel_limit: Optional[int] = None, samples_per_channel: Optional[int] = None,
@@ -224,7 +224,7 @@ class _WatchMethods:
                        include_patches: bool = True) -> WatchSnapshot:
         """Everything the statistics collected as of the last publish (all
         layers by default; `layers` restricts the copy). include_patches=False
-        leaves the galleries out."""
+        leaves the patches out."""
         wanted = None if layers is None else set(_layer_list("watch_snapshot", layers))
         if not isinstance(include_patches, bool):
             raise TypeError(f"include_patches must be a bool, got {include_patches!r}")

@@ -23,7 +23,7 @@ __all__ = [
     "UpdateFrequency",
     "WatchPerformance",
     "TensorStatsSnapshot",
-    "Gallery",
+    "PatchGallery",
     "LayerStatsSnapshot",
     "ParameterSample",
     "WatchSnapshot",
@@ -61,7 +61,7 @@ class UpdateFrequency:
 class WatchPerformance:
     """How much per-channel detail the statistics keep: histograms for the
     first `channel_limit` channels (when channel_limit_enabled),
-    `samples_per_channel` Min/Max gallery entries per channel, galleries
+    `samples_per_channel` Min/Max gallery entries per channel, patches
     ranked by channel averages (average_patches), and how many values of a
     tensor its histogram samples (histogram_sample)."""
 
@@ -145,16 +145,22 @@ class TensorStatsSnapshot:
         if d is None:
             return None
         return cls(
-            n=d["n"], sum=d["sum"], sum_sq=d["sum_sq"], min=d["min"], max=d["max"],
+            n=d["n"], sum=d["sum"], sum_sq=d["sum_sq"], min=_nan_if_none(d["min"]), max=_nan_if_none(d["max"]),
             hist=tuple(d["hist"]) if d["hist"] is not None else None,
             nan=d["nan"], pos_inf=d["pos_inf"], neg_inf=d["neg_inf"],
             channel_hists=tuple(tuple(h) for h in d["channel_hists"]), channels=d["channels"],
-            dead_channels=tuple(d["dead_channels"]), _median=d["median"], _dead_count=d["dead_channel_count"],
+            dead_channels=tuple(d["dead_channels"]), _median=_nan_if_none(d["median"]), _dead_count=d["dead_channel_count"],
         )
 
 
+def _nan_if_none(x: Optional[float]) -> float:
+    # The engine reports a missing min, max or median as None; the
+    # reference's TensorStatsSnapshot spells it nan.
+    return math.nan if x is None else x
+
+
 @dataclass(frozen=True)
-class Gallery:
+class PatchGallery:
     """One ranking's Min/Max gallery of a layer (the extreme-input patches):
     for each of the first `channels` channels, its `samples` best entries.
     slots[sample][channel] is None where nothing was kept, else a dict with
@@ -170,7 +176,7 @@ class Gallery:
     heat: Optional[torch.Tensor]
 
     @classmethod
-    def _from(cls, d: dict) -> "Gallery":
+    def _from(cls, d: dict) -> "PatchGallery":
         c = d["channels"]
         flat = d["slots"]
         rows = tuple(tuple(flat[s * c:(s + 1) * c]) for s in range(d["samples"])) if c else ()
@@ -182,7 +188,7 @@ class Gallery:
 class LayerStatsSnapshot:
     """One layer's statistics for a (phase, epoch) bucket: its activations'
     and gradients' accumulators (gradients None in forward-only phases) and
-    its Min/Max galleries (the reference's "extreme-input patches")."""
+    its Min/Max patches (the reference's "extreme-input patches")."""
 
     layer: str
     phase: str
@@ -190,7 +196,7 @@ class LayerStatsSnapshot:
     batches: int
     activations: Optional[TensorStatsSnapshot]
     gradients: Optional[TensorStatsSnapshot]
-    patches: tuple[Gallery, ...] = ()
+    patches: tuple[PatchGallery, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -253,7 +259,7 @@ class WatchSnapshot:
         for l in d["layers"]:
             if layers is not None and l["layer"] not in layers:
                 continue
-            patches = tuple(Gallery._from(g) for g in l["galleries"]) if include_patches else ()
+            patches = tuple(PatchGallery._from(g) for g in l["patches"]) if include_patches else ()
             stats[(l["layer"], l["phase"], l["epoch"])] = LayerStatsSnapshot(
                 layer=l["layer"], phase=l["phase"], epoch=l["epoch"], batches=l["batches"],
                 activations=TensorStatsSnapshot._from(l["activation"]),

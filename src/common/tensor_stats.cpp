@@ -16,23 +16,23 @@ namespace {
 void describe_values(const torch::Tensor& d, StatsDetail detail, TensorStats& s) {
   auto flat = d.reshape({-1});
   auto values = flat.masked_select(torch::isfinite(flat));
-  s.finite = values.numel();
+  s.n = values.numel();
   s.nan = torch::isnan(flat).sum().item<int64_t>();
   s.pos_inf = flat.eq(std::numeric_limits<double>::infinity()).sum().item<int64_t>();
-  s.neg_inf = s.numel - s.finite - s.nan - s.pos_inf;
-  if (s.finite > 0) {
+  s.neg_inf = s.numel - s.n - s.nan - s.pos_inf;
+  if (s.n > 0) {
     s.min = values.min().item<double>();
     s.max = values.max().item<double>();
     s.mean = values.mean().item<double>();
   }
   if (detail.spread) {
-    if (s.finite > 0) {
+    if (s.n > 0) {
       s.std = values.std(/*unbiased=*/false).item<double>();
       s.median = values.median().item<double>();
     }
     s.zero_fraction = s.numel > 0 ? static_cast<double>(values.eq(0).sum().item<int64_t>()) / s.numel : 0.0;
   }
-  if (detail.norm) s.norm = s.finite > 0 ? values.norm().item<double>() : 0.0;
+  if (detail.norm) s.norm = s.n > 0 ? values.norm().item<double>() : 0.0;
 }
 
 }  // namespace
@@ -53,7 +53,7 @@ TensorStats tensor_stats(const torch::Tensor& t, StatsDetail detail) {
   if (x.layout() != torch::kStrided) x = x.to_dense();
   if (x.is_complex()) {
     // Only counts: complex numbers have no order for min and max.
-    s.finite = torch::isfinite(x).sum().item<int64_t>();
+    s.n = torch::isfinite(x).sum().item<int64_t>();
     s.nan = torch::isnan(x).sum().item<int64_t>();
     return s;
   }
@@ -66,7 +66,7 @@ TensorStats tensor_stats(const torch::Tensor& t, StatsDetail detail) {
     auto [lo, hi] = torch::aminmax(x);
     const double mn = lo.item<double>(), mx = hi.item<double>();
     if (std::isfinite(mn) && std::isfinite(mx)) {
-      s.finite = s.numel;
+      s.n = s.numel;
       s.min = mn;
       s.max = mx;
       s.mean = x.mean().item<double>();
@@ -78,7 +78,7 @@ TensorStats tensor_stats(const torch::Tensor& t, StatsDetail detail) {
 }
 
 json to_json(const TensorStats& s) {
-  json out = {{"shape", s.shape},     {"dtype", s.dtype},      {"numel", s.numel},     {"finite", s.finite},
+  json out = {{"shape", s.shape},     {"dtype", s.dtype},      {"numel", s.numel},     {"n", s.n},
               {"nan", s.nan},         {"pos_inf", s.pos_inf},  {"neg_inf", s.neg_inf}, {"min", number(s.min)},
               {"max", number(s.max)}, {"mean", number(s.mean)}};
   if (s.zero_fraction) {

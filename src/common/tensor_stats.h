@@ -21,7 +21,7 @@ struct StatsDetail {
 // tensor holding non-finite values (or a detailed request) is copied to double.
 TensorStats tensor_stats(const torch::Tensor& t, StatsDetail detail = {});
 
-// shape, dtype, numel, finite, nan, pos_inf, neg_inf, min, max, mean (null
+// shape, dtype, numel, n (finite values), nan, pos_inf, neg_inf, min, max, mean (null
 // without finite values); std, median and zero_fraction when the spread was
 // computed; norm when it was.
 json to_json(const TensorStats& stats);

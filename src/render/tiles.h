@@ -1,5 +1,5 @@
 // Pictures made of pictures: signed maps in colour, a map over its input, and
-// captioned tiles in rows (experiment results, Min/Max galleries, bin
+// captioned tiles in rows (experiment results, Min/Max patches, bin
 // samples).
 #pragma once
 

@@ -9,7 +9,7 @@
 
 #include "common/dtype.h"
 #include "nansense/errors.h"
-#include "stats/extremes.h"
+#include "stats/patches.h"
 
 namespace nansense {
 
@@ -55,7 +55,7 @@ void check_performance(const WatchPerformance& p) {
   if (p.samples_per_channel() < 0 || p.samples_per_channel() > 64) {
     throw UsageError(
         "watch performance: samples_per_channel must be 0..64 (inputs a Min/Max gallery keeps per "
-        "channel; 0 turns galleries off), got " +
+        "channel; 0 turns patches off), got " +
         std::to_string(p.samples_per_channel()));
   }
 }
@@ -351,7 +351,7 @@ bool in_scope(StatsScope scope, const std::vector<std::string>& watched, const L
 
 }  // namespace
 
-const std::vector<std::string>& StatsCollector::gallery_layers() const {
+const std::vector<std::string>& StatsCollector::patched_layers() const {
   return applied_patch_layers_ ? *applied_patch_layers_ : applied_watched_;
 }
 
@@ -367,7 +367,7 @@ capture::TraceKeep StatsCollector::trace_keep() {
   auto staged = std::make_shared<Staged>();
   staged->detail = store_.detail();
   if (staged->detail.samples_per_channel() > 0) {
-    staged->gallery_layers = gallery_layers();
+    staged->patched_layers = patched_layers();
   }
   {
     std::lock_guard lock(mu_);
@@ -394,7 +394,7 @@ bool StatsCollector::Staged::take(int layer, int64_t op_seq, const std::string& 
       t.numel() == 0) {
     return false;
   }
-  if (!gradient && std::find(gallery_layers.begin(), gallery_layers.end(), name) != gallery_layers.end()) {
+  if (!gradient && std::find(patched_layers.begin(), patched_layers.end(), name) != patched_layers.end()) {
     return false;
   }
   try {
@@ -483,12 +483,12 @@ void StatsCollector::fold(const BatchPosition& pos, capture::TraceResult& trace)
         store_.add(layer, pos.phase, pos.epoch, kind, *f->second);
       }
     };
-    // Min/Max galleries rank the samples of the batch's first image-like
+    // Min/Max patches rank the samples of the batch's first image-like
     // input (undefined when it has none: the buckets then say so).
     torch::Tensor image;
     for (const auto& name : trace.architecture->inputs) {
       auto it = trace.device_activations.find(name);
-      if (it != trace.device_activations.end() && stats::ExtremeGallery::image_like(it->second)) {
+      if (it != trace.device_activations.end() && stats::PatchCollector::image_like(it->second)) {
         image = it->second;
         break;
       }
@@ -499,8 +499,8 @@ void StatsCollector::fold(const BatchPosition& pos, capture::TraceResult& trace)
       // Galleries cost far more than the statistics: the watched layers
       // keep them (scope all collects the others' statistics only), or
       // set_patch_layers' list.
-      const auto& galleries = gallery_layers();
-      const bool patches = std::find(galleries.begin(), galleries.end(), layer->name) != galleries.end();
+      const auto& kept = patched_layers();
+      const bool patches = std::find(kept.begin(), kept.end(), layer->name) != kept.end();
       auto act = trace.device_activations.find(layer->name);
       if (patches && act != trace.device_activations.end() && act->second.defined() &&
           act->second.is_floating_point() && layer->role != LayerInfo::Role::kInput) {

@@ -53,7 +53,7 @@ class StatsCollector {
   WatchPerformance performance() const;
   // Whether the change flushes what was collected. UsageError for a bad value.
   bool set_performance(const WatchPerformance& performance);
-  // The layers Min/Max galleries are collected for, when collected (nullopt:
+  // The layers Min/Max patches are collected for, when collected (nullopt:
   // the watched layers). Names are checked as watch() checks them.
   std::optional<std::vector<std::string>> patch_layers() const;
   void set_patch_layers(const std::optional<std::vector<std::string>>& layers, const Architecture* architecture);
@@ -176,16 +176,16 @@ class StatsCollector {
       stats::CpuFold fold;
     };
     stats::Detail detail;
-    std::vector<std::string> gallery_layers;  // activations held whole
+    std::vector<std::string> patched_layers;  // activations held whole
     bool hold_all = false;                    // instruments read every tensor
     std::mutex mu;                            // gradient hooks add too
     uint64_t seed = 0;
     std::vector<Entry> entries;
     bool take(int layer, int64_t op_seq, const std::string& name, bool gradient, const torch::Tensor& t);
   };
-  // The layers Min/Max galleries are collected for, as of the last batch
+  // The layers Min/Max patches are collected for, as of the last batch
   // boundary: set_patch_layers' list, else the watched layers.
-  const std::vector<std::string>& gallery_layers() const;
+  const std::vector<std::string>& patched_layers() const;
   // The layers a trace's architecture has in scope, in its order.
   std::vector<const LayerInfo*> layers_in_scope(const Architecture& architecture) const;
 

@@ -715,17 +715,17 @@ std::vector<int64_t> hist_from_slots(const int64_t* slots) {
   return hist;
 }
 
-double median_from_hist(const std::vector<int64_t>& hist) {
+std::optional<double> median_from_hist(const std::vector<int64_t>& hist) {
   int64_t total = 0;
   for (auto c : hist) total += c;
-  if (total == 0) return std::numeric_limits<double>::quiet_NaN();
+  if (total == 0) return std::nullopt;
   // The bin of the lower median: the first whose running count reaches half.
   int64_t running = 0;
   for (size_t i = 0; i < hist.size(); ++i) {
     running += hist[i];
     if (2 * running >= total) return bin_center(static_cast<int>(i));
   }
-  return std::numeric_limits<double>::quiet_NaN();
+  return std::nullopt;
 }
 
 }  // namespace nansense::stats

@@ -2,7 +2,7 @@
 // stats/bins.h (211: 7 per decade over |x| in 1e-9 .. 1e6 on each side, a
 // zero band in the middle, open end bins).
 //
-// NaN is never binned: it is counted on its own (TensorStatsView::nan).
+// NaN is never binned: it is counted on its own (TensorStatsSnapshot::nan).
 #pragma once
 
 #include <torch/types.h>
@@ -104,6 +104,6 @@ std::vector<int64_t> hist_from_slots(const int64_t* slots);
 
 // The centre of the bin that holds the median count; NaN for an empty
 // histogram.
-double median_from_hist(const std::vector<int64_t>& hist);
+std::optional<double> median_from_hist(const std::vector<int64_t>& hist);
 
 }  // namespace nansense::stats

@@ -28,13 +28,20 @@ double num_of(const json& j) {
 }
 json opt(const std::optional<double>& v) { return v ? num(*v) : json(); }
 std::optional<double> opt_of(const json& j) { return j.is_null() ? std::nullopt : std::optional<double>(num_of(j)); }
+// A missing min, max or median: null, or NaN in files written before these
+// were optional.
+std::optional<double> finite_of(const json& j) {
+  auto v = opt_of(j);
+  if (v && std::isnan(*v)) return std::nullopt;
+  return v;
+}
 
-json to_json(const TensorStatsView& t) {
+json to_json(const TensorStatsSnapshot& t) {
   return {{"n", t.n},
           {"sum", num(t.sum)},
           {"sum_sq", num(t.sum_sq)},
-          {"min", num(t.min)},
-          {"max", num(t.max)},
+          {"min", opt(t.min)},
+          {"max", opt(t.max)},
           {"nan", t.nan},
           {"pos_inf", t.pos_inf},
           {"neg_inf", t.neg_inf},
@@ -42,17 +49,17 @@ json to_json(const TensorStatsView& t) {
           {"channel_hists", t.channel_hists},
           {"channels", t.channels},
           {"binned", t.binned},
-          {"median", num(t.median)},
+          {"median", opt(t.median)},
           {"dead_count", t.dead_count ? json(*t.dead_count) : json()},
           {"dead_channels", t.dead_channels}};
 }
-TensorStatsView tensor_stats_of(const json& j) {
-  TensorStatsView t;
+TensorStatsSnapshot tensor_stats_of(const json& j) {
+  TensorStatsSnapshot t;
   t.n = j.at("n").get<int64_t>();
   t.sum = num_of(j.at("sum"));
   t.sum_sq = num_of(j.at("sum_sq"));
-  t.min = num_of(j.at("min"));
-  t.max = num_of(j.at("max"));
+  t.min = finite_of(j.at("min"));
+  t.max = finite_of(j.at("max"));
   t.nan = j.at("nan").get<int64_t>();
   t.pos_inf = j.at("pos_inf").get<int64_t>();
   t.neg_inf = j.at("neg_inf").get<int64_t>();
@@ -60,7 +67,7 @@ TensorStatsView tensor_stats_of(const json& j) {
   t.channel_hists = j.at("channel_hists").get<std::vector<std::vector<int64_t>>>();
   t.channels = j.at("channels").get<int64_t>();
   t.binned = j.at("binned").get<int64_t>();
-  t.median = num_of(j.at("median"));
+  t.median = finite_of(j.at("median"));
   if (!j.at("dead_count").is_null()) t.dead_count = j.at("dead_count").get<int64_t>();
   t.dead_channels = j.at("dead_channels").get<std::vector<int64_t>>();
   return t;
@@ -109,21 +116,21 @@ void write_stats(const StatsSnapshot& view, state::StateFile& file) {
   size_t index = 0;
   for (const auto& [key, layers] : view.layers) {
     for (const auto& b : layers) {
-      json galleries = json::array();
-      for (size_t g = 0; g < b.galleries.size(); ++g) {
-        const auto& gv = b.galleries[g];
+      json patches = json::array();
+      for (size_t g = 0; g < b.patches.size(); ++g) {
+        const auto& gv = b.patches[g];
         json slots = json::array();
         for (const auto& s : gv.slots) {
           slots.push_back({s.filled, num(s.score), s.batch, s.sample, s.y, s.x, s.top, s.left});
         }
-        galleries.push_back({{"ranking", std::string(to_string(gv.ranking))},
-                             {"samples", gv.samples},
-                             {"channels", gv.channels},
-                             {"input_height", gv.input_height},
-                             {"input_width", gv.input_width},
-                             {"slots", std::move(slots)},
-                             {"crops", gv.crops.defined()},
-                             {"heat", gv.heat.defined()}});
+        patches.push_back({{"ranking", std::string(to_string(gv.ranking))},
+                           {"samples", gv.samples},
+                           {"channels", gv.channels},
+                           {"input_height", gv.input_height},
+                           {"input_width", gv.input_width},
+                           {"slots", std::move(slots)},
+                           {"crops", gv.crops.defined()},
+                           {"heat", gv.heat.defined()}});
         if (gv.crops.defined()) archive.write(tensor_key(index, g, "c"), gv.crops.contiguous(), /*is_buffer=*/true);
         if (gv.heat.defined()) archive.write(tensor_key(index, g, "h"), gv.heat.contiguous(), /*is_buffer=*/true);
       }
@@ -133,9 +140,9 @@ void write_stats(const StatsSnapshot& view, state::StateFile& file) {
                          {"batches", b.batches},
                          {"activation", b.activation ? to_json(*b.activation) : json()},
                          {"gradient", b.gradient ? to_json(*b.gradient) : json()},
-                         {"galleries", std::move(galleries)},
-                         {"gallery_note", b.gallery_note ? json(*b.gallery_note) : json()},
-                         {"gallery_skipped", b.gallery_skipped}});
+                         {"patches", std::move(patches)},
+                         {"patches_note", b.patches_note ? json(*b.patches_note) : json()},
+                         {"patches_skipped", b.patches_skipped}});
       ++index;
     }
   }
@@ -175,7 +182,7 @@ std::shared_ptr<const StatsSnapshot> read_stats(const state::StateFile& file) {
     archive.load_from(tensor_bytes.data(), tensor_bytes.size(), torch::Device(torch::kCPU));
     size_t index = 0;
     for (const auto& jb : in.at("buckets")) {
-      LayerStatsView b;
+      LayerStatsSnapshot b;
       b.layer = jb.at("layer").get<std::string>();
       b.phase = jb.at("phase").get<std::string>();
       b.epoch = jb.at("epoch").get<int64_t>();
@@ -183,9 +190,9 @@ std::shared_ptr<const StatsSnapshot> read_stats(const state::StateFile& file) {
       if (!jb.at("activation").is_null()) b.activation = tensor_stats_of(jb.at("activation"));
       if (!jb.at("gradient").is_null()) b.gradient = tensor_stats_of(jb.at("gradient"));
       size_t g = 0;
-      for (const auto& jg : jb.at("galleries")) {
-        GalleryView gv;
-        const auto ranking = gallery_ranking_from(jg.at("ranking").get<std::string>());
+      for (const auto& jg : jb.at("patches")) {
+        PatchGallery gv;
+        const auto ranking = patch_ranking_from(jg.at("ranking").get<std::string>());
         if (!ranking) throw std::invalid_argument("unknown gallery ranking " + jg.at("ranking").dump());
         gv.ranking = *ranking;
         gv.samples = jg.at("samples").get<int64_t>();
@@ -193,7 +200,7 @@ std::shared_ptr<const StatsSnapshot> read_stats(const state::StateFile& file) {
         gv.input_height = jg.at("input_height").get<int64_t>();
         gv.input_width = jg.at("input_width").get<int64_t>();
         for (const auto& js : jg.at("slots")) {
-          GallerySlot s;
+          PatchSlot s;
           s.filled = js.at(0).get<bool>();
           s.score = num_of(js.at(1));
           s.batch = js.at(2).get<int64_t>();
@@ -210,11 +217,11 @@ std::shared_ptr<const StatsSnapshot> read_stats(const state::StateFile& file) {
         }
         if (jg.at("crops").get<bool>()) archive.read(tensor_key(index, g, "c"), gv.crops, /*is_buffer=*/true);
         if (jg.at("heat").get<bool>()) archive.read(tensor_key(index, g, "h"), gv.heat, /*is_buffer=*/true);
-        b.galleries.push_back(std::move(gv));
+        b.patches.push_back(std::move(gv));
         ++g;
       }
-      if (!jb.at("gallery_note").is_null()) b.gallery_note = jb.at("gallery_note").get<std::string>();
-      b.gallery_skipped = jb.at("gallery_skipped").get<int64_t>();
+      if (!jb.at("patches_note").is_null()) b.patches_note = jb.at("patches_note").get<std::string>();
+      b.patches_skipped = jb.at("patches_skipped").get<int64_t>();
       view->layers[{b.layer, b.phase}].push_back(std::move(b));
       ++index;
     }

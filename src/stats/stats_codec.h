@@ -1,9 +1,9 @@
 // A published statistics view (StatsSnapshot) in a state file, for frozen
-// moments: the histograms, Min/Max galleries, parameter samples and series
+// moments: the histograms, Min/Max patches, parameter samples and series
 // exactly as the view held them, so a moment loaded later shows the numbers
 // it was frozen with. Section "stats" is the view as JSON (non-finite numbers
 // as "nan", "inf", "-inf"); "stats_tensors" a torch archive of the
-// galleries' crops and activation maps.
+// patches' crops and activation maps.
 #pragma once
 
 #include <memory>

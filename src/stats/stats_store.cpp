@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "common/host_copy.h"
-#include "stats/extremes.h"
+#include "stats/patches.h"
 
 namespace nansense::stats {
 
@@ -61,9 +61,9 @@ struct TensorAccumulator::State {
   // a single index_add_ counts every element and the rows sum to the layer.
   // Without per-channel tracking: one row, the layer.
   torch::Tensor slots;
-  torch::Tensor row_offsets;  // [channels]: each channel's row * kSlots
-  torch::Tensor one;          // [1] int64, expanded as the counts' source
-  TensorStatsView cached;     // what a collapsed accumulator reports
+  torch::Tensor row_offsets;   // [channels]: each channel's row * kSlots
+  torch::Tensor one;           // [1] int64, expanded as the counts' source
+  TensorStatsSnapshot cached;  // what a collapsed accumulator reports
   // The CPU path's exact counts (its histogram may be sampled), and per
   // tracked channel its extremes for dead-channel detection; the device path
   // counts every value into the slots and keeps neither.
@@ -300,14 +300,14 @@ std::vector<torch::Tensor> TensorAccumulator::buffers() const {
   return {s.scalars, s.slots};
 }
 
-TensorStatsView TensorAccumulator::view(const std::vector<torch::Tensor>& cpu_buffers) const {
+TensorStatsSnapshot TensorAccumulator::view(const std::vector<torch::Tensor>& cpu_buffers) const {
   return describe(cpu_buffers, /*bins=*/true);
 }
 
-TensorStatsView TensorAccumulator::describe(const std::vector<torch::Tensor>& cpu_buffers, bool bins) const {
+TensorStatsSnapshot TensorAccumulator::describe(const std::vector<torch::Tensor>& cpu_buffers, bool bins) const {
   const auto& s = *state_;
   if (s.collapsed) return s.cached;
-  TensorStatsView v;
+  TensorStatsSnapshot v;
   if (cpu_buffers.size() < 2) return v;
   const auto scalars = doubles(cpu_buffers[0]);
   const auto counts = cpu_buffers[1].contiguous();
@@ -377,10 +377,10 @@ struct StatsStore::Bucket {
   int64_t batches = 0;
   std::optional<TensorAccumulator> activation;
   std::optional<TensorAccumulator> gradient;
-  // Min/Max galleries of the activation while this is its stream's newest
+  // Min/Max patches of the activation while this is its stream's newest
   // epoch, and why there are none when none could be collected.
-  std::unique_ptr<ExtremeGallery> gallery;
-  std::optional<std::string> gallery_note;
+  std::unique_ptr<PatchCollector> gallery;
+  std::optional<std::string> patches_note;
   bool touched = false;    // in touched_
   bool queued = false;     // in collapse_queue_
   bool collapsed = false;  // its epoch is over: no more adds
@@ -450,21 +450,21 @@ void StatsStore::add_gallery(const std::string& layer, const std::string& phase,
                              const torch::Tensor& activation, const torch::Tensor& input) {
   if (detail_.samples_per_channel() <= 0 || !activation.defined() || activation.numel() == 0) return;
   auto& bucket = bucket_for(layer, phase, epoch);
-  if (bucket->collapsed || bucket->gallery_note) return;
+  if (bucket->collapsed || bucket->patches_note) return;
   if (!input.defined()) {
-    bucket->gallery_note = "Min/Max galleries need an image-like model input ([batch, 1 or 3, height, width])";
+    bucket->patches_note = "Min/Max patches need an image-like model input ([batch, 1 or 3, height, width])";
     return;
   }
   if (!bucket->gallery) {
-    GallerySettings settings;
+    PatchSettings settings;
     settings.samples = detail_.samples_per_channel();
     settings.channel_limit = detail_.channel_limit_enabled() ? detail_.channel_limit() : 0;
-    settings.averages = detail_.average_galleries();
-    bucket->gallery = std::make_unique<ExtremeGallery>(settings);
+    settings.averages = detail_.average_patches();
+    bucket->gallery = std::make_unique<PatchCollector>(settings);
   }
   bucket->gallery->add(activation, input, batch);
   if (bucket->gallery->unsupported()) {
-    bucket->gallery_note = *bucket->gallery->unsupported();
+    bucket->patches_note = *bucket->gallery->unsupported();
     bucket->gallery.reset();
   }
   touch(bucket);
@@ -516,7 +516,7 @@ void StatsStore::collapse_queued() {
       all.insert(all.end(), bufs.begin(), bufs.end());
     }
     b->collapsed = true;
-    b->gallery.reset();  // an older epoch keeps no galleries
+    b->gallery.reset();  // an older epoch keeps no patches
   }
   collapse_queue_.clear();
   auto cpu = common::copy_to_host(all);
@@ -704,7 +704,7 @@ std::shared_ptr<const StatsSnapshot> StatsStore::publish() {
       ranges.emplace_back(all.size(), bufs.size());
       all.insert(all.end(), bufs.begin(), bufs.end());
     }
-    // A bucket about to collapse publishes no galleries.
+    // A bucket about to collapse publishes no patches.
     if (b->gallery && !(b->queued && !b->collapsed)) {
       auto bufs = b->gallery->buffers();
       ranges.emplace_back(all.size(), bufs.size());
@@ -716,14 +716,14 @@ std::shared_ptr<const StatsSnapshot> StatsStore::publish() {
   snapshot->sequence = ++sequence_;
   size_t next = 0;
   for (auto& [key, b] : buckets_) {
-    LayerStatsView view;
+    LayerStatsSnapshot view;
     view.layer = std::get<0>(key);
     view.phase = std::get<1>(key);
     view.epoch = std::get<2>(key);
     view.batches = b->batches;
     // An older epoch waiting to collapse does so from this same copy.
     const bool collapse = b->queued && !b->collapsed;
-    auto take = [&](std::optional<TensorAccumulator>& acc, std::optional<TensorStatsView>& out) {
+    auto take = [&](std::optional<TensorAccumulator>& acc, std::optional<TensorStatsSnapshot>& out) {
       if (!acc) return;
       auto part = slice(cpu, ranges[next].first, ranges[next].second);
       ++next;
@@ -733,11 +733,11 @@ std::shared_ptr<const StatsSnapshot> StatsStore::publish() {
     take(b->activation, view.activation);
     take(b->gradient, view.gradient);
     if (b->gallery && !collapse) {
-      view.galleries = b->gallery->view(slice(cpu, ranges[next].first, ranges[next].second));
-      view.gallery_skipped = b->gallery->skipped();
+      view.patches = b->gallery->view(slice(cpu, ranges[next].first, ranges[next].second));
+      view.patches_skipped = b->gallery->skipped();
       ++next;
     }
-    view.gallery_note = b->gallery_note;
+    view.patches_note = b->patches_note;
     if (collapse) {
       b->collapsed = true;
       b->gallery.reset();

@@ -74,11 +74,11 @@ class TensorAccumulator {
   // The device buffers publish() copies in one go, and the view built from
   // their CPU copies (same order).
   std::vector<torch::Tensor> buffers() const;
-  TensorStatsView view(const std::vector<torch::Tensor>& cpu_buffers) const;
+  TensorStatsSnapshot view(const std::vector<torch::Tensor>& cpu_buffers) const;
 
  private:
   // view(), or (bins false) the collapsed form: no histograms, counts kept.
-  TensorStatsView describe(const std::vector<torch::Tensor>& cpu_buffers, bool bins) const;
+  TensorStatsSnapshot describe(const std::vector<torch::Tensor>& cpu_buffers, bool bins) const;
 
   struct State;
   std::shared_ptr<State> state_;
@@ -101,9 +101,9 @@ class StatsStore {
   void add(const std::string& layer, const std::string& phase, int64_t epoch, Kind kind, const torch::Tensor& t);
   void add(const std::string& layer, const std::string& phase, int64_t epoch, Kind kind, const CpuFold& fold);
   // Folds one batch's activation of `layer` into its bucket's Min/Max
-  // galleries (detail().samples_per_channel > 0), with the batch's
+  // patches (detail().samples_per_channel > 0), with the batch's
   // image-like model input (undefined when the model has none: the bucket
-  // then says why it has no galleries). `batch`: the batch's index in its
+  // then says why it has no patches). `batch`: the batch's index in its
   // phase. Galleries live only in the newest epoch of (layer, phase).
   void add_gallery(const std::string& layer, const std::string& phase, int64_t epoch, int64_t batch,
                    const torch::Tensor& activation, const torch::Tensor& input);

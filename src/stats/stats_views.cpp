@@ -22,7 +22,7 @@ size_t heap(const std::vector<T>& v) {
 template <typename Value>
 constexpr size_t kNode = sizeof(Value) + 4 * sizeof(void*);
 
-size_t heap(const TensorStatsView& v) {
+size_t heap(const TensorStatsSnapshot& v) {
   size_t bytes = heap(v.hist) + heap(v.channel_hists) + heap(v.dead_channels);
   for (const auto& row : v.channel_hists) bytes += heap(row);
   return bytes;
@@ -30,23 +30,27 @@ size_t heap(const TensorStatsView& v) {
 
 }  // namespace
 
-double TensorStatsView::mean() const {
-  return n > 0 ? sum / static_cast<double>(n) : std::numeric_limits<double>::quiet_NaN();
+std::optional<double> TensorStatsSnapshot::mean() const {
+  if (n == 0) return std::nullopt;
+  return sum / static_cast<double>(n);
 }
 
-double TensorStatsView::variance() const {
-  if (n == 0) return std::numeric_limits<double>::quiet_NaN();
-  const double m = mean();
+std::optional<double> TensorStatsSnapshot::variance() const {
+  if (n == 0) return std::nullopt;
+  const double m = *mean();
   // E[x^2] - E[x]^2 can dip below zero by rounding when the spread is tiny.
   return std::max(0.0, sum_sq / static_cast<double>(n) - m * m);
 }
 
-double TensorStatsView::std() const { return std::sqrt(variance()); }
+std::optional<double> TensorStatsSnapshot::std() const {
+  if (n == 0) return std::nullopt;
+  return std::sqrt(*variance());
+}
 
 size_t StatsSnapshot::host_bytes() const {
   size_t bytes = sizeof(StatsSnapshot);
   for (const auto& [key, buckets] : layers) {
-    bytes += kNode<std::pair<const std::pair<std::string, std::string>, std::vector<LayerStatsView>>>;
+    bytes += kNode<std::pair<const std::pair<std::string, std::string>, std::vector<LayerStatsSnapshot>>>;
     bytes += heap(key.first) + heap(key.second) + heap(buckets);
     for (const auto& b : buckets) {
       bytes += heap(b.layer) + heap(b.phase);

@@ -51,7 +51,7 @@ export async function fakeManyLayers(page, base, count = 200, { shapeOps = false
     if (i % 3 === 0 && i >= 3) edges.push({ from: names[i - 3], to: names[i] });
   }
   const numel = shape.reduce((a, b) => a * b, 1);
-  const summary = { shape, dtype: 'float32', numel, finite: numel, nan: 0, pos_inf: 0, neg_inf: 0, min: -1, max: 1, mean: 0 };
+  const summary = { shape, dtype: 'float32', numel, n: numel, nan: 0, pos_inf: 0, neg_inf: 0, min: -1, max: 1, mean: 0 };
 
   let renders = 0;
   await page.route('**/api/architecture', async (route) => {

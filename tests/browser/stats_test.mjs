@@ -250,7 +250,7 @@ async function main() {
     const gallery = page.locator(`[data-testid="gallery-${LAYER}"][data-ranking="max_pixel"]`);
     await gallery.waitFor({ timeout: UI_TIMEOUT_MS });
     const phase = await page.getAttribute('[data-testid="stats-main"]', 'data-phase');
-    const api_gallery = await api(`/api/stats/extremes?layer=${encodeURIComponent(LAYER)}&phase=${phase}`);
+    const api_gallery = await api(`/api/stats/patches?layer=${encodeURIComponent(LAYER)}&phase=${phase}`);
     const filled = api_gallery.cells.filter((c) => c.filled).length;
     if (filled === 0) throw new Error(`the API's gallery is empty: ${api_gallery.note}`);
     if (Number(await gallery.getAttribute('data-filled')) !== filled) throw new Error(`the page fills ${await gallery.getAttribute('data-filled')} cells, the API ${filled}`);

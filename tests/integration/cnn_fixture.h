@@ -1,7 +1,7 @@
 // A served training loop of a small CNN (conv 1->4 3x3, relu, pool, fc) on
 // [6, 1, 8, 8] images, "conv" and "fc" watched, two epochs of train batches,
 // pausing at the first: the fixture of the tests about pictures of a conv
-// layer (galleries, recordings).
+// layer (patches, recordings).
 #pragma once
 
 #include <gtest/gtest.h>

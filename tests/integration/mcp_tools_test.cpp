@@ -124,7 +124,7 @@ TEST_F(McpToolsTest, StepAndStatsToolsMatchTheCapturedBatch) {
   const json& fc1 = stats["layers"][0];
   const auto& act = snap->activations.at("fc1");
   EXPECT_EQ(fc1["activation"]["shape"], json::array({5, 8}));
-  EXPECT_EQ(fc1["activation"]["finite"], 40);
+  EXPECT_EQ(fc1["activation"]["n"], 40);
   EXPECT_EQ(fc1["activation"]["nan"], 0);
   EXPECT_NEAR(fc1["activation"]["mean"].get<double>(), act.mean().item<double>(), 1e-5);
   EXPECT_NEAR(fc1["activation"]["std"].get<double>(), act.std(/*unbiased=*/false).item<double>(), 1e-5);

@@ -74,8 +74,8 @@ std::string read_file(const std::string& path) {
 TEST_F(RecordingsApiTest, EachViewRecordsAnH264VideoOfItsUpdates) {
   start_cnn();
   wait_paused();
-  post("/api/stats/performance", {{"average_galleries", true}});
-  step();  // the galleries now hold a collected batch
+  post("/api/stats/performance", {{"average_patches", true}});
+  step();  // the patches now hold a collected batch
 
   const json views[] = {
       {{"view", "layers"}, {"layers", {"conv", "fc"}}},
@@ -103,7 +103,7 @@ TEST_F(RecordingsApiTest, EachViewRecordsAnH264VideoOfItsUpdates) {
 
   std::map<std::string, json> by_key;
   for (const auto& s : stopped["stopped"]) by_key[s["key"]] = s;
-  ASSERT_EQ(by_key["watch_minmax"]["files"].size(), 2u) << "pixel and average galleries, each its own file";
+  ASSERT_EQ(by_key["watch_minmax"]["files"].size(), 2u) << "pixel and average patches, each its own file";
   for (const auto& [key, s] : by_key) {
     EXPECT_EQ(s["error"], "") << key;
     for (const auto& f : s["files"]) {

@@ -69,7 +69,7 @@ TEST_F(StatsApiTest, DefaultsCollectNothingUntilALayerIsWatched) {
                                                  {"channel_limit", 16},
                                                  {"histogram_sample", 16384},
                                                  {"samples_per_channel", 5},
-                                                 {"average_galleries", false}}));
+                                                 {"average_patches", false}}));
   EXPECT_EQ(settings["patch_layers"], nullptr);
   step("batch");
   EXPECT_TRUE(stats_layers().empty());

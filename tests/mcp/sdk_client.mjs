@@ -88,7 +88,7 @@ try {
   const stats = json(await client.callTool({
     name: 'get_layer_stats', arguments: { layers: ['features.0'], include_histogram: true, bins: 16 } }));
   const act = stats.layers[0].activation;
-  check(stats.position.batch_idx === 1 && act.finite === act.numel && act.histogram.pairs.length > 0,
+  check(stats.position.batch_idx === 1 && act.n === act.numel && act.histogram.pairs.length > 0,
         'get_layer_stats: the new batch, finite, with a histogram', act);
 
   const weights = json(await client.callTool({ name: 'get_weight_stats', arguments: { layer: 'features.0' } }));

@@ -57,7 +57,7 @@ int64_t batch_bytes(const BatchSnapshot& snap) {
 void expect_same_stats(const TensorStats& got, const TensorStats& want, const std::string& what) {
   EXPECT_EQ(got.shape, want.shape) << what;
   EXPECT_EQ(got.numel, want.numel) << what;
-  EXPECT_EQ(got.finite, want.finite) << what;
+  EXPECT_EQ(got.n, want.n) << what;
   EXPECT_EQ(got.nan, want.nan) << what;
   EXPECT_EQ(got.pos_inf, want.pos_inf) << what;
   EXPECT_EQ(got.min, want.min) << what;

@@ -57,7 +57,7 @@ std::vector<int64_t> bins_of(const torch::Tensor& x) {
   return std::vector<int64_t>(b.data_ptr<int64_t>(), b.data_ptr<int64_t>() + b.numel());
 }
 
-TensorStatsView published(const TensorAccumulator& acc) {
+TensorStatsSnapshot published(const TensorAccumulator& acc) {
   std::vector<torch::Tensor> cpu;
   for (const auto& b : acc.buffers()) cpu.push_back(b.cpu().clone());
   return acc.view(cpu);
@@ -325,7 +325,7 @@ TEST(StatsAccumulator, ASampledHistogramKeepsEveryOtherStatisticExact) {
   // The sample's median lies within a bin of the whole tensor's.
   const auto& edges = bin_edges();
   auto bin_of_median = [&](double m) { return std::upper_bound(edges.begin(), edges.end(), m) - edges.begin(); };
-  EXPECT_LE(std::abs(bin_of_median(s.median) - bin_of_median(e.median)), 1);
+  EXPECT_LE(std::abs(bin_of_median(s.median.value()) - bin_of_median(e.median.value())), 1);
   // Every channel gets its share of the sample.
   ASSERT_EQ(s.channel_hists.size(), 16u);
   for (const auto& row : s.channel_hists) {
@@ -368,7 +368,7 @@ TEST(StatsAccumulator, TheOpPathAndTheCpuPassAgree) {
 }
 
 TEST(StatsHistogram, MedianIsTheCentreOfTheBinHoldingTheMedian) {
-  EXPECT_TRUE(std::isnan(median_from_hist(std::vector<int64_t>(kBins, 0))));
+  EXPECT_FALSE(median_from_hist(std::vector<int64_t>(kBins, 0)).has_value());
   // 50 x -2, 49 near zero, 100 x 1: the 100th of 199 values is a 1.
   std::vector<int64_t> hist(kBins, 0);
   hist[bin_index(torch::tensor(-2.0)).item<int64_t>()] = 50;
@@ -423,10 +423,10 @@ TEST(StatsAccumulator, SaturationZeroBandAndNonFiniteCounts) {
   auto w = published(only_nan);
   EXPECT_EQ(w.n, 0);
   EXPECT_EQ(w.nan, 5);
-  EXPECT_TRUE(std::isnan(w.min));
-  EXPECT_TRUE(std::isnan(w.max));
-  EXPECT_TRUE(std::isnan(w.mean()));
-  EXPECT_TRUE(std::isnan(w.median));
+  EXPECT_FALSE(w.min.has_value());
+  EXPECT_FALSE(w.max.has_value());
+  EXPECT_FALSE(w.mean().has_value());
+  EXPECT_FALSE(w.median.has_value());
 }
 
 TEST(StatsAccumulator, DeadChannelsSawValuesAllInTheZeroBand) {
@@ -560,8 +560,8 @@ TEST(StatsAccumulator, SumsOverManyBatchesEqualFloat64DirectSums) {
   EXPECT_NEAR(v.sum_sq, sum_sq, std::abs(sum_sq) * 1e-13);
   EXPECT_EQ(v.min, finite.min().item<double>());
   EXPECT_EQ(v.max, finite.max().item<double>());
-  EXPECT_NEAR(v.mean(), finite.mean().item<double>(), 1e-9);
-  EXPECT_NEAR(v.std(), finite.std(/*unbiased=*/false).item<double>(), 1e-6);
+  EXPECT_NEAR(v.mean().value(), finite.mean().item<double>(), 1e-9);
+  EXPECT_NEAR(v.std().value(), finite.std(/*unbiased=*/false).item<double>(), 1e-6);
 }
 
 TEST(StatsAccumulator, CollapseKeepsScalarsMedianAndDeadCountAndFreesTheDevice) {
@@ -592,8 +592,8 @@ TEST(StatsAccumulator, CollapseKeepsScalarsMedianAndDeadCountAndFreesTheDevice) 
 
 // --- the store ---------------------------------------------------------
 
-const LayerStatsView& bucket(const StatsSnapshot& s, const std::string& layer, const std::string& phase,
-                             int64_t epoch) {
+const LayerStatsSnapshot& bucket(const StatsSnapshot& s, const std::string& layer, const std::string& phase,
+                                 int64_t epoch) {
   for (const auto& b : s.layers.at({layer, phase})) {
     if (b.epoch == epoch) return b;
   }

@@ -30,13 +30,13 @@ namespace {
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-TensorStatsView published(const stats::TensorAccumulator& acc) {
+TensorStatsSnapshot published(const stats::TensorAccumulator& acc) {
   std::vector<torch::Tensor> cpu;
   for (const auto& b : acc.buffers()) cpu.push_back(b.cpu().clone());
   return acc.view(cpu);
 }
 
-void expect_same(const TensorStatsView& a, const TensorStatsView& b) {
+void expect_same(const TensorStatsSnapshot& a, const TensorStatsSnapshot& b) {
   EXPECT_EQ(a.n, b.n);
   EXPECT_EQ(a.nan, b.nan);
   EXPECT_EQ(a.pos_inf, b.pos_inf);
@@ -251,7 +251,7 @@ struct RecordingNetImpl : torch::nn::Module {
 };
 TORCH_MODULE(RecordingNet);
 
-void expect_direct(const std::optional<TensorStatsView>& got, const std::vector<torch::Tensor>& seen,
+void expect_direct(const std::optional<TensorStatsSnapshot>& got, const std::vector<torch::Tensor>& seen,
                    const char* what) {
   ASSERT_TRUE(got) << what;
   const auto all = torch::cat(seen).reshape({-1});
@@ -269,7 +269,7 @@ void expect_direct(const std::optional<TensorStatsView>& got, const std::vector<
 TEST(StatsFoldAhead, ASessionsStatisticsEqualTheTensorsTheModelProduced) {
   // Galleries off: both the activation and the gradient are folded ahead.
   // Galleries on: the activation is held for them, the gradient folded ahead.
-  for (const int64_t galleries : {0, 2}) {
+  for (const int64_t patches : {0, 2}) {
     torch::manual_seed(4);
     RecordingNet model;
     torch::optim::SGD optimizer(model->parameters(), 0.05);
@@ -279,7 +279,7 @@ TEST(StatsFoldAhead, ASessionsStatisticsEqualTheTensorsTheModelProduced) {
         start(model, StartOptions()
                          .optimizer(&optimizer)
                          .watch({"conv"})
-                         .watch_performance(WatchPerformance().histogram_sample(0).samples_per_channel(galleries)));
+                         .watch_performance(WatchPerformance().histogram_sample(0).samples_per_channel(patches)));
     session.detach();
     for (auto& b : session.batches(data, "train")) {
       optimizer.zero_grad();
@@ -296,10 +296,10 @@ TEST(StatsFoldAhead, ASessionsStatisticsEqualTheTensorsTheModelProduced) {
     EXPECT_EQ(bucket.batches, 3);
     ASSERT_EQ(model->activations.size(), 3u);
     ASSERT_EQ(model->gradients.size(), 3u);
-    expect_direct(bucket.activation, model->activations, galleries ? "activation (held)" : "activation (ahead)");
+    expect_direct(bucket.activation, model->activations, patches ? "activation (held)" : "activation (ahead)");
     expect_direct(bucket.gradient, model->gradients, "gradient (ahead)");
     EXPECT_EQ(bucket.activation->channels, 4);
-    EXPECT_EQ(bucket.galleries.empty(), galleries == 0);
+    EXPECT_EQ(bucket.patches.empty(), patches == 0);
   }
 }
 

@@ -10,7 +10,7 @@ namespace {
 const std::string kViews =
     "layers: the main page's strips of `layers` (activation and gradient, one sample); weights: `layer`'s Weights "
     "page (every tensor of its parameters); histograms: the Stats page's histograms of `layers`; patches: "
-    "`layer`'s Min/Max galleries (max/min pixel, and max/min average when average_galleries is on, as separate "
+    "`layer`'s Min/Max patches (max/min pixel, and max/min average when average_patches is on, as separate "
     "files).";
 
 std::vector<Arg> view_args() {

@@ -1,6 +1,6 @@
 // The commands of statistics over time (controller_stats.cpp,
-// controller_history.cpp) and of the Min/Max galleries and bin samples
-// (controller_galleries.cpp), declared once (commands.h says what a
+// controller_history.cpp) and of the Min/Max patches and bin samples
+// (controller_patches.cpp), declared once (commands.h says what a
 // declaration holds).
 #include "server/controller/command_parts.h"
 #include "stats/bins.h"
@@ -12,8 +12,8 @@ std::vector<Command> stats_commands() {
   // --- statistics over time (controller_history.cpp) ---
   const std::string settings_reply =
       " Returns the settings: update_frequency {unit, n, phase}, stats_scope, watched_layers, watch_performance "
-      "{channel_limit_enabled, channel_limit, histogram_sample, samples_per_channel, average_galleries}, "
-      "patch_layers (the layers Min/Max galleries collect for; null: the watched layers), stats_collecting "
+      "{channel_limit_enabled, channel_limit, histogram_sample, samples_per_channel, average_patches}, "
+      "patch_layers (the layers Min/Max patches collect for; null: the watched layers), stats_collecting "
       "(whether batches are collected now), "
       "auto_run_experiments, experiment_defaults (the session's parameter defaults per experiment kind) and "
       "experiment_time_limit_seconds.";
@@ -121,10 +121,10 @@ std::vector<Command> stats_commands() {
                .at_least(0),
            integer_arg("samples_per_channel",
                        "Inputs a Min/Max gallery keeps per channel and ranking "
-                       "(default 5; 0 turns galleries off).")
+                       "(default 5; 0 turns patches off).")
                .at_least(0)
                .at_most(64),
-           boolean_arg("average_galleries",
+           boolean_arg("average_patches",
                        "Also rank inputs by a channel's spatial mean (max_average, "
                        "min_average), keeping whole inputs (default false).")},
       .rest = Route{"POST", "/api/stats/performance"},
@@ -138,18 +138,18 @@ std::vector<Command> stats_commands() {
             change.channel_limit = a.optional_integer("channel_limit");
             change.histogram_sample = a.optional_integer("histogram_sample");
             change.samples_per_channel = a.optional_integer("samples_per_channel");
-            change.average_galleries = a.optional_boolean("average_galleries");
+            change.average_patches = a.optional_boolean("average_patches");
             return json_reply(c.set_watch_performance(change));
           },
   });
   t.push_back({
       .name = "set_patch_layers",
-      .title = "Which layers keep Min/Max galleries",
+      .title = "Which layers keep Min/Max patches",
       .description =
-          "Which collected layers keep Min/Max galleries (the inputs that drove each channel highest and "
+          "Which collected layers keep Min/Max patches (the inputs that drove each channel highest and "
           "lowest): these layers, or, with layers omitted, the watched ones (the default: scope all collects "
-          "every layer's statistics but galleries only for the watched). Galleries cost the most time and "
-          "memory of the statistics; histograms and graphs are unaffected, and galleries already collected "
+          "every layer's statistics but patches only for the watched). Galleries cost the most time and "
+          "memory of the statistics; histograms and graphs are unaffected, and patches already collected "
           "stay." +
           settings_reply,
       .args = {kLayers.described("Layer names from get_architecture; omit for the watched layers.")},
@@ -255,25 +255,25 @@ std::vector<Command> stats_commands() {
   return t;
 }
 
-// Min/Max galleries and bin samples (controller_galleries.cpp).
+// Min/Max patches and bin samples (controller_patches.cpp).
 std::vector<Command> gallery_commands() {
   std::vector<Command> t;
   const Arg gallery_phase =
-      string_arg("phase", "The phase; omit for the training phase when it has galleries, else the first that does.")
+      string_arg("phase", "The phase; omit for the training phase when it has patches, else the first that does.")
           .not_empty();
   const Arg heatmap = boolean_arg("heatmap",
                                   "Overlay the channel's activation on each input, signed (red "
                                   "positive, blue negative; default false).")
                           .or_else(false);
   auto gallery_options = [](const Args& a) {
-    Controller::GalleryOptions o;
+    Controller::PatchOptions o;
     o.layer = a.string("layer");
     o.phase = a.optional_string("phase");
     o.heatmap = a.boolean("heatmap");
     return o;
   };
   t.push_back({
-      .name = "get_extremes",
+      .name = "get_patches",
       .title = "A Min/Max gallery's cells",
       .description =
           "One ranking of a layer's Min/Max gallery in the newest epoch of a phase: per channel (the first "
@@ -283,39 +283,39 @@ std::vector<Command> gallery_commands() {
       .args = {kLayer.mandatory(), gallery_phase,
                string_arg("ranking",
                           "max_pixel / min_pixel (input crops around the extreme position), or "
-                          "max_average / min_average (whole inputs, with average_galleries on).")
+                          "max_average / min_average (whole inputs, with average_patches on).")
                    .one_of({"max_pixel", "min_pixel", "max_average", "min_average"})
                    .or_else("max_pixel"),
                heatmap},
-      .rest = Route{"GET", "/api/stats/extremes"},
+      .rest = Route{"GET", "/api/stats/patches"},
       .mcp = false,
       .read_only = true,
-      .reply = "Extremes",
+      .reply = "Patches",
       .run =
           [=](Controller& c, const Args& a) {
             auto o = gallery_options(a);
             o.grids = {a.string("ranking")};
-            return json_reply(c.get_extremes(o));
+            return json_reply(c.get_patches(o));
           },
   });
   t.push_back({
       .name = "render_extreme_patches",
       .title = "Picture the inputs that drive each channel",
       .description =
-          "A PNG of a layer's Min/Max galleries for the newest epoch of a phase: per grid a table with a column "
+          "A PNG of a layer's Min/Max patches for the newest epoch of a phase: per grid a table with a column "
           "per channel and a row per kept sample, each cell the input crop around where the channel was highest "
           "(max_pixel) or lowest (min_pixel), or the whole input ranked by the channel's mean (max_average, "
-          "min_average: needs average_galleries in set_watch_performance). Collected for watched layers with "
+          "min_average: needs average_patches in set_watch_performance). Collected for watched layers with "
           "an image-like model input.",
       .args = {kLayer.mandatory(), gallery_phase,
                strings_arg("grids", "Rankings to draw (default max_pixel and min_pixel).")
                    .one_of({"max_pixel", "min_pixel", "max_average", "min_average"})
                    .items(1, 4),
                heatmap},
-      .rest = Route{"GET", "/api/render/extremes"},
+      .rest = Route{"GET", "/api/render/patches"},
       .mcp = true,
       .read_only = true,
-      .reply = "ExtremesPicture",
+      .reply = "PatchesPicture",
       .run =
           [=](Controller& c, const Args& a) {
             auto o = gallery_options(a);

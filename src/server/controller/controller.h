@@ -155,10 +155,10 @@ class Controller {
     std::optional<int64_t> channel_limit;
     std::optional<int64_t> histogram_sample;
     std::optional<int64_t> samples_per_channel;
-    std::optional<bool> average_galleries;
+    std::optional<bool> average_patches;
   };
   json set_watch_performance(const PerformanceChange& change);
-  // Min/Max galleries for these layers (nullopt: the watched ones).
+  // Min/Max patches for these layers (nullopt: the watched ones).
   json set_patch_layers(const std::optional<std::vector<std::string>>& layers);
   // What was collected: layers (graph order) with their phases and epochs,
   // parameters per layer, the scalar series, the bin edges.
@@ -182,18 +182,18 @@ class Controller {
   // The newest epoch's histograms of each layer as a chart (PNG).
   std::shared_ptr<const HistogramPicture> render_histogram(const HistogramOptions& options) const;
 
-  // --- Min/Max galleries and bin samples (controller_galleries.cpp) ---
-  struct GalleryOptions {
+  // --- Min/Max patches and bin samples (controller_patches.cpp) ---
+  struct PatchOptions {
     std::string layer;
-    std::optional<std::string> phase;  // nullopt: the training phase if it has galleries, else the first that does
+    std::optional<std::string> phase;  // nullopt: the training phase if it has patches, else the first that does
     std::vector<std::string> grids;    // rankings; empty: max_pixel and min_pixel
     bool heatmap = false;              // overlay the channel's activation (signed, red/blue)
   };
   // One ranking's grid: per (sample, channel) where the input came from, its
   // score and the crop as a PNG (base64), for the Stats page.
-  json get_extremes(const GalleryOptions& options) const;
+  json get_patches(const PatchOptions& options) const;
   // The grids as one labelled picture (MCP render_extreme_patches).
-  std::shared_ptr<const Picture> render_extreme_patches(const GalleryOptions& options) const;
+  std::shared_ptr<const Picture> render_extreme_patches(const PatchOptions& options) const;
   struct BinSampleOptions {
     std::string layer;
     std::string kind = "activation";  // or "gradient"

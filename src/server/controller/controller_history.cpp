@@ -56,9 +56,8 @@ json frequency_json(const UpdateFrequency& f) {
           {"phase", f.phase() ? json(*f.phase()) : json(nullptr)}};
 }
 
-json running_stats(const TensorStatsView& v) {
-  const bool any = v.n > 0;
-  auto if_any = [&](double x) { return any ? number(x) : json(nullptr); };
+json tensor_stats_json(const TensorStatsSnapshot& v) {
+  auto if_any = [](const std::optional<double>& x) { return x ? number(*x) : json(nullptr); };
   return {{"n", v.n},
           {"sum", number(v.sum)},
           {"sum_sq", number(v.sum_sq)},
@@ -78,9 +77,9 @@ json running_stats(const TensorStatsView& v) {
           {"dead_channels", v.dead_channels}};
 }
 
-json optional_stats(const std::optional<TensorStatsView>& v) { return v ? running_stats(*v) : json(nullptr); }
+json optional_stats(const std::optional<TensorStatsSnapshot>& v) { return v ? tensor_stats_json(*v) : json(nullptr); }
 
-json layer_stats(const LayerStatsView& v) {
+json layer_stats(const LayerStatsSnapshot& v) {
   return {{"epoch", v.epoch},
           {"batches", v.batches},
           {"activation", optional_stats(v.activation)},
@@ -184,7 +183,7 @@ json Controller::get_settings() const {
             {"channel_limit", performance.channel_limit()},
             {"histogram_sample", performance.histogram_sample()},
             {"samples_per_channel", performance.samples_per_channel()},
-            {"average_galleries", performance.average_galleries()}}},
+            {"average_patches", performance.average_patches()}}},
           {"patch_layers", session_.patch_layers() ? json(*session_.patch_layers()) : json(nullptr)},
           {"stats_collecting", session_.stats_collecting()},
           {"auto_run_experiments", session_.experiments().auto_run()},
@@ -230,7 +229,7 @@ json Controller::set_watch_performance(const PerformanceChange& change) {
   if (change.channel_limit) performance.channel_limit(*change.channel_limit);
   if (change.histogram_sample) performance.histogram_sample(*change.histogram_sample);
   if (change.samples_per_channel) performance.samples_per_channel(*change.samples_per_channel);
-  if (change.average_galleries) performance.average_galleries(*change.average_galleries);
+  if (change.average_patches) performance.average_patches(*change.average_patches);
   bool flushed = false;
   try {
     flushed = session_.set_watch_performance(performance);
@@ -341,7 +340,7 @@ json Controller::get_current_stats(const std::string& layer) const {
     if (it == tensors.end() || !it->second.is_floating_point()) return nullptr;
     stats::TensorAccumulator accumulator(detail);
     accumulator.add(it->second);
-    return running_stats(accumulator.view(accumulator.buffers()));
+    return tensor_stats_json(accumulator.view(accumulator.buffers()));
   };
   json out = {{"layer", layer},
               {"position", to_json(snap->position)},
@@ -410,8 +409,8 @@ std::shared_ptr<const HistogramPicture> Controller::render_histogram(const Histo
           if (options.phase && phase != *options.phase) continue;
           // The newest epoch keeps its bins.
           const auto& buckets = s->layers.at({layer, phase});
-          const LayerStatsView* bucket = nullptr;
-          const TensorStatsView* view = nullptr;
+          const LayerStatsSnapshot* bucket = nullptr;
+          const TensorStatsSnapshot* view = nullptr;
           for (auto it = buckets.rbegin(); it != buckets.rend() && !view; ++it) {
             const auto& v = gradient ? it->gradient : it->activation;
             if (v && !v->hist.empty()) {

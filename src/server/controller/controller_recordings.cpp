@@ -48,7 +48,7 @@ std::string RecordView::label() const {
   if (view == "layers") return "Layers: " + joined(layers);
   if (view == "weights") return "Weights: " + layer;
   if (view == "histograms") return "Histograms: " + joined(layers) + (phase ? " (" + *phase + ")" : "");
-  if (view == "patches") return "Min/Max galleries: " + layer + (phase ? " (" + *phase + ")" : "");
+  if (view == "patches") return "Min/Max patches: " + layer + (phase ? " (" + *phase + ")" : "");
   throw unknown_view(view);
 }
 
@@ -115,14 +115,14 @@ ViewPages Controller::draw_view(const RecordView& v) const {
     page("", {{joined(chart->series), render::decode_png(chart->png)}});
   } else if (v.view == "patches") {
     if (v.layer.empty()) throw Refusal(Refusal::Kind::kInvalidArgument, "view patches needs a layer", "layer");
-    GalleryOptions o;
+    PatchOptions o;
     o.layer = v.layer;
     o.phase = v.phase;
     o.heatmap = v.heatmap;
     o.grids = {"max_pixel", "min_pixel"};
     const auto pixel = render_extreme_patches(o);
     page("pixel", {{pixel->caption, render::decode_png(pixel->png)}});
-    // The average rankings exist only with average_galleries on.
+    // The average rankings exist only with average_patches on.
     o.grids = {"max_average", "min_average"};
     try {
       const auto average = render_extreme_patches(o);

@@ -1,5 +1,5 @@
 // Finding things in a published statistics view, and naming what there is in
-// a refusal (controller_history.cpp, controller_galleries.cpp).
+// a refusal (controller_history.cpp, controller_patches.cpp).
 #pragma once
 
 #include <string>

@@ -31,7 +31,7 @@ class Controller;
 // What a recording or a snapshot shows: one of the views a page can show.
 struct RecordView {
   // "layers" (the main page's strips), "weights" (a layer's Weights page),
-  // "histograms" (the Stats page's histograms), "patches" (its Min/Max galleries).
+  // "histograms" (the Stats page's histograms), "patches" (its Min/Max patches).
   std::string view;
   std::vector<std::string> layers;    // layers, histograms
   std::string layer;                  // weights, patches

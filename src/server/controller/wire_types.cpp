@@ -50,7 +50,7 @@ json tensor_stats() {
   return object({{"shape", array(integer())},
                  {"dtype", str()},
                  {"numel", integer()},
-                 {"finite", integer()},
+                 {"n", integer()},
                  {"nan", integer()},
                  {"pos_inf", integer()},
                  {"neg_inf", integer()},
@@ -121,7 +121,7 @@ Words words(json& d) {
   w.values = define("Values", one_of({"unchanged", "abs", "square"}));
   w.scope = define("StatsScope", one_of({"none", "watched", "all"}));
   w.stage = define("ExperimentStage", one_of({"queued", "running", "done", "stopped", "failed", "absent"}));
-  w.ranking = define("GalleryRanking", one_of({"max_pixel", "min_pixel", "max_average", "min_average"}));
+  w.ranking = define("PatchRanking", one_of({"max_pixel", "min_pixel", "max_average", "min_average"}));
   w.time_travel_summary = object({{"available", boolean()},
                                   {"reason?", str()},
                                   {"cached_epochs", array(integer())},
@@ -320,7 +320,7 @@ void stats_history_types(json& d, const Words& w) {
                                   {"channel_limit", integer()},
                                   {"histogram_sample", integer()},
                                   {"samples_per_channel", integer()},
-                                  {"average_galleries", boolean()}});
+                                  {"average_patches", boolean()}});
   d["Settings"] = object({{"update_frequency", ref("UpdateFrequency")},
                           {"stats_scope", w.scope},
                           {"watched_layers", array(str())},
@@ -333,27 +333,27 @@ void stats_history_types(json& d, const Words& w) {
                           {"experiment_time_limit_seconds", number()},
                           // Only from set_watch_performance.
                           {"statistics_flushed?", boolean()}});
-  d["RunningStats"] = object({{"n", integer()},
-                              {"sum", num()},
-                              {"sum_sq", num()},
-                              {"mean", nullable(num())},
-                              {"std", nullable(num())},
-                              {"median", nullable(num())},
-                              {"min", nullable(num())},
-                              {"max", nullable(num())},
-                              {"nan", integer()},
-                              {"pos_inf", integer()},
-                              {"neg_inf", integer()},
-                              {"hist", nullable(array(integer()))},
-                              {"channel_hists", nullable(array(array(integer())))},
-                              {"channels", integer()},
-                              {"binned", integer()},
-                              {"dead_count", nullable(integer())},
-                              {"dead_channels", array(integer())}});
+  d["TensorStatsSnapshot"] = object({{"n", integer()},
+                                     {"sum", num()},
+                                     {"sum_sq", num()},
+                                     {"mean", nullable(num())},
+                                     {"std", nullable(num())},
+                                     {"median", nullable(num())},
+                                     {"min", nullable(num())},
+                                     {"max", nullable(num())},
+                                     {"nan", integer()},
+                                     {"pos_inf", integer()},
+                                     {"neg_inf", integer()},
+                                     {"hist", nullable(array(integer()))},
+                                     {"channel_hists", nullable(array(array(integer())))},
+                                     {"channels", integer()},
+                                     {"binned", integer()},
+                                     {"dead_count", nullable(integer())},
+                                     {"dead_channels", array(integer())}});
   d["EpochStats"] = object({{"epoch", integer()},
                             {"batches", integer()},
-                            {"activation", nullable(ref("RunningStats"))},
-                            {"gradient", nullable(ref("RunningStats"))}});
+                            {"activation", nullable(ref("TensorStatsSnapshot"))},
+                            {"gradient", nullable(ref("TensorStatsSnapshot"))}});
   d["ParameterSample"] = object({{"epoch", integer()},
                                  {"value_norm", num()},
                                  {"mean", num()},
@@ -388,8 +388,8 @@ void stats_history_types(json& d, const Words& w) {
                              {"true_fraction?", number()}});
   d["CurrentStats"] = object({{"layer", str()},
                               {"position", ref("Position")},
-                              {"activation", nullable(ref("RunningStats"))},
-                              {"gradient", nullable(ref("RunningStats"))},
+                              {"activation", nullable(ref("TensorStatsSnapshot"))},
+                              {"gradient", nullable(ref("TensorStatsSnapshot"))},
                               {"samples?", ref("SamplesKept")},
                               // A bool or integer layer: its values counted (activation is null).
                               {"values?", ref("ValueCounts")},
@@ -558,44 +558,44 @@ void picture_types(json& d, const Words& w) {
                                {"series", array(str())}});
 }
 
-// Min/Max galleries and bin samples.
+// Min/Max patches and bin samples.
 void gallery_types(json& d, const Words& w) {
-  d["ExtremeCell"] = object({{"slot", integer()},
-                             {"channel", integer()},
-                             {"filled", boolean()},
-                             {"score", nullable(num())},
-                             {"batch", integer()},
-                             {"sample", integer()},
-                             {"y", integer()},
-                             {"x", integer()},
-                             {"top", integer()},
-                             {"left", integer()},
-                             // base64 PNG of the crop (null for an empty slot).
-                             {"png", nullable(str())}});
-  d["Extremes"] = object({{"layer", str()},
-                          {"phase", str()},
-                          {"epoch", integer()},
-                          {"phases", array(str())},  // the phases that have galleries for the layer
-                          {"ranking", w.ranking},
-                          {"rankings", array(w.ranking)},  // those collected
-                          {"heatmap", boolean()},
-                          {"samples", integer()},
-                          {"channels", integer()},
-                          {"crop", object({{"height", integer()}, {"width", integer()}})},
-                          {"sequence", integer()},
-                          // Why there are no cells, or what the cells leave out.
-                          {"note", nullable(str())},
-                          {"cells", array(ref("ExtremeCell"))}});
-  d["ExtremesPicture"] = object({{"layer", str()},
-                                 {"phase", str()},
-                                 {"epoch", integer()},
-                                 {"grids", array(w.ranking)},
-                                 {"heatmap", boolean()},
-                                 {"samples", integer()},
-                                 {"channels", integer()},
-                                 {"sequence", integer()},
-                                 {"width", integer()},
-                                 {"height", integer()}});
+  d["PatchCell"] = object({{"slot", integer()},
+                           {"channel", integer()},
+                           {"filled", boolean()},
+                           {"score", nullable(num())},
+                           {"batch", integer()},
+                           {"sample", integer()},
+                           {"y", integer()},
+                           {"x", integer()},
+                           {"top", integer()},
+                           {"left", integer()},
+                           // base64 PNG of the crop (null for an empty slot).
+                           {"png", nullable(str())}});
+  d["Patches"] = object({{"layer", str()},
+                         {"phase", str()},
+                         {"epoch", integer()},
+                         {"phases", array(str())},  // the phases that have patches for the layer
+                         {"ranking", w.ranking},
+                         {"rankings", array(w.ranking)},  // those collected
+                         {"heatmap", boolean()},
+                         {"samples", integer()},
+                         {"channels", integer()},
+                         {"crop", object({{"height", integer()}, {"width", integer()}})},
+                         {"sequence", integer()},
+                         // Why there are no cells, or what the cells leave out.
+                         {"note", nullable(str())},
+                         {"cells", array(ref("PatchCell"))}});
+  d["PatchesPicture"] = object({{"layer", str()},
+                                {"phase", str()},
+                                {"epoch", integer()},
+                                {"grids", array(w.ranking)},
+                                {"heatmap", boolean()},
+                                {"samples", integer()},
+                                {"channels", integer()},
+                                {"sequence", integer()},
+                                {"width", integer()},
+                                {"height", integer()}});
   d["BinSample"] = object({{"sample", integer()},
                            {"index", array(integer())},  // the element's coordinates after the batch dimension
                            {"value", num()},
@@ -727,10 +727,10 @@ void experiment_types(json& d, const Words& w) {
                                                            {"layout", ref("WeightLayout")},
                                                            {"scalars", map(num())},
                                                            {"hyperparameters", map(num())}}))}});
-  d["ExtremesImage"] = extend(d["ExtremesPicture"], sent);
+  d["PatchesImage"] = extend(d["PatchesPicture"], sent);
   d["BinSamplesImage"] = extend(d["BinSamplesPicture"], sent);
   d["McpImages"] = any_of({ref("InputImage"), ref("LayerImages"), ref("HistogramImage"), ref("ExperimentImage"),
-                           ref("WeightImages"), ref("ExtremesImage"), ref("BinSamplesImage")});
+                           ref("WeightImages"), ref("PatchesImage"), ref("BinSamplesImage")});
 }
 
 // The push channel (/ws).

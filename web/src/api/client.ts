@@ -142,8 +142,8 @@ export const getStatsHistory = (args: CommandArgs['get_stats_history'], signal?:
   get('get_stats_history', signal, args.phase ? { layer: args.layer, phase: args.phase } : { layer: args.layer });
 export const getCurrentStats = (layer: string, signal?: AbortSignal) =>
   get('get_current_stats', signal, { layer } satisfies Record<keyof CommandArgs['get_current_stats'], string>);
-export const getExtremes = (args: CommandArgs['get_extremes'], signal?: AbortSignal) =>
-  get('get_extremes', signal, strings(args));
+export const getPatches = (args: CommandArgs['get_patches'], signal?: AbortSignal) =>
+  get('get_patches', signal, strings(args));
 export const getBinSamples = (args: CommandArgs['get_bin_samples'], signal?: AbortSignal) =>
   get('get_bin_samples', signal, strings(args));
 export const setPatchLayers = (layers: string[] | null) => post('set_patch_layers', layers ? { layers } : {});

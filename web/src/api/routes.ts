@@ -33,7 +33,7 @@ export const routes = {
   unwatch_layers: { method: 'POST', path: '/api/stats/unwatch' },
   set_watch_performance: { method: 'POST', path: '/api/stats/performance' },
   set_patch_layers: { method: 'POST', path: '/api/stats/patch_layers' },
-  get_extremes: { method: 'GET', path: '/api/stats/extremes' },
+  get_patches: { method: 'GET', path: '/api/stats/patches' },
   get_bin_samples: { method: 'GET', path: '/api/stats/bin_samples' },
   list_stats: { method: 'GET', path: '/api/stats' },
   get_stats_history: { method: 'GET', path: '/api/stats/history' },

@@ -19,8 +19,8 @@ import type {
   ExperimentList,
   ExperimentPictureInfo,
   ExperimentResult,
-  Extremes,
-  GalleryRanking,
+  Patches,
+  PatchRanking,
   InputInfo,
   InstrumentStripInfo,
   Metrics,
@@ -110,7 +110,7 @@ export interface CommandArgs {
   unwatch_layers: { layers: string[] };
   set_watch_performance: Partial<WatchPerformance>;
   set_patch_layers: { layers?: string[] };
-  get_extremes: { layer: string; phase?: string; ranking?: GalleryRanking; heatmap?: boolean };
+  get_patches: { layer: string; phase?: string; ranking?: PatchRanking; heatmap?: boolean };
   get_bin_samples: { layer: string; kind?: StripKind; channel?: number; bin: number; count?: number };
   get_stats_history: { layer: string; phase?: string };
   get_current_stats: { layer: string };
@@ -163,7 +163,7 @@ export interface Replies {
   unwatch_layers: Settings;
   set_watch_performance: Settings;
   set_patch_layers: Settings;
-  get_extremes: Extremes;
+  get_patches: Patches;
   get_bin_samples: BinSamples;
   list_stats: StatsList;
   get_stats_history: StatsHistory;

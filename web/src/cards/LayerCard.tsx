@@ -189,8 +189,8 @@ function Stats({ summary }: { summary: TensorStats | null }) {
       <span>min {formatNum(summary.min)}</span>
       <span>mean {formatNum(summary.mean)}</span>
       <span>max {formatNum(summary.max)}</span>
-      {summary.finite < summary.numel && (
-        <span class="stat-bad">{summary.numel - summary.finite} non-finite</span>
+      {summary.n < summary.numel && (
+        <span class="stat-bad">{summary.numel - summary.n} non-finite</span>
       )}
     </span>
   );

@@ -56,7 +56,7 @@ export function usePageView(): { view: PageView | null; reason: string } {
     if (stats.view === 'minmax') {
       const layer = layers[0];
       return {
-        view: { args: { view: 'patches', layer, ...phaseArg }, key: 'watch_minmax', label: `Min/Max galleries: ${layer}` },
+        view: { args: { view: 'patches', layer, ...phaseArg }, key: 'watch_minmax', label: `Min/Max patches: ${layer}` },
         reason: '',
       };
     }

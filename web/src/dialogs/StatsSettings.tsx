@@ -168,19 +168,19 @@ export function StatsSettings() {
               void apply('performance', () => api.setWatchPerformance({ samples_per_channel: v }));
             }}
           />
-          <span class="form-hint">inputs a Min/Max gallery keeps per channel (0 = galleries off)</span>
+          <span class="form-hint">inputs a Min/Max gallery keeps per channel (0 = patches off)</span>
         </label>
         <label class="switch-row">
           <input
             type="checkbox"
-            data-testid="average-galleries"
-            checked={perf.average_galleries}
+            data-testid="average-patches"
+            checked={perf.average_patches}
             onChange={(e) => {
               const on = e.currentTarget.checked;
-              void apply('performance', () => api.setWatchPerformance({ average_galleries: on }));
+              void apply('performance', () => api.setWatchPerformance({ average_patches: on }));
             }}
           />
-          <span>Average-extreme galleries (whole inputs ranked by a channel's mean; more memory)</span>
+          <span>Average-extreme patches (whole inputs ranked by a channel's mean; more memory)</span>
         </label>
         <p class="form-hint settings-warn">Changing these clears the layer statistics collected so far (logged scalars and metrics stay).</p>
         <Feedback error={errors.performance} saved={saved === 'performance'} testid="performance" />

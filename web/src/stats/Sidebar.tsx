@@ -1,7 +1,7 @@
 // The Stats page's choices: view, phase (with "Current batch"), layer (in
 // graph order, "All watched layers" while few carry statistics) and how the
 // axes are drawn.
-import type { GalleryRanking } from '../api/types';
+import type { PatchRanking } from '../api/types';
 import { pageHref } from '../links';
 import { store } from '../state/app';
 import { ALL_LAYERS, choose, offersAll, phasesOf, statsLayers, statsStore, type StatsView } from '../state/stats';
@@ -10,7 +10,7 @@ import { phaseColor } from './colors';
 
 const VIEW_TITLE: Record<StatsView, string> = { histogram: 'Histogram', minmax: 'Min/Max', graphs: 'Graphs' };
 
-const GRIDS: { value: GalleryRanking; label: string; title: string }[] = [
+const GRIDS: { value: PatchRanking; label: string; title: string }[] = [
   { value: 'max_pixel', label: 'Max pixel', title: 'Input crops around where each channel was highest' },
   { value: 'min_pixel', label: 'Min pixel', title: 'Input crops around where each channel was lowest' },
   { value: 'max_average', label: 'Max average', title: "Whole inputs with the highest channel mean" },

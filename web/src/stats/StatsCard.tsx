@@ -3,7 +3,7 @@
 // and the distribution across epochs. Graphs: per-epoch lines of the
 // statistics and the layer's parameters.
 import { useMemo, useState } from 'preact/hooks';
-import type { CurrentStats, EpochStats, RunningStats, StatsHistory } from '../api/types';
+import type { CurrentStats, EpochStats, TensorStatsSnapshot, StatsHistory } from '../api/types';
 import { formatCount, formatNum } from '../format';
 import { pageHref } from '../links';
 import { store } from '../state/app';
@@ -11,7 +11,7 @@ import { isWatched, statsStore } from '../state/stats';
 import { useSelector } from '../state/store';
 import { BinSamples, type BinTarget } from './BinSamples';
 import { bandEdges, hasBands } from './bins';
-import { GalleryBody } from './Gallery';
+import { PatchGalleryBody } from './PatchGallery';
 import { Chart } from './Chart';
 import { CURRENT_COLOR, phaseColor } from './colors';
 import { bandTripped } from './Sidebar';
@@ -43,7 +43,7 @@ export function StatsCard({ layer, phase }: { layer: string; phase: string | nul
         {view === 'histogram' && (
           <HistogramBody layer={layer} phase={phase} history={history} current={current} currentError={currentError} />
         )}
-        {view === 'minmax' && <GalleryBody layer={layer} phase={phase} />}
+        {view === 'minmax' && <PatchGalleryBody layer={layer} phase={phase} />}
         {view === 'graphs' && <GraphsBody layer={layer} phase={phase} history={history} />}
       </div>
     </section>
@@ -62,8 +62,8 @@ function newest(history: StatsHistory | null): { phase: string; bucket: EpochSta
 interface Column {
   label: string;
   color: string;
-  activation: RunningStats | null;
-  gradient: RunningStats | null;
+  activation: TensorStatsSnapshot | null;
+  gradient: TensorStatsSnapshot | null;
 }
 
 function HistogramBody(props: {
@@ -227,7 +227,7 @@ function binAt(xs: number[], x: number): number {
   return Math.min(lo, 210);
 }
 
-const ROWS: { key: keyof RunningStats; label: string }[] = [
+const ROWS: { key: keyof TensorStatsSnapshot; label: string }[] = [
   { key: 'n', label: 'n' },
   { key: 'mean', label: 'mean' },
   { key: 'std', label: 'std' },
@@ -237,13 +237,13 @@ const ROWS: { key: keyof RunningStats; label: string }[] = [
 ];
 
 function StatsTable({ column }: { column: Column }) {
-  const cell = (st: RunningStats | null, key: keyof RunningStats) => {
+  const cell = (st: TensorStatsSnapshot | null, key: keyof TensorStatsSnapshot) => {
     if (!st) return '—';
     const v = st[key];
     if (key === 'n') return formatCount(v as number);
     return formatNum(v as number | null, 4);
   };
-  const nonFinite = (st: RunningStats | null) => (st ? st.nan + st.pos_inf + st.neg_inf : 0);
+  const nonFinite = (st: TensorStatsSnapshot | null) => (st ? st.nan + st.pos_inf + st.neg_inf : 0);
   const a = column.activation;
   const g = column.gradient;
   return (
@@ -286,7 +286,7 @@ function StatsTable({ column }: { column: Column }) {
 
 // The CPU histograms count an even sample of a big tensor's values
 // (WatchPerformance.histogram_sample); say so, and what stays exact.
-function sampledText(st: RunningStats): string | null {
+function sampledText(st: TensorStatsSnapshot): string | null {
   const total = st.n + st.nan + st.pos_inf + st.neg_inf;
   if (!st.hist || !st.binned || st.binned >= total) return null;
   return (
@@ -297,7 +297,7 @@ function sampledText(st: RunningStats): string | null {
 
 const MAX_LISTED = 10;
 
-function DeadChannels({ stats }: { stats: RunningStats | null }) {
+function DeadChannels({ stats }: { stats: TensorStatsSnapshot | null }) {
   if (!stats || stats.dead_count == null) return <span class="muted" title="No per-channel histograms were kept">—</span>;
   const of = stats.channel_hists?.length ?? stats.channels;
   const listed = stats.dead_channels.slice(0, MAX_LISTED);

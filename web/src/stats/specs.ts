@@ -2,7 +2,7 @@
 // the distribution across epochs, per-epoch lines, parameters and logged
 // series. Each spec's table is exactly what its chart plots.
 import type uPlot from 'uplot';
-import type { EpochStats, Num, ParameterSample, RunningStats, Series } from '../api/types';
+import type { EpochStats, Num, ParameterSample, TensorStatsSnapshot, Series } from '../api/types';
 import { formatNum } from '../format';
 import { BINS, decadeTicks, edgeValues, indexOf, num, occupied, plotted, tickLabel } from './bins';
 import type { ChartSeries, ChartSpec, ChartTable } from './Chart';
@@ -145,7 +145,7 @@ export function histogramSpec(o: HistogramOptions): ChartSpec {
 }
 
 // The end bins' counts, to say in words what the triangles mark.
-export function clippedText(counts: number[], s: RunningStats): string | null {
+export function clippedText(counts: number[], s: TensorStatsSnapshot): string | null {
   const low = counts[0] ?? 0;
   const high = counts[BINS - 1] ?? 0;
   if (!low && !high) return null;
@@ -167,7 +167,7 @@ function epochRange(epochs: number[]): [number, number] | null {
 export function distributionSpec(testid: string, title: string, buckets: EpochStats[], kind: Kind, logY: boolean, retain: boolean): ChartSpec {
   const rows = buckets.filter((b) => b[kind] && b[kind]!.n > 0);
   const epochs = rows.map((b) => b.epoch);
-  const get = (f: (s: RunningStats) => Num | null) => rows.map((b) => f(b[kind]!));
+  const get = (f: (s: TensorStatsSnapshot) => Num | null) => rows.map((b) => f(b[kind]!));
   const mean = get((s) => s.mean).map(plotted);
   const std = get((s) => s.std).map(plotted);
   const lower = mean.map((m, i) => (m == null || std[i] == null ? null : m - std[i]!));

@@ -38,7 +38,7 @@ export const TOURS: Record<Page, Tour> = {
       { target: 'input', text: 'The input the cards show; choose another sample of the batch here.' },
       // A locked session hides the probe controls (they would change every visitor's view).
       { target: 'probe', text: 'Probes re-run the batch pinned, in eval or train mode, or with edited pixels.', only: 'unlocked' },
-      { target: 'stats-link', text: 'The Stats page: histograms, Min/Max galleries and graphs over the epochs.' },
+      { target: 'stats-link', text: 'The Stats page: histograms, Min/Max patches and graphs over the epochs.' },
       { target: 'settings', text: 'Settings: statistics collection, update frequency and error checks.', only: 'unlocked' },
       ...closing,
     ],
@@ -47,7 +47,7 @@ export const TOURS: Record<Page, Tour> = {
     title: 'Statistics',
     ready: 'stats-view',
     steps: [
-      { target: 'stats-view', text: 'Choose the view: histograms, Min/Max galleries or graphs over time.' },
+      { target: 'stats-view', text: 'Choose the view: histograms, Min/Max patches or graphs over time.' },
       { target: 'stats-phase', text: 'Choose the phase the statistics come from, or the current batch.' },
       { target: 'stats-layer', text: 'Choose the layer, or every watched layer at once.' },
       { target: 'stats-axes', text: 'Log scales, and axes that keep their range as new data arrives.' },

@@ -1,9 +1,9 @@
-// Min/Max galleries: per channel of a layer, the inputs that drove it highest
+// Min/Max patches: per channel of a layer, the inputs that drove it highest
 // and lowest over one (phase, epoch). Training thread only; every step is a
 // tensor op on the activation's own device, with no device->host sync per
 // batch (view() makes one batched copy when a view is published).
 //
-// Rankings (nansense::GalleryRanking):
+// Rankings (nansense::PatchRanking):
 //   max_pixel / min_pixel      a sample's score is the channel's largest
 //                              (smallest) value over its spatial positions;
 //                              the gallery keeps the input crop around that
@@ -25,8 +25,8 @@
 // Memory: payloads are stored as uint8 (levels 0..254, 255 marks a
 // non-finite value) with a float32 offset and step per (slot, channel), so
 // per channel and ranking it holds k * (input channels * crop area +
-// activation area + 68) bytes (ExtremeGallery::bytes()). At most
-// kMaxGalleryChannels channels are tracked, whatever the histograms' limit.
+// activation area + 68) bytes (PatchCollector::bytes()). At most
+// kMaxPatchChannels channels are tracked, whatever the histograms' limit.
 #pragma once
 
 #include <torch/types.h>
@@ -50,19 +50,19 @@ int64_t crop_origin(int64_t p, int64_t in, int64_t out, int64_t side);
 
 // The most channels a gallery tracks (the first ones): with the channel limit
 // off a wide layer would otherwise keep every channel's crops.
-constexpr int64_t kMaxGalleryChannels = 64;
+constexpr int64_t kMaxPatchChannels = 64;
 
-struct GallerySettings {
+struct PatchSettings {
   int64_t samples = 5;         // slots per channel and ranking
   int64_t channel_limit = 16;  // channels tracked (the first ones); 0 = all
   bool averages = false;       // collect max_average / min_average too
 };
 
-class ExtremeGallery {
+class PatchCollector {
  public:
-  explicit ExtremeGallery(GallerySettings settings);
+  explicit PatchCollector(PatchSettings settings);
 
-  // Whether an input suits galleries: [batch, 1 or 3, H, W], floating point.
+  // Whether an input suits patches: [batch, 1 or 3, H, W], floating point.
   static bool image_like(const torch::Tensor& input);
 
   // Folds one batch: `activation` [B, C, h, w] or [B, C], `input` image-like
@@ -84,13 +84,13 @@ class ExtremeGallery {
   // and the published form built from their CPU copies (same order):
   // dequantised float32.
   std::vector<torch::Tensor> buffers() const;
-  std::vector<GalleryView> view(const std::vector<torch::Tensor>& cpu_buffers) const;
+  std::vector<PatchGallery> view(const std::vector<torch::Tensor>& cpu_buffers) const;
   // The same with a copy of its own.
-  std::vector<GalleryView> view() const;
+  std::vector<PatchGallery> view() const;
 
  private:
   struct Ranking {
-    GalleryRanking kind;
+    PatchRanking kind;
     bool maximum = true;   // scores are stored negated for the min rankings
     torch::Tensor score;   // [k, C] float32, -inf where empty
     torch::Tensor where;   // [k, C, 6] int64: batch, sample, y, x, top, left (batch -1 where empty)
@@ -105,7 +105,7 @@ class ExtremeGallery {
   void fold(Ranking& r, torch::Tensor score, const torch::Tensor& pos, const torch::Tensor& act,
             const torch::Tensor& input, int64_t batch);
 
-  GallerySettings settings_;
+  PatchSettings settings_;
   std::vector<Ranking> rankings_;
   std::optional<std::string> unsupported_;
   int64_t skipped_ = 0;

@@ -1,4 +1,4 @@
-#include "stats/extremes.h"
+#include "stats/patches.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/record_function.h>
@@ -13,23 +13,23 @@
 
 namespace nansense {
 
-std::string_view to_string(GalleryRanking ranking) {
+std::string_view to_string(PatchRanking ranking) {
   switch (ranking) {
-    case GalleryRanking::kMaxPixel:
+    case PatchRanking::kMaxPixel:
       return "max_pixel";
-    case GalleryRanking::kMinPixel:
+    case PatchRanking::kMinPixel:
       return "min_pixel";
-    case GalleryRanking::kMaxAverage:
+    case PatchRanking::kMaxAverage:
       return "max_average";
-    case GalleryRanking::kMinAverage:
+    case PatchRanking::kMinAverage:
       return "min_average";
   }
   return "max_pixel";
 }
 
-std::optional<GalleryRanking> gallery_ranking_from(std::string_view name) {
-  for (auto r : {GalleryRanking::kMaxPixel, GalleryRanking::kMinPixel, GalleryRanking::kMaxAverage,
-                 GalleryRanking::kMinAverage}) {
+std::optional<PatchRanking> patch_ranking_from(std::string_view name) {
+  for (auto r :
+       {PatchRanking::kMaxPixel, PatchRanking::kMinPixel, PatchRanking::kMaxAverage, PatchRanking::kMinAverage}) {
     if (to_string(r) == name) return r;
   }
   return std::nullopt;
@@ -175,20 +175,20 @@ int64_t crop_origin(int64_t p, int64_t in, int64_t out, int64_t side) {
   return std::clamp<int64_t>(centre - side / 2, 0, in - side);
 }
 
-ExtremeGallery::ExtremeGallery(GallerySettings settings) : settings_(settings) {
+PatchCollector::PatchCollector(PatchSettings settings) : settings_(settings) {
   settings_.samples = std::max<int64_t>(1, settings_.samples);
 }
 
-bool ExtremeGallery::image_like(const torch::Tensor& input) {
+bool PatchCollector::image_like(const torch::Tensor& input) {
   return input.defined() && input.dim() == 4 && (input.size(1) == 1 || input.size(1) == 3) &&
          input.is_floating_point() && input.size(2) > 0 && input.size(3) > 0;
 }
 
-void ExtremeGallery::start(const torch::Tensor& act, const torch::Tensor& input) {
+void PatchCollector::start(const torch::Tensor& act, const torch::Tensor& input) {
   act_shape_ = act.sizes().slice(1).vec();
   input_shape_ = input.sizes().slice(1).vec();
   const int64_t c = act.size(1);
-  channels_ = std::min(settings_.channel_limit > 0 ? std::min(c, settings_.channel_limit) : c, kMaxGalleryChannels);
+  channels_ = std::min(settings_.channel_limit > 0 ? std::min(c, settings_.channel_limit) : c, kMaxPatchChannels);
   const int64_t H = input.size(2), W = input.size(3);
   if (act.dim() == 4) {
     crop_h_ = crop_side(H, act.size(2));
@@ -197,11 +197,11 @@ void ExtremeGallery::start(const torch::Tensor& act, const torch::Tensor& input)
     crop_h_ = H;
     crop_w_ = W;
   }
-  std::vector<std::pair<GalleryRanking, bool>> kinds = {{GalleryRanking::kMaxPixel, true},
-                                                        {GalleryRanking::kMinPixel, false}};
+  std::vector<std::pair<PatchRanking, bool>> kinds = {{PatchRanking::kMaxPixel, true},
+                                                      {PatchRanking::kMinPixel, false}};
   if (settings_.averages && act.dim() == 4) {
-    kinds.push_back({GalleryRanking::kMaxAverage, true});
-    kinds.push_back({GalleryRanking::kMinAverage, false});
+    kinds.push_back({PatchRanking::kMaxAverage, true});
+    kinds.push_back({PatchRanking::kMinAverage, false});
   }
   const int64_t k = settings_.samples, ic = input.size(1);
   const auto f = act.options().dtype(torch::kFloat);
@@ -210,7 +210,7 @@ void ExtremeGallery::start(const torch::Tensor& act, const torch::Tensor& input)
     Ranking r;
     r.kind = kind;
     r.maximum = maximum;
-    const bool average = kind == GalleryRanking::kMaxAverage || kind == GalleryRanking::kMinAverage;
+    const bool average = kind == PatchRanking::kMaxAverage || kind == PatchRanking::kMinAverage;
     const int64_t ch = average ? H : crop_h_, cw = average ? W : crop_w_;
     r.score = torch::full({k, channels_}, kEmpty, f);
     r.where = torch::zeros({k, channels_, 6}, act.options().dtype(torch::kLong));
@@ -225,18 +225,18 @@ void ExtremeGallery::start(const torch::Tensor& act, const torch::Tensor& input)
   }
 }
 
-bool ExtremeGallery::add(const torch::Tensor& activation, const torch::Tensor& input, int64_t batch) {
+bool PatchCollector::add(const torch::Tensor& activation, const torch::Tensor& input, int64_t batch) {
   if (unsupported_) return false;
   if (!activation.defined() || !input.defined() || activation.numel() == 0) return false;
   if (activation.dim() != 2 && activation.dim() != 4) {
     unsupported_ =
-        "Min/Max galleries need a [batch, channels] or [batch, channels, height, width] activation; this "
+        "Min/Max patches need a [batch, channels] or [batch, channels, height, width] activation; this "
         "layer's is " +
         std::to_string(activation.dim()) + "-D";
     return false;
   }
   if (!image_like(input)) {
-    unsupported_ = "Min/Max galleries need an image-like input ([batch, 1 or 3, height, width])";
+    unsupported_ = "Min/Max patches need an image-like input ([batch, 1 or 3, height, width])";
     return false;
   }
   if (activation.size(0) != input.size(0)) {
@@ -272,16 +272,16 @@ bool ExtremeGallery::add(const torch::Tensor& activation, const torch::Tensor& i
   const auto nowhere = torch::zeros({B, channels_}, act.options().dtype(torch::kLong));
   for (auto& r : rankings_) {
     switch (r.kind) {
-      case GalleryRanking::kMaxPixel:
+      case PatchRanking::kMaxPixel:
         fold(r, max_value, max_at, act, in, batch);
         break;
-      case GalleryRanking::kMinPixel:
+      case PatchRanking::kMinPixel:
         fold(r, -min_value, min_at, act, in, batch);
         break;
-      case GalleryRanking::kMaxAverage:
+      case PatchRanking::kMaxAverage:
         fold(r, mean, nowhere, act, in, batch);
         break;
-      case GalleryRanking::kMinAverage:
+      case PatchRanking::kMinAverage:
         fold(r, -mean, nowhere, act, in, batch);
         break;
     }
@@ -289,11 +289,11 @@ bool ExtremeGallery::add(const torch::Tensor& activation, const torch::Tensor& i
   return true;
 }
 
-void ExtremeGallery::fold(Ranking& r, torch::Tensor score, const torch::Tensor& pos, const torch::Tensor& act,
+void PatchCollector::fold(Ranking& r, torch::Tensor score, const torch::Tensor& pos, const torch::Tensor& act,
                           const torch::Tensor& input, int64_t batch) {
   const int64_t B = act.size(0), C = channels_, k = settings_.samples;
   const bool spatial = act.dim() == 4;
-  const bool average = r.kind == GalleryRanking::kMaxAverage || r.kind == GalleryRanking::kMinAverage;
+  const bool average = r.kind == PatchRanking::kMaxAverage || r.kind == PatchRanking::kMinAverage;
   const auto opts = act.options().dtype(torch::kLong);
   // `score` [B, C]: larger is better; NaN ranks below every real value, above an empty slot.
   score = torch::where(torch::isnan(score), torch::full_like(score, -std::numeric_limits<float>::max()), score);
@@ -341,7 +341,7 @@ void ExtremeGallery::fold(Ranking& r, torch::Tensor score, const torch::Tensor& 
   }
 }
 
-size_t ExtremeGallery::bytes() const {
+size_t PatchCollector::bytes() const {
   size_t total = 0;
   for (const auto& r : rankings_) {
     for (const auto* t : {&r.score, &r.where, &r.crop, &r.crop_q, &r.heat, &r.heat_q}) {
@@ -351,7 +351,7 @@ size_t ExtremeGallery::bytes() const {
   return total;
 }
 
-std::vector<torch::Tensor> ExtremeGallery::buffers() const {
+std::vector<torch::Tensor> PatchCollector::buffers() const {
   std::vector<torch::Tensor> device;
   for (const auto& r : rankings_) {
     for (const auto* t : {&r.score, &r.where, &r.crop, &r.crop_q, &r.heat, &r.heat_q}) {
@@ -361,15 +361,15 @@ std::vector<torch::Tensor> ExtremeGallery::buffers() const {
   return device;
 }
 
-std::vector<GalleryView> ExtremeGallery::view() const { return view(common::copy_to_host(buffers())); }
+std::vector<PatchGallery> PatchCollector::view() const { return view(common::copy_to_host(buffers())); }
 
-std::vector<GalleryView> ExtremeGallery::view(const std::vector<torch::Tensor>& cpu) const {
-  std::vector<GalleryView> out;
+std::vector<PatchGallery> PatchCollector::view(const std::vector<torch::Tensor>& cpu) const {
+  std::vector<PatchGallery> out;
   if (cpu.size() != rankings_.size() * 6) return out;
   for (size_t i = 0; i < rankings_.size(); ++i) {
     const auto& r = rankings_[i];
     const auto* t = &cpu[i * 6];
-    GalleryView v;
+    PatchGallery v;
     v.ranking = r.kind;
     v.samples = settings_.samples;
     v.channels = channels_;

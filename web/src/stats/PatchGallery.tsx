@@ -4,30 +4,30 @@
 // activation over them on request. Refetched with every statistics publish.
 import { useEffect, useState } from 'preact/hooks';
 import * as api from '../api/client';
-import type { ExtremeCell, Extremes, GalleryRanking } from '../api/types';
+import type { PatchCell, Patches, PatchRanking } from '../api/types';
 import { formatNum } from '../format';
 import { statsStore } from '../state/stats';
 import { useSelector } from '../state/store';
 
-const RANKING_TITLE: Record<GalleryRanking, string> = {
+const RANKING_TITLE: Record<PatchRanking, string> = {
   max_pixel: 'max pixel',
   min_pixel: 'min pixel',
   max_average: 'max average',
   min_average: 'min average',
 };
 
-export function GalleryBody({ layer, phase }: { layer: string; phase: string | null }) {
+export function PatchGalleryBody({ layer, phase }: { layer: string; phase: string | null }) {
   const grid = useSelector(statsStore, (s) => s.grid);
   const heatmap = useSelector(statsStore, (s) => s.heatmap);
   const sequence = useSelector(statsStore, (s) => s.list?.sequence ?? 0);
   const hasStats = useSelector(statsStore, (s) => s.histories[layer] != null);
-  const [data, setData] = useState<Extremes | null>(null);
+  const [data, setData] = useState<Patches | null>(null);
   const [error, setError] = useState<string | null>(null);
 
   useEffect(() => {
     if (!hasStats || phase === null) return;
     const abort = new AbortController();
-    api.getExtremes({ layer, phase, ranking: grid, heatmap }, abort.signal).then(
+    api.getPatches({ layer, phase, ranking: grid, heatmap }, abort.signal).then(
       (d) => {
         setData(d);
         setError(null);
@@ -37,7 +37,7 @@ export function GalleryBody({ layer, phase }: { layer: string; phase: string | n
       },
       (e: Error) => {
         if (e.name === 'AbortError') return;
-        // An average grid after average galleries were turned off: back to max pixel.
+        // An average grid after average patches were turned off: back to max pixel.
         if (e instanceof api.ApiError && e.status === 400 && grid !== 'max_pixel') {
           statsStore.set({ grid: 'max_pixel', rankings: ['max_pixel', 'min_pixel'] });
           return;
@@ -50,7 +50,7 @@ export function GalleryBody({ layer, phase }: { layer: string; phase: string | n
   }, [layer, phase, grid, heatmap, sequence, hasStats]);
 
   if (!hasStats || phase === null) {
-    return <p class="stats-note">No statistics for this layer yet: watch it (the eye) and let training run; its Min/Max galleries fill as it does.</p>;
+    return <p class="stats-note">No statistics for this layer yet: watch it (the eye) and let training run; its Min/Max patches fill as it does.</p>;
   }
   if (error) {
     return (
@@ -59,11 +59,11 @@ export function GalleryBody({ layer, phase }: { layer: string; phase: string | n
       </p>
     );
   }
-  if (!data) return <p class="stats-note">Loading the galleries…</p>;
+  if (!data) return <p class="stats-note">Loading the patches…</p>;
   if (data.cells.length === 0) {
     return (
       <p class="stats-note" data-testid={`gallery-note-${layer}`}>
-        {data.note ?? 'No gallery yet.'}
+        {data.note ?? 'No patches yet.'}
       </p>
     );
   }
@@ -115,7 +115,7 @@ export function GalleryBody({ layer, phase }: { layer: string; phase: string | n
   );
 }
 
-function Cell({ cell }: { cell: ExtremeCell }) {
+function Cell({ cell }: { cell: PatchCell }) {
   if (!cell.filled || !cell.png) return <div class="gallery-empty" title="Not filled yet" data-testid="gallery-empty" />;
   const title = `score ${formatNum(cell.score, 5)} · batch ${cell.batch}, sample ${cell.sample} · at (${cell.y}, ${cell.x}) · crop from (${cell.top}, ${cell.left})`;
   return (

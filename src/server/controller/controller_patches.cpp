@@ -1,4 +1,4 @@
-// Min/Max galleries and bin samples: the inputs behind a channel's extremes
+// Min/Max patches and bin samples: the inputs behind a channel's extremes
 // (from the published statistics) and behind a histogram bar (from the last
 // captured batch), as JSON with small PNGs for the Stats page and as one
 // picture for agents.
@@ -15,7 +15,7 @@
 #include "server/controller/controller.h"
 #include "server/controller/lookup.h"
 #include "session/session_port.h"
-#include "stats/extremes.h"
+#include "stats/patches.h"
 #include "stats/histogram.h"
 
 namespace nansense::server {
@@ -53,12 +53,12 @@ render::Image draw_crop(const torch::Tensor& crop, const torch::Tensor& heat, re
 }
 
 struct Gallery {
-  const LayerStatsView* view = nullptr;
+  const LayerStatsSnapshot* view = nullptr;
   std::string phase;
-  std::vector<std::string> phases;  // those whose newest epoch has galleries (or a note)
+  std::vector<std::string> phases;  // those whose newest epoch has patches (or a note)
 };
 
-bool has_galleries(const LayerStatsView& v) { return !v.galleries.empty() || v.gallery_note.has_value(); }
+bool has_patches(const LayerStatsSnapshot& v) { return !v.patches.empty() || v.patches_note.has_value(); }
 
 Gallery find_gallery(const StatsSnapshot& s, const detail::RunPort& session, const std::string& layer,
                      const std::optional<std::string>& phase) {
@@ -67,13 +67,13 @@ Gallery find_gallery(const StatsSnapshot& s, const detail::RunPort& session, con
     throw Refusal(Refusal::Kind::kNotFound,
                   "no statistics for layer \"" + layer +
                       "\"; layers with statistics: " + join(layers_of(s, session.architecture().get())) +
-                      " (watch_layers collects a layer's, galleries included)",
+                      " (watch_layers collects a layer's, patches included)",
                   "layer");
   }
   Gallery g;
   auto newest = [&](const std::string& p) { return &s.layers.at({layer, p}).back(); };
   for (const auto& p : all) {
-    if (has_galleries(*newest(p))) g.phases.push_back(p);
+    if (has_patches(*newest(p))) g.phases.push_back(p);
   }
   if (phase) {
     if (std::find(all.begin(), all.end(), *phase) == all.end()) {
@@ -83,7 +83,7 @@ Gallery find_gallery(const StatsSnapshot& s, const detail::RunPort& session, con
     }
     g.phase = *phase;
   } else {
-    // The phase being trained when it has galleries, else the first that does.
+    // The phase being trained when it has patches, else the first that does.
     auto snap = session.snapshot();
     const std::string current = snap ? snap->position.phase : "";
     if (std::find(g.phases.begin(), g.phases.end(), current) != g.phases.end()) {
@@ -96,54 +96,54 @@ Gallery find_gallery(const StatsSnapshot& s, const detail::RunPort& session, con
   return g;
 }
 
-// Why a bucket has no galleries.
-std::string missing_reason(const LayerStatsView& v, const detail::StatsPort& session) {
-  if (v.gallery_note) return *v.gallery_note;
+// Why a bucket has no patches.
+std::string missing_reason(const LayerStatsSnapshot& v, const detail::StatsPort& session) {
+  if (v.patches_note) return *v.patches_note;
   if (session.watch_performance().samples_per_channel() == 0) {
-    return "Min/Max galleries are off (samples_per_channel is 0 in set_watch_performance)";
+    return "Min/Max patches are off (samples_per_channel is 0 in set_watch_performance)";
   }
   if (const auto only = session.patch_layers(); only && std::find(only->begin(), only->end(), v.layer) == only->end()) {
-    return "Min/Max galleries are collected only for " + join(*only) + " (set_patch_layers)";
+    return "Min/Max patches are collected only for " + join(*only) + " (set_patch_layers)";
   }
   if (const auto watched = session.watched_layers();
       !session.patch_layers() && std::find(watched.begin(), watched.end(), v.layer) == watched.end()) {
-    return "Min/Max galleries are collected for the watched layers (or, once set, set_patch_layers' list); \"" +
-           v.layer + "\" is not watched: watch it (the eye on its card, watch_layers)";
+    return "Min/Max patches are collected for the watched layers (or, once set, set_patch_layers' list); \"" + v.layer +
+           "\" is not watched: watch it (the eye on its card, watch_layers)";
   }
   return "no Min/Max gallery for \"" + v.layer + "\" in " + v.phase + " epoch " + std::to_string(v.epoch) +
          " yet: the layer's next collected batch starts one";
 }
 
-const GalleryView* find_ranking(const LayerStatsView& v, GalleryRanking ranking) {
-  for (const auto& g : v.galleries) {
+const PatchGallery* find_ranking(const LayerStatsSnapshot& v, PatchRanking ranking) {
+  for (const auto& g : v.patches) {
     if (g.ranking == ranking) return &g;
   }
   return nullptr;
 }
 
-std::vector<std::string> ranking_names(const LayerStatsView& v) {
+std::vector<std::string> ranking_names(const LayerStatsSnapshot& v) {
   std::vector<std::string> out;
-  for (const auto& g : v.galleries) out.emplace_back(to_string(g.ranking));
+  for (const auto& g : v.patches) out.emplace_back(to_string(g.ranking));
   return out;
 }
 
 // The ranking asked for, or a refusal that says how to get it.
-const GalleryView& require_ranking(const LayerStatsView& v, const std::string& name, const std::string& argument) {
-  const auto ranking = gallery_ranking_from(name);
+const PatchGallery& require_ranking(const LayerStatsSnapshot& v, const std::string& name, const std::string& argument) {
+  const auto ranking = patch_ranking_from(name);
   if (ranking) {
-    if (const GalleryView* g = find_ranking(v, *ranking)) return *g;
+    if (const PatchGallery* g = find_ranking(v, *ranking)) return *g;
   }
   const bool average = name == "max_average" || name == "min_average";
   throw Refusal(Refusal::Kind::kInvalidArgument,
                 "layer \"" + v.layer + "\" has no " + name + " gallery; it has: " + join(ranking_names(v)) +
-                    (average ? " (average galleries need average_galleries in set_watch_performance, and "
+                    (average ? " (average patches need average_patches in set_watch_performance, and "
                                "a [batch, channels, height, width] activation)"
                              : ""),
                 argument);
 }
 
 // One cell's picture: the crop, with the channel's activation over it on request.
-render::Image cell_image(const GalleryView& g, int64_t slot, int64_t channel, bool heatmap,
+render::Image cell_image(const PatchGallery& g, int64_t slot, int64_t channel, bool heatmap,
                          const render::InputImageOptions& options) {
   const auto crop = g.crops[slot][channel];
   torch::Tensor heat;
@@ -157,10 +157,10 @@ render::Image cell_image(const GalleryView& g, int64_t slot, int64_t channel, bo
 
 }  // namespace
 
-json Controller::get_extremes(const GalleryOptions& o) const {
+json Controller::get_patches(const PatchOptions& o) const {
   const auto s = require_stats();
   const auto g = find_gallery(*s, session_, o.layer, o.phase);
-  const LayerStatsView& v = *g.view;
+  const LayerStatsSnapshot& v = *g.view;
   const std::string ranking = o.grids.empty() ? "max_pixel" : o.grids.front();
   json out = {{"layer", o.layer},        {"phase", g.phase},
               {"epoch", v.epoch},        {"phases", g.phases},
@@ -169,13 +169,13 @@ json Controller::get_extremes(const GalleryOptions& o) const {
               {"channels", 0},           {"crop", {{"height", 0}, {"width", 0}}},
               {"sequence", s->sequence}, {"note", nullptr},
               {"cells", json::array()}};
-  if (v.galleries.empty()) {
+  if (v.patches.empty()) {
     out["note"] = missing_reason(v, session_);
     return out;
   }
-  const GalleryView& gallery = require_ranking(v, ranking, "ranking");
-  if (v.gallery_skipped > 0) {
-    out["note"] = std::to_string(v.gallery_skipped) + " batch" + (v.gallery_skipped == 1 ? " was" : "es were") +
+  const PatchGallery& gallery = require_ranking(v, ranking, "ranking");
+  if (v.patches_skipped > 0) {
+    out["note"] = std::to_string(v.patches_skipped) + " batch" + (v.patches_skipped == 1 ? " was" : "es were") +
                   " left out: the activation or the input had another shape than this epoch's first batch";
   }
   const auto options = input_options(session_);
@@ -205,11 +205,11 @@ json Controller::get_extremes(const GalleryOptions& o) const {
   return out;
 }
 
-std::shared_ptr<const Picture> Controller::render_extreme_patches(const GalleryOptions& o) const {
+std::shared_ptr<const Picture> Controller::render_extreme_patches(const PatchOptions& o) const {
   const auto s = require_stats();
   const auto g = find_gallery(*s, session_, o.layer, o.phase);
-  const LayerStatsView& v = *g.view;
-  if (v.galleries.empty()) throw Refusal(Refusal::Kind::kConflict, missing_reason(v, session_));
+  const LayerStatsSnapshot& v = *g.view;
+  if (v.patches.empty()) throw Refusal(Refusal::Kind::kConflict, missing_reason(v, session_));
   std::vector<std::string> grids = o.grids;
   if (grids.empty()) grids = {"max_pixel", "min_pixel"};
   const auto options = input_options(session_);
@@ -218,7 +218,7 @@ std::shared_ptr<const Picture> Controller::render_extreme_patches(const GalleryO
   std::vector<std::string> titles;
   int64_t samples = 0, channels = 0;
   for (const auto& name : grids) {
-    const GalleryView& gallery = require_ranking(v, name, "grids");
+    const PatchGallery& gallery = require_ranking(v, name, "grids");
     samples = gallery.samples;
     channels = gallery.channels;
     std::vector<std::vector<render::Tile>> rows;
@@ -266,7 +266,7 @@ std::shared_ptr<const Picture> Controller::render_extreme_patches(const GalleryO
   out->info = {{"layer", o.layer},     {"phase", g.phase},      {"epoch", v.epoch},     {"grids", grids},
                {"heatmap", o.heatmap}, {"samples", samples},    {"channels", channels}, {"sequence", s->sequence},
                {"width", image.width}, {"height", image.height}};
-  out->caption = "Min/Max galleries of layer \"" + o.layer + "\", " + g.phase + " epoch " + std::to_string(v.epoch) +
+  out->caption = "Min/Max patches of layer \"" + o.layer + "\", " + g.phase + " epoch " + std::to_string(v.epoch) +
                  ": " + join(grids) + ". Each block has a column per channel (the first " + std::to_string(channels) +
                  ") and a row per kept input, best first; *_pixel cells are input crops around where the channel "
                  "was highest (max) or lowest (min), *_average cells whole inputs ranked by the channel's mean." +
@@ -377,7 +377,7 @@ static BinResult pick_bin_samples(const detail::SessionPort& session, const std:
   }
   // The input to crop from: the first image-like one, kept like the layer's samples.
   torch::Tensor image;
-  if (!snap->inputs.empty() && stats::ExtremeGallery::image_like(snap->inputs.front())) image = snap->inputs.front();
+  if (!snap->inputs.empty() && stats::PatchCollector::image_like(snap->inputs.front())) image = snap->inputs.front();
   if (!image.defined()) r.note = "no image-like model input ([batch, 1 or 3, height, width]) to crop from";
   const auto options = input_options(session);
   const int64_t dims = values.dim();

@@ -1,6 +1,6 @@
-// Min/Max galleries and bin samples over REST and MCP against a real training
+// Min/Max patches and bin samples over REST and MCP against a real training
 // loop of a small CNN with a watched conv layer: the cells, their order and
-// pictures, the average galleries setting, patch layers, bin samples against
+// pictures, the average patches setting, patch layers, bin samples against
 // the current batch's own histogram, and every refusal with what to do. Each
 // reply is held to its declared wire type by the fixture.
 #include <gtest/gtest.h>
@@ -21,19 +21,19 @@ using nansense::testing::McpClient;
 using nansense::testing::text_of;
 using json = nlohmann::json;
 
-class GalleriesApiTest : public CnnServerTest {
+class PatchesApiTest : public CnnServerTest {
  protected:
   void start_cnn() { CnnServerTest::start_cnn(4); }
 };
 
 double value(const json& v) { return v.is_number() ? v.get<double>() : std::nan(""); }
 
-TEST_F(GalleriesApiTest, CellsRankTheBatchesSeenAndDrawTheirCrops) {
+TEST_F(PatchesApiTest, CellsRankTheBatchesSeenAndDrawTheirCrops) {
   start_cnn();
   wait_paused();
   for (int i = 0; i < 2; ++i) step();  // three collected batches: 18 samples
 
-  json g = get("/api/stats/extremes?layer=conv").json();
+  json g = get("/api/stats/patches?layer=conv").json();
   EXPECT_EQ(g["phase"], "train");
   EXPECT_EQ(g["epoch"], 0);
   EXPECT_EQ(g["note"], nullptr);
@@ -63,17 +63,17 @@ TEST_F(GalleriesApiTest, CellsRankTheBatchesSeenAndDrawTheirCrops) {
     }
   }
   // The min gallery ranks the other way.
-  json low = get("/api/stats/extremes?layer=conv&ranking=min_pixel").json();
+  json low = get("/api/stats/patches?layer=conv&ranking=min_pixel").json();
   for (size_t i = 4; i < low["cells"].size(); ++i) {
     EXPECT_GE(value(low["cells"][i]["score"]), value(low["cells"][i - 4]["score"]));
   }
   // A flat layer's channels are its features; its cells are whole inputs.
-  json fc = get("/api/stats/extremes?layer=fc").json();
+  json fc = get("/api/stats/patches?layer=fc").json();
   EXPECT_EQ(fc["channels"], 3);
   EXPECT_EQ(fc["crop"], json({{"height", 8}, {"width", 8}}));
 
   // The picture: every grid asked for, under a title each.
-  auto png = get("/api/render/extremes?layer=conv&grids=max_pixel,min_pixel&heatmap=true");
+  auto png = get("/api/render/patches?layer=conv&grids=max_pixel,min_pixel&heatmap=true");
   ASSERT_EQ(png.status, 200) << png.body;
   const json info = json::parse(png.headers["X-Nansense-Render"]);
   EXPECT_EQ(info["grids"], json::array({"max_pixel", "min_pixel"}));
@@ -83,36 +83,36 @@ TEST_F(GalleriesApiTest, CellsRankTheBatchesSeenAndDrawTheirCrops) {
   EXPECT_EQ(picture.height, info["height"].get<int>());
 
   // Refusals say what there is.
-  auto unknown = get("/api/stats/extremes?layer=nope");
+  auto unknown = get("/api/stats/patches?layer=nope");
   EXPECT_EQ(unknown.status, 404);
   EXPECT_NE(unknown.body.find("conv"), std::string::npos) << unknown.body;
-  auto phase = get("/api/stats/extremes?layer=conv&phase=val");
+  auto phase = get("/api/stats/patches?layer=conv&phase=val");
   EXPECT_EQ(phase.status, 404);
   EXPECT_NE(phase.body.find("its phases: train"), std::string::npos) << phase.body;
-  auto average = get("/api/stats/extremes?layer=conv&ranking=max_average");
+  auto average = get("/api/stats/patches?layer=conv&ranking=max_average");
   EXPECT_EQ(average.status, 400);
-  EXPECT_NE(average.body.find("average_galleries"), std::string::npos) << average.body;
-  auto ranking = get("/api/stats/extremes?layer=conv&ranking=max");
+  EXPECT_NE(average.body.find("average_patches"), std::string::npos) << average.body;
+  auto ranking = get("/api/stats/patches?layer=conv&ranking=max");
   EXPECT_EQ(ranking.status, 400);
   EXPECT_NE(ranking.body.find("max_pixel"), std::string::npos) << ranking.body;
-  auto grids = get("/api/render/extremes?layer=conv&grids=max_pixel,best");
+  auto grids = get("/api/render/patches?layer=conv&grids=max_pixel,best");
   EXPECT_EQ(grids.status, 400);
   EXPECT_NE(grids.json()["error"].get<std::string>().find("got \"best\""), std::string::npos) << grids.body;
 
-  // Average galleries on: the statistics start over, with four rankings.
-  json settings = post("/api/stats/performance", {{"average_galleries", true}, {"samples_per_channel", 3}}).json();
+  // Average patches on: the statistics start over, with four rankings.
+  json settings = post("/api/stats/performance", {{"average_patches", true}, {"samples_per_channel", 3}}).json();
   EXPECT_EQ(settings["statistics_flushed"], true);
-  EXPECT_EQ(settings["watch_performance"]["average_galleries"], true);
+  EXPECT_EQ(settings["watch_performance"]["average_patches"], true);
   EXPECT_EQ(settings["watch_performance"]["samples_per_channel"], 3);
   step();
-  json avg = get("/api/stats/extremes?layer=conv&ranking=max_average").json();
+  json avg = get("/api/stats/patches?layer=conv&ranking=max_average").json();
   EXPECT_EQ(avg["rankings"].size(), 4u);
   EXPECT_EQ(avg["samples"], 3);
   auto too_many = post("/api/stats/performance", {{"samples_per_channel", 65}});
   EXPECT_EQ(too_many.status, 400);
   EXPECT_NE(too_many.body.find("samples_per_channel"), std::string::npos) << too_many.body;
 
-  // Patch layers: only conv keeps galleries from now on; fc says why.
+  // Patch layers: only conv keeps patches from now on; fc says why.
   settings = post("/api/stats/patch_layers", {{"layers", {"conv"}}}).json();
   EXPECT_EQ(settings["patch_layers"], json::array({"conv"}));
   auto bad = post("/api/stats/patch_layers", {{"layers", {"conv", "nope"}}});
@@ -120,15 +120,15 @@ TEST_F(GalleriesApiTest, CellsRankTheBatchesSeenAndDrawTheirCrops) {
   EXPECT_NE(bad.json()["error"].get<std::string>().find("unknown layer \"nope\""), std::string::npos) << bad.body;
   ASSERT_EQ(post("/api/stats/performance", {{"samples_per_channel", 4}}).status, 200);  // flush
   step();
-  json without = get("/api/stats/extremes?layer=fc").json();
+  json without = get("/api/stats/patches?layer=fc").json();
   EXPECT_TRUE(without["cells"].empty());
   EXPECT_NE(without["note"].get<std::string>().find("set_patch_layers"), std::string::npos) << without;
-  EXPECT_FALSE(get("/api/stats/extremes?layer=conv").json()["cells"].empty());
+  EXPECT_FALSE(get("/api/stats/patches?layer=conv").json()["cells"].empty());
   settings = post("/api/stats/patch_layers", json::object()).json();
   EXPECT_EQ(settings["patch_layers"], nullptr);
 }
 
-TEST_F(GalleriesApiTest, BinSamplesComeFromTheCurrentBatchsBin) {
+TEST_F(PatchesApiTest, BinSamplesComeFromTheCurrentBatchsBin) {
   start_cnn();
   wait_paused();
   json current = get("/api/stats/current?layer=conv").json();
@@ -174,7 +174,7 @@ TEST_F(GalleriesApiTest, BinSamplesComeFromTheCurrentBatchsBin) {
   EXPECT_NE(empty.body.find("falls in bin 0"), std::string::npos) << empty.body;
 }
 
-TEST_F(GalleriesApiTest, McpToolsDrawGalleriesAndBinSamples) {
+TEST_F(PatchesApiTest, McpToolsDrawPatchesAndBinSamples) {
   start_cnn();
   wait_paused();
   step();
@@ -185,11 +185,11 @@ TEST_F(GalleriesApiTest, McpToolsDrawGalleriesAndBinSamples) {
   bool image = false;
   for (const auto& block : result["content"]) image = image || block["type"] == "image";
   EXPECT_TRUE(image);
-  EXPECT_NE(text_of(result).find("Min/Max galleries of layer \"conv\""), std::string::npos) << text_of(result);
+  EXPECT_NE(text_of(result).find("Min/Max patches of layer \"conv\""), std::string::npos) << text_of(result);
   EXPECT_EQ(result["structuredContent"]["grids"], json::array({"min_pixel"}));
   json refused = mcp.tool("render_extreme_patches", {{"layer", "conv"}, {"grids", {"max_average"}}});
   EXPECT_TRUE(refused["isError"].get<bool>());
-  EXPECT_NE(text_of(refused).find("average_galleries"), std::string::npos) << text_of(refused);
+  EXPECT_NE(text_of(refused).find("average_patches"), std::string::npos) << text_of(refused);
   json current = mcp.tool_json("get_current_stats", {{"layer", "conv"}});
   const auto hist = current["activation"]["hist"].get<std::vector<int64_t>>();
   const int64_t bin = std::max_element(hist.begin(), hist.end()) - hist.begin();
@@ -205,7 +205,7 @@ TEST_F(GalleriesApiTest, McpToolsDrawGalleriesAndBinSamples) {
   EXPECT_TRUE(names.count("render_extreme_patches"));
   EXPECT_TRUE(names.count("render_bin_samples"));
   EXPECT_TRUE(names.count("set_patch_layers"));
-  EXPECT_FALSE(names.count("get_extremes"));
+  EXPECT_FALSE(names.count("get_patches"));
 }
 
 }  // namespace

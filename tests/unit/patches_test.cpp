@@ -1,8 +1,8 @@
-// Min/Max galleries against a brute-force ranking of every (batch, sample)
+// Min/Max patches against a brute-force ranking of every (batch, sample)
 // on known tensors: the kept samples and their order, scores, positions,
 // crops (within the uint8 quantisation), activation maps, NaN handling, the
 // channel limit, flat activations, ragged batches, refusals, and the store's
-// epoch rules (only the newest epoch of a phase keeps galleries).
+// epoch rules (only the newest epoch of a phase keeps patches).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "nansense/stats.h"
-#include "stats/extremes.h"
+#include "stats/patches.h"
 #include "stats/stats_store.h"
 
 namespace nansense::stats {
@@ -26,7 +26,7 @@ struct Candidate {
 };
 
 // Every (batch, sample) of channel c ranked by its spatial max (min), or mean.
-std::vector<Candidate> brute_force(const std::vector<torch::Tensor>& acts, int64_t c, GalleryRanking ranking) {
+std::vector<Candidate> brute_force(const std::vector<torch::Tensor>& acts, int64_t c, PatchRanking ranking) {
   std::vector<Candidate> all;
   for (size_t b = 0; b < acts.size(); ++b) {
     const auto& a = acts[b];
@@ -35,10 +35,10 @@ std::vector<Candidate> brute_force(const std::vector<torch::Tensor>& acts, int64
       const auto map = a[s][c].reshape({-1});
       Candidate k{0, static_cast<int64_t>(b), s, 0, 0};
       int64_t at = 0;
-      if (ranking == GalleryRanking::kMaxPixel) {
+      if (ranking == PatchRanking::kMaxPixel) {
         at = map.argmax().item<int64_t>();
         k.score = map[at].item<float>();
-      } else if (ranking == GalleryRanking::kMinPixel) {
+      } else if (ranking == PatchRanking::kMinPixel) {
         at = map.argmin().item<int64_t>();
         k.score = map[at].item<float>();
       } else {
@@ -49,25 +49,25 @@ std::vector<Candidate> brute_force(const std::vector<torch::Tensor>& acts, int64
       all.push_back(k);
     }
   }
-  const bool lowest = ranking == GalleryRanking::kMinPixel || ranking == GalleryRanking::kMinAverage;
+  const bool lowest = ranking == PatchRanking::kMinPixel || ranking == PatchRanking::kMinAverage;
   std::sort(all.begin(), all.end(),
             [&](const auto& p, const auto& q) { return lowest ? p.score < q.score : p.score > q.score; });
   return all;
 }
 
-const GalleryView& ranking_of(const std::vector<GalleryView>& views, GalleryRanking r) {
+const PatchGallery& ranking_of(const std::vector<PatchGallery>& views, PatchRanking r) {
   for (const auto& v : views) {
     if (v.ranking == r) return v;
   }
   throw std::runtime_error("no such ranking in the view");
 }
 
-TEST(ExtremeGallery, KeepsTheBruteForceTopKWithTheirCropsAndMaps) {
+TEST(PatchCollector, KeepsTheBruteForceTopKWithTheirCropsAndMaps) {
   torch::manual_seed(3);
-  GallerySettings settings;
+  PatchSettings settings;
   settings.samples = 4;
   settings.averages = true;
-  ExtremeGallery gallery(settings);
+  PatchCollector gallery(settings);
   std::vector<torch::Tensor> acts, inputs;
   for (int64_t b = 0; b < 3; ++b) {
     const int64_t batch = b == 2 ? 3 : 7;  // a ragged last batch
@@ -80,11 +80,11 @@ TEST(ExtremeGallery, KeepsTheBruteForceTopKWithTheirCropsAndMaps) {
   ASSERT_EQ(views.size(), 4u);
   const int64_t side = crop_side(32, 8);
   EXPECT_EQ(side, 16);
-  for (auto r : {GalleryRanking::kMaxPixel, GalleryRanking::kMinPixel, GalleryRanking::kMaxAverage,
-                 GalleryRanking::kMinAverage}) {
+  for (auto r :
+       {PatchRanking::kMaxPixel, PatchRanking::kMinPixel, PatchRanking::kMaxAverage, PatchRanking::kMinAverage}) {
     SCOPED_TRACE(std::string(to_string(r)));
     const auto& v = ranking_of(views, r);
-    const bool average = r == GalleryRanking::kMaxAverage || r == GalleryRanking::kMinAverage;
+    const bool average = r == PatchRanking::kMaxAverage || r == PatchRanking::kMinAverage;
     ASSERT_EQ(v.samples, 4);
     ASSERT_EQ(v.channels, 3);
     EXPECT_EQ(v.crops.size(3), average ? 32 : side);
@@ -119,10 +119,10 @@ TEST(ExtremeGallery, KeepsTheBruteForceTopKWithTheirCropsAndMaps) {
   }
 }
 
-TEST(ExtremeGallery, NaNRanksBelowRealValuesAndEmptySlotsStayEmpty) {
-  GallerySettings settings;
+TEST(PatchCollector, NaNRanksBelowRealValuesAndEmptySlotsStayEmpty) {
+  PatchSettings settings;
   settings.samples = 4;
-  ExtremeGallery gallery(settings);
+  PatchCollector gallery(settings);
   const float nan = std::numeric_limits<float>::quiet_NaN();
   auto act = torch::zeros({3, 1, 2, 2});
   act[0][0].fill_(nan);                                      // sample 0: only NaN
@@ -130,14 +130,14 @@ TEST(ExtremeGallery, NaNRanksBelowRealValuesAndEmptySlotsStayEmpty) {
   act[2][0] = torch::tensor({{1.0f, 3.0f}, {5.0f, -2.0f}});  // sample 2: max 5 at (1, 0), min -2 at (1, 1)
   ASSERT_TRUE(gallery.add(act, torch::rand({3, 3, 8, 8}), 0));
   const auto views = gallery.view();
-  for (auto r : {GalleryRanking::kMaxPixel, GalleryRanking::kMinPixel}) {
+  for (auto r : {PatchRanking::kMaxPixel, PatchRanking::kMinPixel}) {
     SCOPED_TRACE(std::string(to_string(r)));
     const auto& v = ranking_of(views, r);
     // The finite map first, whatever the NaN-holding ones' other values.
     EXPECT_EQ(v.slot(0, 0).sample, 2);
-    EXPECT_DOUBLE_EQ(v.slot(0, 0).score, r == GalleryRanking::kMaxPixel ? 5.0 : -2.0);
+    EXPECT_DOUBLE_EQ(v.slot(0, 0).score, r == PatchRanking::kMaxPixel ? 5.0 : -2.0);
     EXPECT_EQ(v.slot(0, 0).y, 1);
-    EXPECT_EQ(v.slot(0, 0).x, r == GalleryRanking::kMaxPixel ? 0 : 1);
+    EXPECT_EQ(v.slot(0, 0).x, r == PatchRanking::kMaxPixel ? 0 : 1);
     std::set<int64_t> demoted = {v.slot(1, 0).sample, v.slot(2, 0).sample};
     EXPECT_EQ(demoted, std::set<int64_t>({0, 1}));
     EXPECT_TRUE(std::isnan(v.slot(1, 0).score));
@@ -149,22 +149,22 @@ TEST(ExtremeGallery, NaNRanksBelowRealValuesAndEmptySlotsStayEmpty) {
   EXPECT_EQ(views.size(), 2u);
 }
 
-TEST(ExtremeGallery, ChannelLimitFlatActivationsAndRefusals) {
-  GallerySettings settings;
+TEST(PatchCollector, ChannelLimitFlatActivationsAndRefusals) {
+  PatchSettings settings;
   settings.samples = 2;
   settings.channel_limit = 16;
-  ExtremeGallery wide(settings);
+  PatchCollector wide(settings);
   ASSERT_TRUE(wide.add(torch::randn({5, 20, 3, 3}), torch::rand({5, 1, 12, 12}), 0));
   EXPECT_EQ(wide.view().front().channels, 16);
-  // With no histogram limit, galleries still stop at kMaxGalleryChannels.
-  GallerySettings unlimited = settings;
+  // With no histogram limit, patches still stop at kMaxPatchChannels.
+  PatchSettings unlimited = settings;
   unlimited.channel_limit = 0;
-  ExtremeGallery widest(unlimited);
+  PatchCollector widest(unlimited);
   ASSERT_TRUE(widest.add(torch::randn({2, 100}), torch::rand({2, 1, 4, 4}), 0));
-  EXPECT_EQ(widest.view().front().channels, kMaxGalleryChannels);
+  EXPECT_EQ(widest.view().front().channels, kMaxPatchChannels);
 
   // A flat [batch, features] activation: each feature a channel, whole inputs.
-  ExtremeGallery flat(settings);
+  PatchCollector flat(settings);
   auto features = torch::randn({6, 4});
   auto inputs = torch::rand({6, 1, 12, 12});
   ASSERT_TRUE(flat.add(features, inputs, 0));
@@ -179,24 +179,24 @@ TEST(ExtremeGallery, ChannelLimitFlatActivationsAndRefusals) {
     EXPECT_NEAR(max.slot(0, c).score, features[best][c].item<double>(), 1e-6);
   }
 
-  ExtremeGallery tokens(settings);
+  PatchCollector tokens(settings);
   EXPECT_FALSE(tokens.add(torch::randn({2, 5, 7}), torch::rand({2, 1, 8, 8}), 0));
   ASSERT_TRUE(tokens.unsupported().has_value());
   EXPECT_NE(tokens.unsupported()->find("3-D"), std::string::npos);
-  ExtremeGallery text(settings);
+  PatchCollector text(settings);
   EXPECT_FALSE(text.add(torch::randn({2, 5, 3, 3}), torch::rand({2, 7}), 0));
   EXPECT_NE(text.unsupported()->find("image-like input"), std::string::npos);
 
   // A later batch of another shape is skipped, not folded.
-  ExtremeGallery fixed(settings);
+  PatchCollector fixed(settings);
   ASSERT_TRUE(fixed.add(torch::randn({2, 3, 4, 4}), torch::rand({2, 1, 8, 8}), 0));
   EXPECT_FALSE(fixed.add(torch::randn({2, 3, 5, 5}), torch::rand({2, 1, 10, 10}), 1));
   EXPECT_EQ(fixed.skipped(), 1);
 }
 
-TEST(ExtremeGallery, HoldsWhatTheReadmeSaysPerChannel) {
-  GallerySettings settings;  // 5 samples, 16 channels, pixel rankings
-  ExtremeGallery gallery(settings);
+TEST(PatchCollector, HoldsWhatTheReadmeSaysPerChannel) {
+  PatchSettings settings;  // 5 samples, 16 channels, pixel rankings
+  PatchCollector gallery(settings);
   // The demo CNN's first conv: [B, 16, 28, 28] over a 28x28 gray input.
   ASSERT_TRUE(gallery.add(torch::randn({8, 16, 28, 28}), torch::rand({8, 1, 28, 28}), 0));
   const int64_t side = crop_side(28, 28);
@@ -219,29 +219,29 @@ TEST(StatsStore, GalleriesLiveInTheNewestEpochOfAPhaseAndSayWhyWhenMissing) {
   store.end_batch();
   auto snap = store.publish();
   const auto& conv = snap->layers.at({"conv", "train"}).back();
-  ASSERT_EQ(conv.galleries.size(), 2u);
-  EXPECT_TRUE(conv.galleries.front().slot(0, 0).filled);
+  ASSERT_EQ(conv.patches.size(), 2u);
+  EXPECT_TRUE(conv.patches.front().slot(0, 0).filled);
   const auto& fc = snap->layers.at({"fc", "train"}).back();
-  EXPECT_TRUE(fc.galleries.empty());
-  ASSERT_TRUE(fc.gallery_note.has_value());
-  EXPECT_NE(fc.gallery_note->find("image-like"), std::string::npos);
+  EXPECT_TRUE(fc.patches.empty());
+  ASSERT_TRUE(fc.patches_note.has_value());
+  EXPECT_NE(fc.patches_note->find("image-like"), std::string::npos);
 
-  // Epoch 1 starts: epoch 0's bucket collapses and lets its galleries go.
+  // Epoch 1 starts: epoch 0's bucket collapses and lets its patches go.
   store.add("conv", "train", 1, Kind::kActivation, act);
   store.add_gallery("conv", "train", 1, 0, act, input);
   store.end_batch();
   snap = store.publish();
   const auto& buckets = snap->layers.at({"conv", "train"});
   ASSERT_EQ(buckets.size(), 2u);
-  EXPECT_TRUE(buckets.front().galleries.empty());
-  EXPECT_EQ(buckets.back().galleries.size(), 2u);
+  EXPECT_TRUE(buckets.front().patches.empty());
+  EXPECT_EQ(buckets.back().patches.size(), 2u);
 
   // samples_per_channel 0 turns them off.
   StatsStore off(WatchPerformance().samples_per_channel(0));
   off.add("conv", "train", 0, Kind::kActivation, act);
   off.add_gallery("conv", "train", 0, 0, act, input);
   off.end_batch();
-  EXPECT_TRUE(off.publish()->layers.at({"conv", "train"}).back().galleries.empty());
+  EXPECT_TRUE(off.publish()->layers.at({"conv", "train"}).back().patches.empty());
 }
 
 }  // namespace
