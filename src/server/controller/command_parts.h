@@ -151,7 +151,7 @@ std::vector<Command> debug_commands();
 std::vector<Command> time_travel_commands();
 std::vector<Command> picture_commands();
 std::vector<Command> stats_commands();
-std::vector<Command> gallery_commands();
+std::vector<Command> patch_commands();
 std::vector<Command> experiment_commands();
 std::vector<Command> probe_commands();
 std::vector<Command> recording_commands();

@@ -12,7 +12,7 @@ std::vector<Command> table() {
   using namespace command_parts;
   std::vector<Command> t;
   for (auto area : {run_commands, run_control_commands, debug_commands, time_travel_commands, picture_commands,
-                    stats_commands, gallery_commands, experiment_commands, probe_commands, recording_commands}) {
+                    stats_commands, patch_commands, experiment_commands, probe_commands, recording_commands}) {
     for (auto& c : area()) t.push_back(std::move(c));
   }
   return t;

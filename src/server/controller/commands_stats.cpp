@@ -256,16 +256,16 @@ std::vector<Command> stats_commands() {
 }
 
 // Min/Max patches and bin samples (controller_patches.cpp).
-std::vector<Command> gallery_commands() {
+std::vector<Command> patch_commands() {
   std::vector<Command> t;
-  const Arg gallery_phase =
+  const Arg patch_phase =
       string_arg("phase", "The phase; omit for the training phase when it has patches, else the first that does.")
           .not_empty();
   const Arg heatmap = boolean_arg("heatmap",
                                   "Overlay the channel's activation on each input, signed (red "
                                   "positive, blue negative; default false).")
                           .or_else(false);
-  auto gallery_options = [](const Args& a) {
+  auto patch_options = [](const Args& a) {
     Controller::PatchOptions o;
     o.layer = a.string("layer");
     o.phase = a.optional_string("phase");
@@ -280,7 +280,7 @@ std::vector<Command> gallery_commands() {
           "channel_limit) and slot, the input that drove the channel highest (max_*) or lowest (min_*), where "
           "it came from (batch, sample, the position in the activation, the crop's origin), its score and the "
           "crop as a base64 PNG.",
-      .args = {kLayer.mandatory(), gallery_phase,
+      .args = {kLayer.mandatory(), patch_phase,
                string_arg("ranking",
                           "max_pixel / min_pixel (input crops around the extreme position), or "
                           "max_average / min_average (whole inputs, with average_patches on).")
@@ -293,7 +293,7 @@ std::vector<Command> gallery_commands() {
       .reply = "Patches",
       .run =
           [=](Controller& c, const Args& a) {
-            auto o = gallery_options(a);
+            auto o = patch_options(a);
             o.grids = {a.string("ranking")};
             return json_reply(c.get_patches(o));
           },
@@ -307,7 +307,7 @@ std::vector<Command> gallery_commands() {
           "(max_pixel) or lowest (min_pixel), or the whole input ranked by the channel's mean (max_average, "
           "min_average: needs average_patches in set_watch_performance). Collected for watched layers with "
           "an image-like model input.",
-      .args = {kLayer.mandatory(), gallery_phase,
+      .args = {kLayer.mandatory(), patch_phase,
                strings_arg("grids", "Rankings to draw (default max_pixel and min_pixel).")
                    .one_of({"max_pixel", "min_pixel", "max_average", "min_average"})
                    .items(1, 4),
@@ -318,7 +318,7 @@ std::vector<Command> gallery_commands() {
       .reply = "PatchesPicture",
       .run =
           [=](Controller& c, const Args& a) {
-            auto o = gallery_options(a);
+            auto o = patch_options(a);
             o.grids = a.strings("grids");
             Reply r;
             r.picture = c.render_extreme_patches(o);

@@ -559,7 +559,7 @@ void picture_types(json& d, const Words& w) {
 }
 
 // Min/Max patches and bin samples.
-void gallery_types(json& d, const Words& w) {
+void patch_types(json& d, const Words& w) {
   d["PatchCell"] = object({{"slot", integer()},
                            {"channel", integer()},
                            {"filled", boolean()},
@@ -809,7 +809,7 @@ json build() {
   debug_types(d, w);
   time_travel_types(d, w);
   picture_types(d, w);
-  gallery_types(d, w);
+  patch_types(d, w);
   refusal_types(d, w);
   mcp_picture_types(d, w);
   experiment_types(d, w);
