@@ -174,6 +174,7 @@ py::object optional_number(const std::optional<double>& v) { return v ? py::obje
 py::dict stats_dict(const StatsSnapshot& s) {
   py::dict d;
   d["sequence"] = s.sequence;
+  d["ranks"] = s.ranks;
   py::list layers;
   for (const auto& [key, views] : s.layers) {
     for (const auto& v : views) {
@@ -445,6 +446,20 @@ class Engine {
   void set_unserved_nan_note(std::string note) { core_->set_unserved_nan_note(std::move(note)); }
 
   // --- distributed runs (nansense/_distributed.py), training thread ---
+  // A follower: its layer statistics since the last call (b"" when none).
+  py::bytes take_stats_shard() {
+    std::string shard;
+    {
+      py::gil_scoped_release release;
+      shard = core_->stats().take_shard();
+    }
+    return py::bytes(shard);
+  }
+  // Rank 0, any thread: a follower's shard, added to the published view.
+  void add_stats_shard(int rank, int64_t ranks, const std::string& shard) {
+    py::gil_scoped_release release;
+    core_->stats().add_shard(rank, ranks, shard);
+  }
   // Pauses between two batches, at the boundary of the batch that just
   // ended (a peer rank's NaN): the loop stands where the UI shows it until a
   // command resumes it, as at a batch's own pause.
@@ -945,6 +960,8 @@ PYBIND11_MODULE(_nansense, m) {
       .def("set_unserved_nan_note", &Engine::set_unserved_nan_note)
       .def("hold_at_boundary", &Engine::hold_at_boundary)
       .def("note_rank_trip", &Engine::note_rank_trip)
+      .def("take_stats_shard", &Engine::take_stats_shard)
+      .def("add_stats_shard", &Engine::add_stats_shard)
       .def("url", &Engine::url)
       .def("state", &Engine::state)
       .def("mode", &Engine::mode)

@@ -288,6 +288,10 @@ struct StatsSnapshot {
   std::map<std::string, std::string> owner;
   std::vector<SeriesView> series;
   size_t device_bytes = 0;  // what the accumulators hold on their device
+  // The ranks whose shards the layer statistics add up (a distributed run:
+  // the global batch); Min/Max patches, parameter samples and series are
+  // rank 0's.
+  int64_t ranks = 1;
 
   // Approximate CPU memory of this snapshot (views, strings, containers).
   size_t host_bytes() const;

@@ -8,11 +8,15 @@ begins, when a jump unwinds rank 0's batch, and at close()) every rank meets
 at one exchange over the process group's own store (a TCPStore):
 
   each follower r   sets  a/<n>/<r>  = its news since the last boundary
-                                       (b"" or a trip: JSON of its DebugError)
+                                       (b"" or JSON: a trip, its DebugError;
+                                       its layer statistics, when it
+                                       collected since the last boundary)
   rank 0            reads them all (multi_get, waits for every follower),
-                    pauses there when a follower tripped (the UI names the
-                    ranks), then sets  g/<n>  = the decision (b"" = go on,
-                    or JSON: jump to epoch k, stop)
+                    adds the followers' statistics to its own (the Stats
+                    page shows the global batch), pauses there when a
+                    follower tripped (the UI names the ranks), then sets
+                    g/<n>  = the decision (b"" = go on, or JSON: jump to
+                    epoch k, stop, the statistics settings changed)
   each follower     reads g/<n> and applies it.
 
 So no follower begins batch n before rank 0 has left its pause at the end of
@@ -119,6 +123,8 @@ class Coordinator:
         self._peeked: set[tuple[int, int]] = set()  # (boundary, rank) news read early (leader)
         self._pending: Optional[int] = None  # the boundary gathered, its decision not yet sent (leader)
         self._rejoin = False  # a follower that made a jump: its engine landed paused, detach it again
+        self._stats_sent: Optional[dict] = None  # the statistics settings the followers have (leader)
+        self._shard_warned: set[int] = set()  # ranks whose malformed statistics were reported (leader)
         self._handshake()
         self._stop = threading.Event()
         self._heartbeat = threading.Thread(target=self._beat, name=f"nansense-ddp-heartbeat-{self.rank}", daemon=True)
@@ -191,7 +197,11 @@ class Coordinator:
             self._peeked.add((n, r))
             value = self._side.get(key)
             if value.startswith(b"{"):
-                trip = json.loads(value).get("trip")
+                news = json.loads(value)
+                # Rank 0 may be paused at this boundary: its view adds the
+                # follower's statistics up to the same batch now.
+                self._add_shard(r, news)
+                trip = news.get("trip")
                 if trip:
                     tripped = {r: trip}
                     own = self.engine.debug_error()
@@ -305,6 +315,8 @@ class Coordinator:
             if not value:
                 continue
             news = json.loads(value)
+            if (n, r) not in self._peeked:
+                self._add_shard(r, news)
             if news.get("trip"):
                 tripped[r] = news["trip"]
             if news.get("close") and not close:
@@ -327,6 +339,23 @@ class Coordinator:
                     self._raise_lost()
         self._pending = n
 
+    def _add_shard(self, rank: int, news: dict) -> None:
+        """Rank 0 (any thread): a follower's layer statistics, added to the view."""
+        shard = news.get("stats")
+        if not shard:
+            return
+        try:
+            self.engine.add_stats_shard(rank, self.world, shard)
+        except Exception as e:  # the run goes on; the Stats page shows rank 0's own then
+            if rank not in self._shard_warned:
+                self._shard_warned.add(rank)
+                print(f"[nansense] the statistics of rank {rank} could not be added to rank 0's: {e}", flush=True)
+
+    def _stats_settings(self) -> dict:
+        s = self.engine.settings()
+        return {"scope": s["stats_scope"], "watched": list(s["watched_layers"]),
+                "performance": dict(s["watch_performance"])}
+
     def release(self, *, jump: Optional[int] = None, close: bool = False) -> None:
         """Rank 0: send the decision of the boundary gathered last."""
         if not self.leader or self._pending is None:
@@ -337,6 +366,13 @@ class Coordinator:
             decision = json.dumps({"jump": jump}).encode()
         elif close:
             decision = json.dumps({"close": True}).encode()
+        else:
+            # The followers collect what rank 0 collects (as of this batch),
+            # so that their shards add up to the global batch.
+            settings = self._stats_settings()
+            if settings != self._stats_sent:
+                self._stats_sent = settings
+                decision = json.dumps({"stats_settings": settings}).encode()
         self._main.set(f"g/{n}", decision)
         if close:
             self.close()
@@ -357,6 +393,9 @@ class Coordinator:
 
     def _follow(self, n: int, close: bool) -> None:
         news = self._news()
+        shard = self.engine.take_stats_shard()
+        if shard:
+            news = json.dumps({**(json.loads(news) if news else {}), "stats": shard.decode()}).encode()
         if close:
             news = json.dumps({"close": True, **(json.loads(news) if news else {})}).encode()
         self._main.set(f"a/{n}/{self.rank}", news)
@@ -372,6 +411,8 @@ class Coordinator:
                         "run the same batches")
             raise DistributedError(f"nansense (rank {self.rank}): rank 0 closed its session while this rank was "
                                    "still in its loop: every rank must run the same batches")
+        if "stats_settings" in decision:
+            self._apply_stats_settings(decision["stats_settings"])
         jump = decision.get("jump")
         if jump is not None:
             # Armed here, the jump is raised by this rank's next batch start.
@@ -382,6 +423,26 @@ class Coordinator:
                 why = f"rank {self.rank} cannot jump to epoch {jump}: {e}"
                 self._leave(why)
                 raise DistributedError(f"nansense: {why}") from e
+
+    def _apply_stats_settings(self, settings: dict) -> None:
+        """A follower: collect what rank 0 collects, from this batch on.
+        Min/Max patches stay rank 0's: a follower collects none."""
+        engine = self.engine
+        try:
+            engine.set_stats_scope(settings["scope"])
+            have = set(engine.settings()["watched_layers"])
+            want = settings["watched"]
+            gone = [name for name in have if name not in want]
+            if gone:
+                engine.unwatch_layers(gone)
+            new = [name for name in want if name not in have]
+            if new:
+                engine.watch_layers(new)
+            p = settings["performance"]
+            engine.set_watch_performance(p["channel_limit_enabled"], p["channel_limit"], p["histogram_sample"], 0,
+                                         False)
+        except Exception as e:  # training goes on; rank 0's statistics then lack this rank's shard
+            print(f"[nansense] rank {self.rank} could not apply rank 0's statistics settings: {e}", flush=True)
 
     # ---- the end
 

@@ -222,11 +222,14 @@ class WatchSnapshot:
     """Everything the statistics collected, as of the last publish.
 
     stats is keyed by (layer, phase, epoch); weights by (layer, epoch), each
-    a dict of parameter name -> ParameterSample."""
+    a dict of parameter name -> ParameterSample. In a distributed run, ranks
+    is the number of ranks whose shards the layer statistics add up (the
+    global batch); the Min/Max patches, weights and series are rank 0's."""
 
     stats: dict[tuple[str, str, int], LayerStatsSnapshot] = field(default_factory=dict)
     weights: dict[tuple[str, int], dict[str, ParameterSample]] = field(default_factory=dict)
     sequence: int = 0
+    ranks: int = 1
 
     def latest_per_phase(self, layer: str) -> dict[str, LayerStatsSnapshot]:
         """For `layer`, phase -> its most recent epoch's statistics."""
@@ -271,7 +274,7 @@ class WatchSnapshot:
                 continue
             for s in samples:
                 weights.setdefault((owner, s["epoch"]), {})[param] = ParameterSample(**s)
-        return cls(stats=stats, weights=weights, sequence=d["sequence"])
+        return cls(stats=stats, weights=weights, sequence=d["sequence"], ranks=d["ranks"])
 
 
 @dataclass(frozen=True)

@@ -330,7 +330,10 @@ void StatsCollector::apply_settings() {
     applied_patch_layers_ = patch_layers_;
     performance = performance_;
   }
-  if (store_.set_detail(performance)) dirty_ = true;
+  if (store_.set_detail(performance)) {
+    dirty_ = true;
+    drop_shards(std::nullopt);  // the other ranks flush theirs at this boundary too
+  }
   // Narrowing to the watched layers drops what the others collected.
   const bool narrowed =
       was_scope != StatsScope::kWatched || std::any_of(was_watched.begin(), was_watched.end(), [&](const auto& w) {
@@ -509,6 +512,7 @@ void StatsCollector::fold(const BatchPosition& pos, capture::TraceResult& trace)
     }
     store_.end_batch();
     dirty_ = true;
+    shard_pending_ = true;
     run_metrics(pos, layers, trace, gradients);
   });
 }
@@ -764,6 +768,8 @@ void StatsCollector::rewind(int64_t epoch) {
     epoch_.reset();
     sampling_parameters_ = false;
     dirty_ = true;
+    shard_pending_ = true;
+    drop_shards(epoch);
     publish();
   });
 }
@@ -778,7 +784,60 @@ void StatsCollector::adopt_frozen(std::shared_ptr<const StatsSnapshot> view) {
 void StatsCollector::publish() {
   if (!dirty_ || frozen_) return;
   dirty_ = false;
-  guarded("publishing", [&] { published_.store(store_.publish()); });
+  guarded("publishing", [&] { store_published(store_.publish()); });
+  host_.changed();
+}
+
+void StatsCollector::store_published(std::shared_ptr<const StatsSnapshot> own) {
+  std::lock_guard lock(shards_mu_);
+  own_ = own;
+  sequence_ = std::max(sequence_ + 1, own->sequence);
+  if (shards_.empty() && own->sequence == sequence_) {
+    published_.store(std::move(own));
+  } else {
+    published_.store(stats::with_shards(*own, shards_, ranks_, sequence_, memo_));
+  }
+}
+
+void StatsCollector::drop_shards(std::optional<int64_t> from_epoch) {
+  std::lock_guard lock(shards_mu_);
+  if (!from_epoch) {
+    for (auto& [_, shard] : shards_) shard.clear();
+    memo_.clear();
+    return;
+  }
+  for (auto& [_, shard] : shards_)
+    std::erase_if(shard, [&](const auto& e) { return std::get<2>(e.first) >= *from_epoch; });
+  std::erase_if(memo_, [&](const auto& e) { return std::get<2>(e.first.first) >= *from_epoch; });
+}
+
+std::string StatsCollector::take_shard() {
+  if (!shard_pending_ || frozen_) return {};
+  shard_pending_ = false;
+  std::string out;
+  guarded("sending the statistics to rank 0", [&] {
+    auto own = store_.publish();
+    out = stats::encode_shard(*own);
+    dirty_ = false;
+    store_published(std::move(own));
+  });
+  return out;
+}
+
+void StatsCollector::add_shard(int rank, int64_t ranks, const std::string& text) {
+  auto buckets = stats::decode_shard(text);
+  {
+    std::lock_guard lock(shards_mu_);
+    ranks_ = std::max<int64_t>(ranks_, ranks);
+    auto& shard = shards_[rank];
+    for (auto& b : buckets) {
+      stats::BucketKey key{b.layer, b.phase, b.epoch};
+      shard[key] = std::move(b);
+    }
+    if (!own_) return;
+    sequence_ += 1;
+    published_.store(stats::with_shards(*own_, shards_, ranks_, sequence_, memo_));
+  }
   host_.changed();
 }
 

@@ -27,6 +27,7 @@
 #include "nansense/schedule.h"
 #include "nansense/snapshot.h"
 #include "nansense/stats.h"
+#include "stats/shards.h"
 #include "stats/stats_store.h"
 
 namespace nansense::detail {
@@ -120,6 +121,17 @@ class StatsCollector {
   void adopt_frozen(std::shared_ptr<const StatsSnapshot> view);
   // Publishes a new view when something changed since the last one.
   void publish();
+
+  // --- distributed runs (the Python package's coordinator) ---
+  // A follower rank, training thread, at a batch boundary: its newest
+  // epoch's layer statistics (stats::encode_shard) when it collected since
+  // the last call, else "".
+  std::string take_shard();
+  // Rank 0, any thread: rank `rank`'s latest shard (take_shard's text) of a
+  // run of `ranks` ranks; the published view adds every rank's latest shard
+  // to this rank's own from now on (republished at once). ArgumentError for
+  // a malformed shard, changing nothing.
+  void add_shard(int rank, int64_t ranks, const std::string& shard);
   // The run is over: the last epoch's reductions, then a publish.
   void finish();
 
@@ -221,6 +233,18 @@ class StatsCollector {
   uint64_t staged_batches_ = 0;     // seeds each batch's histogram samples
 
   common::AtomicSharedPtr<const StatsSnapshot> published_;
+
+  // Distributed runs: the other ranks' latest shards and the last own view
+  // they are added to, under shards_mu_ (add_shard runs on any thread).
+  void store_published(std::shared_ptr<const StatsSnapshot> own);
+  void drop_shards(std::optional<int64_t> from_epoch);
+  std::mutex shards_mu_;
+  std::map<int, stats::Shard> shards_;
+  stats::MergeMemo memo_;
+  int64_t ranks_ = 1;
+  std::shared_ptr<const StatsSnapshot> own_;
+  uint64_t sequence_ = 0;       // of the views published (own and merged alike)
+  bool shard_pending_ = false;  // a follower collected since take_shard()
 };
 
 }  // namespace nansense::detail

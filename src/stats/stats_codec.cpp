@@ -1,5 +1,8 @@
 #include "stats/stats_codec.h"
 
+#include "nansense/errors.h"
+#include "stats/shards.h"
+
 #include <torch/serialize.h>
 
 #include <cmath>
@@ -251,6 +254,41 @@ std::shared_ptr<const StatsSnapshot> read_stats(const state::StateFile& file) {
     throw state::StateError(file.origin + ": its statistics cannot be read: " + e.what());
   }
   return view;
+}
+
+std::string encode_shard(const StatsSnapshot& view) {
+  json buckets = json::array();
+  for (const auto& [key, epochs] : view.layers) {
+    if (epochs.empty()) continue;
+    const auto& b = epochs.back();  // the newest epoch: the older ones were sent while they were
+    buckets.push_back({{"layer", b.layer},
+                       {"phase", b.phase},
+                       {"epoch", b.epoch},
+                       {"batches", b.batches},
+                       {"activation", b.activation ? to_json(*b.activation) : json()},
+                       {"gradient", b.gradient ? to_json(*b.gradient) : json()}});
+  }
+  return json{{"buckets", std::move(buckets)}}.dump();
+}
+
+std::vector<LayerStatsSnapshot> decode_shard(const std::string& text) {
+  std::vector<LayerStatsSnapshot> out;
+  try {
+    const auto j = json::parse(text);
+    for (const auto& b : j.at("buckets")) {
+      LayerStatsSnapshot v;
+      v.layer = b.at("layer").get<std::string>();
+      v.phase = b.at("phase").get<std::string>();
+      v.epoch = b.at("epoch").get<int64_t>();
+      v.batches = b.at("batches").get<int64_t>();
+      if (!b.at("activation").is_null()) v.activation = tensor_stats_of(b.at("activation"));
+      if (!b.at("gradient").is_null()) v.gradient = tensor_stats_of(b.at("gradient"));
+      out.push_back(std::move(v));
+    }
+  } catch (const std::exception& e) {
+    throw ArgumentError(std::string("a rank's statistics shard is malformed: ") + e.what());
+  }
+  return out;
 }
 
 }  // namespace nansense::stats

@@ -5,6 +5,8 @@
 #include <limits>
 
 #include "nansense/stats.h"
+#include "stats/histogram.h"
+#include "stats/shards.h"
 
 namespace nansense {
 
@@ -70,3 +72,102 @@ size_t StatsSnapshot::host_bytes() const {
 }
 
 }  // namespace nansense
+
+namespace nansense::stats {
+
+namespace {
+
+// A channel row's count of values (the NaN count is not in the row).
+int64_t seen(const std::vector<int64_t>& row) {
+  int64_t total = 0;
+  for (auto c : row) total += c;
+  return total;
+}
+
+}  // namespace
+
+void add_shard(TensorStatsSnapshot& into, const TensorStatsSnapshot& shard) {
+  into.n += shard.n;
+  into.sum += shard.sum;
+  into.sum_sq += shard.sum_sq;
+  into.nan += shard.nan;
+  into.pos_inf += shard.pos_inf;
+  into.neg_inf += shard.neg_inf;
+  if (into.min && shard.min) {
+    into.min = std::min(*into.min, *shard.min);
+  } else if (shard.min) {
+    into.min = shard.min;
+  }
+  if (into.max && shard.max) {
+    into.max = std::max(*into.max, *shard.max);
+  } else if (shard.max) {
+    into.max = shard.max;
+  }
+  if (!into.hist.empty() && into.hist.size() == shard.hist.size()) {
+    for (size_t b = 0; b < into.hist.size(); ++b) into.hist[b] += shard.hist[b];
+    into.binned += shard.binned;
+    into.median = median_from_hist(into.hist);
+  } else {
+    into.hist.clear();
+    into.binned = 0;
+  }
+  const bool rows_match = !into.channel_hists.empty() && into.channels == shard.channels &&
+                          into.channel_hists.size() == shard.channel_hists.size();
+  if (!rows_match) {
+    into.channel_hists.clear();
+    into.dead_channels.clear();
+    if (!into.dead_count || !shard.dead_count || into.channels != shard.channels) into.dead_count.reset();
+    return;
+  }
+  auto dead_in = [](const TensorStatsSnapshot& t, size_t c) {
+    return std::binary_search(t.dead_channels.begin(), t.dead_channels.end(), static_cast<int64_t>(c));
+  };
+  std::vector<int64_t> dead;
+  for (size_t c = 0; c < into.channel_hists.size(); ++c) {
+    auto& row = into.channel_hists[c];
+    const auto& other = shard.channel_hists[c];
+    const int64_t seen_here = seen(row), seen_there = seen(other);
+    const bool here = dead_in(into, c) || seen_here == 0;
+    const bool there = dead_in(shard, c) || seen_there == 0;
+    if (here && there && seen_here + seen_there > 0) dead.push_back(static_cast<int64_t>(c));
+    for (size_t b = 0; b < row.size() && b < other.size(); ++b) row[b] += other[b];
+  }
+  into.dead_count = static_cast<int64_t>(dead.size());
+  into.dead_channels = std::move(dead);
+}
+
+std::shared_ptr<const StatsSnapshot> with_shards(const StatsSnapshot& own, const std::map<int, Shard>& shards,
+                                                 int64_t ranks, uint64_t sequence, MergeMemo& memo) {
+  auto out = std::make_shared<StatsSnapshot>(own);
+  out->sequence = sequence;
+  out->ranks = ranks;
+  for (auto& [key, buckets] : out->layers) {
+    for (auto& bucket : buckets) {
+      const BucketKey at{bucket.layer, bucket.phase, bucket.epoch};
+      auto merge = [&](std::optional<TensorStatsSnapshot>& mine, int stream) {
+        if (!mine) return;
+        const bool had_bins = !mine->hist.empty();
+        for (const auto& [rank, shard] : shards) {
+          const auto it = shard.find(at);
+          if (it == shard.end()) continue;
+          const auto& theirs = stream == 0 ? it->second.activation : it->second.gradient;
+          if (theirs) add_shard(*mine, *theirs);
+        }
+        auto& remembered = memo[{at, stream}];
+        if (had_bins) {
+          remembered = {mine->median, mine->dead_count};
+        } else {
+          // Collapsed here: the global median and dead count as of the
+          // last merge that still had the bins.
+          if (remembered.first) mine->median = remembered.first;
+          if (remembered.second) mine->dead_count = remembered.second;
+        }
+      };
+      merge(bucket.activation, 0);
+      merge(bucket.gradient, 1);
+    }
+  }
+  return out;
+}
+
+}  // namespace nansense::stats

@@ -7,6 +7,9 @@ MASTER_PORT in the environment), in the run's folder (its cwd). Options
   nan_rank, nan_batch the rank whose data holds a NaN, and in which batch
   no_start_rank       a rank that never calls nansense.start()
   time_travel         drive the epochs with session.epochs() / restore_point()
+  scope               rank 0 alone sets this statistics scope (the others
+                      follow rank 0's settings)
+  dump_stats          rank 0 writes its statistics view to stats.json at the end
 Each rank appends one JSON line per event to rank<r>.log: {"begin": [e, b]}
 when a batch body begins, {"done": [e, b]} when it ends, {"epoch": e,
 "weights": sum} at each epoch's start; rank 0 writes the UI's address to url.
@@ -21,6 +24,18 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 import nansense
+
+
+def stats_of(view):
+    """A WatchSnapshot as JSON: per "layer/phase/epoch" its activation and
+    gradient statistics."""
+    def tensor(t):
+        return None if t is None else {"n": t.n, "sum": t.sum, "min": t.min, "max": t.max,
+                                       "hist": list(t.hist) if t.hist is not None else None,
+                                       "dead": t.dead_channel_count, "median": t.median}
+    return {"ranks": view.ranks,
+            "buckets": {f"{layer}/{phase}/{epoch}": {"activation": tensor(b.activations), "gradient": tensor(b.gradients)}
+                        for (layer, phase, epoch), b in view.stats.items()}}
 
 
 def main():
@@ -51,6 +66,8 @@ def main():
     else:
         session = nansense.start(ddp, epochs=epochs, phases={"train": batches}, optimizer=optimizer,
                                  port=0 if rank == 0 else None, open_browser=False)
+        if rank == 0 and opts.get("scope"):
+            session.set_stats_scope(opts["scope"])
         if rank == 0:
             with open("url.tmp", "w") as f:
                 f.write(session.url)
@@ -73,6 +90,9 @@ def main():
         for epoch in range(epochs):
             run_epoch(epoch)
     session.close()
+    if rank == 0 and opts.get("dump_stats"):
+        with open("stats.json", "w") as f:
+            json.dump(stats_of(session.watch_snapshot()), f)
     note(closed=True)
     dist.destroy_process_group()
 

@@ -240,3 +240,64 @@ def test_a_jump_rewinds_every_rank_in_lockstep(run):
         # Each rank's own checkpoint restored the weights epoch 1 began with.
         assert starts[3][1] == starts[1][1], (rank, starts)
     assert (Path(r.folder) / ".nansense_cache" / "rank_1").is_dir()
+
+
+def single_process_stats(world, epochs, batches):
+    """The worker's run in one process over the global batches (no DDP):
+    the statistics the ranks' shards must add up to."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(1)
+    data = [(torch.randn(4 * world, 4, generator=g), torch.randint(0, 2, (4 * world,), generator=g))
+            for _ in range(batches)]
+    session = nansense.start(model, epochs=epochs, phases={"train": batches}, optimizer=optimizer, port=None,
+                             open_browser=False)
+    session.set_stats_scope("all")
+    for epoch in range(epochs):
+        for x, y in session.batches(data, phase="train", epoch=epoch):
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            optimizer.step()
+    session.close()
+    return {f"{layer}/{phase}/{epoch}": b for (layer, phase, epoch), b in session.watch_snapshot().stats.items()}
+
+
+def test_statistics_add_up_across_ranks_to_the_global_batch(run):
+    # Only rank 0 sets the scope: the followers collect what rank 0 collects.
+    r = run(2, epochs=2, batches=3, scope="all", dump_stats=True)
+    api = r.api()
+    r.until(lambda: api.get("/api/status")["state"] == "paused", "the first pause")
+    # Paused after batch 0: rank 1's shard of it is added (within a heartbeat).
+    status = r.until(lambda: (s := api.get("/api/status"))["stats"]["ranks"] == 2 and s, "rank 1's statistics")
+    assert paused_at(status) == (0, 0)
+    first = api.get("/api/stats/history?layer=0&phase=train")["phases"]["train"][0]
+    assert first["epoch"] == 0 and first["batches"] == 1
+    assert first["activation"]["n"] == 2 * 4 * 8  # the global batch: 2 ranks x 4 samples x 8 features
+    api.post("/api/run", {"detach": True})
+    assert r.wait() == [0, 0], r.output()
+
+    got = json.loads((Path(r.folder) / "stats.json").read_text())
+    assert got["ranks"] == 2
+    want = single_process_stats(2, epochs=2, batches=3)
+    assert set(got["buckets"]) == set(want), (sorted(got["buckets"]), sorted(want))
+    for key, bucket in want.items():
+        mine = got["buckets"][key]
+        a, b = mine["activation"], bucket.activations
+        assert a["n"] == b.n, key
+        assert a["sum"] == pytest.approx(b.sum, rel=1e-5, abs=1e-5), key
+        assert a["min"] == pytest.approx(b.min, abs=1e-6) and a["max"] == pytest.approx(b.max, abs=1e-6), key
+        if b.hist is not None:
+            # The same values in the same bins (a value on a bin edge may
+            # round to its neighbour).
+            assert sum(a["hist"]) == sum(b.hist), key
+            assert sum(abs(x - y) for x, y in zip(a["hist"], b.hist)) <= 2, key
+        # Each rank's activation gradients are of its own mean loss: the
+        # same count, world times the single process's.
+        assert a["dead"] == b.dead_channel_count, key
+        assert a["median"] == pytest.approx(b.median, rel=0.2, nan_ok=True), key  # the same bin, or its neighbour
+        if bucket.gradients is None:  # the model input's
+            assert mine["gradient"] is None, key
+            continue
+        assert mine["gradient"]["n"] == bucket.gradients.n, key
+        assert mine["gradient"]["sum"] == pytest.approx(2 * bucket.gradients.sum, rel=1e-4, abs=1e-6), key

@@ -169,6 +169,7 @@ json Controller::stats_summary() const {
   return {{"scope", std::string(to_string(session_.stats_scope()))},
           {"watched_layers", session_.watched_layers()},
           {"sequence", s ? s->sequence : 0},
+          {"ranks", s ? s->ranks : 1},
           {"collecting", session_.stats_collecting()},
           {"update_frequency", frequency_json(session_.update_frequency())}};
 }

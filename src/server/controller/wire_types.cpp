@@ -173,6 +173,8 @@ void status_types(json& d, const Words& w) {
   d["StatsSummary"] = object({{"scope", w.scope},
                               {"watched_layers", array(str())},
                               {"sequence", integer()},
+                              // Distributed runs: the ranks the layer statistics add up.
+                              {"ranks", integer()},
                               {"collecting", boolean()},
                               {"update_frequency", ref("UpdateFrequency")}});
   d["Status"] = object({{"state", w.run_state},

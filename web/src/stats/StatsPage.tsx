@@ -45,6 +45,7 @@ export function StatsPage() {
           data-stats-sequence={s.list?.sequence ?? 0}
         >
           <VisibilityContext.Provider value={visibility}>
+            <RanksNote />
             <StatsEmpty layers={layers} phase={phase} />
             {layers.map((layer) => (
               <StatsCard key={layer} layer={layer} phase={phase} />
@@ -55,6 +56,17 @@ export function StatsPage() {
       </div>
       <Dialogs />
     </div>
+  );
+}
+
+// A distributed run: what adds up across ranks and what is rank 0's alone.
+function RanksNote() {
+  const ranks = useSelector(store, (s) => s.status?.stats?.ranks ?? 1);
+  if (ranks <= 1) return null;
+  return (
+    <p class="stats-note" data-testid="stats-ranks">
+      Statistics over all {ranks} ranks (the global batch). Min/Max patches and "Current batch" show rank 0's shard.
+    </p>
   );
 }
 
