@@ -455,6 +455,12 @@ class Engine {
     }
     return py::bytes(shard);
   }
+  // Rank 0, any thread: the epochs a follower has checkpoints of; a jump
+  // to another is refused for all ranks.
+  void set_peer_checkpoints(int rank, std::vector<int64_t> epochs, std::string where) {
+    py::gil_scoped_release release;
+    core_->set_peer_checkpoints(rank, std::move(epochs), std::move(where));
+  }
   // Rank 0, any thread: a follower's shard, added to the published view.
   void add_stats_shard(int rank, int64_t ranks, const std::string& shard) {
     py::gil_scoped_release release;
@@ -962,6 +968,7 @@ PYBIND11_MODULE(_nansense, m) {
       .def("note_rank_trip", &Engine::note_rank_trip)
       .def("take_stats_shard", &Engine::take_stats_shard)
       .def("add_stats_shard", &Engine::add_stats_shard)
+      .def("set_peer_checkpoints", &Engine::set_peer_checkpoints)
       .def("url", &Engine::url)
       .def("state", &Engine::state)
       .def("mode", &Engine::mode)

@@ -125,6 +125,7 @@ class Coordinator:
         self._rejoin = False  # a follower that made a jump: its engine landed paused, detach it again
         self._stats_sent: Optional[dict] = None  # the statistics settings the followers have (leader)
         self._shard_warned: set[int] = set()  # ranks whose malformed statistics were reported (leader)
+        self._checkpoints_sent: Optional[tuple] = None  # the epochs this follower last reported
         self._handshake()
         self._stop = threading.Event()
         self._heartbeat = threading.Thread(target=self._beat, name=f"nansense-ddp-heartbeat-{self.rank}", daemon=True)
@@ -201,6 +202,7 @@ class Coordinator:
                 # Rank 0 may be paused at this boundary: its view adds the
                 # follower's statistics up to the same batch now.
                 self._add_shard(r, news)
+                self._note_checkpoints(r, news)
                 trip = news.get("trip")
                 if trip:
                     tripped = {r: trip}
@@ -317,6 +319,7 @@ class Coordinator:
             news = json.loads(value)
             if (n, r) not in self._peeked:
                 self._add_shard(r, news)
+                self._note_checkpoints(r, news)
             if news.get("trip"):
                 tripped[r] = news["trip"]
             if news.get("close") and not close:
@@ -350,6 +353,12 @@ class Coordinator:
             if rank not in self._shard_warned:
                 self._shard_warned.add(rank)
                 print(f"[nansense] the statistics of rank {rank} could not be added to rank 0's: {e}", flush=True)
+
+    def _note_checkpoints(self, rank: int, news: dict) -> None:
+        """Rank 0 (any thread): the epochs a follower can be rewound to."""
+        if "checkpoints" in news:
+            held = news["checkpoints"]
+            self.engine.set_peer_checkpoints(rank, [int(e) for e in held["epochs"]], str(held["where"]))
 
     def _stats_settings(self) -> dict:
         s = self.engine.settings()
@@ -393,9 +402,20 @@ class Coordinator:
 
     def _follow(self, n: int, close: bool) -> None:
         news = self._news()
+        extra = {}
         shard = self.engine.take_stats_shard()
         if shard:
-            news = json.dumps({**(json.loads(news) if news else {}), "stats": shard.decode()}).encode()
+            extra["stats"] = shard.decode()
+        # The epochs this rank could be rewound to: rank 0 refuses a jump
+        # to any other for every rank.
+        tt = self.engine.time_travel_status()
+        where = tt["cache_dir"] + ("" if tt["available"] or not tt["reason"] else f" ({tt['reason']})")
+        held = (tuple(tt["cached_epochs"]), where)
+        if held != self._checkpoints_sent and (tt["available"] or tt["cached_epochs"] or tt["total_epochs"]):
+            self._checkpoints_sent = held
+            extra["checkpoints"] = {"epochs": list(held[0]), "where": held[1]}
+        if extra:
+            news = json.dumps({**(json.loads(news) if news else {}), **extra}).encode()
         if close:
             news = json.dumps({"close": True, **(json.loads(news) if news else {})}).encode()
         self._main.set(f"a/{n}/{self.rank}", news)

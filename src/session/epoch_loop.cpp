@@ -1,5 +1,6 @@
 // The time-travel epoch loop: Session::epochs() and the session's side of a
 // jump (unwind at a batch boundary, restore, rewind the schedule, pause).
+#include <algorithm>
 #include <iostream>
 
 #include "nansense/errors.h"
@@ -116,7 +117,24 @@ void SessionCore::request_time_travel(int64_t epoch) {
   if (state == RunState::kLost) {
     throw TimeTravelError("the training loop was lost (" + control_.lost_reason() + "): there is no loop to rewind");
   }
+  {
+    std::lock_guard lock(peers_mu_);
+    for (const auto& [rank, has] : peer_checkpoints_) {
+      const auto& [epochs, where] = has;
+      if (std::find(epochs.begin(), epochs.end(), epoch) != epochs.end()) continue;
+      std::string held;
+      for (auto e : epochs) held += (held.empty() ? "" : ", ") + std::to_string(e);
+      throw TimeTravelError("rank " + std::to_string(rank) + " has no checkpoint of epoch " + std::to_string(epoch) +
+                            " in " + where + " (it has " + (held.empty() ? std::string("none") : "epochs " + held) +
+                            "): every rank rewinds together, so the jump is refused for all");
+    }
+  }
   restorer_->request_jump(epoch);
+}
+
+void SessionCore::set_peer_checkpoints(int rank, std::vector<int64_t> epochs, std::string where) {
+  std::lock_guard lock(peers_mu_);
+  peer_checkpoints_[rank] = {std::move(epochs), std::move(where)};
 }
 
 }  // namespace detail

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -101,6 +102,10 @@ class SessionCore {
   void run_epochs(int64_t n, const std::function<void(int64_t)>& body, const EpochOptions& options);
   // Any thread: arms a jump (TimeTravelError when refused).
   void request_time_travel(int64_t epoch);
+  // Distributed runs (rank 0), any thread: the epochs follower `rank` has a
+  // checkpoint of (in its folder `where`), as it last reported them. A jump
+  // to an epoch some follower lacks is refused for every rank.
+  void set_peer_checkpoints(int rank, std::vector<int64_t> epochs, std::string where);
   // The same loop as steps, for a caller that cannot hand over a body
   // (Python's `for epoch in session.epochs(n)` generator): open_epochs
   // returns the first epoch; start_epoch runs before each body; end_epoch
@@ -213,6 +218,8 @@ class SessionCore {
     std::string path;
     BatchPosition at;
   };
+  std::mutex peers_mu_;
+  std::map<int, std::pair<std::vector<int64_t>, std::string>> peer_checkpoints_;
   mutable std::mutex moment_mu_;
   std::optional<MomentTarget> moment_target_;
   std::optional<MomentTarget> moment_now_;

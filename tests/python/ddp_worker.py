@@ -10,6 +10,8 @@ MASTER_PORT in the environment), in the run's folder (its cwd). Options
   scope               rank 0 alone sets this statistics scope (the others
                       follow rank 0's settings)
   dump_stats          rank 0 writes its statistics view to stats.json at the end
+  bad_cache_rank      with time_travel: this rank's checkpoint folder cannot
+                      be made (its time travel is off)
 Each rank appends one JSON line per event to rank<r>.log: {"begin": [e, b]}
 when a batch body begins, {"done": [e, b]} when it ends, {"epoch": e,
 "weights": sum} at each epoch's start; rank 0 writes the UI's address to url.
@@ -83,7 +85,11 @@ def main():
             note(done=[epoch, b])
 
     if opts.get("time_travel"):
-        for epoch in session.epochs(epochs):
+        cache = {}
+        if opts.get("bad_cache_rank") == rank:
+            open("blocker", "w").close()  # a file where the folder's parent should be
+            cache = {"cache_dir": "blocker/cache"}
+        for epoch in session.epochs(epochs, **cache):
             with session.restore_point():
                 run_epoch(epoch)
     else:

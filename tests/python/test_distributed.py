@@ -242,6 +242,28 @@ def test_a_jump_rewinds_every_rank_in_lockstep(run):
     assert (Path(r.folder) / ".nansense_cache" / "rank_1").is_dir()
 
 
+def test_a_jump_to_an_epoch_a_rank_lacks_is_refused_for_every_rank(run):
+    # Rank 1 cannot make its checkpoint folder: its time travel is off.
+    r = run(2, epochs=3, batches=2, time_travel=True, bad_cache_rank=1)
+    api = r.api()
+    r.until(lambda: api.get("/api/status")["state"] == "paused", "the first pause")
+    status = api.post("/api/run_until", {"phase": "train", "epoch": 2, "batch": 0, "timeout_seconds": 30})
+    assert paused_at(status) == (2, 0)
+    # Rank 0 has the checkpoint; rank 1 does not: refused, naming rank 1,
+    # its folder and why, before any rank moved.
+    code, body, _ = api.request("POST", "/api/time_travel", {"epoch": 1, "timeout_seconds": 30})
+    assert code in (400, 409), (code, body)
+    message = json.loads(body)["error"]
+    assert "rank 1 has no checkpoint of epoch 1" in message and "blocker/cache" in message, message
+    assert "refused for all" in message, message
+    status = api.get("/api/status")
+    assert status["state"] == "paused" and paused_at(status) == (2, 0)
+    r.finish(api)
+    for rank in (0, 1):
+        starts = [e["epoch"] for e in r.events(rank) if "epoch" in e]
+        assert starts == [0, 1, 2], (rank, starts)
+
+
 def single_process_stats(world, epochs, batches):
     """The worker's run in one process over the global batches (no DDP):
     the statistics the ranks' shards must add up to."""
