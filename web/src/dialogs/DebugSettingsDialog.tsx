@@ -77,13 +77,14 @@ function diff(form: Form, base: DebugSettings): { patch: Patch; problem: string 
   return { patch, problem: null };
 }
 
-function DebugSettingsDialog() {
+// The error-check form: the settings as loaded, the fields as typed, what
+// changed (or why it cannot be saved), and saving it.
+function useDebugSettingsForm(close: () => void) {
   const [base, setBase] = useState<DebugSettings | null>(null);
   const [form, setForm] = useState<Form | null>(null);
   const [loadError, setLoadError] = useState<string | null>(null);
   const [serverError, setServerError] = useState<string | null>(null);
   const [busy, setBusy] = useState(false);
-  const close = () => store.set({ debugSettingsOpen: false });
 
   useEffect(() => {
     const abort = new AbortController();
@@ -123,7 +124,14 @@ function DebugSettingsDialog() {
     }
   };
 
-  const threshold = Number(form?.threshold);
+  return { base, form, loadError, update, checked, changed, message, busy, submit };
+}
+
+type Update = (patch: Partial<Form>) => void;
+
+function DebugSettingsDialog() {
+  const close = () => store.set({ debugSettingsOpen: false });
+  const { base, form, loadError, update, checked, changed, message, busy, submit } = useDebugSettingsForm(close);
   return (
     <Modal title="Settings" testid="debug-settings-dialog" onClose={close} wide>
       <StatsSettings />
@@ -141,60 +149,7 @@ function DebugSettingsDialog() {
             <input type="checkbox" data-testid="settings-enabled" checked={form.enabled} onChange={(e) => update({ enabled: e.currentTarget.checked })} />
             <span>Enable error checks</span>
           </label>
-          <fieldset class="settings-group" disabled={!form.enabled}>
-            <label class="settings-row">
-              <span>Check every</span>
-              <input type="number" min={1} step={1} data-testid="settings-interval" value={form.interval} onInput={(e) => update({ interval: e.currentTarget.value })} />
-              <span class="form-hint">batches (1 = every batch)</span>
-            </label>
-            <label class="switch-row">
-              <input type="checkbox" data-testid="settings-nan-inf" checked={form.nanInf} onChange={(e) => update({ nanInf: e.currentTarget.checked })} />
-              <span>NaN / ±Inf</span>
-            </label>
-            <p class="form-hint settings-note" data-testid="settings-inf-rule">
-              An explicit ±inf fill (masked_fill, where, full, fill given an infinite value — an attention mask) is intended
-              and does not trip, nor does arithmetic that only carries it along; a NaN, or an Inf made by arithmetic, still
-              trips. Use the allow-list for other intended values.
-            </p>
-            <label class="switch-row">
-              <input type="checkbox" data-testid="settings-under-over" checked={form.underOver} onChange={(e) => update({ underOver: e.currentTarget.checked })} />
-              <span>Underflow / overflow (gradients, per dtype)</span>
-            </label>
-            <label class="settings-row">
-              <span>Band threshold</span>
-              <input
-                type="number"
-                step="any"
-                data-testid="settings-threshold"
-                disabled={!form.underOver}
-                value={form.threshold}
-                onInput={(e) => update({ threshold: e.currentTarget.value })}
-              />
-              <span class="form-hint">
-                fraction of a layer's summed |grad| in the band, in (0, 1]
-                {Number.isFinite(threshold) && threshold > 0 && threshold <= 1 ? ` — ${Number((threshold * 100).toPrecision(3))}%` : ''}
-              </span>
-            </label>
-            <label class="settings-row">
-              <span>Trace every</span>
-              <input type="number" min={0} step={1} data-testid="settings-trace-interval" value={form.traceInterval} onInput={(e) => update({ traceInterval: e.currentTarget.value })} />
-              <span class="form-hint">batches at op level (0 = only captured batches; ~10% cost on those)</span>
-            </label>
-            <label class="switch-row">
-              <input type="checkbox" data-testid="settings-rerun" checked={form.rerun} onChange={(e) => update({ rerun: e.currentTarget.checked })} />
-              <span>Re-run an untraced batch that tripped, traced, to name the producer</span>
-            </label>
-            <label class="settings-allow">
-              <span>Allowed non-finite (op or layer names, one a line)</span>
-              <textarea
-                rows={3}
-                data-testid="settings-allow"
-                placeholder={'masked_fill\nencoder.attention'}
-                value={form.allow}
-                onInput={(e) => update({ allow: e.currentTarget.value })}
-              />
-            </label>
-          </fieldset>
+          <ChecksFieldset form={form} update={update} />
           <p class="form-hint">
             NaN capsules go to <span class="mono">{base.capsule_dir || '(nowhere: capsules are off)'}</span>
           </p>
@@ -212,5 +167,66 @@ function DebugSettingsDialog() {
         </form>
       )}
     </Modal>
+  );
+}
+
+// The checks and their parameters (disabled while error checks are off).
+function ChecksFieldset({ form, update }: { form: Form; update: Update }) {
+  const threshold = Number(form.threshold);
+  return (
+    <fieldset class="settings-group" disabled={!form.enabled}>
+      <label class="settings-row">
+        <span>Check every</span>
+        <input type="number" min={1} step={1} data-testid="settings-interval" value={form.interval} onInput={(e) => update({ interval: e.currentTarget.value })} />
+        <span class="form-hint">batches (1 = every batch)</span>
+      </label>
+      <label class="switch-row">
+        <input type="checkbox" data-testid="settings-nan-inf" checked={form.nanInf} onChange={(e) => update({ nanInf: e.currentTarget.checked })} />
+        <span>NaN / ±Inf</span>
+      </label>
+      <p class="form-hint settings-note" data-testid="settings-inf-rule">
+        An explicit ±inf fill (masked_fill, where, full, fill given an infinite value — an attention mask) is intended
+        and does not trip, nor does arithmetic that only carries it along; a NaN, or an Inf made by arithmetic, still
+        trips. Use the allow-list for other intended values.
+      </p>
+      <label class="switch-row">
+        <input type="checkbox" data-testid="settings-under-over" checked={form.underOver} onChange={(e) => update({ underOver: e.currentTarget.checked })} />
+        <span>Underflow / overflow (gradients, per dtype)</span>
+      </label>
+      <label class="settings-row">
+        <span>Band threshold</span>
+        <input
+          type="number"
+          step="any"
+          data-testid="settings-threshold"
+          disabled={!form.underOver}
+          value={form.threshold}
+          onInput={(e) => update({ threshold: e.currentTarget.value })}
+        />
+        <span class="form-hint">
+          fraction of a layer's summed |grad| in the band, in (0, 1]
+          {Number.isFinite(threshold) && threshold > 0 && threshold <= 1 ? ` — ${Number((threshold * 100).toPrecision(3))}%` : ''}
+        </span>
+      </label>
+      <label class="settings-row">
+        <span>Trace every</span>
+        <input type="number" min={0} step={1} data-testid="settings-trace-interval" value={form.traceInterval} onInput={(e) => update({ traceInterval: e.currentTarget.value })} />
+        <span class="form-hint">batches at op level (0 = only captured batches; ~10% cost on those)</span>
+      </label>
+      <label class="switch-row">
+        <input type="checkbox" data-testid="settings-rerun" checked={form.rerun} onChange={(e) => update({ rerun: e.currentTarget.checked })} />
+        <span>Re-run an untraced batch that tripped, traced, to name the producer</span>
+      </label>
+      <label class="settings-allow">
+        <span>Allowed non-finite (op or layer names, one a line)</span>
+        <textarea
+          rows={3}
+          data-testid="settings-allow"
+          placeholder={'masked_fill\nencoder.attention'}
+          value={form.allow}
+          onInput={(e) => update({ allow: e.currentTarget.value })}
+        />
+      </label>
+    </fieldset>
   );
 }

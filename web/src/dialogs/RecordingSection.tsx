@@ -4,7 +4,7 @@
 // Delete. The server draws the frames; the page only names the view.
 import { useEffect, useState } from 'preact/hooks';
 import * as api from '../api/client';
-import type { RecordViewArgs, Recordings } from '../api/types';
+import type { Recording, RecordViewArgs, Recordings } from '../api/types';
 import { currentPage } from '../links';
 import { store, toast } from '../state/app';
 import { shownLayers, shownPhase, statsStore } from '../state/stats';
@@ -73,9 +73,11 @@ export function usePageView(): { view: PageView | null; reason: string } {
   return { view: null, reason: 'Experiments are not recordable from this page yet.' };
 }
 
-export function RecordingSection() {
-  const { view, reason } = usePageView();
-  const active = useSelector(store, (s) => s.status?.recordings ?? []);
+type Act = (what: () => Promise<unknown>, done: (r: unknown) => string) => Promise<void>;
+
+// The recordings as the server lists them, the last error, and `act`: one
+// command at a time (busy meanwhile), its outcome toasted and the list re-read.
+function useRecordings(active: string[]) {
   const [list, setList] = useState<Recordings | null>(null);
   const [error, setError] = useState<string | null>(null);
   const [busy, setBusy] = useState(false);
@@ -109,93 +111,23 @@ export function RecordingSection() {
       setBusy(false);
     }
   };
+  return { list, error, busy, act };
+}
+
+export function RecordingSection() {
+  const { view, reason } = usePageView();
+  const active = useSelector(store, (s) => s.status?.recordings ?? []);
+  const { list, error, busy, act } = useRecordings(active);
   const recording = view != null && active.includes(view.key);
 
   return (
     <section class="recording-section" data-testid="recording-section">
       <h3 class="settings-heading">Recording</h3>
-      {view ? (
-        <div class="recording-current">
-          <span class="form-note" data-testid="recording-view">
-            {view.label}
-          </span>
-          <button
-            type="button"
-            class="btn btn-quiet"
-            data-testid="recording-snapshot"
-            disabled={busy}
-            title="Save a PNG of this view now"
-            onClick={() =>
-              act(
-                () => api.saveSnapshot(view.args),
-                (r) => `Saved ${(r as { files: string[] }).files.join(', ')}`,
-              )
-            }
-          >
-            Snapshot
-          </button>
-          {!recording && (
-            <button
-              type="button"
-              class="btn btn-record"
-              data-testid="recording-start"
-              disabled={busy}
-              title="Record this view as an MP4, a frame at every live update"
-              onClick={() => act(() => api.startRecording(view.args), () => `Recording ${view.label}`)}
-            >
-              Record
-            </button>
-          )}
-        </div>
-      ) : (
-        <p class="form-note" data-testid="recording-nothing">
-          {reason}
-        </p>
-      )}
+      <CurrentView view={view} reason={reason} recording={recording} busy={busy} act={act} />
       {list && list.recordings.length > 0 && (
         <ul class="recording-list" data-testid="recording-list">
           {list.recordings.map((r) => (
-            <li key={r.key} data-testid="recording-item" data-key={r.key}>
-              <span>
-                {r.label}
-                {view?.key === r.key ? ' (this view)' : ''}
-              </span>
-              <span class="form-hint" data-testid="recording-frames">
-                {r.frames} frame{r.frames === 1 ? '' : 's'}
-                {r.dropped > 0 ? `, ${r.dropped} dropped` : ''}
-              </span>
-              {r.error && (
-                <span class="form-error" data-testid="recording-error">
-                  {r.error}
-                </span>
-              )}
-              <button
-                type="button"
-                class="btn btn-step"
-                data-testid="recording-stop"
-                disabled={busy}
-                onClick={() =>
-                  act(
-                    () => api.stopRecording(r.key),
-                    (s) =>
-                      `Saved ${(s as { stopped: { files: { path: string }[] }[] }).stopped
-                        .flatMap((x) => x.files.map((f) => f.path))
-                        .join(', ')}`,
-                  )
-                }
-              >
-                Save &amp; Finish
-              </button>
-              <button
-                type="button"
-                class="btn btn-quiet"
-                data-testid="recording-discard"
-                disabled={busy}
-                onClick={() => act(() => api.discardRecording(r.key), () => `Deleted the recording of ${r.label}`)}
-              >
-                Delete
-              </button>
-            </li>
+            <RecordingItem key={r.key} r={r} view={view} busy={busy} act={act} />
           ))}
         </ul>
       )}
@@ -209,5 +141,106 @@ export function RecordingSection() {
         </p>
       )}
     </section>
+  );
+}
+
+// This page's view: Snapshot, and Record unless it records already.
+function CurrentView({
+  view,
+  reason,
+  recording,
+  busy,
+  act,
+}: {
+  view: PageView | null;
+  reason: string;
+  recording: boolean;
+  busy: boolean;
+  act: Act;
+}) {
+  return view ? (
+    <div class="recording-current">
+      <span class="form-note" data-testid="recording-view">
+        {view.label}
+      </span>
+      <button
+        type="button"
+        class="btn btn-quiet"
+        data-testid="recording-snapshot"
+        disabled={busy}
+        title="Save a PNG of this view now"
+        onClick={() =>
+          act(
+            () => api.saveSnapshot(view.args),
+            (r) => `Saved ${(r as { files: string[] }).files.join(', ')}`,
+          )
+        }
+      >
+        Snapshot
+      </button>
+      {!recording && (
+        <button
+          type="button"
+          class="btn btn-record"
+          data-testid="recording-start"
+          disabled={busy}
+          title="Record this view as an MP4, a frame at every live update"
+          onClick={() => act(() => api.startRecording(view.args), () => `Recording ${view.label}`)}
+        >
+          Record
+        </button>
+      )}
+    </div>
+  ) : (
+    <p class="form-note" data-testid="recording-nothing">
+      {reason}
+    </p>
+  );
+}
+
+// One active recording: its frames, drops and error, Save & Finish and Delete.
+function RecordingItem({ r, view, busy, act }: { r: Recording; view: PageView | null; busy: boolean; act: Act }) {
+  return (
+    <li data-testid="recording-item" data-key={r.key}>
+      <span>
+        {r.label}
+        {view?.key === r.key ? ' (this view)' : ''}
+      </span>
+      <span class="form-hint" data-testid="recording-frames">
+        {r.frames} frame{r.frames === 1 ? '' : 's'}
+        {r.dropped > 0 ? `, ${r.dropped} dropped` : ''}
+      </span>
+      {r.error && (
+        <span class="form-error" data-testid="recording-error">
+          {r.error}
+        </span>
+      )}
+      <button
+        type="button"
+        class="btn btn-step"
+        data-testid="recording-stop"
+        disabled={busy}
+        onClick={() =>
+          act(
+            () => api.stopRecording(r.key),
+            (s) =>
+              `Saved ${(s as { stopped: { files: { path: string }[] }[] }).stopped
+                .flatMap((x) => x.files.map((f) => f.path))
+                .join(', ')}`,
+          )
+        }
+      >
+        Save &amp; Finish
+      </button>
+      <button
+        type="button"
+        class="btn btn-quiet"
+        data-testid="recording-discard"
+        disabled={busy}
+        onClick={() => act(() => api.discardRecording(r.key), () => `Deleted the recording of ${r.label}`)}
+      >
+        Delete
+      </button>
+    </li>
   );
 }

@@ -26,14 +26,35 @@ function message(e: unknown): string {
   return e instanceof Error ? e.message : String(e);
 }
 
-export function StatsSettings() {
-  const phases = useSelector(store, (s) => s.status?.schedule.phases.map((p) => p.name) ?? []);
-  const recording = useSelector(store, (s) => (s.status?.recordings.length ?? 0) > 0);
+// The settings as the server last answered, the numbers as typed, and each
+// section's refusal or "Saved".
+interface StatsSettingsState {
+  settings: Settings | null;
+  loadError: string | null;
+  errors: Partial<Record<Section, string>>;
+  saved: Section | null;
+  // Typed text, kept until applied so a half-typed number is not rewritten.
+  typed: Typed;
+  // Sends one section's change; the server's answer replaces the settings.
+  apply: (section: Section, call: () => Promise<Settings>) => Promise<void>;
+}
+
+interface Typed {
+  n: string;
+  setN: (v: string) => void;
+  limit: string;
+  setLimit: (v: string) => void;
+  sample: string;
+  setSample: (v: string) => void;
+  perChannel: string;
+  setPerChannel: (v: string) => void;
+}
+
+function useStatsSettings(): StatsSettingsState {
   const [settings, setSettings] = useState<Settings | null>(null);
   const [loadError, setLoadError] = useState<string | null>(null);
   const [errors, setErrors] = useState<Partial<Record<Section, string>>>({});
   const [saved, setSaved] = useState<Section | null>(null);
-  // Typed text, kept until applied so a half-typed number is not rewritten.
   const [n, setN] = useState('');
   const [limit, setLimit] = useState('');
   const [sample, setSample] = useState('');
@@ -68,134 +89,172 @@ export function StatsSettings() {
     }
   };
 
+  const typed = { n, setN, limit, setLimit, sample, setSample, perChannel, setPerChannel };
+  return { settings, loadError, errors, saved, typed, apply };
+}
+
+export function StatsSettings() {
+  const phases = useSelector(store, (s) => s.status?.schedule.phases.map((p) => p.name) ?? []);
+  const recording = useSelector(store, (s) => (s.status?.recordings.length ?? 0) > 0);
+  const state = useStatsSettings();
+  const { settings, loadError } = state;
+
   if (loadError) return <p class="form-error">Could not load the statistics settings: {loadError}</p>;
   if (!settings) return <p class="form-note">Loading…</p>;
-  const f = settings.update_frequency;
-  const perf = settings.watch_performance;
+  const sections = { ...state, settings };
+  return (
+    <div class="settings-sections" data-testid="stats-settings">
+      <ScopeSection {...sections} />
+      <PerformanceSection {...sections} />
+      <FrequencySection {...sections} phases={phases} recording={recording} />
+    </div>
+  );
+}
 
+type SectionProps = StatsSettingsState & { settings: Settings };
+
+function ScopeSection({ settings, errors, saved, apply }: SectionProps) {
+  return (
+    <section class="settings-section">
+      <h3>Statistics collection</h3>
+      <label class="settings-row">
+        <span>Collect for</span>
+        <select
+          data-testid="stats-scope"
+          class="settings-wide"
+          value={settings.stats_scope}
+          onChange={(e) => void apply('scope', () => api.setStatsScope(e.currentTarget.value as StatsScope))}
+        >
+          {SCOPES.map((s) => (
+            <option key={s.value} value={s.value}>
+              {s.label}
+            </option>
+          ))}
+        </select>
+      </label>
+      <p class="form-hint">
+        {settings.stats_collecting ? 'Collecting' : 'Not collecting'}; watched:{' '}
+        <span class="mono">{settings.watched_layers.length ? settings.watched_layers.join(', ') : 'none'}</span>
+      </p>
+      <Feedback error={errors.scope} saved={saved === 'scope'} testid="stats-scope" />
+    </section>
+  );
+}
+
+function PerformanceSection({ settings, errors, saved, apply, typed }: SectionProps) {
+  const perf = settings.watch_performance;
+  const { limit, setLimit, sample, setSample, perChannel, setPerChannel } = typed;
+  return (
+    <section class="settings-section">
+      <h3>Performance</h3>
+      <label class="switch-row">
+        <input
+          type="checkbox"
+          data-testid="channel-limit-enabled"
+          checked={perf.channel_limit_enabled}
+          onChange={(e) => {
+            const on = e.currentTarget.checked;
+            void apply('performance', () => api.setWatchPerformance({ channel_limit_enabled: on }));
+          }}
+        />
+        <span>Limit recorded channels</span>
+      </label>
+      <label class="settings-row">
+        <span>Channels</span>
+        <input
+          type="number"
+          min={1}
+          step={1}
+          data-testid="channel-limit"
+          disabled={!perf.channel_limit_enabled}
+          value={limit}
+          onInput={(e) => setLimit(e.currentTarget.value)}
+          onChange={(e) => {
+            const v = Number(e.currentTarget.value.trim());
+            void apply('performance', () => api.setWatchPerformance({ channel_limit: v }));
+          }}
+        />
+        <span class="form-hint">per-channel histograms kept per layer</span>
+      </label>
+      <label class="settings-row">
+        <span>Histogram sample</span>
+        <input
+          type="number"
+          min={0}
+          step={1024}
+          data-testid="histogram-sample"
+          value={sample}
+          onInput={(e) => setSample(e.currentTarget.value)}
+          onChange={(e) => {
+            const v = Number(e.currentTarget.value.trim());
+            void apply('performance', () => api.setWatchPerformance({ histogram_sample: v }));
+          }}
+        />
+        <span class="form-hint">values per tensor a CPU histogram counts (0 = all); n, mean, std, min, max stay exact</span>
+      </label>
+      <label class="settings-row">
+        <span>Samples per channel</span>
+        <input
+          type="number"
+          min={0}
+          max={64}
+          step={1}
+          data-testid="samples-per-channel"
+          value={perChannel}
+          onInput={(e) => setPerChannel(e.currentTarget.value)}
+          onChange={(e) => {
+            const v = Number(e.currentTarget.value.trim());
+            void apply('performance', () => api.setWatchPerformance({ samples_per_channel: v }));
+          }}
+        />
+        <span class="form-hint">inputs a Min/Max gallery keeps per channel (0 = patches off)</span>
+      </label>
+      <label class="switch-row">
+        <input
+          type="checkbox"
+          data-testid="average-patches"
+          checked={perf.average_patches}
+          onChange={(e) => {
+            const on = e.currentTarget.checked;
+            void apply('performance', () => api.setWatchPerformance({ average_patches: on }));
+          }}
+        />
+        <span>Average-extreme patches (whole inputs ranked by a channel's mean; more memory)</span>
+      </label>
+      <p class="form-hint settings-warn">Changing these clears the layer statistics collected so far (logged scalars and metrics stay).</p>
+      <Feedback error={errors.performance} saved={saved === 'performance'} testid="performance" />
+    </section>
+  );
+}
+
+function FrequencySection({
+  settings,
+  errors,
+  saved,
+  apply,
+  typed,
+  phases,
+  recording,
+}: SectionProps & { phases: string[]; recording: boolean }) {
+  const f = settings.update_frequency;
+  const { n, setN } = typed;
   const setFrequency = (patch: Partial<UpdateFrequency>) => {
     const unit = patch.unit ?? f.unit;
     const value = Number((patch.n ?? n).toString().trim());
     const phase = unit === 'batch' ? (patch.phase !== undefined ? patch.phase : f.phase) : null;
     void apply('frequency', () => api.setUpdateFrequency({ unit, n: value, phase }));
   };
-
   return (
-    <div class="settings-sections" data-testid="stats-settings">
-      <section class="settings-section">
-        <h3>Statistics collection</h3>
-        <label class="settings-row">
-          <span>Collect for</span>
-          <select
-            data-testid="stats-scope"
-            class="settings-wide"
-            value={settings.stats_scope}
-            onChange={(e) => void apply('scope', () => api.setStatsScope(e.currentTarget.value as StatsScope))}
-          >
-            {SCOPES.map((s) => (
-              <option key={s.value} value={s.value}>
-                {s.label}
-              </option>
-            ))}
-          </select>
-        </label>
-        <p class="form-hint">
-          {settings.stats_collecting ? 'Collecting' : 'Not collecting'}; watched:{' '}
-          <span class="mono">{settings.watched_layers.length ? settings.watched_layers.join(', ') : 'none'}</span>
+    <section class="settings-section">
+      <h3>Update frequency</h3>
+      <p class="form-hint">While training runs, a batch is captured and published at this cadence, without pausing.</p>
+      {recording && (
+        <p class="form-note settings-frozen" data-testid="update-frequency-frozen">
+          Frozen while a view records: each update is a frame of the video. Save &amp; Finish or Delete the recording
+          (below) to change it.
         </p>
-        <Feedback error={errors.scope} saved={saved === 'scope'} testid="stats-scope" />
-      </section>
-
-      <section class="settings-section">
-        <h3>Performance</h3>
-        <label class="switch-row">
-          <input
-            type="checkbox"
-            data-testid="channel-limit-enabled"
-            checked={perf.channel_limit_enabled}
-            onChange={(e) => {
-              const on = e.currentTarget.checked;
-              void apply('performance', () => api.setWatchPerformance({ channel_limit_enabled: on }));
-            }}
-          />
-          <span>Limit recorded channels</span>
-        </label>
-        <label class="settings-row">
-          <span>Channels</span>
-          <input
-            type="number"
-            min={1}
-            step={1}
-            data-testid="channel-limit"
-            disabled={!perf.channel_limit_enabled}
-            value={limit}
-            onInput={(e) => setLimit(e.currentTarget.value)}
-            onChange={(e) => {
-              const v = Number(e.currentTarget.value.trim());
-              void apply('performance', () => api.setWatchPerformance({ channel_limit: v }));
-            }}
-          />
-          <span class="form-hint">per-channel histograms kept per layer</span>
-        </label>
-        <label class="settings-row">
-          <span>Histogram sample</span>
-          <input
-            type="number"
-            min={0}
-            step={1024}
-            data-testid="histogram-sample"
-            value={sample}
-            onInput={(e) => setSample(e.currentTarget.value)}
-            onChange={(e) => {
-              const v = Number(e.currentTarget.value.trim());
-              void apply('performance', () => api.setWatchPerformance({ histogram_sample: v }));
-            }}
-          />
-          <span class="form-hint">values per tensor a CPU histogram counts (0 = all); n, mean, std, min, max stay exact</span>
-        </label>
-        <label class="settings-row">
-          <span>Samples per channel</span>
-          <input
-            type="number"
-            min={0}
-            max={64}
-            step={1}
-            data-testid="samples-per-channel"
-            value={perChannel}
-            onInput={(e) => setPerChannel(e.currentTarget.value)}
-            onChange={(e) => {
-              const v = Number(e.currentTarget.value.trim());
-              void apply('performance', () => api.setWatchPerformance({ samples_per_channel: v }));
-            }}
-          />
-          <span class="form-hint">inputs a Min/Max gallery keeps per channel (0 = patches off)</span>
-        </label>
-        <label class="switch-row">
-          <input
-            type="checkbox"
-            data-testid="average-patches"
-            checked={perf.average_patches}
-            onChange={(e) => {
-              const on = e.currentTarget.checked;
-              void apply('performance', () => api.setWatchPerformance({ average_patches: on }));
-            }}
-          />
-          <span>Average-extreme patches (whole inputs ranked by a channel's mean; more memory)</span>
-        </label>
-        <p class="form-hint settings-warn">Changing these clears the layer statistics collected so far (logged scalars and metrics stay).</p>
-        <Feedback error={errors.performance} saved={saved === 'performance'} testid="performance" />
-      </section>
-
-      <section class="settings-section">
-        <h3>Update frequency</h3>
-        <p class="form-hint">While training runs, a batch is captured and published at this cadence, without pausing.</p>
-        {recording && (
-          <p class="form-note settings-frozen" data-testid="update-frequency-frozen">
-            Frozen while a view records: each update is a frame of the video. Save &amp; Finish or Delete the recording
-            (below) to change it.
-          </p>
-        )}
-        <fieldset class="settings-group" disabled={recording}>
+      )}
+      <fieldset class="settings-group" disabled={recording}>
         <label class="settings-row">
           <span>Update</span>
           <select data-testid="update-unit" class="settings-wide" value={f.unit} onChange={(e) => setFrequency({ unit: e.currentTarget.value as UpdateFrequency['unit'] })}>
@@ -232,10 +291,9 @@ export function StatsSettings() {
             </select>
           </label>
         )}
-        </fieldset>
-        <Feedback error={errors.frequency} saved={saved === 'frequency'} testid="update-frequency" />
-      </section>
-    </div>
+      </fieldset>
+      <Feedback error={errors.frequency} saved={saved === 'frequency'} testid="update-frequency" />
+    </section>
   );
 }
 

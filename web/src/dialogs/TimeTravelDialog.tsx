@@ -40,14 +40,12 @@ export function preselect(cached: number[], current: number | null | undefined):
   return best;
 }
 
-function TimeTravelDialog() {
+// The cache report, read once when the dialog opens (cached epochs sorted),
+// and the slider's position over it.
+function useTimeTravelReport() {
   const [report, setReport] = useState<TimeTravelReport | null>(null);
   const [loadError, setLoadError] = useState<string | null>(null);
   const [index, setIndex] = useState(0);
-  const [failure, setFailure] = useState<string | null>(null);
-  const [busy, setBusy] = useState(false);
-  const close = () => store.set({ timeTravelOpen: false });
-
   useEffect(() => {
     const ac = new AbortController();
     getTimeTravel(ac.signal).then(
@@ -62,7 +60,14 @@ function TimeTravelDialog() {
     );
     return () => ac.abort();
   }, []);
+  return { report, loadError, index, setIndex };
+}
 
+function TimeTravelDialog() {
+  const { report, loadError, index, setIndex } = useTimeTravelReport();
+  const [failure, setFailure] = useState<string | null>(null);
+  const [busy, setBusy] = useState(false);
+  const close = () => store.set({ timeTravelOpen: false });
   const cached = report?.cached_epochs ?? [];
   const uncached = report?.uncached_epochs ?? [];
   const epoch = cached[index];
@@ -95,51 +100,14 @@ function TimeTravelDialog() {
           </p>
         )}
         {report != null && (
-          <>
-            <p class="form-note">
-              Rewinds training to the first batch of a cached epoch and pauses there.
-              {report.current_epoch != null && (
-                <>
-                  {' '}
-                  Now in epoch <span class="mono">{report.current_epoch}</span>
-                  {report.total_epochs != null ? ` of ${report.total_epochs}` : ''}.
-                </>
-              )}
-            </p>
-            {cached.length > 0 ? (
-              <label class="tt-slider-row">
-                <input
-                  type="range"
-                  data-testid="time-travel-slider"
-                  min={0}
-                  max={cached.length - 1}
-                  step={1}
-                  value={index}
-                  disabled={cached.length < 2}
-                  onInput={(e) => {
-                    setIndex(Number(e.currentTarget.value));
-                    setFailure(null);
-                  }}
-                />
-                <span class="mono tt-epoch" data-testid="time-travel-epoch">
-                  epoch {epoch}
-                </span>
-              </label>
-            ) : (
-              <p class="form-note">No epoch is cached yet.</p>
-            )}
-            <p class="form-hint" data-testid="time-travel-cached">
-              Cached epochs: {cached.length > 0 ? compressEpochs(cached) : 'none'}
-            </p>
-            {uncached.length > 0 && (
-              <p class="form-hint" data-testid="time-travel-uncached">
-                Uncached epochs: {compressEpochs(uncached)} — become available once training has passed their start
-              </p>
-            )}
-            {report.pending_epoch != null && (
-              <p class="form-hint">A jump to epoch {report.pending_epoch} is pending.</p>
-            )}
-          </>
+          <EpochPicker
+            report={report}
+            index={index}
+            onPick={(i) => {
+              setIndex(i);
+              setFailure(null);
+            }}
+          />
         )}
         {failure != null && (
           <div class="tt-failure" role="alert" data-testid="time-travel-error">
@@ -169,5 +137,57 @@ function TimeTravelDialog() {
         </div>
       </form>
     </Modal>
+  );
+}
+
+// What the cache holds: the slider over the cached epochs, and the epochs
+// not cached (yet) or pending.
+function EpochPicker({ report, index, onPick }: { report: TimeTravelReport; index: number; onPick: (index: number) => void }) {
+  const cached = report.cached_epochs ?? [];
+  const uncached = report.uncached_epochs ?? [];
+  const epoch = cached[index];
+  return (
+    <>
+      <p class="form-note">
+        Rewinds training to the first batch of a cached epoch and pauses there.
+        {report.current_epoch != null && (
+          <>
+            {' '}
+            Now in epoch <span class="mono">{report.current_epoch}</span>
+            {report.total_epochs != null ? ` of ${report.total_epochs}` : ''}.
+          </>
+        )}
+      </p>
+      {cached.length > 0 ? (
+        <label class="tt-slider-row">
+          <input
+            type="range"
+            data-testid="time-travel-slider"
+            min={0}
+            max={cached.length - 1}
+            step={1}
+            value={index}
+            disabled={cached.length < 2}
+            onInput={(e) => onPick(Number(e.currentTarget.value))}
+          />
+          <span class="mono tt-epoch" data-testid="time-travel-epoch">
+            epoch {epoch}
+          </span>
+        </label>
+      ) : (
+        <p class="form-note">No epoch is cached yet.</p>
+      )}
+      <p class="form-hint" data-testid="time-travel-cached">
+        Cached epochs: {cached.length > 0 ? compressEpochs(cached) : 'none'}
+      </p>
+      {uncached.length > 0 && (
+        <p class="form-hint" data-testid="time-travel-uncached">
+          Uncached epochs: {compressEpochs(uncached)} — become available once training has passed their start
+        </p>
+      )}
+      {report.pending_epoch != null && (
+        <p class="form-hint">A jump to epoch {report.pending_epoch} is pending.</p>
+      )}
+    </>
   );
 }

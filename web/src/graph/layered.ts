@@ -26,7 +26,28 @@ interface Item {
   down: number[];
 }
 
+// An edge's chain of items from its upper end to its lower one (dummies
+// between), kept to draw it.
+interface Chain {
+  from: string;
+  to: string;
+  path: number[];
+  reversed: boolean;
+}
+
 export function layeredLayout(request: LayoutRequest, opt: LayeredOptions): LayoutResult {
+  const { items, edges } = readGraph(request);
+  rankLongestPath(items, edges);
+  const chains = splitLongEdges(items, edges, opt.edgesep);
+  const rows = firstOrder(items);
+  sweepOrder(items, rows);
+  assignX(items, rows, opt);
+  return placed(request.id, items, rows, chains, opt);
+}
+
+// The nodes (the first of a repeated id) and the edges between them, each
+// once, self-loops and edges to unknown nodes left out.
+function readGraph(request: LayoutRequest): { items: Item[]; edges: [number, number][] } {
   const items: Item[] = [];
   const index = new Map<string, number>();
   for (const n of request.nodes) {
@@ -34,7 +55,6 @@ export function layeredLayout(request: LayoutRequest, opt: LayeredOptions): Layo
     index.set(n.id, items.length);
     items.push({ id: n.id, width: n.width, height: n.height, rank: 0, order: 0, x: 0, up: [], down: [] });
   }
-  const n = items.length;
   const seen = new Set<string>();
   const edges: [number, number][] = [];
   for (const e of request.edges) {
@@ -46,10 +66,14 @@ export function layeredLayout(request: LayoutRequest, opt: LayeredOptions): Layo
     seen.add(key);
     edges.push([a, b]);
   }
+  return { items, edges };
+}
 
-  // Ranks: longest path from the sources, in topological order (Kahn). A
-  // cycle (a malformed graph) is broken by taking the earliest waiting node;
-  // an edge that then points upward is drawn reversed.
+// Ranks: longest path from the sources, in topological order (Kahn). A
+// cycle (a malformed graph) is broken by taking the earliest waiting node;
+// an edge that then points upward is drawn reversed.
+function rankLongestPath(items: Item[], edges: [number, number][]): void {
+  const n = items.length;
   const out: number[][] = Array.from({ length: n }, () => []);
   const indeg = new Array<number>(n).fill(0);
   for (const [a, b] of edges) {
@@ -74,10 +98,11 @@ export function layeredLayout(request: LayoutRequest, opt: LayeredOptions): Layo
       if (--indeg[w]! === 0) queue.push(w);
     }
   }
+}
 
-  // Long edges through dummies, one per rank skipped; each edge's chain of
-  // items is kept to draw it.
-  const chains: { from: string; to: string; path: number[]; reversed: boolean }[] = [];
+// Long edges through dummies (appended to `items`), one per rank skipped.
+function splitLongEdges(items: Item[], edges: [number, number][], edgesep: number): Chain[] {
+  const chains: Chain[] = [];
   const link = (a: number, b: number) => {
     items[a]!.down.push(b);
     items[b]!.up.push(a);
@@ -89,7 +114,7 @@ export function layeredLayout(request: LayoutRequest, opt: LayeredOptions): Layo
     const path = [a];
     for (let r = items[a]!.rank + 1; r < items[b]!.rank; r++) {
       const d = items.length;
-      items.push({ id: null, width: opt.edgesep, height: 0, rank: r, order: 0, x: 0, up: [], down: [] });
+      items.push({ id: null, width: edgesep, height: 0, rank: r, order: 0, x: 0, up: [], down: [] });
       link(a, d);
       path.push(d);
       a = d;
@@ -99,9 +124,14 @@ export function layeredLayout(request: LayoutRequest, opt: LayeredOptions): Layo
     path.push(b);
     chains.push({ from: items[a0]!.id!, to: items[b0]!.id!, path: reversed ? path.reverse() : path, reversed });
   }
+  return chains;
+}
 
-  // Ranks in their first order: depth-first from the sources, so a chain of
-  // layers stays in one column.
+const renumber = (items: Item[], row: number[]) => row.forEach((v, i) => (items[v]!.order = i));
+
+// Ranks in their first order: depth-first from the sources, so a chain of
+// layers stays in one column. One row of item indices per rank.
+function firstOrder(items: Item[]): number[][] {
   let ranks = 0;
   for (const it of items) ranks = Math.max(ranks, it.rank + 1);
   const rows: number[][] = Array.from({ length: ranks }, () => []);
@@ -119,10 +149,13 @@ export function layeredLayout(request: LayoutRequest, opt: LayeredOptions): Layo
   };
   for (let i = 0; i < items.length; i++) if (items[i]!.up.length === 0) visit(i);
   for (let i = 0; i < items.length; i++) if (!visited[i]) visit(i);
-  const renumber = (row: number[]) => row.forEach((v, i) => (items[v]!.order = i));
-  rows.forEach(renumber);
+  for (const row of rows) renumber(items, row);
+  return rows;
+}
 
-  // Barycenter sweeps, down then up.
+// Barycenter sweeps, down then up.
+function sweepOrder(items: Item[], rows: number[][]): void {
+  const ranks = rows.length;
   const barycenter = (v: number, side: 'up' | 'down'): number => {
     const ns = items[v]![side];
     if (!ns.length) return items[v]!.order;
@@ -139,12 +172,15 @@ export function layeredLayout(request: LayoutRequest, opt: LayeredOptions): Layo
       const keyed = row.map((v) => ({ v, b: barycenter(v, downward ? 'up' : 'down'), o: items[v]!.order }));
       keyed.sort((p, q) => p.b - q.b || p.o - q.o);
       rows[r] = keyed.map((k2) => k2.v);
-      renumber(rows[r]!);
+      renumber(items, rows[r]!);
     }
   }
+}
 
-  // x: packed first, then each rank pulled toward its neighbours' median,
-  // keeping order and spacing.
+// x: packed first, then each rank pulled toward its neighbours' median,
+// keeping order and spacing.
+function assignX(items: Item[], rows: number[][], opt: LayeredOptions): void {
+  const ranks = rows.length;
   const gap = (a: number, b: number) =>
     (items[a]!.width + items[b]!.width) / 2 + (items[a]!.id === null || items[b]!.id === null ? opt.edgesep : opt.nodesep);
   for (const row of rows) {
@@ -160,29 +196,6 @@ export function layeredLayout(request: LayoutRequest, opt: LayeredOptions): Layo
     const m = xs.length >> 1;
     return xs.length % 2 ? xs[m]! : (xs[m - 1]! + xs[m]!) / 2;
   };
-  const place = (row: number[], desired: number[]) => {
-    // Minimise sum (x_i - d_i)^2 with x_i - x_{i-1} >= gap_i: with y_i = x_i
-    // - offset_i that is isotonic regression, solved by pooling adjacent
-    // violators.
-    const offset: number[] = [0];
-    for (let i = 1; i < row.length; i++) offset.push(offset[i - 1]! + gap(row[i - 1]!, row[i]!));
-    const blocks: { sum: number; count: number; start: number }[] = [];
-    for (let i = 0; i < row.length; i++) {
-      blocks.push({ sum: desired[i]! - offset[i]!, count: 1, start: i });
-      while (blocks.length > 1) {
-        const last = blocks[blocks.length - 1]!;
-        const prev = blocks[blocks.length - 2]!;
-        if (prev.sum / prev.count <= last.sum / last.count) break;
-        prev.sum += last.sum;
-        prev.count += last.count;
-        blocks.pop();
-      }
-    }
-    for (const b of blocks) {
-      const y = b.sum / b.count;
-      for (let i = b.start; i < b.start + b.count; i++) items[row[i]!]!.x = y + offset[i]!;
-    }
-  };
   for (let pass = 0; pass < 6; pass++) {
     const downward = pass % 2 === 0;
     for (let k = 0; k < ranks; k++) {
@@ -193,11 +206,37 @@ export function layeredLayout(request: LayoutRequest, opt: LayeredOptions): Layo
         const m = median(downward ? it.up : it.down) ?? median(downward ? it.down : it.up);
         return m ?? it.x;
       });
-      place(row, desired);
+      pullToward(items, row, desired, gap);
     }
   }
+}
 
-  // y: each rank as tall as its tallest node.
+// Minimise sum (x_i - d_i)^2 with x_i - x_{i-1} >= gap_i: with y_i = x_i -
+// offset_i that is isotonic regression, solved by pooling adjacent violators.
+function pullToward(items: Item[], row: number[], desired: number[], gap: (a: number, b: number) => number): void {
+  const offset: number[] = [0];
+  for (let i = 1; i < row.length; i++) offset.push(offset[i - 1]! + gap(row[i - 1]!, row[i]!));
+  const blocks: { sum: number; count: number; start: number }[] = [];
+  for (let i = 0; i < row.length; i++) {
+    blocks.push({ sum: desired[i]! - offset[i]!, count: 1, start: i });
+    while (blocks.length > 1) {
+      const last = blocks[blocks.length - 1]!;
+      const prev = blocks[blocks.length - 2]!;
+      if (prev.sum / prev.count <= last.sum / last.count) break;
+      prev.sum += last.sum;
+      prev.count += last.count;
+      blocks.pop();
+    }
+  }
+  for (const b of blocks) {
+    const y = b.sum / b.count;
+    for (let i = b.start; i < b.start + b.count; i++) items[row[i]!]!.x = y + offset[i]!;
+  }
+}
+
+// y: each rank as tall as its tallest node; then everything shifted into
+// the margins, and the edges' points from their chains.
+function placed(id: number, items: Item[], rows: number[][], chains: Chain[], opt: LayeredOptions): LayoutResult {
   const rankY: number[] = [];
   let y = opt.marginy;
   for (const row of rows) {
@@ -218,7 +257,7 @@ export function layeredLayout(request: LayoutRequest, opt: LayeredOptions): Layo
   const nodes = items
     .filter((it) => it.id !== null)
     .map((it) => ({ id: it.id!, x: it.x + shift, y: rankY[it.rank]!, width: it.width, height: it.height }));
-  const placed = chains.map((c) => {
+  const edges = chains.map((c) => {
     const pts = c.path.map((v, i) => {
       const it = items[v]!;
       const cy = rankY[it.rank]!;
@@ -229,9 +268,9 @@ export function layeredLayout(request: LayoutRequest, opt: LayeredOptions): Layo
     return { from: c.from, to: c.to, points: pts };
   });
   return {
-    id: request.id,
+    id,
     nodes,
-    edges: placed,
+    edges,
     width: maxX - minX + 2 * opt.marginx,
     height: Math.max(0, y - opt.ranksep) + opt.marginy,
   };

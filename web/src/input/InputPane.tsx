@@ -58,17 +58,81 @@ export function InputPane() {
   const sample = useSelector(store, (s) => s.sample);
   const selected = useSelector(store, (s) => s.input);
   const sampleOk = useSelector(store, sampleExists);
-  const [picture, setPicture] = useState<Picture | null>(null);
-  const [error, setError] = useState<{ key: string; message: string } | null>(null);
-  const [choice, setChoice] = useState<PerturbChoice>(NO_PERTURB);
-  const [probeError, setProbeError] = useState<string | null>(null);
 
   const inputs = inputsOf(snapshot, architectureInputs);
   const input = Math.min(selected, Math.max(0, inputs.length - 1));
   const n = batchSize(snapshot);
   const key = `${generation}|${sequence}|${input}|${sample}`;
   const ready = snapshot != null && sequence > 0 && sampleOk;
+  const { picture, error } = useInputPicture(key, ready, input, sample, sequence);
 
+  const shape = inputs[input]?.shape ?? [];
+  const info = picture?.info;
+  const ratio = info ? info.width / info.height : aspect(shape);
+  const probe = usePerturbation(shape, info ?? null, sample, inputs[input]?.name);
+
+  return (
+    <div class="pane input-pane">
+      <div class="pane-toolbar">
+        <span class="pane-title pane-title-input">Input</span>
+        <span class="muted mono">{shape.length ? `[${shape.join(', ')}]` : ''}</span>
+      </div>
+      <div class="input-body" data-tour="input">
+        {inputs.length > 1 && <InputSelect inputs={inputs} input={input} />}
+        <div
+          class={`input-frame ${info?.layout === 'strip' ? 'is-strip' : info?.layout === 'values' ? 'is-values' : ''}`}
+          style={{ aspectRatio: String(ratio) }}
+        >
+          {picture && (
+            <img
+              data-testid="input-image"
+              data-sample={picture.info.sample}
+              class={probe.choice.on ? 'perturbing' : undefined}
+              src={picture.url}
+              alt={`input ${picture.info.name}, sample ${picture.info.sample}`}
+              draggable={false}
+              onClick={probe.choice.on && info?.layout !== 'values' ? probe.perturbAt : undefined}
+            />
+          )}
+          {!picture && !error && <span class="muted">{ready ? 'Loading…' : 'No batch captured yet.'}</span>}
+        </div>
+        {info && info.value_min != null && <ValuesCaption info={info} />}
+        {error?.key === key && <div class="error-text" data-testid="input-error">{error.message}</div>}
+        {info?.hint && (
+          <div class="hint-amber" data-testid="input-hint">
+            {info.hint}
+          </div>
+        )}
+        <SampleField snapshot={snapshot} n={n} sample={sample} />
+        <ProbeControls
+          shape={shape}
+          info={info ?? null}
+          choice={probe.choice}
+          setChoice={probe.setChoice}
+          error={probe.error}
+          setError={probe.setError}
+        />
+        {snapshot?.budget?.trimmed && (
+          <div class="hint-amber" data-testid="budget-note" title="StartOptions().snapshot_budget(bytes) raises it">
+            {snapshot.budget.note}
+          </div>
+        )}
+        {snapshot && (
+          <div class="input-meta mono" data-testid="snapshot-position">
+            snapshot #{snapshot.sequence} · {snapshot.position.text}
+          </div>
+        )}
+      </div>
+    </div>
+  );
+}
+
+// The picture of input `input`, sample `sample` of snapshot `sequence`, asked
+// for again whenever `key` (all of those and the connection's generation)
+// changes; kept until the next one is decoded, so it never flickers.
+function useInputPicture(key: string, ready: boolean, input: number, sample: number, sequence: number) {
+  const [picture, setPicture] = useState<Picture | null>(null);
+  const [error, setError] = useState<{ key: string; message: string } | null>(null);
   useEffect(() => {
     if (!ready || picture?.key === key) return;
     let cancelled = false;
@@ -93,13 +157,15 @@ export function InputPane() {
       cancelled = true;
     };
   }, [key, ready]);
+  return { picture, error };
+}
 
-  const shape = inputs[input]?.shape ?? [];
-  const info = picture?.info;
-  const ratio = info ? info.width / info.height : aspect(shape);
-
-  // A click on the picture sets the value under it (the picture fills its
-  // frame: the frame takes the picture's aspect ratio).
+// The probe's perturbation choice, and a click on the picture setting the
+// value under it (the picture fills its frame: the frame takes the picture's
+// aspect ratio).
+function usePerturbation(shape: number[], info: InputInfo | null, sample: number, inputName: string | undefined) {
+  const [choice, setChoice] = useState<PerturbChoice>(NO_PERTURB);
+  const [error, setError] = useState<string | null>(null);
   const perturbAt = (e: MouseEvent) => {
     const img = e.currentTarget as HTMLImageElement;
     const box = img.getBoundingClientRect();
@@ -110,104 +176,62 @@ export function InputPane() {
       (e.clientY - box.top) / box.height,
       info?.layout === 'strip',
     );
-    const values = perturbValues(choice, valueControl(shape, info ?? null), info ?? null);
-    setProbeError(null);
-    addPerturbation({ index, values, sample, input_name: inputs[input]?.name }).catch((err: unknown) =>
-      setProbeError(err instanceof Error ? err.message : String(err)),
+    const values = perturbValues(choice, valueControl(shape, info), info);
+    setError(null);
+    addPerturbation({ index, values, sample, input_name: inputName }).catch((err: unknown) =>
+      setError(err instanceof Error ? err.message : String(err)),
     );
   };
+  return { choice, setChoice, error, setError, perturbAt };
+}
 
+// Which input of a multi-input model the pane shows.
+function InputSelect({ inputs, input }: { inputs: InputEntry[]; input: number }) {
   return (
-    <div class="pane input-pane">
-      <div class="pane-toolbar">
-        <span class="pane-title pane-title-input">Input</span>
-        <span class="muted mono">{shape.length ? `[${shape.join(', ')}]` : ''}</span>
-      </div>
-      <div class="input-body" data-tour="input">
-        {inputs.length > 1 && (
-          <label class="field">
-            <span>Input</span>
-            <select
-              data-testid="input-select"
-              value={String(input)}
-              onChange={(e) => store.set({ input: Number(e.currentTarget.value) })}
-            >
-              {inputs.map((x, i) => (
-                <option key={x.name} value={String(i)}>
-                  {x.name}
-                </option>
-              ))}
-            </select>
-          </label>
-        )}
-        <div
-          class={`input-frame ${info?.layout === 'strip' ? 'is-strip' : info?.layout === 'values' ? 'is-values' : ''}`}
-          style={{ aspectRatio: String(ratio) }}
-        >
-          {picture && (
-            <img
-              data-testid="input-image"
-              data-sample={picture.info.sample}
-              class={choice.on ? 'perturbing' : undefined}
-              src={picture.url}
-              alt={`input ${picture.info.name}, sample ${picture.info.sample}`}
-              draggable={false}
-              onClick={choice.on && info?.layout !== 'values' ? perturbAt : undefined}
-            />
-          )}
-          {!picture && !error && <span class="muted">{ready ? 'Loading…' : 'No batch captured yet.'}</span>}
-        </div>
-        {info && info.value_min != null && <ValuesCaption info={info} />}
-        {error?.key === key && <div class="error-text" data-testid="input-error">{error.message}</div>}
-        {info?.hint && (
-          <div class="hint-amber" data-testid="input-hint">
-            {info.hint}
-          </div>
-        )}
-        <label class="field">
-          <span>
-            Select sample in batch ({snapshot?.budget?.trimmed ? `${n} of ${snapshot.batch_size} kept` : n}):
-          </span>
-          <input
-            type="number"
-            data-testid="sample-input"
-            min={0}
-            max={Math.max(0, n - 1)}
-            step={1}
-            value={sample}
-            disabled={n === 0}
-            onInput={(e) => {
-              const field = e.currentTarget;
-              if (Number.isNaN(field.valueAsNumber)) return;
-              setSample(field.valueAsNumber);
-              const clamped = store.get().sample;
-              if (clamped !== field.valueAsNumber) field.value = String(clamped);
-            }}
-            onBlur={(e) => {
-              // Shows the clamped value if the typed one was out of range.
-              e.currentTarget.value = String(store.get().sample);
-            }}
-          />
-        </label>
-        <ProbeControls
-          shape={shape}
-          info={info ?? null}
-          choice={choice}
-          setChoice={setChoice}
-          error={probeError}
-          setError={setProbeError}
-        />
-        {snapshot?.budget?.trimmed && (
-          <div class="hint-amber" data-testid="budget-note" title="StartOptions().snapshot_budget(bytes) raises it">
-            {snapshot.budget.note}
-          </div>
-        )}
-        {snapshot && (
-          <div class="input-meta mono" data-testid="snapshot-position">
-            snapshot #{snapshot.sequence} · {snapshot.position.text}
-          </div>
-        )}
-      </div>
-    </div>
+    <label class="field">
+      <span>Input</span>
+      <select
+        data-testid="input-select"
+        value={String(input)}
+        onChange={(e) => store.set({ input: Number(e.currentTarget.value) })}
+      >
+        {inputs.map((x, i) => (
+          <option key={x.name} value={String(i)}>
+            {x.name}
+          </option>
+        ))}
+      </select>
+    </label>
+  );
+}
+
+// The sample every strip on the page shows (clamped to the batch).
+function SampleField({ snapshot, n, sample }: { snapshot: Snapshot | null; n: number; sample: number }) {
+  return (
+    <label class="field">
+      <span>
+        Select sample in batch ({snapshot?.budget?.trimmed ? `${n} of ${snapshot.batch_size} kept` : n}):
+      </span>
+      <input
+        type="number"
+        data-testid="sample-input"
+        min={0}
+        max={Math.max(0, n - 1)}
+        step={1}
+        value={sample}
+        disabled={n === 0}
+        onInput={(e) => {
+          const field = e.currentTarget;
+          if (Number.isNaN(field.valueAsNumber)) return;
+          setSample(field.valueAsNumber);
+          const clamped = store.get().sample;
+          if (clamped !== field.valueAsNumber) field.value = String(clamped);
+        }}
+        onBlur={(e) => {
+          // Shows the clamped value if the typed one was out of range.
+          e.currentTarget.value = String(store.get().sample);
+        }}
+      />
+    </label>
   );
 }

@@ -90,20 +90,15 @@ const MODES: { mode: ProbeMode; label: string; title: string }[] = [
   { mode: 'train', label: 'Train', title: 'Re-run the batch with the model in train mode (batch statistics, dropout)' },
 ];
 
-export function ProbeControls({ shape, info, choice, setChoice, error, setError }: Props) {
-  const probe = useSelector(store, (s) => s.status?.probe ?? null);
-  const paused = useSelector(store, (s) => s.status?.state === 'paused');
-  const hasBatch = useSelector(store, (s) => s.sequence > 0);
-  const status = useSelector(store, (s) => s.status);
-  // The pin or mode as the user set it, shown until the pushed status has
-  // it: a push re-rendering the pane before the command's answer (or the
-  // answer before the push) must not flip the switch back.
+// The probe's switches as the user set them, until the server shows them:
+// `act` sends a command, and `wanted` is the pin or mode it asked for, shown
+// until the pushed status has it (a push re-rendering the pane before the
+// command's answer, or the answer before the push, must not flip the switch back).
+function useProbeAction(status: Status | null, setError: (message: string | null) => void) {
   const [wanted, setWanted] = useState<Wanted | null>(null);
   useEffect(() => {
     if (wanted?.answered && status !== wanted.answered) setWanted(null);
   }, [status, wanted]);
-  // Probes change what every visitor of a locked session sees: refused there.
-  if (!probe || status?.locked) return null;
 
   const act = (f: () => Promise<ProbeStatus>, want: Omit<Wanted, 'answered'> | null = null) => {
     setError(null);
@@ -123,9 +118,22 @@ export function ProbeControls({ shape, info, choice, setChoice, error, setError 
       },
     );
   };
+  return { wanted, act };
+}
+
+type Act = ReturnType<typeof useProbeAction>['act'];
+
+export function ProbeControls({ shape, info, choice, setChoice, error, setError }: Props) {
+  const probe = useSelector(store, (s) => s.status?.probe ?? null);
+  const paused = useSelector(store, (s) => s.status?.state === 'paused');
+  const hasBatch = useSelector(store, (s) => s.sequence > 0);
+  const status = useSelector(store, (s) => s.status);
+  const { wanted, act } = useProbeAction(status, setError);
+  // Probes change what every visitor of a locked session sees: refused there.
+  if (!probe || status?.locked) return null;
+
   const pinned = wanted?.pinned ?? probe.pinned;
   const mode = wanted?.mode ?? probe.mode;
-  const control = valueControl(shape, info);
   const count = probe.perturbations.length;
   const shownError = error ?? probe.error ?? null;
 
@@ -167,52 +175,7 @@ export function ProbeControls({ shape, info, choice, setChoice, error, setError 
           ))}
         </div>
       </div>
-      <div class="probe-row">
-        <label class="switch" title="Click the input to set values there">
-          <input
-            type="checkbox"
-            data-testid="probe-perturb"
-            checked={choice.on}
-            disabled={!paused && !choice.on}
-            onChange={(e) => {
-              const on = e.currentTarget.checked;
-              setChoice({ ...choice, on });
-              // Switching perturb off clears the edits.
-              if (!on && count > 0) act(clearPerturbations);
-            }}
-          />
-          <span>Click to perturb</span>
-        </label>
-        {choice.on && control.kind === 'colour' && (
-          <input
-            type="color"
-            data-testid="probe-colour"
-            value={choice.colour}
-            title="The colour a click paints"
-            onInput={(e) => setChoice({ ...choice, colour: e.currentTarget.value })}
-          />
-        )}
-        {choice.on &&
-          control.kind === 'numbers' &&
-          Array.from({ length: control.channels }, (_, c) => (
-            <input
-              key={c}
-              type="number"
-              class="probe-value"
-              data-testid={`probe-value-${c}`}
-              step="any"
-              value={choice.values[c] ?? 0}
-              title={control.channels > 1 ? `Channel ${c}` : shape.length === 4 ? 'Every channel' : 'The value'}
-              onInput={(e) => {
-                const v = e.currentTarget.valueAsNumber;
-                if (Number.isNaN(v)) return;
-                const values = Array.from({ length: control.channels }, (_, i) => choice.values[i] ?? 0);
-                values[c] = v;
-                setChoice({ ...choice, values });
-              }}
-            />
-          ))}
-      </div>
+      <PerturbRow shape={shape} info={info} choice={choice} setChoice={setChoice} paused={paused} count={count} act={act} />
       {count > 0 && (
         <div class="probe-row">
           <span data-testid="probe-count">
@@ -236,6 +199,67 @@ export function ProbeControls({ shape, info, choice, setChoice, error, setError 
           {shownError}
         </div>
       )}
+    </div>
+  );
+}
+
+// Click to perturb, and what a click sets: a colour or a number per channel.
+function PerturbRow({
+  shape,
+  info,
+  choice,
+  setChoice,
+  paused,
+  count,
+  act,
+}: Pick<Props, 'shape' | 'info' | 'choice' | 'setChoice'> & { paused: boolean; count: number; act: Act }) {
+  const control = valueControl(shape, info);
+  return (
+    <div class="probe-row">
+      <label class="switch" title="Click the input to set values there">
+        <input
+          type="checkbox"
+          data-testid="probe-perturb"
+          checked={choice.on}
+          disabled={!paused && !choice.on}
+          onChange={(e) => {
+            const on = e.currentTarget.checked;
+            setChoice({ ...choice, on });
+            // Switching perturb off clears the edits.
+            if (!on && count > 0) act(clearPerturbations);
+          }}
+        />
+        <span>Click to perturb</span>
+      </label>
+      {choice.on && control.kind === 'colour' && (
+        <input
+          type="color"
+          data-testid="probe-colour"
+          value={choice.colour}
+          title="The colour a click paints"
+          onInput={(e) => setChoice({ ...choice, colour: e.currentTarget.value })}
+        />
+      )}
+      {choice.on &&
+        control.kind === 'numbers' &&
+        Array.from({ length: control.channels }, (_, c) => (
+          <input
+            key={c}
+            type="number"
+            class="probe-value"
+            data-testid={`probe-value-${c}`}
+            step="any"
+            value={choice.values[c] ?? 0}
+            title={control.channels > 1 ? `Channel ${c}` : shape.length === 4 ? 'Every channel' : 'The value'}
+            onInput={(e) => {
+              const v = e.currentTarget.valueAsNumber;
+              if (Number.isNaN(v)) return;
+              const values = Array.from({ length: control.channels }, (_, i) => choice.values[i] ?? 0);
+              values[c] = v;
+              setChoice({ ...choice, values });
+            }}
+          />
+        ))}
     </div>
   );
 }

@@ -60,38 +60,7 @@ export function TopBar({ page }: { page: Page }) {
           locked — training controls disabled
         </span>
       ) : (
-      <div class="controls" role="toolbar" aria-label="Training controls" data-tour="step-controls">
-        <button class="btn btn-run" data-testid="run" disabled={!c.run} onClick={run} title="Run to the end of training">
-          <svg viewBox="0 0 24 24" width="14" height="14" aria-hidden="true">
-            <path fill="currentColor" d="M7 4.5v15l12-7.5z" />
-          </svg>
-          Run
-        </button>
-        <StepButton enabled={c.step} onStep={stepBy} />
-        <button class="btn btn-pause" data-testid="pause" disabled={!c.pause} onClick={pause} title="Pause at the next batch">
-          <svg viewBox="0 0 24 24" width="14" height="14" aria-hidden="true">
-            <rect fill="currentColor" x="6" y="5" width="4" height="14" rx="1" />
-            <rect fill="currentColor" x="14" y="5" width="4" height="14" rx="1" />
-          </svg>
-          Pause
-        </button>
-        <button
-          class="btn btn-quiet"
-          data-testid="detach"
-          disabled={!c.detach}
-          onClick={detach}
-          title="Train to the end without pausing or capturing again; the UI stays live"
-        >
-          Detach
-        </button>
-        <span class="tooltip-wrap" title={ttReason} data-testid="time-travel-wrap">
-          <button class="btn btn-tt" data-testid="time-travel" disabled={!tt?.available}
-            onClick={() => store.set({ timeTravelOpen: true })}
-            aria-label={`Time Travel: ${ttReason}`}>
-            Time Travel
-          </button>
-        </span>
-      </div>
+        <RunControls c={c} status={status} ttReason={ttReason} />
       )}
       <div class="where">
         <StateDot status={status} />
@@ -107,20 +76,7 @@ export function TopBar({ page }: { page: Page }) {
         )}
       </div>
       <div class="toolbar-spacer" />
-      {!status?.locked && (
-      <button
-        class="btn btn-quiet"
-        data-testid="refresh"
-        disabled={!c.refresh}
-        onClick={refresh}
-        title={c.refresh ? 'Capture the next batch now, without pausing' : 'Refresh captures a batch while training runs'}
-      >
-        <svg viewBox="0 0 24 24" width="14" height="14" aria-hidden="true">
-          <path fill="currentColor" d="M17.65 6.35A7.96 7.96 0 0 0 12 4a8 8 0 1 0 7.74 10h-2.08A6 6 0 1 1 12 6c1.66 0 3.14.69 4.22 1.78L13 11h7V4l-2.35 2.35z" />
-        </svg>
-        Refresh
-      </button>
-      )}
+      {!status?.locked && <RefreshButton enabled={c.refresh} />}
       {page === 'main' ? (
         <a class="btn btn-quiet" data-testid="stats-link" data-tour="stats-link" href={pageHref('stats')} title="Statistics over time: histograms and graphs by epoch">
           Stats
@@ -132,21 +88,7 @@ export function TopBar({ page }: { page: Page }) {
       )}
       <ConnectionIndicator connection={connection} />
       <SettingsGear status={status} />
-      <button
-        class="icon-button share-button"
-        data-testid="share"
-        data-tour="share"
-        onClick={openShare}
-        title="Share a link to this page, the playground, a recording or the library"
-        aria-label="Share"
-      >
-        <svg viewBox="0 0 24 24" width="17" height="17" aria-hidden="true">
-          <path
-            fill="currentColor"
-            d="M18 16.1c-.8 0-1.5.3-2 .8l-7.1-4.2c.1-.2.1-.5.1-.7s0-.5-.1-.7L16 7.2c.5.5 1.2.8 2 .8a3 3 0 1 0-3-3c0 .2 0 .5.1.7L8 9.8A3 3 0 0 0 3 12a3 3 0 0 0 5 2.2l7.1 4.2c-.1.2-.1.4-.1.6a2.9 2.9 0 1 0 3-2.9z"
-          />
-        </svg>
-      </button>
+      <ShareButton />
       <button
         class="icon-button tour-button"
         data-testid="tour-replay"
@@ -158,6 +100,83 @@ export function TopBar({ page }: { page: Page }) {
         ?
       </button>
     </header>
+  );
+}
+
+// Run, Step, Pause, Detach and Time Travel.
+function RunControls({ c, status, ttReason }: { c: Controls; status: Status | null; ttReason: string }) {
+  const tt = status?.time_travel;
+  return (
+    <div class="controls" role="toolbar" aria-label="Training controls" data-tour="step-controls">
+      <button class="btn btn-run" data-testid="run" disabled={!c.run} onClick={run} title="Run to the end of training">
+        <svg viewBox="0 0 24 24" width="14" height="14" aria-hidden="true">
+          <path fill="currentColor" d="M7 4.5v15l12-7.5z" />
+        </svg>
+        Run
+      </button>
+      <StepButton enabled={c.step} onStep={stepBy} />
+      <button class="btn btn-pause" data-testid="pause" disabled={!c.pause} onClick={pause} title="Pause at the next batch">
+        <svg viewBox="0 0 24 24" width="14" height="14" aria-hidden="true">
+          <rect fill="currentColor" x="6" y="5" width="4" height="14" rx="1" />
+          <rect fill="currentColor" x="14" y="5" width="4" height="14" rx="1" />
+        </svg>
+        Pause
+      </button>
+      <button
+        class="btn btn-quiet"
+        data-testid="detach"
+        disabled={!c.detach}
+        onClick={detach}
+        title="Train to the end without pausing or capturing again; the UI stays live"
+      >
+        Detach
+      </button>
+      <span class="tooltip-wrap" title={ttReason} data-testid="time-travel-wrap">
+        <button class="btn btn-tt" data-testid="time-travel" disabled={!tt?.available}
+          onClick={() => store.set({ timeTravelOpen: true })}
+          aria-label={`Time Travel: ${ttReason}`}>
+          Time Travel
+        </button>
+      </span>
+    </div>
+  );
+}
+
+// Capture the next batch while training runs.
+function RefreshButton({ enabled }: { enabled: boolean }) {
+  return (
+    <button
+      class="btn btn-quiet"
+      data-testid="refresh"
+      disabled={!enabled}
+      onClick={refresh}
+      title={enabled ? 'Capture the next batch now, without pausing' : 'Refresh captures a batch while training runs'}
+    >
+      <svg viewBox="0 0 24 24" width="14" height="14" aria-hidden="true">
+        <path fill="currentColor" d="M17.65 6.35A7.96 7.96 0 0 0 12 4a8 8 0 1 0 7.74 10h-2.08A6 6 0 1 1 12 6c1.66 0 3.14.69 4.22 1.78L13 11h7V4l-2.35 2.35z" />
+      </svg>
+      Refresh
+    </button>
+  );
+}
+
+function ShareButton() {
+  return (
+    <button
+      class="icon-button share-button"
+      data-testid="share"
+      data-tour="share"
+      onClick={openShare}
+      title="Share a link to this page, the playground, a recording or the library"
+      aria-label="Share"
+    >
+      <svg viewBox="0 0 24 24" width="17" height="17" aria-hidden="true">
+        <path
+          fill="currentColor"
+          d="M18 16.1c-.8 0-1.5.3-2 .8l-7.1-4.2c.1-.2.1-.5.1-.7s0-.5-.1-.7L16 7.2c.5.5 1.2.8 2 .8a3 3 0 1 0-3-3c0 .2 0 .5.1.7L8 9.8A3 3 0 0 0 3 12a3 3 0 0 0 5 2.2l7.1 4.2c-.1.2-.1.4-.1.6a2.9 2.9 0 1 0 3-2.9z"
+        />
+      </svg>
+    </button>
   );
 }
 
