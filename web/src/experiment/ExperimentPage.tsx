@@ -27,7 +27,7 @@ function statusText(r: ExperimentResult | null, kind: ExperimentKind | undefined
   switch (r.stage) {
     case 'queued':
       return r.queued_ahead ? `Queued behind ${r.queued_ahead} experiment${r.queued_ahead === 1 ? '' : 's'}.`
-        : paused ? 'Starting…' : 'Runs at the next live update; Stop or Step Batch runs it now.';
+        : paused ? 'Starting…' : 'Runs at the next live update; Pause or Step runs it now.';
     case 'running':
       return `${title} — running${progress}${objective}`;
     case 'done':
