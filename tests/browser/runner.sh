@@ -9,12 +9,13 @@
 cleanup_paths=()
 
 browser_runner() {
-  local tag=$1
+  # Global: fail() is called after this function returned too.
+  browser_tag=$1
   local build=${NANSENSE_BUILD_DIR:-build}
   demo=$build/examples/fashion_mnist/fashion_mnist_demo
   chromium=${CHROMIUM:-/usr/bin/chromium}
   fail() {
-    echo "FAIL $tag: $*"
+    echo "FAIL $browser_tag: $*"
     exit 1
   }
   [[ -x $demo ]] || fail "$demo not built"
