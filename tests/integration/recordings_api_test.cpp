@@ -86,7 +86,9 @@ TEST_F(RecordingsApiTest, EachViewRecordsAnH264VideoOfItsUpdates) {
   for (const auto& v : views) {
     auto r = post("/api/recordings/start", v);
     ASSERT_EQ(r.status, 200) << v.dump() << " " << r.body;
-    EXPECT_EQ(r.json()["frames"], 0) << "the first frame is queued, not yet counted as written";
+    // The first frame is queued with the start; the encoder thread may
+    // have written it before the reply.
+    EXPECT_LE(r.json()["frames"].get<int64_t>(), 1) << v.dump();
   }
   json listed = get("/api/recordings").json();
   EXPECT_EQ(listed["frame_rate"], 10);
