@@ -637,6 +637,9 @@ class Engine {
     py::gil_scoped_release release;
     return core_->begin_moment_replay(path, /*set_inputs=*/false);
   }
+  // The train/eval flag the frozen batch ran with, as begin_moment_replay
+  // restored it onto the mirror: the Python model must follow it itself.
+  bool model_training() const { return mirror_->is_training(); }
   void end_moment_replay() {
     py::gil_scoped_release release;
     core_->end_moment_replay();
@@ -991,6 +994,7 @@ PYBIND11_MODULE(_nansense, m) {
       .def("locked", &Engine::locked)
       .def("park", &Engine::park)
       .def("begin_moment_replay", &Engine::begin_moment_replay)
+      .def("model_training", &Engine::model_training)
       .def("end_moment_replay", &Engine::end_moment_replay)
       .def("abandon_moment_replay", &Engine::abandon_moment_replay)
       .def("step_batch", &Engine::step_batch)

@@ -892,8 +892,9 @@ def load_moment(
 
     model must be a fresh instance of the architecture the moment was frozen
     from (parameter names and shapes are checked against the file, and the
-    layers the replay discovers against the frozen ones); the frozen weights
-    and buffers are loaded into it. replay(model, batch) is the training
+    layers the replay discovers against the frozen ones); the frozen weights,
+    buffers and train/eval flag are loaded into it (a moment frozen during
+    validation loads in eval mode). replay(model, batch) is the training
     step's forward in miniature, returning the loss, e.g.
     ``lambda m, batch: criterion(m(batch[0]), batch[1])``; batch is the
     stored item's tensors in order. It runs once, here, to regenerate the
@@ -911,6 +912,10 @@ def load_moment(
     session = Session(model, engine, None, None)
     session._driven = True
     item = engine.begin_moment_replay(os.fspath(path))
+    # The engine restored the frozen train/eval flag onto its mirror only;
+    # dropout and batch norm in the replay (and in every later probe or
+    # experiment) must run as they did when the moment was frozen.
+    model.train(engine.model_training())
     hooks = session._watch_module_calls()
     try:
         loss = replay(model, tuple(item))

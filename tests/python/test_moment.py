@@ -116,3 +116,72 @@ def test_damaged_and_foreign_moments_raise_moment_error(tmp_path):
     other = torch.nn.Sequential(torch.nn.Linear(3, 3))
     with pytest.raises(nansense.MomentError):
         nansense.load_moment(other, path, replay=lambda m, b: m(b[0]).sum())
+
+
+class DropoutNet(torch.nn.Module):
+    """Dropout between two layers: its output depends on the train/eval flag."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(144, 32)
+        self.drop = torch.nn.Dropout(0.5)
+        self.fc2 = torch.nn.Linear(32, 10)
+
+    def forward(self, x):
+        return self.fc2(self.drop(torch.relu(self.fc1(x.flatten(1)))))
+
+
+def train_and_validate(session, model, optimizer, train_loader, val_loader):
+    for _ in range(2):
+        model.train()
+        for x, y in session.batches(train_loader, phase="train"):
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            optimizer.step()
+        model.eval()
+        with torch.no_grad():
+            for x, y in session.batches(val_loader, phase="val"):
+                F.cross_entropy(model(x), y)
+    session.close()
+
+
+def dropout_run(**start):
+    torch.manual_seed(0)
+    model = DropoutNet()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    session = nansense.start(model, optimizer=optimizer, epochs=2, phases={"train": 4, "val": 2}, **start)
+    loaders = (make_loader(make_data(32), shuffle=False), make_loader(make_data(16, seed=1), shuffle=False))
+    return session, lambda: train_and_validate(session, model, optimizer, *loaders)
+
+
+@pytest.mark.parametrize("phase,training", [("val", False), ("train", True)])
+def test_a_loaded_moment_keeps_the_train_eval_flag_it_was_frozen_with(tmp_path, phase, training):
+    path = tmp_path / f"{phase}.moment"
+    session, run = dropout_run()
+    session.freeze_moment(path, phase=phase, epoch=1, batch_idx=1)
+    session.detach()
+    run()
+    assert path.exists()
+
+    live, run = dropout_run(port=0, open_browser=False)
+    live.run_until(phase=phase, epoch=1, batch_idx=1)
+    thread = TrainingThread(run)
+    assert live.wait_until_stopped(60) == nansense.RunState.PAUSED
+    expected = live.snapshot
+    live.detach()
+    thread.join()
+
+    # A fresh model in the opposite mode: load_moment must set the frozen one.
+    fresh = DropoutNet().train(not training)
+    torch.manual_seed(7)
+    loaded = nansense.load_moment(fresh, path, replay=replay)
+    assert fresh.training is training
+    assert all(m.training is training for m in fresh.modules())
+    got = loaded.snapshot
+    assert (got.position.phase, got.position.batch_idx) == (phase, 1)
+    assert set(got.activations) == set(expected.activations)
+    # In train mode dropout draws its mask from the RNG the batch began with,
+    # which the moment restores, so even its layers agree.
+    for layer, t in expected.activations.items():
+        assert torch.equal(got.activations[layer], t), layer
+    loaded.close()
