@@ -30,20 +30,24 @@ class AutoRuns {
     std::string layer;
     common::json params;  // as the tab sent them (resolved again at each run)
     Clock::time_point renewed;
+    // A recording's (server/controller/recorder.h): never expires, and runs
+    // at each snapshot whether or not auto-run is on, until removed.
+    bool pinned = false;
   };
 
   // Registers or renews `tab`'s experiment at `now`. True when it is new or
   // differs from the tab's previous one (then it should run at once); a
   // heartbeat with the same experiment only renews it.
   bool put(const std::string& tab, const std::string& kind, const std::string& layer, const common::json& params,
-           Clock::time_point now);
+           Clock::time_point now, bool pinned = false);
   // Forgets `tab`'s entry (the page closed or turned auto-run off); false
   // when there was none.
   bool remove(const std::string& tab);
-  // Drops every entry last renewed more than kTtl before `now`; returns the
-  // tabs dropped.
+  // Drops every entry but the pinned last renewed more than kTtl before
+  // `now`; returns the tabs dropped.
   std::vector<std::string> expire(Clock::time_point now);
   const std::vector<Entry>& entries() const { return entries_; }
+  bool any_pinned() const;
 
  private:
   std::vector<Entry> entries_;  // in registration order: re-runs queue in that order

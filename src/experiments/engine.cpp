@@ -201,7 +201,7 @@ Engine::Submitted Engine::submit(const std::string& kind_name, const std::string
 }
 
 Engine::Submitted Engine::set_auto(const std::string& tab, const std::string& kind_name, const std::string& layer,
-                                   const json& params, Clock::time_point now) {
+                                   const json& params, Clock::time_point now, bool pinned) {
   using Kind = common::Refusal::Kind;
   if (tab.empty())
     throw Refusal(Kind::kInvalidArgument, "an auto experiment needs a tab: a name for the page that renews it");
@@ -214,7 +214,7 @@ Engine::Submitted Engine::set_auto(const std::string& tab, const std::string& ki
     std::lock_guard lock(mu_);
     if (closed_) throw Refusal(Kind::kConflict, "the session has closed: experiments run on a live training loop");
     auto_runs_.expire(now);
-    const bool changed = auto_runs_.put(tab, kind_name, layer, params, now);
+    const bool changed = auto_runs_.put(tab, kind_name, layer, params, now, pinned);
     if (changed && paused) {
       dropped = drop_queued_of(tab);
       out = enqueue(Request{0, kind_name, layer, checked.resolved.params, tab});
@@ -247,13 +247,29 @@ std::vector<AutoRuns::Entry> Engine::auto_entries(Clock::time_point now) {
   return auto_runs_.entries();
 }
 
+bool Engine::runs_at_updates() const {
+  std::lock_guard lock(mu_);
+  return auto_run_ || auto_runs_.any_pinned();
+}
+
+std::shared_ptr<const Result> Engine::latest_finished(const std::function<bool(const Result&)>& which) const {
+  std::lock_guard lock(mu_);
+  for (auto it = results_.rbegin(); it != results_.rend(); ++it) {
+    if (it->second->finished() && which(*it->second)) return it->second;
+  }
+  return nullptr;
+}
+
 int Engine::snapshot_published(Clock::time_point now) {
   std::vector<AutoRuns::Entry> entries;
   {
     std::lock_guard lock(mu_);
     auto_runs_.expire(now);
-    if (!auto_run_ || closed_) return 0;
-    entries = auto_runs_.entries();
+    if (closed_) return 0;
+    for (const auto& e : auto_runs_.entries()) {
+      if (auto_run_ || e.pinned) entries.push_back(e);
+    }
+    if (entries.empty()) return 0;
   }
   int queued = 0;
   std::vector<Result> published;

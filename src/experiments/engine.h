@@ -120,17 +120,26 @@ class Engine {
   // submit() checks a request (but accepted while the loop runs). A new or
   // changed one runs at once when the loop is paused (its seq in the reply;
   // 0 when it waits for the next snapshot).
+  // `pinned`: a recording's (AutoRuns::Entry::pinned), kept until
+  // clear_auto and run at each snapshot even with auto-run off.
   Submitted set_auto(const std::string& tab, const std::string& kind, const std::string& layer, const json& params,
-                     Clock::time_point now);
+                     Clock::time_point now, bool pinned = false);
   // Forgets `tab`'s auto experiment; false when it had none.
   bool clear_auto(const std::string& tab);
   // The registered auto experiments still renewed at `now` (older ones are
   // dropped first).
   std::vector<AutoRuns::Entry> auto_entries(Clock::time_point now);
+  // Whether live updates run experiments: auto-run on, or a pinned auto
+  // experiment registered (the training thread drains the queue then).
+  bool runs_at_updates() const;
+  // The newest finished result still kept that `which` accepts (nullptr
+  // when none).
+  std::shared_ptr<const Result> latest_finished(const std::function<bool(const Result&)>& which) const;
   // Training thread, right after a snapshot is published: drops expired
-  // entries and, while auto-run is on, queues each tab's experiment (a tab's
-  // own request still queued gives way to the new one; other tabs' requests
-  // and any running one are untouched). Returns how many it queued.
+  // entries and, while auto-run is on, queues each tab's experiment (the
+  // pinned ones whether or not it is on; a tab's own request still queued
+  // gives way to the new one; other tabs' requests and any running one are
+  // untouched). Returns how many it queued.
   int snapshot_published(Clock::time_point now);
 
   // --- a change feed for the push channel ---

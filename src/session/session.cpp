@@ -300,9 +300,9 @@ bool SessionCore::finish_batch(bool can_repeat) {
   // An active probe re-runs on every captured batch (before the pause shows it).
   if (decision_.capture) probes_->snapshot_published();
   if (decision_.capture) experiments_->snapshot_published(experiments::Engine::Clock::now());
-  // Auto-run: queued experiments run at each live update (in a pause, the
-  // pause runs them).
-  if (decision_.capture && !decision_.pause_after && experiments_->auto_run() && experiments_->pending()) {
+  // Auto-run (or a recording's pinned auto experiment): queued experiments
+  // run at each live update (in a pause, the pause runs them).
+  if (decision_.capture && !decision_.pause_after && experiments_->runs_at_updates() && experiments_->pending()) {
     experiments_->drain();
   }
   // After the loop's optimizer step: the parameter sample's update ratio.

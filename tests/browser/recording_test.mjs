@@ -59,6 +59,8 @@ async function main() {
 
   await check("while the view records, the controls that would change it are frozen and say why", async () => {
     await byTestId('update-frequency-frozen').waitFor({ timeout: h.uiTimeoutMs });
+    // The server's words (status.frozen): the recording's key and how to release it.
+    await expectText('update-frequency-frozen', /the update frequency is frozen while "main" records.*stop_recording key "main"/i);
     // Disabled through its fieldset: :disabled, not the element's own attribute.
     await page.locator('[data-testid="update-n"]:disabled').waitFor({ timeout: h.uiTimeoutMs });
     await h.expectEnabled('average-toggle', false);
@@ -115,8 +117,16 @@ async function main() {
     await closeGear();
   });
 
-  await check('a page with nothing recordable says so', async () => {
+  await check("the Experiment page's view is its form's experiment", async () => {
     await page.goto(`${new URL(base).origin}/experiment`);
+    await openGear();
+    await expectText('recording-view', /^\s*Experiment: \S+ of \S/);
+    await byTestId('recording-start').waitFor({ timeout: h.uiTimeoutMs });
+    await closeGear();
+  });
+
+  await check('a page with nothing recordable says so', async () => {
+    await page.goto(`${new URL(base).origin}/stats?view=graphs`);
     await openGear();
     await expectText('recording-nothing', /not recordable/);
     await screenshot('nothing-recordable');

@@ -208,6 +208,199 @@ TEST_F(RecordingsApiTest, BadViewsAndKeysAreRefused) {
   EXPECT_FALSE(fs::exists(dir_ / "graph")) << "nothing written for a refused view";
 }
 
+// A 409 naming the recording's key and how to release it.
+void expect_frozen(const nansense::testing::Reply& r, const std::string& key, const std::string& argument) {
+  EXPECT_EQ(r.status, 409) << r.body;
+  const json body = json::parse(r.body, nullptr, false);
+  const std::string error = body.value("error", "");
+  EXPECT_NE(error.find("is frozen while \"" + key + "\" records"), std::string::npos) << error;
+  EXPECT_NE(error.find("Save & Finish (stop_recording key \"" + key + "\") or Delete (discard_recording)"),
+            std::string::npos)
+      << error;
+  EXPECT_EQ(body.value("argument", ""), argument) << error;
+}
+
+TEST_F(RecordingsApiTest, WhileHistogramsRecordTheSettingsTheyDrawAreFrozen) {
+  start_cnn();
+  wait_paused();
+  ASSERT_EQ(post("/api/recordings/start", {{"view", "histograms"}, {"layers", {"conv"}}}).status, 200);
+  const json frozen = get("/api/status").json()["frozen"];
+  for (const char* setting : {"update_frequency", "stats_scope", "watch_performance", "watched:conv"}) {
+    ASSERT_TRUE(frozen.contains(setting)) << setting << " " << frozen.dump();
+    EXPECT_NE(frozen[setting].get<std::string>().find("\"watch_histogram\""), std::string::npos) << frozen.dump();
+  }
+  EXPECT_FALSE(frozen.contains("watched:fc")) << "fc is not in the video";
+
+  const json scope = {{"scope", "all"}};
+  const json unwatch = {{"layers", {"conv"}}};
+  const json performance = {{"channel_limit", 8}};
+  const json frequency = {{"unit", "batch"}, {"n", 1}};
+  expect_frozen(post("/api/stats/scope", scope), "watch_histogram", "scope");
+  expect_frozen(post("/api/stats/unwatch", unwatch), "watch_histogram", "layers");
+  expect_frozen(post("/api/stats/performance", performance), "watch_histogram", "");
+  expect_frozen(post("/api/settings/update_frequency", frequency), "watch_histogram", "unit");
+  json settings = get("/api/settings").json();
+  EXPECT_EQ(settings["stats_scope"], "watched") << "a refused change changes nothing";
+  EXPECT_EQ(settings["watched_layers"], json::array({"conv", "fc"}));
+  EXPECT_EQ(settings["watch_performance"]["channel_limit"], 16);
+  EXPECT_EQ(settings["update_frequency"]["unit"], "seconds");
+
+  // What leaves the video as it is goes through: the current values again,
+  // a layer the video does not show.
+  EXPECT_EQ(post("/api/stats/scope", {{"scope", "watched"}}).status, 200);
+  EXPECT_EQ(post("/api/stats/performance", {{"channel_limit", 16}}).status, 200);
+  EXPECT_EQ(post("/api/settings/update_frequency", {{"unit", "seconds"}, {"n", 2}}).status, 200);
+  EXPECT_EQ(post("/api/stats/unwatch", {{"layers", {"fc"}}}).status, 200);
+
+  ASSERT_EQ(post("/api/recordings/stop", {{"key", "watch_histogram"}}).status, 200);
+  EXPECT_TRUE(get("/api/status").json()["frozen"].empty());
+  EXPECT_EQ(post("/api/stats/scope", scope).status, 200);
+  EXPECT_EQ(post("/api/stats/unwatch", unwatch).status, 200);
+  EXPECT_EQ(post("/api/stats/performance", performance).status, 200);
+  EXPECT_EQ(post("/api/settings/update_frequency", frequency).status, 200);
+  settings = get("/api/settings").json();
+  EXPECT_EQ(settings["stats_scope"], "all");
+  EXPECT_EQ(settings["watched_layers"], json::array());
+  EXPECT_EQ(settings["watch_performance"]["channel_limit"], 8);
+  EXPECT_EQ(settings["update_frequency"]["unit"], "batch");
+}
+
+TEST_F(RecordingsApiTest, WhilePatchesRecordTheirLayerKeepsItsPatches) {
+  start_cnn();
+  wait_paused();
+  step();  // a collected batch: the patches exist
+  ASSERT_EQ(post("/api/recordings/start", {{"view", "patches"}, {"layer", "conv"}}).status, 200);
+  expect_frozen(post("/api/stats/patch_layers", {{"layers", {"fc"}}}), "watch_minmax", "layers");
+  expect_frozen(post("/api/stats/performance", {{"samples_per_channel", 0}}), "watch_minmax", "");
+  expect_frozen(post("/api/stats/unwatch", {{"layers", {"conv"}}}), "watch_minmax", "layers");
+  EXPECT_EQ(get("/api/settings").json()["patch_layers"], nullptr);
+  // A list that keeps conv, and back to the watched layers (conv among them).
+  EXPECT_EQ(post("/api/stats/patch_layers", {{"layers", {"conv", "fc"}}}).status, 200);
+  EXPECT_EQ(post("/api/stats/patch_layers", json::object()).status, 200);
+  ASSERT_EQ(post("/api/recordings/discard", {{"key", "watch_minmax"}}).status, 200);
+  EXPECT_EQ(post("/api/stats/patch_layers", {{"layers", {"fc"}}}).status, 200);
+  EXPECT_EQ(get("/api/settings").json()["patch_layers"], json::array({"fc"}));
+  EXPECT_EQ(post("/api/stats/performance", {{"samples_per_channel", 0}}).status, 200);
+}
+
+TEST_F(RecordingsApiTest, WhileTheMainViewRecordsOnlyTheCadenceIsFrozen) {
+  start_cnn();
+  wait_paused();
+  ASSERT_EQ(post("/api/recordings/start", {{"view", "layers"}, {"layers", {"conv"}}}).status, 200);
+  EXPECT_EQ(get("/api/status").json()["frozen"].size(), 1u);
+  expect_frozen(post("/api/settings/update_frequency", {{"unit", "epoch"}, {"n", 1}}), "main", "unit");
+  // The strips come from every captured batch, watched or not.
+  EXPECT_EQ(post("/api/stats/unwatch", {{"layers", {"conv"}}}).status, 200);
+  EXPECT_EQ(post("/api/stats/scope", {{"scope", "none"}}).status, 200);
+
+  McpClient mcp(port_);
+  mcp.initialize();
+  json refused = mcp.tool("set_update_frequency", {{"unit", "epoch"}, {"n", 1}});
+  EXPECT_TRUE(refused.value("isError", false)) << refused.dump();
+  const std::string text = refused["content"][0]["text"];
+  EXPECT_NE(text.find("set_update_frequency refused: the update frequency is frozen while \"main\" records"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("stop_recording key \"main\""), std::string::npos) << text;
+  EXPECT_FALSE(mcp.tool("stop_recording", {{"key", "main"}}).value("isError", false));
+  json applied = mcp.tool("set_update_frequency", {{"unit", "epoch"}, {"n", 1}});
+  EXPECT_FALSE(applied.value("isError", false)) << applied.dump();
+  EXPECT_EQ(applied["structuredContent"]["update_frequency"]["unit"], "epoch");
+}
+
+// The tabs of the registered auto experiments.
+std::vector<std::string> auto_tabs(const json& experiments) {
+  std::vector<std::string> tabs;
+  for (const auto& e : experiments["auto_experiments"]) tabs.push_back(e["tab"]);
+  return tabs;
+}
+
+TEST_F(RecordingsApiTest, TheExperimentViewRecordsItsOwnRunAtEveryLiveUpdate) {
+  start_cnn();
+  wait_paused();
+  // Every batch a live update (frozen once the recording starts).
+  ASSERT_EQ(post("/api/settings/update_frequency", {{"unit", "batch"}, {"n", 1}}).status, 200);
+  EXPECT_FALSE(get("/api/experiments").json()["auto_run"]) << "the recording runs its experiment without auto-run";
+  auto r = post("/api/recordings/start", {{"view", "experiment"}, {"layer", "conv"}, {"kind", "gradcam"}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.json()["key"], "experiment:conv");
+  EXPECT_EQ(r.json()["label"], "Experiment: gradcam of conv");
+  EXPECT_EQ(r.json()["files"].size(), 1u) << "paused, its first run was drawn at once: " << r.body;
+  EXPECT_EQ(auto_tabs(get("/api/experiments").json()), std::vector<std::string>{"recording:experiment:conv"});
+  EXPECT_TRUE(get("/api/status").json()["frozen"].contains("update_frequency"));
+
+  step();
+  step();
+  // The rest of the run, live: each batch publishes, the pinned experiment
+  // re-runs on the training thread, the recorder draws its result; close()
+  // finishes the file.
+  post("/api/run", {{"detach", true}, {"timeout_seconds", 0}});
+  trainer_.join();
+  const json listed = get("/api/recordings").json();
+  EXPECT_TRUE(listed["recordings"].empty());
+  ASSERT_EQ(listed["saved"].size(), 1u) << listed.dump();
+  EXPECT_EQ(listed["saved"][0]["key"], "experiment:conv");
+  ASSERT_EQ(listed["saved"][0]["files"].size(), 1u) << listed.dump();
+  const std::string path = listed["saved"][0]["files"][0];
+  EXPECT_EQ(fs::path(path).filename().string().rfind("experiment_conv_ep000_train_b00000", 0), 0u)
+      << "named by its first frame, the paused batch 0: " << path;
+  const auto video = probe_mp4(path);
+  ASSERT_TRUE(video.opened) << video.error;
+  EXPECT_EQ(video.codec, "h264");
+  // The first run, one per step, then the live updates of the other batches
+  // (one drawn late is skipped): at least the first three.
+  EXPECT_GE(video.packets, 3);
+  EXPECT_LE(video.packets, 12);
+  EXPECT_EQ(video.decoded, video.packets);
+  EXPECT_NEAR(video.duration, video.packets / 10.0, 1e-6);
+  EXPECT_TRUE(auto_tabs(get("/api/experiments").json()).empty()) << "close() released the pinned experiment";
+}
+
+TEST_F(RecordingsApiTest, StoppingAnExperimentRecordingReleasesItsExperiment) {
+  start_cnn();
+  wait_paused();
+  const json view = {{"view", "experiment"}, {"layer", "conv"}, {"kind", "gradcam"}};
+  ASSERT_EQ(post("/api/recordings/start", view).status, 200);
+  step();
+  json stopped = post("/api/recordings/stop", {{"key", "experiment:conv"}}).json();
+  ASSERT_EQ(stopped["stopped"].size(), 1u);
+  EXPECT_EQ(stopped["stopped"][0]["error"], "");
+  EXPECT_EQ(stopped["stopped"][0]["frames"], 2) << "the first run and the step's";
+  EXPECT_TRUE(auto_tabs(get("/api/experiments").json()).empty());
+
+  // The last frame is the view as a snapshot draws it now.
+  const json saved = post("/api/recordings/snapshot", view).json();
+  ASSERT_EQ(saved["files"].size(), 1u) << saved.dump();
+  const auto png = nansense::render::decode_png(read_file(saved["files"][0]));
+  const auto video = probe_mp4(stopped["stopped"][0]["files"][0]["path"]);
+  ASSERT_TRUE(video.opened) << video.error;
+  EXPECT_EQ(video.packets, 2);
+  if (png.width <= video.width && png.height <= video.height) EXPECT_LT(frame_difference(video, png), 4.0);
+
+  // Delete releases it too, and removes the file.
+  json started = post("/api/recordings/start", view).json();
+  EXPECT_EQ(auto_tabs(get("/api/experiments").json()).size(), 1u);
+  json discarded = post("/api/recordings/discard", {{"key", "experiment:conv"}}).json();
+  ASSERT_EQ(discarded["discarded"].size(), 1u);
+  EXPECT_FALSE(fs::exists(started["files"][0]["path"].get<std::string>()));
+  EXPECT_TRUE(auto_tabs(get("/api/experiments").json()).empty());
+
+  // Refused: no kind, a strip kind, an unknown layer (and nothing pinned).
+  auto no_kind = post("/api/recordings/start", {{"view", "experiment"}, {"layer", "conv"}});
+  EXPECT_EQ(no_kind.status, 400);
+  EXPECT_EQ(no_kind.json()["argument"], "kind");
+  auto strip_kind = post("/api/recordings/start", {{"view", "experiment"}, {"layer", "conv"}, {"kind", "both"}});
+  EXPECT_EQ(strip_kind.status, 400);
+  EXPECT_EQ(strip_kind.json()["argument"], "kind");
+  auto layer_kind = post("/api/recordings/start", {{"view", "layers"}, {"layers", {"conv"}}, {"kind", "gradcam"}});
+  EXPECT_EQ(layer_kind.status, 400);
+  auto unknown = post("/api/recordings/start", {{"view", "experiment"}, {"layer", "nope"}, {"kind", "gradcam"}});
+  EXPECT_EQ(unknown.status / 100, 4) << unknown.body;
+  EXPECT_NE(unknown.body.find("nope"), std::string::npos) << unknown.body;
+  EXPECT_TRUE(auto_tabs(get("/api/experiments").json()).empty());
+  EXPECT_TRUE(get("/api/recordings").json()["recordings"].empty());
+}
+
 TEST_F(RecordingsApiTest, CloseFinishesEveryRecordingSoItPlays) {
   start_cnn();
   wait_paused();

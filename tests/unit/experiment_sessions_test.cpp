@@ -100,6 +100,60 @@ TEST(AutoExperiments, TheRegistryRenewsAndExpiresByTheTimesItIsGiven) {
   EXPECT_TRUE(runs.entries().empty());
 }
 
+TEST(AutoExperiments, APinnedEntryNeverExpiresUntilRemoved) {
+  AutoRuns runs;
+  const AutoRuns::Clock::time_point t0{std::chrono::hours(1)};
+  EXPECT_FALSE(runs.any_pinned());
+  EXPECT_TRUE(runs.put("recording:experiment:conv", "gradcam", "conv", json::object(), t0, true));
+  EXPECT_TRUE(runs.put("page", "gradcam", "conv", json::object(), t0));
+  EXPECT_TRUE(runs.any_pinned());
+  EXPECT_EQ(runs.expire(t0 + std::chrono::hours(24)), std::vector<std::string>{"page"});
+  ASSERT_EQ(runs.entries().size(), 1u);
+  EXPECT_TRUE(runs.entries()[0].pinned);
+  EXPECT_TRUE(runs.remove("recording:experiment:conv"));
+  EXPECT_FALSE(runs.any_pinned());
+}
+
+TEST(AutoExperiments, APinnedExperimentReRunsAtEverySnapshotWithAutoRunOff) {
+  torch::manual_seed(4);
+  FashionCnn model;
+  torch::optim::SGD opt(model->parameters(), 0.01);
+  auto data = images(4);
+  auto session = start(model, StartOptions().optimizer(&opt).debug(quiet_checks()));
+  ASSERT_TRUE(serve(session, quiet_server()));
+  TrainingThread loop(session, [&] {
+    for (auto& batch : session.batches(data, "train")) test::train_step(model, opt, batch.first, batch.second);
+    session.close();
+  });
+  ASSERT_EQ(session.wait_until_stopped(kWait), RunState::kPaused);
+  auto& engine = detail::core_of(session)->experiments();
+  ASSERT_FALSE(engine.auto_run());
+  EXPECT_FALSE(engine.runs_at_updates());
+  const auto now = experiments::Engine::Clock::now();
+  auto pinned = engine.set_auto("recording:x", "gradcam", "features.3", {{"batch", 1}}, now, true);
+  ASSERT_NE(pinned.seq, 0u);
+  EXPECT_TRUE(engine.runs_at_updates());
+  ASSERT_TRUE(wait_finished(session, pinned.seq));
+  // Long after any heartbeat, the next snapshot still re-runs it.
+  EXPECT_EQ(engine.auto_entries(now + std::chrono::hours(1)).size(), 1u);
+  ASSERT_TRUE(step_and_pause(session));
+  auto rerun = wait_finished(session, pinned.seq + 1);
+  ASSERT_TRUE(rerun);
+  EXPECT_EQ(rerun->tab, "recording:x");
+  EXPECT_EQ(rerun->stage, Result::Stage::kDone) << rerun->error;
+  const auto latest = engine.latest_finished([](const Result& r) { return r.tab == "recording:x"; });
+  ASSERT_TRUE(latest);
+  EXPECT_EQ(latest->seq, rerun->seq);
+  EXPECT_TRUE(engine.clear_auto("recording:x"));
+  EXPECT_FALSE(engine.runs_at_updates());
+  ASSERT_TRUE(step_and_pause(session));
+  EXPECT_FALSE(engine.pending());
+  EXPECT_EQ(engine.kept().back(), rerun->seq);
+  session.detach();
+  loop.join();
+  EXPECT_FALSE(loop.error());
+}
+
 TEST(AutoExperiments, EachTabsExperimentReRunsAtEverySnapshotWithoutCancellingAnother) {
   torch::manual_seed(4);
   FashionCnn model;

@@ -1,5 +1,8 @@
 // The commands of recordings and snapshots (controller_recordings.cpp,
 // recorder.h), declared once (commands.h says what a declaration holds).
+#include <algorithm>
+
+#include "common/text.h"
 #include "server/controller/command_parts.h"
 #include "server/controller/recorder.h"
 
@@ -11,25 +14,35 @@ const std::string kViews =
     "layers: the main page's strips of `layers` (activation and gradient, one sample); weights: `layer`'s Weights "
     "page (every tensor of its parameters); histograms: the Stats page's histograms of `layers`; patches: "
     "`layer`'s Min/Max patches (max/min pixel, and max/min average when average_patches is on, as separate "
-    "files).";
+    "files); experiment: the Experiment page's picture of experiment `kind` on `layer` with `params` (the recording "
+    "registers its own auto experiment, re-run at every live update whether or not auto-run is on, and released "
+    "when the recording stops).";
+
+const std::vector<std::string> kStripKinds = {"activation", "gradient", "both"};
+const std::vector<std::string> kExperimentKinds = {"deep_dream", "gradcam", "neuron_gradient", "neuron_ig",
+                                                   "occlusion"};
 
 std::vector<Arg> view_args() {
-  return {
-      string_arg("view", "Which view. " + kViews).one_of({"layers", "weights", "histograms", "patches"}).mandatory(),
-      kLayers.described("Views layers and histograms: the layers shown, e.g. [\"features.0\", \"relu\"]."),
-      kLayer.described("Views weights and patches: the layer shown, e.g. \"features.0\"."),
-      string_arg("phase", "Views histograms and patches: one phase (default every phase / the training one).")
-          .not_empty(),
-      string_arg("kind", "View layers: which strips of each layer.")
-          .one_of({"activation", "gradient", "both"})
-          .or_else("both"),
-      kSample,
-      kAverage,
-      kValues,
-      boolean_arg("log_x", "View histograms: symmetric log x axis.").or_else(false),
-      boolean_arg("log_y", "View histograms: log count axis.").or_else(false),
-      integer_arg("channel", "View histograms: one channel's histogram (an index along dim 1).").at_least(0),
-      boolean_arg("heatmap", "View patches: overlay the channel's activation on each crop.").or_else(false)};
+  return {string_arg("view", "Which view. " + kViews)
+              .one_of({"layers", "weights", "histograms", "patches", "experiment"})
+              .mandatory(),
+          kLayers.described("Views layers and histograms: the layers shown, e.g. [\"features.0\", \"relu\"]."),
+          kLayer.described("Views weights, patches and experiment: the layer shown, e.g. \"features.0\"."),
+          string_arg("phase", "Views histograms and patches: one phase (default every phase / the training one).")
+              .not_empty(),
+          string_arg("kind",
+                     "View layers: which strips of each layer (activation, gradient or both, the default); view "
+                     "experiment: which experiment (deep_dream, gradcam, neuron_gradient, neuron_ig, occlusion).")
+              .one_of({"activation", "gradient", "both", "deep_dream", "gradcam", "neuron_gradient", "neuron_ig",
+                       "occlusion"}),
+          object_arg("params", "View experiment: its parameters by key, as run_experiment takes them."),
+          kSample,
+          kAverage,
+          kValues,
+          boolean_arg("log_x", "View histograms: symmetric log x axis.").or_else(false),
+          boolean_arg("log_y", "View histograms: log count axis.").or_else(false),
+          integer_arg("channel", "View histograms: one channel's histogram (an index along dim 1).").at_least(0),
+          boolean_arg("heatmap", "View patches: overlay the channel's activation on each crop.").or_else(false)};
 }
 
 RecordView view_of(const Args& a) {
@@ -38,7 +51,17 @@ RecordView view_of(const Args& a) {
   v.layers = a.strings("layers");
   if (auto layer = a.optional_string("layer")) v.layer = *layer;
   v.phase = a.optional_string("phase");
-  v.kind = a.string("kind");
+  const auto kind = a.optional_string("kind");
+  const auto& kinds = v.view == "experiment" ? kExperimentKinds : kStripKinds;
+  if (kind && std::find(kinds.begin(), kinds.end(), *kind) == kinds.end()) {
+    throw Refusal(Refusal::Kind::kInvalidArgument,
+                  "view " + v.view + " takes kind " + common::join(kinds) + ", not \"" + *kind + "\"", "kind");
+  }
+  if (v.view == "experiment" && !kind) {
+    throw Refusal(Refusal::Kind::kInvalidArgument, "view experiment needs a kind: " + common::join(kinds), "kind");
+  }
+  v.kind = kind.value_or("both");
+  v.params = a.object("params");
   v.strip = strip_options(a);
   v.log_x = a.boolean("log_x");
   v.log_y = a.boolean("log_y");
@@ -47,15 +70,15 @@ RecordView view_of(const Args& a) {
   if ((v.view == "layers" || v.view == "histograms") && v.layers.empty()) {
     throw Refusal(Refusal::Kind::kInvalidArgument, "view " + v.view + " needs layers", "layers");
   }
-  if ((v.view == "weights" || v.view == "patches") && v.layer.empty()) {
+  if ((v.view == "weights" || v.view == "patches" || v.view == "experiment") && v.layer.empty()) {
     throw Refusal(Refusal::Kind::kInvalidArgument, "view " + v.view + " needs a layer", "layer");
   }
   return v;
 }
 
 const Arg kKey = string_arg("key",
-                            "The recording's key from list_recordings: main, weights:<layer>, watch_histogram or "
-                            "watch_minmax. Omit for every active recording.")
+                            "The recording's key from list_recordings: main, weights:<layer>, watch_histogram, "
+                            "watch_minmax or experiment:<layer>. Omit for every active recording.")
                      .not_empty();
 
 }  // namespace

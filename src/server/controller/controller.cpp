@@ -82,6 +82,7 @@ Status Controller::get_status() const {
   status.probe = get_probe_status();
   status.locked = session_.locked();
   status.recordings = recording_keys();
+  status.frozen = frozen_settings();
   return status;
 }
 

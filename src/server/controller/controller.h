@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -303,12 +304,29 @@ class Controller {
   json save_snapshot(const RecordView& view);
   // The session's close(): every recording saved.
   void finish_recordings();
+  // What a view's newest frame would show: the snapshot's sequence, or for
+  // an experiment view its newest finished result's seq (0 before any).
+  uint64_t view_sequence(const RecordView& view) const;
+  // An experiment view's recording: registers its pinned auto experiment
+  // (checked as run_experiment checks a request; refusals say why) and,
+  // paused, waits a while for its first run; released when it stops.
+  void pin_experiment(const RecordView& view);
+  void release_experiment(const RecordView& view);
+  // Paused: waits a while for the view's pinned experiment's newest run, if
+  // it has not finished (Save & Finish draws it).
+  void settle_experiment(const RecordView& view);
   // The active recordings' keys (the status's `recordings`).
   std::vector<std::string> recording_keys() const;
+  // What the active recordings freeze (recorder.h's Freeze): setting ->
+  // what the page shows on its disabled control (the status's `frozen`).
+  std::map<std::string, std::string> frozen_settings() const;
 
  private:
   template <class F>
   Status command(F&& apply, Wait wait);
+  // Throws FrozenByRecording (409) when an active recording freezes
+  // `setting` (recorder.h's Freeze): `command` would change what it shows.
+  void refuse_if_frozen(const std::string& command, const std::string& setting, const std::string& argument = "") const;
   // get_probe_status() once a run with the current settings finished (or
   // `wait` passed).
   json probe_reply(Wait wait) const;

@@ -193,8 +193,10 @@ json Controller::get_settings() const {
 }
 
 json Controller::set_update_frequency(const std::string& unit, double n, const std::optional<std::string>& phase) {
+  const auto frequency = UpdateFrequency().unit(parse_unit(unit)).n(n).phase(phase);
+  if (!(frequency == session_.update_frequency())) refuse_if_frozen("set_update_frequency", "update_frequency", "unit");
   try {
-    session_.set_update_frequency(UpdateFrequency().unit(parse_unit(unit)).n(n).phase(phase));
+    session_.set_update_frequency(frequency);
   } catch (const UsageError& e) {
     refuse(Refusal::Kind::kInvalidArgument, e);
   }
@@ -202,7 +204,9 @@ json Controller::set_update_frequency(const std::string& unit, double n, const s
 }
 
 json Controller::set_stats_scope(const std::string& scope) {
-  session_.set_stats_scope(parse_scope(scope));
+  const StatsScope next = parse_scope(scope);
+  if (next != session_.stats_scope()) refuse_if_frozen("set_stats_scope", "stats_scope", "scope");
+  session_.set_stats_scope(next);
   return get_settings();
 }
 
@@ -216,6 +220,12 @@ json Controller::watch_layers(const std::vector<std::string>& layers) {
 }
 
 json Controller::unwatch_layers(const std::vector<std::string>& layers) {
+  const auto watched = session_.watched_layers();
+  for (const auto& layer : layers) {
+    if (std::find(watched.begin(), watched.end(), layer) != watched.end()) {
+      refuse_if_frozen("unwatch_layers", "watched:" + layer, "layers");
+    }
+  }
   try {
     session_.unwatch_layers(layers);
   } catch (const UsageError& e) {
@@ -231,6 +241,13 @@ json Controller::set_watch_performance(const PerformanceChange& change) {
   if (change.histogram_sample) performance.histogram_sample(*change.histogram_sample);
   if (change.samples_per_channel) performance.samples_per_channel(*change.samples_per_channel);
   if (change.average_patches) performance.average_patches(*change.average_patches);
+  const auto now = session_.watch_performance();
+  if (performance.channel_limit_enabled() != now.channel_limit_enabled() ||
+      performance.channel_limit() != now.channel_limit() || performance.histogram_sample() != now.histogram_sample() ||
+      performance.samples_per_channel() != now.samples_per_channel() ||
+      performance.average_patches() != now.average_patches()) {
+    refuse_if_frozen("set_watch_performance", "watch_performance");
+  }
   bool flushed = false;
   try {
     flushed = session_.set_watch_performance(performance);
@@ -247,6 +264,16 @@ json Controller::set_watch_performance(const PerformanceChange& change) {
 }
 
 json Controller::set_patch_layers(const std::optional<std::vector<std::string>>& layers) {
+  // A recorded layer must keep its patches: in the new list, or watched
+  // when the list goes back to the watched layers.
+  const auto kept = layers ? *layers : session_.watched_layers();
+  for (const auto& [setting, why] : frozen_settings()) {
+    const std::string prefix = "patch_layers:";
+    if (setting.rfind(prefix, 0) != 0) continue;
+    const std::string layer = setting.substr(prefix.size());
+    if (std::find(kept.begin(), kept.end(), layer) == kept.end())
+      refuse_if_frozen("set_patch_layers", setting, "layers");
+  }
   try {
     session_.set_patch_layers(layers);
   } catch (const UsageError& e) {

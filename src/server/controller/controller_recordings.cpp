@@ -17,6 +17,22 @@ namespace nansense::server {
 namespace {
 
 constexpr std::chrono::milliseconds kPumpInterval{500};
+// How long start_recording waits, paused, for an experiment view's first run.
+constexpr std::chrono::seconds kFirstExperimentWait{30};
+
+// What an experiment view shows: its recording's newest run, else the
+// newest finished run of the same kind on the layer (a page's, an agent's).
+// A run stopped before it ran (a newer update replaced it) has no picture.
+bool drawable(const experiments::Result& r) { return r.stage != experiments::Result::Stage::kStopped || r.step > 0; }
+
+std::shared_ptr<const experiments::Result> recorded_result(const experiments::Engine& engine, const RecordView& v) {
+  const std::string tab = v.tab();
+  if (auto own = engine.latest_finished([&](const experiments::Result& r) { return r.tab == tab && drawable(r); })) {
+    return own;
+  }
+  return engine.latest_finished(
+      [&](const experiments::Result& r) { return r.kind == v.kind && r.layer == v.layer && drawable(r); });
+}
 
 std::string joined(const std::vector<std::string>& items) {
   std::string out;
@@ -26,7 +42,7 @@ std::string joined(const std::vector<std::string>& items) {
 
 Refusal unknown_view(const std::string& view) {
   return Refusal(Refusal::Kind::kInvalidArgument,
-                 "unknown view \"" + view + "\": one of layers, weights, histograms, patches", "view");
+                 "unknown view \"" + view + "\": one of layers, weights, histograms, patches, experiment", "view");
 }
 
 json file_json(const record::RecordingInfo& info) {
@@ -41,6 +57,7 @@ std::string RecordView::key() const {
   if (view == "weights") return "weights:" + layer;
   if (view == "histograms") return "watch_histogram";
   if (view == "patches") return "watch_minmax";
+  if (view == "experiment") return "experiment:" + layer;
   throw unknown_view(view);
 }
 
@@ -49,7 +66,42 @@ std::string RecordView::label() const {
   if (view == "weights") return "Weights: " + layer;
   if (view == "histograms") return "Histograms: " + joined(layers) + (phase ? " (" + *phase + ")" : "");
   if (view == "patches") return "Min/Max patches: " + layer + (phase ? " (" + *phase + ")" : "");
+  if (view == "experiment") return "Experiment: " + kind + " of " + layer;
   throw unknown_view(view);
+}
+
+// --- what a recording freezes ---
+
+std::string Freeze::message() const { return FrozenByRecording::message(what, key, label, why); }
+
+std::vector<Freeze> freezes_of(const RecordView& v) {
+  std::vector<Freeze> out;
+  auto add = [&](const std::string& setting, const std::string& what, const std::string& why) {
+    out.push_back({setting, what, why, v.key(), v.label()});
+  };
+  add("update_frequency", "the update frequency",
+      "each live update is a frame of the video, so the cadence is its time scale");
+  if (v.view == "histograms") {
+    add("stats_scope", "the statistics scope",
+        "a new scope changes which layers collect the histograms it shows (watched drops the others', none "
+        "stops them)");
+    add("watch_performance", "the statistics detail (watch_performance)",
+        "a change flushes the histograms collected so far");
+    for (const auto& layer : v.layers) {
+      add("watched:" + layer, "watching " + layer, "unwatching it drops the histograms of it the video shows");
+    }
+  } else if (v.view == "patches") {
+    add("stats_scope", "the statistics scope",
+        "a new scope changes which layers collect the patches it shows (watched drops the others', none stops "
+        "them)");
+    add("watch_performance", "the statistics detail (watch_performance)",
+        "a change flushes the Min/Max patches collected so far (or turns them off)");
+    add("watched:" + v.layer, "watching " + v.layer,
+        "its Min/Max patches are collected while it is watched (without a set_patch_layers list)");
+    add("patch_layers:" + v.layer, "the Min/Max patches of " + v.layer,
+        "a patch-layer list without it stops the patches the video shows");
+  }
+  return out;
 }
 
 // --- drawing a view ---
@@ -129,10 +181,50 @@ ViewPages Controller::draw_view(const RecordView& v) const {
       page("average", {{average->caption, render::decode_png(average->png)}});
     } catch (const Refusal&) {
     }
+  } else if (v.view == "experiment") {
+    const auto result = recorded_result(session_.experiments(), v);
+    if (!result) {
+      throw Refusal(Refusal::Kind::kConflict,
+                    "no " + v.kind + " of \"" + v.layer +
+                        "\" has finished yet: a recording runs it at every live update (at once when paused)",
+                    "layer");
+    }
+    const auto picture = render_experiment(result->seq, false);
+    page("", {{picture->caption, render::decode_png(picture->png)}});
+    out.sequence = result->seq;
   } else {
     throw unknown_view(v.view);
   }
   return out;
+}
+
+uint64_t Controller::view_sequence(const RecordView& v) const {
+  if (v.view != "experiment") return snapshot_sequence();
+  const auto result = recorded_result(session_.experiments(), v);
+  return result ? result->seq : 0;
+}
+
+void Controller::pin_experiment(const RecordView& v) {
+  auto& engine = session_.experiments();
+  const auto sub = engine.set_auto(v.tab(), v.kind, v.layer, v.params, experiments::Engine::Clock::now(), true);
+  // Paused, it runs at once: its result is the first frame.
+  if (sub.seq != 0) engine.wait(sub.seq, kFirstExperimentWait);
+}
+
+void Controller::release_experiment(const RecordView& v) { session_.experiments().clear_auto(v.tab()); }
+
+void Controller::settle_experiment(const RecordView& v) {
+  // Only a pause runs it now: a running loop's next update, or a loop that
+  // ended, would keep Save & Finish waiting.
+  if (session_.state() != RunState::kPaused) return;
+  auto& engine = session_.experiments();
+  const std::string tab = v.tab();
+  std::shared_ptr<const experiments::Result> newest;
+  for (const auto seq : engine.kept()) {
+    const auto r = engine.result(seq);
+    if (r && r->tab == tab && (!newest || r->seq > newest->seq)) newest = r;
+  }
+  if (newest && !newest->finished()) engine.wait(newest->seq, kFirstExperimentWait);
 }
 
 // --- the controller's commands ---
@@ -149,6 +241,21 @@ json Controller::discard_recording(const std::optional<std::string>& key) { retu
 json Controller::save_snapshot(const RecordView& view) { return recorder_->snapshot(view); }
 void Controller::finish_recordings() { recorder_->finish_all(); }
 std::vector<std::string> Controller::recording_keys() const { return recorder_->keys(); }
+
+std::map<std::string, std::string> Controller::frozen_settings() const {
+  std::map<std::string, std::string> out;
+  for (const auto& [setting, f] : recorder_->freezes()) out[setting] = f.message();
+  return out;
+}
+
+void Controller::refuse_if_frozen(const std::string& command, const std::string& setting,
+                                  const std::string& argument) const {
+  const auto frozen = recorder_->freezes();
+  if (auto it = frozen.find(setting); it != frozen.end()) {
+    const Freeze& f = it->second;
+    throw FrozenByRecording(command, f.what, f.key, f.label, f.why, argument);
+  }
+}
 
 // --- Deep Dream clips ---
 
@@ -232,6 +339,15 @@ std::vector<std::string> Recorder::keys() const {
   return out;
 }
 
+std::map<std::string, Freeze> Recorder::freezes() const {
+  std::lock_guard lock(mu_);
+  std::map<std::string, Freeze> out;
+  for (const auto& [key, a] : active_) {
+    for (auto& f : freezes_of(a->view)) out.emplace(f.setting, std::move(f));
+  }
+  return out;
+}
+
 json Recorder::describe(const Active& a) const {
   json files = json::array();
   int64_t frames = 0, dropped = 0;
@@ -264,6 +380,15 @@ json Recorder::list() const {
 }
 
 void Recorder::add_frame(Active& a, const ViewPages& pages) {
+  // The files are the first frame's pages, named by where it was drawn.
+  if (a.files.empty()) {
+    const std::string stem =
+        record::snapshot_stem(a.key, pages.position.epoch, pages.position.phase, pages.position.batch_idx);
+    for (const auto& [suffix, image] : pages.pages) {
+      a.files.emplace_back(suffix, std::make_unique<record::Recording>(record::free_path(
+                                       folder(), stem + (suffix.empty() ? "" : "_" + suffix), "mp4")));
+    }
+  }
   a.last_sequence = pages.sequence;
   for (auto& [suffix, recording] : a.files) {
     for (const auto& [page_suffix, image] : pages.pages) {
@@ -281,23 +406,31 @@ json Recorder::start(const RecordView& view) {
                     "\"" + key + "\" is already recording: stop_recording or discard_recording it first", "view");
     }
   }
-  std::lock_guard draw(draw_mu_);
-  const ViewPages pages = controller_.draw_view(view);
+  const bool experiment = view.view == "experiment";
+  // Its own auto experiment, pinned (not drawn under draw_mu_: paused, the
+  // first run is waited for).
+  if (experiment) controller_.pin_experiment(view);
   auto a = std::make_shared<Active>();
   a->view = view;
   a->key = key;
-  const std::string stem =
-      record::snapshot_stem(key, pages.position.epoch, pages.position.phase, pages.position.batch_idx);
   try {
-    for (const auto& [suffix, image] : pages.pages) {
-      a->files.emplace_back(suffix, std::make_unique<record::Recording>(record::free_path(
-                                        folder(), stem + (suffix.empty() ? "" : "_" + suffix), "mp4")));
+    std::lock_guard draw(draw_mu_);
+    std::optional<ViewPages> pages;
+    try {
+      pages = controller_.draw_view(view);
+    } catch (const Refusal& e) {
+      // An experiment not run yet (a running loop runs it at the next live
+      // update): the files start with its first result.
+      if (!experiment) throw;
+      a->draw_error = std::string("waiting for the first run: ") + e.what();
     }
-  } catch (const std::runtime_error& e) {
-    throw Refusal(Refusal::Kind::kConflict, e.what());
-  }
-  add_frame(*a, pages);
-  {
+    if (pages) {
+      try {
+        add_frame(*a, *pages);
+      } catch (const std::runtime_error& e) {
+        throw Refusal(Refusal::Kind::kConflict, e.what());
+      }
+    }
     std::lock_guard lock(mu_);
     if (active_.count(key)) {
       for (auto& f : a->files) f.second->discard();
@@ -308,6 +441,9 @@ json Recorder::start(const RecordView& view) {
       stopping_ = false;
       thread_ = std::thread([this] { pump(); });
     }
+  } catch (...) {
+    if (experiment) controller_.release_experiment(view);
+    throw;
   }
   controller_.wake_watchers();  // the status's recordings changed
   return describe(*a);
@@ -333,15 +469,26 @@ std::vector<std::shared_ptr<Recorder::Active>> Recorder::take(const std::optiona
   return out;
 }
 
-json Recorder::stop(const std::optional<std::string>& key) {
+json Recorder::stop(const std::optional<std::string>& key, bool settle) {
+  if (settle) {
+    // An experiment's run still going (a step's) is the view as it is now.
+    std::vector<RecordView> experiments;
+    {
+      std::lock_guard lock(mu_);
+      for (const auto& [k, a] : active_) {
+        if (a->view.view == "experiment" && (!key || *key == k)) experiments.push_back(a->view);
+      }
+    }
+    for (const auto& v : experiments) controller_.settle_experiment(v);
+  }
   std::lock_guard draw(draw_mu_);
   const auto taken = take(key);
   json stopped = json::array();
-  const uint64_t sequence = controller_.snapshot_sequence();
   for (const auto& a : taken) {
+    if (a->view.view == "experiment") controller_.release_experiment(a->view);
     // Save & Finish keeps the view as it is now: an update the pump had not
     // drawn yet becomes the last frame.
-    if (sequence != a->last_sequence) {
+    if (controller_.view_sequence(a->view) != a->last_sequence) {
       try {
         add_frame(*a, controller_.draw_view(a->view));
       } catch (const std::exception& e) {
@@ -376,6 +523,7 @@ json Recorder::discard(const std::optional<std::string>& key) {
   const auto taken = take(key);
   json discarded = json::array();
   for (const auto& a : taken) {
+    if (a->view.view == "experiment") controller_.release_experiment(a->view);
     json removed = json::array();
     for (auto& [suffix, recording] : a->files) {
       recording->discard();
@@ -430,8 +578,8 @@ void Recorder::pump() {
       if (stopping_) return;
       for (const auto& [key, a] : active_) active.push_back(a);
     }
-    const uint64_t sequence = controller_.snapshot_sequence();
     for (const auto& a : active) {
+      const uint64_t sequence = controller_.view_sequence(a->view);
       if (sequence == a->last_sequence) continue;
       try {
         add_frame(*a, controller_.draw_view(a->view));
@@ -439,7 +587,9 @@ void Recorder::pump() {
       } catch (const std::exception& e) {
         // Shown in the dialog; the next update tries again.
         a->last_sequence = sequence;
-        a->draw_error = std::string("frame not drawn at snapshot ") + std::to_string(sequence) + ": " + e.what();
+        a->draw_error = std::string("frame not drawn at ") +
+                        (a->view.view == "experiment" ? "experiment " : "snapshot ") + std::to_string(sequence) + ": " +
+                        e.what();
       }
     }
   }
@@ -452,7 +602,7 @@ void Recorder::finish_all() {
   }
   controller_.wake_watchers();
   if (thread_.joinable()) thread_.join();
-  stop(std::nullopt);
+  stop(std::nullopt, false);
   std::lock_guard lock(mu_);
   stopping_ = false;
 }

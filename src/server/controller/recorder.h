@@ -31,22 +31,50 @@ class Controller;
 // What a recording or a snapshot shows: one of the views a page can show.
 struct RecordView {
   // "layers" (the main page's strips), "weights" (a layer's Weights page),
-  // "histograms" (the Stats page's histograms), "patches" (its Min/Max patches).
+  // "histograms" (the Stats page's histograms), "patches" (its Min/Max
+  // patches), "experiment" (the Experiment page's picture of an experiment
+  // on `layer`: a recording pins its own auto experiment, re-run at every
+  // live update, and draws each result).
   std::string view;
-  std::vector<std::string> layers;    // layers, histograms
-  std::string layer;                  // weights, patches
-  std::optional<std::string> phase;   // histograms, patches
-  std::string kind = "both";          // layers: activation, gradient or both
+  std::vector<std::string> layers;   // layers, histograms
+  std::string layer;                 // weights, patches, experiment
+  std::optional<std::string> phase;  // histograms, patches
+  // layers: activation, gradient or both; experiment: its kind (gradcam, ...).
+  std::string kind = "both";
+  json params = json::object();       // experiment: its parameters, as run_experiment takes them
   render::StripOptions strip;         // layers: sample, average, values
   bool log_x = false, log_y = false;  // histograms
   std::optional<int64_t> channel;     // histograms
   bool heatmap = false;               // patches
 
-  // One recording per key: "main", "weights:<layer>", "watch_histogram", "watch_minmax".
+  // One recording per key: "main", "weights:<layer>", "watch_histogram",
+  // "watch_minmax", "experiment:<layer>".
   std::string key() const;
+  // experiment: the tab name of the recording's pinned auto experiment.
+  std::string tab() const { return "recording:" + key(); }
   // What the dialog shows: "Layers: features.0, relu".
   std::string label() const;
 };
+
+// A setting an active recording freezes: a command that would change it is
+// refused (FrozenByRecording, refusal.h) until the recording is saved or
+// deleted, and the page disables its control with the same words (the
+// status's `frozen`). Which view freezes what is freezes_of's table
+// (controller_recordings.cpp).
+struct Freeze {
+  // "update_frequency", "stats_scope", "watch_performance",
+  // "watched:<layer>" (unwatching it), "patch_layers:<layer>" (leaving it out
+  // of set_patch_layers' list).
+  std::string setting;
+  std::string what;  // "the update frequency", "watching conv"
+  std::string why;   // what the change would do to the video
+  std::string key;   // the recording's key
+  std::string label;
+  std::string message() const;
+};
+// What a recording of `view` freezes: the update cadence for every view (each
+// update is a frame), the statistics it draws for histograms and patches.
+std::vector<Freeze> freezes_of(const RecordView& view);
 
 // One drawn state of a view: a page per file (patches: "pixel" and
 // "average"; the others one, named ""), where training was, and what could
@@ -69,8 +97,9 @@ class Recorder {
   // records) and starts its recording with that first frame.
   json start(const RecordView& view);
   // Finishes one recording (nullopt: every one) so its files play; refused
-  // naming the active keys when none matches.
-  json stop(const std::optional<std::string>& key);
+  // naming the active keys when none matches. `settle`: paused, an
+  // experiment view's run still going finishes first and is the last frame.
+  json stop(const std::optional<std::string>& key, bool settle = true);
   // Stops without saving and removes the files.
   json discard(const std::optional<std::string>& key);
   // The view drawn once as PNG(s): {files: [...], position, sequence}.
@@ -78,6 +107,9 @@ class Recorder {
   // Every recording finished (the session's close(), the server going away).
   void finish_all();
   std::vector<std::string> keys() const;
+  // What the active recordings freeze, by setting (the first recording by
+  // key where several freeze one).
+  std::map<std::string, Freeze> freezes() const;
   // nansense_recordings/<run timestamp> (or under NANSENSE_RECORDINGS_DIR).
   std::string folder() const;
 

@@ -34,7 +34,8 @@ json to_json(const Status& s) {
               {"stats", s.stats},
               {"probe", s.probe},
               {"locked", s.locked},
-              {"recordings", s.recordings}};
+              {"recordings", s.recordings},
+              {"frozen", s.frozen}};
   if (s.paused_at_ms) out["paused_at_ms"] = *s.paused_at_ms;
   if (s.state == RunState::kLost) out["lost_reason"] = s.lost_reason;
   if (!s.internal_errors.empty()) out["internal_errors"] = s.internal_errors;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,6 +36,8 @@ struct Status {
   json probe;                                // get_probe_status()
   bool locked = false;                       // Session::lock(): a shared, read-only session
   std::vector<std::string> recordings;       // the keys of the active recordings
+  // What they freeze: setting -> why (Controller::frozen_settings).
+  std::map<std::string, std::string> frozen;
   // Only from refresh: whether a newer snapshot arrived within the wait.
   std::optional<bool> refreshed;
 };

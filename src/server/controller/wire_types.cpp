@@ -192,6 +192,10 @@ void status_types(json& d, const Words& w) {
                         {"probe", ref("ProbeStatus")},
                         {"locked", boolean()},
                         {"recordings", array(str())},
+                        // What they freeze, setting -> why: update_frequency,
+                        // stats_scope, watch_performance, watched:<layer>,
+                        // patch_layers:<layer> (recorder.h's Freeze).
+                        {"frozen", map(str())},
                         {"paused_at_ms?", integer()},
                         {"lost_reason?", str()},
                         {"internal_errors?", array(str())},
@@ -747,7 +751,7 @@ void recording_types(json& d) {
                                {"finished", boolean()}});
   d["Recording"] = object({{"key", str()},
                            {"label", str()},
-                           {"view", one_of({"layers", "weights", "histograms", "patches"})},
+                           {"view", one_of({"layers", "weights", "histograms", "patches", "experiment"})},
                            {"frames", integer()},
                            {"dropped", integer()},
                            {"files", array(ref("RecordingFile"))},

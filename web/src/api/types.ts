@@ -61,11 +61,13 @@ export type ExperimentKindName = 'deep_dream' | 'gradcam' | 'neuron_gradient' | 
 
 // start_recording / save_snapshot: one of the views a page shows.
 export interface RecordViewArgs {
-  view: 'layers' | 'weights' | 'histograms' | 'patches';
+  view: 'layers' | 'weights' | 'histograms' | 'patches' | 'experiment';
   layers?: string[];
   layer?: string;
   phase?: string;
-  kind?: 'activation' | 'gradient' | 'both';
+  // layers: which strips; experiment: which experiment.
+  kind?: 'activation' | 'gradient' | 'both' | ExperimentKindName;
+  params?: Record<string, unknown>;
   sample?: number;
   average?: boolean;
   values?: Values;

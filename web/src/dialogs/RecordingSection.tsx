@@ -7,6 +7,7 @@ import * as api from '../api/client';
 import type { Recording, RecordViewArgs, Recordings } from '../api/types';
 import { currentPage } from '../links';
 import { store, toast } from '../state/app';
+import { experimentForm } from '../state/experiments';
 import { shownLayers, shownPhase, statsStore } from '../state/stats';
 import { useSelector } from '../state/store';
 
@@ -29,6 +30,7 @@ export function usePageView(): { view: PageView | null; reason: string } {
   const firstLayer = useSelector(store, (x) => x.architecture?.layers.find((l) => l.role !== 'input')?.name ?? null);
   const livePhase = useSelector(store, (x) => x.status?.live_position?.phase ?? null);
   const stats = useSelector(statsStore, (x) => x);
+  const experiment = useSelector(experimentForm, (x) => x.form);
   if (page === 'main') {
     if (main.shown.length === 0) return { view: null, reason: NOTHING };
     const layers = main.shown.slice(0, 64);
@@ -70,7 +72,20 @@ export function usePageView(): { view: PageView | null; reason: string } {
       reason: '',
     };
   }
-  return { view: null, reason: 'Experiments are not recordable from this page yet.' };
+  if (page === 'experiment') {
+    if (!experiment) return { view: null, reason: 'Choose an experiment, a layer and its parameters first.' };
+    const { kind, layer, params } = experiment;
+    // The recording runs its own copy of this experiment at every live update.
+    return {
+      view: {
+        args: { view: 'experiment', kind, layer, params },
+        key: `experiment:${layer}`,
+        label: `Experiment: ${kind} of ${layer}`,
+      },
+      reason: '',
+    };
+  }
+  return { view: null, reason: 'Nothing on this page is recordable.' };
 }
 
 type Act = (what: () => Promise<unknown>, done: (r: unknown) => string) => Promise<void>;

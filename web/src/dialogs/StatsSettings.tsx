@@ -95,7 +95,9 @@ function useStatsSettings(): StatsSettingsState {
 
 export function StatsSettings() {
   const phases = useSelector(store, (s) => s.status?.schedule.phases.map((p) => p.name) ?? []);
-  const recording = useSelector(store, (s) => (s.status?.recordings.length ?? 0) > 0);
+  // What the active recordings freeze, with the server's reason (it refuses
+  // the same changes with the same words).
+  const frozen = useSelector(store, (s) => s.status?.frozen ?? {});
   const state = useStatsSettings();
   const { settings, loadError } = state;
 
@@ -104,24 +106,28 @@ export function StatsSettings() {
   const sections = { ...state, settings };
   return (
     <div class="settings-sections" data-testid="stats-settings">
-      <ScopeSection {...sections} />
-      <PerformanceSection {...sections} />
-      <FrequencySection {...sections} phases={phases} recording={recording} />
+      <ScopeSection {...sections} frozen={frozen.stats_scope ?? null} />
+      <PerformanceSection {...sections} frozen={frozen.watch_performance ?? null} />
+      <FrequencySection {...sections} phases={phases} frozen={frozen.update_frequency ?? null} />
     </div>
   );
 }
 
-type SectionProps = StatsSettingsState & { settings: Settings };
+// `frozen`: why an active recording holds the section's setting (null when
+// none does); its controls are disabled with that title.
+type SectionProps = StatsSettingsState & { settings: Settings; frozen: string | null };
 
-function ScopeSection({ settings, errors, saved, apply }: SectionProps) {
+function ScopeSection({ settings, errors, saved, apply, frozen }: SectionProps) {
   return (
     <section class="settings-section">
       <h3>Statistics collection</h3>
-      <label class="settings-row">
+      <Frozen reason={frozen} testid="stats-scope-frozen" />
+      <label class="settings-row" title={frozen ?? undefined}>
         <span>Collect for</span>
         <select
           data-testid="stats-scope"
           class="settings-wide"
+          disabled={frozen != null}
           value={settings.stats_scope}
           onChange={(e) => void apply('scope', () => api.setStatsScope(e.currentTarget.value as StatsScope))}
         >
@@ -141,12 +147,14 @@ function ScopeSection({ settings, errors, saved, apply }: SectionProps) {
   );
 }
 
-function PerformanceSection({ settings, errors, saved, apply, typed }: SectionProps) {
+function PerformanceSection({ settings, errors, saved, apply, typed, frozen }: SectionProps) {
   const perf = settings.watch_performance;
   const { limit, setLimit, sample, setSample, perChannel, setPerChannel } = typed;
   return (
     <section class="settings-section">
       <h3>Performance</h3>
+      <Frozen reason={frozen} testid="performance-frozen" />
+      <fieldset class="settings-group" disabled={frozen != null} title={frozen ?? undefined}>
       <label class="switch-row">
         <input
           type="checkbox"
@@ -221,6 +229,7 @@ function PerformanceSection({ settings, errors, saved, apply, typed }: SectionPr
         />
         <span>Average-extreme patches (whole inputs ranked by a channel's mean; more memory)</span>
       </label>
+      </fieldset>
       <p class="form-hint settings-warn">Changing these clears the layer statistics collected so far (logged scalars and metrics stay).</p>
       <Feedback error={errors.performance} saved={saved === 'performance'} testid="performance" />
     </section>
@@ -234,8 +243,8 @@ function FrequencySection({
   apply,
   typed,
   phases,
-  recording,
-}: SectionProps & { phases: string[]; recording: boolean }) {
+  frozen,
+}: SectionProps & { phases: string[] }) {
   const f = settings.update_frequency;
   const { n, setN } = typed;
   const setFrequency = (patch: Partial<UpdateFrequency>) => {
@@ -248,13 +257,8 @@ function FrequencySection({
     <section class="settings-section">
       <h3>Update frequency</h3>
       <p class="form-hint">While training runs, a batch is captured and published at this cadence, without pausing.</p>
-      {recording && (
-        <p class="form-note settings-frozen" data-testid="update-frequency-frozen">
-          Frozen while a view records: each update is a frame of the video. Save &amp; Finish or Delete the recording
-          (below) to change it.
-        </p>
-      )}
-      <fieldset class="settings-group" disabled={recording}>
+      <Frozen reason={frozen} testid="update-frequency-frozen" />
+      <fieldset class="settings-group" disabled={frozen != null} title={frozen ?? undefined}>
         <label class="settings-row">
           <span>Update</span>
           <select data-testid="update-unit" class="settings-wide" value={f.unit} onChange={(e) => setFrequency({ unit: e.currentTarget.value as UpdateFrequency['unit'] })}>
@@ -294,6 +298,17 @@ function FrequencySection({
       </fieldset>
       <Feedback error={errors.frequency} saved={saved === 'frequency'} testid="update-frequency" />
     </section>
+  );
+}
+
+// Why a section's controls are disabled: an active recording shows what
+// they would change (the Recording section below has Save & Finish and Delete).
+function Frozen({ reason, testid }: { reason: string | null; testid: string }) {
+  if (!reason) return null;
+  return (
+    <p class="form-note settings-frozen" data-testid={testid}>
+      {reason.charAt(0).toUpperCase() + reason.slice(1)}.
+    </p>
   );
 }
 

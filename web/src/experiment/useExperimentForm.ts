@@ -6,6 +6,7 @@ import { useEffect, useState } from 'preact/hooks';
 import { listExperiments, runExperiment } from '../api/client';
 import type { Architecture, ExperimentKind, ExperimentKindName, ExperimentList } from '../api/types';
 import { pageHref } from '../links';
+import { experimentForm } from '../state/experiments';
 import { paramsOf, type Values } from './params';
 import { useAutoExperiment } from './useAutoExperiment';
 import type { ShownRun } from './useShownRun';
@@ -105,6 +106,7 @@ export function useExperimentRun({ kind, kindValues, layer, autoRun, shown, setE
     }
   };
 
+  usePublishedForm(kind, kindValues, layer);
   const autoKey = autoRun && kind && layer ? JSON.stringify([kind.kind, layer, paramsOf(kind, kindValues)]) : '';
   useAutoExperiment(
     autoRun,
@@ -117,4 +119,17 @@ export function useExperimentRun({ kind, kindValues, layer, autoRun, shown, setE
     setError,
   );
   return run;
+}
+
+// The form as the gear's Recording section records it (null while a number
+// is missing, and once the page is gone).
+function usePublishedForm(kind: ExperimentKind | undefined, kindValues: Values, layer: string): void {
+  const formKey = kind && layer ? JSON.stringify([kind.kind, layer, paramsOf(kind, kindValues)]) : '';
+  useEffect(() => {
+    const form = kind && layer ? paramsOf(kind, kindValues) : null;
+    experimentForm.set({
+      form: kind && form && form.missing.length === 0 ? { kind: kind.kind as ExperimentKindName, layer, params: form.params } : null,
+    });
+  }, [formKey]);
+  useEffect(() => () => experimentForm.set({ form: null }), []);
 }

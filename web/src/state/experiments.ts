@@ -2,7 +2,8 @@
 // goes on, then its outcome). The Experiment page listens here instead of
 // polling; on a reconnect it fetches its run once (events sent while the link
 // was down are gone).
-import type { ExperimentResult } from '../api/types';
+import type { ExperimentKindName, ExperimentResult } from '../api/types';
+import { createStore } from './store';
 
 type Listener = (result: ExperimentResult) => void;
 
@@ -40,3 +41,12 @@ export function isNewer(a: ExperimentResult, b: ExperimentResult): boolean {
 // This tab's name for its auto experiment: unique per page load, so two tabs
 // (or a reload beside the old page's expiring entry) never share one.
 export const tabId = `tab-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 10)}`;
+
+// The experiment the Experiment page's form describes now (null while the
+// form is incomplete): what the gear's Recording section records there.
+export interface FormExperiment {
+  kind: ExperimentKindName;
+  layer: string;
+  params: Record<string, unknown>;
+}
+export const experimentForm = createStore<{ form: FormExperiment | null }>({ form: null });

@@ -8,16 +8,23 @@ import { useSelector } from '../state/store';
 export function WatchEye({ layer, watched }: { layer: string; watched: boolean }) {
   const scope = useSelector(store, (s) => s.status?.stats?.scope ?? null);
   const locked = useSelector(store, (s) => s.status?.locked ?? false);
+  // A recording that shows this layer's statistics keeps it watched.
+  const frozen = useSelector(store, (s) => s.status?.frozen?.[`watched:${layer}`] ?? null);
   // A locked session collects every layer; watching is shared state, refused.
   if (locked) return null;
   const note = scope === 'none' ? ' (collection is off: Settings → Statistics collection)' : scope === 'all' ? ' (every layer is collected now: scope "all")' : '';
-  const title = `${watched ? 'Stop watching' : 'Watch'} ${layer}: ${watched ? 'no more statistics for it' : 'collect its statistics while training runs'}${note}`;
+  const held = watched && frozen != null;
+  const title = held
+    ? `Watching ${layer}; ${frozen}`
+    : `${watched ? 'Stop watching' : 'Watch'} ${layer}: ${watched ? 'no more statistics for it' : 'collect its statistics while training runs'}${note}`;
   return (
     <button
       class={`icon-button watch-eye ${watched ? 'watching' : ''}`}
       data-testid={`watch-${layer}`}
       data-watched={watched ? 'true' : 'false'}
       aria-pressed={watched}
+      disabled={held}
+      data-frozen={held ? 'true' : undefined}
       title={title}
       aria-label={title}
       onClick={(e) => {
