@@ -347,9 +347,11 @@ TEST_F(RecordingsApiTest, TheExperimentViewRecordsItsOwnRunAtEveryLiveUpdate) {
   const auto video = probe_mp4(path);
   ASSERT_TRUE(video.opened) << video.error;
   EXPECT_EQ(video.codec, "h264");
-  // The first run, one per step, then the live updates of the other batches
-  // (one drawn late is skipped): at least the first three.
-  EXPECT_GE(video.packets, 3);
+  // The first run, one per step, then the live updates of the other batches;
+  // an update the pump could not draw in time is skipped (never blocks
+  // training: under a loaded machine most are), the last state always:
+  // at least two.
+  EXPECT_GE(video.packets, 2);
   EXPECT_LE(video.packets, 12);
   EXPECT_EQ(video.decoded, video.packets);
   EXPECT_NEAR(video.duration, video.packets / 10.0, 1e-6);
