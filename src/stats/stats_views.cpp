@@ -93,16 +93,11 @@ void add_shard(TensorStatsSnapshot& into, const TensorStatsSnapshot& shard) {
   into.nan += shard.nan;
   into.pos_inf += shard.pos_inf;
   into.neg_inf += shard.neg_inf;
-  if (into.min && shard.min) {
-    into.min = std::min(*into.min, *shard.min);
-  } else if (shard.min) {
-    into.min = shard.min;
-  }
-  if (into.max && shard.max) {
-    into.max = std::max(*into.max, *shard.max);
-  } else if (shard.max) {
-    into.max = shard.max;
-  }
+  auto combine = [](std::optional<double>& mine, const std::optional<double>& theirs, const auto& pick) {
+    if (theirs) mine = mine ? pick(*mine, *theirs) : *theirs;
+  };
+  combine(into.min, shard.min, [](double a, double b) { return std::min(a, b); });
+  combine(into.max, shard.max, [](double a, double b) { return std::max(a, b); });
   if (!into.hist.empty() && into.hist.size() == shard.hist.size()) {
     for (size_t b = 0; b < into.hist.size(); ++b) into.hist[b] += shard.hist[b];
     into.binned += shard.binned;
