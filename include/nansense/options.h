@@ -181,6 +181,17 @@ struct StartOptions {
  public:
   static constexpr int64_t kDefaultSnapshotBudget = int64_t{512} << 20;
   TORCH_ARG(int64_t, snapshot_budget) = kDefaultSnapshotBudget;
+  // The snapshot budget as a share of the training step's own memory: the
+  // copies also stay under this share of what the process held when the
+  // batch began (less the snapshot nansense already shows) plus the storage
+  // of the batch's outputs as they appear, so a paused batch costs about
+  // this share on top of the step whatever the model. An activation's
+  // gradient is counted with it, from the forward on. Default 0.2
+  // (kDefaultSnapshotShare); 0 leaves snapshot_budget alone; values outside
+  // [0, 1] are refused by start().
+ public:
+  static constexpr double kDefaultSnapshotShare = 0.2;
+  TORCH_ARG(double, snapshot_share) = kDefaultSnapshotShare;
 
  public:
   // The optimizer training the model. When given, snapshots carry each

@@ -1,6 +1,9 @@
 #include "capture/sample_budget.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
 
 #include "capture/tracer.h"
 #include "common/tensor_stats.h"
@@ -46,6 +49,20 @@ void shrink(TraceResult& trace, int64_t kept) {
 
 }  // namespace
 
+int64_t resident_bytes() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  long long size = 0, resident = 0;
+  const bool read = std::fscanf(f, "%lld %lld", &size, &resident) == 2;
+  std::fclose(f);
+  return read ? static_cast<int64_t>(resident) * sysconf(_SC_PAGESIZE) : 0;
+}
+
+int64_t SampleBudget::limit() const {
+  if (bytes <= 0 || share <= 0) return bytes;
+  return std::min<int64_t>(bytes, static_cast<int64_t>(share * static_cast<double>(base + outputs)));
+}
+
 int64_t samples_that_fit(int64_t budget_bytes, int64_t per_sample, int64_t fixed, int64_t batch_size) {
   if (per_sample <= 0) return batch_size;
   const int64_t room = budget_bytes - fixed;
@@ -80,16 +97,21 @@ int64_t next_start_samples(const TraceResult& trace) {
   if (budget.bytes <= 0 || budget.batch_size <= 0) return 0;
   const int64_t per_sample = per_sample_bytes(trace);
   const int64_t fixed = held_bytes(trace) - per_sample * budget.kept;
-  return samples_that_fit(budget.bytes, per_sample, fixed, budget.batch_size);
+  return samples_that_fit(budget.limit(), per_sample, fixed, budget.batch_size);
 }
 
 void hold(TraceResult& trace, std::map<std::string, torch::Tensor>& held, std::map<std::string, TensorStats>& stats,
-          const std::string& name, const torch::Tensor& t) {
+          const std::string& name, const torch::Tensor& t, bool gradient_follows) {
   SampleBudget& budget = trace.budget;
   // A layer's later op replaces its earlier output.
   stats.erase(name);
   if (auto old = held.find(name); old != held.end()) budget.batch_copies.erase(old->second.unsafeGetTensorImpl());
+  const bool gradient = &held == &trace.gradients;
+  if (gradient) budget.awaiting_gradient.erase(name);
   auto live = t.detach();
+  if (!gradient && live.has_storage() && budget.output_storages.insert(live.storage().unsafeGetStorageImpl()).second) {
+    budget.outputs += static_cast<int64_t>(live.storage().nbytes());
+  }
   const bool batch = budget.bytes > 0 && budget.is_batch(live);
   if (batch && budget.kept < budget.batch_size) {
     stats[name] = common::tensor_stats(live);
@@ -98,11 +120,21 @@ void hold(TraceResult& trace, std::map<std::string, torch::Tensor>& held, std::m
   auto& copy = held[name] = live.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
   if (!batch) return;
   budget.batch_copies.insert(copy.unsafeGetTensorImpl());
-  const int64_t total = held_bytes(trace);
-  if (total <= budget.bytes || budget.kept <= 1) return;
-  const int64_t per_sample = per_sample_bytes(trace);
+  if (!gradient) {
+    if (gradient_follows && copy.size(0) > 0) {
+      budget.awaiting_gradient[name] = bytes_of(copy) / copy.size(0);
+    } else {
+      budget.awaiting_gradient.erase(name);
+    }
+  }
+  int64_t awaiting = 0;
+  for (const auto& [_, bytes] : budget.awaiting_gradient) awaiting += bytes;
+  const int64_t limit = budget.limit();
+  const int64_t total = held_bytes(trace) + awaiting * budget.kept;
+  if (total <= limit || budget.kept <= 1) return;
+  const int64_t per_sample = per_sample_bytes(trace) + awaiting;
   const int64_t fixed = total - per_sample * budget.kept;
-  const int64_t fit = samples_that_fit(budget.bytes, per_sample, fixed, budget.batch_size);
+  const int64_t fit = samples_that_fit(limit, per_sample, fixed, budget.batch_size);
   shrink(trace, std::max<int64_t>(1, std::min(fit, budget.kept / 2)));
 }
 

@@ -19,7 +19,19 @@ struct TraceResult;
 
 // The budget's state for one capture; lives in its TraceResult, under grad_mu.
 struct SampleBudget {
-  int64_t bytes = 0;       // 0: no limit
+  int64_t bytes = 0;  // the cap (StartOptions::snapshot_budget); 0: no limit
+  // StartOptions::snapshot_share: the copies stay within this share of the
+  // training step's own memory, estimated as `base` (the process's resident
+  // memory when the batch began, less nansense's own held copies) plus the
+  // storage of the batch's outputs seen so far. 0: the cap alone.
+  double share = 0;
+  int64_t base = 0;
+  int64_t outputs = 0;
+  std::unordered_set<const void*> output_storages;
+  // Per-sample bytes of the held activations whose gradient is still to come
+  // (held too, the same size): counted before it arrives, so the forward
+  // already leaves room for the backward.
+  std::map<std::string, int64_t> awaiting_gradient;
   int64_t batch_size = 0;  // 0: unknown (no tensor input), nothing is trimmed
   // Samples each batch tensor keeps; starts at the last capture's fit and
   // only shrinks during a batch, so every tensor ends with the same count.
@@ -27,6 +39,10 @@ struct SampleBudget {
 
   // The held copies of batch tensors; each holds exactly `kept` samples.
   std::unordered_set<const c10::TensorImpl*> batch_copies;
+
+  // The bytes the copies may hold now: the cap, or the share of the step's
+  // memory when that is smaller; 0: no limit.
+  int64_t limit() const;
 
   // A live tensor whose leading dimension is the batch's.
   bool is_batch(const torch::Tensor& t) const { return batch_size > 0 && t.dim() > 0 && t.size(0) == batch_size; }
@@ -42,9 +58,14 @@ int64_t samples_that_fit(int64_t budget_bytes, int64_t per_sample_bytes, int64_t
 // `stats[name]` gets the whole tensor's statistics, computed on its device
 // first. Then, if the copies exceed the budget, shrinks every held batch
 // tensor to the samples that fit (at most half of what they held, as the rest
-// of the batch is still to come). The caller holds the trace's grad_mu.
+// of the batch is still to come). `gradient_follows`: an activation whose
+// gradient will be held too (counted from now). The caller holds the trace's
+// grad_mu.
 void hold(TraceResult& trace, std::map<std::string, torch::Tensor>& held, std::map<std::string, TensorStats>& stats,
-          const std::string& name, const torch::Tensor& t);
+          const std::string& name, const torch::Tensor& t, bool gradient_follows = false);
+
+// The process's resident memory in bytes (0 where it cannot be read).
+int64_t resident_bytes();
 
 // Host bytes of the held activations, gradients and inputs (an input shares
 // its activation's storage and is counted once).

@@ -25,7 +25,7 @@ std::shared_ptr<BatchSnapshot> build_snapshot(const BatchPosition& position, uin
     snap->activation_gradient_stats = trace.gradient_stats;
     snap->batch_size = trace.budget.batch_size;
     snap->samples_kept = trace.budget.kept;
-    snap->budget_bytes = trace.budget.bytes;
+    snap->budget_bytes = trace.budget.limit();
     snap->held_bytes = held_bytes(trace);
     snap->full_bytes = full_bytes(trace);
   }

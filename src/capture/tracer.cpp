@@ -503,6 +503,12 @@ std::shared_ptr<TraceResult> Tracer::finish() {
   return result_;
 }
 
+void Tracer::share_budget(double share, int64_t base_bytes) {
+  std::lock_guard lock(result_->grad_mu);
+  result_->budget.share = share;
+  result_->budget.base = std::max<int64_t>(base_bytes, 0);
+}
+
 void Tracer::pin(const torch::Tensor& t) {
   if (t.defined()) keep_alive_.emplace_back(t.getIntrusivePtr());
 }
@@ -791,7 +797,10 @@ void Tracer::capture_activation(int layer, const torch::Tensor& out, int64_t op_
   }
   {
     std::lock_guard lock(result_->grad_mu);
-    if (keep_.cpu) hold(*result_, result_->activations, result_->activation_stats, info.name, out);
+    if (keep_.cpu) {
+      hold(*result_, result_->activations, result_->activation_stats, info.name, out,
+           /*gradient_follows=*/out.requires_grad());
+    }
     result_->final_op[layer] = op_seq;
   }
   if (out.requires_grad() && (keep_.cpu || device)) {

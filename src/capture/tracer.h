@@ -142,6 +142,9 @@ class Tracer : public observer::Consumer {
   // `index` is ModelIndex::of(model) (built here when null).
   Tracer(const torch::nn::Module& model, observer::Observer& observer, Keep keep = {}, int64_t budget_bytes = 0,
          int64_t start_samples = 0, std::shared_ptr<const ModelIndex> index = nullptr);
+  // The snapshot budget's share of the step's memory (SampleBudget::share)
+  // and the memory the step began with (SampleBudget::base).
+  void share_budget(double share, int64_t base_bytes);
   ~Tracer();
   Tracer(const Tracer&) = delete;
   Tracer& operator=(const Tracer&) = delete;

@@ -46,6 +46,12 @@ SessionCore::SessionCore(std::shared_ptr<torch::nn::Module> model, const StartOp
                      std::to_string(StartOptions::kDefaultSnapshotBudget) + ")");
   }
   snapshot_budget_ = options.snapshot_budget();
+  if (!(options.snapshot_share() >= 0 && options.snapshot_share() <= 1)) {
+    throw UsageError("StartOptions().snapshot_share(" + std::to_string(options.snapshot_share()) +
+                     "): a share of the step's memory between 0 and 1 (0: the byte budget alone; default " +
+                     std::to_string(StartOptions::kDefaultSnapshotShare) + ")");
+  }
+  snapshot_share_ = options.snapshot_share();
   control_.set_update_frequency(options.update_frequency());
   StatsCollector::Host stats_host;
   stats_host.report_error = [this](const std::string& what) { report_part_error(what); };
@@ -170,6 +176,12 @@ bool SessionCore::begin_batch(const std::string& phase, std::optional<int64_t> e
       model_index_ = capture::ModelIndex::of(*model_, capture ? nullptr : model_index_);
       tracer_ = std::make_unique<capture::Tracer>(*model_, *observer_, std::move(keep), snapshot_budget_,
                                                   samples_that_fit_, model_index_);
+      if (capture && snapshot_share_ > 0) {
+        // The step's own memory: what the process holds now, less the
+        // copies nansense holds of the snapshot shown.
+        auto shown = shown_.load();
+        tracer_->share_budget(snapshot_share_, capture::resident_bytes() - (shown ? shown->held_bytes : 0));
+      }
     } catch (const std::exception& e) {
       report_internal_error(std::string("capture disabled: ") + e.what());
     }

@@ -198,6 +198,7 @@ class SessionCore {
   // StartOptions::snapshot_budget, and the samples the last capture found to
   // fit it: the next capture starts there instead of trimming again.
   int64_t snapshot_budget_ = 0;
+  double snapshot_share_ = 0;  // StartOptions::snapshot_share
   int64_t samples_that_fit_ = 0;
   bool capture_disabled_ = false;
   bool warned_no_ui_ = false;

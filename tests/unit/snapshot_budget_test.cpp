@@ -25,12 +25,13 @@ int64_t bytes_of(const torch::Tensor& t) { return t.numel() * static_cast<int64_
 
 // The Cnn's first batch, paused in step mode, under `budget`; every session
 // starts from the same weights and data.
-std::shared_ptr<const BatchSnapshot> first_snapshot(int64_t budget, int64_t steps = 0) {
+std::shared_ptr<const BatchSnapshot> first_snapshot(int64_t budget, int64_t steps = 0,
+                                                    double share = StartOptions::kDefaultSnapshotShare) {
   torch::manual_seed(7);
   test::Cnn model;
   torch::optim::SGD opt(model->parameters(), 0.1);
   auto data = test::make_batches(4, kBatch, {1, 8, 8});
-  auto session = start(model, StartOptions().optimizer(&opt).snapshot_budget(budget));
+  auto session = start(model, StartOptions().optimizer(&opt).snapshot_budget(budget).snapshot_share(share));
   TrainingThread thread(session, [&] {
     for (auto& b : session.batches(data, "train")) test::train_step(model, opt, b.first, b.second);
     session.close();
@@ -154,6 +155,42 @@ TEST(SnapshotBudget, ANegativeBudgetIsRefused) {
     FAIL() << "a negative budget was accepted";
   } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("snapshot_budget(-1)"), std::string::npos) << e.what();
+  }
+}
+
+// The share of the step's memory (StartOptions::snapshot_share) binds where
+// the byte budget would keep everything: a tiny share of this process's
+// resident memory (hundreds of MiB) is a few KiB here, less than the batch.
+TEST(SnapshotBudget, AShareOfTheStepsMemoryTrimsUnderAByteBudgetThatFits) {
+  auto whole = first_snapshot(StartOptions::kDefaultSnapshotBudget, 0, /*share=*/0);
+  ASSERT_TRUE(whole);
+  EXPECT_FALSE(whole->trimmed());
+  const double share = 1e-5;
+  auto snap = first_snapshot(StartOptions::kDefaultSnapshotBudget, 1, share);
+  ASSERT_TRUE(snap);
+  ASSERT_TRUE(snap->trimmed()) << "held " << snap->held_bytes << " of " << snap->full_bytes;
+  EXPECT_LT(snap->samples_kept, kBatch);
+  // The budget the snapshot reports is the share's, under the byte budget,
+  // and the copies kept to it.
+  EXPECT_LT(snap->budget_bytes, StartOptions::kDefaultSnapshotBudget);
+  EXPECT_GE(snap->budget_bytes, static_cast<int64_t>(share * (int64_t{16} << 20))) << "a share of at least 16 MiB";
+  EXPECT_LE(snap->held_bytes, std::max(snap->budget_bytes, snap->full_bytes / kBatch));
+  // A share of 1 is the byte budget again here.
+  auto all = first_snapshot(StartOptions::kDefaultSnapshotBudget, 0, 1.0);
+  ASSERT_TRUE(all);
+  EXPECT_FALSE(all->trimmed());
+}
+
+TEST(SnapshotBudget, AShareOutsideZeroToOneIsRefused) {
+  test::Cnn model;
+  for (double share : {-0.1, 1.5, std::nan("")}) {
+    try {
+      start(model, StartOptions().snapshot_share(share));
+      FAIL() << "snapshot_share(" << share << ") was accepted";
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("snapshot_share("), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("between 0 and 1"), std::string::npos) << e.what();
+    }
   }
 }
 
