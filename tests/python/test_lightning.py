@@ -5,7 +5,8 @@ jump that re-enters fit with everything restored (losses bit for bit), and
 the NaN-capture scheme's own example (a per-class loss divided by each
 class's count on torchvision's ResNet): caught at the division without a
 UI, the trainer stopped, the capsule replayed both on the bare network and
-as a Lightning run."""
+as a Lightning run; and a tripped batch's traced re-run with a per-batch
+LR scheduler and counters in training_step (what runs twice, what once)."""
 
 import os
 import threading
