@@ -444,6 +444,11 @@ class Engine {
   }
   void mark_lost(const std::string& reason) { core_->mark_lost(reason); }
   void set_unserved_nan_note(std::string note) { core_->set_unserved_nan_note(std::move(note)); }
+  // What a traced re-run repeats, in the front end's words (NansenseCallback's).
+  void set_rerun_note(std::string ran_twice, std::vector<std::string> restored, std::vector<std::string> runs_twice,
+                      std::string detect) {
+    core_->set_rerun_note({std::move(ran_twice), std::move(restored), std::move(runs_twice), std::move(detect)});
+  }
 
   // --- distributed runs (nansense/_distributed.py), training thread ---
   // A follower: its layer statistics since the last call (b"" when none).
@@ -967,6 +972,7 @@ PYBIND11_MODULE(_nansense, m) {
       .def("close", &Engine::close)
       .def("mark_lost", &Engine::mark_lost)
       .def("set_unserved_nan_note", &Engine::set_unserved_nan_note)
+      .def("set_rerun_note", &Engine::set_rerun_note)
       .def("hold_at_boundary", &Engine::hold_at_boundary)
       .def("note_rank_trip", &Engine::note_rank_trip)
       .def("take_stats_shard", &Engine::take_stats_shard)

@@ -92,6 +92,35 @@ def _scheduler_of(trainer: Trainer) -> Any:
     return configs[0].scheduler if configs else None
 
 
+def _scheduler_mark(trainer: Trainer) -> Any:
+    """Where the restored scheduler (the first configured) stands: its
+    last_epoch, which moves on each of its steps."""
+    scheduler = _scheduler_of(trainer)
+    return None if scheduler is None else getattr(scheduler, "last_epoch", None)
+
+
+# What a traced re-run repeats under Lightning (the debug report, the banner
+# and the NaN's log line say it; docs/guide/lightning.md).
+_RERUN_NOTE = dict(
+    ran_twice="training_step and its backward ran this batch twice (the optimizer step, the LR scheduler's step "
+              "and global_step count it once)",
+    restored=["weights and buffers", "the optimizer's state",
+              "the LR scheduler configure_optimizers returned (the first one; its step of this batch is made "
+              "again after the second run's optimizer step, so it steps once per batch)",
+              "torch's RNG states (CPU and every CUDA device)"],
+    runs_twice=["training_step for that batch: its counters, prints and metric accumulators see it twice, and its "
+                "self.log() calls run twice (an on_epoch aggregate counts the batch twice)",
+                "the backward pass and gradient clipping",
+                "the first run's optimizer step runs with cleared gradients, so it changes nothing (it is the one "
+                "global_step counts; the second run steps the optimizer itself)",
+                "a second LR scheduler or optimizer state nansense does not restore (only the first scheduler is "
+                "restored)"],
+    detect="callback.rerunning (NansenseCallback) is true during the second run, which calls only training_step, "
+           "backward, gradient clipping, the optimizer step and the scheduler step: on_train_batch_start/end, "
+           "on_before_backward, on_after_backward, on_before_optimizer_step and other callbacks see the batch once",
+)
+
+
 def _optimizer_of(trainer: Trainer) -> Optional[torch.optim.Optimizer]:
     return trainer.optimizers[0] if trainer.optimizers else None
 
@@ -191,12 +220,29 @@ class NansenseCallback(Callback):
         self._phase: Optional[tuple] = None          # [phase, batches] of the phase under way
         self._batch: Any = None                      # the train batch under way (capsules hold it)
         self._batch_idx = 0
+        self._scheduler_mark: Any = None             # the restored scheduler's place when the batch began
         self._halted: Optional[str] = None           # the capsule a no-UI stop named
 
     @property
     def session(self) -> Optional[Session]:
         """The live session, or None before fit has started."""
         return self._session
+
+    @property
+    def rerunning(self) -> bool:
+        """True while training_step runs a batch for the second time: the
+        traced re-run of a batch that tripped a numerical check untraced.
+        The weights, buffers, optimizer, the first LR scheduler and torch's
+        RNG were restored to where the batch began, and the scheduler steps
+        once for the batch; what training_step keeps itself was not, so a
+        counter that must count each batch once skips this run::
+
+            def training_step(self, batch, batch_idx):  # callback: the Trainer's NansenseCallback
+                if not callback.rerunning:
+                    self.seen += 1
+        """
+        session = self._session
+        return session is not None and session.enabled and session.rerunning
 
     def __repr__(self) -> str:
         state = "not started" if self._session is None else repr(self._session)
@@ -264,6 +310,8 @@ class NansenseCallback(Callback):
             self._session = start(network, epochs=trainer.max_epochs, phases={"train": 1}, **self._serve)
             engine = self._engine
             engine.set_unserved_nan_note("NansenseCallback stops the trainer after this batch")
+            engine.set_rerun_note(_RERUN_NOTE["ran_twice"], _RERUN_NOTE["restored"], _RERUN_NOTE["runs_twice"],
+                                  _RERUN_NOTE["detect"])
             engine.set_optimizer_reader(self._read_optimizer(network))
             optimizer, scheduler = _optimizer_of(trainer), _scheduler_of(trainer)
             if optimizer is not None or scheduler is not None:
@@ -373,6 +421,7 @@ class NansenseCallback(Callback):
             self._phase = [phase, 0]
         if phase == "train":
             self._batch, self._batch_idx = batch, batch_idx
+            self._scheduler_mark = _scheduler_mark(self._trainer)
         self._open = (phase, session._open_batch(phase, self._epoch, batch))
 
     def _finish(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
@@ -382,13 +431,17 @@ class NansenseCallback(Callback):
         session, engine = self._session, self._engine
         session._remove_hooks(hooks)
         self._open = None
+        # Lightning steps a step-interval scheduler (and an epoch one on the
+        # epoch's last batch) before on_train_batch_end: the restore below
+        # takes that step back, so the re-run makes it again.
+        scheduler_stepped = phase == "train" and _scheduler_mark(trainer) != self._scheduler_mark
         # True: the engine restored the batch's starting state to run it
         # again traced (the root cause of a NaN the untraced run found).
         while engine.end_batch():
             self._open = (phase, session._open_batch(phase, self._epoch, batch))
             try:
                 if phase == "train":
-                    _rerun_training_step(trainer, pl_module, batch, batch_idx)
+                    _rerun_training_step(trainer, pl_module, batch, batch_idx, scheduler_stepped)
                 else:
                     _rerun_validation_step(trainer, pl_module, batch, batch_idx)
             except BaseException:
@@ -490,23 +543,29 @@ def _loss_of(output: Any) -> Optional[torch.Tensor]:
     raise RuntimeError("training_step must return a loss tensor, a dict with 'loss', or None")
 
 
-def _rerun_training_step(trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
+def _rerun_training_step(trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int,
+                         step_scheduler: bool) -> None:
     """One automatic-optimization step of Lightning's, by hand: zero_grad,
-    training_step, backward, clipping, optimizer step (the LR schedule
-    steps after the batch, as Lightning does)."""
+    training_step, backward, clipping, optimizer step, and the restored
+    scheduler's step when Lightning made one in the first run (the restore
+    took it back). The torch optimizer is stepped directly, so Lightning's
+    global_step does not count the batch again."""
     optimizer = _optimizer_of(trainer)
     if optimizer is not None:
         optimizer.zero_grad()
     with torch.enable_grad(), _AsStep(pl_module, "training_step"):
         loss = _loss_of(pl_module.training_step(batch, batch_idx))
-    if loss is None:
-        return
-    trainer.strategy.backward(loss, optimizer)
-    if optimizer is None:
-        return
-    if trainer.gradient_clip_val:
-        pl_module.configure_gradient_clipping(optimizer, trainer.gradient_clip_val, trainer.gradient_clip_algorithm)
-    optimizer.step()
+    if loss is not None:
+        trainer.strategy.backward(loss, optimizer)
+        if optimizer is not None:
+            if trainer.gradient_clip_val:
+                pl_module.configure_gradient_clipping(optimizer, trainer.gradient_clip_val,
+                                                      trainer.gradient_clip_algorithm)
+            optimizer.step()
+    if step_scheduler:
+        # As Lightning stepped it: through the module's hook (a plateau
+        # scheduler never steps before on_train_batch_end).
+        pl_module.lr_scheduler_step(_scheduler_of(trainer), None)
 
 
 def _rerun_validation_step(trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:

@@ -297,6 +297,28 @@ std::vector<Tracer::FinalName> Tracer::final_names() const {
     if (out[i].kept && layers_[i].role == LayerInfo::Role::kModule) module_layers.push_back(static_cast<int>(i));
   }
   std::map<std::string, int> op_counts, call_counts;
+  // An op's fx-style name: never a registered module's path (a ReLU module
+  // "relu" and an unscoped relu op would both read "relu").
+  auto op_name = [&](const std::string& base) {
+    for (;;) {
+      const int k = op_counts[base]++;
+      std::string name = k == 0 ? base : base + "_" + std::to_string(k);
+      if (!index_->module_index.count(name)) return name;
+    }
+  };
+  // The one parameterless registered module under `scope` that runs `op`;
+  // -1 for none, -2 for several.
+  auto only_module_under = [&](const std::string& scope, const std::string& op) {
+    int match = -1;
+    for (size_t m = 0; m < modules.size(); ++m) {
+      if (!modules[m].parameterless || !module_runs(modules[m].kind, op) ||
+          modules[m].path.rfind(scope + ".", 0) != 0) {
+        continue;
+      }
+      match = match == -1 ? static_cast<int>(m) : -2;
+    }
+    return match;
+  };
   std::vector<std::string> scopes(n);  // per op layer, the scope it was named in
   // Whether an op's result reaches a module call or a loss: what does not is
   // a side result (a MultiheadAttention's averaged attention weights).
@@ -330,9 +352,7 @@ std::vector<Tracer::FinalName> Tracer::final_names() const {
         out[i].module = static_cast<int>(m->second);
         continue;
       }
-      const std::string base = reported->empty() ? op : *reported + "." + op;
-      const int k = op_counts[base]++;
-      out[i].name = k == 0 ? base : base + "_" + std::to_string(k);
+      out[i].name = op_name(reported->empty() ? op : *reported + "." + op);
       continue;
     }
     // The module calls around the op: its scope is what they share, and a
@@ -362,25 +382,45 @@ std::vector<Tracer::FinalName> Tracer::final_names() const {
       }
       if (deeper) scope = *deeper;
     }
-    scopes[i] = scope;
     const size_t lo = before ? index_->module_index.at(before->module) : 0;
     size_t hi = after ? index_->module_index.at(after->module) : modules.size();
     if (hi <= lo) hi = modules.size();
-    int match = -1;
-    for (size_t m = before ? lo + 1 : lo; m < hi; ++m) {
-      if (!modules[m].parameterless || !module_runs(modules[m].kind, layer.kind)) continue;
-      match = match == -1 ? static_cast<int>(m) : -2;
+    // The one parameterless module registered between the calls around the
+    // op that runs it (-1 none, -2 several).
+    auto declared_between = [&](const std::string& op) {
+      int found = -1;
+      for (size_t m = before ? lo + 1 : lo; m < hi; ++m) {
+        if (!modules[m].parameterless || !module_runs(modules[m].kind, op)) continue;
+        found = found == -1 ? static_cast<int>(m) : -2;
+      }
+      return found;
+    };
+    int match = declared_between(layer.kind);
+    if (match == -1 && live[i] && before) {
+      // The tail of the call before it: a block's own ReLU module called a
+      // second time after its last parametered submodule (torchvision's
+      // BasicBlock: conv2, bn2, then `out + identity` and self.relu again)
+      // sits between that block's last call and the next sibling's first.
+      // The deepest enclosing call of `before` holding the one such module
+      // for this op or a later op of the same gap takes the ops up to it.
+      const size_t gap_end = next != module_layers.end() ? static_cast<size_t>(*next) : n;
+      for (std::string s = parent_scope(before->module); s.size() > scope.size(); s = parent_scope(s)) {
+        bool found = false;
+        for (size_t k = i; k < gap_end && !found; ++k) {
+          if (!out[k].kept || layers_[k].role != LayerInfo::Role::kOp || traces_[k].scope || !live[k]) continue;
+          found = declared_between(layers_[k].kind) == -1 && only_module_under(s, layers_[k].kind) >= 0;
+        }
+        if (found) {
+          scope = s;
+          break;
+        }
+      }
     }
+    scopes[i] = scope;
     if (match == -1 && !scope.empty()) {
       // Not between the calls around it in declaration order (a block's
       // Dropout registered last): the one such module of the scope, if any.
-      for (size_t m = 0; m < modules.size(); ++m) {
-        if (!modules[m].parameterless || !module_runs(modules[m].kind, layer.kind) ||
-            modules[m].path.rfind(scope + ".", 0) != 0) {
-          continue;
-        }
-        match = match == -1 ? static_cast<int>(m) : -2;
-      }
+      match = only_module_under(scope, layer.kind);
     }
     if (match >= 0) {
       const std::string& path = modules[static_cast<size_t>(match)].path;
@@ -389,9 +429,7 @@ std::vector<Tracer::FinalName> Tracer::final_names() const {
       out[i].module = match;
       continue;
     }
-    const std::string base = scope.empty() ? layer.kind : scope + "." + layer.kind;
-    const int k = op_counts[base]++;
-    out[i].name = k == 0 ? base : base + "_" + std::to_string(k);
+    out[i].name = op_name(scope.empty() ? layer.kind : scope + "." + layer.kind);
   }
   return out;
 }

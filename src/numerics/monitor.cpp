@@ -283,6 +283,7 @@ void Monitor::handle_hit(DebugError hit, bool in_backward) {
   auto log = [&](const DebugError& e) {
     std::cerr << "[nansense] " << headline(e);
     if (e.root_cause) std::cerr << " — " << e.root_cause->summary;
+    if (e.rerun) std::cerr << " — re-run traced: " << (host_.rerun_note ? host_.rerun_note() : RerunNote()).ran_twice;
     if (!e.capsule.empty()) std::cerr << " — capsule: " << e.capsule;
     if (!host_.can_pause()) {
       std::cerr << " (no UI served: " << (host_.unserved_note ? host_.unserved_note() : "training continues") << ")";

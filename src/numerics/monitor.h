@@ -23,6 +23,7 @@
 #include "numerics/flight_recorder.h"
 #include "numerics/guard.h"
 #include "numerics/op_tracer.h"
+#include "numerics/rerun_note.h"
 #include "state/live_state.h"
 #include "state/state_file.h"
 
@@ -44,6 +45,8 @@ class Monitor {
     std::function<bool()> can_pause;
     // What the NaN's log line says happens next when nothing can pause.
     std::function<std::string()> unserved_note;
+    // What a traced re-run repeated (its ran_twice clause goes in the log line).
+    std::function<RerunNote()> rerun_note;
     // The last discovered architecture (layer names and order), may be null.
     std::function<std::shared_ptr<const Architecture>()> architecture;
     // A failure of part of the numerics machinery: one tensor's check, the

@@ -118,6 +118,7 @@ std::unique_ptr<numerics::Monitor> SessionCore::make_monitor(const DebugSettings
   };
   host.can_pause = [this] { return attachment_ != nullptr; };
   host.unserved_note = [this] { return unserved_nan_note_; };
+  host.rerun_note = [this] { return rerun_note(); };
   host.architecture = [this] { return architecture_.load(); };
   host.report_error = [this](const std::string& what) { report_numerics_error(what); };
   host.changed = [this] { control_.notify_changed(); };

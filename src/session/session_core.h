@@ -94,6 +94,16 @@ class SessionCore {
   // What a NaN's log line says when no UI is served (a host that stops on
   // the first NaN, as the Lightning callback does, says so).
   void set_unserved_nan_note(std::string note) { unserved_nan_note_ = std::move(note); }
+  // What a traced re-run repeats, as the front end running the loop body
+  // says it (the Lightning callback: training_step, not a loop body).
+  void set_rerun_note(numerics::RerunNote note) {
+    std::lock_guard<std::mutex> lock(rerun_note_mutex_);
+    rerun_note_ = std::move(note);
+  }
+  numerics::RerunNote rerun_note() const {
+    std::lock_guard<std::mutex> lock(rerun_note_mutex_);
+    return rerun_note_;
+  }
   void attach(std::unique_ptr<Attachment> transport) { attachment_ = std::move(transport); }
   std::string url() const;
 
@@ -207,6 +217,8 @@ class SessionCore {
   std::string no_ui_hint_ =
       "nansense::serve(session) or StartOptions().port(...) serves one, and session.detach() trains without pausing";
   std::string unserved_nan_note_ = "training continues";
+  mutable std::mutex rerun_note_mutex_;  // read by the server's threads
+  numerics::RerunNote rerun_note_;
   bool repeat_batch_ = false;          // the next begin_batch delivers the same batch again
   bool rerunning_ = false;             // the batch under way is that second delivery
   std::optional<int64_t> loop_epoch_;  // the epoch epochs() runs, for batches() without one

@@ -52,6 +52,7 @@ class CorePort final : public SessionPort {
   std::optional<DebugError> debug_error() const override { return core_.debug().error(); }
   int64_t checked_batches() const override { return core_.debug().checked_batches(); }
   std::vector<numerics::UncheckedTensor> unchecked_tensors() const override { return core_.debug().unchecked(); }
+  numerics::RerunNote rerun_note() const override { return core_.rerun_note(); }
   bool skip_update_chosen() const override { return core_.debug().skip_chosen(); }
   void choose_update(bool skip) override { core_.debug().choose_update(skip); }
   void silence_debug_check(const std::string& category) override { core_.debug().silence(category); }

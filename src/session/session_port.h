@@ -17,6 +17,7 @@
 #include "nansense/architecture.h"
 #include "nansense/debug.h"
 #include "numerics/debug_state.h"
+#include "numerics/rerun_note.h"
 #include "nansense/options.h"
 #include "nansense/position.h"
 #include "nansense/schedule.h"
@@ -107,6 +108,8 @@ class NumericsPort {
   virtual int64_t checked_batches() const = 0;
   // Tensors whose check failed and is off for them (the rest stay checked).
   virtual std::vector<numerics::UncheckedTensor> unchecked_tensors() const = 0;
+  // What a traced re-run restores and repeats (the debug report, the banner).
+  virtual numerics::RerunNote rerun_note() const = 0;
   // Whether skipping the held poisoned update is chosen.
   virtual bool skip_update_chosen() const = 0;
   // Throws std::logic_error when no update is held.

@@ -5,7 +5,8 @@ jump that re-enters fit with everything restored (losses bit for bit), and
 the NaN-capture scheme's own example (a per-class loss divided by each
 class's count on torchvision's ResNet): caught at the division without a
 UI, the trainer stopped, the capsule replayed both on the bare network and
-as a Lightning run."""
+as a Lightning run; and a tripped batch's traced re-run with a per-batch
+LR scheduler and counters in training_step (what runs twice, what once)."""
 
 import os
 import threading
@@ -350,3 +351,110 @@ def test_replay_capsule_refuses_what_it_cannot_replay(tmp_path):
         replay_capsule(tmp_path / "missing.nscap", PerClassLoss(), max_steps=3)
     with pytest.raises(TypeError, match="LightningModule"):
         replay_capsule(tmp_path / "missing.nscap", nn.Linear(2, 2))
+
+
+class Scheduled(pl.LightningModule):
+    """A per-batch LR scheduler (interval="step"), counters in training_step
+    (one guarded by callback.rerunning, one not, and a logged epoch sum), and
+    a per-class loss that divides by zero on a batch missing a class."""
+
+    def __init__(self, callback):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+        self.callback = callback
+        self.bodies = 0
+        self.seen = 0
+        self.rows = []  # (batch_idx, rerunning, lr, global_step) per training_step call
+
+    def training_step(self, batch, batch_idx):
+        self.bodies += 1
+        if not self.callback.rerunning:
+            self.seen += 1
+        lr = self.trainer.optimizers[0].param_groups[0]["lr"]
+        self.rows.append((batch_idx, self.callback.rerunning, lr, self.global_step))
+        self.log("calls", 1.0, on_step=False, on_epoch=True, reduce_fx="sum")
+        x, y = batch
+        logits = self.net(x)
+        loss = logits.new_zeros(())
+        for c in range(3):
+            mask = (y == c).float()
+            loss = loss + (F.cross_entropy(logits, y, reduction="none") * mask).sum() / mask.sum()
+        return loss
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.Adam(self.parameters(), lr=0.01)
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+def scheduled_data():
+    """Five batches of four; the third (batch 2) has no sample of class 2."""
+    g = torch.Generator().manual_seed(0)
+    y = torch.tensor([0, 1, 2, 2] * 5)
+    y[8:12] = torch.tensor([0, 1, 1, 0])
+    return TensorDataset(torch.randn(20, 4, generator=g), y)
+
+
+def test_a_rerun_steps_the_optimizer_and_the_per_batch_scheduler_once_and_says_what_ran_twice(
+        tmp_path, monkeypatch, capfd):
+    monkeypatch.chdir(tmp_path)  # where the NaN capsules go
+    torch.manual_seed(0)
+    callback = Served(model="net")
+    module = Scheduled(callback)
+    fit = TrainingThread(lambda: trainer(max_epochs=1, callbacks=[callback]).fit(
+        module, DataLoader(scheduled_data(), batch_size=4)))
+    api = callback.api()
+    session = callback.session
+    try:
+        assert session.wait_until_stopped(60) == nansense.RunState.PAUSED
+        session.detach()
+        # Batch 2 trips untraced, is restored and runs again traced: paused
+        # in the second run's backward, before its optimizer step.
+        assert session.wait_until_stopped(60) == nansense.RunState.PAUSED
+        error = session.debug_error
+        assert error is not None and error.position.batch_idx == 2 and error.rerun
+        assert error.root_cause["status"] == "found" and error.root_cause["producer"]["op"] == "aten::div"
+        # training_step saw batch 2 twice, with the LR batch 2 began with;
+        # Lightning's global_step had counted the first run's (gradient-less) step.
+        assert module.rows == [(0, False, 0.01, 0), (1, False, 0.005, 1), (2, False, 0.0025, 2),
+                               (2, True, 0.0025, 3)]
+        scheduler = module.trainer.lr_scheduler_configs[0].scheduler
+        assert scheduler.last_epoch == 2  # restored to where batch 2 began
+        optimizer = module.trainer.optimizers[0]
+        assert all(int(optimizer.state[p]["step"]) == 2 for p in module.net.parameters())
+        # What ran twice, where the trip is seen: the banner's clause, the
+        # debug report, and the log line.
+        summary = api.get("/api/status")["debug"]["error"]
+        assert summary["rerun"] is True
+        assert summary["ran_twice"].startswith("training_step and its backward ran this batch twice")
+        assert "the LR scheduler's step and global_step count it once" in summary["ran_twice"]
+        rerun = api.get("/api/debug")["rerun"]
+        assert rerun["ran_twice"] == summary["ran_twice"]
+        assert any("training_step for that batch" in s and "self.log()" in s for s in rerun["runs_twice"])
+        assert not any("loop body" in s for s in rerun["runs_twice"])
+        assert any("the LR scheduler configure_optimizers returned" in s for s in rerun["restored"])
+        assert "callback.rerunning" in rerun["detect"]
+        api.post("/api/debug/choose_update", {"action": "skip"})
+        session.detach()
+        fit.join()
+    finally:
+        if fit.thread.is_alive():
+            session.detach()
+            fit.thread.join(60)
+    assert session.state == nansense.RunState.FINISHED
+    err = capfd.readouterr().err
+    assert "re-run traced: training_step and its backward ran this batch twice" in err, err
+    # The outcome: training_step ran 6 times for 5 batches (the guarded
+    # counter 5), and Lightning's logged epoch sum counts the re-run too.
+    assert (module.bodies, module.seen) == (6, 5)
+    assert float(module.trainer.callback_metrics["calls"]) == 6.0
+    # The scheduler stepped once per batch (5), the LR went on halving after
+    # the re-run, and global_step counts each batch once.
+    assert scheduler.last_epoch == 5
+    assert [lr for _, _, lr, _ in module.rows[4:]] == [0.00125, 0.000625]
+    assert module.trainer.global_step == 5
+    # Adam stepped once per applied batch: 5 batches, batch 2's update skipped.
+    assert all(int(optimizer.state[p]["step"]) == 4 for p in module.net.parameters())
+    assert all(torch.isfinite(p).all() for p in module.net.parameters())
+    report = api.get("/api/debug")
+    assert report["checked_batches"] == 6  # every batch, and the traced re-run

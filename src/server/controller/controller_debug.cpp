@@ -37,6 +37,7 @@ json Controller::debug_summary() const {
                         {"hits", error->hits},
                         {"update", error->update.empty() ? json(nullptr) : json(error->update)},
                         {"rerun", error->rerun},
+                        {"ran_twice", error->rerun ? json(session_.rerun_note().ran_twice) : json(nullptr)},
                         {"skip_update", session_.skip_update_chosen()}};
   }
   return summary;
@@ -56,17 +57,13 @@ json Controller::get_debug_report() const {
   }
   // The traced re-run's contract (docs/guide/nans.md), for whoever reads a
   // "not reproduced" root cause.
+  // The front end's words: a plain loop's, or the Lightning callback's.
+  const auto note = session_.rerun_note();
   json rerun = {{"enabled", settings.rerun_to_trace()},
-                {"restored",
-                 {"weights and buffers", "every optimizer's state", "the LR scheduler given to start()",
-                  "torch's RNG states (CPU and every CUDA device)",
-                  "scalars the first run logged with log_scalar (replaced by the second run's)"}},
-                {"runs_twice",
-                 {"your loop body for that batch: its counters, prints, logs and metric accumulators see it "
-                  "twice",
-                  "a scheduler or optimizer not given to start()",
-                  "the first run's optimizer.step() runs with cleared gradients, so it changes nothing"}},
-                {"detect", "session.rerunning (Python) / Session::rerunning() (C++) is true during the second run"}};
+                {"ran_twice", note.ran_twice},
+                {"restored", note.restored},
+                {"runs_twice", note.runs_twice},
+                {"detect", note.detect}};
   return {{"settings", numerics::to_json(settings)},       {"error", error ? numerics::to_json(*error) : json(nullptr)},
           {"checked_batches", session_.checked_batches()}, {"skip_update", session_.skip_update_chosen()},
           {"unchecked_tensors", std::move(unchecked)},     {"rerun", std::move(rerun)}};

@@ -165,6 +165,8 @@ void status_types(json& d, const Words& w) {
                                    {"update", w.update},
                                    // The batch ran again, traced: the loop body saw it twice.
                                    {"rerun", boolean()},
+                                   // With rerun: what ran twice, in the front end's words (the banner's clause).
+                                   {"ran_twice", nullable(str())},
                                    {"skip_update", boolean()}});
   d["DebugSummary"] =
       object({{"enabled", boolean()}, {"checks", array(w.check)}, {"error", nullable(ref("DebugErrorSummary"))}});
@@ -459,8 +461,11 @@ void debug_types(json& d, const Words& w) {
                                  {"error", str()},
                                  {"position", ref("Position")}});
   // What a traced re-run of a tripped batch restores and what it repeats.
-  d["DebugRerun"] =
-      object({{"enabled", boolean()}, {"restored", array(str())}, {"runs_twice", array(str())}, {"detect", str()}});
+  d["DebugRerun"] = object({{"enabled", boolean()},
+                            {"ran_twice", str()},
+                            {"restored", array(str())},
+                            {"runs_twice", array(str())},
+                            {"detect", str()}});
   d["DebugReport"] = object({{"settings", ref("DebugSettings")},
                              {"error", nullable(ref("DebugError"))},
                              {"checked_batches", integer()},

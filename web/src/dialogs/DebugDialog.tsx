@@ -183,8 +183,8 @@ function RerunNote() {
   const rerun = useSelector(store, (s) => s.debugReport?.rerun ?? null);
   return (
     <div class="form-note" data-testid="debug-rerun">
-      This batch tripped untraced, so it ran again from the recorded state, traced, to name the producer: your loop
-      body ran it twice.
+      This batch tripped untraced, so it ran again from the recorded state, traced, to name the producer
+      {rerun ? `: ${rerun.ran_twice}.` : '.'}
       {rerun && (
         <>
           {' '}

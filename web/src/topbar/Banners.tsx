@@ -32,8 +32,9 @@ export function Banners() {
 function NumericalBanner({ error }: { error: DebugErrorSummary }) {
   const producer = producerPhrase(error);
   const more = error.hits > 1 ? ` (${error.hits} checked batches tripped)` : '';
-  // The traced re-run delivered the batch to the loop body a second time.
-  const rerun = error.rerun ? ' — re-run traced: your loop body ran this batch twice' : '';
+  // The traced re-run delivered the batch a second time: to the loop body,
+  // or (Lightning) to training_step; the server says which.
+  const rerun = error.rerun ? ` — re-run traced: ${error.ran_twice ?? 'your loop body ran this batch twice'}` : '';
   return (
     <div class="banner banner-amber banner-numerical" role="alert" data-testid="debug-banner">
       <span class="banner-icon" aria-hidden="true">
