@@ -63,6 +63,16 @@ async function main() {
     await expectText('update-frequency-frozen', /the update frequency is frozen while "main" records.*stop_recording key "main"/i);
     // Disabled through its fieldset: :disabled, not the element's own attribute.
     await page.locator('[data-testid="update-n"]:disabled').waitFor({ timeout: h.uiTimeoutMs });
+    // It looks held too: the controls dimmed, the reason at full strength.
+    const look = await page.evaluate(() => {
+      const note = document.querySelector('[data-testid="update-frequency-frozen"]');
+      const section = note.closest('.settings-section');
+      const control = section.querySelector('[data-testid="update-n"]');
+      let opacity = 1;
+      for (let e = control; e && e !== section; e = e.parentElement) opacity *= Number(getComputedStyle(e).opacity);
+      return { control: opacity, note: Number(getComputedStyle(note).opacity) };
+    });
+    if (!(look.control < 0.75 && look.note === 1)) throw new Error(`frozen section's look: ${JSON.stringify(look)}`);
     await h.expectEnabled('average-toggle', false);
     await h.expectEnabled('values-select', false);
     const why = await page.locator('.render-options label').first().getAttribute('title');

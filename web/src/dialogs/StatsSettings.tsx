@@ -119,7 +119,7 @@ type SectionProps = StatsSettingsState & { settings: Settings; frozen: string | 
 
 function ScopeSection({ settings, errors, saved, apply, frozen }: SectionProps) {
   return (
-    <section class="settings-section">
+    <section class="settings-section" data-frozen={frozen != null ? "true" : undefined}>
       <h3>Statistics collection</h3>
       <Frozen reason={frozen} testid="stats-scope-frozen" />
       <label class="settings-row" title={frozen ?? undefined}>
@@ -151,7 +151,7 @@ function PerformanceSection({ settings, errors, saved, apply, typed, frozen }: S
   const perf = settings.watch_performance;
   const { limit, setLimit, sample, setSample, perChannel, setPerChannel } = typed;
   return (
-    <section class="settings-section">
+    <section class="settings-section" data-frozen={frozen != null ? "true" : undefined}>
       <h3>Performance</h3>
       <Frozen reason={frozen} testid="performance-frozen" />
       <fieldset class="settings-group" disabled={frozen != null} title={frozen ?? undefined}>
@@ -254,7 +254,7 @@ function FrequencySection({
     void apply('frequency', () => api.setUpdateFrequency({ unit, n: value, phase }));
   };
   return (
-    <section class="settings-section">
+    <section class="settings-section" data-frozen={frozen != null ? "true" : undefined}>
       <h3>Update frequency</h3>
       <p class="form-hint">While training runs, a batch is captured and published at this cadence, without pausing.</p>
       <Frozen reason={frozen} testid="update-frequency-frozen" />
