@@ -92,7 +92,8 @@ struct ProbeVisitor {
     std::map<std::string, std::string> headers;
     if (!cookie.empty()) headers["Cookie"] = "nansense_visitor=" + cookie;
     auto r = http_request(port, method, target, body, headers);
-    if (auto it = r.headers.find("Set-Cookie"); it != r.headers.end() && it->second.rfind("nansense_visitor=", 0) == 0) {
+    if (auto it = r.headers.find("Set-Cookie");
+        it != r.headers.end() && it->second.rfind("nansense_visitor=", 0) == 0) {
       cookie = it->second.substr(17, it->second.find(';') - 17);
     }
     return r;
@@ -303,10 +304,11 @@ int main(int argc, char** argv) {
   for (const auto& [reason, n] : tally.reasons)
     std::printf("  refused %lld x: %s\n", static_cast<long long>(n), reason.c_str());
   std::printf("locked commands refused: %lld\n", static_cast<long long>(tally.commands_refused));
-  std::printf("probe changes: %lld applied, %lld refused by the bound on runs in flight; %lld read-backs each "
-              "visitor's own\n",
-              static_cast<long long>(tally.probe_changes), static_cast<long long>(tally.probe_refused),
-              static_cast<long long>(tally.probe_checks));
+  std::printf(
+      "probe changes: %lld applied, %lld refused by the bound on runs in flight; %lld read-backs each "
+      "visitor's own\n",
+      static_cast<long long>(tally.probe_changes), static_cast<long long>(tally.probe_refused),
+      static_cast<long long>(tally.probe_checks));
   for (const auto& [reason, n] : tally.probe_reasons)
     std::printf("  probe refused %lld x: %s\n", static_cast<long long>(n), reason.c_str());
   bool ok = tally.failures.empty();

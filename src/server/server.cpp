@@ -56,9 +56,8 @@ std::string cookie_value(const std::string& cookies, const std::string& name) {
 // A visitor id this server could have issued: 32 lowercase hex digits (what
 // random_token makes). Anything else is not looked up at all.
 bool well_formed_visitor(const std::string& id) {
-  return id.size() == 32 && std::all_of(id.begin(), id.end(), [](char c) {
-           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-         });
+  return id.size() == 32 &&
+         std::all_of(id.begin(), id.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
 // The visitor a request comes from on a locked session: its nansense_visitor

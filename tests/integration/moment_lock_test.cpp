@@ -199,8 +199,9 @@ TEST_F(MomentTest, LockedParkedSessionRefusesChangesOverRestAndMcpAndRunsExperim
   // Probes are no longer refused: they apply to the calling visitor only. A
   // request without the visitor cookie is a new visitor, so the next one
   // (another new visitor) sees the shared moment, no probe.
-  for (const auto& [target, body] : std::vector<std::pair<std::string, json>>{
-           {"/api/probe/pin", {{"timeout_seconds", 10}}}, {"/api/probe/mode", {{"mode", "eval"}, {"timeout_seconds", 10}}}}) {
+  for (const auto& [target, body] :
+       std::vector<std::pair<std::string, json>>{{"/api/probe/pin", {{"timeout_seconds", 10}}},
+                                                 {"/api/probe/mode", {{"mode", "eval"}, {"timeout_seconds", 10}}}}) {
     auto r = http_request(port, "POST", target, body.dump());
     ASSERT_EQ(r.status, 200u) << target << ": " << r.body;
     EXPECT_EQ(r.json()["active"], true) << target << ": " << r.body;

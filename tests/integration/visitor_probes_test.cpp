@@ -231,7 +231,8 @@ TEST_F(VisitorProbesTest, EachVisitorsProbeChangesOnlyItsOwnView) {
   EXPECT_NE(pinned["hint"].get<std::string>().find("yours alone"), std::string::npos) << pinned;
   json mode = a.post("/api/probe/mode", {{"mode", "train"}, {"timeout_seconds", 10}});
   EXPECT_EQ(mode["mode"], "train") << mode;
-  json perturbed = a.post("/api/probe/perturb", {{"index", {1}}, {"values", {6.0}}, {"sample", 1}, {"timeout_seconds", 10}});
+  json perturbed =
+      a.post("/api/probe/perturb", {{"index", {1}}, {"values", {6.0}}, {"sample", 1}, {"timeout_seconds", 10}});
   ASSERT_NE(perturbed["result"], nullptr) << perturbed;
   EXPECT_EQ(perturbed["result"]["diff"], true) << perturbed;
   const json a_status = a.get("/api/status");

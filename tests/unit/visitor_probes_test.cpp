@@ -41,9 +41,7 @@ struct Loop {
     h.in_batch_pause = [] { return false; };
     h.ended = [] { return std::string(); };
     h.post = [this](std::function<void()> work) { queued.push_back(std::move(work)); };
-    h.forward = [this] {
-      return [this](const std::vector<torch::Tensor>& in) { return model->forward(in.at(0)); };
-    };
+    h.forward = [this] { return [this](const std::vector<torch::Tensor>& in) { return model->forward(in.at(0)); }; };
     h.next_sequence = [this] { return ++sequence; };
     h.show = [this](std::shared_ptr<const nansense::BatchSnapshot>) { ++shown; };
     return h;

@@ -174,7 +174,8 @@ json Controller::add_perturbation(const std::vector<int64_t>& index, const std::
     }
     p.input = it - names.begin();
   }
-  auto probes = change_probes([](const ProbeSettings&) { return true; }, [&](Probes& probe) { probe.add_perturbation(p); });
+  auto probes =
+      change_probes([](const ProbeSettings&) { return true; }, [&](Probes& probe) { probe.add_perturbation(p); });
   return probe_reply(*probes, wait);
 }
 
@@ -184,8 +185,9 @@ json Controller::clear_perturbations(Wait wait) {
   if (session_.locked() && !caller_probes()) {
     out = get_probe_status();  // nothing of its own to clear
   } else {
-    auto probes = change_probes([](const ProbeSettings& s) { return s.pinned || s.mode != experiments::ProbeMode::kUnchanged; },
-                                [&](Probes& p) { cleared = p.clear_perturbations(); });
+    auto probes =
+        change_probes([](const ProbeSettings& s) { return s.pinned || s.mode != experiments::ProbeMode::kUnchanged; },
+                      [&](Probes& p) { cleared = p.clear_perturbations(); });
     out = probe_reply(*probes, wait);
   }
   out["cleared"] = cleared;

@@ -110,9 +110,8 @@ void PushChannel::strip_loop() {
         const uint64_t wanted = p.strips_wanted->load();
         if (!p.watching || !p.socket->is_open() || wanted == p.strips_done) continue;
         p.strips_done = wanted;
-        work.push_back(
-            Work{p.socket, p.visitor, p.watch_set_at < wanted ? p.watch : std::vector<WatchedStrip>{}, wanted,
-                 p.strips_wanted});
+        work.push_back(Work{p.socket, p.visitor, p.watch_set_at < wanted ? p.watch : std::vector<WatchedStrip>{},
+                            wanted, p.strips_wanted});
       }
     }
     // Pages watching the same strips of the same snapshot share its render

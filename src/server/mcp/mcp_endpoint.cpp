@@ -282,7 +282,7 @@ json Endpoint::dispatch(const json& message, const std::string& version, const s
 }
 
 json Endpoint::call_method(const std::string& method, const json& params, const std::string& version,
-                             const std::string& visitor) {
+                           const std::string& visitor) {
   if (!params.is_null() && !params.is_object()) {
     throw RpcError(kInvalidParams, "params must be an object (named parameters), got " + dump(params));
   }
