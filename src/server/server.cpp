@@ -3,6 +3,7 @@
 #include <boost/asio/ip/address.hpp>
 
 #include <algorithm>
+#include <cstdint>
 #include <iostream>
 #include <random>
 
@@ -32,11 +33,16 @@ std::string origin_authority(const std::string& origin) {
   return scheme == std::string::npos ? origin : origin.substr(scheme + 3);
 }
 
+// 128 random bits as 32 hex digits: the token, and each visitor's id (made
+// for every cookie-less request to a locked session, so four draws, not 32).
 std::string random_token() {
   std::random_device rd;
   std::string token;
   const char* hex = "0123456789abcdef";
-  for (int i = 0; i < 32; ++i) token += hex[rd() % 16];
+  for (int word = 0; word < 4; ++word) {
+    uint32_t bits = rd();
+    for (int i = 0; i < 8; ++i, bits >>= 4) token += hex[bits & 0xf];
+  }
   return token;
 }
 
