@@ -46,6 +46,21 @@ std::shared_ptr<Probes> VisitorProbes::of_locked(const std::string& visitor) {
   // before it runs (the run then shows nobody).
   auto self = std::make_shared<std::weak_ptr<Probes>>();
   Probes::Host host = host_;
+  auto shown = std::make_shared<Shown>();
+  host.show = [shown, snapshot = host_.snapshot,
+               next_sequence = host_.next_sequence](std::shared_ptr<const BatchSnapshot> view) {
+    if (!view) {
+      // The live snapshot again, under a sequence newer than the probe's.
+      auto live = snapshot ? snapshot() : nullptr;
+      if (live) {
+        auto copy = std::make_shared<BatchSnapshot>(*live);
+        if (next_sequence) copy->sequence = next_sequence();
+        view = std::move(copy);
+      }
+    }
+    std::lock_guard lock(shown->mu);
+    shown->view = std::move(view);
+  };
   host.post = [self, post = host_.post](std::function<void()> work) {
     auto keep = self->lock();
     if (!post) return;
@@ -55,7 +70,7 @@ std::shared_ptr<Probes> VisitorProbes::of_locked(const std::string& visitor) {
   *self = probes;
   if (closed_) probes->close();
   recency_.push_front(visitor);
-  slots_.emplace(visitor, Slot{probes, recency_.begin()});
+  slots_.emplace(visitor, Slot{probes, recency_.begin(), shown});
   return probes;
 }
 
@@ -70,6 +85,26 @@ std::shared_ptr<Probes> VisitorProbes::find(const std::string& visitor) {
   if (it == slots_.end()) return nullptr;
   recency_.splice(recency_.begin(), recency_, it->second.recency);
   return it->second.probes;
+}
+
+std::shared_ptr<const BatchSnapshot> VisitorProbes::shown(const std::string& visitor,
+                                                          const std::shared_ptr<const BatchSnapshot>& live) {
+  std::shared_ptr<Shown> slot;
+  {
+    std::lock_guard lock(mu_);
+    auto it = slots_.find(visitor);
+    if (it == slots_.end()) return nullptr;
+    slot = it->second.shown;
+  }
+  std::shared_ptr<const BatchSnapshot> view;
+  {
+    std::lock_guard lock(slot->mu);
+    view = slot->view;
+  }
+  if (!view) return nullptr;
+  // A probe's view stands; a re-shown live snapshot only until a newer one.
+  if (view->probe || !live || view->sequence > live->sequence) return view;
+  return nullptr;
 }
 
 size_t VisitorProbes::in_flight_locked(const std::string& except) const {

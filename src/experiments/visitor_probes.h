@@ -34,8 +34,8 @@ class VisitorProbes {
     size_t runs_in_flight = 4;
   };
 
-  // `host` as the session's own probes get it; `show` is not used (a
-  // visitor's result is read through result(), never shown to everyone).
+  // `host` as the session's own probes get it; its `show` is not used (a
+  // visitor's view is read through shown(), never shown to everyone).
   VisitorProbes(torch::nn::Module& model, Probes::Host host, Limits limits);
 
   // --- any thread ---
@@ -55,6 +55,12 @@ class VisitorProbes {
   std::shared_ptr<Probes> change(const std::string& visitor,
                                  const std::function<bool(const ProbeSettings&)>& starts_run,
                                  const std::function<void(Probes&)>& change);
+  // The snapshot the visitor is shown in place of the live one `live`: its
+  // probe's view while one is shown, else the live snapshot again under the
+  // sequence it was re-shown with (while that is newer than `live`'s); null
+  // when the visitor has nothing of its own (it sees `live`).
+  std::shared_ptr<const BatchSnapshot> shown(const std::string& visitor,
+                                             const std::shared_ptr<const BatchSnapshot>& live);
   // What the view of a visitor without a probe state of its own shows: an
   // inactive probe.
   const Probes& idle() const { return *idle_; }
@@ -67,9 +73,18 @@ class VisitorProbes {
   void close();
 
  private:
+  // What a visitor's probes last showed it (their Host::show): a probe run's
+  // view, or after the probe ended (or a run failed) a copy of the live
+  // snapshot under a fresh sequence, so the visitor's page moves forward to
+  // it as it moves forward to every new snapshot.
+  struct Shown {
+    std::mutex mu;
+    std::shared_ptr<const BatchSnapshot> view;
+  };
   struct Slot {
     std::shared_ptr<Probes> probes;
     std::list<std::string>::iterator recency;
+    std::shared_ptr<Shown> shown;
   };
   // mu_ held.
   std::shared_ptr<Probes> of_locked(const std::string& visitor);

@@ -89,11 +89,24 @@ class Visitor {
     }
     return out;
   }
-  // views() less the status and probe (a probe ended keeps its run count).
-  std::map<std::string, std::string> pictures() {
-    auto out = views();
-    out.erase("/api/status");
-    out.erase("/api/probe");
+  // What views() shows less the status, the probe and the sequence numbers:
+  // the moment's content. A probe ended shows the live snapshot again under
+  // a newer sequence (pages move forward to it), and keeps its run count.
+  std::map<std::string, std::string> content() {
+    std::map<std::string, std::string> out;
+    for (const std::string target : {"/api/snapshot", "/api/render/strip?layer=fc1&kind=activation",
+                                     "/api/render/strip?layer=fc2&kind=activation&sample=1",
+                                     "/api/render/input?sample=1", "/api/layer_stats?layers=fc2"}) {
+      Reply r = request("GET", target);
+      EXPECT_EQ(r.status, 200u) << target << ": " << r.body;
+      if (r.headers["Content-Type"].rfind("application/json", 0) == 0) {
+        json body = json::parse(r.body);
+        body.erase("sequence");
+        out[target] = body.dump();
+      } else {
+        out[target] = r.body;
+      }
+    }
     return out;
   }
   void set_cookie(std::string cookie) { cookie_ = std::move(cookie); }
@@ -221,6 +234,7 @@ TEST_F(VisitorProbesTest, EachVisitorsProbeChangesOnlyItsOwnView) {
   const json shared_status = b.get("/api/status");
   ASSERT_EQ(shared_status["locked"], true);
   const auto b_before = b.views();
+  const auto b_content = b.content();
   const json shared_snapshot = b.get("/api/snapshot");
   ASSERT_EQ(shared_snapshot["probe"], nullptr);
 
@@ -273,11 +287,12 @@ TEST_F(VisitorProbesTest, EachVisitorsProbeChangesOnlyItsOwnView) {
   EXPECT_EQ(b.get("/api/snapshot")["probe"]["mode"], "eval");
   EXPECT_EQ(a.views(), a_views) << "B's probe changed what A sees";
   // Ending B's probe gives B the shared view back; A keeps its own.
+  const uint64_t b_probe_sequence = b.get("/api/status")["snapshot_sequence"];
   b.post("/api/probe/mode", {{"mode", "unchanged"}, {"timeout_seconds", 10}});
-  auto b_shared = b_before;
-  b_shared.erase("/api/status");
-  b_shared.erase("/api/probe");
-  EXPECT_EQ(b.pictures(), b_shared);
+  EXPECT_EQ(b.content(), b_content);
+  EXPECT_EQ(b.get("/api/snapshot")["probe"], nullptr);
+  EXPECT_GT(b.get("/api/status")["snapshot_sequence"].get<uint64_t>(), b_probe_sequence)
+      << "the shared view came back under an older sequence: pages would not move to it";
   EXPECT_EQ(a.views(), a_views);
 
   // MCP: each session is a visitor of its own.
@@ -289,7 +304,7 @@ TEST_F(VisitorProbesTest, EachVisitorsProbeChangesOnlyItsOwnView) {
   EXPECT_EQ(mcp_pin["structuredContent"]["active"], true) << mcp_pin;
   json other = two.tool("get_probe_status", json::object());
   EXPECT_EQ(other["structuredContent"]["active"], false) << other;
-  EXPECT_EQ(b.pictures(), b_shared);
+  EXPECT_EQ(b.content(), b_content);
   EXPECT_EQ(a.views(), a_views);
 
   // Nothing a visitor did changed the run.

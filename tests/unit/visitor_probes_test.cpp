@@ -97,6 +97,19 @@ TEST(VisitorProbes, EachVisitorsSettingsAndResultsAreItsOwn) {
   EXPECT_EQ(visitors.find("c"), nullptr);
   EXPECT_FALSE(visitors.idle().settings().active());
   EXPECT_EQ(visitors.visitors(), 2u);
+  // Each is shown its own view; one that ends its probe is shown the live
+  // snapshot again, under a sequence newer than its probe's.
+  EXPECT_EQ(visitors.shown("a", loop.snap), a->result()->view);
+  EXPECT_EQ(visitors.shown("b", loop.snap), b->result()->view);
+  EXPECT_EQ(visitors.shown("c", loop.snap), nullptr);
+  const uint64_t probe_sequence = a->result()->view->sequence;
+  visitors.change("a", never, [](Probes& p) { p.unpin(); });
+  auto again = visitors.shown("a", loop.snap);
+  ASSERT_TRUE(again);
+  EXPECT_FALSE(again->probe);
+  EXPECT_GT(again->sequence, probe_sequence);
+  EXPECT_TRUE(torch::equal(again->inputs.at(0), loop.snap->inputs.at(0)));
+  EXPECT_EQ(loop.shown, 0);
 }
 
 TEST(VisitorProbes, TheBoundOnRunsInFlightCountsOtherVisitors) {

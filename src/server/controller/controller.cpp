@@ -77,10 +77,9 @@ std::shared_ptr<const BatchSnapshot> Controller::shown_snapshot() const {
   if (session_.locked()) {
     const std::string& visitor = VisitorScope::current();
     if (!visitor.empty()) {
-      if (auto probes = session_.visitor_probes().find(visitor)) {
-        // Null while its probe is inactive, or when its last run failed.
-        if (auto result = probes->result(); result && result->view) return result->view;
-      }
+      auto live = session_.snapshot();
+      if (auto own = session_.visitor_probes().shown(visitor, live)) return own;
+      return live;
     }
   }
   return session_.snapshot();
