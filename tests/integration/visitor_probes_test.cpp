@@ -309,7 +309,9 @@ TEST_F(VisitorProbesTest, EachVisitorsProbeChangesOnlyItsOwnView) {
 
   // Nothing a visitor did changed the run.
   EXPECT_EQ(session_->state(), nansense::RunState::kPaused);
-  const json after = b.get("/api/status");
+  // (B ended its probe: it sees the moment under a newer sequence; a new
+  // visitor sees the shared view exactly as it was.)
+  const json after = Visitor(port_).get("/api/status");
   EXPECT_EQ(after["snapshot_sequence"], shared_status["snapshot_sequence"]);
   EXPECT_EQ(after["state"], "paused");
 }
