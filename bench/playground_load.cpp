@@ -1,15 +1,21 @@
 // The playground under load: one locked, parked session rebuilt from a frozen
 // moment of the demo CNN (trained a few batches on synthetic data), with
 // --viewers anonymous viewers polling /api/status and --visitors visitors
-// running experiments and trying the refused commands (step, watch, pin,
+// (each a browser: the nansense_visitor cookie the server issued it) running
+// experiments, changing their own probes (pin, unpin, eval/train mode,
+// perturbations, clear) and trying the refused commands (step, watch,
 // settings) for --seconds. Prints /api/status latency (p50, p99, max), how
 // many experiments were answered and how many refused, with each distinct
-// refusal reason, and checks that no visitor changed what another sees (the
-// state, scope, watched set and snapshot stay as they were).
+// refusal reason, how many probe changes applied and how many the bound on
+// runs in flight refused, and checks that each visitor's probe state stays
+// its own (after every change it reads back exactly what it set) and that no
+// visitor changed what another sees (the state, scope, watched set, snapshot
+// and probe of the shared view stay as they were).
 //
 // Exits non-zero when a request failed without a reason (a transport error,
-// a 5xx, an experiment that neither finished nor was refused) or the shared
-// view changed; the latency figures are printed, never judged (this machine
+// a 5xx, an experiment that neither finished nor was refused, a probe
+// change refused for anything but the bound), a visitor read back a probe
+// state it did not set, or the shared view changed; the latency figures are printed, never judged (this machine
 // is shared and noisy). `--viewers 20 --visitors 4 --seconds 3` is the short
 // version the test suite runs (ctest -R playground_load_short).
 
@@ -27,6 +33,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -48,6 +55,10 @@ struct Tally {
   int64_t experiments_answered = 0;
   int64_t experiments_refused = 0;
   int64_t commands_refused = 0;
+  int64_t probe_changes = 0;
+  int64_t probe_refused = 0;  // by the bound on runs in flight
+  int64_t probe_checks = 0;   // read-backs that matched what the visitor set
+  std::map<std::string, int64_t> probe_reasons;
   std::map<std::string, int64_t> reasons;
   std::vector<std::string> failures;
 };
@@ -68,6 +79,37 @@ json shared_view(int port) {
           {"probe", s["probe"]},
           {"locked", s["locked"]}};
 }
+
+// One visitor: its cookie, and the probe state it set (what it must read back).
+struct ProbeVisitor {
+  int port = 0;
+  std::string cookie;
+  bool pinned = false;
+  std::string mode = "unchanged";
+  std::set<std::pair<int64_t, int64_t>> perturbed;  // [y, x] of sample 0
+
+  nansense::testing::Reply request(const std::string& method, const std::string& target, const std::string& body = "") {
+    std::map<std::string, std::string> headers;
+    if (!cookie.empty()) headers["Cookie"] = "nansense_visitor=" + cookie;
+    auto r = http_request(port, method, target, body, headers);
+    if (auto it = r.headers.find("Set-Cookie");
+        it != r.headers.end() && it->second.rfind("nansense_visitor=", 0) == 0) {
+      cookie = it->second.substr(17, it->second.find(';') - 17);
+    }
+    return r;
+  }
+  // "" when /api/probe shows what this visitor set, else what differs.
+  std::string check() {
+    auto r = request("GET", "/api/probe");
+    if (r.status != 200) return "/api/probe answered " + std::to_string(r.status);
+    const json p = json::parse(r.body);
+    if (p["pinned"] != pinned || p["mode"] != mode || p["perturbations"].size() != perturbed.size()) {
+      return "set pinned " + std::string(pinned ? "true" : "false") + ", mode " + mode + ", " +
+             std::to_string(perturbed.size()) + " perturbations; read back " + p.dump().substr(0, 300);
+    }
+    return "";
+  }
+};
 
 }  // namespace
 
@@ -146,38 +188,102 @@ int main(int argc, char** argv) {
   const std::vector<std::pair<std::string, json>> refused = {
       {"/api/step", json::object()},
       {"/api/stats/watch", {{"layers", {"features.3"}}}},
-      {"/api/probe/pin", json::object()},
-      {"/api/probe/mode", {{"mode", "eval"}}},
       {"/api/stats/scope", {{"scope", "watched"}}},
       {"/api/experiments/cancel", json::object()},
   };
   for (int v = 0; v < visitors; ++v) {
     threads.emplace_back([&, v] {
       std::mt19937 rng(static_cast<unsigned>(v));
+      ProbeVisitor me;
+      me.port = port;
+      me.request("GET", "/api/status");  // the server issues its cookie
+      if (me.cookie.size() != 32) {
+        std::lock_guard lock(tally.mu);
+        tally.failures.push_back("visitor " + std::to_string(v) + " got no visitor cookie");
+        return;
+      }
       while (Clock::now() < until) {
         json request = experiments[rng() % experiments.size()];
         request["timeout_seconds"] = 120;
-        auto r = http_request(port, "POST", "/api/experiments/run", request.dump());
-        std::lock_guard lock(tally.mu);
-        if (r.status == 200) {
-          const auto stage = json::parse(r.body).value("stage", "");
-          if (stage == "done" || stage == "stopped") {
-            ++tally.experiments_answered;
+        auto r = me.request("POST", "/api/experiments/run", request.dump());
+        {
+          std::lock_guard lock(tally.mu);
+          if (r.status == 200) {
+            const auto stage = json::parse(r.body).value("stage", "");
+            if (stage == "done" || stage == "stopped") {
+              ++tally.experiments_answered;
+            } else {
+              tally.failures.push_back("experiment ended " + stage + ": " + r.body.substr(0, 300));
+            }
+          } else if (r.status == 409 || r.status == 400) {
+            ++tally.experiments_refused;
+            ++tally.reasons[json::parse(r.body).value("error", "(no reason)")];
           } else {
-            tally.failures.push_back("experiment ended " + stage + ": " + r.body.substr(0, 300));
+            tally.failures.push_back("experiment answered " + std::to_string(r.status) + ": " + r.body.substr(0, 200));
           }
-        } else if (r.status == 409 || r.status == 400) {
-          ++tally.experiments_refused;
-          ++tally.reasons[json::parse(r.body).value("error", "(no reason)")];
-        } else {
-          tally.failures.push_back("experiment answered " + std::to_string(r.status) + ": " + r.body.substr(0, 200));
         }
-        const auto& [target, body] = refused[rng() % refused.size()];
-        auto c = http_request(port, "POST", target, body.dump());
+        // A change of its own probe, then what it reads back.
+        ProbeVisitor next = me;
+        std::string target;
+        json body = {{"timeout_seconds", 30}};
+        switch (rng() % 5) {
+          case 0:
+            target = "/api/probe/pin";
+            next.pinned = true;
+            break;
+          case 1:
+            target = me.pinned ? "/api/probe/unpin" : "/api/probe/pin";
+            next.pinned = !me.pinned;
+            break;
+          case 2: {
+            static const char* kModes[] = {"eval", "train", "unchanged"};
+            next.mode = kModes[rng() % 3];
+            target = "/api/probe/mode";
+            body["mode"] = next.mode;
+            break;
+          }
+          case 3: {
+            const int64_t y = rng() % 28, x = rng() % 28;
+            target = "/api/probe/perturb";
+            body["index"] = {y, x};
+            body["values"] = {static_cast<double>(rng() % 5)};
+            next.perturbed.insert({y, x});
+            break;
+          }
+          default:
+            target = "/api/probe/clear";
+            next.perturbed.clear();
+            break;
+        }
+        auto p = me.request("POST", target, body.dump());
+        std::string reason;
+        if (p.status == 409 || p.status == 400) reason = json::parse(p.body).value("error", "");
+        if (p.status == 200) {
+          me.pinned = next.pinned;
+          me.mode = next.mode;
+          me.perturbed = next.perturbed;
+        }
+        const std::string differs = me.check();
+        std::lock_guard lock(tally.mu);
+        if (p.status == 200) {
+          ++tally.probe_changes;
+        } else if (p.status == 409 && reason.find("too many probe runs in flight") != std::string::npos) {
+          ++tally.probe_refused;
+          ++tally.probe_reasons[reason.substr(0, reason.find(" ("))];
+        } else {
+          tally.failures.push_back(target + " answered " + std::to_string(p.status) + ": " + p.body.substr(0, 200));
+        }
+        if (differs.empty()) {
+          ++tally.probe_checks;
+        } else {
+          tally.failures.push_back("visitor " + std::to_string(v) + "'s probe is not its own: " + differs);
+        }
+        const auto& [refused_target, refused_body] = refused[rng() % refused.size()];
+        auto c = me.request("POST", refused_target, refused_body.dump());
         if (c.status == 409 && json::parse(c.body).value("error", "").find("locked") != std::string::npos) {
           ++tally.commands_refused;
         } else {
-          tally.failures.push_back(target + " was not refused as locked: " + std::to_string(c.status) + " " +
+          tally.failures.push_back(refused_target + " was not refused as locked: " + std::to_string(c.status) + " " +
                                    c.body.substr(0, 200));
         }
       }
@@ -198,6 +304,13 @@ int main(int argc, char** argv) {
   for (const auto& [reason, n] : tally.reasons)
     std::printf("  refused %lld x: %s\n", static_cast<long long>(n), reason.c_str());
   std::printf("locked commands refused: %lld\n", static_cast<long long>(tally.commands_refused));
+  std::printf(
+      "probe changes: %lld applied, %lld refused by the bound on runs in flight; %lld read-backs each "
+      "visitor's own\n",
+      static_cast<long long>(tally.probe_changes), static_cast<long long>(tally.probe_refused),
+      static_cast<long long>(tally.probe_checks));
+  for (const auto& [reason, n] : tally.probe_reasons)
+    std::printf("  probe refused %lld x: %s\n", static_cast<long long>(n), reason.c_str());
   bool ok = tally.failures.empty();
   for (const auto& f : tally.failures) std::printf("FAILED: %s\n", f.c_str());
   if (before != after) {
@@ -206,6 +319,10 @@ int main(int argc, char** argv) {
                 after.dump().c_str());
   } else {
     std::printf("shared view unchanged: %s\n", after.dump().c_str());
+  }
+  if (tally.probe_changes == 0) {
+    ok = false;
+    std::printf("FAILED: no probe change was applied\n");
   }
   if (tally.experiments_answered == 0) {
     ok = false;

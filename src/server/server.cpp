@@ -3,6 +3,7 @@
 #include <boost/asio/ip/address.hpp>
 
 #include <algorithm>
+#include <cstdint>
 #include <iostream>
 #include <random>
 
@@ -32,11 +33,16 @@ std::string origin_authority(const std::string& origin) {
   return scheme == std::string::npos ? origin : origin.substr(scheme + 3);
 }
 
+// 128 random bits as 32 hex digits: the token, and each visitor's id (made
+// for every cookie-less request to a locked session, so four draws, not 32).
 std::string random_token() {
   std::random_device rd;
   std::string token;
   const char* hex = "0123456789abcdef";
-  for (int i = 0; i < 32; ++i) token += hex[rd() % 16];
+  for (int word = 0; word < 4; ++word) {
+    uint32_t bits = rd();
+    for (int i = 0; i < 8; ++i, bits >>= 4) token += hex[bits & 0xf];
+  }
   return token;
 }
 
@@ -51,6 +57,23 @@ std::string cookie_value(const std::string& cookies, const std::string& name) {
     pos = end + 1;
   }
   return "";
+}
+
+// A visitor id this server could have issued: 32 lowercase hex digits (what
+// random_token makes). Anything else is not looked up at all.
+bool well_formed_visitor(const std::string& id) {
+  return id.size() == 32 &&
+         std::all_of(id.begin(), id.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+// The visitor a request comes from on a locked session: its nansense_visitor
+// cookie when well formed, else a fresh random id (`issued` set: the reply
+// sets the cookie). An id is only ever its holder's own slot: a made-up one
+// is simply a new visitor.
+std::string visitor_of(const HttpRequest& request, bool& issued) {
+  std::string id = cookie_value(request.header("cookie"), "nansense_visitor");
+  issued = !well_formed_visitor(id);
+  return issued ? random_token() : id;
 }
 
 }  // namespace
@@ -80,7 +103,13 @@ bool is_loopback_host(const std::string& host) {
 Server::Server(detail::SessionPort& session)
     : controller_(session),
       http_([this](const HttpRequest& r) { return handle(r); },
-            [this](std::shared_ptr<WebSocketPeer> peer, const HttpRequest&) { return push_.add(std::move(peer)); },
+            [this](std::shared_ptr<WebSocketPeer> peer, const HttpRequest& request) {
+              // The page's visitor (its own probe view on a locked session);
+              // a socket without the cookie gets the shared view.
+              bool issued = false;
+              std::string visitor = controller_.locked() ? visitor_of(request, issued) : "";
+              return push_.add(std::move(peer), issued ? "" : visitor);
+            },
             HttpServerLimits{}, lane_of),
       push_(controller_) {}
 
@@ -175,9 +204,14 @@ std::optional<HttpResponse> Server::refuse(const HttpRequest& request) const {
 
 HttpResponse Server::handle(const HttpRequest& request) {
   if (auto refused = refuse(request)) return *refused;
+  // On a locked session every browser is a visitor with probes of its own,
+  // named by a random cookie the server issues (HttpOnly: no script reads it;
+  // SameSite=Strict: no other site's page sends it).
+  bool issued = false;
+  const std::string visitor = controller_.locked() ? visitor_of(request, issued) : "";
   HttpResponse res;
   if (request.path.rfind("/api/", 0) == 0) {
-    res = handle_api(controller_, request);
+    res = handle_api(controller_, request, visitor);
   } else if (request.path == "/mcp") {
     res = mcp_ ? mcp_->handle(request)
                : error_response(404, "the MCP endpoint is switched off for this session (ServeOptions().mcp(false))");
@@ -195,6 +229,9 @@ HttpResponse Server::handle(const HttpRequest& request) {
     res.headers.emplace_back("Allow", "GET");
   } else {
     res = error_response(404, "not found: " + request.path);
+  }
+  if (issued) {
+    res.headers.emplace_back("Set-Cookie", "nansense_visitor=" + visitor + "; Path=/; HttpOnly; SameSite=Strict");
   }
   if (!token_.empty() && request.query.count("token")) {
     res.headers.emplace_back("Set-Cookie", "nansense_token=" + token_ + "; Path=/; HttpOnly; SameSite=Strict");

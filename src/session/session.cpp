@@ -95,6 +95,8 @@ SessionCore::SessionCore(std::shared_ptr<torch::nn::Module> model, const StartOp
   probes_host.forward = [this] { return experiments_->forward(); };
   probes_host.next_sequence = [this] { return ++sequence_; };
   probes_host.show = [this](std::shared_ptr<const BatchSnapshot> view) { show(std::move(view)); };
+  visitor_probes_ =
+      std::make_unique<experiments::VisitorProbes>(*model_, probes_host, experiments::VisitorProbes::Limits{});
   probes_ = std::make_unique<experiments::Probes>(*model_, std::move(probes_host));
   port_ = make_port(*this);
   restorer_ = make_restorer(options.scheduler());
@@ -385,6 +387,7 @@ void SessionCore::close() {
   control_.close();
   experiments_->close();
   probes_->close();
+  visitor_probes_->close();
   if (attachment_) attachment_->session_closed();
   std::lock_guard lock(publish_mu_);
   published_.notify_all();

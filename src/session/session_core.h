@@ -17,6 +17,7 @@
 #include "capture/tracer.h"
 #include "experiments/engine.h"
 #include "experiments/probe.h"
+#include "experiments/visitor_probes.h"
 #include "common/atomic_shared_ptr.h"
 #include "observer/observer.h"
 #include "nansense/moment.h"
@@ -85,6 +86,8 @@ class SessionCore {
   experiments::Engine& experiments() { return *experiments_; }
   // Probes on the paused model (experiments/probe.h).
   experiments::Probes& probes() { return *probes_; }
+  // Each visitor's own probes on a locked session (experiments/visitor_probes.h).
+  experiments::VisitorProbes& visitor_probes() { return *visitor_probes_; }
 
   // The transport's view of this session (see session_port.h).
   SessionPort& port() { return *port_; }
@@ -266,6 +269,7 @@ class SessionCore {
 
   std::unique_ptr<experiments::Engine> experiments_;
   std::unique_ptr<experiments::Probes> probes_;
+  std::unique_ptr<experiments::VisitorProbes> visitor_probes_;
 
   std::unique_ptr<SessionPort> port_;
   // The web server; destroyed first (~SessionCore), while port_ still stands.

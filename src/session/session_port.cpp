@@ -46,6 +46,7 @@ class CorePort final : public SessionPort {
 
   experiments::Engine& experiments() override { return core_.experiments(); }
   experiments::Probes& probes() override { return core_.probes(); }
+  experiments::VisitorProbes& visitor_probes() override { return core_.visitor_probes(); }
 
   DebugSettings debug_settings() const override { return core_.debug().settings(); }
   void set_debug_settings(const DebugSettings& settings) override { core_.debug().set_settings(settings); }

@@ -29,6 +29,7 @@
 namespace nansense::experiments {
 class Engine;
 class Probes;
+class VisitorProbes;
 }  // namespace nansense::experiments
 
 namespace nansense::detail {
@@ -165,6 +166,8 @@ class LabPort {
 
   // --- probes: the paused model re-run on pinned or perturbed inputs (src/experiments/probe.h) ---
   virtual experiments::Probes& probes() = 0;
+  // Each visitor's own probes on a locked session (src/experiments/visitor_probes.h).
+  virtual experiments::VisitorProbes& visitor_probes() = 0;
 };
 
 // The attached transport and how it shows inputs.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A locked, parked playground session in a real browser: the page says
-# "locked" in place of the run controls, offers no Refresh, watch eyes or
-# probe controls, still draws the layers, and an experiment runs from the
+# "locked" in place of the run controls, offers no Refresh or watch eyes,
+# offers probe controls whose probe only that browser sees (a second browser
+# context shows none), still draws the layers, and an experiment runs from the
 # Experiment page. The moment is frozen from random images
 # (playground_demo --prepare --synthetic), so no dataset is needed.
 # Screenshots go to build/browser-screenshots/locked/.

@@ -353,10 +353,12 @@ async function main() {
     const s = await expectStep(page, 1);
     if (s.target === 'step-controls') throw new Error('the locked tour points at the run controls');
     await screenshot('locked-auto-tour');
-    const targets = await walkTour(page, warnings, 7);
-    for (const t of ['step-controls', 'position', 'settings', 'probe']) {
+    const targets = await walkTour(page, warnings, 8);
+    for (const t of ['step-controls', 'position', 'settings']) {
       if (targets.includes(t)) throw new Error(`the locked tour should leave out ${t}: ${targets.join(', ')}`);
     }
+    // The probe is the visitor's own on a locked session: its step stays.
+    if (!targets.includes('probe')) throw new Error(`the locked tour should show the probe: ${targets.join(', ')}`);
     const seen = await page.evaluate(() => JSON.parse(localStorage.getItem('nansense.tourSeen') ?? '{}'));
     if (seen.main !== true) throw new Error(`the main tour was not remembered as seen: ${JSON.stringify(seen)}`);
   });

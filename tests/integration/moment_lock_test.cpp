@@ -1,8 +1,9 @@
 // Frozen moments, lock() and park() end to end: a moment frozen during a
 // detached run and loaded into a fresh model serves the same pictures and
 // statistics a live pause at that batch served; a locked, parked session
-// refuses run control, time travel, watching, probes and settings over REST
-// and MCP while experiments still run (clamped); damaged, foreign and
+// refuses run control, time travel, watching and settings over REST and MCP
+// while experiments still run (clamped) and probes apply to the calling
+// visitor alone (visitor_probes_test.cpp has the rest); damaged, foreign and
 // mismatched moment files are refused with a reason.
 #include <gtest/gtest.h>
 #include <nansense/nansense.h>
@@ -180,8 +181,6 @@ TEST_F(MomentTest, LockedParkedSessionRefusesChangesOverRestAndMcpAndRunsExperim
       {"/api/stats/unwatch", {{"layers", {"fc1"}}}},
       {"/api/settings/update_frequency", {{"unit", "batch"}, {"n", 1}}},
       {"/api/debug/settings", {{"enabled", false}}},
-      {"/api/probe/pin", json::object()},
-      {"/api/probe/mode", {{"mode", "eval"}}},
       {"/api/experiments/auto_run", {{"enabled", true}}},
       {"/api/experiments/cancel", json::object()},
   };
@@ -196,6 +195,21 @@ TEST_F(MomentTest, LockedParkedSessionRefusesChangesOverRestAndMcpAndRunsExperim
   EXPECT_EQ(after["stats"]["scope"], "all");
   EXPECT_EQ(after["stats"]["watched_layers"], json::array({"fc1"}));
   EXPECT_EQ(after["snapshot_sequence"], status["snapshot_sequence"]);
+
+  // Probes are no longer refused: they apply to the calling visitor only. A
+  // request without the visitor cookie is a new visitor, so the next one
+  // (another new visitor) sees the shared moment, no probe.
+  for (const auto& [target, body] :
+       std::vector<std::pair<std::string, json>>{{"/api/probe/pin", {{"timeout_seconds", 10}}},
+                                                 {"/api/probe/mode", {{"mode", "eval"}, {"timeout_seconds", 10}}}}) {
+    auto r = http_request(port, "POST", target, body.dump());
+    ASSERT_EQ(r.status, 200u) << target << ": " << r.body;
+    EXPECT_EQ(r.json()["active"], true) << target << ": " << r.body;
+    EXPECT_NE(r.headers["Set-Cookie"].find("nansense_visitor="), std::string::npos) << target;
+    const json seen = http_request(port, "GET", "/api/status").json();
+    EXPECT_EQ(seen["probe"]["active"], false) << target << ": " << seen["probe"];
+    EXPECT_EQ(seen["snapshot_sequence"], status["snapshot_sequence"]) << target;
+  }
 
   // Experiments run, their long-running parameters clamped.
   auto ran = http_request(
@@ -216,6 +230,11 @@ TEST_F(MomentTest, LockedParkedSessionRefusesChangesOverRestAndMcpAndRunsExperim
   EXPECT_NE(step.dump().find("locked"), std::string::npos) << step;
   json watch = mcp.tool("watch_layers", {{"layers", {"fc2"}}});
   EXPECT_EQ(watch["isError"], true) << watch;
+  // An MCP session is a visitor: its probe is its own.
+  json pin = mcp.tool("pin_batch", {{"timeout_seconds", 10}});
+  EXPECT_EQ(pin["isError"], false) << pin;
+  EXPECT_EQ(mcp.tool_json("get_probe_status")["active"], true);
+  EXPECT_EQ(http_request(port, "GET", "/api/probe").json()["active"], false);
   json experiment =
       mcp.tool("run_experiment", {{"kind", "neuron_gradient"}, {"layer", "fc1"}, {"params", {{"channel", 0}}}});
   EXPECT_EQ(experiment["isError"], false) << experiment;

@@ -1,7 +1,8 @@
 // The official MCP TypeScript SDK's Streamable HTTP client against a locked,
-// parked playground: the status says locked, run control, watching, probes
-// and settings come back as tool errors naming the lock and change nothing,
-// and an experiment still runs. Usage: node sdk_locked.mjs URL
+// parked playground: the status says locked, run control, watching and
+// settings come back as tool errors naming the lock and change nothing, an
+// experiment still runs, and a probe is the MCP session's own (another
+// session sees none). Usage: node sdk_locked.mjs URL
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 
@@ -31,8 +32,6 @@ try {
     ['time_travel', { epoch: 0 }],
     ['watch_layers', { layers: ['features.3'] }],
     ['set_stats_scope', { scope: 'watched' }],
-    ['pin_batch', {}],
-    ['set_probe_mode', { mode: 'eval' }],
     ['configure_debug_checks', { enabled: false }],
     ['cancel_experiment', {}],
   ]) {
@@ -53,6 +52,20 @@ try {
   check(!ran.isError && result.stage === 'done', 'run_experiment runs on the locked session', result);
   check(JSON.stringify(result.clamped_params) === '["batch"]' && result.params.batch === 8,
         'its batch was clamped to 8', result);
+
+  // Each MCP session is a visitor of its own: its probe shows to it alone.
+  const other = new Client({ name: 'nansense-sdk-locked-test-2', version: '1.0.0' });
+  await other.connect(new StreamableHTTPClientTransport(new URL(url)));
+  const probed = await client.callTool({ name: 'set_probe_mode', arguments: { mode: 'eval', timeout_seconds: 30 } });
+  const probe = probed.structuredContent ?? json(probed);
+  check(!probed.isError && probe.active === true && probe.mode === 'eval', 'set_probe_mode applies to this session', probe);
+  const own = json(await client.callTool({ name: 'get_status', arguments: {} }));
+  check(own.probe.active === true && own.snapshot_sequence !== before.snapshot_sequence,
+        'this session is shown its own probe run', own.probe);
+  const seen = json(await other.callTool({ name: 'get_status', arguments: {} }));
+  check(seen.probe.active === false && seen.snapshot_sequence === before.snapshot_sequence,
+        'another MCP session sees no probe and the same snapshot', seen.probe);
+  await other.close();
   await client.close();
   clearTimeout(deadline);
 } catch (e) {

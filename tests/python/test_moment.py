@@ -3,6 +3,7 @@ detached run and loaded into a fresh model shows the live pause's tensors;
 a locked, parked session refuses changes over HTTP and on the Session while
 experiments run; damaged and foreign files raise MomentError."""
 
+import json
 import threading
 
 import pytest
@@ -81,10 +82,16 @@ def test_a_locked_parked_session_refuses_changes_and_runs_experiments(tmp_path):
     assert session.wait_until_stopped(60) == nansense.RunState.PAUSED
     api = Api(session.url)
     for route, body in [("/api/step", {}), ("/api/stats/watch", {"layers": ["features.0"]}),
-                        ("/api/probe/pin", {}), ("/api/stats/scope", {"scope": "none"})]:
+                        ("/api/stats/scope", {"scope": "none"})]:
         status, payload, _ = api.request("POST", route, body)
         assert status == 409 and b"locked" in payload, (route, status, payload)
-    assert api.get("/api/status")["locked"] is True
+    # A probe applies to the visitor that set it alone: this request carries
+    # no visitor cookie, so the next one (a new visitor) sees no probe.
+    status, payload, _ = api.request("POST", "/api/probe/pin", {"timeout_seconds": 10})
+    assert status == 200 and json.loads(payload)["active"] is True, (status, payload)
+    shared = api.get("/api/status")
+    assert shared["locked"] is True
+    assert shared["probe"]["active"] is False, shared["probe"]
     result = api.post("/api/experiments/run", {"kind": "gradcam", "layer": "features.0", "params": {"batch": 50}})
     assert result["stage"] == "done", result
     assert result["clamped_params"] == ["batch"]

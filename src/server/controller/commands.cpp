@@ -32,12 +32,13 @@ bool runs_when_locked(const Command& command) {
   return false;
 }
 
-Reply dispatch(const Command& command, Controller& controller, const Args& args) {
+Reply dispatch(const Command& command, Controller& controller, const Args& args, const std::string& visitor) {
   if (!runs_when_locked(command) && controller.locked()) {
     throw Refusal(Refusal::Kind::kConflict,
                   "this session is locked (a shared demo): " + command.name +
-                      " is refused; the layers, statistics, weights and experiments stay available");
+                      " is refused; the layers, statistics, weights, experiments and your own probes stay available");
   }
+  VisitorScope scope(visitor);
   return command.run(controller, args);
 }
 

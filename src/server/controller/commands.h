@@ -80,8 +80,10 @@ bool runs_when_locked(const Command& command);
 
 // The one dispatch every transport (REST, MCP) runs a command through: on a
 // locked session, a command refused when locked is refused here (a conflict
-// naming the lock) before it runs.
-Reply dispatch(const Command& command, Controller& controller, const Args& args);
+// naming the lock) before it runs. `visitor`: who the call is made for (see
+// VisitorScope): on a locked session its probe commands change that
+// visitor's probes alone, and its queries read that visitor's view.
+Reply dispatch(const Command& command, Controller& controller, const Args& args, const std::string& visitor = "");
 
 // In the order MCP lists them.
 const std::vector<Command>& commands();

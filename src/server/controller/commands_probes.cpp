@@ -14,7 +14,9 @@ std::vector<Command> probe_commands() {
           .at_most(300)
           .or_else(10);
   const std::string probe_returns =
-      " Returns the probe status (as get_probe_status) once the probe ran or timeout_seconds passed.";
+      " Returns the probe status (as get_probe_status) once the probe ran or timeout_seconds passed. On a locked "
+      "session (a shared demo) the probe is the caller's own (a browser's, an MCP session's): no other visitor sees "
+      "it, and a change that would start a run is refused while too many visitors' runs are in flight.";
   t.push_back({
       .name = "get_probe_status",
       .title = "The probe's settings and last run",
@@ -23,7 +25,8 @@ std::vector<Command> probe_commands() {
           "(unchanged, eval, train), the perturbations (input, sample, index, values), runs completed, "
           "whether a run is pending, the newest result (its run, the batch it re-ran, whether the strips show "
           "perturbed - original) or its error, and a hint. While a probe is active every picture and "
-          "statistic of the snapshot shows the probe's result in place of the last captured batch.",
+          "statistic of the snapshot shows the probe's result in place of the last captured batch. On a locked "
+          "session each visitor (a browser, an MCP session) has a probe of its own, and this shows the caller's.",
       .args = {},
       .rest = Route{"GET", "/api/probe"},
       .mcp = true,
@@ -43,6 +46,8 @@ std::vector<Command> probe_commands() {
       .rest = Route{"POST", "/api/probe/pin"},
       .mcp = true,
       .read_only = false,
+      // Each visitor of a locked session changes its own probes only.
+      .locked = WhenLocked::kAllowed,
       .reply = "ProbeStatus",
       .run = [](Controller& c, const Args& a) { return json_reply(c.pin_batch(wait_of(a))); },
   });
@@ -57,6 +62,8 @@ std::vector<Command> probe_commands() {
       .rest = Route{"POST", "/api/probe/unpin"},
       .mcp = true,
       .read_only = false,
+      // Each visitor of a locked session changes its own probes only.
+      .locked = WhenLocked::kAllowed,
       .reply = "ProbeStatus",
       .run = [](Controller& c, const Args& a) { return json_reply(c.unpin_batch(wait_of(a))); },
   });
@@ -73,6 +80,8 @@ std::vector<Command> probe_commands() {
       .rest = Route{"POST", "/api/probe/mode"},
       .mcp = true,
       .read_only = false,
+      // Each visitor of a locked session changes its own probes only.
+      .locked = WhenLocked::kAllowed,
       .reply = "ProbeStatus",
       .run = [](Controller& c, const Args& a) { return json_reply(c.set_probe_mode(a.string("mode"), wait_of(a))); },
   });
@@ -101,6 +110,8 @@ std::vector<Command> probe_commands() {
       .rest = Route{"POST", "/api/probe/perturb"},
       .mcp = true,
       .read_only = false,
+      // Each visitor of a locked session changes its own probes only.
+      .locked = WhenLocked::kAllowed,
       .reply = "ProbeStatus",
       .run =
           [](Controller& c, const Args& a) {
@@ -117,6 +128,8 @@ std::vector<Command> probe_commands() {
       .rest = Route{"POST", "/api/probe/clear"},
       .mcp = true,
       .read_only = false,
+      // Each visitor of a locked session changes its own probes only.
+      .locked = WhenLocked::kAllowed,
       .reply = "ProbeStatus",
       .run = [](Controller& c, const Args& a) { return json_reply(c.clear_perturbations(wait_of(a))); },
   });

@@ -4,6 +4,7 @@
 
 #include "common/dtype.h"
 #include "common/tensor_stats.h"
+#include "experiments/visitor_probes.h"
 #include "nansense/errors.h"
 #include "render/input_image.h"
 #include "session/session_port.h"
@@ -57,14 +58,43 @@ auto drawn_for(const BatchSnapshot& snap, std::optional<uint64_t> shown, Draw&& 
 
 }  // namespace
 
+namespace {
+thread_local const std::string* current_visitor = nullptr;
+const std::string kNoVisitor;
+}  // namespace
+
+VisitorScope::VisitorScope(std::string visitor) : visitor_(std::move(visitor)), previous_(current_visitor) {
+  current_visitor = &visitor_;
+}
+
+VisitorScope::~VisitorScope() { current_visitor = previous_; }
+
+const std::string& VisitorScope::current() { return current_visitor ? *current_visitor : kNoVisitor; }
+
 bool Controller::locked() const { return session_.locked(); }
+
+std::shared_ptr<const BatchSnapshot> Controller::shown_snapshot() const {
+  if (session_.locked()) {
+    const std::string& visitor = VisitorScope::current();
+    if (!visitor.empty()) {
+      auto live = session_.snapshot();
+      if (auto own = session_.visitor_probes().shown(visitor, live)) return own;
+      return live;
+    }
+  }
+  return session_.snapshot();
+}
+
+bool Controller::has_own_view(const std::string& visitor) const {
+  return !visitor.empty() && session_.locked() && session_.visitor_probes().find(visitor) != nullptr;
+}
 
 Status Controller::get_status() const {
   Status status;
   status.state = session_.state();
   status.mode = session_.mode();
   status.live_position = session_.live_position();
-  if (auto snap = session_.snapshot()) {
+  if (auto snap = shown_snapshot()) {
     status.snapshot_position = snap->position;
     status.snapshot_sequence = snap->sequence;
     status.snapshot_batch_size = batch_size_of(*snap);
@@ -101,7 +131,7 @@ json Controller::get_architecture() const {
 }
 
 std::shared_ptr<const BatchSnapshot> Controller::require_snapshot() const {
-  auto snap = session_.snapshot();
+  auto snap = shown_snapshot();
   if (!snap) {
     throw Refusal(Refusal::Kind::kNotFound,
                   "no snapshot yet: the first captured batch publishes one (the run pauses there)");
@@ -252,7 +282,7 @@ std::shared_ptr<const StripPicture> Controller::draw_strip(const std::shared_ptr
 }
 
 uint64_t Controller::snapshot_sequence() const {
-  auto snap = session_.snapshot();
+  auto snap = shown_snapshot();
   return snap ? snap->sequence : 0;
 }
 

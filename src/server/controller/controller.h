@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -24,11 +25,40 @@ namespace nansense::detail {
 class SessionPort;
 }
 
+namespace nansense::experiments {
+class Probes;
+struct ProbeSettings;
+}  // namespace nansense::experiments
+
 namespace nansense::server {
 
 class Recorder;
 struct RecordView;
 struct ViewPages;
+
+// Who the calls on this thread are made for, while it stands: a visitor of a
+// locked session (Session::lock), named by the transport (the web server's
+// nansense_visitor cookie, an MCP session). On a locked session each visitor
+// has probes of its own (experiments/visitor_probes.h): its probe commands
+// change them alone, and the snapshot its queries and pictures read is its
+// own probe's result while one is active, else the shared snapshot every
+// visitor sees. Without a scope ("" visitor) calls read the shared view and a
+// locked session refuses probe changes. An unlocked session ignores it (one
+// probe state, shared). dispatch() opens one per call; the push channel one
+// per page it serves.
+class VisitorScope {
+ public:
+  explicit VisitorScope(std::string visitor);
+  ~VisitorScope();
+  VisitorScope(const VisitorScope&) = delete;
+  VisitorScope& operator=(const VisitorScope&) = delete;
+  // The innermost scope's visitor on this thread; "" outside any.
+  static const std::string& current();
+
+ private:
+  std::string visitor_;
+  const std::string* previous_;
+};
 
 class Controller {
  public:
@@ -77,6 +107,10 @@ class Controller {
 
   // The last published snapshot's sequence number; 0 before the first.
   uint64_t snapshot_sequence() const;
+  // Whether `visitor` is shown a view of its own: the session is locked and
+  // the visitor has probe state (VisitorScope). The push channel then makes
+  // its status and strips apart from the shared ones.
+  bool has_own_view(const std::string& visitor) const;
 
   // --- change feed for push transports ---
   // Sleeps until the run's state, mode or snapshot changes after `seen`, or
@@ -327,9 +361,23 @@ class Controller {
   // Throws FrozenByRecording (409) when an active recording freezes
   // `setting` (recorder.h's Freeze): `command` would change what it shows.
   void refuse_if_frozen(const std::string& command, const std::string& setting, const std::string& argument = "") const;
-  // get_probe_status() once a run with the current settings finished (or
-  // `wait` passed).
-  json probe_reply(Wait wait) const;
+  // get_probe_status() once a run of `probes` with their current settings
+  // finished (or `wait` passed).
+  json probe_reply(const experiments::Probes& probes, Wait wait) const;
+  // The probes the calling visitor's probe commands and status use: on a
+  // locked session the visitor's own (null when it has none yet), else the
+  // session's one shared state.
+  std::shared_ptr<experiments::Probes> caller_probes() const;
+  // Applies `change` to the caller's probes (made on first use on a locked
+  // session) and returns them; `starts_run` as VisitorProbes::change says.
+  // Refused on a locked session without a visitor (VisitorScope).
+  std::shared_ptr<experiments::Probes> change_probes(
+      const std::function<bool(const experiments::ProbeSettings&)>& starts_run,
+      const std::function<void(experiments::Probes&)>& change);
+  // The snapshot the caller is shown: on a locked session the visitor's own
+  // probe result while one is active, else the last published snapshot
+  // (null before the first). Every query and picture reads this one.
+  std::shared_ptr<const BatchSnapshot> shown_snapshot() const;
   // The `time_travel` field of the status: what the button needs.
   json time_travel_summary() const;
   // The `debug` field of the status: what a banner shows.

@@ -2,6 +2,7 @@
 // (validation is the probes'; its refusals pass through; this file
 // names inputs and shows the state as JSON).
 #include "experiments/probe.h"
+#include "experiments/visitor_probes.h"
 #include "server/controller/controller.h"
 #include "session/session_port.h"
 
@@ -10,6 +11,11 @@ namespace nansense::server {
 namespace {
 
 using experiments::Probes;
+using experiments::ProbeSettings;
+
+bool active_without_pin(const ProbeSettings& s) {
+  return s.mode != experiments::ProbeMode::kUnchanged || !s.perturbations.empty();
+}
 
 // The model's input names, in input-layer order.
 std::vector<std::string> input_names(const detail::RunPort& session) {
@@ -24,8 +30,33 @@ std::string input_name(const std::vector<std::string>& names, int64_t index) {
 
 }  // namespace
 
+std::shared_ptr<Probes> Controller::caller_probes() const {
+  if (!session_.locked()) {
+    // Aliasing: the session owns its one shared probe state.
+    return std::shared_ptr<Probes>(std::shared_ptr<Probes>{}, &session_.probes());
+  }
+  const std::string& visitor = VisitorScope::current();
+  return visitor.empty() ? nullptr : session_.visitor_probes().find(visitor);
+}
+
+std::shared_ptr<Probes> Controller::change_probes(const std::function<bool(const ProbeSettings&)>& starts_run,
+                                                  const std::function<void(Probes&)>& change) {
+  if (!session_.locked()) {
+    change(session_.probes());
+    return caller_probes();
+  }
+  const std::string& visitor = VisitorScope::current();
+  if (visitor.empty()) {
+    throw Refusal(Refusal::Kind::kConflict,
+                  "this session is locked (a shared demo): probes belong to a visitor, and this call names none "
+                  "(the web server's nansense_visitor cookie or an MCP session does)");
+  }
+  return session_.visitor_probes().change(visitor, starts_run, change);
+}
+
 json Controller::get_probe_status() const {
-  Probes& probes = session_.probes();
+  auto own = caller_probes();
+  const Probes& probes = own ? *own : session_.visitor_probes().idle();
   const auto settings = probes.settings();
   const auto names = input_names(session_);
   json perturbations = json::array();
@@ -74,38 +105,54 @@ json Controller::get_probe_status() const {
   } else {
     hint = "The probe runs when the loop pauses.";
   }
+  if (session_.locked()) {
+    hint += " This session is locked: the probe is yours alone (other visitors never see it), at most " +
+            std::to_string(session_.visitor_probes().limits().runs_in_flight) +
+            " visitors' probe runs are in flight at once, and a probe runs on this paused moment only.";
+  }
   out["hint"] = hint;
   return out;
 }
 
-json Controller::probe_reply(Wait wait) const {
+json Controller::probe_reply(const Probes& probes, Wait wait) const {
   // A run already under way when the change came does not answer it.
-  if (wait.count() > 0) session_.probes().wait_for_settings(session_.probes().settings_generation(), wait);
+  if (wait.count() > 0) probes.wait_for_settings(probes.settings_generation(), wait);
   return get_probe_status();
 }
 
 json Controller::pin_batch(Wait wait) {
-  session_.probes().pin();
-  return probe_reply(wait);
+  auto probes = change_probes([](const ProbeSettings&) { return true; }, [](Probes& p) { p.pin(); });
+  return probe_reply(*probes, wait);
 }
 
 json Controller::unpin_batch(Wait wait) {
-  if (!session_.probes().unpin()) {
-    throw Refusal(Refusal::Kind::kConflict, "no batch is pinned");
-  }
-  return probe_reply(wait);
+  const auto refuse = [] { return Refusal(Refusal::Kind::kConflict, "no batch is pinned"); };
+  // A visitor with no probe state has nothing pinned (and gets no slot for it).
+  if (session_.locked() && !caller_probes()) throw refuse();
+  bool unpinned = false;
+  auto probes = change_probes(active_without_pin, [&](Probes& p) { unpinned = p.unpin(); });
+  if (!unpinned) throw refuse();
+  return probe_reply(*probes, wait);
 }
 
 json Controller::set_probe_mode(const std::string& mode, Wait wait) {
   auto parsed = experiments::parse_probe_mode(mode);
   if (!parsed)
     throw std::logic_error("set_probe_mode: undeclared mode \"" + mode + "\"");  // the declaration admits no other
+  const experiments::ProbeMode to = *parsed;
+  // Back to unchanged without a probe state of its own: nothing to change.
+  if (to == experiments::ProbeMode::kUnchanged && session_.locked() && !caller_probes()) return get_probe_status();
+  std::shared_ptr<Probes> probes;
   try {
-    session_.probes().set_mode(*parsed);
+    probes = change_probes(
+        [to](const ProbeSettings& s) {
+          return s.mode != to && (to != experiments::ProbeMode::kUnchanged || s.pinned || !s.perturbations.empty());
+        },
+        [to](Probes& p) { p.set_mode(to); });
   } catch (const Refusal& e) {
     throw e.about("mode");
   }
-  return probe_reply(wait);
+  return probe_reply(*probes, wait);
 }
 
 json Controller::add_perturbation(const std::vector<int64_t>& index, const std::vector<double>& values, int64_t sample,
@@ -127,13 +174,22 @@ json Controller::add_perturbation(const std::vector<int64_t>& index, const std::
     }
     p.input = it - names.begin();
   }
-  session_.probes().add_perturbation(p);
-  return probe_reply(wait);
+  auto probes =
+      change_probes([](const ProbeSettings&) { return true; }, [&](Probes& probe) { probe.add_perturbation(p); });
+  return probe_reply(*probes, wait);
 }
 
 json Controller::clear_perturbations(Wait wait) {
-  const int64_t cleared = session_.probes().clear_perturbations();
-  json out = probe_reply(wait);
+  int64_t cleared = 0;
+  json out;
+  if (session_.locked() && !caller_probes()) {
+    out = get_probe_status();  // nothing of its own to clear
+  } else {
+    auto probes =
+        change_probes([](const ProbeSettings& s) { return s.pinned || s.mode != experiments::ProbeMode::kUnchanged; },
+                      [&](Probes& p) { cleared = p.clear_perturbations(); });
+    out = probe_reply(*probes, wait);
+  }
   out["cleared"] = cleared;
   return out;
 }

@@ -69,7 +69,7 @@ HttpResponse error_response(unsigned status, const std::string& message, const s
   return res;
 }
 
-HttpResponse handle_api(Controller& controller, const HttpRequest& request) {
+HttpResponse handle_api(Controller& controller, const HttpRequest& request, const std::string& visitor) {
   const Command* route = nullptr;
   std::string allowed;
   for (const auto& command : commands()) {
@@ -86,7 +86,7 @@ HttpResponse handle_api(Controller& controller, const HttpRequest& request) {
     return res;
   }
   try {
-    return respond(dispatch(*route, controller, Args(route->args, arguments_of(*route, request))));
+    return respond(dispatch(*route, controller, Args(route->args, arguments_of(*route, request)), visitor));
   } catch (const SnapshotReplaced& e) {
     // Not an error of the page's snapshot: no error status (which a browser
     // logs as a failed load even when the page handles it), no picture.

@@ -9,7 +9,8 @@
 namespace nansense::server {
 
 // Handles every /api/... request; returns 404 JSON for unknown API paths.
-HttpResponse handle_api(Controller& controller, const HttpRequest& request);
+// `visitor`: who sends it (VisitorScope; "" off a locked session).
+HttpResponse handle_api(Controller& controller, const HttpRequest& request, const std::string& visitor = "");
 
 // An HTTP response carrying {"error": message}, with "argument" naming the
 // argument a refusal is about, when it is about one.

@@ -145,6 +145,8 @@ HttpResponse Endpoint::post(const HttpRequest& request) {
   auto version_or = session_version(request);
   if (auto* refused = std::get_if<HttpResponse>(&version_or)) return *refused;
   const std::string version = std::get<std::string>(version_or);
+  // Each MCP session is a visitor of its own (its probes on a locked session).
+  const std::string visitor = "mcp:" + request.header("mcp-session-id");
 
   if (batch) {
     if (version >= kFirstWithoutBatches) {
@@ -154,12 +156,12 @@ HttpResponse Endpoint::post(const HttpRequest& request) {
     }
     json replies = json::array();
     for (const auto& message : body) {
-      json r = dispatch(message, version);
+      json r = dispatch(message, version, visitor);
       if (!r.is_null()) replies.push_back(std::move(r));
     }
     return replies.empty() ? accepted() : reply(replies, sse);
   }
-  json r = dispatch(body, version);
+  json r = dispatch(body, version, visitor);
   if (r.is_null()) return accepted();
   // A message that is not JSON-RPC at all is refused at the HTTP level too.
   if (r.contains("error") && r["error"]["code"] == kInvalidRequest) {
@@ -260,7 +262,7 @@ HttpResponse Endpoint::end_session(const HttpRequest& request) {
   return res;
 }
 
-json Endpoint::dispatch(const json& message, const std::string& version) {
+json Endpoint::dispatch(const json& message, const std::string& version, const std::string& visitor) {
   json id;
   Message m;
   try {
@@ -271,7 +273,7 @@ json Endpoint::dispatch(const json& message, const std::string& version) {
   // Notifications (initialized, cancelled, ...) and responses need no answer.
   if (m.kind != Message::Kind::kRequest) return nullptr;
   try {
-    return result_reply(m.id, call_method(m.method, m.params, version));
+    return result_reply(m.id, call_method(m.method, m.params, version, visitor));
   } catch (const RpcError& e) {
     return error_reply(m.id, e.code(), e.what());
   } catch (const std::exception& e) {
@@ -279,7 +281,8 @@ json Endpoint::dispatch(const json& message, const std::string& version) {
   }
 }
 
-json Endpoint::call_method(const std::string& method, const json& params, const std::string& version) {
+json Endpoint::call_method(const std::string& method, const json& params, const std::string& version,
+                           const std::string& visitor) {
   if (!params.is_null() && !params.is_object()) {
     throw RpcError(kInvalidParams, "params must be an object (named parameters), got " + dump(params));
   }
@@ -299,7 +302,7 @@ json Endpoint::call_method(const std::string& method, const json& params, const 
       throw RpcError(kInvalidParams,
                      "tools/call params.arguments must be an object of named arguments, got " + dump(arguments));
     }
-    return tools_.call(params["name"], arguments, version);
+    return tools_.call(params["name"], arguments, version, visitor);
   }
   throw RpcError(kMethodNotFound,
                  "method \"" + method + "\" not found: this server offers initialize, ping, tools/list and tools/call");

@@ -50,8 +50,11 @@ class Endpoint {
   // A new session for an initialize request, and its reply.
   HttpResponse initialize(const json& message, bool sse);
   // The reply to one message, or null for a notification or a response.
-  json dispatch(const json& message, const std::string& protocol_version);
-  json call_method(const std::string& method, const json& params, const std::string& protocol_version);
+  // `visitor`: the MCP session's visitor ("mcp:<session id>"): on a locked
+  // session each MCP session has probes of its own (VisitorScope).
+  json dispatch(const json& message, const std::string& protocol_version, const std::string& visitor);
+  json call_method(const std::string& method, const json& params, const std::string& protocol_version,
+                   const std::string& visitor);
   // The session's negotiated revision, or a refusal (400 missing, 404 unknown).
   std::variant<std::string, HttpResponse> session_version(const HttpRequest& request);
   // Drops the sessions idle for longer than idle_timeout_; under mu_.

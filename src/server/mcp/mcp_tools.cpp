@@ -255,7 +255,8 @@ json Tools::list(const std::string& version) const {
   return {{"tools", std::move(tools)}};
 }
 
-json Tools::call(const std::string& name, const json& arguments, const std::string& version) const {
+json Tools::call(const std::string& name, const json& arguments, const std::string& version,
+                 const std::string& visitor) const {
   const Command* command = find_command(name);
   if (!command || !command->mcp) {
     std::string known;
@@ -266,7 +267,7 @@ json Tools::call(const std::string& name, const json& arguments, const std::stri
   }
   ToolResult r;
   try {
-    r = tool_result(dispatch(*command, controller_, Args(command->args, arguments)));
+    r = tool_result(dispatch(*command, controller_, Args(command->args, arguments), visitor));
   } catch (const Refusal& e) {
     r = ToolResult{};
     r.is_error = true;

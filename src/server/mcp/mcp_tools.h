@@ -25,7 +25,9 @@ class Tools {
   json list(const std::string& protocol_version) const;
   // The tools/call result. An unknown tool throws RpcError(kInvalidParams);
   // anything the tool refuses (bad arguments included) is an isError result.
-  json call(const std::string& name, const json& arguments, const std::string& protocol_version) const;
+  // `visitor`: who calls (VisitorScope): the MCP session's visitor.
+  json call(const std::string& name, const json& arguments, const std::string& protocol_version,
+            const std::string& visitor = "") const;
 
  private:
   Controller& controller_;

@@ -1,7 +1,9 @@
 // The input pane's probe section: pin the batch, choose the forward mode,
-// perturb input values by clicking the input picture. Every visitor shares
-// the probe (the server's state, carried by the status); the cards show its
-// result in the captured batch's place while it is active.
+// perturb input values by clicking the input picture. The probe is the
+// server's state, carried by the status; the cards show its result in the
+// captured batch's place while it is active. On a locked session (a shared
+// demo) it is this visitor's own: the server keys it to the browser's
+// cookie, so the page needs nothing more, and no other visitor sees it.
 import { useEffect, useState } from 'preact/hooks';
 import type { InputInfo, Num, ProbeMode, ProbeStatus, Status } from '../api/types';
 import { clearPerturbations, pinBatch, setProbeMode, unpinBatch } from '../api/client';
@@ -129,8 +131,7 @@ export function ProbeControls({ shape, info, choice, setChoice, error, setError 
   const hasBatch = useSelector(store, (s) => s.sequence > 0);
   const status = useSelector(store, (s) => s.status);
   const { wanted, act } = useProbeAction(status, setError);
-  // Probes change what every visitor of a locked session sees: refused there.
-  if (!probe || status?.locked) return null;
+  if (!probe) return null;
 
   const pinned = wanted?.pinned ?? probe.pinned;
   const mode = wanted?.mode ?? probe.mode;
@@ -194,6 +195,11 @@ export function ProbeControls({ shape, info, choice, setChoice, error, setError 
         </div>
       )}
       {probe.active && probe.pending && <div class="muted">Probe running…</div>}
+      {status?.locked && (
+        <div class="muted" data-testid="probe-own">
+          Your probe: only you see it.
+        </div>
+      )}
       {shownError && (
         <div class="error-text" data-testid="probe-error">
           {shownError}

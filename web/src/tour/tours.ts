@@ -36,8 +36,9 @@ export const TOURS: Record<Page, Tour> = {
       { target: 'card', text: 'Each card shows one layer’s activations and gradients for the chosen sample.' },
       { target: 'card-links', text: 'Open the layer’s weights, an experiment on it, or its statistics.' },
       { target: 'input', text: 'The input the cards show; choose another sample of the batch here.' },
-      // A locked session hides the probe controls (they would change every visitor's view).
       { target: 'probe', text: 'Probes re-run the batch pinned, in eval or train mode, or with edited pixels.', only: 'unlocked' },
+      // A locked session's probe is the visitor's own (the server keys it to the browser's cookie).
+      { target: 'probe', text: 'Probes re-run this batch in eval or train mode, or with edited pixels; only you see yours.', only: 'locked' },
       { target: 'stats-link', text: 'The Stats page: histograms, Min/Max patches and graphs over the epochs.' },
       { target: 'settings', text: 'Settings: statistics collection, update frequency and error checks.', only: 'unlocked' },
       ...closing,
