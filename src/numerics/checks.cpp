@@ -3,11 +3,24 @@
 #include <algorithm>
 #include <cmath>
 
+#include <c10/util/Exception.h>
+
 #include "common/dtype.h"
 #include "numerics/bands.h"
 #include "numerics/debug_state.h"
 
 namespace nansense::numerics {
+
+namespace {
+
+// What went wrong, for the report and the banner: torch's own message
+// without the C++ backtrace c10::Error appends to what().
+std::string error_text(const std::exception& e) {
+  if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) return c10->what_without_backtrace();
+  return e.what();
+}
+
+}  // namespace
 
 namespace {
 
@@ -90,7 +103,7 @@ std::vector<std::optional<BandStats>> band_stats_each(const std::vector<torch::T
     try {
       out[i] = band_stats({tensors[i]}).at(0);
     } catch (const std::exception& e) {
-      errors[i] = e.what();
+      errors[i] = error_text(e);
     }
   }
   return out;
@@ -194,7 +207,7 @@ std::vector<std::optional<double>> abs_sums_each(const std::vector<torch::Tensor
     try {
       out[i] = abs_sums({tensors[i]}).at(0);
     } catch (const std::exception& e) {
-      if (errors) (*errors)[i] = e.what();
+      if (errors) (*errors)[i] = error_text(e);
     }
   }
   return out;
@@ -237,7 +250,7 @@ CheckResult run_checks(const DebugSettings& s, const CheckInput& in) {
         try {
           v.push_back({layer, layer, t.masked_fill(t.isinf(), 0)});  // a CPU copy of a traced batch
         } catch (const std::exception& e) {
-          out.failed.push_back({source, layer, layer, categories_of(s, false), e.what(), {}});
+          out.failed.push_back({source, layer, layer, categories_of(s, false), error_text(e), {}});
         }
       } else {
         v.push_back({layer, layer, t});

@@ -114,11 +114,6 @@ def test_a_padding_mask_and_token_ids_are_drawn_as_values_over_http(tmp_path, mo
         thread.join()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open bug: beside a sparse gradient whose check fails, the NaN of batch 2 is found only after the "
-    "optimizer step (its update is not held), so the poisoned update lands and the next trip is not batch 4",
-)
 def test_a_tensor_the_checks_cannot_read_turns_off_only_its_own_check(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # where the NaN capsules go
     # A sparse embedding gradient: its |g| sum reads, its band statistics do
@@ -133,7 +128,14 @@ def test_a_tensor_the_checks_cannot_read_turns_off_only_its_own_check(tmp_path, 
     session.detach()
 
     def loop():
-        for b, (ids, y) in enumerate(session.batches(batches, phase="train")):
+        # The batch's index, not the body's: the traced re-run of a tripped
+        # batch runs the body again (counted with enumerate, the re-run of
+        # batch 2 was "batch 3", stayed finite, and the NaN went "not
+        # reproduced" with the re-run's finite update applied).
+        b = -1
+        for ids, y in session.batches(batches, phase="train"):
+            if not session.rerunning:
+                b += 1
             optimizer.zero_grad()
             loss = F.cross_entropy(model(ids), y)
             if b in (2, 4):
@@ -155,7 +157,9 @@ def test_a_tensor_the_checks_cannot_read_turns_off_only_its_own_check(tmp_path, 
         assert unchecked[0]["source"] == "weight_gradient" and unchecked[0]["layer"] == "0"
         assert unchecked[0]["checks"] == ["nan_inf", "under_over"]
         assert unchecked[0]["position"]["batch_idx"] == 2
-        assert unchecked[0]["error"]
+        # torch's message, without the C++ backtrace c10::Error carries.
+        assert unchecked[0]["error"] and "frame #0" not in unchecked[0]["error"], unchecked[0]["error"]
+        assert error.root_cause is not None and error.root_cause["status"] == "found", error.root_cause
         # Said once, where the banner shows nansense's own failures; the
         # checks as a whole stay on.
         errors = api.get("/api/status").get("internal_errors", [])
