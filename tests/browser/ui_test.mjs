@@ -69,6 +69,38 @@ async function main() {
     await screenshot('loaded');
   });
 
+  await check('in a narrow window the top bar items never overlap; the position gives way, whole in its tooltip', async () => {
+    for (const width of [1180, 1024, 900]) {
+      const narrow = await h.newPage({ width, height: 700 });
+      try {
+        await narrow.goto(base);
+        await narrow.getByTestId('connection').filter({ hasText: 'live' }).waitFor({ timeout: UI_TIMEOUT_MS });
+        await narrow.getByTestId('position-label').filter({ hasText: /epoch/ }).waitFor({ state: 'attached', timeout: UI_TIMEOUT_MS });
+        const bar = await narrow.evaluate(() => {
+          const header = document.querySelector('header.topbar');
+          const boxes = [...header.querySelectorAll(':scope > *, .where > *')]
+            .filter((e) => !e.classList.contains('where') && !e.classList.contains('toolbar-spacer'))
+            .map((e) => ({ e, r: e.getBoundingClientRect() }))
+            .filter(({ r }) => r.width > 0);
+          const overlaps = [];
+          for (let i = 0; i < boxes.length; ++i) {
+            for (let j = i + 1; j < boxes.length; ++j) {
+              const a = boxes[i].r, b = boxes[j].r;
+              if (a.left < b.right - 0.5 && b.left < a.right - 0.5) overlaps.push(`${boxes[i].e.className} / ${boxes[j].e.className}`);
+            }
+          }
+          const label = document.querySelector('[data-testid="position-label"]');
+          return { overlaps, scroll: header.scrollWidth, width: header.clientWidth, title: label.title, text: label.textContent };
+        });
+        if (bar.overlaps.length) throw new Error(`at ${width} px the top bar overlaps: ${bar.overlaps.join('; ')}`);
+        if (bar.scroll > bar.width) throw new Error(`at ${width} px the top bar is ${bar.scroll} px wide`);
+        if (bar.title !== bar.text) throw new Error(`the position's tooltip "${bar.title}" is not its text "${bar.text}"`);
+      } finally {
+        await narrow.close();
+      }
+    }
+  });
+
   await check('Step Batch advances the position label; the strips come over the push channel', async () => {
     const fetched = [];
     const onRequest = (r) => {

@@ -65,9 +65,7 @@ export function TopBar({ page }: { page: Page }) {
       <div class="where">
         <StateDot status={status} />
         {!status?.locked && (
-          <span class="position mono" data-testid="position-label" data-tour="position">
-            {positionLabel(status?.live_position ?? null, status?.schedule ?? null)}
-          </span>
+          <PositionLabel status={status} />
         )}
         {status?.state === 'finished' && (
           <span class="chip chip-amber" data-testid="finished-chip">
@@ -100,6 +98,16 @@ export function TopBar({ page }: { page: Page }) {
         ?
       </button>
     </header>
+  );
+}
+
+// Where the loop is; ellipsized in a narrow window, whole in its tooltip.
+function PositionLabel({ status }: { status: Status | null }) {
+  const text = positionLabel(status?.live_position ?? null, status?.schedule ?? null);
+  return (
+    <span class="position mono" data-testid="position-label" data-tour="position" title={text}>
+      {text}
+    </span>
   );
 }
 
@@ -148,6 +156,7 @@ function RefreshButton({ enabled }: { enabled: boolean }) {
     <button
       class="btn btn-quiet"
       data-testid="refresh"
+      aria-label="Refresh"
       disabled={!enabled}
       onClick={refresh}
       title={enabled ? 'Capture the next batch now, without pausing' : 'Refresh captures a batch while training runs'}
@@ -155,7 +164,7 @@ function RefreshButton({ enabled }: { enabled: boolean }) {
       <svg viewBox="0 0 24 24" width="14" height="14" aria-hidden="true">
         <path fill="currentColor" d="M17.65 6.35A7.96 7.96 0 0 0 12 4a8 8 0 1 0 7.74 10h-2.08A6 6 0 1 1 12 6c1.66 0 3.14.69 4.22 1.78L13 11h7V4l-2.35 2.35z" />
       </svg>
-      Refresh
+      <span class="btn-label">Refresh</span>
     </button>
   );
 }
