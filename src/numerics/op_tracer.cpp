@@ -259,6 +259,10 @@ OpTracer::Inputs OpTracer::inputs_of(const observer::Frame& frame, const std::ve
   Inputs in;
   for (const auto& t : frame.inputs) {
     const auto* impl = t.unsafeGetTensorImpl();
+    // A number literal (`x * float("nan")`, `x * NAN`) reaches some kernels
+    // as a wrapped 0-dim tensor and others as a Scalar: either way it is part
+    // of this op, which is then what made the NaN — not a tensor from outside.
+    if (impl->is_wrapped_number()) continue;
     // An in-place op's input is its output now: its values before the op are
     // known only from what earlier ops left in it.
     const bool overwritten = std::any_of(outputs.begin(), outputs.end(),

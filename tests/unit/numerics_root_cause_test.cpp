@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <ATen/ThreadLocalState.h>
+#include <ATen/ScalarOps.h>
 
 #include <cmath>
 #include <thread>
@@ -96,6 +97,24 @@ TEST(RootCause, AParameterAlreadyNonFiniteIsBlamedOnItsModule) {
   ASSERT_EQ(cause.status, RootCause::Status::kFromOutside) << cause.summary;
   EXPECT_EQ(cause.producer->layer, "fc");
   EXPECT_NE(cause.summary.find("'fc.bias' already held non-finite values"), std::string::npos) << cause.summary;
+}
+
+// A number literal is part of its op: `x * float("nan")` in Python reaches
+// aten::mul as a wrapped 0-dim tensor (C++'s `x * NAN` as a Scalar). Either
+// way the mul made the NaN; the literal is not a tensor from outside.
+TEST(RootCause, ANanLiteralMakesItsOpTheProducer) {
+  Net net;
+  for (bool wrapped : {true, false}) {
+    auto cause = trace(net, [&] {
+      auto h = net->fc(torch::ones({2, 3}));
+      auto nan = wrapped ? at::native::wrapped_scalar_tensor(c10::Scalar(NAN)) : torch::Tensor();
+      ASSERT_TRUE(!wrapped || nan.unsafeGetTensorImpl()->is_wrapped_number());
+      (void)(wrapped ? h * nan : h * NAN).relu();
+    });
+    ASSERT_EQ(cause.status, RootCause::Status::kFound) << (wrapped ? "wrapped: " : "scalar: ") << cause.summary;
+    EXPECT_EQ(cause.producer->op, "aten::mul") << cause.summary;
+    EXPECT_EQ(cause.summary.find("outside"), std::string::npos) << cause.summary;
+  }
 }
 
 TEST(RootCause, NonFiniteDataIsBlamedOnTheBatch) {
