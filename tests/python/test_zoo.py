@@ -113,6 +113,12 @@ def run_zoo_model(model, batches, loss_of, *, expected_names, linears, strips, w
         assert snap.position.batch_idx == 0
         http_snap = api.get("/api/snapshot")
         assert {layer["name"] for layer in http_snap["layers"]} <= set(names)
+        # Memory within the budget: the batch's copies fit the budget the
+        # snapshot used (a share of the step's memory, at most 512 MiB), or
+        # it kept the one sample it always keeps.
+        budget = http_snap["budget"]
+        assert 0 < budget["budget_bytes"] <= 512 << 20, budget
+        assert budget["held_bytes"] <= budget["budget_bytes"] or http_snap["samples_kept"] == 1, budget
         for name in strips:
             assert torch.isfinite(snap.activations[name]).all(), name
             assert name in snap.activation_gradients, name
