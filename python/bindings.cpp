@@ -466,6 +466,12 @@ class Engine {
     py::gil_scoped_release release;
     core_->set_peer_checkpoints(rank, std::move(epochs), std::move(where));
   }
+  // Rank 0, training thread: whether the followers may pass the next
+  // boundary now (nothing can stop rank 0 before it), and the jumps held
+  // meanwhile (session_core.h).
+  bool runs_through_next_boundary() { return core_->runs_through_next_boundary(); }
+  uint64_t stats_settings_version() { return core_->stats().settings_version(); }
+  void hold_jumps(bool held) { core_->hold_jumps(held); }
   // Rank 0, any thread: a follower's shard, added to the published view.
   void add_stats_shard(int rank, int64_t ranks, const std::string& shard) {
     py::gil_scoped_release release;
@@ -978,6 +984,9 @@ PYBIND11_MODULE(_nansense, m) {
       .def("take_stats_shard", &Engine::take_stats_shard)
       .def("add_stats_shard", &Engine::add_stats_shard)
       .def("set_peer_checkpoints", &Engine::set_peer_checkpoints)
+      .def("runs_through_next_boundary", &Engine::runs_through_next_boundary)
+      .def("hold_jumps", &Engine::hold_jumps)
+      .def("stats_settings_version", &Engine::stats_settings_version)
       .def("url", &Engine::url)
       .def("state", &Engine::state)
       .def("mode", &Engine::mode)

@@ -1,33 +1,49 @@
 """Distributed runs (torch.distributed, DDP): rank 0 leads, the other ranks follow.
 
 nansense.start() on a rank of an initialised process group of two or more
-ranks makes a _Coordinator. Rank 0's session is the one the UI and MCP drive;
+ranks makes a Coordinator. Rank 0's session is the one the UI and MCP drive;
 the other ranks' sessions never pause on their own (detached, no server, no
 output beyond a NaN's log line). At every batch boundary (before a batch
-begins, when a jump unwinds rank 0's batch, and at close()) every rank meets
-at one exchange over the process group's own store (a TCPStore):
+begins, when a jump unwinds rank 0's batch, and at close()) the ranks
+exchange over the process group's own store (a TCPStore):
 
-  each follower r   sets  a/<n>/<r>  = its news since the last boundary
-                                       (b"" or JSON: a trip, its DebugError;
-                                       its layer statistics, when it
-                                       collected since the last boundary)
-  rank 0            reads them all (multi_get, waits for every follower),
-                    adds the followers' statistics to its own (the Stats
-                    page shows the global batch), pauses there when a
-                    follower tripped (the UI names the ranks), then sets
-                    g/<n>  = the decision (b"" = go on, or JSON: jump to
-                    epoch k, stop, the statistics settings changed)
-  each follower     reads g/<n> and applies it.
+  each follower r   sets  q/<r>/<k>  = its k-th news (JSON: the boundary
+                                       "b", and any of: a trip, its
+                                       DebugError; its layer statistics; the
+                                       epochs it holds checkpoints of; its
+                                       close) — at every boundary where it
+                                       waits for rank 0, and wherever it has
+                                       news
+  rank 0            reads them (a reader thread per follower, in order, as
+                    they come): adds the followers' statistics to its own
+                    (the Stats page shows the global batch), names a
+                    follower's trip, and sets g/<n> = the decision for
+                    boundary n (b"" = go on, or JSON: jump to epoch k, stop,
+                    the statistics settings changed)
+  each follower     waits for g/<n> (fetched ahead by a thread of its own)
+                    and applies it before its batch n begins.
 
-So no follower begins batch n before rank 0 has left its pause at the end of
-batch n-1: whenever the UI shows a pause, every rank stands at the same
-boundary. The waits block in the store (no polling); a heartbeat thread per
-rank (its own store connection) bumps hb/<r> and watches its peers: a peer
-whose heartbeat stops for NANSENSE_DDP_TIMEOUT seconds (default 30), or that
-says it left (x/<r>), is lost, and the watcher sets the key the training
-thread waits on, so that wait ends with a DistributedError naming the rank
-(on rank 0 the UI shows the loss too). A store that stops answering (rank 0
-hosting it died) ends the wait with an error at once.
+Rank 0 decides boundary n once its batch n has begun, so no follower begins
+batch n before rank 0 has left a pause at the end of batch n-1, and before
+deciding it waits for every follower's news of boundary n (a follower's trip
+pauses every rank there). One exception, a batch ahead: when nothing can
+stop rank 0 before its next batch begins (no pause decided after this batch,
+no check that can pause inside it, no jump armed: the engine's
+runs_through_next_boundary()), rank 0 sends the decision for boundary n+1
+as its batch n begins, and holds jumps until batch n+1 has begun. Then the
+followers pass boundary n+1 without waiting (their thread fetched it during
+the batch) and without a word unless they have news, and rank 0 does not
+wait for them there (its readers add the news as it comes); a pause or jump asked for meanwhile lands a batch later,
+where every rank again waits. So whenever the UI shows a pause, every rank
+stands at the same boundary.
+
+The waits block in the store (no polling); a heartbeat thread per rank (its
+own store connection) bumps hb/<r> and watches its peers: a peer whose
+heartbeat stops for NANSENSE_DDP_TIMEOUT seconds (default 30), or that says
+it left (x/<r>), is lost, and the watcher sets the keys the threads wait on,
+so every wait ends with a DistributedError naming the rank (on rank 0 the UI
+shows the loss too). A store that stops answering (rank 0 hosting it died)
+ends the waits with an error at once.
 """
 
 from __future__ import annotations
@@ -109,27 +125,43 @@ class Coordinator:
         def client():
             return dist.PrefixStore(prefix, dist.TCPStore(tcp.host, tcp.port, is_master=False, timeout=long,
                                                           wait_for_workers=False))
-        self._main = client()   # the training thread's waits
+        self._main = client()   # the training thread's keys
         self._side = client()   # the heartbeat thread's
         self._n = 0             # boundaries met
-        self._awaiting: list[str] = []   # the keys the training thread waits for
-        self._deleted = 0       # boundaries whose keys the heartbeat thread removed
+        self._cond = threading.Condition()  # guards what the threads below hand over
+        self._awaiting: dict[str, list[str]] = {}  # thread name -> the keys it waits for in the store
         self._lost: Optional[str] = None
-        self._lost_lock = threading.Lock()
         self._closed = False
         self._seen_error: Optional[tuple] = None
-        self._trips: dict[int, dict] = {}   # rank -> its first trip (leader)
-        self._trips_lock = threading.Lock()
-        self._peeked: set[tuple[int, int]] = set()  # (boundary, rank) news read early (leader)
-        self._pending: Optional[int] = None  # the boundary gathered, its decision not yet sent (leader)
+        # Rank 0: what its readers (one per follower) read.
+        self._seen: dict[int, int] = {r: -1 for r in range(1, self.world)}  # rank -> the last boundary of its news
+        self._tripped_at: dict[int, dict] = {}   # boundary -> {rank: trip} of the followers
+        self._closed_at: dict[int, list[int]] = {}  # boundary -> followers that closed there
+        self._trips: dict[int, dict] = {}    # rank -> its first trip
+        self._own_trip_at: set[int] = set()  # boundaries where rank 0's own trip was news
+        self._hold_wanted = False            # a follower tripped where rank 0 did not wait: hold at the next wait
+        self._pending: Optional[int] = None  # the boundary gathered, its decision not yet sent
+        self._sent = -1                      # the last boundary whose decision is sent
+        self._stats_sent: Optional[dict] = None  # the statistics settings the followers have
+        self._stats_version: Optional[int] = None  # the engine's settings version they were read at
+        self._shard_warned: set[int] = set()  # ranks whose malformed statistics were reported
+        # A follower: the decisions fetched ahead; its news sent so far.
+        self._decisions: dict[int, bytes] = {}
+        self._posted = 0
         self._rejoin = False  # a follower that made a jump: its engine landed paused, detach it again
-        self._stats_sent: Optional[dict] = None  # the statistics settings the followers have (leader)
-        self._shard_warned: set[int] = set()  # ranks whose malformed statistics were reported (leader)
         self._checkpoints_sent: Optional[tuple] = None  # the epochs this follower last reported
         self._handshake()
         self._stop = threading.Event()
         self._heartbeat = threading.Thread(target=self._beat, name=f"nansense-ddp-heartbeat-{self.rank}", daemon=True)
+        if self.leader:
+            self._feeds = [threading.Thread(target=self._read_news, args=(r, client()), daemon=True,
+                                            name=f"nansense-ddp-news-{r}") for r in range(1, self.world)]
+        else:
+            self._feeds = [threading.Thread(target=self._fetch_decisions, args=(client(),), daemon=True,
+                                            name=f"nansense-ddp-decisions-{self.rank}")]
         self._heartbeat.start()
+        for feed in self._feeds:
+            feed.start()
 
     # ---- start
 
@@ -154,16 +186,22 @@ class Coordinator:
         interval = min(1.0, self.timeout / 10)
         peers = [r for r in range(self.world) if r != self.rank] if self.leader else [0]
         last: dict[int, tuple[int, float]] = {}
+        deleted = 0  # rank 0: boundaries whose decisions are removed
+        reported = 0  # a follower: the boundaries it said it met
         while not self._stop.wait(interval):
             try:
                 self._side.add(f"hb/{self.rank}", 1)
-                # This rank's keys of boundaries every rank has passed.
-                own = "g/{}" if self.leader else "a/{}/" + str(self.rank)
-                while self._deleted < self._n - 2:
-                    self._side.delete_key(own.format(self._deleted))
-                    self._deleted += 1
                 if self.leader:
-                    self._peek(peers)
+                    # Decisions every follower has passed.
+                    passed = min(self._side.add(f"at/{r}", 0) for r in peers) - 1
+                    while deleted < passed:
+                        self._side.delete_key(f"g/{deleted}")
+                        deleted += 1
+                else:
+                    # The boundaries this rank has met (rank 0 removes the decisions of those passed).
+                    met = self._n
+                    self._side.add(f"at/{self.rank}", met - reported)
+                    reported = met
                 now = time.monotonic()
                 for r in peers:
                     if self._side.check([f"x/{r}"]):
@@ -181,53 +219,25 @@ class Coordinator:
             except Exception as e:  # the store itself is gone
                 if self._stop.is_set():
                     return
-                self._lose(f"the process group's store stopped answering ({type(e).__name__}: {e}); the rank "
-                           "that hosts it (rank 0, or torchrun's agent) probably died")
+                self._lose(self._store_gone(e))
                 return
 
-    def _peek(self, peers: list[int]) -> None:
-        # A follower's trip, read as soon as it reaches the boundary: rank 0
-        # may be paused in that batch for its own trip (the all-reduce
-        # carried the NaN to it), and the UI names every rank meanwhile.
-        n = self._n
-        self._peeked = {k for k in self._peeked if k[0] >= n}
-        for r in peers:
-            key = f"a/{n}/{r}"
-            if (n, r) in self._peeked or not self._side.check([key]):
-                continue
-            self._peeked.add((n, r))
-            value = self._side.get(key)
-            if value.startswith(b"{"):
-                news = json.loads(value)
-                # Rank 0 may be paused at this boundary: its view adds the
-                # follower's statistics up to the same batch now.
-                self._add_shard(r, news)
-                self._note_checkpoints(r, news)
-                trip = news.get("trip")
-                if trip:
-                    tripped = {r: trip}
-                    own = self.engine.debug_error()
-                    if own is not None and self._trip_of(own)["position"] == trip.get("position"):
-                        tripped[0] = self._trip_of(own)  # rank 0 tripped on the same batch
-                    self._record_trips(tripped)
-
-    def _record_trips(self, tripped: dict) -> None:
-        with self._trips_lock:
-            fresh = {r: t for r, t in tripped.items() if r not in self._trips}
-            self._trips.update(fresh)
-            if fresh:
-                self._note_trips(tripped)
+    @staticmethod
+    def _store_gone(e: Exception) -> str:
+        return (f"the process group's store stopped answering ({type(e).__name__}: {e}); the rank that hosts it "
+                "(rank 0, or torchrun's agent) probably died")
 
     def _lose(self, why: str) -> None:
-        with self._lost_lock:
+        with self._cond:
             if self._lost is not None:
                 return
             self._lost = why
-            awaiting = list(self._awaiting)
+            awaiting = [key for keys in self._awaiting.values() for key in keys]
+            self._cond.notify_all()
         if self.leader:
             # The UI shows it, and a pause in progress ends.
             self.engine.mark_lost(why)
-        # End the training thread's wait in the store.
+        # End the feed thread's wait in the store.
         for key in awaiting:
             try:
                 self._side.set(key, b"!" + why.encode())
@@ -239,29 +249,96 @@ class Coordinator:
         self._leave(f"rank {self.rank} stopped: {self._lost}")
         raise DistributedError(f"nansense (rank {self.rank}): {self._lost}")
 
-    # ---- waits
+    # ---- the feed threads: each waits in the store for the next boundary's keys
 
-    def _wait(self, keys: list[str]) -> list[bytes]:
-        """The values of keys, once every one is set (a lost peer sets them to "!why")."""
-        with self._lost_lock:
-            if self._lost is not None:
-                self._raise_lost()
-            self._awaiting = keys
+    def _feed_wait(self, store: Any, keys: list[str]) -> Optional[list[bytes]]:
+        """The values of keys once all are set; None when the run is lost
+        or this rank closed (a key set to "!why")."""
+        name = threading.current_thread().name
+        with self._cond:
+            if self._lost is not None or self._stop.is_set():
+                return None
+            self._awaiting[name] = keys
         try:
-            values = self._main.multi_get(keys)
+            values = store.multi_get(keys)
         except Exception as e:
-            with self._lost_lock:
-                if self._lost is None:
-                    self._lost = (f"the process group's store stopped answering ({type(e).__name__}: {e}); the rank "
-                                  "that hosts it (rank 0, or torchrun's agent) probably died")
-            if self.leader:
-                self.engine.mark_lost(self._lost)
-            self._raise_lost()
+            if not self._stop.is_set():
+                self._lose(self._store_gone(e))
+            return None
         finally:
-            self._awaiting = []
-        if any(v.startswith(b"!") for v in values):
-            self._raise_lost()
-        return values
+            with self._cond:
+                self._awaiting.pop(name, None)
+        return None if any(v.startswith(b"!") for v in values) else values
+
+    def _read_news(self, r: int, store: Any) -> None:
+        """Rank 0's reader of follower r: its news, message after message
+        (q/<r>/<k>; each names its boundary, "b")."""
+        k = 0
+        while True:
+            key = f"q/{r}/{k}"
+            values = self._feed_wait(store, [key])
+            if values is None:
+                return
+            try:
+                news = json.loads(values[0])
+                n = int(news["b"])
+                self._add_shard(r, news)
+                self._note_checkpoints(r, news)
+            except Exception as e:  # the run goes on; this news is not taken
+                if self._stop.is_set():
+                    return
+                print(f"[nansense] rank {r}'s news {k} could not be read: {e}", flush=True)
+                k += 1
+                continue
+            trip = news.get("trip")
+            if trip:
+                tripped = {r: trip}
+                own = self.engine.debug_error()
+                if own is not None and self._trip_of(own)["position"] == trip.get("position"):
+                    tripped[0] = self._trip_of(own)  # rank 0 tripped on the same batch
+                # Named at once: rank 0 may be paused in that batch for its own trip.
+                self._record_trips(tripped)
+            with self._cond:
+                if trip:
+                    self._tripped_at.setdefault(n, {})[r] = trip
+                    if n <= self._sent:
+                        self._hold_wanted = True  # rank 0 did not wait here: it holds at its next wait
+                if news.get("close"):
+                    self._closed_at.setdefault(n, []).append(r)
+                self._seen[r] = n
+                self._cond.notify_all()
+            try:
+                store.delete_key(key)
+            except Exception:
+                pass
+            k += 1
+
+    def _fetch_decisions(self, store: Any) -> None:
+        """A follower's fetcher: rank 0's decisions, boundary after boundary."""
+        n = 0
+        while True:
+            values = self._feed_wait(store, [f"g/{n}"])
+            if values is None:
+                return
+            with self._cond:
+                self._decisions[n] = values[0]
+                self._cond.notify_all()
+            try:
+                if values[0] and json.loads(values[0]).get("close"):
+                    return
+            except ValueError:
+                pass
+            n += 1
+
+    def _await(self, ready) -> None:
+        """The training thread: until ready() (under the lock); raises
+        DistributedError when the run is lost first."""
+        with self._cond:
+            while not ready() and self._lost is None:
+                self._cond.wait()
+            if ready():
+                return
+        self._raise_lost()
 
     # ---- the boundary
 
@@ -287,14 +364,17 @@ class Coordinator:
         DistributedError when a rank is lost.
 
         Rank 0 gathers the followers' news here (and pauses when one
-        tripped); unless this boundary ends in a jump (`jump`: the epoch of
-        the TimeTravelJump unwinding rank 0's batch) or the end (`close`),
-        its decision is sent by release(), once its next batch has begun
+        tripped) unless it let them past this boundary a batch ahead;
+        unless this boundary ends in a jump (`jump`: the epoch of the
+        TimeTravelJump unwinding rank 0's batch) or the end (`close`), its
+        decision is sent by release(), once its next batch has begun
         (begin_batch may raise a jump requested meanwhile: release(jump=k)
         sends it). A follower waits here for the decision; a jump arms the
         same jump on its engine, so its begin_batch raises it."""
         if self._closed:
             return
+        if self._lost is not None:
+            self._raise_lost()
         if self._rejoin:
             # The engine pauses on a jump's target whatever its mode; a
             # follower's pauses are rank 0's, so it goes on detached.
@@ -303,47 +383,54 @@ class Coordinator:
         n = self._n
         self._n += 1
         if self.leader:
-            self._gather(n, close)
+            self._gather(n, close or jump is not None)
             if jump is not None or close:
                 self.release(jump=jump, close=close)
         else:
             self._follow(n, close)
 
-    def _gather(self, n: int, close: bool) -> None:
-        own = self._news()
-        values = self._wait([f"a/{n}/{r}" for r in range(1, self.world)])
-        tripped = {}
-        for r, value in enumerate(values, start=1):
-            if not value:
-                continue
-            news = json.loads(value)
-            if (n, r) not in self._peeked:
-                self._add_shard(r, news)
-                self._note_checkpoints(r, news)
-            if news.get("trip"):
-                tripped[r] = news["trip"]
-            if news.get("close") and not close:
-                why = (f"rank {r} of {self.world} closed its session while rank 0 was still in its loop: every rank "
-                       "must run the same batches")
-                with self._lost_lock:
-                    self._lost = why
-                self.engine.mark_lost(why)
-                self._raise_lost()
-        if own:
-            tripped[0] = json.loads(own)["trip"]
-        if tripped:
-            self._record_trips(tripped)
-            if any(r != 0 for r in tripped) and 0 not in tripped and self.engine.url():
-                # A follower tripped (rank 0, which did not, has not paused
-                # for it): every rank stands here, before the next batch,
-                # until the UI resumes rank 0.
-                self.engine.hold_at_boundary()
-                if self._lost is not None:
-                    self._raise_lost()
+    def _gather(self, n: int, must_wait: bool) -> None:
+        if self._news():
+            with self._cond:
+                self._own_trip_at.add(n)
         self._pending = n
+        if n <= self._sent and not must_wait:
+            return  # let past a batch ahead: the reader takes the news as it comes
+        self._await(lambda: min(self._seen.values()) >= n)
+        with self._cond:
+            closed = self._closed_at.pop(n, [])
+            tripped = self._tripped_at.pop(n, {})
+            hold = self._hold_wanted
+            self._hold_wanted = False
+            own = n in self._own_trip_at
+            self._own_trip_at.discard(n)
+            for k in [k for k in self._tripped_at if k < n]:
+                del self._tripped_at[k]
+        if closed and not must_wait:
+            why = (f"rank {closed[0]} of {self.world} closed its session while rank 0 was still in its loop: every "
+                   "rank must run the same batches")
+            with self._cond:
+                if self._lost is None:
+                    self._lost = why
+            self.engine.mark_lost(why)
+            self._raise_lost()
+        if (tripped or hold) and not own and self.engine.url():
+            # A follower tripped (rank 0, which did not, has not paused for
+            # it): every rank stands here, before the next batch, until the
+            # UI resumes rank 0.
+            self.engine.hold_at_boundary()
+            if self._lost is not None:
+                self._raise_lost()
+
+    def _record_trips(self, tripped: dict) -> None:
+        with self._cond:
+            fresh = {r: t for r, t in tripped.items() if r not in self._trips}
+            self._trips.update(fresh)
+        if fresh:
+            self._note_trips(tripped)
 
     def _add_shard(self, rank: int, news: dict) -> None:
-        """Rank 0 (any thread): a follower's layer statistics, added to the view."""
+        """Rank 0 (the reader): a follower's layer statistics, added to the view."""
         shard = news.get("stats")
         if not shard:
             return
@@ -355,7 +442,7 @@ class Coordinator:
                 print(f"[nansense] the statistics of rank {rank} could not be added to rank 0's: {e}", flush=True)
 
     def _note_checkpoints(self, rank: int, news: dict) -> None:
-        """Rank 0 (any thread): the epochs a follower can be rewound to."""
+        """Rank 0 (the reader): the epochs a follower can be rewound to."""
         if "checkpoints" in news:
             held = news["checkpoints"]
             self.engine.set_peer_checkpoints(rank, [int(e) for e in held["epochs"]], str(held["where"]))
@@ -365,26 +452,44 @@ class Coordinator:
         return {"scope": s["stats_scope"], "watched": list(s["watched_layers"]),
                 "performance": dict(s["watch_performance"])}
 
+    def _decision(self) -> bytes:
+        # The followers collect what rank 0 collects (as of this batch), so
+        # that their shards add up to the global batch.
+        version = self.engine.stats_settings_version()
+        if version == self._stats_version:
+            return b""
+        self._stats_version = version
+        settings = self._stats_settings()
+        if settings == self._stats_sent:
+            return b""
+        self._stats_sent = settings
+        return json.dumps({"stats_settings": settings}).encode()
+
     def release(self, *, jump: Optional[int] = None, close: bool = False) -> None:
-        """Rank 0: send the decision of the boundary gathered last."""
+        """Rank 0: send the decision of the boundary gathered last, and the
+        next one's when nothing can stop rank 0 before it."""
         if not self.leader or self._pending is None:
             return
         n, self._pending = self._pending, None
-        decision = b""
-        if jump is not None:
-            decision = json.dumps({"jump": jump}).encode()
-        elif close:
-            decision = json.dumps({"close": True}).encode()
-        else:
-            # The followers collect what rank 0 collects (as of this batch),
-            # so that their shards add up to the global batch.
-            settings = self._stats_settings()
-            if settings != self._stats_sent:
-                self._stats_sent = settings
-                decision = json.dumps({"stats_settings": settings}).encode()
-        self._main.set(f"g/{n}", decision)
-        if close:
-            self.close()
+        if jump is not None or close:
+            self.engine.hold_jumps(False)
+            self._sent = n
+            self._main.set(f"g/{n}", json.dumps({"jump": jump} if jump is not None else {"close": True}).encode())
+            if close:
+                self.close()
+            return
+        if n > self._sent:
+            self._sent = n
+            self._main.set(f"g/{n}", self._decision())
+        with self._cond:
+            ahead = not self._hold_wanted and self._lost is None
+        ahead = ahead and self.engine.runs_through_next_boundary()
+        # Held while the followers may pass the next boundary: a jump armed
+        # meanwhile is raised a batch later, where every rank waits.
+        self.engine.hold_jumps(ahead)
+        if ahead:
+            self._sent = n + 1
+            self._main.set(f"g/{n + 1}", self._decision())
 
     def _note_trips(self, tripped: dict) -> None:
         ranks = sorted(self._trips)
@@ -418,8 +523,17 @@ class Coordinator:
             news = json.dumps({**(json.loads(news) if news else {}), **extra}).encode()
         if close:
             news = json.dumps({"close": True, **(json.loads(news) if news else {})}).encode()
-        self._main.set(f"a/{n}/{self.rank}", news)
-        value, = self._wait([f"g/{n}"])
+        with self._cond:
+            # In hand already: rank 0 let this rank past a batch ahead, and
+            # does not wait for its word here (only for news).
+            ahead = n in self._decisions
+        if news or not ahead:
+            news = json.dumps({"b": n, **(json.loads(news) if news else {})}).encode()
+            self._main.set(f"q/{self.rank}/{self._posted}", news)
+            self._posted += 1
+        self._await(lambda: n in self._decisions)
+        with self._cond:
+            value = self._decisions.pop(n)
         if close:
             self.close()
             return
@@ -427,10 +541,11 @@ class Coordinator:
             return
         decision = json.loads(value)
         if decision.get("close"):
-            self._leave(f"rank 0 closed its session while rank {self.rank} was still in its loop: every rank must "
-                        "run the same batches")
-            raise DistributedError(f"nansense (rank {self.rank}): rank 0 closed its session while this rank was "
-                                   "still in its loop: every rank must run the same batches")
+            by = decision.get("by", 0)
+            why = (f"rank {by} closed its session while rank {self.rank} was still in its loop: every rank must run "
+                   "the same batches")
+            self._leave(why)
+            raise DistributedError(f"nansense (rank {self.rank}): {why}")
         if "stats_settings" in decision:
             self._apply_stats_settings(decision["stats_settings"])
         jump = decision.get("jump")
@@ -487,10 +602,37 @@ class Coordinator:
             return
         self._closed = True
         self._stop.set()
-        if threading.current_thread() is not self._heartbeat:
-            self._heartbeat.join(timeout=5)
+        if self.leader and self._main is not None:
+            # The followers' fetchers wait for the next decisions: the end.
+            # (A follower still in its loop reads it at its next boundary.)
+            try:
+                for k in (self._n, self._n + 1):
+                    if k > self._sent:
+                        self._main.set(f"g/{k}", json.dumps({"close": True}).encode())
+                # The reader waits for news that will not come.
+                with self._cond:
+                    awaiting = [key for keys in self._awaiting.values() for key in keys]
+                for key in awaiting:
+                    self._main.set(key, b"!closed")
+            except Exception:
+                pass  # the store is gone: the waits fail by themselves
+        elif self._main is not None:
+            # The fetcher waits for the decision after this boundary: unless
+            # rank 0 sent it, this rank's end is that decision (a rank still
+            # in its loop reads there that this one left).
+            try:
+                self._main.compare_set(f"g/{self._n}", "",
+                                       json.dumps({"close": True, "by": self.rank}))
+            except Exception:
+                pass  # the store is gone: the wait fails by itself
+        current = threading.current_thread()
+        for thread in [self._heartbeat] + self._feeds:
+            if thread is not current:
+                thread.join(timeout=5)
         # This rank's store connections end before the process group does
         # (a TCPStore server torn down under live clients aborts the process).
+        # A follower's fetcher may still wait for rank 0's end: its
+        # connection goes when that comes or the store closes.
         self._main = self._side = None
 
 

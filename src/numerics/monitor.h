@@ -88,6 +88,9 @@ class Monitor {
   End end_batch(bool can_repeat);
   // The body threw.
   void abandon();
+  // Whether the checks can stop the batch in progress (they run on it and a
+  // pause has somewhere to be resumed from).
+  bool can_stop_batch() const { return active_ && host_.can_pause(); }
 
  private:
   void on_backward_end();

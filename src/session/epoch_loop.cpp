@@ -59,7 +59,7 @@ void SessionCore::start_epoch(int64_t epoch) {
 }
 
 std::optional<int64_t> SessionCore::end_epoch(int64_t epoch, std::optional<int64_t> target) {
-  if (!target && restorer_->jump_armed()) {
+  if (!target && !jumps_held_ && restorer_->jump_armed()) {
     if (restorer_->jump_in_flight()) {
       std::cerr << "[nansense] a catch (...) in the epoch body swallowed a time-travel jump; it is carried "
                    "out now (rethrow nansense::TimeTravelJump to leave the body at once)\n";
@@ -82,6 +82,15 @@ std::optional<int64_t> SessionCore::end_epoch(int64_t epoch, std::optional<int64
     if (next < loop_epochs_) jump_to(next);
   }
   return next;
+}
+
+bool SessionCore::runs_through_next_boundary() const {
+  if (decision_.pause_after || numerics_->can_stop_batch() || restorer_->jump_armed()) return false;
+  if (replaying_ || moment_now_ || repeat_batch_) return false;
+  // A jump that comes in an epoch's last batch is carried out at end_epoch:
+  // in the last epoch it would have no next batch boundary to wait for.
+  if (loop_epoch_ && *loop_epoch_ + 1 >= loop_epochs_) return false;
+  return control_.state() == RunState::kRunning;
 }
 
 void SessionCore::abort_epochs() {

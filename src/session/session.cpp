@@ -135,7 +135,7 @@ SessionCore::~SessionCore() {
 
 bool SessionCore::begin_batch(const std::string& phase, std::optional<int64_t> epoch) {
   if (closed_) throw UsageError("batches() was used after session.close()");
-  if (restorer_->jump_armed()) throw_if_jump_due();
+  if (restorer_->jump_armed() && !jumps_held_) throw_if_jump_due();
   if (!epoch) epoch = loop_epoch_;
   // A re-run keeps the batch's position: the schedule does not advance.
   const bool repeat = std::exchange(repeat_batch_, false);
@@ -337,7 +337,7 @@ bool SessionCore::finish_batch(bool can_repeat) {
   }
   decision_ = {};
   // Not from abandon_batch(): a destructor must not throw.
-  if (can_repeat && restorer_->jump_armed()) throw_if_jump_due();
+  if (can_repeat && restorer_->jump_armed() && !jumps_held_) throw_if_jump_due();
   return false;
 }
 

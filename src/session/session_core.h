@@ -119,6 +119,15 @@ class SessionCore {
   // checkpoint of (in its folder `where`), as it last reported them. A jump
   // to an epoch some follower lacks is refused for every rank.
   void set_peer_checkpoints(int rank, std::vector<int64_t> epochs, std::string where);
+  // Distributed runs (rank 0), training thread, once begin_batch() returned:
+  // whether nothing can stop the loop before the next batch begins — no
+  // pause after this batch, no check that can pause inside it, no jump
+  // armed, not the last epoch of an epochs() loop. Rank 0 then lets the
+  // followers past the next boundary a batch ahead.
+  bool runs_through_next_boundary() const;
+  // While held, an armed jump is not raised at a batch boundary (it stays
+  // armed): rank 0 has let the followers past the next boundary.
+  void hold_jumps(bool held) { jumps_held_ = held; }
   // The same loop as steps, for a caller that cannot hand over a body
   // (Python's `for epoch in session.epochs(n)` generator): open_epochs
   // returns the first epoch; start_epoch runs before each body; end_epoch
@@ -226,6 +235,7 @@ class SessionCore {
   bool rerunning_ = false;             // the batch under way is that second delivery
   std::optional<int64_t> loop_epoch_;  // the epoch epochs() runs, for batches() without one
   int64_t loop_epochs_ = 0;            // epochs()'s n
+  bool jumps_held_ = false;            // hold_jumps()
   std::unique_ptr<time_travel::TrainingRestorer> restorer_;
 
   // The armed freeze (moment_mu_), and the file of the batch it is being

@@ -52,6 +52,13 @@ class StatsCollector {
   void watch(const std::vector<std::string>& layers, const Architecture* architecture);
   void unwatch(const std::vector<std::string>& layers, const Architecture* architecture);
   WatchPerformance performance() const;
+  // Counts changes to the settings above (scope, watched layers, patch
+  // layers, performance): a caller that mirrors them (a distributed run's
+  // rank 0) reads them again only when it moved.
+  uint64_t settings_version() const {
+    std::lock_guard lock(mu_);
+    return version_;
+  }
   // Whether the change flushes what was collected. UsageError for a bad value.
   bool set_performance(const WatchPerformance& performance);
   // The layers Min/Max patches are collected for, when collected (nullopt:

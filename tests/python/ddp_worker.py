@@ -12,6 +12,10 @@ MASTER_PORT in the environment), in the run's folder (its cwd). Options
   dump_stats          rank 0 writes its statistics view to stats.json at the end
   bad_cache_rank      with time_travel: this rank's checkpoint folder cannot
                       be made (its time travel is off)
+  hold_on_error       rank 0, when its loop raises: print the traceback, write
+                      the file `failed`, keep serving until the file
+                      `release` exists, then exit 1 (the test reads rank 0's
+                      UI after the error)
 Each rank appends one JSON line per event to rank<r>.log: {"begin": [e, b]}
 when a batch body begins, {"done": [e, b]} when it ends, {"epoch": e,
 "weights": sum} at each epoch's start; rank 0 writes the UI's address to url.
@@ -84,6 +88,28 @@ def main():
             optimizer.step()
             note(done=[epoch, b])
 
+    try:
+        train(session, opts, rank, epochs, run_epoch)
+    except BaseException:
+        if not (rank == 0 and opts.get("hold_on_error")):
+            raise
+        import time
+        import traceback
+        traceback.print_exc()
+        sys.stdout.flush()
+        open("failed", "w").close()
+        while not os.path.exists("release"):
+            time.sleep(0.05)
+        sys.exit(1)
+    session.close()
+    if rank == 0 and opts.get("dump_stats"):
+        with open("stats.json", "w") as f:
+            json.dump(stats_of(session.watch_snapshot()), f)
+    note(closed=True)
+    dist.destroy_process_group()
+
+
+def train(session, opts, rank, epochs, run_epoch):
     if opts.get("time_travel"):
         cache = {}
         if opts.get("bad_cache_rank") == rank:
@@ -95,12 +121,6 @@ def main():
     else:
         for epoch in range(epochs):
             run_epoch(epoch)
-    session.close()
-    if rank == 0 and opts.get("dump_stats"):
-        with open("stats.json", "w") as f:
-            json.dump(stats_of(session.watch_snapshot()), f)
-    note(closed=True)
-    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
