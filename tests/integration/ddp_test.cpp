@@ -249,6 +249,27 @@ TEST_P(DdpWorldTest, PauseStepAndRunApplyToEveryRank) {
 INSTANTIATE_TEST_SUITE_P(Ranks, DdpWorldTest, ::testing::Values(2, 4),
                          [](const auto& info) { return std::to_string(info.param) + "_ranks"; });
 
+// A time-travel jump requested on rank 0 rewinds every rank: each restores
+// its own checkpoint (<cache_dir>/rank_<r>) and all stand at the target
+// epoch's first batch; the run then finishes on every rank.
+TEST_F(DdpTest, JumpRewindsEveryRank) {
+  launch(2);
+  expect_paused_at(wait_state("paused"), 0, 0);
+  json status = post("/api/step", {{"unit", "epoch"}, {"timeout_seconds", 20}});
+  expect_paused_at(status, 1, 0);
+  expect_all_at(1, 0);
+  status = post("/api/time_travel", {{"epoch", 0}, {"timeout_seconds", 20}});
+  expect_paused_at(wait_state("paused"), 0, 0);
+  EXPECT_EQ(get("/api/time_travel")["jumps"], 1);
+  expect_all_at(0, 0);
+  EXPECT_TRUE(fs::is_directory(dir_ / "cache" / "rank_1")) << "rank 1 checkpoints to its own folder";
+  post("/api/run", {{"detach", true}});
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(ranks_[r]->wait_exit(std::chrono::seconds(30)), 0) << "rank " << r << ": " << ranks_[r]->err();
+    EXPECT_EQ(progress(r), "done");
+  }
+}
+
 // (b) A NaN on rank 1 only: rank 0 pauses every rank at that batch, its
 // debug report names rank 1, and rank 1 wrote its capsule in its own folder.
 TEST_F(DdpTest, NanOnOneRankPausesEveryRankAndNamesIt) {
