@@ -122,11 +122,16 @@ int main(int argc, char** argv) {
   std::string store_port_file;
   std::string capsule_dir = "nansense_capsules";
   std::string cache_dir = ".nansense_cache";
-  CLI::App app{"Data-parallel training of a small MLP, one process per rank (RANK, WORLD_SIZE, MASTER_ADDR, "
-               "MASTER_PORT as torchrun sets them), debugged as one run: rank 0 serves the UI."};
+  CLI::App app{
+      "Data-parallel training of a small MLP, one process per rank (RANK, WORLD_SIZE, MASTER_ADDR, "
+      "MASTER_PORT as torchrun sets them), debugged as one run: rank 0 serves the UI."};
   app.add_option("--epochs", epochs, "Training epochs")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--batches", batches, "Batches per epoch on every rank")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--batch-size", batch_size, "Samples per batch on each rank")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--batches", batches, "Batches per epoch on every rank")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--batch-size", batch_size, "Samples per batch on each rank")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--port", port, "Rank 0's UI port (0 picks a free one)")->capture_default_str();
   app.add_option("--nan-rank", nan_rank, "Inject a NaN into this rank's input ...");
   app.add_option("--nan-batch", nan_batch, "... at this batch (counted over the run from 0)");
@@ -197,7 +202,7 @@ int main(int argc, char** argv) {
         .port(port)
         .open_browser(false);
     if (!stats_scope.empty()) {
-      options.stats_scope(stats_scope == "all" ? nansense::StatsScope::kAll
+      options.stats_scope(stats_scope == "all"    ? nansense::StatsScope::kAll
                           : stats_scope == "none" ? nansense::StatsScope::kNone
                                                   : nansense::StatsScope::kWatched);
     }
@@ -205,20 +210,23 @@ int main(int argc, char** argv) {
     if (rank == 0 && !url_file.empty() && !session.url().empty()) write_file(url_file, session.url());
     auto train_batches = session.batches(shard, "train");  // nansense
     try {
-      session.epochs(epochs, [&](int64_t epoch) {  // nansense: time travel rewinds every rank
-        int64_t b = 0;
-        for (auto& batch : train_batches) {
-          progress(std::to_string(epoch) + " " + std::to_string(b));
-          torch::Tensor x = batch.data;
-          if (rank == nan_rank && epoch * batches + b == nan_batch) x = x * std::numeric_limits<float>::quiet_NaN();
-          optimizer.zero_grad();
-          auto loss = torch::nn::functional::cross_entropy(model->forward(x), batch.target);
-          loss.backward();
-          all_reduce.average_gradients(*model);
-          optimizer.step();
-          ++b;
-        }
-      }, nansense::EpochOptions().cache_dir(cache_dir));
+      session.epochs(
+          epochs,
+          [&](int64_t epoch) {  // nansense: time travel rewinds every rank
+            int64_t b = 0;
+            for (auto& batch : train_batches) {
+              progress(std::to_string(epoch) + " " + std::to_string(b));
+              torch::Tensor x = batch.data;
+              if (rank == nan_rank && epoch * batches + b == nan_batch) x = x * std::numeric_limits<float>::quiet_NaN();
+              optimizer.zero_grad();
+              auto loss = torch::nn::functional::cross_entropy(model->forward(x), batch.target);
+              loss.backward();
+              all_reduce.average_gradients(*model);
+              optimizer.step();
+              ++b;
+            }
+          },
+          nansense::EpochOptions().cache_dir(cache_dir));
       session.close();  // nansense
       progress("done");
       std::cout << "rank " << rank << " of " << world << ": training finished" << std::endl;

@@ -162,10 +162,10 @@ class Coordinator {
   std::atomic<int64_t> n_{0};             // boundaries met
   int64_t deleted_ = 0;                   // boundaries whose own keys the heartbeat removed
   bool closed_ = false;
-  bool left_ = false;                        // x/<rank> set
-  std::optional<std::string> seen_error_;    // the trip last reported (its key)
-  std::optional<int64_t> pending_;           // rank 0: the boundary gathered, its decision not sent
-  bool rejoin_ = false;                      // a follower that made a jump: detach it again
+  bool left_ = false;                         // x/<rank> set
+  std::optional<std::string> seen_error_;     // the trip last reported (its key)
+  std::optional<int64_t> pending_;            // rank 0: the boundary gathered, its decision not sent
+  bool rejoin_ = false;                       // a follower that made a jump: detach it again
   std::optional<nlohmann::json> stats_sent_;  // rank 0: the statistics settings the followers have
   std::optional<std::pair<std::vector<int64_t>, std::string>> checkpoints_sent_;  // a follower's last report
 
@@ -173,9 +173,9 @@ class Coordinator {
   std::optional<std::string> lost_;
   std::vector<std::string> awaiting_;  // the keys the training thread waits for
 
-  std::mutex trips_mu_;  // trips_, peeked_, shard_warned_
-  std::map<int, nlohmann::json> trips_;         // rank 0: each rank's first trip
-  std::set<std::pair<int64_t, int>> peeked_;    // rank 0: (boundary, rank) news read early
+  std::mutex trips_mu_;                       // trips_, peeked_, shard_warned_
+  std::map<int, nlohmann::json> trips_;       // rank 0: each rank's first trip
+  std::set<std::pair<int64_t, int>> peeked_;  // rank 0: (boundary, rank) news read early
   std::set<int> shard_warned_;
 
   std::mutex stop_mu_;

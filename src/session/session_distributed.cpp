@@ -91,8 +91,8 @@ void SessionCore::note_rank_trip(const std::string& note, const std::vector<std:
 #if NANSENSE_DISTRIBUTED
 
 void SessionCore::join_run(const DistributedRun& run) {
-  const std::string call = "StartOptions().distributed(store, " + std::to_string(run.rank) + ", " +
-                           std::to_string(run.world_size) + ")";
+  const std::string call =
+      "StartOptions().distributed(store, " + std::to_string(run.rank) + ", " + std::to_string(run.world_size) + ")";
   if (!run.store) throw UsageError(call + ": the store is null: pass the run's c10d::TCPStore");
   if (run.world_size < 1) {
     throw UsageError(call + ": world_size is the number of ranks (processes) of the run, >= 1");
@@ -118,9 +118,8 @@ void SessionCore::join_run(const DistributedRun& run) {
   host.mark_lost = [this](const std::string& why) { mark_lost(why); };
   host.hold_at_boundary = [this] { hold_at_boundary(); };
   host.note_rank_trip = [this](const std::string& note, const std::vector<std::string>& reasons,
-                               const std::vector<std::string>& checks, const std::string& capsule) {
-    note_rank_trip(note, reasons, checks, capsule);
-  };
+                               const std::vector<std::string>& checks,
+                               const std::string& capsule) { note_rank_trip(note, reasons, checks, capsule); };
   host.take_stats_shard = [this] { return stats_->take_shard(); };
   host.add_stats_shard = [this](int r, int64_t ranks, const std::string& shard) { stats_->add_shard(r, ranks, shard); };
   host.set_peer_checkpoints = [this](int r, std::vector<int64_t> epochs, std::string where) {
@@ -169,8 +168,8 @@ void SessionCore::apply_stats_settings(const nlohmann::json& settings) {
         .average_patches(false);
     stats_->set_performance(performance);
   } catch (const std::exception& e) {  // training goes on; rank 0's statistics then lack this rank's shard
-    std::cerr << "[nansense] rank " << rank_.value_or(0) << " could not apply rank 0's statistics settings: " << e.what()
-              << "\n";
+    std::cerr << "[nansense] rank " << rank_.value_or(0)
+              << " could not apply rank 0's statistics settings: " << e.what() << "\n";
   }
 }
 

@@ -155,10 +155,13 @@ class DdpTest : public ::testing::Test {
               std::vector<std::string> env = {}) {
     world_ = world;
     for (int r = 0; r < world; ++r) {
-      std::vector<std::string> a{"--epochs", "2", "--batches", std::to_string(kBatches), "--batch-size",
-                                 std::to_string(kBatchSize), "--port", "0", "--progress-dir", dir_.string(),
-                                 "--capsule-dir", (dir_ / "capsules").string(), "--cache-dir",
-                                 (dir_ / "cache").string()};
+      std::vector<std::string> a{"--epochs",       "2",
+                                 "--batches",      std::to_string(kBatches),
+                                 "--batch-size",   std::to_string(kBatchSize),
+                                 "--port",         "0",
+                                 "--progress-dir", dir_.string(),
+                                 "--capsule-dir",  (dir_ / "capsules").string(),
+                                 "--cache-dir",    (dir_ / "cache").string()};
       if (r == 0) {
         a.insert(a.end(), {"--url-file", (dir_ / "url").string(), "--store-port-file", (dir_ / "store_port").string()});
       }
@@ -326,9 +329,8 @@ TEST_F(DdpTest, StatisticsAddUpEveryRanksShard) {
 // rank within NANSENSE_DDP_TIMEOUT (here 3 s) and its loop ends with an error
 // naming the rank.
 TEST_F(DdpTest, KilledFollowerIsReportedWithinTheTimeout) {
-  launch(
-      2, [](int r) { return r == 0 ? std::vector<std::string>{"--keep-serving"} : std::vector<std::string>{}; },
-      {"NANSENSE_DDP_TIMEOUT=3"});
+  launch(2, [](int r) { return r == 0 ? std::vector<std::string>{"--keep-serving"} : std::vector<std::string>{}; },
+         {"NANSENSE_DDP_TIMEOUT=3"});
   expect_paused_at(wait_state("paused"), 0, 0);
   expect_all_at(0, 0);
   ranks_[1]->kill_now();
@@ -351,9 +353,8 @@ TEST_F(DdpTest, KilledFollowerIsReportedWithinTheTimeout) {
 // (e) nansense started on only some ranks: the ranks that started it are
 // refused with a message after the timeout, not left waiting.
 TEST_F(DdpTest, StartOnOnlySomeRanksIsRefused) {
-  launch(
-      2, [](int r) { return r == 1 ? std::vector<std::string>{"--no-nansense"} : std::vector<std::string>{}; },
-      {"NANSENSE_DDP_TIMEOUT=2"});
+  launch(2, [](int r) { return r == 1 ? std::vector<std::string>{"--no-nansense"} : std::vector<std::string>{}; },
+         {"NANSENSE_DDP_TIMEOUT=2"});
   EXPECT_EQ(ranks_[0]->wait_exit(std::chrono::seconds(30)), 3) << ranks_[0]->err();
   const std::string err = ranks_[0]->err();
   EXPECT_NE(err.find("nansense::start() ran on rank(s) 0 but not on rank(s) 1 within 2 s"), std::string::npos) << err;

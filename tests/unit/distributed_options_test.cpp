@@ -42,8 +42,7 @@ TEST(DistributedOptions, BadValuesAreRefusedNamingThem) {
   EXPECT_NE(refusal(nansense::StartOptions().distributed(store, -1, 2)).find("rank must be in"), std::string::npos);
   const std::string world = refusal(nansense::StartOptions().distributed(store, 0, 0));
   EXPECT_NE(world.find("world_size is the number of ranks"), std::string::npos) << world;
-  const std::string hash =
-      refusal(nansense::StartOptions().distributed(c10::make_intrusive<c10d::HashStore>(), 0, 2));
+  const std::string hash = refusal(nansense::StartOptions().distributed(c10::make_intrusive<c10d::HashStore>(), 0, 2));
   EXPECT_NE(hash.find("over a c10d::TCPStore"), std::string::npos) << hash;
 }
 
