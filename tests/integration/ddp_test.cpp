@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -160,14 +161,15 @@ class DdpTest : public ::testing::Test {
                                  "--batch-size",   std::to_string(kBatchSize),
                                  "--port",         "0",
                                  "--progress-dir", dir_.string(),
-                                 "--capsule-dir",  (dir_ / "capsules").string(),
-                                 "--cache-dir",    (dir_ / "cache").string()};
+                                 "--capsule-dir",  (dir_ / "capsules").string()};
       if (r == 0) {
         a.insert(a.end(), {"--url-file", (dir_ / "url").string(), "--store-port-file", (dir_ / "store_port").string()});
       }
-      if (args) {
-        auto more = args(r);
-        a.insert(a.end(), more.begin(), more.end());
+      const std::vector<std::string> more = args ? args(r) : std::vector<std::string>{};
+      a.insert(a.end(), more.begin(), more.end());
+      // The checkpoints' folder, unless the rank's own arguments name one.
+      if (std::find(more.begin(), more.end(), "--cache-dir") == more.end()) {
+        a.insert(a.end(), {"--cache-dir", (dir_ / "cache").string()});
       }
       if (r == 1) {
         // The others connect to the port rank 0's store bound.
@@ -270,6 +272,27 @@ TEST_F(DdpTest, JumpRewindsEveryRank) {
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(ranks_[r]->wait_exit(std::chrono::seconds(30)), 0) << "rank " << r << ": " << ranks_[r]->err();
     EXPECT_EQ(progress(r), "done");
+  }
+}
+
+// A jump to an epoch one rank has no checkpoint of is refused for every
+// rank, naming it; the run stays where it was and finishes.
+TEST_F(DdpTest, JumpToAnEpochARankLacksIsRefusedForAll) {
+  // Rank 1 cannot write its checkpoints (training goes on without them).
+  launch(2, [](int r) {
+    return r == 1 ? std::vector<std::string>{"--cache-dir", "/proc/nansense-no-such-dir"} : std::vector<std::string>{};
+  });
+  expect_paused_at(wait_state("paused"), 0, 0);
+  expect_paused_at(post("/api/step", {{"unit", "epoch"}, {"timeout_seconds", 20}}), 1, 0);
+  const auto reply = http_request(ui_port(), "POST", "/api/time_travel", json{{"epoch", 0}}.dump());
+  EXPECT_GE(reply.status, 400u) << reply.body;
+  EXPECT_NE(reply.body.find("rank 1 has no checkpoint of epoch 0"), std::string::npos) << reply.body;
+  EXPECT_NE(reply.body.find("the jump is refused for all"), std::string::npos) << reply.body;
+  expect_paused_at(get("/api/status"), 1, 0);
+  expect_all_at(1, 0);
+  post("/api/run", {{"detach", true}});
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(ranks_[r]->wait_exit(std::chrono::seconds(30)), 0) << "rank " << r << ": " << ranks_[r]->err();
   }
 }
 
