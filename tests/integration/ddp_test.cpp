@@ -373,6 +373,22 @@ TEST_F(DdpTest, KilledFollowerIsReportedWithinTheTimeout) {
       << ranks_[0]->err();
 }
 
+// Rank 0 (which hosts the store) killed: a follower waiting at the boundary
+// ends at once with an error saying the store stopped answering.
+TEST_F(DdpTest, KilledRankZeroEndsTheFollowersAtOnce) {
+  launch(2);
+  expect_paused_at(wait_state("paused"), 0, 0);
+  expect_all_at(0, 0);
+  ranks_[0]->kill_now();
+  const auto killed = Clock::now();
+  EXPECT_EQ(ranks_[1]->wait_exit(std::chrono::seconds(20)), 3) << ranks_[1]->err();
+  const double seconds = std::chrono::duration<double>(Clock::now() - killed).count();
+  EXPECT_LT(seconds, 10.0);
+  EXPECT_NE(ranks_[1]->err().find("nansense (rank 1): the run's store stopped answering"), std::string::npos)
+      << ranks_[1]->err();
+  std::cout << "rank 1 ended " << seconds << " s after rank 0 was killed\n";
+}
+
 // (e) nansense started on only some ranks: the ranks that started it are
 // refused with a message after the timeout, not left waiting.
 TEST_F(DdpTest, StartOnOnlySomeRanksIsRefused) {
