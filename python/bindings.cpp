@@ -483,11 +483,7 @@ class Engine {
   void hold_at_boundary() {
     {
       py::gil_scoped_release release;
-      auto pos = core_->live_position();
-      if (pos) {
-        core_->control().pause();
-        core_->control().pause_at(core_->schedule().with_flags(*pos));
-      }
+      core_->hold_at_boundary();
     }
     raise_pending();
   }
@@ -497,26 +493,7 @@ class Engine {
   // reasons and capsule.
   void note_rank_trip(const std::string& note, const std::vector<std::string>& reasons,
                       const std::vector<std::string>& checks, const std::string& capsule) {
-    auto& debug = core_->debug();
-    static const std::string kMark = "[distributed] ";
-    auto edit = [&](DebugError& e) {
-      if (!e.root_cause) e.root_cause = RootCause{};
-      auto& summary = e.root_cause->summary;
-      if (const auto at = summary.find(kMark); at != std::string::npos) summary.erase(at);
-      while (!summary.empty() && summary.back() == ' ') summary.pop_back();
-      summary += (summary.empty() ? "" : " ") + kMark + note;
-    };
-    if (debug.error()) {
-      debug.amend(edit);
-      return;
-    }
-    DebugError e;
-    if (auto pos = core_->live_position()) e.position = core_->schedule().with_flags(*pos);
-    e.reasons = reasons;
-    e.checks_used = checks;
-    e.capsule = capsule;
-    edit(e);
-    debug.record(e);
+    core_->note_rank_trip(note, reasons, checks, capsule);
   }
 
   // --- any thread ---

@@ -44,4 +44,13 @@ class UsageError : public Error {
   using Error::Error;
 };
 
+// A distributed run (StartOptions::distributed) cannot go on together: a
+// rank was lost (it died, hangs, or left its loop), or the ranks disagree
+// (nansense started on only some of them). Thrown from start() or at a batch
+// boundary (the next batch's start, close()); the message names the rank.
+class DistributedError : public Error {
+ public:
+  using Error::Error;
+};
+
 }  // namespace nansense

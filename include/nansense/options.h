@@ -3,12 +3,14 @@
 #pragma once
 
 #include <torch/arg.h>
+#include <c10/util/intrusive_ptr.h>
 #include <torch/types.h>
 
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -22,7 +24,17 @@ class Optimizer;
 class LRScheduler;
 }  // namespace torch::optim
 
+// c10d's key-value store (torch/csrc/distributed/c10d/Store.hpp), named
+// here only: a program that makes one includes c10d's headers itself.
+namespace c10d {
+class Store;
+}  // namespace c10d
+
 namespace nansense {
+
+namespace detail {
+struct DistributedRun;  // what StartOptions::distributed() keeps (src/distributed/run.h)
+}  // namespace detail
 
 // Aliases so TORCH_ARG's `const T&` means a const pointer, not a pointer to const.
 using OptimizerPtr = torch::optim::Optimizer*;
@@ -217,6 +229,34 @@ struct StartOptions {
   }
   const std::vector<OptimizerPtr>& optimizers() const { return optimizers_; }
 
+  // A distributed run (docs/guide/distributed.md): this process is rank
+  // `rank` of `world_size` processes that train together and coordinate over
+  // `store`, a c10d::TCPStore (or a c10d::PrefixStore over one) every rank
+  // reaches: the one the program rendezvoused with. Call start() with it on
+  // every rank. Rank 0 is the session the UI and MCP drive (it serves;
+  // port() and serve() are ignored on the other ranks, and nansense::serve
+  // returns false there); the other ranks follow it: they never pause on
+  // their own, serve nothing and print nothing beyond a NaN's log line. At
+  // every batch boundary (each batch's start, a time-travel jump, close())
+  // every rank meets rank 0's decision, so all stand at the same batch
+  // whenever the UI shows a pause; a NaN on any rank pauses every rank;
+  // statistics add up every rank's shard; a jump rewinds every rank. Each
+  // rank keeps its NaN capsules and epoch checkpoints in a folder of its own
+  // (`<capsule_dir>/rank_<r>`, `<cache_dir>/rank_<r>`), and the traced re-run
+  // of a tripped batch is off (DebugSettings::rerun_to_trace). A rank lost
+  // (dead, hung, its loop left) ends the others' waits with DistributedError
+  // within NANSENSE_DDP_TIMEOUT seconds (default 30); start() on only some
+  // ranks throws it too, after that long. world_size 1 is a run of one (a
+  // plain session). Cost: a store round trip each way per batch (about 1 ms
+  // on loopback), a heartbeat thread and two store connections per rank.
+  // Default: none, a single-process session. Not owned: the store is shared.
+  // start() throws UsageError for a null store, a store that is no
+  // TCPStore, world_size < 1 or a rank outside [0, world_size); on a
+  // nansense built against a torch without c10d (NANSENSE_DISTRIBUTED 0)
+  // this setter throws UsageError.
+  StartOptions& distributed(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size);
+  const std::shared_ptr<const detail::DistributedRun>& distributed() const { return distributed_; }
+
   // How the UI is served: port, host, browser, banner, MCP, input display.
   // Giving a whole ServeOptions, or a port, serves the UI at once from
   // nansense::start (otherwise call nansense::serve(session, ...) later, or
@@ -287,6 +327,7 @@ struct StartOptions {
   ServeOptions serve_;
   bool serve_at_start_ = false;
   std::vector<OptimizerPtr> optimizers_;
+  std::shared_ptr<const detail::DistributedRun> distributed_;
 };
 
 }  // namespace nansense

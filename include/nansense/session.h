@@ -198,7 +198,9 @@ class Session {
   void set_schedule(std::optional<int64_t> epochs, std::optional<PhaseCounts> phases = std::nullopt);
   // Mark training finished: releases every waiter. Call it from the training
   // thread once the loop is done. The UI keeps serving the last captured state
-  // for as long as the Session object lives.
+  // for as long as the Session object lives. In a distributed run every
+  // rank closes together (it waits for rank 0, which may still be paused on
+  // the last batch) and throws DistributedError when a rank was lost.
   void close();
 
   // The batch the training thread is on (updated on every batch).
@@ -404,7 +406,8 @@ Session start(torch::nn::Module& model, StartOptions options = {});
 
 // Serve the UI and the HTTP API for `session`. A no-op on a disabled session.
 // Returns false (after printing one line saying why) when the port cannot be
-// bound; training goes on without the UI.
+// bound; training goes on without the UI. Returns false at once on a
+// distributed run's follower (rank > 0): rank 0 serves for every rank.
 bool serve(Session& session, ServeOptions options = {});
 
 }  // namespace nansense

@@ -11,6 +11,8 @@ namespace nansense {
 bool serve(Session& session, ServeOptions options) {
   detail::SessionPort* port = detail::port_of(session);
   if (!port) return false;
+  // A distributed run's follower: rank 0 serves for every rank.
+  if (!port->unserved_reason().empty()) return false;
   if (port->attached()) {
     std::cerr << "[nansense] the UI is already served at " << port->url() << "\n";
     return true;

@@ -50,7 +50,8 @@ int64_t SessionCore::open_epochs(int64_t n, const EpochOptions& options) {
   if (restorer_->active()) throw UsageError("epochs() is already running: epoch loops do not nest");
   schedule_.set_epochs(n);
   loop_epochs_ = n;
-  return restorer_->open(n, options);
+  // In a distributed run each rank checkpoints to its own rank_<r> folder.
+  return restorer_->open(n, options_for_rank(options));
 }
 
 void SessionCore::start_epoch(int64_t epoch) {

@@ -1,3 +1,4 @@
+#include <exception>
 #include <iostream>
 #include <utility>
 
@@ -129,12 +130,13 @@ std::unique_ptr<numerics::Monitor> SessionCore::make_monitor(const DebugSettings
 }
 
 SessionCore::~SessionCore() {
+  // First: the exchange's heartbeat thread calls into the parts below.
+  end_run();
   control_.close();
   attachment_.reset();
 }
 
-bool SessionCore::begin_batch(const std::string& phase, std::optional<int64_t> epoch) {
-  if (closed_) throw UsageError("batches() was used after session.close()");
+bool SessionCore::open_batch(const std::string& phase, std::optional<int64_t> epoch) {
   if (restorer_->jump_armed() && !jumps_held_) throw_if_jump_due();
   if (!epoch) epoch = loop_epoch_;
   // A re-run keeps the batch's position: the schedule does not advance.
@@ -378,9 +380,16 @@ void SessionCore::abandon_batch(bool by_exception) {
   // A time-travel jump unwinding through the loop is no loss.
   if (restorer_->jump_in_flight()) return;
   mark_lost("the training loop threw an exception during " + pos_.to_string());
+  leave_run("its training loop threw an exception during " + pos_.to_string());
 }
 
 void SessionCore::close() {
+  std::exception_ptr lost;
+  try {
+    close_run();
+  } catch (...) {
+    lost = std::current_exception();  // closed all the same, then thrown
+  }
   if (!closed_) report_unreached_moment();
   if (!closed_) stats_->finish();
   closed_ = true;
@@ -389,8 +398,11 @@ void SessionCore::close() {
   probes_->close();
   visitor_probes_->close();
   if (attachment_) attachment_->session_closed();
-  std::lock_guard lock(publish_mu_);
-  published_.notify_all();
+  {
+    std::lock_guard lock(publish_mu_);
+    published_.notify_all();
+  }
+  if (lost) std::rethrow_exception(lost);
 }
 
 void SessionCore::mark_lost(const std::string& reason) {
@@ -524,7 +536,7 @@ void Session::set_forward(ForwardFn forward) {
 std::optional<DebugError> Session::debug_error() const { return core_ ? core_->debug().error() : std::nullopt; }
 DebugSettings Session::debug_settings() const { return core_ ? core_->debug().settings() : DebugSettings(); }
 void Session::set_debug_settings(const DebugSettings& settings) {
-  if (core_ && !core_->locked()) core_->debug().set_settings(settings);
+  if (core_ && !core_->locked()) core_->debug().set_settings(core_->settings_for_rank(settings));
 }
 void Session::silence_debug_check(const std::string& category) {
   if (core_ && !core_->locked()) core_->debug().silence(category);
@@ -536,6 +548,8 @@ void Session::clear_debug_error() {
 Session start(std::shared_ptr<torch::nn::Module> model, StartOptions options) {
   if (!options.enabled()) return Session(nullptr);
   Session session(std::make_shared<detail::SessionCore>(std::move(model), options));
+  if (options.distributed()) session.core_->join_run(*options.distributed());
+  // On a distributed run's follower serve() does nothing: rank 0 serves.
   if (options.serve_at_start()) serve(session, options.serve());
   return session;
 }

@@ -2,6 +2,7 @@
 // published snapshot. Training-thread entry points and thread-safe queries.
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
 #include <torch/torch.h>
 
 #include <atomic>
@@ -32,6 +33,10 @@
 #include "state/state_file.h"
 #include "time_travel/restorer.h"
 
+namespace nansense::distributed {
+class Coordinator;
+}  // namespace nansense::distributed
+
 namespace nansense::detail {
 
 class SessionCore {
@@ -44,7 +49,7 @@ class SessionCore {
   void set_batch_inputs(std::vector<torch::Tensor> inputs, bool stacked);
   void record_item(std::vector<torch::Tensor> tensors);
   // True: deliver the same item again (see detail::end_batch).
-  bool end_batch() { return finish_batch(/*can_repeat=*/true); }
+  bool end_batch();
   void end_phase(const std::string& phase, int64_t count);
   void abandon_batch(bool by_exception);
   // Session::log_scalar: at the current batch position.
@@ -109,6 +114,32 @@ class SessionCore {
   }
   void attach(std::unique_ptr<Attachment> transport) { attachment_ = std::move(transport); }
   std::string url() const;
+
+  // --- distributed runs (session/session_distributed.cpp) ---
+  // start(): joins the run StartOptions::distributed() names (of 2+ ranks):
+  // meets every rank's start (DistributedError after NANSENSE_DDP_TIMEOUT
+  // when one is missing); a follower (rank > 0) is detached and serves nothing.
+  void join_run(const DistributedRun& run);
+  // This process's rank in a coordinated run; nullopt outside one.
+  std::optional<int> rank() const { return rank_; }
+  // Why this session serves no UI (a follower's), empty when it can.
+  const std::string& unserved_reason() const { return unserved_reason_; }
+  // A rank's own numerical-check settings: its rank_<r> capsule folder, and
+  // no traced re-run (one more forward and backward on one rank would pair
+  // the wrong batches in the ranks' collectives). As given outside a run.
+  DebugSettings settings_for_rank(DebugSettings settings) const;
+  // A rank's own epoch checkpoints: cache_dir's rank_<r> folder.
+  EpochOptions options_for_rank(EpochOptions options) const;
+  // Pauses between two batches, at the boundary of the batch that just
+  // ended (a peer rank's NaN): the loop stands where the UI shows it until a
+  // command resumes it, as at a batch's own pause. Training thread.
+  void hold_at_boundary();
+  // Names the ranks whose checks tripped in the standing error's root cause
+  // (`note` replaces an earlier such note); with no standing error (only a
+  // peer tripped), records one at the live position carrying the peer's
+  // reasons and capsule. Any thread.
+  void note_rank_trip(const std::string& note, const std::vector<std::string>& reasons,
+                      const std::vector<std::string>& checks, const std::string& capsule);
 
   // --- time travel (session/epoch_loop.cpp) ---
   // Training thread: Session::epochs().
@@ -192,6 +223,18 @@ class SessionCore {
   void finish_moment();
   std::unique_ptr<numerics::Monitor> make_monitor(const DebugSettings& settings);
   std::unique_ptr<time_travel::TrainingRestorer> make_restorer(torch::optim::LRScheduler* scheduler);
+  // The loop left by an exception: the other ranks stop at their next
+  // boundary instead of waiting for this one.
+  void leave_run(const std::string& why);
+  // close(): every rank meets the last boundary (DistributedError when a
+  // rank was lost).
+  void close_run();
+  // ~SessionCore: the exchange ends (a rank not closed says it left).
+  void end_run();
+  // begin_batch's work once the ranks have met at the boundary.
+  bool open_batch(const std::string& phase, std::optional<int64_t> epoch);
+  // The follower's part of its statistics: rank 0's settings, applied.
+  void apply_stats_settings(const nlohmann::json& settings);
   // Pauses the loop at `pos`; queued experiments run first in the pause.
   void pause_here(const BatchPosition& pos);
   // At a batch boundary: unwinds with the requested jump, if any.
@@ -280,6 +323,13 @@ class SessionCore {
   std::unique_ptr<experiments::Engine> experiments_;
   std::unique_ptr<experiments::Probes> probes_;
   std::unique_ptr<experiments::VisitorProbes> visitor_probes_;
+
+  // A distributed run's boundary exchange (null outside one), its rank and,
+  // on a follower, why it serves nothing. Destroyed first of all
+  // (~SessionCore): its heartbeat thread calls into the parts below.
+  std::shared_ptr<distributed::Coordinator> coordinator_;
+  std::optional<int> rank_;
+  std::string unserved_reason_;
 
   std::unique_ptr<SessionPort> port_;
   // The web server; destroyed first (~SessionCore), while port_ still stands.

@@ -93,6 +93,7 @@ class CorePort final : public SessionPort {
   bool attached() const override { return core_.attached(); }
   void attach(std::unique_ptr<Attachment> transport) override { core_.attach(std::move(transport)); }
   std::string url() const override { return core_.url(); }
+  std::string unserved_reason() const override { return core_.unserved_reason(); }
 
  private:
   SessionCore& core_;

@@ -186,6 +186,9 @@ class TransportPort {
   virtual void attach(std::unique_ptr<Attachment> transport) = 0;
   // The attached transport's address; empty without one.
   virtual std::string url() const = 0;
+  // Why this session serves nothing (a distributed run's follower: rank 0
+  // serves every rank's UI); empty when it can serve.
+  virtual std::string unserved_reason() const = 0;
 };
 
 class SessionPort : public RunPort,

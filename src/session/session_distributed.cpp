@@ -1,0 +1,238 @@
+// A session's side of a distributed run (StartOptions::distributed): joining
+// it, the per-rank settings, and what the boundary exchange
+// (distributed/coordinator.h) asks of the session.
+#include <filesystem>
+#include <iostream>
+
+#include "nansense/errors.h"
+#include "nansense/session.h"
+#include "session/session_core.h"
+#if NANSENSE_DISTRIBUTED
+#include "distributed/coordinator.h"
+#include "distributed/run.h"
+#endif
+
+namespace nansense {
+
+StartOptions& StartOptions::distributed(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size) {
+#if NANSENSE_DISTRIBUTED
+  auto run = std::make_shared<detail::DistributedRun>();
+  run->store = store;
+  run->rank = rank;
+  run->world_size = world_size;
+  distributed_ = std::move(run);
+  return *this;
+#else
+  throw UsageError(
+      "StartOptions().distributed(): this nansense was built against a torch without c10d (torch.distributed, "
+      "USE_DISTRIBUTED), so it cannot coordinate ranks; build it against a torch that has it (PyTorch's pip wheel "
+      "does)");
+#endif
+}
+
+namespace detail {
+
+namespace {
+
+// Where rank `rank` keeps what is its own: <path>/rank_<r>, or path itself
+// when it already ends so.
+std::string rank_dir(const std::string& path, int rank) {
+  const std::string tail = "rank_" + std::to_string(rank);
+  std::filesystem::path p = std::filesystem::path(path).lexically_normal();
+  if (!p.has_filename()) p = p.parent_path();
+  if (p.filename() == tail) return path;
+  return (std::filesystem::path(path) / tail).string();
+}
+
+}  // namespace
+
+DebugSettings SessionCore::settings_for_rank(DebugSettings settings) const {
+  if (!rank_) return settings;
+  if (!settings.capsule_dir().empty()) settings.capsule_dir(rank_dir(settings.capsule_dir(), *rank_));
+  settings.rerun_to_trace(false);
+  return settings;
+}
+
+EpochOptions SessionCore::options_for_rank(EpochOptions options) const {
+  if (rank_) options.cache_dir(rank_dir(options.cache_dir(), *rank_));
+  return options;
+}
+
+void SessionCore::hold_at_boundary() {
+  if (auto pos = live_position()) {
+    control_.pause();
+    control_.pause_at(schedule_.with_flags(*pos));
+  }
+}
+
+void SessionCore::note_rank_trip(const std::string& note, const std::vector<std::string>& reasons,
+                                 const std::vector<std::string>& checks, const std::string& capsule) {
+  static const std::string kMark = "[distributed] ";
+  auto edit = [&](DebugError& e) {
+    if (!e.root_cause) e.root_cause = RootCause{};
+    auto& summary = e.root_cause->summary;
+    if (const auto at = summary.find(kMark); at != std::string::npos) summary.erase(at);
+    while (!summary.empty() && summary.back() == ' ') summary.pop_back();
+    summary += (summary.empty() ? "" : " ") + kMark + note;
+  };
+  if (debug().error()) {
+    debug().amend(edit);
+    return;
+  }
+  DebugError e;
+  if (auto pos = live_position()) e.position = schedule_.with_flags(*pos);
+  e.reasons = reasons;
+  e.checks_used = checks;
+  e.capsule = capsule;
+  edit(e);
+  debug().record(e);
+}
+
+#if NANSENSE_DISTRIBUTED
+
+void SessionCore::join_run(const DistributedRun& run) {
+  const std::string call =
+      "StartOptions().distributed(store, " + std::to_string(run.rank) + ", " + std::to_string(run.world_size) + ")";
+  if (!run.store) throw UsageError(call + ": the store is null: pass the run's c10d::TCPStore");
+  if (run.world_size < 1) {
+    throw UsageError(call + ": world_size is the number of ranks (processes) of the run, >= 1");
+  }
+  if (run.rank < 0 || run.rank >= run.world_size) {
+    throw UsageError(call + ": rank must be in [0, world_size), i.e. 0.." + std::to_string(run.world_size - 1));
+  }
+  if (run.world_size == 1) return;  // a run of one: a plain session
+  const auto address = distributed::address_of(run.store);
+  const auto timeout = distributed::timeout_from_env();
+  const int rank = run.rank;
+  rank_ = rank;
+  debug().set_settings(settings_for_rank(debug().settings()));
+  if (rank != 0) {
+    // Followers never pause on their own: rank 0 decides at every boundary.
+    control_.detach();
+    unserved_reason_ = "rank " + std::to_string(rank) + " follows rank 0, which serves the UI for every rank";
+    set_unserved_nan_note("rank " + std::to_string(rank) +
+                          " follows rank 0, which pauses every rank at this batch's boundary");
+  }
+  distributed::Coordinator::Host host;
+  host.debug_error = [this] { return debug().error(); };
+  host.mark_lost = [this](const std::string& why) { mark_lost(why); };
+  host.hold_at_boundary = [this] { hold_at_boundary(); };
+  host.note_rank_trip = [this](const std::string& note, const std::vector<std::string>& reasons,
+                               const std::vector<std::string>& checks,
+                               const std::string& capsule) { note_rank_trip(note, reasons, checks, capsule); };
+  host.take_stats_shard = [this] { return stats_->take_shard(); };
+  host.add_stats_shard = [this](int r, int64_t ranks, const std::string& shard) { stats_->add_shard(r, ranks, shard); };
+  host.set_peer_checkpoints = [this](int r, std::vector<int64_t> epochs, std::string where) {
+    set_peer_checkpoints(r, std::move(epochs), std::move(where));
+  };
+  host.time_travel_status = [this] { return restorer_->status(); };
+  host.request_time_travel = [this](int64_t epoch) { request_time_travel(epoch); };
+  host.detach = [this] { control_.detach(); };
+  host.served = [this] { return attachment_ != nullptr; };
+  host.stats_settings = [this] {
+    const auto p = stats_->performance();
+    return nlohmann::json{{"scope", std::string(to_string(stats_->scope()))},
+                          {"watched", stats_->watched()},
+                          {"performance",
+                           {{"channel_limit_enabled", p.channel_limit_enabled()},
+                            {"channel_limit", p.channel_limit()},
+                            {"histogram_sample", p.histogram_sample()}}}};
+  };
+  host.apply_stats_settings = [this](const nlohmann::json& settings) { apply_stats_settings(settings); };
+  coordinator_ = std::make_unique<distributed::Coordinator>(address, rank, run.world_size, timeout, std::move(host));
+}
+
+void SessionCore::apply_stats_settings(const nlohmann::json& settings) {
+  // A follower collects what rank 0 collects, from this batch on. Min/Max
+  // patches stay rank 0's: a follower collects none.
+  try {
+    const std::string scope = settings.at("scope").get<std::string>();
+    stats_->set_scope(scope == "all" ? StatsScope::kAll : scope == "none" ? StatsScope::kNone : StatsScope::kWatched);
+    const auto want = settings.at("watched").get<std::vector<std::string>>();
+    const auto have = stats_->watched();
+    std::vector<std::string> gone, added;
+    for (const auto& name : have) {
+      if (std::find(want.begin(), want.end(), name) == want.end()) gone.push_back(name);
+    }
+    for (const auto& name : want) {
+      if (std::find(have.begin(), have.end(), name) == have.end()) added.push_back(name);
+    }
+    if (!gone.empty()) stats_->unwatch(gone, architecture_.load().get());
+    if (!added.empty()) stats_->watch(added, architecture_.load().get());
+    const auto& p = settings.at("performance");
+    auto performance = stats_->performance();
+    performance.channel_limit_enabled(p.at("channel_limit_enabled").get<bool>())
+        .channel_limit(p.at("channel_limit").get<int64_t>())
+        .histogram_sample(p.at("histogram_sample").get<int64_t>())
+        .samples_per_channel(0)
+        .average_patches(false);
+    stats_->set_performance(performance);
+  } catch (const std::exception& e) {  // training goes on; rank 0's statistics then lack this rank's shard
+    std::cerr << "[nansense] rank " << rank_.value_or(0)
+              << " could not apply rank 0's statistics settings: " << e.what() << "\n";
+  }
+}
+
+bool SessionCore::begin_batch(const std::string& phase, std::optional<int64_t> epoch) {
+  if (closed_) throw UsageError("batches() was used after session.close()");
+  if (!coordinator_) return open_batch(phase, epoch);
+  // Every rank meets here before the batch: rank 0's decision (go on, a
+  // pause held, a jump) applies to all. Rank 0 sends it once its own batch
+  // has begun (or raised a jump requested meanwhile).
+  coordinator_->boundary();
+  bool capture;
+  try {
+    capture = open_batch(phase, epoch);
+  } catch (const TimeTravelJump& jump) {
+    coordinator_->release(jump.epoch());
+    throw;
+  } catch (const std::exception& e) {
+    coordinator_->abandon(std::string("its batch could not begin: ") + e.what());
+    throw;
+  }
+  coordinator_->release();
+  return capture;
+}
+
+bool SessionCore::end_batch() {
+  if (!coordinator_) return finish_batch(/*can_repeat=*/true);
+  try {
+    return finish_batch(/*can_repeat=*/true);
+  } catch (const TimeTravelJump& jump) {
+    // Rank 0's jump, requested in its pause: every rank makes it.
+    coordinator_->boundary(jump.epoch());
+    throw;
+  }
+}
+
+void SessionCore::leave_run(const std::string& why) {
+  if (coordinator_) coordinator_->abandon(why);
+}
+
+void SessionCore::close_run() {
+  // The ranks finish together (rank 0 may still be paused on the last batch).
+  if (coordinator_ && !closed_) coordinator_->boundary(std::nullopt, /*close=*/true);
+}
+
+void SessionCore::end_run() { coordinator_.reset(); }
+
+#else
+
+void SessionCore::join_run(const DistributedRun&) {
+  throw UsageError("StartOptions().distributed(): this nansense was built without c10d");
+}
+void SessionCore::apply_stats_settings(const nlohmann::json&) {}
+bool SessionCore::begin_batch(const std::string& phase, std::optional<int64_t> epoch) {
+  if (closed_) throw UsageError("batches() was used after session.close()");
+  return open_batch(phase, epoch);
+}
+bool SessionCore::end_batch() { return finish_batch(/*can_repeat=*/true); }
+void SessionCore::leave_run(const std::string&) {}
+void SessionCore::close_run() {}
+void SessionCore::end_run() {}
+
+#endif
+
+}  // namespace detail
+
+}  // namespace nansense
