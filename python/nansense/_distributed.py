@@ -132,6 +132,7 @@ class Coordinator:
         self._awaiting: dict[str, list[str]] = {}  # thread name -> the keys it waits for in the store
         self._lost: Optional[str] = None
         self._closed = False
+        self._left: Optional[str] = None  # why this rank left the run (_leave)
         self._seen_error: Optional[tuple] = None
         # Rank 0: what its readers (one per follower) read.
         self._seen: dict[int, int] = {r: -1 for r in range(1, self.world)}  # rank -> the last boundary of its news
@@ -383,18 +384,18 @@ class Coordinator:
         n = self._n
         self._n += 1
         if self.leader:
-            self._gather(n, close or jump is not None)
+            self._gather(n, close=close, jump=jump is not None)
             if jump is not None or close:
                 self.release(jump=jump, close=close)
         else:
             self._follow(n, close)
 
-    def _gather(self, n: int, must_wait: bool) -> None:
+    def _gather(self, n: int, *, close: bool = False, jump: bool = False) -> None:
         if self._news():
             with self._cond:
                 self._own_trip_at.add(n)
         self._pending = n
-        if n <= self._sent and not must_wait:
+        if n <= self._sent and not (close or jump):
             return  # let past a batch ahead: the reader takes the news as it comes
         self._await(lambda: min(self._seen.values()) >= n)
         with self._cond:
@@ -406,7 +407,8 @@ class Coordinator:
             self._own_trip_at.discard(n)
             for k in [k for k in self._tripped_at if k < n]:
                 del self._tripped_at[k]
-        if closed and not must_wait:
+            self._own_trip_at = {k for k in self._own_trip_at if k > n}
+        if closed and not close:
             why = (f"rank {closed[0]} of {self.world} closed its session while rank 0 was still in its loop: every "
                    "rank must run the same batches")
             with self._cond:
@@ -542,8 +544,11 @@ class Coordinator:
         decision = json.loads(value)
         if decision.get("close"):
             by = decision.get("by", 0)
-            why = (f"rank {by} closed its session while rank {self.rank} was still in its loop: every rank must run "
-                   "the same batches")
+            if decision.get("left"):
+                why = f"rank {by} of {self.world} left the run: {decision['left']}"
+            else:
+                why = (f"rank {by} closed its session while rank {self.rank} was still in its loop: every rank must "
+                       "run the same batches")
             self._leave(why)
             raise DistributedError(f"nansense (rank {self.rank}): {why}")
         if "stats_settings" in decision:
@@ -582,6 +587,7 @@ class Coordinator:
     # ---- the end
 
     def _leave(self, why: str) -> None:
+        self._left = why
         if self._main is None:
             return
         try:
@@ -597,6 +603,14 @@ class Coordinator:
         self._leave(why)
         self.close()
 
+    def _end_decision(self) -> bytes:
+        """The decision that ends the followers' fetchers: this rank closed
+        its session (or left the run, and why)."""
+        end = {"close": True, "by": self.rank}
+        if self._left:
+            end["left"] = self._left
+        return json.dumps(end).encode()
+
     def close(self) -> None:
         if self._closed:
             return
@@ -608,7 +622,7 @@ class Coordinator:
             try:
                 for k in (self._n, self._n + 1):
                     if k > self._sent:
-                        self._main.set(f"g/{k}", json.dumps({"close": True}).encode())
+                        self._main.set(f"g/{k}", self._end_decision())
                 # The reader waits for news that will not come.
                 with self._cond:
                     awaiting = [key for keys in self._awaiting.values() for key in keys]
@@ -621,8 +635,7 @@ class Coordinator:
             # rank 0 sent it, this rank's end is that decision (a rank still
             # in its loop reads there that this one left).
             try:
-                self._main.compare_set(f"g/{self._n}", "",
-                                       json.dumps({"close": True, "by": self.rank}))
+                self._main.compare_set(f"g/{self._n}", "", self._end_decision().decode())
             except Exception:
                 pass  # the store is gone: the wait fails by itself
         current = threading.current_thread()

@@ -12,6 +12,7 @@ MASTER_PORT in the environment), in the run's folder (its cwd). Options
   dump_stats          rank 0 writes its statistics view to stats.json at the end
   bad_cache_rank      with time_travel: this rank's checkpoint folder cannot
                       be made (its time travel is off)
+  checks_off          every rank turns the numerical checks off
   hold_on_error       rank 0, when its loop raises: print the traceback, write
                       the file `failed`, keep serving until the file
                       `release` exists, then exit 1 (the test reads rank 0's
@@ -72,6 +73,8 @@ def main():
     else:
         session = nansense.start(ddp, epochs=epochs, phases={"train": batches}, optimizer=optimizer,
                                  port=0 if rank == 0 else None, open_browser=False)
+        if opts.get("checks_off"):
+            session.set_debug_settings(nansense.DebugSettings(enabled=False))
         if rank == 0 and opts.get("scope"):
             session.set_stats_scope(opts["scope"])
         if rank == 0:

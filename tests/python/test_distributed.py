@@ -267,6 +267,34 @@ def test_a_jump_to_an_epoch_a_rank_lacks_is_refused_for_every_rank(run):
         assert starts == [0, 1, 2], (rank, starts)
 
 
+def test_a_free_running_run_pauses_and_jumps_with_every_rank_at_one_boundary(run):
+    # Checks off and detached: nothing can stop rank 0 inside a batch, so it
+    # lets the followers past each boundary a batch ahead; a jump and a
+    # pause asked for meanwhile still find every rank at one boundary.
+    r = run(2, epochs=3, batches=150, time_travel=True, checks_off=True)
+    api = r.api()
+    r.until(lambda: api.get("/api/status")["state"] == "paused", "the first pause")
+    api.post("/api/run", {"detach": True})
+    r.until(lambda: (r.last(0, "done") or (0, 0))[0] >= 1, "rank 0 to reach epoch 1")
+    status = api.post("/api/time_travel", {"epoch": 0, "timeout_seconds": 30})
+    assert status["state"] == "paused" and paused_at(status) == (0, 0), status
+    r.until(lambda: r.all_done((0, 0)) and all(len([e for e in r.events(k) if "epoch" in e]) >= 3 for k in (0, 1)),
+            "every rank to run epoch 0 again")
+    for rank in (0, 1):
+        assert r.last(rank, "begin") == (0, 0), f"rank {rank} went past rank 0's pause: {r.last(rank, 'begin')}"
+        starts = [(e["epoch"], e["weights"]) for e in r.events(rank) if "epoch" in e]
+        assert [s[0] for s in starts][-1] == 0 and starts[-1][1] == starts[0][1], (rank, starts)
+    api.post("/api/run", {"detach": True})
+    r.until(lambda: (r.last(0, "done") or (0, 0)) >= (0, 20), "rank 0 to run on")
+    api.post("/api/pause")
+    status = r.until(lambda: (s := api.get("/api/status"))["state"] == "paused" and s, "the pause")
+    where = paused_at(status)
+    r.until(lambda: r.all_done(where), f"every rank to finish {where}")
+    for rank in (0, 1):
+        assert r.last(rank, "begin") == where, f"rank {rank} went past rank 0's pause at {where}: {r.last(rank, 'begin')}"
+    r.finish(api)
+
+
 def single_process_stats(world, epochs, batches):
     """The worker's run in one process over the global batches (no DDP):
     the statistics the ranks' shards must add up to."""
@@ -288,23 +316,24 @@ def single_process_stats(world, epochs, batches):
     return {f"{layer}/{phase}/{epoch}": b for (layer, phase, epoch), b in session.watch_snapshot().stats.items()}
 
 
-def test_statistics_add_up_across_ranks_to_the_global_batch(run):
+@pytest.mark.parametrize("world", [2, 4])
+def test_statistics_add_up_across_ranks_to_the_global_batch(run, world):
     # Only rank 0 sets the scope: the followers collect what rank 0 collects.
-    r = run(2, epochs=2, batches=3, scope="all", dump_stats=True)
+    r = run(world, epochs=2, batches=3, scope="all", dump_stats=True)
     api = r.api()
     r.until(lambda: api.get("/api/status")["state"] == "paused", "the first pause")
-    # Paused after batch 0: rank 1's shard of it is added (within a heartbeat).
-    status = r.until(lambda: (s := api.get("/api/status"))["stats"]["ranks"] == 2 and s, "rank 1's statistics")
+    # Paused after batch 0: the followers' shards of it are added (within a heartbeat).
+    status = r.until(lambda: (s := api.get("/api/status"))["stats"]["ranks"] == world and s, "the followers' statistics")
     assert paused_at(status) == (0, 0)
     first = api.get("/api/stats/history?layer=0&phase=train")["phases"]["train"][0]
     assert first["epoch"] == 0 and first["batches"] == 1
-    assert first["activation"]["n"] == 2 * 4 * 8  # the global batch: 2 ranks x 4 samples x 8 features
+    assert first["activation"]["n"] == world * 4 * 8  # the global batch: world ranks x 4 samples x 8 features
     api.post("/api/run", {"detach": True})
-    assert r.wait() == [0, 0], r.output()
+    assert r.wait() == [0] * world, r.output()
 
     got = json.loads((Path(r.folder) / "stats.json").read_text())
-    assert got["ranks"] == 2
-    want = single_process_stats(2, epochs=2, batches=3)
+    assert got["ranks"] == world
+    want = single_process_stats(world, epochs=2, batches=3)
     assert set(got["buckets"]) == set(want), (sorted(got["buckets"]), sorted(want))
     for key, bucket in want.items():
         mine = got["buckets"][key]
@@ -325,4 +354,4 @@ def test_statistics_add_up_across_ranks_to_the_global_batch(run):
             assert mine["gradient"] is None, key
             continue
         assert mine["gradient"]["n"] == bucket.gradients.n, key
-        assert mine["gradient"]["sum"] == pytest.approx(2 * bucket.gradients.sum, rel=1e-4, abs=1e-6), key
+        assert mine["gradient"]["sum"] == pytest.approx(world * bucket.gradients.sum, rel=1e-4, abs=1e-6), key
