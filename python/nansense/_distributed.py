@@ -331,14 +331,19 @@ class Coordinator:
                 pass
             n += 1
 
-    def _await(self, ready) -> None:
+    def _await(self, ready, timeout: Optional[float] = None) -> bool:
         """The training thread: until ready() (under the lock); raises
-        DistributedError when the run is lost first."""
+        DistributedError when the run is lost first. With a timeout, False
+        when it passed first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while not ready() and self._lost is None:
-                self._cond.wait()
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._cond.wait(left)
             if ready():
-                return
+                return True
         self._raise_lost()
 
     # ---- the boundary
@@ -397,7 +402,19 @@ class Coordinator:
         self._pending = n
         if n <= self._sent and not (close or jump):
             return  # let past a batch ahead: the reader takes the news as it comes
-        self._await(lambda: min(self._seen.values()) >= n)
+        everyone = lambda: min(self._seen.values()) >= n  # noqa: E731
+        if close and n <= self._sent:
+            # Let past this boundary, a follower still in its loop (a longer
+            # one than rank 0's) would never say so here: rank 0 waits for
+            # the followers' last news for as long as for a lost rank.
+            if not self._await(everyone, self.timeout):
+                late = [r for r, seen in self._seen.items() if seen < n]
+                print(f"[nansense] rank(s) {', '.join(map(str, late))} did not reach the end of the loop within "
+                      f"{self.timeout:g} s of rank 0 ({ENV_TIMEOUT}): every rank must run the same batches; rank 0 "
+                      "closes without their last statistics", flush=True)
+                return
+        else:
+            self._await(everyone)
         with self._cond:
             closed = self._closed_at.pop(n, [])
             tripped = self._tripped_at.pop(n, {})

@@ -13,6 +13,7 @@ MASTER_PORT in the environment), in the run's folder (its cwd). Options
   bad_cache_rank      with time_travel: this rank's checkpoint folder cannot
                       be made (its time travel is off)
   checks_off          every rank turns the numerical checks off
+  longer_rank         this rank's loop has one batch more than the others'
   hold_on_error       rank 0, when its loop raises: print the traceback, write
                       the file `failed`, keep serving until the file
                       `release` exists, then exit 1 (the test reads rank 0's
@@ -63,6 +64,8 @@ def main():
     data = [(torch.randn(4 * world, 4, generator=g), torch.randint(0, 2, (4 * world,), generator=g))
             for _ in range(batches)]
     shard = [(x[rank * 4:(rank + 1) * 4], y[rank * 4:(rank + 1) * 4]) for x, y in data]
+    if opts.get("longer_rank") == rank:
+        shard.append(shard[-1])
     if opts.get("nan_rank") == rank:
         # In the data itself, so the capsule's batch holds it (epoch 0 only).
         x = shard[opts["nan_batch"]][0]
@@ -71,7 +74,7 @@ def main():
     if opts.get("no_start_rank") == rank:
         session = nansense.start(ddp, enabled=False)
     else:
-        session = nansense.start(ddp, epochs=epochs, phases={"train": batches}, optimizer=optimizer,
+        session = nansense.start(ddp, epochs=epochs, phases={"train": len(shard)}, optimizer=optimizer,
                                  port=0 if rank == 0 else None, open_browser=False)
         if opts.get("checks_off"):
             session.set_debug_settings(nansense.DebugSettings(enabled=False))
