@@ -493,7 +493,7 @@ class Coordinator:
         if jump is not None or close:
             self.engine.hold_jumps(False)
             self._sent = n
-            self._main.set(f"g/{n}", json.dumps({"jump": jump} if jump is not None else {"close": True}).encode())
+            self._main.set(f"g/{n}", json.dumps({"jump": jump}).encode() if jump is not None else self._end_decision())
             if close:
                 self.close()
             return
@@ -634,12 +634,11 @@ class Coordinator:
         self._closed = True
         self._stop.set()
         if self.leader and self._main is not None:
-            # The followers' fetchers wait for the next decisions: the end.
-            # (A follower still in its loop reads it at its next boundary.)
+            # The followers' fetchers wait for the decision after the last
+            # one sent: the end. (A follower still in its loop reads it at
+            # its next boundary.)
             try:
-                for k in (self._n, self._n + 1):
-                    if k > self._sent:
-                        self._main.set(f"g/{k}", self._end_decision())
+                self._main.set(f"g/{self._sent + 1}", self._end_decision())
                 # The reader waits for news that will not come.
                 with self._cond:
                     awaiting = [key for keys in self._awaiting.values() for key in keys]
