@@ -472,6 +472,7 @@ class Engine {
   bool runs_through_next_boundary() { return core_->runs_through_next_boundary(); }
   uint64_t stats_settings_version() { return core_->stats().settings_version(); }
   void hold_jumps(bool held) { core_->hold_jumps(held); }
+  void raise_armed_jump() { core_->raise_armed_jump(); }
   // Rank 0, any thread: a follower's shard, added to the published view.
   void add_stats_shard(int rank, int64_t ranks, const std::string& shard) {
     py::gil_scoped_release release;
@@ -489,11 +490,16 @@ class Engine {
   }
   // Names the ranks whose checks tripped in the standing error's root cause
   // (`note` replaces an earlier such note); with no standing error (only a
-  // peer tripped), records one at the live position carrying the peer's
-  // reasons and capsule.
+  // peer tripped), records one at `at` (phase, epoch, batch_idx: the peer's
+  // tripped batch; None: the live position) carrying the peer's reasons and
+  // capsule.
   void note_rank_trip(const std::string& note, const std::vector<std::string>& reasons,
-                      const std::vector<std::string>& checks, const std::string& capsule) {
-    core_->note_rank_trip(note, reasons, checks, capsule);
+                      const std::vector<std::string>& checks, const std::string& capsule,
+                      const std::optional<std::tuple<std::string, int64_t, int64_t>>& at) {
+    std::optional<BatchPosition> position;
+    if (at)
+      position = BatchPosition{.phase = std::get<0>(*at), .epoch = std::get<1>(*at), .batch_idx = std::get<2>(*at)};
+    core_->note_rank_trip(note, reasons, checks, capsule, position);
   }
 
   // --- any thread ---
@@ -963,6 +969,7 @@ PYBIND11_MODULE(_nansense, m) {
       .def("set_peer_checkpoints", &Engine::set_peer_checkpoints)
       .def("runs_through_next_boundary", &Engine::runs_through_next_boundary)
       .def("hold_jumps", &Engine::hold_jumps)
+      .def("raise_armed_jump", &Engine::raise_armed_jump)
       .def("stats_settings_version", &Engine::stats_settings_version)
       .def("url", &Engine::url)
       .def("state", &Engine::state)

@@ -144,6 +144,8 @@ class Coordinator:
         self._pending: Optional[int] = None  # the boundary gathered, its decision not yet sent
         self._sent = -1                      # the last boundary whose decision is sent
         self._stats_sent: Optional[dict] = None  # the statistics settings the followers have
+        self._halt_asked = False             # request_halt(): the next decision sent carries it
+        self._halt_at: Optional[int] = None  # every rank: the boundary whose decision carried the halt
         self._stats_version: Optional[int] = None  # the engine's settings version they were read at
         self._shard_warned: set[int] = set()  # ranks whose malformed statistics were reported
         # A follower: the decisions fetched ahead; its news sent so far.
@@ -350,8 +352,11 @@ class Coordinator:
 
     @staticmethod
     def _trip_of(error: dict) -> dict:
-        return {"position": (error.get("position") or {}).get("text"), "reasons": error.get("reasons") or [],
-                "checks_used": error.get("checks_used") or [], "capsule": error.get("capsule") or ""}
+        position = error.get("position") or {}
+        at = [position.get(k) for k in ("phase", "epoch", "batch_idx")]
+        return {"position": position.get("text"), "at": at if None not in at else None,
+                "reasons": error.get("reasons") or [], "checks_used": error.get("checks_used") or [],
+                "capsule": error.get("capsule") or ""}
 
     def _news(self) -> bytes:
         """This rank's trip since the last boundary, as JSON (b"" if none)."""
@@ -365,7 +370,7 @@ class Coordinator:
         self._seen_error = key
         return json.dumps({"trip": self._trip_of(error)}).encode()
 
-    def boundary(self, *, jump: Optional[int] = None, close: bool = False) -> None:
+    def boundary(self, *, jump: Optional[int] = None, close: bool = False, settled: bool = False) -> None:
         """Meet the other ranks at this batch boundary. Raises
         DistributedError when a rank is lost.
 
@@ -376,7 +381,14 @@ class Coordinator:
         decision is sent by release(), once its next batch has begun
         (begin_batch may raise a jump requested meanwhile: release(jump=k)
         sends it). A follower waits here for the decision; a jump arms the
-        same jump on its engine, so its begin_batch raises it."""
+        same jump on its engine, so its begin_batch raises it.
+
+        `settled`: a boundary met right after a batch ended instead of
+        before the next begins (Lightning's loop runs a collective of its
+        own in between, which a rank waiting for a paused rank 0 would
+        block in): rank 0 sends its decision at once, holding jumps until
+        its next batch has begun (release_ahead() then may send the next
+        boundary's ahead), and a follower raises a jump here."""
         if self._closed:
             return
         if self._lost is not None:
@@ -392,8 +404,10 @@ class Coordinator:
             self._gather(n, close=close, jump=jump is not None)
             if jump is not None or close:
                 self.release(jump=jump, close=close)
+            elif settled:
+                self.release(ahead=False)
         else:
-            self._follow(n, close)
+            self._follow(n, close, settled)
 
     def _gather(self, n: int, *, close: bool = False, jump: bool = False) -> None:
         if self._news():
@@ -471,22 +485,38 @@ class Coordinator:
         return {"scope": s["stats_scope"], "watched": list(s["watched_layers"]),
                 "performance": dict(s["watch_performance"])}
 
-    def _decision(self) -> bytes:
+    def _decision(self, n: int) -> bytes:
+        out: dict[str, Any] = {}
+        if self._halt_asked and self._halt_at is None:
+            self._halt_at = n
+            out["halt"] = True
         # The followers collect what rank 0 collects (as of this batch), so
         # that their shards add up to the global batch.
         version = self.engine.stats_settings_version()
-        if version == self._stats_version:
-            return b""
-        self._stats_version = version
-        settings = self._stats_settings()
-        if settings == self._stats_sent:
-            return b""
-        self._stats_sent = settings
-        return json.dumps({"stats_settings": settings}).encode()
+        if version != self._stats_version:
+            self._stats_version = version
+            settings = self._stats_settings()
+            if settings != self._stats_sent:
+                self._stats_sent = settings
+                out["stats_settings"] = settings
+        return json.dumps(out).encode() if out else b""
 
-    def release(self, *, jump: Optional[int] = None, close: bool = False) -> None:
-        """Rank 0: send the decision of the boundary gathered last, and the
-        next one's when nothing can stop rank 0 before it."""
+    def request_halt(self) -> None:
+        """Rank 0: every rank's `halted` turns true at one boundary, the one
+        whose decision is sent next (a driver that stops its loop there,
+        such as Lightning's Trainer, stops every rank after the same batch)."""
+        if self.leader:
+            self._halt_asked = True
+
+    @property
+    def halted(self) -> bool:
+        """True from the boundary that carried rank 0's request_halt() on."""
+        return self._halt_at is not None and self._halt_at < self._n
+
+    def release(self, *, jump: Optional[int] = None, close: bool = False, ahead: bool = True) -> None:
+        """Rank 0: send the decision of the boundary gathered last, and
+        (`ahead`) the next one's when nothing can stop rank 0 before it;
+        without `ahead`, jumps are held until release_ahead()."""
         if not self.leader or self._pending is None:
             return
         n, self._pending = self._pending, None
@@ -499,16 +529,27 @@ class Coordinator:
             return
         if n > self._sent:
             self._sent = n
-            self._main.set(f"g/{n}", self._decision())
+            self._main.set(f"g/{n}", self._decision(n))
+        if ahead:
+            self.release_ahead()
+        else:
+            self.engine.hold_jumps(True)
+
+    def release_ahead(self) -> None:
+        """Rank 0, its batch begun: send the next boundary's decision now
+        when nothing can stop rank 0 before it."""
+        if not self.leader or self._closed:
+            return
         with self._cond:
             ahead = not self._hold_wanted and self._lost is None
         ahead = ahead and self.engine.runs_through_next_boundary()
         # Held while the followers may pass the next boundary: a jump armed
         # meanwhile is raised a batch later, where every rank waits.
         self.engine.hold_jumps(ahead)
-        if ahead:
-            self._sent = n + 1
-            self._main.set(f"g/{n + 1}", self._decision())
+        following = self._n
+        if ahead and following > self._sent:
+            self._sent = following
+            self._main.set(f"g/{following}", self._decision(following))
 
     def _note_trips(self, tripped: dict) -> None:
         ranks = sorted(self._trips)
@@ -517,14 +558,16 @@ class Coordinator:
             news = self._trips[r]
             where = f"rank {r} at {news['position']}" if news.get("position") else f"rank {r}"
             parts.append(where + (f" (capsule {news['capsule']})" if news.get("capsule") else ""))
+        together = ("Every rank is paused at the same batch boundary" if self.engine.url() else
+                    "No UI is served, so no rank pauses")
         note = (f"The checks tripped on rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} of "
-                f"{self.world}: " + "; ".join(parts) + ". Every rank is paused at the same batch boundary; "
-                "each rank's capsule replays that rank's batch.")
+                f"{self.world}: " + "; ".join(parts) + f". {together}; each rank's capsule replays that rank's batch.")
         first = tripped[min(tripped)]
+        at = first.get("at")
         self.engine.note_rank_trip(note, first.get("reasons") or ["nan"], first.get("checks_used") or ["nan_inf"],
-                                   first.get("capsule") or "")
+                                   first.get("capsule") or "", tuple(at) if at else None)
 
-    def _follow(self, n: int, close: bool) -> None:
+    def _follow(self, n: int, close: bool, settled: bool = False) -> None:
         news = self._news()
         extra = {}
         shard = self.engine.take_stats_shard()
@@ -568,6 +611,8 @@ class Coordinator:
                        "run the same batches")
             self._leave(why)
             raise DistributedError(f"nansense (rank {self.rank}): {why}")
+        if decision.get("halt"):
+            self._halt_at = n
         if "stats_settings" in decision:
             self._apply_stats_settings(decision["stats_settings"])
         jump = decision.get("jump")
@@ -580,6 +625,8 @@ class Coordinator:
                 why = f"rank {self.rank} cannot jump to epoch {jump}: {e}"
                 self._leave(why)
                 raise DistributedError(f"nansense: {why}") from e
+            if settled:
+                self.engine.raise_armed_jump()
 
     def _apply_stats_settings(self, settings: dict) -> None:
         """A follower: collect what rank 0 collects, from this batch on.

@@ -443,13 +443,22 @@ class Session(_WatchMethods):
             if not self.url and not follower:
                 self._train_on_without_ui()
 
-    def _open_batch(self, phase: str, epoch: Optional[int], item: Any) -> list:
+    def _open_batch(self, phase: str, epoch: Optional[int], item: Any, settled: bool = False) -> list:
         """Begin one debugger batch on item (may pause; may raise
-        TimeTravelJump): the hooks to remove when the body is done."""
+        TimeTravelJump): the hooks to remove when the body is done.
+        `settled`: the ranks met at a boundary when the last batch ended
+        (Coordinator.boundary(settled=True))."""
         engine = self._engine
         coordinator = self._coordinator
         if coordinator is None:
             capture = engine.begin_batch(phase, epoch, self._model.training)
+        elif settled:
+            try:
+                capture = engine.begin_batch(phase, epoch, self._model.training)
+            except BaseException as e:
+                self._left_by(e)
+                raise
+            coordinator.release_ahead()
         else:
             # Every rank meets here before the batch: rank 0's decision
             # (go on, a pause held, a jump) applies to all. Rank 0 sends it
@@ -497,17 +506,21 @@ class Session(_WatchMethods):
                 self._remove_hooks(hooks)
                 # True: the engine restored the batch's starting state to run it
                 # again traced (a NaN's root cause): the same item once more.
-                try:
-                    repeat = engine.end_batch()
-                except TimeTravelJump as jump:
-                    # Rank 0's jump, requested in its pause: every rank makes it.
-                    if self._coordinator is not None:
-                        self._coordinator.boundary(jump=jump.epoch)
-                    raise
-                if not repeat:
+                if not self._end_batch():
                     break
             count += 1
         engine.end_phase(phase, count)
+
+    def _end_batch(self) -> bool:
+        """End the batch under way (may pause; may raise TimeTravelJump):
+        True when the engine restored its starting state to run it again."""
+        try:
+            return self._engine.end_batch()
+        except TimeTravelJump as jump:
+            # Rank 0's jump, requested in its pause: every rank makes it.
+            if self._coordinator is not None:
+                self._coordinator.boundary(jump=jump.epoch)
+            raise
 
     def _left_by(self, e: BaseException) -> None:
         # A rank leaving its loop by an exception (not a jump) tells the

@@ -222,6 +222,8 @@ class NansenseCallback(Callback):
         self._batch_idx = 0
         self._scheduler_mark: Any = None             # the restored scheduler's place when the batch began
         self._halted: Optional[str] = None           # the capsule a no-UI stop named
+        self._halt_note: Optional[str] = None        # distributed: what rank 0 says when every rank stops
+        self._settled = False                        # distributed: the ranks met when the last batch ended
 
     @property
     def session(self) -> Optional[Session]:
@@ -290,11 +292,10 @@ class NansenseCallback(Callback):
         if not isinstance(trainer.max_epochs, int) or trainer.max_epochs <= 0:
             raise RuntimeError(f"NansenseCallback needs Trainer(max_epochs=N) with N >= 1 (got {trainer.max_epochs!r}): "
                                "the schedule and the UI's progress are declared from it")
-        if trainer.world_size > 1:
-            raise RuntimeError("NansenseCallback runs on one process: distributed Lightning runs are not supported yet")
 
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._trainer = trainer
+        self._settled = False
         if not self._enabled:
             if self._session is None:
                 self._session = start(self._network(pl_module), enabled=False)
@@ -309,7 +310,13 @@ class NansenseCallback(Callback):
             # before its first batch.
             self._session = start(network, epochs=trainer.max_epochs, phases={"train": 1}, **self._serve)
             engine = self._engine
-            engine.set_unserved_nan_note("NansenseCallback stops the trainer after this batch")
+            coordinator = self._session._coordinator
+            if coordinator is None:
+                engine.set_unserved_nan_note("NansenseCallback stops the trainer after this batch")
+            else:
+                engine.set_unserved_nan_note(
+                    f"rank {coordinator.rank} follows rank 0: served, it pauses every rank at one batch boundary; "
+                    "unserved, NansenseCallback stops every rank's trainer together a few batches on")
             engine.set_rerun_note(_RERUN_NOTE["ran_twice"], _RERUN_NOTE["restored"], _RERUN_NOTE["runs_twice"],
                                   _RERUN_NOTE["detect"])
             engine.set_optimizer_reader(self._read_optimizer(network))
@@ -422,7 +429,20 @@ class NansenseCallback(Callback):
         if phase == "train":
             self._batch, self._batch_idx = batch, batch_idx
             self._scheduler_mark = _scheduler_mark(self._trainer)
-        self._open = (phase, session._open_batch(phase, self._epoch, batch))
+        settled, self._settled = self._settled, False
+        self._open = (phase, session._open_batch(phase, self._epoch, batch, settled))
+        self._apply_halt()
+
+    def _apply_halt(self) -> None:
+        coordinator = self._session._coordinator
+        if coordinator is not None and coordinator.halted and not self._trainer.should_stop:
+            # Rank 0's halt, carried by the last boundary's decision: every
+            # rank stops after the same batch.
+            self._trainer.should_stop = True
+            if self._halt_note:
+                here = self._session.live_position
+                print(f"[nansense] every rank's trainer stops after {here.phase} epoch {here.epoch} batch "
+                      f"{here.batch_idx}, {self._halt_note}", file=sys.stderr)
 
     def _finish(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
         if self._open is None:
@@ -437,7 +457,7 @@ class NansenseCallback(Callback):
         scheduler_stepped = phase == "train" and _scheduler_mark(trainer) != self._scheduler_mark
         # True: the engine restored the batch's starting state to run it
         # again traced (the root cause of a NaN the untraced run found).
-        while engine.end_batch():
+        while session._end_batch():
             self._open = (phase, session._open_batch(phase, self._epoch, batch))
             try:
                 if phase == "train":
@@ -455,6 +475,15 @@ class NansenseCallback(Callback):
         if phase == "train":
             self._batch = None
             self._halt_without_ui(trainer)
+        coordinator = session._coordinator
+        if coordinator is not None:
+            # Every rank meets rank 0 here, right after the batch, not at the
+            # next batch's start: Lightning's loop makes a collective before
+            # each train batch (its SIGTERM broadcast), where a rank waiting
+            # for rank 0's pause would block until the process group's timeout.
+            coordinator.boundary(settled=True)
+            self._settled = True
+            self._apply_halt()
 
     def _halt_without_ui(self, trainer: Trainer) -> None:
         session = self._session
@@ -463,12 +492,22 @@ class NansenseCallback(Callback):
         error = session.debug_error
         if error is None or error.capsule is None or error.capsule == self._halted:
             return
+        coordinator = session._coordinator
+        if coordinator is not None and not coordinator.leader:
+            return  # rank 0 stops every rank together
         self._halted = error.capsule
-        trainer.should_stop = True
         attr = f', module="{self._model_attr}"' if self._model_attr else ""
         where = f"{error.position.phase} epoch {error.position.epoch} batch {error.position.batch_idx}"
-        print(f"[nansense] the trainer stops at the NaN of {where} (no UI is served); replay it with "
-              f"nansense.lightning.replay_capsule({error.capsule!r}, model{attr})", file=sys.stderr)
+        replay = f"replay it with nansense.lightning.replay_capsule({error.capsule!r}, model{attr})"
+        if coordinator is None:
+            trainer.should_stop = True
+            print(f"[nansense] the trainer stops at the NaN of {where} (no UI is served); {replay}", file=sys.stderr)
+            return
+        # Every rank must leave fit after the same batch (DDP's collectives
+        # pair batches): the halt goes out with rank 0's next decision.
+        self._halt_note = (f"for the NaN of {where} (no UI is served); {replay} (each rank's capsule is in its own "
+                           "rank_<r> folder)")
+        coordinator.request_halt()
 
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
         if self._engine is not None:
@@ -501,8 +540,13 @@ class NansenseCallback(Callback):
             self._engine.abandon_batch(True)
         self._phase = None
         self._batch = None
-        if not isinstance(exception, TimeTravelJump) and self._travel is not None:
-            self._travel.abort()
+        self._settled = False
+        if not isinstance(exception, TimeTravelJump):
+            # Under torch.distributed the other ranks stop at their next
+            # boundary instead of waiting for this one.
+            self._session._left_by(exception)
+            if self._travel is not None:
+                self._travel.abort()
 
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         # Only a completed fit gets here: a jump unwinds past it, keeping the
@@ -595,7 +639,9 @@ class _TimeTravel:
         engine = callback._engine
         self.started_at_fit = False
         if not self.opened:
-            start_epoch = engine.open_epochs(trainer.max_epochs, self.cache_dir, 0, "", None, None)
+            # Under torch.distributed each rank checkpoints to cache_dir/rank_<r>.
+            cache_dir = callback._session._own_dir(self.cache_dir)
+            start_epoch = engine.open_epochs(trainer.max_epochs, cache_dir, 0, "", None, None)
             self.opened = True
             if start_epoch != 0:
                 self.target = start_epoch

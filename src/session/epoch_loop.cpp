@@ -85,6 +85,10 @@ std::optional<int64_t> SessionCore::end_epoch(int64_t epoch, std::optional<int64
   return next;
 }
 
+void SessionCore::raise_armed_jump() {
+  if (restorer_->jump_armed()) throw_if_jump_due();
+}
+
 bool SessionCore::runs_through_next_boundary() const {
   if (decision_.pause_after || numerics_->can_stop_batch() || restorer_->jump_armed()) return false;
   if (replaying_ || moment_now_ || repeat_batch_) return false;

@@ -136,10 +136,12 @@ class SessionCore {
   void hold_at_boundary();
   // Names the ranks whose checks tripped in the standing error's root cause
   // (`note` replaces an earlier such note); with no standing error (only a
-  // peer tripped), records one at the live position carrying the peer's
-  // reasons and capsule. Any thread.
+  // peer tripped), records one at `at` (the peer's tripped batch; the live
+  // position when not given) carrying the peer's reasons and capsule. Any
+  // thread.
   void note_rank_trip(const std::string& note, const std::vector<std::string>& reasons,
-                      const std::vector<std::string>& checks, const std::string& capsule);
+                      const std::vector<std::string>& checks, const std::string& capsule,
+                      const std::optional<BatchPosition>& at = std::nullopt);
 
   // --- time travel (session/epoch_loop.cpp) ---
   // Training thread: Session::epochs().
@@ -159,6 +161,11 @@ class SessionCore {
   // While held, an armed jump is not raised at a batch boundary (it stays
   // armed): rank 0 has let the followers past the next boundary.
   void hold_jumps(bool held) { jumps_held_ = held; }
+  // Distributed runs, a follower told of rank 0's jump where its loop
+  // cannot wait for its next batch to begin (a collective of the loop's own
+  // comes first): raises the armed jump now, as that batch's start would.
+  // Training thread.
+  void raise_armed_jump();
   // The same loop as steps, for a caller that cannot hand over a body
   // (Python's `for epoch in session.epochs(n)` generator): open_epochs
   // returns the first epoch; start_epoch runs before each body; end_epoch

@@ -66,7 +66,8 @@ void SessionCore::hold_at_boundary() {
 }
 
 void SessionCore::note_rank_trip(const std::string& note, const std::vector<std::string>& reasons,
-                                 const std::vector<std::string>& checks, const std::string& capsule) {
+                                 const std::vector<std::string>& checks, const std::string& capsule,
+                                 const std::optional<BatchPosition>& at) {
   static const std::string kMark = "[distributed] ";
   auto edit = [&](DebugError& e) {
     if (!e.root_cause) e.root_cause = RootCause{};
@@ -80,7 +81,11 @@ void SessionCore::note_rank_trip(const std::string& note, const std::vector<std:
     return;
   }
   DebugError e;
-  if (auto pos = live_position()) e.position = schedule_.with_flags(*pos);
+  if (at) {
+    e.position = schedule_.with_flags(*at);
+  } else if (auto pos = live_position()) {
+    e.position = schedule_.with_flags(*pos);
+  }
   e.reasons = reasons;
   e.checks_used = checks;
   e.capsule = capsule;
