@@ -19,7 +19,8 @@ again with LOCAL_RANK set). Options (JSON in argv[1]):
 Each rank appends one JSON line per event to rank<r>.log: {"begin": [e, b]}
 when training_step begins, {"done": [e, b]} once its optimizer step is
 made, {"val": [e, b]} per validation step, {"epoch": e, "weights": sum} at
-each train epoch's start, {"fit_end": true} when fit returns; rank 0
+each train epoch's start, {"pid": p} and {"fit_end": true} when fit
+starts and returns; rank 0
 writes the UI's address to url.
 """
 
@@ -72,6 +73,9 @@ class Logged(pl.LightningModule):
         self.note(val=[self.current_epoch, batch_idx])
         x, y = batch
         F.cross_entropy(self.net(x), y)
+
+    def on_fit_start(self):
+        self.note(pid=os.getpid())
 
     def on_train_epoch_start(self):
         self.note(epoch=self.current_epoch,

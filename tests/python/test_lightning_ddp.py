@@ -204,3 +204,24 @@ def test_a_jump_rewinds_every_rank_into_a_new_fit_in_lockstep(run, tmp_path):
         assert starts[3][1] == starts[1][1], (rank, starts)  # its own checkpoint's weights
         assert r.ended(rank)
     assert (tmp_path / ".nansense_cache" / "rank_1").is_dir()
+
+
+def test_a_killed_rank_ends_the_run_instead_of_hanging(run):
+    r = run(served=True, epochs=1, batches=4)
+    api = r.api()
+    r.until(lambda: paused(api), "the first pause")
+    r.until(lambda: r.all_done((0, 0)), "every rank to finish batch 0")
+    follower = int(r.until(lambda: next((e["pid"] for e in r.events(1) if "pid" in e), None), "rank 1's pid"))
+    # Rank 0 killed in its pause (the script's process, which Lightning's
+    # launcher ran in): the follower, waiting for rank 0's decision, ends
+    # with nansense's error at once instead of waiting forever.
+    os.kill(r.proc.pid, signal.SIGKILL)
+    r.proc.wait(timeout=30)
+    deadline = time.monotonic() + TIMEOUT + 30
+    while time.monotonic() < deadline and os.path.exists(f"/proc/{follower}") and \
+            not open(f"/proc/{follower}/stat").read().split()[2] == "Z":
+        time.sleep(0.05)
+    assert not os.path.exists(f"/proc/{follower}") or open(f"/proc/{follower}/stat").read().split()[2] == "Z", \
+        "rank 1 is still running"
+    out = r.proc.stdout.read()
+    assert "DistributedError" in out, out
