@@ -106,3 +106,25 @@ class Api:
         status, payload, _ = self.request("POST", path, body if body is not None else {})
         assert status == 200, f"POST {path}: {status} {payload[:300]!r}"
         return json.loads(payload)
+
+
+class RankRun:
+    """A multi-process run's test side: each rank's worker appends JSON
+    events to rank<r>.log in folder; rank 0 writes its UI's address to url.
+    Subclasses set folder and world and define until(condition, what)."""
+
+    def api(self):
+        url = self.until(lambda: (self.folder / "url").exists() and (self.folder / "url").read_text(), "rank 0's url")
+        return Api(url)
+
+    def events(self, rank):
+        path = self.folder / f"rank{rank}.log"
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+    def last(self, rank, kind):
+        seen = [tuple(e[kind]) for e in self.events(rank) if kind in e]
+        return seen[-1] if seen else None
+
+    def all_done(self, position):
+        """Every rank has finished position's body (and none began the next)."""
+        return all(self.last(r, "done") == position for r in range(self.world))

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 import nansense
-from conftest import Api
+from conftest import RankRun
 
 WORKER = Path(__file__).with_name("ddp_worker.py")
 TIMEOUT = 4  # NANSENSE_DDP_TIMEOUT in the workers: a lost rank is named within it
@@ -27,7 +27,7 @@ def free_port():
         return s.getsockname()[1]
 
 
-class Run:
+class Run(RankRun):
     """world worker processes of one DDP run in folder."""
 
     def __init__(self, folder, world, **opts):
@@ -52,22 +52,6 @@ class Run:
                 pytest.fail(f"a rank failed while waiting for {what}:\n{self.output()}")
             time.sleep(0.05)
         pytest.fail(f"timed out waiting for {what}:\n{self.output()}")
-
-    def api(self):
-        url = self.until(lambda: (self.folder / "url").exists() and (self.folder / "url").read_text(), "rank 0's url")
-        return Api(url)
-
-    def events(self, rank):
-        path = self.folder / f"rank{rank}.log"
-        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-    def last(self, rank, kind):
-        seen = [tuple(e[kind]) for e in self.events(rank) if kind in e]
-        return seen[-1] if seen else None
-
-    def all_done(self, position):
-        """Every rank has finished position's body (and none began the next)."""
-        return all(self.last(r, "done") == position for r in range(self.world))
 
     def wait(self, timeout=60):
         for p in self.procs:

@@ -16,13 +16,13 @@ import torch
 
 pl = pytest.importorskip("lightning.pytorch")
 
-from conftest import Api  # noqa: E402
+from conftest import RankRun  # noqa: E402
 
 WORKER = Path(__file__).with_name("lightning_ddp_worker.py")
 TIMEOUT = 4  # NANSENSE_DDP_TIMEOUT
 
 
-class Run:
+class Run(RankRun):
     """One Lightning DDP run in folder: the script's process (rank 0) and the
     ranks Lightning starts from it, in a process group of their own."""
 
@@ -48,21 +48,6 @@ class Run:
             time.sleep(0.05)
         self.kill()
         pytest.fail(f"timed out waiting for {what}:\n{self.output()}")
-
-    def api(self):
-        url = self.until(lambda: (self.folder / "url").exists() and (self.folder / "url").read_text(), "rank 0's url")
-        return Api(url)
-
-    def events(self, rank):
-        path = self.folder / f"rank{rank}.log"
-        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-    def last(self, rank, kind):
-        seen = [tuple(e[kind]) for e in self.events(rank) if kind in e]
-        return seen[-1] if seen else None
-
-    def all_done(self, position):
-        return all(self.last(r, "done") == position for r in range(self.world))
 
     def ended(self, rank):
         return any("fit_end" in e for e in self.events(rank))
