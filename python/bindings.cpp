@@ -473,6 +473,7 @@ class Engine {
   uint64_t stats_settings_version() { return core_->stats().settings_version(); }
   void hold_jumps(bool held) { core_->hold_jumps(held); }
   void raise_armed_jump() { core_->raise_armed_jump(); }
+  void set_rank(int rank) { core_->set_rank(rank); }
   // Rank 0, any thread: a follower's shard, added to the published view.
   void add_stats_shard(int rank, int64_t ranks, const std::string& shard) {
     py::gil_scoped_release release;
@@ -970,6 +971,7 @@ PYBIND11_MODULE(_nansense, m) {
       .def("runs_through_next_boundary", &Engine::runs_through_next_boundary)
       .def("hold_jumps", &Engine::hold_jumps)
       .def("raise_armed_jump", &Engine::raise_armed_jump)
+      .def("set_rank", &Engine::set_rank)
       .def("stats_settings_version", &Engine::stats_settings_version)
       .def("url", &Engine::url)
       .def("state", &Engine::state)

@@ -19,7 +19,7 @@ exchange over the process group's own store (a TCPStore):
                     (the Stats page shows the global batch), names a
                     follower's trip, and sets g/<n> = the decision for
                     boundary n (b"" = go on, or JSON: jump to epoch k, stop,
-                    the statistics settings changed)
+                    halt the loop, the statistics settings changed)
   each follower     waits for g/<n> (fetched ahead by a thread of its own)
                     and applies it before its batch n begins.
 
@@ -33,9 +33,17 @@ runs_through_next_boundary()), rank 0 sends the decision for boundary n+1
 as its batch n begins, and holds jumps until batch n+1 has begun. Then the
 followers pass boundary n+1 without waiting (their thread fetched it during
 the batch) and without a word unless they have news, and rank 0 does not
-wait for them there (its readers add the news as it comes); a pause or jump asked for meanwhile lands a batch later,
-where every rank again waits. So whenever the UI shows a pause, every rank
-stands at the same boundary.
+wait for them there (its readers add the news as it comes); a pause or jump
+asked for meanwhile lands a batch later, where every rank again waits. So
+whenever the UI shows a pause, every rank stands at the same boundary.
+
+A driver whose loop makes collectives of its own between batches (Lightning:
+a broadcast before each train batch) meets the ranks right after each batch
+instead (boundary(settled=True)): rank 0, its end-of-batch pause over, sends
+the decision at once and holds jumps until its next batch has begun
+(release_ahead() may then send the next boundary's a batch ahead); a
+follower makes a jump there at once (its loop would otherwise reach the
+collective first).
 
 The waits block in the store (no polling); a heartbeat thread per rank (its
 own store connection) bumps hb/<r> and watches its peers: a peer whose
@@ -63,6 +71,7 @@ from . import _nansense
 ENV_TIMEOUT = "NANSENSE_DDP_TIMEOUT"
 _DEFAULT_TIMEOUT = 30.0
 
+_PEER_MARK = "[distributed] "  # how the engine marks the ranks' trips in a root cause (note_rank_trip)
 _sessions = itertools.count()  # per process: every rank starts its sessions in the same order
 
 
@@ -296,7 +305,7 @@ class Coordinator:
             trip = news.get("trip")
             if trip:
                 tripped = {r: trip}
-                own = self.engine.debug_error()
+                own = self._own_error()
                 if own is not None and self._trip_of(own)["position"] == trip.get("position"):
                     tripped[0] = self._trip_of(own)  # rank 0 tripped on the same batch
                 # Named at once: rank 0 may be paused in that batch for its own trip.
@@ -358,9 +367,19 @@ class Coordinator:
                 "reasons": error.get("reasons") or [], "checks_used": error.get("checks_used") or [],
                 "capsule": error.get("capsule") or ""}
 
+    def _own_error(self) -> Optional[dict]:
+        """This rank's standing numerical error, unless rank 0's engine holds
+        it only for a follower's trip (note_rank_trip made it)."""
+        error = self.engine.debug_error()
+        if error is not None and self.leader:
+            summary = (error.get("root_cause") or {}).get("summary") or ""
+            if summary.startswith(_PEER_MARK):
+                return None
+        return error
+
     def _news(self) -> bytes:
         """This rank's trip since the last boundary, as JSON (b"" if none)."""
-        error = self.engine.debug_error()
+        error = self._own_error()
         if error is None:
             self._seen_error = None
             return b""
@@ -405,6 +424,15 @@ class Coordinator:
             if jump is not None or close:
                 self.release(jump=jump, close=close)
             elif settled:
+                if n > self._sent:
+                    # A jump asked for while rank 0 waited here (held for a
+                    # follower's trip) is carried out here, by every rank.
+                    from ._session import TimeTravelJump  # (a cycle at import time)
+                    try:
+                        self.engine.raise_armed_jump()
+                    except TimeTravelJump as jump_now:
+                        self.release(jump=jump_now.epoch)
+                        raise
                 self.release(ahead=False)
         else:
             self._follow(n, close, settled)
@@ -734,6 +762,8 @@ def start(session: Any, engine: Any, dist: Any) -> Coordinator:
     """The distributed side of nansense.start() on one rank (every rank calls it)."""
     rank = dist.get_rank()
     engine.set_debug_settings(json.dumps(settings_for_rank(engine.debug_settings(), rank)))
+    # Its check settings stay the rank's own whatever sets them (rank 0's UI too).
+    engine.set_rank(rank)
     if rank != 0:
         # Followers never pause on their own: rank 0 decides at every boundary.
         engine.detach()

@@ -289,6 +289,15 @@ class NansenseCallback(Callback):
         if trainer.accumulate_grad_batches != 1:
             raise RuntimeError("NansenseCallback does not support gradient accumulation (accumulate_grad_batches="
                                f"{trainer.accumulate_grad_batches}): a debugger batch is one optimizer step")
+        if trainer.world_size > 1:
+            strategy = trainer.strategy
+            ddp = getattr(getattr(pl, "strategies", None), "DDPStrategy", None)
+            deepspeed = getattr(getattr(pl, "strategies", None), "DeepSpeedStrategy", None)
+            if (ddp is None or not isinstance(strategy, ddp) or (deepspeed is not None and isinstance(strategy, deepspeed))
+                    or getattr(strategy, "_start_method", "popen") != "popen"):
+                raise RuntimeError(f"NansenseCallback follows multi-process runs on Lightning's DDP strategy started as "
+                                   f"processes (strategy=\"ddp\", or under torchrun), not {type(strategy).__name__}"
+                                   f"{' with start_method=' + repr(strategy._start_method) if hasattr(strategy, '_start_method') else ''}")
         if not isinstance(trainer.max_epochs, int) or trainer.max_epochs <= 0:
             raise RuntimeError(f"NansenseCallback needs Trainer(max_epochs=N) with N >= 1 (got {trainer.max_epochs!r}): "
                                "the schedule and the UI's progress are declared from it")
@@ -315,6 +324,7 @@ class NansenseCallback(Callback):
                 engine.set_unserved_nan_note("NansenseCallback stops the trainer after this batch")
             else:
                 engine.set_unserved_nan_note(
+                    "NansenseCallback stops every rank's trainer together, a few batches on" if coordinator.leader else
                     f"rank {coordinator.rank} follows rank 0: served, it pauses every rank at one batch boundary; "
                     "unserved, NansenseCallback stops every rank's trainer together a few batches on")
             engine.set_rerun_note(_RERUN_NOTE["ran_twice"], _RERUN_NOTE["restored"], _RERUN_NOTE["runs_twice"],
@@ -409,6 +419,15 @@ class NansenseCallback(Callback):
         if self._engine is None:
             return
         self._end_phase()
+        coordinator = self._session._coordinator
+        if coordinator is not None and self._travel is not None:
+            # Once more before the epoch ends (its validation and checkpoint
+            # saving ran since the last batch): a jump asked for meanwhile is
+            # carried out here by every rank, not at the epoch's end by rank
+            # 0 alone.
+            coordinator.boundary(settled=True)
+            self._settled = True
+            self._apply_halt()
         if self._travel is not None:
             following = self._travel.epoch_end(self._epoch)
             if following is not None and following != self._epoch + 1:
@@ -474,6 +493,8 @@ class NansenseCallback(Callback):
         self._phase[1] += 1
         if phase == "train":
             self._batch = None
+        if phase == "train" or session._coordinator is not None:
+            # (Distributed: a follower's trip may come to rank 0 in validation.)
             self._halt_without_ui(trainer)
         coordinator = session._coordinator
         if coordinator is not None:

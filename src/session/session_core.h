@@ -122,6 +122,10 @@ class SessionCore {
   void join_run(const DistributedRun& run);
   // This process's rank in a coordinated run; nullopt outside one.
   std::optional<int> rank() const { return rank_; }
+  // A run coordinated outside the engine (the Python package's coordinator):
+  // this process is rank `rank`, so its check settings, from any source (the
+  // UI and MCP too), and its checkpoints are the rank's own.
+  void set_rank(int rank);
   // Why this session serves no UI (a follower's), empty when it can.
   const std::string& unserved_reason() const { return unserved_reason_; }
   // A rank's own numerical-check settings: its rank_<r> capsule folder, and

@@ -53,6 +53,12 @@ DebugSettings SessionCore::settings_for_rank(DebugSettings settings) const {
   return settings;
 }
 
+void SessionCore::set_rank(int rank) {
+  if (rank < 0) throw UsageError("a rank is >= 0, got " + std::to_string(rank));
+  rank_ = rank;
+  debug().set_settings(settings_for_rank(debug().settings()));
+}
+
 EpochOptions SessionCore::options_for_rank(EpochOptions options) const {
   if (rank_) options.cache_dir(rank_dir(options.cache_dir(), *rank_));
   return options;

@@ -49,7 +49,9 @@ class CorePort final : public SessionPort {
   experiments::VisitorProbes& visitor_probes() override { return core_.visitor_probes(); }
 
   DebugSettings debug_settings() const override { return core_.debug().settings(); }
-  void set_debug_settings(const DebugSettings& settings) override { core_.debug().set_settings(settings); }
+  void set_debug_settings(const DebugSettings& settings) override {
+    core_.debug().set_settings(core_.settings_for_rank(settings));
+  }
   std::optional<DebugError> debug_error() const override { return core_.debug().error(); }
   int64_t checked_batches() const override { return core_.debug().checked_batches(); }
   std::vector<numerics::UncheckedTensor> unchecked_tensors() const override { return core_.debug().unchecked(); }

@@ -13,6 +13,7 @@ MASTER_PORT in the environment), in the run's folder (its cwd). Options
   bad_cache_rank      with time_travel: this rank's checkpoint folder cannot
                       be made (its time travel is off)
   checks_off          every rank turns the numerical checks off
+  checks_off_rank     this rank alone turns them off
   longer_rank         this rank's loop has one batch more than the others'
   hold_on_error       rank 0, when its loop raises: print the traceback, write
                       the file `failed`, keep serving until the file
@@ -76,7 +77,7 @@ def main():
     else:
         session = nansense.start(ddp, epochs=epochs, phases={"train": len(shard)}, optimizer=optimizer,
                                  port=0 if rank == 0 else None, open_browser=False)
-        if opts.get("checks_off"):
+        if opts.get("checks_off") or opts.get("checks_off_rank") == rank:
             session.set_debug_settings(nansense.DebugSettings(enabled=False))
         if rank == 0 and opts.get("scope"):
             session.set_stats_scope(opts["scope"])

@@ -170,6 +170,28 @@ def test_a_nan_on_rank_1_pauses_every_rank_and_each_writes_its_capsule(run, tmp_
         assert bool(torch.isfinite(loss)) == finite, (rank, loss)
 
 
+def test_a_trip_on_a_follower_alone_pauses_every_rank(run):
+    # Rank 0's own checks off: only rank 1's news of its NaN can pause the
+    # run (rank 0's engine records that trip as well, which must not pass for
+    # rank 0's own). Rank 0 lets the followers a batch ahead meanwhile, so
+    # the pause comes at the first boundary where it waits again.
+    r = run(2, epochs=1, batches=6, nan_rank=1, nan_batch=2, checks_off_rank=0)
+    api = r.api()
+    r.until(lambda: api.get("/api/status")["state"] == "paused", "the first pause")
+    api.post("/api/run", {})
+    status = r.until(lambda: (s := api.get("/api/status"))["state"] == "paused" and paused_at(s) != (0, 0) and s,
+                     "the pause for rank 1's trip")
+    where = paused_at(status)
+    assert (0, 2) <= where <= (0, 4), status
+    r.until(lambda: r.all_done(where), f"every rank to finish {where}")
+    assert r.last(0, "begin") == where and r.last(1, "begin") == where
+    error = api.get("/api/debug")["error"]
+    summary = error["root_cause"]["summary"]
+    assert "rank 1 at epoch 0 | train batch 2" in summary and "rank 0 at" not in summary, summary
+    assert error["position"]["batch_idx"] == 2, error  # the batch rank 1 tripped on
+    r.finish(api)
+
+
 def test_a_rank_killed_in_a_pause_is_named_and_rank_0_stops(run):
     r = run(2, epochs=1, batches=4, hold_on_error=True)
     api = r.api()

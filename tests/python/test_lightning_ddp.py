@@ -210,3 +210,11 @@ def test_a_killed_rank_ends_the_run_instead_of_hanging(run):
         "rank 1 is still running"
     out = r.proc.stdout.read()
     assert "DistributedError" in out, out
+
+
+def test_a_strategy_it_cannot_follow_is_refused_with_what_to_use(run):
+    r = run(served=True, epochs=1, batches=2, strategy="ddp_spawn")
+    assert r.wait() != 0
+    out = r.output()
+    assert "NansenseCallback follows multi-process runs on Lightning's DDP strategy" in out, out
+    assert "start_method='spawn'" in out, out
