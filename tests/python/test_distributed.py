@@ -170,6 +170,21 @@ def test_a_nan_on_rank_1_pauses_every_rank_and_each_writes_its_capsule(run, tmp_
         assert bool(torch.isfinite(loss)) == finite, (rank, loss)
 
 
+def test_check_settings_from_rank_0s_ui_stay_rank_0s_own(run):
+    r = run(2, epochs=1, batches=2)
+    api = r.api()
+    r.until(lambda: api.get("/api/status")["state"] == "paused", "the first pause")
+    # The UI asks for the traced re-run: rank 0 keeps its rank_0 capsule
+    # folder and no re-run (it would run one more backward than the
+    # followers, and DDP's collectives would pair the wrong batches).
+    code, body, _ = api.request("POST", "/api/debug/settings", {"rerun_to_trace": True})
+    assert code == 200, body
+    settings = json.loads(body)["settings"]
+    assert settings["rerun_to_trace"] is False, settings
+    assert settings["capsule_dir"].endswith("rank_0"), settings
+    r.finish(api)
+
+
 def test_a_trip_on_a_follower_alone_pauses_every_rank(run):
     # Rank 0's own checks off: only rank 1's news of its NaN can pause the
     # run (rank 0's engine records that trip as well, which must not pass for
