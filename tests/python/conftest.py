@@ -128,3 +128,12 @@ class RankRun:
     def all_done(self, position):
         """Every rank has finished position's body (and none began the next)."""
         return all(self.last(r, "done") == position for r in range(self.world))
+
+
+@pytest.fixture
+def rank_runs():
+    """The multi-process runs (RankRun) a test starts: killed when it ends."""
+    runs = []
+    yield runs
+    for r in runs:
+        r.kill()

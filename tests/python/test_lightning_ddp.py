@@ -70,17 +70,12 @@ class Run(RankRun):
 
 
 @pytest.fixture
-def run(tmp_path):
-    runs = []
-
+def run(tmp_path, rank_runs):
     def make(**opts):
-        r = Run(tmp_path, **opts)
-        runs.append(r)
-        return r
+        rank_runs.append(Run(tmp_path, **opts))
+        return rank_runs[-1]
 
-    yield make
-    for r in runs:
-        r.kill()
+    return make
 
 
 def paused_at(status):
