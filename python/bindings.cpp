@@ -472,6 +472,26 @@ class Engine {
   bool runs_through_next_boundary() { return core_->runs_through_next_boundary(); }
   uint64_t stats_settings_version() { return core_->stats().settings_version(); }
   void hold_jumps(bool held) { core_->hold_jumps(held); }
+  // Rank 0: `settled()` runs when the batch under way can no longer pause
+  // for its checks (SessionCore::set_on_settled), from the backward's final
+  // callback (GIL released there); None clears it. What it raises is
+  // printed, never passed to autograd.
+  void set_settled_callback(py::object settled) {
+    if (settled.is_none()) {
+      core_->set_on_settled(nullptr);
+      return;
+    }
+    auto held = hold(std::move(settled));
+    core_->set_on_settled([held] {
+      if (python_finalizing()) return;
+      py::gil_scoped_acquire gil;
+      try {
+        (*held)();
+      } catch (py::error_already_set& e) {
+        e.discard_as_unraisable("nansense's settled-batch callback");
+      }
+    });
+  }
   void raise_armed_jump() { core_->raise_armed_jump(); }
   void set_rank(int rank) { core_->set_rank(rank); }
   // Rank 0, any thread: a follower's shard, added to the published view.
@@ -970,6 +990,7 @@ PYBIND11_MODULE(_nansense, m) {
       .def("set_peer_checkpoints", &Engine::set_peer_checkpoints)
       .def("runs_through_next_boundary", &Engine::runs_through_next_boundary)
       .def("hold_jumps", &Engine::hold_jumps)
+      .def("set_settled_callback", &Engine::set_settled_callback)
       .def("raise_armed_jump", &Engine::raise_armed_jump)
       .def("set_rank", &Engine::set_rank)
       .def("stats_settings_version", &Engine::stats_settings_version)

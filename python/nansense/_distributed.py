@@ -30,7 +30,11 @@ pauses every rank there). One exception, a batch ahead: when nothing can
 stop rank 0 before its next batch begins (no pause decided after this batch,
 no check that can pause inside it, no jump armed: the engine's
 runs_through_next_boundary()), rank 0 sends the decision for boundary n+1
-as its batch n begins, and holds jumps until batch n+1 has begun. Then the
+as its batch n begins, or, where only its checks could stop it (a UI is
+served and the guard is on), as soon as they are over: once the batch's one
+backward is checked clean (the engine's settled callback, while the
+followers make their optimizer step). It holds jumps until batch n+1 has
+begun. Then the
 followers pass boundary n+1 without waiting (their thread fetched it during
 the batch) and without a word unless they have news, and rank 0 does not
 wait for them there (its readers add the news as it comes); a pause or jump
@@ -62,6 +66,7 @@ import json
 import os
 import threading
 import time
+import weakref
 from typing import Any, Optional
 
 import torch
@@ -174,6 +179,17 @@ class Coordinator:
         self._heartbeat.start()
         for feed in self._feeds:
             feed.start()
+        if self.leader:
+            # Rank 0's batch whose checks are over (its backward checked
+            # clean) can no longer pause: the next boundary's decision goes
+            # out then, while the followers make their optimizer step.
+            me = weakref.ref(self)
+
+            def settled() -> None:
+                coordinator = me()
+                if coordinator is not None:
+                    coordinator._settled()
+            engine.set_settled_callback(settled)
 
     # ---- start
 
@@ -579,6 +595,15 @@ class Coordinator:
             self._sent = following
             self._main.set(f"g/{following}", self._decision(following))
 
+    def _settled(self) -> None:
+        # From the backward's final callback, with the training thread
+        # inside backward() (nothing else sends decisions meanwhile). A
+        # store that fails here fails the next wait too, which says why.
+        try:
+            self.release_ahead()
+        except Exception:
+            pass
+
     def _note_trips(self, tripped: dict) -> None:
         ranks = sorted(self._trips)
         parts = []
@@ -708,6 +733,8 @@ class Coordinator:
             return
         self._closed = True
         self._stop.set()
+        if self.leader:
+            self.engine.set_settled_callback(None)
         if self.leader and self._main is not None:
             # The followers' fetchers wait for the decision after the last
             # one sent: the end. (A follower still in its loop reads it at

@@ -99,7 +99,8 @@ Monitor::Trace Monitor::plan_batch(const BatchPosition& position, bool repeat) {
   training_thread_ = std::this_thread::get_id();
   tracer_ = nullptr;
   op_tracer_.reset();
-  traced_ = checked_in_backward_ = tripped_ = pause_at_end_ = false;
+  traced_ = checked_in_backward_ = tripped_ = pause_at_end_ = settled_ = false;
+  last_backwards_ = std::exchange(backwards_, 0);
   active_ = !disabled_ && settings_.enabled();
   guard_->start_batch(false);
   if (!active_) return Trace::kNone;
@@ -163,6 +164,7 @@ void Monitor::set_item(std::vector<torch::Tensor> tensors) {
 }
 
 void Monitor::on_backward_end() {
+  ++backwards_;
   if (!active_ || tripped_) return;
   try {
     checked_in_backward_ = true;
@@ -171,8 +173,23 @@ void Monitor::on_backward_end() {
     if (auto hit = check(/*gradients=*/true)) handle_hit(std::move(*hit), /*in_backward=*/true);
   } catch (const std::exception& e) {
     fail(std::string("the gradient check failed: ") + e.what());
+    return;
   } catch (...) {
     fail("the gradient check failed");
+    return;
+  }
+  // One backward a batch, as in the batch before (a loop with several, a
+  // GAN's or gradient accumulation's, may still trip in the next): what is
+  // left of the batch (the optimizer step, the loop's own code) is not
+  // checked, so the batch can no longer pause for numerics.
+  if (tripped_ || pause_at_end_ || rerun_pending_ || backwards_ != 1 || last_backwards_ != 1) return;
+  settled_ = true;
+  if (host_.settled) {
+    try {
+      host_.settled();
+    } catch (...) {
+      // The host's work (telling other ranks) has failed on its own terms.
+    }
   }
 }
 

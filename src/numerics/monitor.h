@@ -13,6 +13,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "nansense/architecture.h"
@@ -57,6 +58,12 @@ class Monitor {
     // The LR schedule's adapter in use (null when none): capsules hold its
     // state, and a re-run restores it.
     std::function<SchedulerAdapter*()> scheduler;
+    // The batch's checks are over and passed before its end: its backward
+    // (the batch's one, as in the batch before) checked clean, so nothing
+    // of numerics can stop the batch any more. Runs where the backward's
+    // final callback runs (the training thread on CPU, while it is inside
+    // backward()); must not throw.
+    std::function<void()> settled;
   };
 
   // `optimizers`: every optimizer of the session; capsules save and restore
@@ -90,7 +97,8 @@ class Monitor {
   void abandon();
   // Whether the checks can stop the batch in progress (they run on it and a
   // pause has somewhere to be resumed from).
-  bool can_stop_batch() const { return active_ && host_.can_pause(); }
+  // False from the moment a batch settles (Host::settled).
+  bool can_stop_batch() const { return active_ && !settled_ && host_.can_pause(); }
 
  private:
   void on_backward_end();
@@ -123,6 +131,9 @@ class Monitor {
   bool checked_in_backward_ = false;
   bool tripped_ = false;
   bool pause_at_end_ = false;
+  bool settled_ = false;
+  int backwards_ = 0;       // checked backward passes in this batch
+  int last_backwards_ = 0;  // and in the batch before
   int64_t since_check_ = 0;
   int64_t since_trace_ = 0;
 

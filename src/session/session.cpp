@@ -126,6 +126,9 @@ std::unique_ptr<numerics::Monitor> SessionCore::make_monitor(const DebugSettings
   host.report_error = [this](const std::string& what) { report_numerics_error(what); };
   host.changed = [this] { control_.notify_changed(); };
   host.scheduler = [this] { return restorer_->scheduler(); };
+  host.settled = [this] {
+    if (on_settled_) on_settled_();
+  };
   return std::make_unique<numerics::Monitor>(*model_, optimizers_, settings, std::move(host));
 }
 

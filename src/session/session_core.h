@@ -165,6 +165,14 @@ class SessionCore {
   // While held, an armed jump is not raised at a batch boundary (it stays
   // armed): rank 0 has let the followers past the next boundary.
   void hold_jumps(bool held) { jumps_held_ = held; }
+  // Distributed runs (rank 0): called when the batch under way settles —
+  // its one backward checked clean, so the checks can no longer stop it
+  // and runs_through_next_boundary() may turn true before the batch ends
+  // (rank 0 then lets the followers past the next boundary while they make
+  // their optimizer step). Runs where the backward's final callback runs,
+  // with the training thread inside backward(); must not throw. Set before
+  // the loop.
+  void set_on_settled(std::function<void()> settled) { on_settled_ = std::move(settled); }
   // Distributed runs, a follower told of rank 0's jump where its loop
   // cannot wait for its next batch to begin (a collective of the loop's own
   // comes first): raises the armed jump now, as that batch's start would.
@@ -290,6 +298,7 @@ class SessionCore {
   std::optional<int64_t> loop_epoch_;  // the epoch epochs() runs, for batches() without one
   int64_t loop_epochs_ = 0;            // epochs()'s n
   bool jumps_held_ = false;            // hold_jumps()
+  std::function<void()> on_settled_;   // set_on_settled()
   std::unique_ptr<time_travel::TrainingRestorer> restorer_;
 
   // The armed freeze (moment_mu_), and the file of the batch it is being

@@ -189,6 +189,29 @@ TEST(Checks, SumsThatThrowAreIsolatedPerTensor) {
   EXPECT_DOUBLE_EQ(*sums[2], 4.0);
 }
 
+TEST(Checks, TheFastGradientSumSeesEveryValue) {
+  // float32 CPU gradients are summed in 16 float lanes over blocks of 256
+  // values, a block's total added in float64, the tail alone.
+  torch::manual_seed(0);
+  auto t = torch::randn({1000});  // three blocks and a tail of 232
+  const double exact = t.to(torch::kDouble).abs().sum().item<double>();
+  EXPECT_NEAR(abs_sums({t})[0], exact, exact * 1e-6);
+  for (int64_t at : {0, 17, 255, 256, 767, 768, 999}) {
+    for (float bad : {NAN, INFINITY, -INFINITY}) {
+      auto poisoned = t.clone();
+      poisoned[at] = bad;
+      EXPECT_FALSE(std::isfinite(abs_sums({poisoned})[0])) << at << " " << bad;
+    }
+  }
+  // A lane never falls below its largest |x| (the overflow test needs the
+  // sum to reach it); a lane that overflows float32 reads as not finite.
+  auto one = torch::zeros({300});
+  one[100] = -3.0e38f;
+  EXPECT_GE(abs_sums({one})[0], 3.0e38);
+  EXPECT_FALSE(std::isfinite(abs_sums({torch::full({512}, 3.0e38f)})[0]));
+  EXPECT_TRUE(suspicious(abs_sums({torch::full({512}, 3.0e38f)})[0], 512, torch::kFloat, false, 0.01));
+}
+
 TEST(DebugStateTest, UncheckedTensorsAreListed) {
   int changes = 0;
   DebugState state(DebugSettings(), [&] { ++changes; });

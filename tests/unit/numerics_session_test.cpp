@@ -355,6 +355,42 @@ TEST(NumericsSession, WithoutAUiTheRunGoesOnAndTheIntervalIsHonoured) {
   EXPECT_EQ(detail::core_of(session)->debug().checked_batches(), 3);
 }
 
+TEST(NumericsSession, ABatchSettlesOnceItsOneBackwardIsCheckedClean) {
+  // Served and detached, the guard on: a NaN could pause any batch until its
+  // backward is checked. A batch's first backward, after a batch of one,
+  // settles it (a distributed rank 0 then lets the followers past the next
+  // boundary); the batch after one of two backwards does not settle, nor
+  // does the first batch.
+  torch::manual_seed(4);
+  test::TwoLayer model;
+  torch::optim::SGD opt(model->parameters(), 0.1);
+  auto data = test::make_batches(6);
+  auto session = start(model, StartOptions().optimizer(&opt).debug(test::quiet_checks()));
+  ASSERT_TRUE(serve(session, quiet_server()));
+  session.detach();
+  auto* core = detail::core_of(session);
+  int batch = -1;
+  std::vector<std::pair<int, bool>> settled;  // (batch, runs through the next boundary then)
+  core->set_on_settled([&] { settled.emplace_back(batch, core->runs_through_next_boundary()); });
+  std::vector<bool> through_at_start;
+  for (auto& b : session.batches(data, "train")) {
+    ++batch;
+    through_at_start.push_back(core->runs_through_next_boundary());
+    opt.zero_grad();
+    if (batch == 3) {
+      // Two backwards in one batch (a GAN's, gradient accumulation).
+      torch::cross_entropy_loss(model->forward(b.first), b.second).backward();
+    }
+    torch::cross_entropy_loss(model->forward(b.first), b.second).backward();
+    opt.step();
+  }
+  session.close();
+  const std::vector<std::pair<int, bool>> expected = {{1, true}, {2, true}, {3, true}, {5, true}};
+  EXPECT_EQ(settled, expected);
+  // Until it settles, a batch the checks could pause is not run through.
+  EXPECT_EQ(through_at_start, std::vector<bool>(6, false));
+}
+
 TEST(NumericsSession, DisabledChecksInstallNothingThatTrips) {
   test::TwoLayer model;
   torch::optim::SGD opt(model->parameters(), 0.1);
