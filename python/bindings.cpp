@@ -470,6 +470,7 @@ class Engine {
   // boundary now (nothing can stop rank 0 before it), and the jumps held
   // meanwhile (session_core.h).
   bool runs_through_next_boundary() { return core_->runs_through_next_boundary(); }
+  bool checks_can_pause() { return core_->checks_can_pause(); }
   uint64_t stats_settings_version() { return core_->stats().settings_version(); }
   void hold_jumps(bool held) { core_->hold_jumps(held); }
   // Rank 0: `settled()` runs when the batch under way can no longer pause
@@ -989,6 +990,7 @@ PYBIND11_MODULE(_nansense, m) {
       .def("add_stats_shard", &Engine::add_stats_shard)
       .def("set_peer_checkpoints", &Engine::set_peer_checkpoints)
       .def("runs_through_next_boundary", &Engine::runs_through_next_boundary)
+      .def("checks_can_pause", &Engine::checks_can_pause)
       .def("hold_jumps", &Engine::hold_jumps)
       .def("set_settled_callback", &Engine::set_settled_callback)
       .def("raise_armed_jump", &Engine::raise_armed_jump)

@@ -24,7 +24,7 @@ is printed as a share of the DDP step, beside the ratios. The model: an MLP
 512-1024-1024-10, 64 samples per rank, one thread per rank (a
 parameter-heavy step: the worst case for the guard).
 
-    PYTHONPATH=build/python .venv/bin/python bench/python/ddp.py [--batches 200] [--rounds 5]
+    PYTHONPATH=build/python .venv/bin/python bench/python/ddp.py [--batches 200] [--rounds 9]
 
 Variants run interleaved, round after round; each ratio is the median of
 the per-round ratios (rank 0's wall time) to the plain loop of the same round.
@@ -111,7 +111,7 @@ def worker(rank, world, port, args, out):
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--batches", type=int, default=200)
-    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--rounds", type=int, default=9)
     args = p.parse_args()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -19,7 +19,8 @@ exchange over the process group's own store (a TCPStore):
                     (the Stats page shows the global batch), names a
                     follower's trip, and sets g/<n> = the decision for
                     boundary n (b"" = go on, or JSON: jump to epoch k, stop,
-                    halt the loop, the statistics settings changed)
+                    halt the loop, the statistics settings changed, whether
+                    to report batches checked clean)
   each follower     waits for g/<n> (fetched ahead by a thread of its own)
                     and applies it before its batch n begins.
 
@@ -30,11 +31,14 @@ pauses every rank there). One exception, a batch ahead: when nothing can
 stop rank 0 before its next batch begins (no pause decided after this batch,
 no check that can pause inside it, no jump armed: the engine's
 runs_through_next_boundary()), rank 0 sends the decision for boundary n+1
-as its batch n begins, or, where only its checks could stop it (a UI is
-served and the guard is on), as soon as they are over: once the batch's one
-backward is checked clean (the engine's settled callback, while the
-followers make their optimizer step). It holds jumps until batch n+1 has
-begun. Then the
+as its batch n begins, or, where only the checks could stop it (a UI is
+served and the guard is on), as soon as they are over on every rank: each
+follower whose batch's one backward checked clean (the engine's settled
+callback) sets q/<r>/<k> = {"clean": n+1}, and rank 0 sends the decision
+once its own batch and every follower's did (the last of them to know
+sends it, while the ranks make their optimizer step; a rank whose batch
+tripped says nothing, so every rank waits at that boundary). It holds jumps
+until batch n+1 has begun. Then the
 followers pass boundary n+1 without waiting (their thread fetched it during
 the batch) and without a word unless they have news, and rank 0 does not
 wait for them there (its readers add the news as it comes); a pause or jump
@@ -156,7 +160,11 @@ class Coordinator:
         self._own_trip_at: set[int] = set()  # boundaries where rank 0's own trip was news
         self._hold_wanted = False            # a follower tripped where rank 0 did not wait: hold at the next wait
         self._pending: Optional[int] = None  # the boundary gathered, its decision not yet sent
-        self._sent = -1                      # the last boundary whose decision is sent
+        self._sent = -1                      # the last boundary whose decision is sent (under _cond)
+        self._gathering = -1                 # the boundary rank 0's training thread gathers last (under _cond)
+        self._clean: dict[int, set] = {}     # boundary -> followers whose batch before it checked clean
+        self._ready: Optional[tuple] = None  # (boundary, its decision): rank 0's batch before it checked clean
+        self._clean_sent: Optional[bool] = None  # whether the followers were last told to report clean batches
         self._stats_sent: Optional[dict] = None  # the statistics settings the followers have
         self._halt_asked = False             # request_halt(): the next decision sent carries it
         self._halt_at: Optional[int] = None  # every rank: the boundary whose decision carried the halt
@@ -165,6 +173,9 @@ class Coordinator:
         # A follower: the decisions fetched ahead; its news sent so far.
         self._decisions: dict[int, bytes] = {}
         self._posted = 0
+        self._waited = 0        # boundaries where this follower waited for rank 0's decision
+        self._cleans = 0        # batches this follower reported checked clean
+        self._report_clean = False  # rank 0 wants word of each batch checked clean
         self._rejoin = False  # a follower that made a jump: its engine landed paused, detach it again
         self._checkpoints_sent: Optional[tuple] = None  # the epochs this follower last reported
         self._handshake()
@@ -179,17 +190,17 @@ class Coordinator:
         self._heartbeat.start()
         for feed in self._feeds:
             feed.start()
-        if self.leader:
-            # Rank 0's batch whose checks are over (its backward checked
-            # clean) can no longer pause: the next boundary's decision goes
-            # out then, while the followers make their optimizer step.
-            me = weakref.ref(self)
+        # A batch whose checks are over (its backward checked clean) can no
+        # longer pause: once rank 0's and every follower's are, rank 0
+        # sends the next boundary's decision, while the ranks make their
+        # optimizer step.
+        me = weakref.ref(self)
 
-            def settled() -> None:
-                coordinator = me()
-                if coordinator is not None:
-                    coordinator._settled()
-            engine.set_settled_callback(settled)
+        def settled() -> None:
+            coordinator = me()
+            if coordinator is not None:
+                coordinator._settled()
+        engine.set_settled_callback(settled)
 
     # ---- start
 
@@ -309,6 +320,18 @@ class Coordinator:
                 return
             try:
                 news = json.loads(values[0])
+                if "clean" in news:
+                    # Its batch before boundary `clean` checked clean (it has
+                    # not reached the boundary yet).
+                    with self._cond:
+                        self._clean.setdefault(int(news["clean"]), set()).add(r)
+                        self._send_ready(store)
+                    try:
+                        store.delete_key(key)
+                    except Exception:
+                        pass
+                    k += 1
+                    continue
                 n = int(news["b"])
                 self._add_shard(r, news)
                 self._note_checkpoints(r, news)
@@ -458,10 +481,15 @@ class Coordinator:
             with self._cond:
                 self._own_trip_at.add(n)
         self._pending = n
-        if n <= self._sent and not (close or jump):
+        with self._cond:
+            self._gathering = n
+            for k in [k for k in self._clean if k <= n]:
+                del self._clean[k]
+            let_past = n <= self._sent
+        if let_past and not (close or jump):
             return  # let past a batch ahead: the reader takes the news as it comes
         everyone = lambda: min(self._seen.values()) >= n  # noqa: E731
-        if close and n <= self._sent:
+        if close and let_past:
             # Let past this boundary, a follower still in its loop (a longer
             # one than rank 0's) would never say so here: rank 0 waits for
             # the followers' last news for as long as for a lost rank.
@@ -536,6 +564,10 @@ class Coordinator:
             out["halt"] = True
         # The followers collect what rank 0 collects (as of this batch), so
         # that their shards add up to the global batch.
+        clean = bool(self.engine.checks_can_pause())
+        if clean != self._clean_sent:
+            self._clean_sent = clean
+            out["report_clean"] = clean
         version = self.engine.stats_settings_version()
         if version != self._stats_version:
             self._stats_version = version
@@ -566,14 +598,21 @@ class Coordinator:
         n, self._pending = self._pending, None
         if jump is not None or close:
             self.engine.hold_jumps(False)
-            self._sent = n
+            with self._cond:
+                self._sent = n
             self._main.set(f"g/{n}", json.dumps({"jump": jump}).encode() if jump is not None else self._end_decision())
             if close:
                 self.close()
             return
-        if n > self._sent:
-            self._sent = n
-            self._main.set(f"g/{n}", self._decision(n))
+        with self._cond:
+            send = n > self._sent
+            if send:
+                self._sent = n
+                # Prepared when rank 0's batch checked clean (it may carry a halt).
+                ready = self._ready[1] if self._ready and self._ready[0] == n else None
+                self._ready = None
+        if send:
+            self._main.set(f"g/{n}", ready if ready is not None else self._decision(n))
         if ahead:
             self.release_ahead()
         else:
@@ -591,18 +630,56 @@ class Coordinator:
         # meanwhile is raised a batch later, where every rank waits.
         self.engine.hold_jumps(ahead)
         following = self._n
-        if ahead and following > self._sent:
-            self._sent = following
+        with self._cond:
+            send = ahead and following > self._sent
+            if send:
+                self._sent = following
+        if send:
             self._main.set(f"g/{following}", self._decision(following))
 
     def _settled(self) -> None:
         # From the backward's final callback, with the training thread
-        # inside backward() (nothing else sends decisions meanwhile). A
-        # store that fails here fails the next wait too, which says why.
+        # inside backward(). A store that fails here fails the next wait
+        # too, which says why.
         try:
-            self.release_ahead()
+            if not self.leader:
+                if self._report_clean and not self._closed:
+                    self._main.set(f"q/{self.rank}/{self._posted}", json.dumps({"clean": self._n}).encode())
+                    self._posted += 1
+                    self._cleans += 1
+                return
+            if self._closed:
+                return
+            with self._cond:
+                # Sent already as the batch began (nothing could stop it).
+                ahead = not self._hold_wanted and self._lost is None and self._n > self._sent
+            if not ahead or not self.engine.runs_through_next_boundary():
+                return
+            # Held while the followers may pass the next boundary: a jump
+            # armed meanwhile is raised a batch later, where every rank waits.
+            self.engine.hold_jumps(True)
+            decision = self._decision(self._n)
+            with self._cond:
+                self._ready = (self._n, decision)
+                self._send_ready(self._main)
         except Exception:
             pass
+
+    def _send_ready(self, store: Any) -> None:
+        """Rank 0, under _cond: send the prepared decision once rank 0's and
+        every follower's batch before its boundary checked clean, unless
+        rank 0's training thread is gathering that boundary already."""
+        if self._ready is None:
+            return
+        n, decision = self._ready
+        if n <= self._sent or self._gathering >= n or len(self._clean.get(n, ())) < self.world - 1:
+            return
+        self._sent = n
+        self._ready = None
+        try:
+            store.set(f"g/{n}", decision)
+        except Exception:
+            pass  # the store is gone: every rank's next wait says so
 
     def _note_trips(self, tripped: dict) -> None:
         ranks = sorted(self._trips)
@@ -642,6 +719,8 @@ class Coordinator:
             # In hand already: rank 0 let this rank past a batch ahead, and
             # does not wait for its word here (only for news).
             ahead = n in self._decisions
+        if not ahead:
+            self._waited += 1
         if news or not ahead:
             news = json.dumps({"b": n, **(json.loads(news) if news else {})}).encode()
             self._main.set(f"q/{self.rank}/{self._posted}", news)
@@ -666,6 +745,8 @@ class Coordinator:
             raise DistributedError(f"nansense (rank {self.rank}): {why}")
         if decision.get("halt"):
             self._halt_at = n
+        if "report_clean" in decision:
+            self._report_clean = bool(decision["report_clean"])
         if "stats_settings" in decision:
             self._apply_stats_settings(decision["stats_settings"])
         jump = decision.get("jump")
@@ -733,8 +814,7 @@ class Coordinator:
             return
         self._closed = True
         self._stop.set()
-        if self.leader:
-            self.engine.set_settled_callback(None)
+        self.engine.set_settled_callback(None)
         if self.leader and self._main is not None:
             # The followers' fetchers wait for the decision after the last
             # one sent: the end. (A follower still in its loop reads it at

@@ -97,6 +97,9 @@ class Monitor {
   void abandon();
   // Whether the checks can stop the batch in progress (they run on it and a
   // pause has somewhere to be resumed from).
+  // Whether the checks, as set, can pause batches (a UI is served); the
+  // batch in progress may have settled.
+  bool can_pause_batches() const { return !disabled_ && state_.settings().enabled() && host_.can_pause(); }
   // False from the moment a batch settles (Host::settled).
   bool can_stop_batch() const { return active_ && !settled_ && host_.can_pause(); }
 

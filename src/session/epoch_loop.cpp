@@ -98,6 +98,8 @@ bool SessionCore::runs_through_next_boundary() const {
   return control_.state() == RunState::kRunning;
 }
 
+bool SessionCore::checks_can_pause() const { return numerics_->can_pause_batches(); }
+
 void SessionCore::abort_epochs() {
   loop_epoch_.reset();
   restorer_->close();

@@ -173,6 +173,10 @@ class SessionCore {
   // with the training thread inside backward(); must not throw. Set before
   // the loop.
   void set_on_settled(std::function<void()> settled) { on_settled_ = std::move(settled); }
+  // Distributed runs (rank 0), training thread: whether the checks can
+  // pause a batch before it settles (they are on and a UI is served), so
+  // the followers' word of their batches checked clean is wanted.
+  bool checks_can_pause() const;
   // Distributed runs, a follower told of rank 0's jump where its loop
   // cannot wait for its next batch to begin (a collective of the loop's own
   // comes first): raises the armed jump now, as that batch's start would.

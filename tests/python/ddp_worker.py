@@ -21,9 +21,10 @@ MASTER_PORT in the environment), in the run's folder (its cwd). Options
                       UI after the error)
 Each rank appends one JSON line per event to rank<r>.log: {"begin": [e, b]}
 when a batch body begins, {"done": [e, b]} when it ends, {"epoch": e,
-"weights": sum} at each epoch's start, and a follower {"posted": k,
-"boundaries": n} before it closes (the boundaries where it waited for rank
-0's word, of those it met); rank 0 writes the UI's address to url.
+"weights": sum} at each epoch's start, and a follower {"waited": k,
+"cleans": c, "boundaries": n} before it closes (the boundaries where it
+waited for rank 0's word, the batches it reported checked clean, of the
+boundaries it met); rank 0 writes the UI's address to url.
 """
 
 import json
@@ -112,8 +113,8 @@ def main():
         sys.exit(1)
     coordinator = getattr(session, "_coordinator", None)
     if coordinator is not None and not coordinator.leader:
-        # Where this follower had to wait for rank 0 (and said so), of the boundaries it met.
-        note(posted=coordinator._posted, boundaries=coordinator._n)
+        # Where this follower had to wait for rank 0's word, of the boundaries it met.
+        note(waited=coordinator._waited, cleans=coordinator._cleans, boundaries=coordinator._n)
     session.close()
     if rank == 0 and opts.get("dump_stats"):
         with open("stats.json", "w") as f:

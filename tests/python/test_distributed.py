@@ -313,11 +313,19 @@ def test_a_free_running_run_pauses_and_jumps_with_every_rank_at_one_boundary(run
     for rank in (0, 1):
         assert r.last(rank, "begin") == where, f"rank {rank} went past rank 0's pause at {where}: {r.last(rank, 'begin')}"
     r.finish(api)
-    # The full exchange in the last epoch's 150 batches (a jump asked for in
-    # its last batch would find no boundary after it) and around the pauses
-    # and the jump; elsewhere the followers pass without a word.
-    counts = [e for e in r.events(1) if "posted" in e][-1]
-    assert counts["boundaries"] > 450 and counts["posted"] < 150 + (counts["boundaries"] - 150) / 10, counts
+    counts = [e for e in r.events(1) if "waited" in e][-1]
+    assert counts["boundaries"] > 450, counts
+    if checks == "off":
+        # Rank 0 lets the follower past as each batch begins: the follower
+        # waits only in the last epoch's 150 batches (a jump asked for in its
+        # last batch would find no boundary after it) and around the pauses
+        # and the jump, and is never asked to report its batches.
+        assert counts["waited"] < 150 + (counts["boundaries"] - 150) / 10 and counts["cleans"] == 0, counts
+    else:
+        # Rank 0 asked for word of every batch checked clean, and had it
+        # (whether it came before the follower reached the boundary is a
+        # matter of timing: bench/python/ddp.py measures what it saves).
+        assert counts["cleans"] > 0.9 * counts["boundaries"], counts
 
 
 def test_a_follower_with_a_longer_loop_than_rank_0s_is_not_left_hanging(run):
