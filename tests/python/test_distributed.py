@@ -30,17 +30,26 @@ def free_port():
 class Run(RankRun):
     """world worker processes of one DDP run in folder."""
 
-    def __init__(self, folder, world, **opts):
+    def __init__(self, folder, world, hosts=None, **opts):
+        """`hosts`: per rank, (command prefix, address, interface) — the
+        rank's "host" (a network namespace) and the address rank 0's store
+        listens on; default: every rank on loopback."""
         self.folder = Path(folder)
         self.world = world
         port = free_port()
         self.procs = []
         for rank in range(world):
+            prefix, master, extra = [], "127.0.0.1", {}
+            if hosts:
+                prefix, master, interface = hosts[rank][0], hosts[0][1], hosts[rank][2]
+                extra = {"GLOO_SOCKET_IFNAME": interface, "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+                         "GROUP_RANK": str(rank)}
             env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
-                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), NANSENSE_DDP_TIMEOUT=str(TIMEOUT),
+                       MASTER_ADDR=master, MASTER_PORT=str(port), NANSENSE_DDP_TIMEOUT=str(TIMEOUT),
                        OMP_NUM_THREADS="1")
-            self.procs.append(subprocess.Popen([sys.executable, str(WORKER), json.dumps(opts)], cwd=folder, env=env,
-                                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+            env.update(extra)
+            self.procs.append(subprocess.Popen(prefix + [sys.executable, str(WORKER), json.dumps(opts)], cwd=folder,
+                                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
 
     def until(self, condition, what, timeout=60):
         deadline = time.monotonic() + timeout
@@ -404,3 +413,63 @@ def test_statistics_add_up_across_ranks_to_the_global_batch(run, world):
             continue
         assert mine["gradient"]["n"] == bucket.gradients.n, key
         assert mine["gradient"]["sum"] == pytest.approx(world * bucket.gradients.sum, rel=1e-4, abs=1e-6), key
+
+
+@pytest.fixture
+def second_host():
+    """A second "host" on this machine: a network namespace of its own, linked
+    to this one by a veth pair (10.231.<k>.1 here, .2 there), made and removed
+    by the test. Needs root (CAP_NET_ADMIN) and iproute2: skipped otherwise."""
+    import shutil
+    if os.geteuid() != 0 or not shutil.which("ip"):
+        pytest.skip("a network namespace needs root and iproute2 (ip)")
+    k = os.getpid() % 250
+    ns, here, there = f"nansense-host-{os.getpid()}", f"nsv{os.getpid() % 100000}a", f"nsv{os.getpid() % 100000}b"
+
+    def ip(*args, inside=False):
+        cmd = (["ip", "netns", "exec", ns] if inside else []) + ["ip", *args]
+        return subprocess.run(cmd, capture_output=True, text=True)
+
+    made = ip("netns", "add", ns)
+    if made.returncode != 0:
+        pytest.skip(f"no network namespace here: {made.stderr.strip()}")
+    try:
+        for args, inside in [(("link", "add", here, "type", "veth", "peer", "name", there), False),
+                             (("link", "set", there, "netns", ns), False),
+                             (("addr", "add", f"10.231.{k}.1/30", "dev", here), False),
+                             (("link", "set", here, "up"), False),
+                             (("addr", "add", f"10.231.{k}.2/30", "dev", there), True),
+                             (("link", "set", there, "up"), True),
+                             (("link", "set", "lo", "up"), True)]:
+            done = ip(*args, inside=inside)
+            assert done.returncode == 0, (args, done.stderr)
+        yield [([], f"10.231.{k}.1", here), (["ip", "netns", "exec", ns], f"10.231.{k}.2", there)]
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        subprocess.run(["ip", "link", "del", here], capture_output=True)
+
+
+def test_two_hosts_pause_step_and_a_nan_on_the_second_pauses_both(run, second_host, tmp_path):
+    # Two "hosts" (rank 1 in a network namespace of its own, over a veth
+    # link): rank 0's store and Gloo's connections cross the link, not
+    # loopback, as in a two-node torchrun (--nnodes=2, one process each).
+    r = run(2, hosts=second_host, epochs=1, batches=4, nan_rank=1, nan_batch=2)
+    api = r.api()
+    status = r.until(lambda: (s := api.get("/api/status"))["state"] == "paused" and s, "the first pause")
+    assert paused_at(status) == (0, 0)
+    # Rank 1 runs on the other network stack (`ip netns exec` execs it).
+    assert os.readlink(f"/proc/{r.procs[1].pid}/ns/net") != os.readlink("/proc/self/ns/net")
+    status = api.post("/api/step", {"unit": "batch", "timeout_seconds": 30})
+    assert status["state"] == "paused" and paused_at(status) == (0, 1)
+    r.until(lambda: r.all_done((0, 1)), "both hosts to finish batch 1")
+    assert r.last(1, "begin") == (0, 1), r.events(1)
+    api.post("/api/run", {"detach": True})
+    report = r.until(lambda: (d := api.get("/api/debug")).get("error") and "rank 1 at" in
+                     ((d["error"].get("root_cause") or {}).get("summary") or "") and d, "the report naming rank 1")
+    assert report["error"]["position"]["batch_idx"] == 2
+    status = api.get("/api/status")
+    assert status["state"] == "paused" and paused_at(status) == (0, 2), status
+    r.until(lambda: r.last(1, "done") == (0, 2), "rank 1 to reach the boundary")
+    assert r.last(1, "begin") == (0, 2)
+    assert sorted((tmp_path / "nansense_capsules" / "rank_1").glob("*")), "rank 1 wrote no capsule"
+    r.finish(api)
