@@ -224,9 +224,15 @@ void DebugState::choose_update(bool skip) {
                     "; the choice applies only while "
                     "the loop is paused before the step");
     }
+    if (skip && !skip_refused_.empty()) throw std::logic_error(skip_refused_);
     skip_update_ = skip;
   }
   notify();
+}
+
+void DebugState::refuse_skip(std::string why) {
+  std::lock_guard lock(mu_);
+  skip_refused_ = std::move(why);
 }
 
 bool DebugState::skip_chosen() const {

@@ -75,6 +75,11 @@ class DebugState {
   bool release_update();
   // Whether skipping the held update is chosen.
   bool skip_chosen() const;
+  // From now on choose_update(true) throws std::logic_error(why) (a
+  // distributed rank: the other ranks step with the same averaged
+  // gradients, so skipping the step on one rank alone would make the
+  // replicas differ). "" allows skipping again.
+  void refuse_skip(std::string why);
 
   // Bookkeeping shown in the report.
   void note_checked();
@@ -87,6 +92,7 @@ class DebugState {
  private:
   void notify();
   bool skip_update_ = false;
+  std::string skip_refused_;  // refuse_skip()
 
   mutable std::mutex mu_;
   DebugSettings settings_;

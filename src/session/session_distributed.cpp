@@ -57,6 +57,12 @@ void SessionCore::set_rank(int rank) {
   if (rank < 0) throw UsageError("a rank is >= 0, got " + std::to_string(rank));
   rank_ = rank;
   debug().set_settings(settings_for_rank(debug().settings()));
+  debug().refuse_skip(
+      "this is a distributed run: every rank steps with the same averaged gradients, and the other ranks make "
+      "this batch's optimizer step with them, so skipping it on rank " +
+      std::to_string(rank) +
+      " alone would leave the model replicas different; apply it, and rewind with time travel "
+      "(session.epochs) to undo it on every rank");
 }
 
 EpochOptions SessionCore::options_for_rank(EpochOptions options) const {
@@ -115,8 +121,7 @@ void SessionCore::join_run(const DistributedRun& run) {
   const auto address = distributed::address_of(run.store);
   const auto timeout = distributed::timeout_from_env();
   const int rank = run.rank;
-  rank_ = rank;
-  debug().set_settings(settings_for_rank(debug().settings()));
+  set_rank(rank);
   if (rank != 0) {
     // Followers never pause on their own: rank 0 decides at every boundary.
     control_.detach();

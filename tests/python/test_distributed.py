@@ -174,6 +174,30 @@ def test_a_nan_on_rank_1_pauses_every_rank_and_each_writes_its_capsule(run, tmp_
         assert bool(torch.isfinite(loss)) == finite, (rank, loss)
 
 
+def test_a_nan_in_rank_0s_backward_pauses_it_there_and_the_others_at_the_boundary(run):
+    # Rank 0's check runs in autograd's final callback, once DDP has launched
+    # every gradient all-reduce: paused there (before its optimizer step),
+    # rank 0 does not hold the others inside a collective; they finish the
+    # batch and wait at its boundary, for longer than the process group's
+    # timeout. They step with the averaged gradients, so rank 0 must too:
+    # skipping its update alone is refused, saying why.
+    r = run(2, epochs=1, batches=4, nan_rank=0, nan_batch=2, pg_timeout=3)
+    api = r.api()
+    r.until(lambda: api.get("/api/status")["state"] == "paused", "the first pause")
+    api.post("/api/run", {"detach": True})
+    error = r.until(lambda: (d := api.get("/api/debug")).get("error") and d["error"], "the NaN on rank 0")
+    assert error["position"]["batch_idx"] == 2 and error["update"] == "held", error
+    r.until(lambda: r.last(1, "done") == (0, 2), "rank 1 to finish the batch")
+    assert r.last(0, "begin") == (0, 2) and r.last(0, "done") == (0, 1), r.events(0)
+    time.sleep(4)  # the pause outlasts the process group's timeout (3 s)
+    code, body, _ = api.request("POST", "/api/debug/choose_update", {"action": "skip"})
+    assert code == 409 and b"distributed run" in body and b"time travel" in body, (code, body)
+    assert api.post("/api/debug/choose_update", {"action": "apply"})["error"]["update"] == "held"
+    r.finish(api)
+    for rank in (0, 1):
+        assert [tuple(e["done"]) for e in r.events(rank) if "done" in e] == [(0, b) for b in range(4)], r.events(rank)
+
+
 def test_check_settings_from_rank_0s_ui_stay_rank_0s_own(run):
     r = run(2, epochs=1, batches=2)
     api = r.api()

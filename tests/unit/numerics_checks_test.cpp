@@ -268,6 +268,24 @@ TEST(DebugStateTest, LaterHitsMergeIntoTheFirst) {
   EXPECT_EQ(changes, 2);
 }
 
+TEST(DebugStateTest, ARefusedSkipSaysWhyAndApplyingStaysOpen) {
+  DebugState state(DebugSettings(), [] {});
+  state.record(hit("train", 3, {"nan"}, {{"fc1", 0.5}}));
+  state.amend([](DebugError& e) { e.update = "held"; });
+  state.refuse_skip("the other ranks step with these gradients");
+  try {
+    state.choose_update(true);
+    ADD_FAILURE() << "skipping was accepted";
+  } catch (const std::logic_error& e) {
+    EXPECT_STREQ(e.what(), "the other ranks step with these gradients");
+  }
+  EXPECT_FALSE(state.skip_chosen());
+  state.choose_update(false);  // applying stays open
+  state.refuse_skip("");
+  state.choose_update(true);
+  EXPECT_TRUE(state.skip_chosen());
+}
+
 TEST(DebugStateTest, SilencingACategoryTurnsItOffAndClearsIt) {
   DebugState state(DebugSettings(), nullptr);
   state.record(hit("train", 1, {"nan", "overflow"}, {{"fc1", 0.5}, {"fc2", 0, 0, 0, 0.4}}));
