@@ -325,7 +325,8 @@ class Coordinator:
                     # not reached the boundary yet).
                     with self._cond:
                         self._clean.setdefault(int(news["clean"]), set()).add(r)
-                        self._send_ready(store)
+                        ready = self._take_ready()
+                    self._send(store, ready)
                     try:
                         store.delete_key(key)
                     except Exception:
@@ -600,6 +601,13 @@ class Coordinator:
             self.engine.hold_jumps(False)
             with self._cond:
                 self._sent = n
+                if self._ready and self._ready[0] == n:
+                    # Prepared, never sent: what it told the followers is
+                    # told again with the next decision.
+                    self._ready = None
+                    self._stats_version = self._stats_sent = self._clean_sent = None
+                    if self._halt_at == n:
+                        self._halt_at = None
             self._main.set(f"g/{n}", json.dumps({"jump": jump}).encode() if jump is not None else self._end_decision())
             if close:
                 self.close()
@@ -661,23 +669,31 @@ class Coordinator:
             decision = self._decision(self._n)
             with self._cond:
                 self._ready = (self._n, decision)
-                self._send_ready(self._main)
+                ready = self._take_ready()
+            self._send(self._main, ready)
         except Exception:
             pass
 
-    def _send_ready(self, store: Any) -> None:
-        """Rank 0, under _cond: send the prepared decision once rank 0's and
-        every follower's batch before its boundary checked clean, unless
-        rank 0's training thread is gathering that boundary already."""
+    def _take_ready(self) -> Optional[tuple]:
+        """Rank 0, under _cond: the prepared decision, to send now that rank
+        0's and every follower's batch before its boundary checked clean
+        (None while one has not, or once rank 0's training thread gathers
+        that boundary itself); marked sent."""
         if self._ready is None:
-            return
+            return None
         n, decision = self._ready
         if n <= self._sent or self._gathering >= n or len(self._clean.get(n, ())) < self.world - 1:
-            return
+            return None
         self._sent = n
         self._ready = None
+        return n, decision
+
+    @staticmethod
+    def _send(store: Any, ready: Optional[tuple]) -> None:
+        if ready is None:
+            return
         try:
-            store.set(f"g/{n}", decision)
+            store.set(f"g/{ready[0]}", ready[1])
         except Exception:
             pass  # the store is gone: every rank's next wait says so
 

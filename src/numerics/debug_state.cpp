@@ -235,6 +235,11 @@ void DebugState::refuse_skip(std::string why) {
   skip_refused_ = std::move(why);
 }
 
+std::string DebugState::skip_refused() const {
+  std::lock_guard lock(mu_);
+  return skip_refused_;
+}
+
 bool DebugState::skip_chosen() const {
   std::lock_guard lock(mu_);
   return skip_update_;

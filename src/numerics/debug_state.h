@@ -80,6 +80,7 @@ class DebugState {
   // gradients, so skipping the step on one rank alone would make the
   // replicas differ). "" allows skipping again.
   void refuse_skip(std::string why);
+  std::string skip_refused() const;
 
   // Bookkeeping shown in the report.
   void note_checked();

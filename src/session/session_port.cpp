@@ -57,6 +57,7 @@ class CorePort final : public SessionPort {
   std::vector<numerics::UncheckedTensor> unchecked_tensors() const override { return core_.debug().unchecked(); }
   numerics::RerunNote rerun_note() const override { return core_.rerun_note(); }
   bool skip_update_chosen() const override { return core_.debug().skip_chosen(); }
+  std::string skip_refused() const override { return core_.debug().skip_refused(); }
   void choose_update(bool skip) override { core_.debug().choose_update(skip); }
   void silence_debug_check(const std::string& category) override { core_.debug().silence(category); }
   void clear_debug_error() override { core_.debug().clear(); }

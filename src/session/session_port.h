@@ -113,6 +113,9 @@ class NumericsPort {
   virtual numerics::RerunNote rerun_note() const = 0;
   // Whether skipping the held poisoned update is chosen.
   virtual bool skip_update_chosen() const = 0;
+  // Why skipping a held update is refused ("" when it is not: a
+  // distributed rank's, DebugState::refuse_skip).
+  virtual std::string skip_refused() const = 0;
   // Throws std::logic_error when no update is held.
   virtual void choose_update(bool skip) = 0;
   // Throws ArgumentError for an unknown category.

@@ -84,23 +84,26 @@ export async function showAllLayers(page, names, timeout) {
 // Serves `page` a numerical error standing on the synthetic network: the
 // status pushed over /ws and /api/debug name `producer` (an `op` in the
 // forward pass) and the layers `others` as holding NaNs, as the demo at
-// `demo` would report them.
-export async function fakeNaN(page, demo, producer, others, op = 'aten::div') {
+// `demo` would report them. `update`/`skipRefused`: the error's held update
+// and why skipping it is refused (a distributed run's).
+export async function fakeNaN(page, demo, producer, others, op = 'aten::div', { update = null, skipRefused = null } = {}) {
   const status = await demo.api('/api/status');
   const row = (layer) => ({ layer, nan: 0.5, inf: 0, underflow: 0, overflow: 0, dtype: 'float32', sources: ['activation'] });
   const rows = [row(producer), ...others.map(row)];
   const summary = {
     reasons: ['nan'], reason_labels: ['NaN'], position: status.live_position, text: '', layers: rows.map((r) => r.layer),
     root_cause_status: 'found', producer: { op, pass: 'forward', layer: producer }, capsule: null, hits: 1,
-    update: null, skip_update: false,
+    update, skip_update: false, skip_refused: skipRefused,
   };
   const error = {
     position: status.live_position, reasons: ['nan'], reason_labels: ['NaN'], checks_used: ['nan_inf'], layers: rows, bands: [],
     root_cause: { status: 'found', summary: '', producer: null, propagators: [], propagator_count: 0 },
-    capsule: null, hits: 1, update: null, text: '',
+    capsule: null, hits: 1, update, text: '',
   };
   await page.routeWebSocket(/\/ws$/, (ws) => {
     ws.send(JSON.stringify({ type: 'status', status: { ...status, debug: { enabled: true, checks: ['nan_inf'], error: summary } } }));
   });
-  await page.route('**/api/debug', (route) => route.fulfill({ json: { settings: {}, error, checked_batches: 1, skip_update: false } }));
+  await page.route('**/api/debug', (route) =>
+    route.fulfill({ json: { settings: {}, error, checked_batches: 1, skip_update: false, skip_refused: skipRefused } }),
+  );
 }

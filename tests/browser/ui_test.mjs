@@ -241,6 +241,10 @@ async function main() {
     await foldedShapeOps(base);
   });
 
+  await check("a distributed run's held update: Skip is off and says why, Apply stays", async () => {
+    await skipRefused(base);
+  });
+
   await check('refusals and pushed states: toast, Step custom server message, lost banner, finished chip; pane widths persist', async () => {
     await pushedStates(base);
   });
@@ -357,6 +361,30 @@ async function manyLayers(base) {
 
 // A synthetic network with shape ops and a module called twice ("...#2"),
 // and a stand-in push whose NaN was produced in a folded shape op.
+async function skipRefused(base) {
+  const page = await h.newPage();
+  try {
+    await h.withPage(page, async () => {
+      const { names } = await fakeManyLayers(page, base, 8);
+      const why = 'this is a distributed run: every rank steps with the same averaged gradients';
+      await fakeNaN(page, h.demo, names[2], [], 'aten::div', { update: 'held', skipRefused: why });
+      await page.goto(base);
+      for (const id of ['banner-update', 'debug-update']) {
+        if (id === 'debug-update') await byTestId('debug-banner-details').click();
+        await byTestId(id).waitFor({ timeout: UI_TIMEOUT_MS });
+        await expectEnabled(`${id}-skip`, false);
+        await expectEnabled(`${id}-apply`, true);
+        const title = await byTestId(`${id}-skip`).getAttribute('title');
+        if (title !== why) throw new Error(`${id}'s Skip says "${title}", not why it is off`);
+        await expectText(`${id}-note`, /^Skipping is off: this is a distributed run/);
+      }
+      await screenshot('skip-refused');
+    });
+  } finally {
+    await page.close();
+  }
+}
+
 async function foldedShapeOps(base) {
   const COUNT = 30;
   const page = await h.newPage();

@@ -190,6 +190,9 @@ def test_a_nan_in_rank_0s_backward_pauses_it_there_and_the_others_at_the_boundar
     r.until(lambda: r.last(1, "done") == (0, 2), "rank 1 to finish the batch")
     assert r.last(0, "begin") == (0, 2) and r.last(0, "done") == (0, 1), r.events(0)
     time.sleep(4)  # the pause outlasts the process group's timeout (3 s)
+    # The UI knows beforehand (its Skip button is off and says why).
+    assert "distributed run" in (api.get("/api/debug")["skip_refused"] or "")
+    assert "distributed run" in (api.get("/api/status")["debug"]["error"]["skip_refused"] or "")
     code, body, _ = api.request("POST", "/api/debug/choose_update", {"action": "skip"})
     assert code == 409 and b"distributed run" in body and b"time travel" in body, (code, body)
     assert api.post("/api/debug/choose_update", {"action": "apply"})["error"]["update"] == "held"

@@ -9,6 +9,15 @@
 
 namespace nansense::server {
 
+namespace {
+
+json skip_refused(const detail::SessionPort& session) {
+  auto why = session.skip_refused();
+  return why.empty() ? json(nullptr) : json(std::move(why));
+}
+
+}  // namespace
+
 json Controller::debug_summary() const {
   const auto settings = session_.debug_settings();
   json checks = json::array();
@@ -38,7 +47,8 @@ json Controller::debug_summary() const {
                         {"update", error->update.empty() ? json(nullptr) : json(error->update)},
                         {"rerun", error->rerun},
                         {"ran_twice", error->rerun ? json(session_.rerun_note().ran_twice) : json(nullptr)},
-                        {"skip_update", session_.skip_update_chosen()}};
+                        {"skip_update", session_.skip_update_chosen()},
+                        {"skip_refused", skip_refused(session_)}};
   }
   return summary;
 }
@@ -64,9 +74,13 @@ json Controller::get_debug_report() const {
                 {"restored", note.restored},
                 {"runs_twice", note.runs_twice},
                 {"detect", note.detect}};
-  return {{"settings", numerics::to_json(settings)},       {"error", error ? numerics::to_json(*error) : json(nullptr)},
-          {"checked_batches", session_.checked_batches()}, {"skip_update", session_.skip_update_chosen()},
-          {"unchecked_tensors", std::move(unchecked)},     {"rerun", std::move(rerun)}};
+  return {{"settings", numerics::to_json(settings)},
+          {"error", error ? numerics::to_json(*error) : json(nullptr)},
+          {"checked_batches", session_.checked_batches()},
+          {"skip_update", session_.skip_update_chosen()},
+          {"skip_refused", skip_refused(session_)},
+          {"unchecked_tensors", std::move(unchecked)},
+          {"rerun", std::move(rerun)}};
 }
 
 json Controller::choose_update(const std::string& action) {

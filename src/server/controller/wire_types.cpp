@@ -167,7 +167,9 @@ void status_types(json& d, const Words& w) {
                                    {"rerun", boolean()},
                                    // With rerun: what ran twice, in the front end's words (the banner's clause).
                                    {"ran_twice", nullable(str())},
-                                   {"skip_update", boolean()}});
+                                   {"skip_update", boolean()},
+                                   // Why skipping the held update is refused (a distributed run), else null.
+                                   {"skip_refused", nullable(str())}});
   d["DebugSummary"] =
       object({{"enabled", boolean()}, {"checks", array(w.check)}, {"error", nullable(ref("DebugErrorSummary"))}});
   d["UpdateFrequency"] =
@@ -470,6 +472,7 @@ void debug_types(json& d, const Words& w) {
                              {"error", nullable(ref("DebugError"))},
                              {"checked_batches", integer()},
                              {"skip_update", boolean()},
+                             {"skip_refused", nullable(str())},
                              {"unchecked_tensors", array(ref("UncheckedTensor"))},
                              {"rerun", ref("DebugRerun")}});
 }

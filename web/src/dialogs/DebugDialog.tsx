@@ -116,7 +116,7 @@ function DebugDetails({ error, summary }: { error: DebugError; summary: DebugErr
           </>
         )}
       </p>
-      {update === 'held' && <UpdateChoice skip={summary.skip_update === true} testid="debug-update" />}
+      {update === 'held' && <UpdateChoice skip={summary.skip_update === true} refused={summary.skip_refused ?? null} testid="debug-update" />}
       {error.rerun && <RerunNote />}
       {error.root_cause && <RootCauseView error={error} />}
       <UncheckedList />

@@ -14,27 +14,31 @@ interface Props {
   // Test ids: `${testid}`, `${testid}-skip`, `${testid}-apply`.
   testid: string;
   compact?: boolean;
+  // Why skipping is refused (a distributed run: the other ranks step with
+  // the same gradients), else null: Skip is then off, and says why.
+  refused?: string | null;
 }
 
-export function UpdateChoice({ skip, testid, compact = false }: Props) {
+export function UpdateChoice({ skip, testid, compact = false, refused = null }: Props) {
   // One command at a time; the selection follows the pushed status.
   const [busy, setBusy] = useState(false);
   const choose = async (action: UpdateAction) => {
-    if (busy || (action === 'skip') === skip) return;
+    if (busy || (action === 'skip') === skip || (action === 'skip' && refused)) return;
     setBusy(true);
     await chooseUpdate(action);
     setBusy(false);
   };
   const option = (action: UpdateAction, label: string, title: string) => {
     const selected = (action === 'skip') === skip;
+    const off = action === 'skip' && refused !== null;
     return (
       <button
         type="button"
-        class={`update-option ${selected ? 'selected' : ''}`}
+        class={`update-option ${selected ? 'selected' : ''} ${off ? 'refused' : ''}`}
         data-testid={`${testid}-${action}`}
         aria-pressed={selected}
-        disabled={busy}
-        title={title}
+        disabled={busy || off}
+        title={off ? (refused ?? title) : title}
         onClick={() => void choose(action)}
       >
         {label}
@@ -48,7 +52,9 @@ export function UpdateChoice({ skip, testid, compact = false }: Props) {
         {option('skip', 'Skip this update', 'Clear the gradients before the loop resumes, so this step changes nothing')}
         {option('apply', 'Apply it', "Let optimizer.step() use this batch's gradients when the loop resumes (the default)")}
       </span>
-      <span class="update-choice-note">{SKIP_EXPLANATION}</span>
+      <span class="update-choice-note" data-testid={`${testid}-note`}>
+        {refused ? `Skipping is off: ${refused}.` : SKIP_EXPLANATION}
+      </span>
     </div>
   );
 }

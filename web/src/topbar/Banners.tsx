@@ -57,7 +57,7 @@ function NumericalBanner({ error }: { error: DebugErrorSummary }) {
       >
         Silence warning
       </button>
-      {error.update === 'held' && <UpdateChoice skip={error.skip_update === true} testid="banner-update" compact />}
+      {error.update === 'held' && <UpdateChoice skip={error.skip_update === true} refused={error.skip_refused ?? null} testid="banner-update" compact />}
     </div>
   );
 }
