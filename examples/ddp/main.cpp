@@ -21,6 +21,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/torch.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -116,6 +117,9 @@ int main(int argc, char** argv) {
   int nan_batch = -1;
   bool nansense_on = true;
   bool keep_serving = false;
+  bool detach = false;
+  bool checks = true;
+  std::string time_file;
   std::string stats_scope;
   std::string progress_dir;
   std::string url_file;
@@ -147,6 +151,9 @@ int main(int argc, char** argv) {
   app.add_flag("!--no-nansense", nansense_on, "Start this rank with nansense disabled");
   app.add_flag("--keep-serving", keep_serving,
                "Keep the process (and rank 0's UI) alive after the run or its error until stdin closes");
+  app.add_flag("--detach", detach, "Train on without the first pause (the UI still shows the run)");
+  app.add_flag("!--no-checks", checks, "Turn the numerical checks off");
+  app.add_option("--time-file", time_file, "Rank 0 writes the training loop's wall time (seconds) here (bench/ddp.sh)");
   CLI11_PARSE(app, argc, argv);
 
   torch::set_num_threads(1);
@@ -198,7 +205,7 @@ int main(int argc, char** argv) {
     options.optimizer(&optimizer)
         .distributed(store, rank, world)  // nansense: rank `rank` of `world`, coordinated over the run's store
         .enabled(nansense_on)
-        .debug(nansense::DebugSettings().capsule_dir(capsule_dir))
+        .debug(nansense::DebugSettings().capsule_dir(capsule_dir).enabled(checks))
         .port(port)
         .open_browser(false);
     if (!stats_scope.empty()) {
@@ -207,8 +214,10 @@ int main(int argc, char** argv) {
                                                   : nansense::StatsScope::kWatched);
     }
     auto session = nansense::start(model, options);  // nansense
+    if (detach) session.detach();
     if (rank == 0 && !url_file.empty() && !session.url().empty()) write_file(url_file, session.url());
     auto train_batches = session.batches(shard, "train");  // nansense
+    const auto started = std::chrono::steady_clock::now();
     try {
       session.epochs(
           epochs,
@@ -227,6 +236,10 @@ int main(int argc, char** argv) {
             }
           },
           nansense::EpochOptions().cache_dir(cache_dir));
+      if (rank == 0 && !time_file.empty()) {
+        write_file(time_file,
+                   std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()));
+      }
       session.close();  // nansense
       progress("done");
       std::cout << "rank " << rank << " of " << world << ": training finished" << std::endl;
