@@ -14,9 +14,14 @@
 # this is its cost, against a step whose own store all-reduce is two more
 # round trips.
 #
+# Figures (docs/guide/distributed.md): what one boundary costs is the store's
+# round trips (a follower's set and get, rank 0's multiGet and set), about
+# as many as the example's own all-reduce makes.
+#
 #   bench/ddp.sh [batches (2000)] [rounds (5)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+epochs=1
 batches=${1:-2000}
 rounds=${2:-5}
 example=build/examples/ddp/ddp_example
@@ -29,7 +34,7 @@ run_once() {
   local dir
   dir=$(mktemp -d -p "$work")
   (cd "$dir" && MASTER_ADDR=127.0.0.1 MASTER_PORT=0 WORLD_SIZE=2 RANK=0 OMP_NUM_THREADS=1 \
-    "$OLDPWD/$example" --epochs 1 --batches "$batches" --port 0 --store-port-file port --time-file time "$@" \
+    "$OLDPWD/$example" --epochs "$epochs" --batches "$batches" --port 0 --store-port-file port --time-file time "$@" \
     >rank0.out 2>&1) &
   local leader=$!
   local waited=0
@@ -40,7 +45,7 @@ run_once() {
     ((waited < 600)) || { echo "bench/ddp.sh: rank 0 never served its store" >&2; return 1; }
   done
   (cd "$dir" && MASTER_ADDR=127.0.0.1 MASTER_PORT=$(cat port) WORLD_SIZE=2 RANK=1 OMP_NUM_THREADS=1 \
-    "$OLDPWD/$example" --epochs 1 --batches "$batches" "$@" >rank1.out 2>&1)
+    "$OLDPWD/$example" --epochs "$epochs" --batches "$batches" "$@" >rank1.out 2>&1)
   wait "$leader"
   cat "$dir/time"
 }
@@ -59,7 +64,7 @@ for ((round = 0; round < rounds; round++)); do
 done
 
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
-step_ms=$(echo "$plains" | median | awk -v n="$batches" '{ printf "%.3f", $1 / n * 1000 }')
+step_ms=$(echo "$plains" | median | awk -v n="$((batches * epochs))" '{ printf "%.3f", $1 / n * 1000 }')
 echo "ddp coordination, C++ (examples/ddp): 2 ranks, MLP 16-32-4, 16 samples per rank, gradients through the store,"
 echo "  $batches batches x $rounds rounds; a plain step takes $step_ms ms"
 for variant in detached guard; do
