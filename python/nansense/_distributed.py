@@ -165,6 +165,7 @@ class Coordinator:
         self._clean: dict[int, set] = {}     # boundary -> followers whose batch before it checked clean
         self._ready: Optional[tuple] = None  # (boundary, its decision): rank 0's batch before it checked clean
         self._clean_sent: Optional[bool] = None  # whether the followers were last told to report clean batches
+        self._sent_clean = 0                 # decisions sent once every rank's batch checked clean
         self._stats_sent: Optional[dict] = None  # the statistics settings the followers have
         self._halt_asked = False             # request_halt(): the next decision sent carries it
         self._halt_at: Optional[int] = None  # every rank: the boundary whose decision carried the halt
@@ -489,6 +490,9 @@ class Coordinator:
             let_past = n <= self._sent
         if let_past and not (close or jump):
             return  # let past a batch ahead: the reader takes the news as it comes
+        # Every rank waits here: a jump armed meanwhile is made here (a
+        # decision prepared but never sent held it).
+        self.engine.hold_jumps(False)
         everyone = lambda: min(self._seen.values()) >= n  # noqa: E731
         if close and let_past:
             # Let past this boundary, a follower still in its loop (a longer
@@ -679,13 +683,14 @@ class Coordinator:
         0's and every follower's batch before its boundary checked clean
         (None while one has not, or once rank 0's training thread gathers
         that boundary itself); marked sent."""
-        if self._ready is None:
+        if self._ready is None or self._closed or self._lost is not None or self._hold_wanted:
             return None
         n, decision = self._ready
         if n <= self._sent or self._gathering >= n or len(self._clean.get(n, ())) < self.world - 1:
             return None
         self._sent = n
         self._ready = None
+        self._sent_clean += 1
         return n, decision
 
     @staticmethod
@@ -834,9 +839,14 @@ class Coordinator:
         if self.leader and self._main is not None:
             # The followers' fetchers wait for the decision after the last
             # one sent: the end. (A follower still in its loop reads it at
-            # its next boundary.)
+            # its next boundary.) Reserved first: no prepared decision goes
+            # out under the same key.
+            with self._cond:
+                self._ready = None
+                self._sent += 1
+                end_at = self._sent
             try:
-                self._main.set(f"g/{self._sent + 1}", self._end_decision())
+                self._main.set(f"g/{end_at}", self._end_decision())
                 # The reader waits for news that will not come.
                 with self._cond:
                     awaiting = [key for keys in self._awaiting.values() for key in keys]

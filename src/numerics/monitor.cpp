@@ -182,7 +182,8 @@ void Monitor::on_backward_end() {
   // GAN's or gradient accumulation's, may still trip in the next): what is
   // left of the batch (the optimizer step, the loop's own code) is not
   // checked, so the batch can no longer pause for numerics.
-  if (tripped_ || pause_at_end_ || rerun_pending_ || backwards_ != 1 || last_backwards_ != 1) return;
+  // (A traced re-run's batch may still pause at its end: "not reproduced".)
+  if (tripped_ || pause_at_end_ || rerun_pending_ || rerun_active_ || backwards_ != 1 || last_backwards_ != 1) return;
   settled_ = true;
   if (host_.settled) {
     try {

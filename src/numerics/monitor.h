@@ -95,12 +95,12 @@ class Monitor {
   End end_batch(bool can_repeat);
   // The body threw.
   void abandon();
-  // Whether the checks can stop the batch in progress (they run on it and a
-  // pause has somewhere to be resumed from).
   // Whether the checks, as set, can pause batches (a UI is served); the
   // batch in progress may have settled.
   bool can_pause_batches() const { return !disabled_ && state_.settings().enabled() && host_.can_pause(); }
-  // False from the moment a batch settles (Host::settled).
+  // Whether the checks can stop the batch in progress (they run on it and a
+  // pause has somewhere to be resumed from); false from the moment the
+  // batch settles (Host::settled).
   bool can_stop_batch() const { return active_ && !settled_ && host_.can_pause(); }
 
  private:

@@ -15,7 +15,7 @@ MASTER_PORT in the environment), in the run's folder (its cwd). Options
   checks_off          every rank turns the numerical checks off
   checks_off_rank     this rank alone turns them off
   longer_rank         this rank's loop has one batch more than the others'
-  pg_timeout          the process group's timeout, in seconds
+  pg_timeout          the process group's timeout for collectives, in seconds
   hold_on_error       rank 0, when its loop raises: print the traceback, write
                       the file `failed`, keep serving until the file
                       `release` exists, then exit 1 (the test reads rank 0's
@@ -53,11 +53,11 @@ def stats_of(view):
 
 def main():
     opts = json.loads(sys.argv[1])
+    dist.init_process_group("gloo")
     if opts.get("pg_timeout"):
+        # After the rendezvous: the collectives' timeout only.
         import datetime
-        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=opts["pg_timeout"]))
-    else:
-        dist.init_process_group("gloo")
+        dist.set_timeout(datetime.timedelta(seconds=opts["pg_timeout"]))
     rank, world = dist.get_rank(), dist.get_world_size()
     log = open(f"rank{rank}.log", "a", buffering=1)
 
@@ -120,6 +120,9 @@ def main():
     if coordinator is not None and not coordinator.leader:
         # Where this follower had to wait for rank 0's word, of the boundaries it met.
         note(waited=coordinator._waited, cleans=coordinator._cleans, boundaries=coordinator._n)
+    elif coordinator is not None:
+        # The decisions rank 0 sent once every rank's batch checked clean.
+        note(sent_clean=coordinator._sent_clean)
     session.close()
     if rank == 0 and opts.get("dump_stats"):
         with open("stats.json", "w") as f:

@@ -201,6 +201,28 @@ def test_a_nan_in_rank_0s_backward_pauses_it_there_and_the_others_at_the_boundar
         assert [tuple(e["done"]) for e in r.events(rank) if "done" in e] == [(0, b) for b in range(4)], r.events(rank)
 
 
+def test_a_jump_from_a_followers_trip_is_made_before_the_next_batch(run):
+    # Rank 0's own batch checked clean (it prepared the next decision and
+    # held jumps), rank 1's tripped: every rank waits at the boundary, and a
+    # jump asked for there is made there, before any rank begins the next
+    # batch on the poisoned weights.
+    r = run(2, epochs=2, batches=4, nan_rank=1, nan_batch=2, time_travel=True)
+    api = r.api()
+    r.until(lambda: api.get("/api/status")["state"] == "paused", "the first pause")
+    api.post("/api/run", {"detach": True})
+    r.until(lambda: (d := api.get("/api/debug")).get("error") and "rank 1 at" in
+            ((d["error"].get("root_cause") or {}).get("summary") or ""), "the report naming rank 1")
+    status = r.until(lambda: (s := api.get("/api/status"))["state"] == "paused" and s, "the pause at the boundary")
+    assert paused_at(status) == (0, 2), status
+    status = api.post("/api/time_travel", {"epoch": 0, "timeout_seconds": 30})
+    assert status["state"] == "paused" and paused_at(status) == (0, 0), status
+    r.until(lambda: r.all_done((0, 0)), "every rank to run epoch 0's first batch again")
+    for rank in (0, 1):
+        begun = [tuple(e["begin"]) for e in r.events(rank) if "begin" in e]
+        assert begun == [(0, 0), (0, 1), (0, 2), (0, 0)], (rank, begun)
+    r.finish(api)
+
+
 def test_check_settings_from_rank_0s_ui_stay_rank_0s_own(run):
     r = run(2, epochs=1, batches=2)
     api = r.api()
@@ -358,10 +380,13 @@ def test_a_free_running_run_pauses_and_jumps_with_every_rank_at_one_boundary(run
         # and the jump, and is never asked to report its batches.
         assert counts["waited"] < 150 + (counts["boundaries"] - 150) / 10 and counts["cleans"] == 0, counts
     else:
-        # Rank 0 asked for word of every batch checked clean, and had it
-        # (whether it came before the follower reached the boundary is a
-        # matter of timing: bench/python/ddp.py measures what it saves).
+        # Rank 0 asked for word of every batch checked clean, had it, and
+        # sent decisions on it (how many came before the follower reached
+        # the boundary is a matter of timing: bench/python/ddp.py measures
+        # what it saves).
         assert counts["cleans"] > 0.9 * counts["boundaries"], counts
+        sent = [e for e in r.events(0) if "sent_clean" in e][-1]["sent_clean"]
+        assert sent > 0, sent
 
 
 def test_a_follower_with_a_longer_loop_than_rank_0s_is_not_left_hanging(run):
