@@ -432,12 +432,15 @@ def test_statistics_add_up_across_ranks_to_the_global_batch(run, world):
     r = run(world, epochs=2, batches=3, scope="all", dump_stats=True)
     api = r.api()
     r.until(lambda: api.get("/api/status")["state"] == "paused", "the first pause")
-    # Paused after batch 0: the followers' shards of it are added (within a heartbeat).
+    # Paused after batch 0: the followers' shards of it are added as each
+    # comes (stats.ranks says the run's size from the first one on).
     status = r.until(lambda: (s := api.get("/api/status"))["stats"]["ranks"] == world and s, "the followers' statistics")
     assert paused_at(status) == (0, 0)
-    first = api.get("/api/stats/history?layer=0&phase=train")["phases"]["train"][0]
+    want = world * 4 * 8  # the global batch: world ranks x 4 samples x 8 features
+    first = r.until(lambda: (f := api.get("/api/stats/history?layer=0&phase=train")["phases"]["train"][0])
+                    ["activation"]["n"] == want and f, f"every rank's shard of batch 0 ({want} values)")
     assert first["epoch"] == 0 and first["batches"] == 1
-    assert first["activation"]["n"] == world * 4 * 8  # the global batch: world ranks x 4 samples x 8 features
+    assert paused_at(api.get("/api/status")) == (0, 0)
     api.post("/api/run", {"detach": True})
     assert r.wait() == [0] * world, r.output()
 
