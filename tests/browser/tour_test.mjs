@@ -20,31 +20,34 @@ const LAYER = 'features.3'; // Conv2d: a card with Weights, Experiment and Stats
 const settle = (page) => page.evaluate(() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r))));
 
 // The tour's box as it stands: its step, count, target and text, whether
-// the ring sits around the target, and whether the target is drawn.
+// the ring sits around the target, and whether the target is drawn. Runs in
+// the page.
+function readTourState() {
+  const box = document.querySelector('[data-testid="tour-box"]');
+  if (!box) return null;
+  const target = box.dataset.target;
+  const el = [...document.querySelectorAll(`[data-tour="${target}"]`)].find((e) => e.getClientRects().length > 0);
+  const ring = document.querySelector('[data-testid="tour-ring"]');
+  let ringFits = false;
+  if (el && ring) {
+    const t = el.getBoundingClientRect();
+    const r = ring.getBoundingClientRect();
+    const near = (a, b) => Math.abs(a - b) <= 1.5;
+    ringFits = near(r.left, t.left - 4) && near(r.top, t.top - 4) && near(r.width, t.width + 8) && near(r.height, t.height + 8);
+  }
+  return {
+    step: Number(box.dataset.step),
+    count: Number(box.dataset.count),
+    target,
+    text: box.querySelector('[data-testid="tour-text"]').textContent,
+    drawn: el != null,
+    ringFits,
+    focused: box.contains(document.activeElement),
+  };
+}
+
 function tourState(page) {
-  return page.evaluate(() => {
-    const box = document.querySelector('[data-testid="tour-box"]');
-    if (!box) return null;
-    const target = box.dataset.target;
-    const el = [...document.querySelectorAll(`[data-tour="${target}"]`)].find((e) => e.getClientRects().length > 0);
-    const ring = document.querySelector('[data-testid="tour-ring"]');
-    let ringFits = false;
-    if (el && ring) {
-      const t = el.getBoundingClientRect();
-      const r = ring.getBoundingClientRect();
-      const near = (a, b) => Math.abs(a - b) <= 1.5;
-      ringFits = near(r.left, t.left - 4) && near(r.top, t.top - 4) && near(r.width, t.width + 8) && near(r.height, t.height + 8);
-    }
-    return {
-      step: Number(box.dataset.step),
-      count: Number(box.dataset.count),
-      target,
-      text: box.querySelector('[data-testid="tour-text"]').textContent,
-      drawn: el != null,
-      ringFits,
-      focused: box.contains(document.activeElement),
-    };
-  });
+  return page.evaluate(readTourState);
 }
 
 async function expectStep(page, step, timeout = h.uiTimeoutMs) {
@@ -61,21 +64,14 @@ async function expectStep(page, step, timeout = h.uiTimeoutMs) {
     throw new Error(`the tour should be at step ${step}, is at ${JSON.stringify(await tourState(page))}`);
   }
   // The ring follows the target (scrolled into view) within a frame or two.
-  await page
-    .waitForFunction(() => {
-      const box = document.querySelector('[data-testid="tour-box"]');
-      const el = [...document.querySelectorAll(`[data-tour="${box?.dataset.target}"]`)].find((e) => e.getClientRects().length > 0);
-      const ring = document.querySelector('[data-testid="tour-ring"]');
-      if (!el || !ring) return false;
-      const t = el.getBoundingClientRect();
-      const r = ring.getBoundingClientRect();
-      // Its size too: a target that grows as data arrives (the Stats
-      // sidebar) is followed a frame later.
-      const near = (a, b) => Math.abs(a - b) <= 1.5;
-      return near(r.left, t.left - 4) && near(r.top, t.top - 4) && near(r.width, t.width + 8) && near(r.height, t.height + 8);
-    }, null, { timeout })
-    .catch(() => {});
-  return tourState(page);
+  // The state is the one read in the frame where it fits: on a page still
+  // laying out as data arrives (the Stats page) the target moves again, and
+  // the ring a frame after it.
+  const fitted = await page
+    .waitForFunction(`(() => { const s = (${readTourState})(); return s && s.ringFits ? s : false; })()`, null, { timeout })
+    .then((handle) => handle.jsonValue())
+    .catch(() => null);
+  return fitted ?? tourState(page);
 }
 
 // Walks the whole tour by keyboard (→ each step, Enter on the last), and
