@@ -473,9 +473,9 @@ class Engine {
   bool checks_can_pause() { return core_->checks_can_pause(); }
   uint64_t stats_settings_version() { return core_->stats().settings_version(); }
   void hold_jumps(bool held) { core_->hold_jumps(held); }
-  // Rank 0: `settled()` runs when the batch under way can no longer pause
-  // for its checks (SessionCore::set_on_settled), from the backward's final
-  // callback (GIL released there); None clears it. What it raises is
+  // Every rank: `settled()` runs when the batch under way can no longer
+  // pause for its checks (SessionCore::set_on_settled), from the backward's
+  // final callback (GIL released there); None clears it. What it raises is
   // printed, never passed to autograd.
   void set_settled_callback(py::object settled) {
     if (settled.is_none()) {

@@ -165,11 +165,11 @@ class SessionCore {
   // While held, an armed jump is not raised at a batch boundary (it stays
   // armed): rank 0 has let the followers past the next boundary.
   void hold_jumps(bool held) { jumps_held_ = held; }
-  // Distributed runs (rank 0): called when the batch under way settles —
+  // Distributed runs, every rank: called when the batch under way settles —
   // its one backward checked clean, so the checks can no longer stop it
   // and runs_through_next_boundary() may turn true before the batch ends
-  // (rank 0 then lets the followers past the next boundary while they make
-  // their optimizer step). Runs where the backward's final callback runs,
+  // (a follower says so; rank 0, once every rank has, lets the followers
+  // past the next boundary while they make their optimizer step). Runs where the backward's final callback runs,
   // with the training thread inside backward(); must not throw. Set before
   // the loop.
   void set_on_settled(std::function<void()> settled) { on_settled_ = std::move(settled); }
