@@ -495,6 +495,57 @@ class Engine {
   }
   void raise_armed_jump() { core_->raise_armed_jump(); }
   void set_rank(int rank) { core_->set_rank(rank); }
+  // Every rank of a DDP run: the gradients are checked once averaged too
+  // (SessionCore::check_after_reduction).
+  void check_after_reduction(bool on) { core_->check_after_reduction(on); }
+  // A follower: `await_leader(own)` runs where its batch tripped before the
+  // optimizer step (GIL released there) and returns True to skip the
+  // update, False to apply it, None when the run is lost; None clears it.
+  void set_await_leader_callback(py::object await) {
+    if (await.is_none()) {
+      core_->set_on_await_leader(nullptr);
+      return;
+    }
+    auto held = hold(std::move(await));
+    core_->set_on_await_leader([held](bool own) -> std::optional<bool> {
+      if (python_finalizing()) return std::nullopt;
+      py::gil_scoped_acquire gil;
+      try {
+        py::object skip = (*held)(own);
+        if (skip.is_none()) return std::nullopt;
+        return skip.cast<bool>();
+      } catch (py::error_already_set& e) {
+        e.discard_as_unraisable("nansense's wait for rank 0's choice of the held update");
+      } catch (const py::cast_error&) {
+      }
+      return std::nullopt;
+    });
+  }
+  // Rank 0: `decided(skipped)` runs once its batch's update is decided
+  // before the optimizer step (SessionCore::set_on_update_decided; GIL
+  // released there); None clears it.
+  void set_update_decided_callback(py::object decided) {
+    if (decided.is_none()) {
+      core_->set_on_update_decided(nullptr);
+      return;
+    }
+    auto held = hold(std::move(decided));
+    core_->set_on_update_decided([held](bool skipped) {
+      if (python_finalizing()) return;
+      py::gil_scoped_acquire gil;
+      try {
+        (*held)(skipped);
+      } catch (py::error_already_set& e) {
+        e.discard_as_unraisable("nansense's update-decided callback");
+      }
+    });
+  }
+  // Why skipping a held update is refused ("" allows it again).
+  void refuse_skip(std::string why) {
+    py::gil_scoped_release release;  // pushes a fresh status
+    core_->debug().refuse_skip(std::move(why));
+  }
+  bool standing_found_in_average() const { return core_->standing_found_in_average(); }
   // Rank 0, any thread: a follower's shard, added to the published view.
   void add_stats_shard(int rank, int64_t ranks, const std::string& shard) {
     py::gil_scoped_release release;
@@ -995,6 +1046,11 @@ PYBIND11_MODULE(_nansense, m) {
       .def("set_settled_callback", &Engine::set_settled_callback)
       .def("raise_armed_jump", &Engine::raise_armed_jump)
       .def("set_rank", &Engine::set_rank)
+      .def("check_after_reduction", &Engine::check_after_reduction)
+      .def("set_await_leader_callback", &Engine::set_await_leader_callback)
+      .def("set_update_decided_callback", &Engine::set_update_decided_callback)
+      .def("refuse_skip", &Engine::refuse_skip)
+      .def("standing_found_in_average", &Engine::standing_found_in_average)
       .def("stats_settings_version", &Engine::stats_settings_version)
       .def("url", &Engine::url)
       .def("state", &Engine::state)

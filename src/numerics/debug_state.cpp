@@ -231,8 +231,12 @@ void DebugState::choose_update(bool skip) {
 }
 
 void DebugState::refuse_skip(std::string why) {
-  std::lock_guard lock(mu_);
-  skip_refused_ = std::move(why);
+  {
+    std::lock_guard lock(mu_);
+    if (skip_refused_ == why) return;
+    skip_refused_ = std::move(why);
+  }
+  notify();  // the UI's Skip follows
 }
 
 std::string DebugState::skip_refused() const {

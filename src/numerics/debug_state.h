@@ -78,7 +78,7 @@ class DebugState {
   // From now on choose_update(true) throws std::logic_error(why) (a
   // distributed rank: the other ranks step with the same averaged
   // gradients, so skipping the step on one rank alone would make the
-  // replicas differ). "" allows skipping again.
+  // replicas differ). "" allows skipping again. Any thread.
   void refuse_skip(std::string why);
   std::string skip_refused() const;
 

@@ -4,9 +4,11 @@
 
 namespace nansense::numerics {
 
-GradientGuard::GradientGuard(const torch::nn::Module& model, std::function<void()> on_backward_end)
+GradientGuard::GradientGuard(const torch::nn::Module& model, std::function<void()> on_backward_end,
+                             std::function<void()> after_others)
     : link_(std::make_shared<Link>()) {
   link_->callback = std::move(on_backward_end);
+  link_->after_others = std::move(after_others);
   for (const auto& p : model.parameters()) {
     // A frozen parameter gets no gradient and accepts no hook.
     if (!p.requires_grad()) continue;
@@ -28,6 +30,21 @@ GradientGuard::GradientGuard(const torch::nn::Module& model, std::function<void(
     });
     hooks_.emplace_back(p, handle);
   }
+}
+
+bool GradientGuard::run_after_others() {
+  if (!link_->after_others) return false;
+  std::weak_ptr<Link> weak = link_;
+  try {
+    // Final callbacks may queue more: the engine runs them after the rest.
+    torch::autograd::Engine::get_default_engine().queue_callback([weak] {
+      auto link = weak.lock();
+      if (link && link->alive && link->armed) link->after_others();
+    });
+  } catch (...) {
+    return false;
+  }
+  return true;
 }
 
 GradientGuard::~GradientGuard() {

@@ -17,7 +17,9 @@ namespace nansense::numerics {
 class GradientGuard {
  public:
   // `on_backward_end` runs in the engine's final callback; it must not throw.
-  GradientGuard(const torch::nn::Module& model, std::function<void()> on_backward_end);
+  // `after_others` runs where run_after_others() queues it; it must not throw.
+  GradientGuard(const torch::nn::Module& model, std::function<void()> on_backward_end,
+                std::function<void()> after_others = nullptr);
   // Removes the hooks; a callback already queued finds nothing to call.
   ~GradientGuard();
   GradientGuard(const GradientGuard&) = delete;
@@ -32,6 +34,12 @@ class GradientGuard {
   // Mid-batch (while paused inside backward): a probe's backward must not check.
   void set_armed(bool armed) { link_->armed = armed; }
   bool armed() const { return link_->armed; }
+  // From on_backward_end: runs `after_others` once every final callback
+  // queued so far in this backward has run — DDP's, which waits for its
+  // gradient all-reduces and writes the averaged gradients into .grad, is
+  // queued when its last bucket is ready, after ours. False when no
+  // backward is under way to queue it in.
+  bool run_after_others();
 
  private:
   struct Link {
@@ -39,6 +47,7 @@ class GradientGuard {
     std::atomic<bool> queued{false};
     std::atomic<bool> alive{true};
     std::function<void()> callback;
+    std::function<void()> after_others;
   };
   std::shared_ptr<Link> link_;
   std::vector<std::pair<torch::Tensor, unsigned>> hooks_;

@@ -64,7 +64,8 @@ Monitor::Monitor(torch::nn::Module& model, std::vector<torch::optim::Optimizer*>
       recorder_(model),
       settings_(settings) {
   for (const auto& p : model.named_parameters()) params_.emplace_back(p.key(), p.value());
-  guard_ = std::make_unique<GradientGuard>(model, [this] { on_backward_end(); });
+  guard_ = std::make_unique<GradientGuard>(
+      model, [this] { on_backward_end(); }, [this] { after_reduction(); });
 }
 
 Monitor::~Monitor() { guard_.reset(); }
@@ -99,7 +100,9 @@ Monitor::Trace Monitor::plan_batch(const BatchPosition& position, bool repeat) {
   training_thread_ = std::this_thread::get_id();
   tracer_ = nullptr;
   op_tracer_.reset();
-  traced_ = checked_in_backward_ = tripped_ = pause_at_end_ = settled_ = false;
+  traced_ = checked_in_backward_ = tripped_ = pause_at_end_ = settled_ = deferring_ = deferred_pause_ = decided_ =
+      false;
+  own_trip_ = true;
   last_backwards_ = std::exchange(backwards_, 0);
   active_ = !disabled_ && settings_.enabled();
   guard_->start_batch(false);
@@ -166,18 +169,68 @@ void Monitor::set_item(std::vector<torch::Tensor> tensors) {
 void Monitor::on_backward_end() {
   ++backwards_;
   if (!active_ || tripped_) return;
+  // Where the gradients are averaged inside backward, a trip found here
+  // stops the batch only once the averaged ones are in .grad: DDP writes
+  // them after this callback, over a pause's choice to skip the update.
+  deferring_ = after_reduction_ && guard_->run_after_others();
   try {
     checked_in_backward_ = true;
     if (op_tracer_) op_tracer_->mark_backward_done();
     state_.note_checked();
     if (auto hit = check(/*gradients=*/true)) handle_hit(std::move(*hit), /*in_backward=*/true);
   } catch (const std::exception& e) {
+    deferring_ = false;
     fail(std::string("the gradient check failed: ") + e.what());
     return;
   } catch (...) {
+    deferring_ = false;
     fail("the gradient check failed");
     return;
   }
+  if (std::exchange(deferring_, false)) return;  // after_reduction() goes on
+  settle();
+}
+
+void Monitor::after_reduction() {
+  if (!active_) return;
+  if (std::exchange(deferred_pause_, false)) {
+    pause_now(/*in_backward=*/true);
+    decide(false);  // unless that pause decided it (it may wait for the batch's end): applied
+    return;
+  }
+  if (tripped_) {  // merged into the standing error, which does not pause again
+    decide(false);
+    return;
+  }
+  try {
+    if (auto hit = check(/*gradients=*/true)) {
+      if (has_nan_inf(hit->reasons)) {
+        hit->root_cause = cause_of(RootCause::Status::kFromOutside,
+                                   "this rank's own gradients were finite: the non-finite values came in through "
+                                   "the distributed run's gradient averaging (DDP's all-reduce), from a rank whose "
+                                   "own gradients were not");
+      }
+      handle_hit(std::move(*hit), /*in_backward=*/true, /*own=*/false);
+    }
+  } catch (const std::exception& e) {
+    fail(std::string("the check of the averaged gradients failed: ") + e.what());
+  } catch (...) {
+    fail("the check of the averaged gradients failed");
+  }
+  decide(false);  // where no pause decided it
+  if (active_) settle();
+}
+
+void Monitor::decide(bool skipped) {
+  if (std::exchange(decided_, true) || !host_.update_decided) return;
+  try {
+    host_.update_decided(skipped);
+  } catch (...) {
+    // The host's work (telling other ranks) has failed on its own terms.
+  }
+}
+
+void Monitor::settle() {
   // One backward a batch, as in the batch before (a loop with several, a
   // GAN's or gradient accumulation's, may still trip in the next): what is
   // left of the batch (the optimizer step, the loop's own code) is not
@@ -296,8 +349,9 @@ std::string Monitor::write_capsule(const DebugError& hit) {
   }
 }
 
-void Monitor::handle_hit(DebugError hit, bool in_backward) {
+void Monitor::handle_hit(DebugError hit, bool in_backward, bool own) {
   tripped_ = true;
+  own_trip_ = own;
   auto log = [&](const DebugError& e) {
     std::cerr << "[nansense] " << headline(e);
     if (e.root_cause) std::cerr << " — " << e.root_cause->summary;
@@ -326,7 +380,12 @@ void Monitor::handle_hit(DebugError hit, bool in_backward) {
     // producer op): it takes the warning's place and pauses.
     state_.clear();
   }
-  hit.capsule = write_capsule(hit);
+  standing_in_average_ = !own;
+  if (own) {
+    hit.capsule = write_capsule(hit);
+  } else {
+    capsule_.reset();  // this rank's batch replays finite: no capsule, no re-run
+  }
   const bool nan_inf = has_nan_inf(hit.reasons);
   if (!traced_ && nan_inf && settings_.rerun_to_trace() && in_backward && capsule_) {
     hit.root_cause = cause_of(RootCause::Status::kPending,
@@ -355,7 +414,14 @@ void Monitor::handle_hit(DebugError hit, bool in_backward) {
 }
 
 void Monitor::pause_now(bool in_backward) {
-  if (!host_.can_pause()) return;
+  if (deferring_) {
+    deferred_pause_ = true;  // once the averaged gradients are in
+    return;
+  }
+  if (!host_.can_pause()) {
+    if (in_backward) await_leader();
+    return;
+  }
   if (!in_backward || std::this_thread::get_id() != training_thread_) {
     // Not on the training thread (a device's autograd thread): pause once
     // the batch ends; the capsule already holds the pre-step state.
@@ -373,11 +439,30 @@ void Monitor::pause_now(bool in_backward) {
   // Paused before the optimizer step: the user may skip the poisoned update.
   state_.amend([](DebugError& e) { e.update = "held"; });
   host_.pause();
-  if (state_.release_update()) {
+  const bool skipped = state_.release_update();
+  if (skipped) {
     // Optimizers skip a parameter without a gradient: no weight, moment or
     // step count changes for this batch.
     for (auto& [_, p] : params_) p.mutable_grad().reset();
   }
+  decide(skipped);
+}
+
+void Monitor::await_leader() {
+  if (!host_.await_leader) return;
+  std::optional<bool> skip;
+  try {
+    skip = host_.await_leader(own_trip_);
+  } catch (...) {
+    // The wait failed (the run was lost): the loop goes on, and its next
+    // boundary says why.
+  }
+  if (!skip) return;  // no leader to wait for
+  state_.amend([&](DebugError& e) { e.update = *skip ? "skipped" : "applied"; });
+  if (*skip) {
+    for (auto& [_, p] : params_) p.mutable_grad().reset();
+  }
+  decide(*skip);
 }
 
 Monitor::End Monitor::end_batch(bool can_repeat) {

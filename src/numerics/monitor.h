@@ -64,6 +64,18 @@ class Monitor {
     // final callback runs (the training thread on CPU, while it is inside
     // backward()); must not throw.
     std::function<void()> settled;
+    // A rank that cannot pause but follows a leader (a distributed run's
+    // follower), its batch tripped before the optimizer step: waits there
+    // for the leader's choice about the update and returns true to skip
+    // it; nullopt when there is no leader to wait for (the loop goes on).
+    // `own`: this rank's own gradients tripped (false: only the averaged
+    // ones, check_after_reduction). Null: nothing to wait for.
+    std::function<std::optional<bool>(bool own)> await_leader;
+    // The batch's update is decided, before the optimizer step: skipped
+    // (true) or applied — where a pause there ends, and, in a run that
+    // checks after the reduction, once that check is over without one
+    // (nothing of numerics can hold the batch any more). May be null.
+    std::function<void(bool skipped)> update_decided;
   };
 
   // `optimizers`: every optimizer of the session; capsules save and restore
@@ -102,12 +114,30 @@ class Monitor {
   // pause has somewhere to be resumed from); false from the moment the
   // batch settles (Host::settled).
   bool can_stop_batch() const { return active_ && !settled_ && host_.can_pause(); }
+  // Distributed runs whose gradients are averaged inside backward (DDP):
+  // the gradients are checked twice, as this rank computed them (which
+  // names the rank where a NaN arose, and its capsule holds them) and once
+  // averaged, after DDP's own final callback, so every rank sees a NaN
+  // that arose on any rank and stops before its optimizer step; a trip
+  // pauses (or, on a follower, waits for the leader) only then, once
+  // the averaged gradients are in .grad. Off by default.
+  void check_after_reduction(bool on) { after_reduction_ = on; }
+  // Whether the standing error was found only in the averaged gradients
+  // (this rank's own were finite): another rank's NaN.
+  bool standing_found_in_average() const { return standing_in_average_; }
 
  private:
   void on_backward_end();
+  // check_after_reduction: once the averaged gradients are in .grad.
+  void after_reduction();
+  void settle();
   std::optional<DebugError> check(bool gradients);
-  void handle_hit(DebugError hit, bool in_backward);
+  // `own`: found in this rank's own values (false: only in the averaged
+  // gradients; no capsule, since this rank's batch replays finite).
+  void handle_hit(DebugError hit, bool in_backward, bool own = true);
   void pause_now(bool in_backward);
+  void await_leader();
+  void decide(bool skipped);
   void fail(const std::string& what);
   // One tensor's check failed: that check is off for that tensor from now
   // on, said in the report and through report_error; the rest keep running.
@@ -135,8 +165,14 @@ class Monitor {
   bool tripped_ = false;
   bool pause_at_end_ = false;
   bool settled_ = false;
-  int backwards_ = 0;       // checked backward passes in this batch
-  int last_backwards_ = 0;  // and in the batch before
+  bool after_reduction_ = false;      // check_after_reduction()
+  bool deferring_ = false;            // in the first check of such a run: a pause waits for the second
+  bool deferred_pause_ = false;       // and one is due there
+  bool own_trip_ = true;              // the batch's trip was in this rank's own gradients
+  bool standing_in_average_ = false;  // standing_found_in_average()
+  bool decided_ = false;              // the batch's update_decided ran
+  int backwards_ = 0;                 // checked backward passes in this batch
+  int last_backwards_ = 0;            // and in the batch before
   int64_t since_check_ = 0;
   int64_t since_trace_ = 0;
 

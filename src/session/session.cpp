@@ -129,7 +129,16 @@ std::unique_ptr<numerics::Monitor> SessionCore::make_monitor(const DebugSettings
   host.settled = [this] {
     if (on_settled_) on_settled_();
   };
-  return std::make_unique<numerics::Monitor>(*model_, optimizers_, settings, std::move(host));
+  host.await_leader = [this](bool own) -> std::optional<bool> {
+    if (!on_await_leader_) return std::nullopt;
+    return on_await_leader_(own);
+  };
+  host.update_decided = [this](bool skipped) {
+    if (on_update_decided_) on_update_decided_(skipped);
+  };
+  auto monitor = std::make_unique<numerics::Monitor>(*model_, optimizers_, settings, std::move(host));
+  monitor->check_after_reduction(after_reduction_);
+  return monitor;
 }
 
 SessionCore::~SessionCore() {

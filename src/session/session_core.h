@@ -141,7 +141,9 @@ class SessionCore {
   // Names the ranks whose checks tripped in the standing error's root cause
   // (`note` replaces an earlier such note); with no standing error (only a
   // peer tripped), records one at `at` (the peer's tripped batch; the live
-  // position when not given) carrying the peer's reasons and capsule. Any
+  // position when not given) carrying the peer's reasons and capsule (a
+  // standing error without a capsule, found only in the averaged
+  // gradients, takes the peer's). Any
   // thread.
   void note_rank_trip(const std::string& note, const std::vector<std::string>& reasons,
                       const std::vector<std::string>& checks, const std::string& capsule,
@@ -173,6 +175,24 @@ class SessionCore {
   // with the training thread inside backward(); must not throw. Set before
   // the loop.
   void set_on_settled(std::function<void()> settled) { on_settled_ = std::move(settled); }
+  // Distributed runs that average gradients inside backward (DDP), every
+  // rank: check them once averaged as well (Monitor::check_after_reduction),
+  // so every rank stops before its optimizer step. Set before the loop.
+  void check_after_reduction(bool on) {
+    after_reduction_ = on;
+    numerics_->check_after_reduction(on);
+  }
+  // A follower, set before the loop: where its batch tripped before the
+  // optimizer step, the batch waits in `await_leader(own)` for rank 0's
+  // choice (true: skip the update; nullopt: the run is lost, go on).
+  // Rank 0: `decided(skipped)` runs once its batch's update is decided
+  // before the step (Monitor::Host::update_decided): where its own pause
+  // there ends, or its checks are over without one. Both run where the
+  // backward's final callback runs; must not throw.
+  void set_on_await_leader(std::function<std::optional<bool>(bool own)> await) { on_await_leader_ = std::move(await); }
+  void set_on_update_decided(std::function<void(bool skipped)> decided) { on_update_decided_ = std::move(decided); }
+  // Whether the standing error was found only in the averaged gradients.
+  bool standing_found_in_average() const { return numerics_->standing_found_in_average(); }
   // Distributed runs (rank 0), training thread: whether the checks can
   // pause a batch before it settles (they are on and a UI is served), so
   // the followers' word of their batches checked clean is wanted.
@@ -297,12 +317,15 @@ class SessionCore {
   std::string unserved_nan_note_ = "training continues";
   mutable std::mutex rerun_note_mutex_;  // read by the server's threads
   numerics::RerunNote rerun_note_;
-  bool repeat_batch_ = false;          // the next begin_batch delivers the same batch again
-  bool rerunning_ = false;             // the batch under way is that second delivery
-  std::optional<int64_t> loop_epoch_;  // the epoch epochs() runs, for batches() without one
-  int64_t loop_epochs_ = 0;            // epochs()'s n
-  bool jumps_held_ = false;            // hold_jumps()
-  std::function<void()> on_settled_;   // set_on_settled()
+  bool repeat_batch_ = false;                                 // the next begin_batch delivers the same batch again
+  bool rerunning_ = false;                                    // the batch under way is that second delivery
+  std::optional<int64_t> loop_epoch_;                         // the epoch epochs() runs, for batches() without one
+  int64_t loop_epochs_ = 0;                                   // epochs()'s n
+  bool jumps_held_ = false;                                   // hold_jumps()
+  std::function<void()> on_settled_;                          // set_on_settled()
+  bool after_reduction_ = false;                              // check_after_reduction()
+  std::function<std::optional<bool>(bool)> on_await_leader_;  // set_on_await_leader()
+  std::function<void(bool)> on_update_decided_;               // set_on_update_decided()
   std::unique_ptr<time_travel::TrainingRestorer> restorer_;
 
   // The armed freeze (moment_mu_), and the file of the batch it is being

@@ -89,7 +89,12 @@ void SessionCore::note_rank_trip(const std::string& note, const std::vector<std:
     summary += (summary.empty() ? "" : " ") + kMark + note;
   };
   if (debug().error()) {
-    debug().amend(edit);
+    debug().amend([&](DebugError& e) {
+      edit(e);
+      // Rank 0's own batch replays finite (the NaN reached it through the
+      // averaging): the capsule that replays this NaN is the peer's.
+      if (e.capsule.empty()) e.capsule = capsule;
+    });
     return;
   }
   DebugError e;

@@ -2,13 +2,16 @@
 // the optimizer step, re-runs an untraced batch to name the producer, merges
 // later hits, and writes a NaN capsule that replays bit for bit.
 #include <gtest/gtest.h>
+#include <torch/csrc/autograd/engine.h>
 #include <torch/torch.h>
 
 #include <atomic>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 
 #include "nansense/nansense.h"
@@ -389,6 +392,101 @@ TEST(NumericsSession, ABatchSettlesOnceItsOneBackwardIsCheckedClean) {
   EXPECT_EQ(settled, expected);
   // Until it settles, a batch the checks could pause is not run through.
   EXPECT_EQ(through_at_start, std::vector<bool>(6, false));
+}
+
+// The gradients of a distributed run averaged inside backward, as DDP does
+// in a final callback queued once its last bucket is ready (after the
+// guard's): a hook of the test's queues one that writes another rank's NaN
+// into one gradient of `poisoned_batch`, or (`own`) the batch's data holds it.
+struct AveragedRun {
+  std::vector<bool> owns;      // what the wait for the leader was told
+  std::vector<float> weights;  // fc1's weight sum after each batch
+  std::vector<bool> decided;   // each batch's update: skipped
+  std::optional<DebugError> error;
+  bool in_average = false;
+};
+
+AveragedRun run_averaged(int poisoned_batch, bool own, std::optional<bool> leader_says,
+                         const std::string& capsule_dir = "") {
+  torch::manual_seed(4);
+  test::TwoLayer model;
+  torch::optim::SGD opt(model->parameters(), 0.1);
+  auto data = test::make_batches(4);
+  if (own) data[poisoned_batch].first[0][0] = NAN;
+  // A rank's settings: no traced re-run (settings_for_rank).
+  auto session = start(
+      model, StartOptions().optimizer(&opt).debug(test::quiet_checks().capsule_dir(capsule_dir).rerun_to_trace(false)));
+  session.detach();
+  auto* core = detail::core_of(session);
+  core->check_after_reduction(true);
+  AveragedRun out;
+  core->set_on_await_leader([&](bool mine) {
+    out.owns.push_back(mine);
+    return leader_says;
+  });
+  core->set_on_update_decided([&](bool skipped) { out.decided.push_back(skipped); });
+  int batch = -1;
+  torch::Tensor weight = model->fc1->weight;
+  weight.register_hook([&](const torch::Tensor&) {
+    if (batch != poisoned_batch || own) return;
+    torch::autograd::Engine::get_default_engine().queue_callback([&] {
+      torch::NoGradGuard no_grad;
+      weight.mutable_grad().view(-1)[0].fill_(NAN);
+    });
+  });
+  for (auto& b : session.batches(data, "train")) {
+    ++batch;
+    test::train_step(model, opt, b.first, b.second);
+    out.weights.push_back(model->fc1->weight.sum().item<float>());
+  }
+  out.error = session.debug_error();
+  out.in_average = core->standing_found_in_average();
+  session.close();
+  return out;
+}
+
+TEST(NumericsSession, AfterReductionANaNOnlyInTheAveragedGradientsWaitsForTheLeaderBeforeTheStep) {
+  // This rank's own gradients are finite; the averaged ones are not. The
+  // first check passes, the one after the averaging trips: no capsule (the
+  // batch replays finite), the NaN said to come from another rank, and the
+  // update skipped as the leader said, before the optimizer step.
+  const auto run = run_averaged(2, /*own=*/false, /*leader_says=*/true);
+  ASSERT_TRUE(run.error);
+  EXPECT_EQ(run.error->position.batch_idx, 2);
+  EXPECT_EQ(run.owns, std::vector<bool>{false});
+  EXPECT_TRUE(run.in_average);
+  EXPECT_TRUE(run.error->capsule.empty());
+  ASSERT_TRUE(run.error->root_cause);
+  EXPECT_EQ(run.error->root_cause->status, RootCause::Status::kFromOutside);
+  EXPECT_NE(run.error->root_cause->summary.find("gradient averaging"), std::string::npos);
+  EXPECT_EQ(run.error->update, "skipped");
+  // Every batch's update decided once its checks were over; batch 2's skipped.
+  EXPECT_EQ(run.decided, (std::vector<bool>{false, false, true, false}));
+  ASSERT_EQ(run.weights.size(), 4u);
+  EXPECT_EQ(run.weights[2], run.weights[1]);  // skipped: no step
+  EXPECT_TRUE(std::isfinite(run.weights[3]));
+}
+
+TEST(NumericsSession, AfterReductionARanksOwnNaNHoldsOnlyOnceTheAveragedGradientsAreIn) {
+  // The rank's own NaN: found by the first check (its capsule holds this
+  // rank's gradients), it waits for the leader only after the averaging
+  // (whose writes a pause's skip would not survive); applied as told.
+  const auto dir = temp_dir("after_reduction_own");
+  const auto run = run_averaged(1, /*own=*/true, /*leader_says=*/false, dir);
+  ASSERT_TRUE(run.error);
+  EXPECT_EQ(run.error->position.batch_idx, 1);
+  EXPECT_EQ(run.owns, std::vector<bool>{true});
+  EXPECT_FALSE(run.in_average);
+  EXPECT_FALSE(run.error->capsule.empty());
+  EXPECT_EQ(run.error->update, "applied");
+  EXPECT_EQ(run.decided, (std::vector<bool>{false, false, false, false}));
+  EXPECT_FALSE(std::isfinite(run.weights[1]));
+  // No leader to wait for (the run is lost): the loop goes on, the update
+  // neither held nor chosen.
+  const auto lost = run_averaged(2, /*own=*/false, std::nullopt);
+  ASSERT_TRUE(lost.error);
+  EXPECT_EQ(lost.owns, std::vector<bool>{false});
+  EXPECT_EQ(lost.error->update, "");
 }
 
 TEST(NumericsSession, DisabledChecksInstallNothingThatTrips) {
