@@ -53,6 +53,20 @@ the decision at once and holds jumps until its next batch has begun
 follower makes a jump there at once (its loop would otherwise reach the
 collective first).
 
+A batch that trips stops every rank before its optimizer step. Each rank's
+engine checks the gradients twice (check_after_reduction): as the rank made
+them, and once DDP's own final callback wrote the averaged ones into .grad,
+so a NaN that arose on any rank trips every rank's second check on the same
+batch. There rank 0 pauses, and a follower (await_leader, from the
+backward's final callback) sets q/<r>/<k> = {"held": n, "trip": ...} (n
+the boundary after the batch) and waits for h/<n>, "skip" or "apply": rank
+0 sets it once its own update of that batch is decided (its engine's
+update_decided: where its pause there ends, or its own checks are over
+without one; its reader, when the follower's word comes later), else as it
+reaches boundary n (its checks did not run: it applied it). Rank 0 allows
+skipping the update only once every follower holds it (the engine's
+refuse_skip), so the replicas never differ.
+
 The waits block in the store (no polling); a heartbeat thread per rank (its
 own store connection) bumps hb/<r> and watches its peers: a peer whose
 heartbeat stops for NANSENSE_DDP_TIMEOUT seconds (default 30), or that says
@@ -81,6 +95,11 @@ ENV_TIMEOUT = "NANSENSE_DDP_TIMEOUT"
 _DEFAULT_TIMEOUT = 30.0
 
 _PEER_MARK = "[distributed] "  # how the engine marks the ranks' trips in a root cause (note_rank_trip)
+_SKIP_REFUSED = (
+    "this is a distributed run and not every rank holds this batch's update before its optimizer step (a rank whose "
+    "checks are off, or did not run on this batch, made its step with the averaged gradients), so skipping it on "
+    "rank 0 alone would leave the model replicas different; apply it, and rewind with time travel (session.epochs) "
+    "to undo it on every rank")
 _sessions = itertools.count()  # per process: every rank starts its sessions in the same order
 
 
@@ -171,6 +190,12 @@ class Coordinator:
         self._halt_at: Optional[int] = None  # every rank: the boundary whose decision carried the halt
         self._stats_version: Optional[int] = None  # the engine's settings version they were read at
         self._shard_warned: set[int] = set()  # ranks whose malformed statistics were reported
+        # Rank 0: the followers holding the update of the batch before boundary n, before their optimizer step
+        # (under _cond).
+        self._holding: dict[int, set] = {}
+        self._answered: set[int] = set()     # boundaries whose held updates rank 0 decided (h/<n> set)
+        self._decided: dict[int, bool] = {}  # boundary -> rank 0 skipped its update of the batch before it
+        self._past = -1                      # the last boundary rank 0's training thread reached
         # A follower: the decisions fetched ahead; its news sent so far.
         self._decisions: dict[int, bytes] = {}
         self._posted = 0
@@ -202,6 +227,25 @@ class Coordinator:
             if coordinator is not None:
                 coordinator._settled()
         engine.set_settled_callback(settled)
+        # A batch that tripped stops every rank before its optimizer step:
+        # its gradients are checked once averaged too (DDP averages them
+        # inside backward, so a NaN that arose on any rank is in every
+        # rank's), rank 0 pauses there, and a follower waits there for rank
+        # 0's choice: apply the update or skip it (where every rank holds).
+        engine.check_after_reduction(True)
+        if self.leader:
+            engine.refuse_skip(_SKIP_REFUSED)
+
+            def decided(skipped: bool) -> None:
+                coordinator = me()
+                if coordinator is not None:
+                    coordinator._update_decided(skipped)
+            engine.set_update_decided_callback(decided)
+        else:
+            def await_leader(own: bool) -> Optional[bool]:
+                coordinator = me()
+                return None if coordinator is None else coordinator._await_leader(own)
+            engine.set_await_leader_callback(await_leader)
 
     # ---- start
 
@@ -334,6 +378,14 @@ class Coordinator:
                         pass
                     k += 1
                     continue
+                if "held" in news:
+                    self._note_held(r, int(news["held"]), news.get("trip"), store)
+                    try:
+                        store.delete_key(key)
+                    except Exception:
+                        pass
+                    k += 1
+                    continue
                 n = int(news["b"])
                 self._add_shard(r, news)
                 self._note_checkpoints(r, news)
@@ -345,12 +397,7 @@ class Coordinator:
                 continue
             trip = news.get("trip")
             if trip:
-                tripped = {r: trip}
-                own = self._own_error()
-                if own is not None and self._trip_of(own)["position"] == trip.get("position"):
-                    tripped[0] = self._trip_of(own)  # rank 0 tripped on the same batch
-                # Named at once: rank 0 may be paused in that batch for its own trip.
-                self._record_trips(tripped)
+                self._record_trip(r, trip)
             with self._cond:
                 if trip:
                     self._tripped_at.setdefault(n, {})[r] = trip
@@ -365,6 +412,90 @@ class Coordinator:
             except Exception:
                 pass
             k += 1
+
+    def _record_trip(self, r: int, trip: dict) -> None:
+        """Rank 0 (a reader): follower r's trip, named at once (rank 0 may be
+        paused in that batch for its own trip)."""
+        tripped = {r: trip}
+        own = self._own_error()
+        if own is not None and self._trip_of(own)["position"] == trip.get("position"):
+            tripped[0] = self._trip_of(own)  # rank 0 tripped on the same batch
+        self._record_trips(tripped)
+
+    def _note_held(self, r: int, n: int, trip: Optional[dict], store: Any) -> None:
+        """Rank 0 (a reader): follower r holds the update of the batch
+        before boundary n, before its optimizer step, until h/<n> says
+        what to do with it."""
+        if trip:
+            self._record_trip(r, trip)
+        with self._cond:
+            held = self._holding.setdefault(n, set())
+            held.add(r)
+            if trip:
+                self._tripped_at.setdefault(n, {})[r] = trip
+                if n <= self._sent:
+                    self._hold_wanted = True  # rank 0 did not wait here: it holds at its next wait
+            # Rank 0 decided its own update of that batch already (or went
+            # past it: applied): the follower's goes the same way.
+            answer = n not in self._answered and (n in self._decided or n <= self._past)
+            skip = self._decided.get(n, False)
+            # Every rank holds it: rank 0's pause there may skip it.
+            if not answer and n not in self._answered and len(held) == self.world - 1:
+                self.engine.refuse_skip("")
+        if answer:
+            self._answer(n, skip, store)
+
+    def _answer(self, n: int, skip: bool, store: Any) -> None:
+        """Rank 0: the followers holding the update of the batch before
+        boundary n apply (or skip) it."""
+        with self._cond:
+            if n in self._answered:
+                return
+            self._answered.add(n)
+            self._holding.pop(n, None)
+            self.engine.refuse_skip(_SKIP_REFUSED)
+        try:
+            store.set(f"h/{n}", b"skip" if skip else b"apply")
+        except Exception:
+            pass  # the store is gone: every rank's wait says so
+
+    def _update_decided(self, skipped: bool) -> None:
+        """Rank 0's update of this batch is decided, before its optimizer
+        step (from the backward's final callback): where its pause there
+        ended, or its checks of the averaged gradients are over without
+        one. The followers holding theirs do the same; one whose word comes
+        later is answered by the reader."""
+        n = self._n
+        with self._cond:
+            self._decided[n] = skipped
+            for k in [k for k in self._decided if k < n - 1]:
+                del self._decided[k]
+            due = n in self._holding and n not in self._answered
+        if due and not self._closed and self._main is not None:
+            self._answer(n, skipped, self._main)
+
+    def _await_leader(self, own: bool) -> Optional[bool]:
+        """A follower whose batch tripped, before its optimizer step (from
+        the backward's final callback): tells rank 0 and waits for its
+        choice about the update. True: skip it; None: the run was lost
+        (the next boundary says so)."""
+        if self._closed or self._main is None:
+            return None
+        n = self._n
+        news: dict[str, Any] = {"held": n}
+        error = self._own_error()
+        if error is not None:
+            news["trip"] = self._trip_of(error)
+            # Told now: not again at the boundary.
+            self._seen_error = self._error_key(error)
+        try:
+            self._main.set(f"q/{self.rank}/{self._posted}", json.dumps(news).encode())
+            self._posted += 1
+        except Exception as e:
+            self._lose(self._store_gone(e))
+            return None
+        values = self._feed_wait(self._main, [f"h/{n}"])
+        return None if values is None else values[0] == b"skip"
 
     def _fetch_decisions(self, store: Any) -> None:
         """A follower's fetcher: rank 0's decisions, boundary after boundary."""
@@ -400,13 +531,18 @@ class Coordinator:
 
     # ---- the boundary
 
-    @staticmethod
-    def _trip_of(error: dict) -> dict:
+    def _trip_of(self, error: dict) -> dict:
+        """This rank's standing error as a trip; "own": found in this
+        rank's own values (not only in the averaged gradients)."""
         position = error.get("position") or {}
         at = [position.get(k) for k in ("phase", "epoch", "batch_idx")]
         return {"position": position.get("text"), "at": at if None not in at else None,
                 "reasons": error.get("reasons") or [], "checks_used": error.get("checks_used") or [],
-                "capsule": error.get("capsule") or ""}
+                "capsule": error.get("capsule") or "", "own": not self.engine.standing_found_in_average()}
+
+    @staticmethod
+    def _error_key(error: dict) -> tuple:
+        return error.get("capsule"), json.dumps(error.get("position")), tuple(error.get("reasons") or ())
 
     def _own_error(self) -> Optional[dict]:
         """This rank's standing numerical error, unless rank 0's engine holds
@@ -424,7 +560,7 @@ class Coordinator:
         if error is None:
             self._seen_error = None
             return b""
-        key = (error.get("capsule"), json.dumps(error.get("position")), tuple(error.get("reasons") or ()))
+        key = self._error_key(error)
         if key == self._seen_error:
             return b""
         self._seen_error = key
@@ -461,6 +597,7 @@ class Coordinator:
         n = self._n
         self._n += 1
         if self.leader:
+            self._pass(n)
             self._gather(n, close=close, jump=jump is not None)
             if jump is not None or close:
                 self.release(jump=jump, close=close)
@@ -477,6 +614,16 @@ class Coordinator:
                 self.release(ahead=False)
         else:
             self._follow(n, close, settled)
+
+    def _pass(self, n: int) -> None:
+        """Rank 0 at boundary n: past the batches before it, whose updates
+        it applied unless its own pause said otherwise (_update_decided), so
+        the followers still holding one do the same."""
+        with self._cond:
+            self._past = n
+            due = [(k, self._decided.get(k, False)) for k in self._holding if k <= n and k not in self._answered]
+        for k, skip in due:
+            self._answer(k, skip, self._main)
 
     def _gather(self, n: int, *, close: bool = False, jump: bool = False) -> None:
         if self._news():
@@ -704,16 +851,29 @@ class Coordinator:
 
     def _note_trips(self, tripped: dict) -> None:
         ranks = sorted(self._trips)
+        own = [r for r in ranks if self._trips[r].get("own", True)]
+        averaged = [r for r in ranks if r not in own]
+
+        def listed(rs: list) -> str:
+            return f"rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))}"
         parts = []
-        for r in ranks:
+        for r in own:
             news = self._trips[r]
             where = f"rank {r} at {news['position']}" if news.get("position") else f"rank {r}"
             parts.append(where + (f" (capsule {news['capsule']})" if news.get("capsule") else ""))
-        together = ("Every rank is paused at the same batch boundary" if self.engine.url() else
+        if own:
+            note = f"The checks tripped on {listed(own)} of {self.world}: " + "; ".join(parts) + "."
+            if averaged:
+                note += (f" The own gradients of {listed(averaged)} were finite: the non-finite values reached them "
+                         "through the gradient averaging.")
+        else:
+            note = (f"The averaged gradients went non-finite on {listed(averaged)} of {self.world}, whose own were "
+                    "finite: the rank where the NaN arose has its checks off or did not check that batch.")
+        together = ("Every rank stops at that batch: before its optimizer step where its checks saw the averaged "
+                    "gradients, else at the batch's boundary" if self.engine.url() else
                     "No UI is served, so no rank pauses")
-        note = (f"The checks tripped on rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} of "
-                f"{self.world}: " + "; ".join(parts) + f". {together}; each rank's capsule replays that rank's batch.")
-        first = tripped[min(tripped)]
+        note += f" {together}; a tripped rank's capsule replays that rank's batch."
+        first = next((t for _, t in sorted(tripped.items()) if t.get("own", True)), tripped[min(tripped)])
         at = first.get("at")
         self.engine.note_rank_trip(note, first.get("reasons") or ["nan"], first.get("checks_used") or ["nan_inf"],
                                    first.get("capsule") or "", tuple(at) if at else None)
@@ -845,6 +1005,10 @@ class Coordinator:
                 self._ready = None
                 self._sent += 1
                 end_at = self._sent
+                self._past = max(self._past, end_at)
+                due = [(k, self._decided.get(k, False)) for k in self._holding if k not in self._answered]
+            for k, skip in due:
+                self._answer(k, skip, self._main)
             try:
                 self._main.set(f"g/{end_at}", self._end_decision())
                 # The reader waits for news that will not come.

@@ -16,16 +16,23 @@ MASTER_PORT in the environment), in the run's folder (its cwd). Options
   checks_off_rank     this rank alone turns them off
   longer_rank         this rank's loop has one batch more than the others'
   pg_timeout          the process group's timeout for collectives, in seconds
+  unserved            rank 0 serves no UI either
+  sum_losses          each batch all-reduces its loss between backward and the
+                      optimizer step (a collective of the loop's own there)
   hold_on_error       rank 0, when its loop raises: print the traceback, write
                       the file `failed`, keep serving until the file
                       `release` exists, then exit 1 (the test reads rank 0's
                       UI after the error)
 Each rank appends one JSON line per event to rank<r>.log: {"begin": [e, b]}
-when a batch body begins, {"done": [e, b]} when it ends, {"epoch": e,
+when a batch body begins, {"stepping": [e, b]} once its backward returned
+(before the optimizer step), {"done": [e, b], "weights": [sum per
+parameter]} when it ends, {"epoch": e,
 "weights": sum} at each epoch's start, and a follower {"waited": k,
 "cleans": c, "boundaries": n} before it closes (the boundaries where it
 waited for rank 0's word, the batches it reported checked clean, of the
-boundaries it met); rank 0 writes the UI's address to url.
+boundaries it met); rank 0 writes the UI's address to url; {"update": u} at the end: the
+update of the batch whose checks tripped, "held", "applied", "skipped" or
+None (debug_error.update).
 """
 
 import json
@@ -84,12 +91,12 @@ def main():
         session = nansense.start(ddp, enabled=False)
     else:
         session = nansense.start(ddp, epochs=epochs, phases={"train": len(shard)}, optimizer=optimizer,
-                                 port=0 if rank == 0 else None, open_browser=False)
+                                 port=0 if rank == 0 and not opts.get("unserved") else None, open_browser=False)
         if opts.get("checks_off") or opts.get("checks_off_rank") == rank:
             session.set_debug_settings(nansense.DebugSettings(enabled=False))
         if rank == 0 and opts.get("scope"):
             session.set_stats_scope(opts["scope"])
-        if rank == 0:
+        if rank == 0 and session.url:
             with open("url.tmp", "w") as f:
                 f.write(session.url)
             os.replace("url.tmp", "url")
@@ -99,9 +106,13 @@ def main():
         for b, (x, y) in enumerate(session.batches(shard, phase="train", epoch=epoch)):
             note(begin=[epoch, b])
             optimizer.zero_grad()
-            F.cross_entropy(ddp(x), y).backward()
+            loss = F.cross_entropy(ddp(x), y)
+            loss.backward()
+            if opts.get("sum_losses"):
+                dist.all_reduce(loss.detach())
+            note(stepping=[epoch, b])
             optimizer.step()
-            note(done=[epoch, b])
+            note(done=[epoch, b], weights=[p.detach().double().sum().item() for p in model.parameters()])
 
     try:
         train(session, opts, rank, epochs, run_epoch)
@@ -116,6 +127,9 @@ def main():
         while not os.path.exists("release"):
             time.sleep(0.05)
         sys.exit(1)
+    error = session.debug_error if opts.get("no_start_rank") != rank else None
+    # What became of the update of the batch that tripped here.
+    note(update=error.update if error is not None else None)
     coordinator = getattr(session, "_coordinator", None)
     if coordinator is not None and not coordinator.leader:
         # Where this follower had to wait for rank 0's word, of the boundaries it met.

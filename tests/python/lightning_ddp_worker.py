@@ -18,8 +18,9 @@ again with LOCAL_RANK set). Options (JSON in argv[1]):
   pg_timeout          the process group's timeout for collectives, in seconds
                       (set once the group is up: its rendezvous keeps the default)
 Each rank appends one JSON line per event to rank<r>.log: {"begin": [e, b]}
-when training_step begins, {"done": [e, b]} once its optimizer step is
-made, {"val": [e, b]} per validation step, {"epoch": e, "weights": sum} at
+when training_step begins, {"stepping": [e, b]} once its backward returned
+(on_before_optimizer_step), {"done": [e, b], "weights": [sum per parameter]}
+once its optimizer step is made, {"val": [e, b]} per validation step, {"epoch": e, "weights": sum} at
 each train epoch's start, {"pid": p} and {"fit_end": true} when fit
 starts and returns; rank 0
 writes the UI's address to url.
@@ -66,9 +67,13 @@ class Logged(pl.LightningModule):
             x[0, 0] = float("nan")
         return F.cross_entropy(self.net(x), y)
 
+    def on_before_optimizer_step(self, optimizer):
+        self.note(stepping=[self.current_epoch, self.trainer.fit_loop.epoch_loop.batch_idx])
+
     def optimizer_step(self, *args, **kwargs):
         super().optimizer_step(*args, **kwargs)
-        self.note(done=[self.current_epoch, self.trainer.fit_loop.epoch_loop.batch_idx])
+        self.note(done=[self.current_epoch, self.trainer.fit_loop.epoch_loop.batch_idx],
+                  weights=[p.detach().double().sum().item() for p in self.net.parameters()])
 
     def validation_step(self, batch, batch_idx):
         self.note(val=[self.current_epoch, batch_idx])

@@ -136,61 +136,99 @@ def test_every_rank_follows_rank_0_pause_step_and_run(run, world):
     assert all("[nansense]" not in out for out in outputs[1:]), outputs
 
 
-def test_a_nan_on_rank_1_pauses_every_rank_and_each_writes_its_capsule(run, tmp_path):
+def held_before_the_step(r, api, where):
+    """Every rank holds the update of batch `where` inside its backward,
+    before its optimizer step (rank 0 allows skipping it once every
+    follower said it holds it)."""
+    r.until(lambda: api.get("/api/debug")["skip_refused"] is None, "every rank to hold the update")
+    for rank in range(r.world):
+        assert r.last(rank, "begin") == where, (rank, r.events(rank))
+        assert r.last(rank, "stepping") < where, f"rank {rank} made the poisoned step: {r.events(rank)}"
+
+
+def weights_after_each_batch(r, rank):
+    return [(tuple(e["done"]), e["weights"]) for e in r.events(rank) if "done" in e]
+
+
+def test_a_nan_on_rank_1_holds_every_rank_before_its_step_and_skipping_it_keeps_the_replicas_finite(run, tmp_path):
     r = run(2, epochs=1, batches=4, nan_rank=1, nan_batch=2)
     api = r.api()
     r.until(lambda: api.get("/api/status")["state"] == "paused", "the first pause")
     api.post("/api/run", {"detach": True})
-    # Rank 1's checks trip (and rank 0's, when DDP's all-reduce had already
-    # spread the NaN when they ran): rank 0 pauses every rank at that batch,
-    # and its report names the ranks that tripped with their capsules.
+    # Rank 1's own gradients trip; DDP's averaging carries the NaN into
+    # every rank's, so each stops in that batch's backward, before its
+    # optimizer step. Rank 0 pauses there and names the rank it came from.
     report = r.until(lambda: (d := api.get("/api/debug")).get("error") and "rank 1 at" in
                      ((d["error"].get("root_cause") or {}).get("summary") or "") and d, "the report naming rank 1")
     error = report["error"]
-    assert error["position"]["batch_idx"] == 2
+    assert error["position"]["batch_idx"] == 2 and error["update"] == "held", error
     summary = error["root_cause"]["summary"]
-    assert " of 2: " in summary, summary
+    assert "The checks tripped on rank 1 of 2: rank 1 at epoch 0 | train batch 2" in summary, summary
+    assert "rank 0 at" not in summary and error["root_cause"]["status"] == "from_outside", summary
+    assert "own gradients were finite" in summary, summary
     status = api.get("/api/status")
     assert status["state"] == "paused" and paused_at(status) == (0, 2), status
-    r.until(lambda: r.last(1, "done") == (0, 2), "rank 1 to reach the boundary")
-    assert r.last(1, "begin") == (0, 2) and r.last(0, "begin") == (0, 2)
+    held_before_the_step(r, api, (0, 2))
     capsules = {rank: sorted((tmp_path / "nansense_capsules" / f"rank_{rank}").glob("*")) for rank in (0, 1)}
-    assert capsules[1], capsules
+    assert capsules[1] and not capsules[0], capsules  # rank 0's own batch was finite
     assert str(capsules[1][0].name) in summary
-    assert bool(capsules[0]) == ("rank 0 at" in summary), (capsules, summary)
-    r.finish(api)
+    # Skipped on rank 0, skipped on every rank: the replicas stay equal and
+    # finite, and train on.
+    assert api.post("/api/debug/choose_update", {"action": "skip"})["error"]["update"] == "held"
+    api.post("/api/run", {"detach": True})
+    assert r.wait() == [0, 0], r.output()
+    weights = [weights_after_each_batch(r, rank) for rank in (0, 1)]
+    assert [w[0] for w in weights[0]] == [(0, b) for b in range(4)], weights[0]
+    assert weights[0] == weights[1]
+    assert all(torch.isfinite(torch.tensor(w[1])).all() for w in weights[0]), weights[0]
+    assert weights[0][2][1] == weights[0][1][1]  # batch 2's update was skipped
 
-    # Rank 1's capsule alone (no process group) reproduces its NaN; rank 0's
-    # batch was finite: its NaN came through the all-reduce.
-    for rank, finite in ((1, False), (0, True)):
-        if not capsules[rank]:
-            continue
-        torch.manual_seed(0)
-        fresh = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
-        capsule = nansense.replay_capsule(str(capsules[rank][0]), fresh)
-        x, y = capsule.batch
-        loss = F.cross_entropy(fresh(x), y)
-        loss.backward()
-        assert bool(torch.isfinite(loss)) == finite, (rank, loss)
+    # Rank 1's capsule alone (no process group) reproduces its NaN.
+    torch.manual_seed(0)
+    fresh = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    capsule = nansense.replay_capsule(str(capsules[1][0]), fresh)
+    x, y = capsule.batch
+    loss = F.cross_entropy(fresh(x), y)
+    loss.backward()
+    assert not torch.isfinite(loss)
+    assert capsule.gradients_match() == (True, "")
 
 
-def test_a_nan_in_rank_0s_backward_pauses_it_there_and_the_others_at_the_boundary(run):
-    # Rank 0's check runs in autograd's final callback, once DDP has launched
-    # every gradient all-reduce: paused there (before its optimizer step),
-    # rank 0 does not hold the others inside a collective; they finish the
-    # batch and wait at its boundary, for longer than the process group's
-    # timeout. They step with the averaged gradients, so rank 0 must too:
-    # skipping its update alone is refused, saying why.
+def test_a_nan_on_rank_0_holds_every_rank_past_the_groups_timeout_and_skip_skips_everywhere(run):
+    # Every rank checks its gradients again once DDP's final callback has
+    # averaged them (the collectives are over): rank 0 pauses there with its
+    # own NaN, rank 1 waits there for rank 0's choice, for longer than the
+    # process group's timeout, and skipping the update skips it on both.
     r = run(2, epochs=1, batches=4, nan_rank=0, nan_batch=2, pg_timeout=3)
     api = r.api()
     r.until(lambda: api.get("/api/status")["state"] == "paused", "the first pause")
     api.post("/api/run", {"detach": True})
     error = r.until(lambda: (d := api.get("/api/debug")).get("error") and d["error"], "the NaN on rank 0")
     assert error["position"]["batch_idx"] == 2 and error["update"] == "held", error
-    r.until(lambda: r.last(1, "done") == (0, 2), "rank 1 to finish the batch")
-    assert r.last(0, "begin") == (0, 2) and r.last(0, "done") == (0, 1), r.events(0)
+    assert error["root_cause"]["status"] != "from_outside" and error["capsule"], error  # rank 0's own
+    held_before_the_step(r, api, (0, 2))
     time.sleep(4)  # the pause outlasts the process group's timeout (3 s)
-    # The UI knows beforehand (its Skip button is off and says why).
+    assert api.get("/api/status")["debug"]["error"]["skip_refused"] is None
+    assert api.post("/api/debug/choose_update", {"action": "skip"})["error"]["update"] == "held"
+    api.post("/api/run", {"detach": True})
+    assert r.wait() == [0, 0], r.output()
+    weights = [weights_after_each_batch(r, rank) for rank in (0, 1)]
+    assert [w[0] for w in weights[0]] == [(0, b) for b in range(4)] and weights[0] == weights[1], weights
+    assert weights[0][2][1] == weights[0][1][1] and all(torch.isfinite(torch.tensor(w[1])).all() for w in weights[0])
+
+
+def test_skipping_is_refused_while_a_rank_whose_checks_are_off_made_its_step(run):
+    # Rank 1 does not check: it makes the poisoned step and waits at the
+    # boundary, so skipping rank 0's update alone would split the replicas.
+    r = run(2, epochs=1, batches=4, nan_rank=0, nan_batch=2, checks_off_rank=1)
+    api = r.api()
+    r.until(lambda: api.get("/api/status")["state"] == "paused", "the first pause")
+    api.post("/api/run", {"detach": True})
+    error = r.until(lambda: (d := api.get("/api/debug")).get("error") and d["error"], "the NaN on rank 0")
+    assert error["position"]["batch_idx"] == 2 and error["update"] == "held", error
+    r.until(lambda: r.last(1, "done") == (0, 2), "rank 1 to make its step")
+    assert r.last(0, "begin") == (0, 2) and r.last(0, "stepping") == (0, 1), r.events(0)
+    # The UI knows (its Skip button is off and says why).
     assert "distributed run" in (api.get("/api/debug")["skip_refused"] or "")
     assert "distributed run" in (api.get("/api/status")["debug"]["error"]["skip_refused"] or "")
     code, body, _ = api.request("POST", "/api/debug/choose_update", {"action": "skip"})
@@ -201,11 +239,24 @@ def test_a_nan_in_rank_0s_backward_pauses_it_there_and_the_others_at_the_boundar
         assert [tuple(e["done"]) for e in r.events(rank) if "done" in e] == [(0, b) for b in range(4)], r.events(rank)
 
 
+def test_a_follower_holding_its_update_never_blocks_a_collective_rank_0_makes_before_its_step(run):
+    # No UI: rank 0 cannot pause, and its loop all-reduces the loss between
+    # backward and the optimizer step. Rank 1 holds its tripped update until
+    # rank 0's checks of that batch are over (not until rank 0's next
+    # boundary, which lies past that collective): every rank finishes, well
+    # within the process group's timeout.
+    r = run(2, epochs=1, batches=4, nan_rank=1, nan_batch=1, unserved=True, sum_losses=True, pg_timeout=20)
+    assert r.wait(timeout=60) == [0, 0], r.output()
+    for rank in (0, 1):
+        assert [tuple(e["done"]) for e in r.events(rank) if "done" in e] == [(0, b) for b in range(4)], r.events(rank)
+    # Rank 1 held its update and applied it as rank 0 did.
+    assert [e["update"] for e in r.events(1) if "update" in e] == ["applied"], r.events(1)
+
+
 def test_a_jump_from_a_followers_trip_is_made_before_the_next_batch(run):
-    # Rank 0's own batch checked clean (it prepared the next decision and
-    # held jumps), rank 1's tripped: every rank waits at the boundary, and a
-    # jump asked for there is made there, before any rank begins the next
-    # batch on the poisoned weights.
+    # Rank 1's batch tripped: every rank holds it, and a jump asked for
+    # there is made at the boundary after it, before any rank begins the
+    # next batch on the poisoned weights.
     r = run(2, epochs=2, batches=4, nan_rank=1, nan_batch=2, time_travel=True)
     api = r.api()
     r.until(lambda: api.get("/api/status")["state"] == "paused", "the first pause")
@@ -524,7 +575,6 @@ def test_two_hosts_pause_step_and_a_nan_on_the_second_pauses_both(run, second_ho
     assert report["error"]["position"]["batch_idx"] == 2
     status = api.get("/api/status")
     assert status["state"] == "paused" and paused_at(status) == (0, 2), status
-    r.until(lambda: r.last(1, "done") == (0, 2), "rank 1 to reach the boundary")
-    assert r.last(1, "begin") == (0, 2)
+    held_before_the_step(r, api, (0, 2))
     assert sorted((tmp_path / "nansense_capsules" / "rank_1").glob("*")), "rank 1 wrote no capsule"
     r.finish(api)

@@ -121,7 +121,7 @@ def test_every_rank_follows_rank_0_pause_step_and_run_with_validation(run):
     assert r.output().count("nansense is serving the training debugger") == 1, r.output()
 
 
-def test_a_nan_on_rank_1_pauses_every_rank_and_its_capsule_replays_as_a_lightning_run(run, tmp_path, monkeypatch):
+def test_a_nan_on_rank_1_holds_every_rank_before_its_step_and_its_capsule_replays_as_a_lightning_run(run, tmp_path, monkeypatch):
     r = run(served=True, epochs=1, batches=4, nan_rank=1, nan_batch=2)
     api = r.api()
     r.until(lambda: paused(api), "the first pause")
@@ -132,13 +132,22 @@ def test_a_nan_on_rank_1_pauses_every_rank_and_its_capsule_replays_as_a_lightnin
     assert error["position"]["batch_idx"] == 2, error
     status = r.until(lambda: paused(api), "the pause at the NaN")
     assert paused_at(status)[1:] == (0, 2), status
-    # Every rank stands at that batch: none began the next one.
-    r.until(lambda: r.last(1, "begin") == (0, 2), "rank 1 to reach the NaN's batch")
-    assert r.last(0, "begin") == (0, 2) and r.last(1, "begin") == (0, 2)
+    # Every rank holds that batch's update inside its backward, before its
+    # optimizer step (rank 0 allows skipping it once every rank said so).
+    r.until(lambda: api.get("/api/debug")["skip_refused"] is None, "every rank to hold the update")
+    for rank in range(2):
+        assert r.last(rank, "begin") == (0, 2) and r.last(rank, "stepping") == (0, 1), (rank, r.events(rank))
     capsules = sorted((tmp_path / "nansense_capsules" / "rank_1").glob("*"))
     assert capsules and capsules[0].name in error["root_cause"]["summary"], (capsules, error)
+    assert error["capsule"].endswith(capsules[0].name), error  # the capsule that replays it: rank 1's
+    # Skipped on every rank: the replicas stay equal and finite.
+    assert api.post("/api/debug/choose_update", {"action": "skip"})["error"]["update"] == "held"
     api.post("/api/run", {"detach": True})
     assert r.wait() == 0, r.output()
+    weights = [[(tuple(e["done"]), e["weights"]) for e in r.events(rank) if "done" in e] for rank in range(2)]
+    assert weights[0] == weights[1] and [w[0] for w in weights[0]] == [(0, b) for b in range(4)], weights
+    assert weights[0][2][1] == weights[0][1][1], weights  # batch 2's update skipped
+    assert all(torch.isfinite(torch.tensor(w[1])).all() for w in weights[0]), weights
 
     # Rank 1's capsule alone, in this process (no process group), replays
     # as a Lightning run entering at the tripping step: the NaN again.
