@@ -498,7 +498,10 @@ class Engine {
   // Every rank of a DDP run: the gradients are checked once averaged too
   // (SessionCore::check_after_reduction).
   void check_after_reduction(bool on) { core_->check_after_reduction(on); }
-  // A follower: `await_leader(own)` runs where its batch tripped before the
+  // From a tensor hook that runs in a backward ahead of every parameter's
+  // (SessionCore::check_gradients_first): True when the check was queued.
+  bool check_gradients_first() { return core_->check_gradients_first(); }
+  // A follower: `await_leader()` runs where its batch tripped before the
   // optimizer step (GIL released there) and returns True to skip the
   // update, False to apply it, None when the run is lost; None clears it.
   void set_await_leader_callback(py::object await) {
@@ -507,11 +510,11 @@ class Engine {
       return;
     }
     auto held = hold(std::move(await));
-    core_->set_on_await_leader([held](bool own) -> std::optional<bool> {
+    core_->set_on_await_leader([held]() -> std::optional<bool> {
       if (python_finalizing()) return std::nullopt;
       py::gil_scoped_acquire gil;
       try {
-        py::object skip = (*held)(own);
+        py::object skip = (*held)();
         if (skip.is_none()) return std::nullopt;
         return skip.cast<bool>();
       } catch (py::error_already_set& e) {
@@ -1047,6 +1050,7 @@ PYBIND11_MODULE(_nansense, m) {
       .def("raise_armed_jump", &Engine::raise_armed_jump)
       .def("set_rank", &Engine::set_rank)
       .def("check_after_reduction", &Engine::check_after_reduction)
+      .def("check_gradients_first", &Engine::check_gradients_first)
       .def("set_await_leader_callback", &Engine::set_await_leader_callback)
       .def("set_update_decided_callback", &Engine::set_update_decided_callback)
       .def("refuse_skip", &Engine::refuse_skip)

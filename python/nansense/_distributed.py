@@ -88,6 +88,7 @@ import weakref
 from typing import Any, Optional
 
 import torch
+from torch.utils import _pytree
 
 from . import _nansense
 
@@ -242,10 +243,44 @@ class Coordinator:
                     coordinator._update_decided(skipped)
             engine.set_update_decided_callback(decided)
         else:
-            def await_leader(own: bool) -> Optional[bool]:
+            def await_leader() -> Optional[bool]:
                 coordinator = me()
-                return None if coordinator is None else coordinator._await_leader(own)
+                return None if coordinator is None else coordinator._await_leader()
             engine.set_await_leader_callback(await_leader)
+
+    def check_ahead_of(self, wrapper: Any) -> None:
+        """The run's DDP wrapper: where its first backward would average the
+        gradients before this rank's own are checked, check them first.
+
+        With static_graph=True, DDP's first backward averages the gradients
+        in a final callback that the node after its forward's output queues,
+        ahead of the check (queued by the first parameter hook to fire),
+        which would then take the averaged gradients for this rank's own. A
+        hook on the wrapper's outputs queues the check ahead of DDP's; the
+        forward hook goes once DDP has queued its averaging.
+        """
+        ddp = torch.nn.parallel.DistributedDataParallel
+        if not isinstance(wrapper, ddp) or not getattr(wrapper, "static_graph", False):
+            return
+        me = weakref.ref(self)
+
+        def first(_grad: torch.Tensor) -> None:
+            coordinator = me()
+            if coordinator is not None and not coordinator._closed:
+                coordinator.engine.check_gradients_first()
+
+        def forwarded(module: Any, _inputs: Any, output: Any) -> None:
+            if getattr(module, "_static_graph_delay_allreduce_enqueued", True) or me() is None:
+                handle.remove()
+                return
+            try:
+                tensors = _pytree.tree_flatten(output)[0]
+            except Exception:  # an output pytree cannot walk: its outermost tensor, if it is one
+                tensors = [output]
+            for t in tensors:
+                if isinstance(t, torch.Tensor) and t.requires_grad and t.grad_fn is not None:
+                    t.register_hook(first)
+        handle = wrapper.register_forward_hook(forwarded)
 
     # ---- start
 
@@ -474,7 +509,7 @@ class Coordinator:
         if due and not self._closed and self._main is not None:
             self._answer(n, skipped, self._main)
 
-    def _await_leader(self, own: bool) -> Optional[bool]:
+    def _await_leader(self) -> Optional[bool]:
         """A follower whose batch tripped, before its optimizer step (from
         the backward's final callback): tells rank 0 and waits for its
         choice about the update. True: skip it; None: the run was lost
@@ -1055,8 +1090,9 @@ def settings_for_rank(settings: dict, rank: int) -> dict:
     return out
 
 
-def start(session: Any, engine: Any, dist: Any) -> Coordinator:
-    """The distributed side of nansense.start() on one rank (every rank calls it)."""
+def start(session: Any, engine: Any, dist: Any, wrapper: Any = None) -> Coordinator:
+    """The distributed side of nansense.start() on one rank (every rank calls it); `wrapper`: the model
+    as passed, its DDP wrapper where it had one."""
     rank = dist.get_rank()
     engine.set_debug_settings(json.dumps(settings_for_rank(engine.debug_settings(), rank)))
     # Its check settings stay the rank's own whatever sets them (rank 0's UI too).
@@ -1065,4 +1101,6 @@ def start(session: Any, engine: Any, dist: Any) -> Coordinator:
         # Followers never pause on their own: rank 0 decides at every boundary.
         engine.detach()
         engine.set_unserved_nan_note(f"rank {rank} follows rank 0, which pauses every rank at this batch's boundary")
-    return Coordinator(engine, dist)
+    coordinator = Coordinator(engine, dist)
+    coordinator.check_ahead_of(wrapper)
+    return coordinator

@@ -848,7 +848,7 @@ def start(
     layer names are module paths ("features.0"); parameterless ops are
     named fx-style ("relu_1").
     """
-    model = _unwrap(model)
+    wrapper, model = model, _unwrap(model)
     _check_int("epochs", epochs, 1)
     phase_list = _check_phases("phases", phases)
     _check_bool("enabled", enabled)
@@ -880,7 +880,7 @@ def start(
                                  _load_state(optimizer, scheduler))
     session = Session(model, engine, optimizer, scheduler)
     if dist is not None:
-        session._coordinator = _distributed.start(session, engine, dist)
+        session._coordinator = _distributed.start(session, engine, dist, wrapper)
         if not session._coordinator.leader:
             return session  # rank 0 serves the UI
     if port is not None:

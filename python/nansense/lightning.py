@@ -320,6 +320,8 @@ class NansenseCallback(Callback):
             self._session = start(network, epochs=trainer.max_epochs, phases={"train": 1}, **self._serve)
             engine = self._engine
             coordinator = self._session._coordinator
+            if coordinator is not None:
+                coordinator.check_ahead_of(trainer.strategy.model)  # DDP's wrapper, set up by now
             if coordinator is None:
                 engine.set_unserved_nan_note("NansenseCallback stops the trainer after this batch")
             else:

@@ -13,24 +13,30 @@ GradientGuard::GradientGuard(const torch::nn::Module& model, std::function<void(
     // A frozen parameter gets no gradient and accepts no hook.
     if (!p.requires_grad()) continue;
     std::weak_ptr<Link> weak = link_;
-    unsigned handle = p.register_hook([weak](const torch::Tensor&) {
-      auto link = weak.lock();
-      if (!link || !link->armed || link->queued.exchange(true)) return;
-      try {
-        torch::autograd::Engine::get_default_engine().queue_callback([weak] {
-          auto link = weak.lock();
-          if (!link) return;
-          link->queued = false;
-          if (link->alive && link->armed) link->callback();
-        });
-      } catch (...) {
-        // Not inside an engine task (a hook run by hand): nothing to check.
-        link->queued = false;
-      }
-    });
+    unsigned handle = p.register_hook([weak](const torch::Tensor&) { queue(weak); });
     hooks_.emplace_back(p, handle);
   }
 }
+
+bool GradientGuard::queue(const std::weak_ptr<Link>& weak) {
+  auto link = weak.lock();
+  if (!link || !link->armed || link->queued.exchange(true)) return false;
+  try {
+    torch::autograd::Engine::get_default_engine().queue_callback([weak] {
+      auto link = weak.lock();
+      if (!link) return;
+      link->queued = false;
+      if (link->alive && link->armed) link->callback();
+    });
+  } catch (...) {
+    // Not inside an engine task (a hook run by hand): nothing to check.
+    link->queued = false;
+    return false;
+  }
+  return true;
+}
+
+bool GradientGuard::queue_now() { return queue(link_); }
 
 bool GradientGuard::run_after_others() {
   if (!link_->after_others) return false;

@@ -34,6 +34,12 @@ class GradientGuard {
   // Mid-batch (while paused inside backward): a probe's backward must not check.
   void set_armed(bool armed) { link_->armed = armed; }
   bool armed() const { return link_->armed; }
+  // From a hook that runs inside a backward before any parameter's: queues
+  // this backward's check now, ahead of final callbacks queued after it
+  // (DDP's first static-graph backward queues its gradient averaging from
+  // the first node it runs). False when not armed, already queued, or no
+  // backward is under way.
+  bool queue_now();
   // From on_backward_end: runs `after_others` once every final callback
   // queued so far in this backward has run — DDP's, which waits for its
   // gradient all-reduces and writes the averaged gradients into .grad, is
@@ -49,6 +55,8 @@ class GradientGuard {
     std::function<void()> callback;
     std::function<void()> after_others;
   };
+  static bool queue(const std::weak_ptr<Link>& weak);
+
   std::shared_ptr<Link> link_;
   std::vector<std::pair<torch::Tensor, unsigned>> hooks_;
 };

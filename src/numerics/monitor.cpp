@@ -102,7 +102,6 @@ Monitor::Trace Monitor::plan_batch(const BatchPosition& position, bool repeat) {
   op_tracer_.reset();
   traced_ = checked_in_backward_ = tripped_ = pause_at_end_ = settled_ = deferring_ = deferred_pause_ = decided_ =
       false;
-  own_trip_ = true;
   last_backwards_ = std::exchange(backwards_, 0);
   active_ = !disabled_ && settings_.enabled();
   guard_->start_batch(false);
@@ -351,7 +350,6 @@ std::string Monitor::write_capsule(const DebugError& hit) {
 
 void Monitor::handle_hit(DebugError hit, bool in_backward, bool own) {
   tripped_ = true;
-  own_trip_ = own;
   auto log = [&](const DebugError& e) {
     std::cerr << "[nansense] " << headline(e);
     if (e.root_cause) std::cerr << " — " << e.root_cause->summary;
@@ -371,8 +369,15 @@ void Monitor::handle_hit(DebugError hit, bool in_backward, bool own) {
     pause_now(in_backward);
     return;
   }
+  // What a peer's note said of this batch before its checks ran here.
+  std::optional<DebugError> noted;
   if (auto standing = state_.error()) {
-    if (!differs(*standing, hit)) {
+    if (standing->position.same_batch(hit.position)) {
+      // Recorded in this batch before its own checks found anything: another
+      // rank's trip, noted while this one's backward ran (a distributed run).
+      // This finding takes its place, keeps what it said, and pauses.
+      noted = std::move(standing);
+    } else if (!differs(*standing, hit)) {
       state_.record(hit);  // the same problem again: merges without pausing
       return;
     }
@@ -380,6 +385,17 @@ void Monitor::handle_hit(DebugError hit, bool in_backward, bool own) {
     // producer op): it takes the warning's place and pauses.
     state_.clear();
   }
+  auto record = [&] {
+    if (noted) {
+      if (noted->root_cause && !noted->root_cause->summary.empty()) {
+        if (!hit.root_cause) hit.root_cause = RootCause{};
+        auto& summary = hit.root_cause->summary;
+        summary += (summary.empty() ? "" : " ") + noted->root_cause->summary;
+      }
+      if (hit.capsule.empty()) hit.capsule = noted->capsule;
+    }
+    state_.record(hit);
+  };
   standing_in_average_ = !own;
   if (own) {
     hit.capsule = write_capsule(hit);
@@ -392,7 +408,7 @@ void Monitor::handle_hit(DebugError hit, bool in_backward, bool own) {
                               "this batch was not traced: it runs again from the recorded state (weights, "
                               "buffers, optimizer and scheduler state, RNG), traced, to name the producer; your "
                               "loop body runs it a second time");
-    state_.record(hit);
+    record();
     rerun_pending_ = true;
     // This run's optimizer step is undone by the re-run's restore, but an
     // optimizer the engine cannot restore (a Python one's momentum, Adam's
@@ -408,7 +424,7 @@ void Monitor::handle_hit(DebugError hit, bool in_backward, bool own) {
                               "this batch was not traced: step to it with the UI, set trace_interval, or turn "
                               "rerun_to_trace on to name the producer");
   }
-  state_.record(hit);
+  record();
   log(hit);
   pause_now(in_backward);
 }
@@ -452,7 +468,7 @@ void Monitor::await_leader() {
   if (!host_.await_leader) return;
   std::optional<bool> skip;
   try {
-    skip = host_.await_leader(own_trip_);
+    skip = host_.await_leader();
   } catch (...) {
     // The wait failed (the run was lost): the loop goes on, and its next
     // boundary says why.

@@ -7,6 +7,7 @@
 
 #include <torch/torch.h>
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -68,9 +69,8 @@ class Monitor {
     // follower), its batch tripped before the optimizer step: waits there
     // for the leader's choice about the update and returns true to skip
     // it; nullopt when there is no leader to wait for (the loop goes on).
-    // `own`: this rank's own gradients tripped (false: only the averaged
-    // ones, check_after_reduction). Null: nothing to wait for.
-    std::function<std::optional<bool>(bool own)> await_leader;
+    // Null: nothing to wait for.
+    std::function<std::optional<bool>()> await_leader;
     // The batch's update is decided, before the optimizer step: skipped
     // (true) or applied — where a pause there ends, and, in a run that
     // checks after the reduction, once that check is over without one
@@ -122,8 +122,12 @@ class Monitor {
   // pauses (or, on a follower, waits for the leader) only then, once
   // the averaged gradients are in .grad. Off by default.
   void check_after_reduction(bool on) { after_reduction_ = on; }
+  // From a hook that runs inside a backward ahead of every parameter's
+  // (GradientGuard::queue_now): the first check runs ahead of final
+  // callbacks queued after this call. Any thread the backward runs on.
+  bool check_gradients_first() { return guard_ && guard_->queue_now(); }
   // Whether the standing error was found only in the averaged gradients
-  // (this rank's own were finite): another rank's NaN.
+  // (this rank's own were finite): another rank's NaN. Any thread.
   bool standing_found_in_average() const { return standing_in_average_; }
 
  private:
@@ -165,14 +169,13 @@ class Monitor {
   bool tripped_ = false;
   bool pause_at_end_ = false;
   bool settled_ = false;
-  bool after_reduction_ = false;      // check_after_reduction()
-  bool deferring_ = false;            // in the first check of such a run: a pause waits for the second
-  bool deferred_pause_ = false;       // and one is due there
-  bool own_trip_ = true;              // the batch's trip was in this rank's own gradients
-  bool standing_in_average_ = false;  // standing_found_in_average()
-  bool decided_ = false;              // the batch's update_decided ran
-  int backwards_ = 0;                 // checked backward passes in this batch
-  int last_backwards_ = 0;            // and in the batch before
+  bool after_reduction_ = false;                  // check_after_reduction()
+  bool deferring_ = false;                        // in the first check of such a run: a pause waits for the second
+  bool deferred_pause_ = false;                   // and one is due there
+  std::atomic<bool> standing_in_average_{false};  // standing_found_in_average(), read by any thread
+  bool decided_ = false;                          // the batch's update_decided ran
+  int backwards_ = 0;                             // checked backward passes in this batch
+  int last_backwards_ = 0;                        // and in the batch before
   int64_t since_check_ = 0;
   int64_t since_trace_ = 0;
 

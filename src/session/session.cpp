@@ -129,9 +129,9 @@ std::unique_ptr<numerics::Monitor> SessionCore::make_monitor(const DebugSettings
   host.settled = [this] {
     if (on_settled_) on_settled_();
   };
-  host.await_leader = [this](bool own) -> std::optional<bool> {
+  host.await_leader = [this]() -> std::optional<bool> {
     if (!on_await_leader_) return std::nullopt;
-    return on_await_leader_(own);
+    return on_await_leader_();
   };
   host.update_decided = [this](bool skipped) {
     if (on_update_decided_) on_update_decided_(skipped);

@@ -182,14 +182,17 @@ class SessionCore {
     after_reduction_ = on;
     numerics_->check_after_reduction(on);
   }
+  // Monitor::check_gradients_first: DDP's first static-graph backward
+  // averages the gradients from a final callback its first node queues.
+  bool check_gradients_first() { return numerics_->check_gradients_first(); }
   // A follower, set before the loop: where its batch tripped before the
-  // optimizer step, the batch waits in `await_leader(own)` for rank 0's
+  // optimizer step, the batch waits in `await_leader()` for rank 0's
   // choice (true: skip the update; nullopt: the run is lost, go on).
   // Rank 0: `decided(skipped)` runs once its batch's update is decided
   // before the step (Monitor::Host::update_decided): where its own pause
   // there ends, or its checks are over without one. Both run where the
   // backward's final callback runs; must not throw.
-  void set_on_await_leader(std::function<std::optional<bool>(bool own)> await) { on_await_leader_ = std::move(await); }
+  void set_on_await_leader(std::function<std::optional<bool>()> await) { on_await_leader_ = std::move(await); }
   void set_on_update_decided(std::function<void(bool skipped)> decided) { on_update_decided_ = std::move(decided); }
   // Whether the standing error was found only in the averaged gradients.
   bool standing_found_in_average() const { return numerics_->standing_found_in_average(); }
@@ -317,15 +320,15 @@ class SessionCore {
   std::string unserved_nan_note_ = "training continues";
   mutable std::mutex rerun_note_mutex_;  // read by the server's threads
   numerics::RerunNote rerun_note_;
-  bool repeat_batch_ = false;                                 // the next begin_batch delivers the same batch again
-  bool rerunning_ = false;                                    // the batch under way is that second delivery
-  std::optional<int64_t> loop_epoch_;                         // the epoch epochs() runs, for batches() without one
-  int64_t loop_epochs_ = 0;                                   // epochs()'s n
-  bool jumps_held_ = false;                                   // hold_jumps()
-  std::function<void()> on_settled_;                          // set_on_settled()
-  bool after_reduction_ = false;                              // check_after_reduction()
-  std::function<std::optional<bool>(bool)> on_await_leader_;  // set_on_await_leader()
-  std::function<void(bool)> on_update_decided_;               // set_on_update_decided()
+  bool repeat_batch_ = false;                             // the next begin_batch delivers the same batch again
+  bool rerunning_ = false;                                // the batch under way is that second delivery
+  std::optional<int64_t> loop_epoch_;                     // the epoch epochs() runs, for batches() without one
+  int64_t loop_epochs_ = 0;                               // epochs()'s n
+  bool jumps_held_ = false;                               // hold_jumps()
+  std::function<void()> on_settled_;                      // set_on_settled()
+  bool after_reduction_ = false;                          // check_after_reduction()
+  std::function<std::optional<bool>()> on_await_leader_;  // set_on_await_leader()
+  std::function<void(bool)> on_update_decided_;           // set_on_update_decided()
   std::unique_ptr<time_travel::TrainingRestorer> restorer_;
 
   // The armed freeze (moment_mu_), and the file of the batch it is being

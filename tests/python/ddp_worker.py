@@ -17,6 +17,8 @@ MASTER_PORT in the environment), in the run's folder (its cwd). Options
   longer_rank         this rank's loop has one batch more than the others'
   pg_timeout          the process group's timeout for collectives, in seconds
   unserved            rank 0 serves no UI either
+  static_graph        DDP's static_graph=True (its first batch reduces the
+                      gradients in a final callback of its own)
   sum_losses          each batch all-reduces its loss between backward and the
                       optimizer step (a collective of the loop's own there)
   hold_on_error       rank 0, when its loop raises: print the traceback, write
@@ -73,7 +75,7 @@ def main():
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
-    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    ddp = torch.nn.parallel.DistributedDataParallel(model, static_graph=bool(opts.get("static_graph")))
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
     epochs, batches = opts.get("epochs", 2), opts.get("batches", 4)
     g = torch.Generator().manual_seed(1)

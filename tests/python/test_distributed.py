@@ -143,32 +143,37 @@ def held_before_the_step(r, api, where):
     r.until(lambda: api.get("/api/debug")["skip_refused"] is None, "every rank to hold the update")
     for rank in range(r.world):
         assert r.last(rank, "begin") == where, (rank, r.events(rank))
-        assert r.last(rank, "stepping") < where, f"rank {rank} made the poisoned step: {r.events(rank)}"
+        assert (r.last(rank, "stepping") or (-1, -1)) < where, f"rank {rank} made the poisoned step: {r.events(rank)}"
 
 
 def weights_after_each_batch(r, rank):
     return [(tuple(e["done"]), e["weights"]) for e in r.events(rank) if "done" in e]
 
 
-def test_a_nan_on_rank_1_holds_every_rank_before_its_step_and_skipping_it_keeps_the_replicas_finite(run, tmp_path):
-    r = run(2, epochs=1, batches=4, nan_rank=1, nan_batch=2)
+# DDP's static_graph=True reduces its first batch's gradients in a delayed
+# final callback of its own: the check of the averaged ones still runs after it.
+@pytest.mark.parametrize("static_graph, nan_batch", [(False, 2), (True, 0)])
+def test_a_nan_on_rank_1_holds_every_rank_before_its_step_and_skipping_it_keeps_the_replicas_finite(
+        run, tmp_path, static_graph, nan_batch):
+    r = run(2, epochs=1, batches=4, nan_rank=1, nan_batch=nan_batch, static_graph=static_graph)
     api = r.api()
-    r.until(lambda: api.get("/api/status")["state"] == "paused", "the first pause")
-    api.post("/api/run", {"detach": True})
+    if nan_batch:
+        r.until(lambda: api.get("/api/status")["state"] == "paused", "the first pause")
+        api.post("/api/run", {"detach": True})
     # Rank 1's own gradients trip; DDP's averaging carries the NaN into
     # every rank's, so each stops in that batch's backward, before its
     # optimizer step. Rank 0 pauses there and names the rank it came from.
     report = r.until(lambda: (d := api.get("/api/debug")).get("error") and "rank 1 at" in
                      ((d["error"].get("root_cause") or {}).get("summary") or "") and d, "the report naming rank 1")
     error = report["error"]
-    assert error["position"]["batch_idx"] == 2 and error["update"] == "held", error
+    assert error["position"]["batch_idx"] == nan_batch and error["update"] == "held", error
     summary = error["root_cause"]["summary"]
-    assert "The checks tripped on rank 1 of 2: rank 1 at epoch 0 | train batch 2" in summary, summary
+    assert f"The checks tripped on rank 1 of 2: rank 1 at epoch 0 | train batch {nan_batch}" in summary, summary
     assert "rank 0 at" not in summary and error["root_cause"]["status"] == "from_outside", summary
     assert "own gradients were finite" in summary, summary
     status = api.get("/api/status")
-    assert status["state"] == "paused" and paused_at(status) == (0, 2), status
-    held_before_the_step(r, api, (0, 2))
+    assert status["state"] == "paused" and paused_at(status) == (0, nan_batch), status
+    held_before_the_step(r, api, (0, nan_batch))
     capsules = {rank: sorted((tmp_path / "nansense_capsules" / f"rank_{rank}").glob("*")) for rank in (0, 1)}
     assert capsules[1] and not capsules[0], capsules  # rank 0's own batch was finite
     assert str(capsules[1][0].name) in summary
@@ -181,7 +186,12 @@ def test_a_nan_on_rank_1_holds_every_rank_before_its_step_and_skipping_it_keeps_
     assert [w[0] for w in weights[0]] == [(0, b) for b in range(4)], weights[0]
     assert weights[0] == weights[1]
     assert all(torch.isfinite(torch.tensor(w[1])).all() for w in weights[0]), weights[0]
-    assert weights[0][2][1] == weights[0][1][1]  # batch 2's update was skipped
+    # The tripped batch's update was skipped: its weights are the ones before it.
+    if nan_batch:
+        assert weights[0][nan_batch][1] == weights[0][nan_batch - 1][1]
+    else:
+        start = [e["weights"] for e in r.events(0) if "epoch" in e][0]
+        assert sum(weights[0][0][1]) == pytest.approx(start, abs=1e-9)
 
     # Rank 1's capsule alone (no process group) reproduces its NaN.
     torch.manual_seed(0)

@@ -398,8 +398,10 @@ TEST(NumericsSession, ABatchSettlesOnceItsOneBackwardIsCheckedClean) {
 // in a final callback queued once its last bucket is ready (after the
 // guard's): a hook of the test's queues one that writes another rank's NaN
 // into one gradient of `poisoned_batch`, or (`own`) the batch's data holds it.
+// `peer_note`: that callback also notes the other rank's trip first, as rank
+// 0's reader of a follower's news may while this rank's backward runs.
 struct AveragedRun {
-  std::vector<bool> owns;      // what the wait for the leader was told
+  int waits = 0;               // the waits for the leader's choice
   std::vector<float> weights;  // fc1's weight sum after each batch
   std::vector<bool> decided;   // each batch's update: skipped
   std::optional<DebugError> error;
@@ -407,7 +409,7 @@ struct AveragedRun {
 };
 
 AveragedRun run_averaged(int poisoned_batch, bool own, std::optional<bool> leader_says,
-                         const std::string& capsule_dir = "") {
+                         const std::string& capsule_dir = "", const std::string& peer_note = "") {
   torch::manual_seed(4);
   test::TwoLayer model;
   torch::optim::SGD opt(model->parameters(), 0.1);
@@ -420,8 +422,8 @@ AveragedRun run_averaged(int poisoned_batch, bool own, std::optional<bool> leade
   auto* core = detail::core_of(session);
   core->check_after_reduction(true);
   AveragedRun out;
-  core->set_on_await_leader([&](bool mine) {
-    out.owns.push_back(mine);
+  core->set_on_await_leader([&] {
+    ++out.waits;
     return leader_says;
   });
   core->set_on_update_decided([&](bool skipped) { out.decided.push_back(skipped); });
@@ -432,6 +434,7 @@ AveragedRun run_averaged(int poisoned_batch, bool own, std::optional<bool> leade
     torch::autograd::Engine::get_default_engine().queue_callback([&] {
       torch::NoGradGuard no_grad;
       weight.mutable_grad().view(-1)[0].fill_(NAN);
+      if (!peer_note.empty()) core->note_rank_trip(peer_note, {"nan"}, {"nan_inf"}, "/peer/rank_1.capsule");
     });
   });
   for (auto& b : session.batches(data, "train")) {
@@ -453,7 +456,7 @@ TEST(NumericsSession, AfterReductionANaNOnlyInTheAveragedGradientsWaitsForTheLea
   const auto run = run_averaged(2, /*own=*/false, /*leader_says=*/true);
   ASSERT_TRUE(run.error);
   EXPECT_EQ(run.error->position.batch_idx, 2);
-  EXPECT_EQ(run.owns, std::vector<bool>{false});
+  EXPECT_EQ(run.waits, 1);
   EXPECT_TRUE(run.in_average);
   EXPECT_TRUE(run.error->capsule.empty());
   ASSERT_TRUE(run.error->root_cause);
@@ -475,7 +478,7 @@ TEST(NumericsSession, AfterReductionARanksOwnNaNHoldsOnlyOnceTheAveragedGradient
   const auto run = run_averaged(1, /*own=*/true, /*leader_says=*/false, dir);
   ASSERT_TRUE(run.error);
   EXPECT_EQ(run.error->position.batch_idx, 1);
-  EXPECT_EQ(run.owns, std::vector<bool>{true});
+  EXPECT_EQ(run.waits, 1);
   EXPECT_FALSE(run.in_average);
   EXPECT_FALSE(run.error->capsule.empty());
   EXPECT_EQ(run.error->update, "applied");
@@ -485,8 +488,29 @@ TEST(NumericsSession, AfterReductionARanksOwnNaNHoldsOnlyOnceTheAveragedGradient
   // neither held nor chosen.
   const auto lost = run_averaged(2, /*own=*/false, std::nullopt);
   ASSERT_TRUE(lost.error);
-  EXPECT_EQ(lost.owns, std::vector<bool>{false});
+  EXPECT_EQ(lost.waits, 1);
   EXPECT_EQ(lost.error->update, "");
+}
+
+TEST(NumericsSession, AfterReductionAPeersTripNotedFirstStillHoldsTheUpdateAndKeepsItsNote) {
+  // The other rank's trip was noted (a standing error of this batch) before
+  // this rank's check of the averaged gradients ran: that check still holds
+  // the update before the step, and the report keeps both findings and the
+  // peer's capsule.
+  const auto run = run_averaged(2, /*own=*/false, /*leader_says=*/true, "", "rank 1 tripped at batch 2");
+  ASSERT_TRUE(run.error);
+  EXPECT_EQ(run.error->position.batch_idx, 2);
+  EXPECT_EQ(run.waits, 1);
+  EXPECT_EQ(run.error->update, "skipped");
+  EXPECT_EQ(run.error->capsule, "/peer/rank_1.capsule");
+  ASSERT_TRUE(run.error->root_cause);
+  EXPECT_EQ(run.error->root_cause->status, RootCause::Status::kFromOutside);
+  const auto& summary = run.error->root_cause->summary;
+  EXPECT_NE(summary.find("gradient averaging"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("[distributed] rank 1 tripped at batch 2"), std::string::npos) << summary;
+  EXPECT_EQ(run.error->hits, 1);
+  EXPECT_EQ(run.decided, (std::vector<bool>{false, false, true, false}));
+  EXPECT_EQ(run.weights[2], run.weights[1]);  // skipped: no step
 }
 
 TEST(NumericsSession, DisabledChecksInstallNothingThatTrips) {
