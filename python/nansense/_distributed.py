@@ -1100,7 +1100,8 @@ def start(session: Any, engine: Any, dist: Any, wrapper: Any = None) -> Coordina
     if rank != 0:
         # Followers never pause on their own: rank 0 decides at every boundary.
         engine.detach()
-        engine.set_unserved_nan_note(f"rank {rank} follows rank 0, which pauses every rank at this batch's boundary")
+        engine.set_unserved_nan_note(f"rank {rank} follows rank 0, which stops every rank in this batch: before its "
+                                     "optimizer step where the averaged gradients are checked, else at its boundary")
     coordinator = Coordinator(engine, dist)
     coordinator.check_ahead_of(wrapper)
     return coordinator

@@ -320,14 +320,14 @@ class NansenseCallback(Callback):
             self._session = start(network, epochs=trainer.max_epochs, phases={"train": 1}, **self._serve)
             engine = self._engine
             coordinator = self._session._coordinator
-            if coordinator is not None:
-                coordinator.check_ahead_of(trainer.strategy.model)  # DDP's wrapper, set up by now
             if coordinator is None:
                 engine.set_unserved_nan_note("NansenseCallback stops the trainer after this batch")
             else:
+                coordinator.check_ahead_of(trainer.strategy.model)  # DDP's wrapper, set up by now
                 engine.set_unserved_nan_note(
                     "NansenseCallback stops every rank's trainer together, a few batches on" if coordinator.leader else
-                    f"rank {coordinator.rank} follows rank 0: served, it pauses every rank at one batch boundary; "
+                    f"rank {coordinator.rank} follows rank 0: served, it stops every rank in one batch, before its "
+                    "optimizer step; "
                     "unserved, NansenseCallback stops every rank's trainer together a few batches on")
             engine.set_rerun_note(_RERUN_NOTE["ran_twice"], _RERUN_NOTE["restored"], _RERUN_NOTE["runs_twice"],
                                   _RERUN_NOTE["detect"])

@@ -15,6 +15,8 @@ again with LOCAL_RANK set). Options (JSON in argv[1]):
   time_travel         fit_with_time_travel (a fresh Trainer per attempt)
   val                 validation batches per rank each epoch (0: none)
   strategy            the Trainer's strategy (default "ddp")
+  static_graph        DDPStrategy(static_graph=True) (its first batch reduces
+                      the gradients in a final callback of DDP's own)
   pg_timeout          the process group's timeout for collectives, in seconds
                       (set once the group is up: its rendezvous keeps the default)
 Each rank appends one JSON line per event to rank<r>.log: {"begin": [e, b]}
@@ -118,7 +120,8 @@ def main():
     callback = Reporting(port=0 if opts.get("served") else None, open_browser=False)
 
     def make_trainer():
-        return pl.Trainer(accelerator="cpu", strategy=opts.get("strategy", "ddp"), devices=world, max_epochs=epochs, logger=False,
+        return pl.Trainer(accelerator="cpu", strategy=(pl.strategies.DDPStrategy(static_graph=True) if opts.get("static_graph")
+                                                    else opts.get("strategy", "ddp")), devices=world, max_epochs=epochs, logger=False,
                           enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                           num_sanity_val_steps=0, callbacks=[callback])
 

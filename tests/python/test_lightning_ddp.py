@@ -161,6 +161,25 @@ def test_a_nan_on_rank_1_holds_every_rank_before_its_step_and_its_capsule_replay
     assert torch.isnan(x).any()
 
 
+def test_static_graph_a_nan_in_rank_1s_first_batch_is_named_as_rank_1s_alone(run):
+    # DDPStrategy(static_graph=True): DDP averages the first batch's gradients
+    # in a final callback queued as its backward starts; each rank's first
+    # check still sees its own gradients (a hook on Lightning's DDP wrapper).
+    r = run(served=True, epochs=1, batches=2, nan_rank=1, nan_batch=0, static_graph=True)
+    api = r.api()
+    report = r.until(lambda: (d := api.get("/api/debug")).get("error") and "rank 1 at" in
+                     ((d["error"].get("root_cause") or {}).get("summary") or "") and d, "the report naming rank 1")
+    error = report["error"]
+    summary = error["root_cause"]["summary"]
+    assert error["position"]["batch_idx"] == 0 and error["root_cause"]["status"] == "from_outside", error
+    assert "The checks tripped on rank 1 of 2: rank 1 at epoch 0 | train batch 0" in summary, summary
+    assert not list((r.folder / "nansense_capsules" / "rank_0").glob("*.capsule")), "rank 0 wrote a capsule"
+    r.until(lambda: api.get("/api/debug")["skip_refused"] is None, "every rank to hold the update")
+    assert error["update"] == "held" and all(r.last(rank, "stepping") is None for rank in range(2)), error
+    api.post("/api/run", {"detach": True})
+    assert r.wait() == 0, r.output()
+
+
 def test_without_a_ui_a_nan_on_one_rank_stops_every_rank_after_the_same_batch(run):
     r = run(epochs=2, batches=8, nan_rank=1, nan_batch=1)
     assert r.wait() == 0, r.output()
