@@ -676,18 +676,29 @@ class Coordinator:
         # decision prepared but never sent held it).
         self.engine.hold_jumps(False)
         everyone = lambda: min(self._seen.values()) >= n  # noqa: E731
+        timed_out = False
         if close and let_past:
             # Let past this boundary, a follower still in its loop (a longer
             # one than rank 0's) would never say so here: rank 0 waits for
             # the followers' last news for as long as for a lost rank.
-            if not self._await(everyone, self.timeout):
-                late = [r for r, seen in self._seen.items() if seen < n]
-                print(f"[nansense] rank(s) {', '.join(map(str, late))} did not reach the end of the loop within "
-                      f"{self.timeout:g} s of rank 0 ({ENV_TIMEOUT}): every rank must run the same batches; rank 0 "
-                      "closes without their last statistics", flush=True)
-                return
+            timed_out = not self._await(everyone, self.timeout)
         else:
             self._await(everyone)
+        if close:
+            # A follower whose word of this boundary came without its end
+            # runs on (a longer loop than rank 0's).
+            with self._cond:
+                ended = set(self._closed_at.get(n, []))
+                silent = [r for r, seen in self._seen.items() if seen < n]
+                going = [r for r, seen in self._seen.items() if seen >= n and r not in ended]
+            if silent or going:
+                why = ([f"no word within {self.timeout:g} s ({ENV_TIMEOUT})"] if silent else []) + (
+                    ["its loop went on past rank 0's last batch"] if going else [])
+                print(f"[nansense] rank(s) {', '.join(map(str, sorted(silent + going)))} did not reach the end of "
+                      f"the loop with rank 0 ({'; '.join(why)}): every rank must run the same batches; rank 0 closes "
+                      "without their last statistics", flush=True)
+            if timed_out:
+                return
         with self._cond:
             closed = self._closed_at.pop(n, [])
             tripped = self._tripped_at.pop(n, {})

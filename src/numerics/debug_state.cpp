@@ -109,6 +109,11 @@ std::optional<DebugError> DebugState::error() const {
   return error_;
 }
 
+bool DebugState::has_error() const {
+  std::lock_guard lock(mu_);
+  return error_.has_value();
+}
+
 bool DebugState::record(const DebugError& hit) {
   bool first = false;
   {

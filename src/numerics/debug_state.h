@@ -54,6 +54,7 @@ class DebugState {
   void set_settings(const DebugSettings& settings);
 
   std::optional<DebugError> error() const;
+  bool has_error() const;
   // Records a hit. Returns true when it became the standing error (the first
   // hit since the last clear), false when it merged into one.
   bool record(const DebugError& hit);

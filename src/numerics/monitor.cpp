@@ -103,6 +103,7 @@ Monitor::Trace Monitor::plan_batch(const BatchPosition& position, bool repeat) {
   traced_ = checked_in_backward_ = tripped_ = pause_at_end_ = settled_ = deferring_ = deferred_pause_ = decided_ =
       false;
   last_backwards_ = std::exchange(backwards_, 0);
+  stood_at_start_ = state_.has_error();
   active_ = !disabled_ && settings_.enabled();
   guard_->start_batch(false);
   if (!active_) return Trace::kNone;
@@ -372,7 +373,7 @@ void Monitor::handle_hit(DebugError hit, bool in_backward, bool own) {
   // What a peer's note said of this batch before its checks ran here.
   std::optional<DebugError> noted;
   if (auto standing = state_.error()) {
-    if (standing->position.same_batch(hit.position)) {
+    if (!stood_at_start_ && standing->position.same_batch(hit.position)) {
       // Recorded in this batch before its own checks found anything: another
       // rank's trip, noted while this one's backward ran (a distributed run).
       // This finding takes its place, keeps what it said, and pauses.

@@ -174,6 +174,7 @@ class Monitor {
   bool deferred_pause_ = false;                   // and one is due there
   std::atomic<bool> standing_in_average_{false};  // standing_found_in_average(), read by any thread
   bool decided_ = false;                          // the batch's update_decided ran
+  bool stood_at_start_ = false;                   // an error stood as the batch began
   int backwards_ = 0;                             // checked backward passes in this batch
   int last_backwards_ = 0;                        // and in the batch before
   int64_t since_check_ = 0;
