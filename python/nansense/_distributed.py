@@ -196,7 +196,6 @@ class Coordinator:
                                                           wait_for_workers=False))
         self._main = client()   # the training thread's keys
         self._side = client()   # the heartbeat thread's
-        self._sender = _Sender(client(), f"nansense-ddp-sender-{self.rank}")  # its decisions and reports
         self._n = 0             # boundaries met
         self._cond = threading.Condition()  # guards what the threads below hand over
         self._awaiting: dict[str, list[str]] = {}  # thread name -> the keys it waits for in the store
@@ -238,6 +237,7 @@ class Coordinator:
         self._rejoin = False  # a follower that made a jump: its engine landed paused, detach it again
         self._checkpoints_sent: Optional[tuple] = None  # the epochs this follower last reported
         self._handshake()
+        self._sender = _Sender(client(), f"nansense-ddp-sender-{self.rank}")  # its decisions and reports
         self._stop = threading.Event()
         self._heartbeat = threading.Thread(target=self._beat, name=f"nansense-ddp-heartbeat-{self.rank}", daemon=True)
         if self.leader:

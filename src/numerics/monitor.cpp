@@ -372,11 +372,13 @@ void Monitor::handle_hit(DebugError hit, bool in_backward, bool own) {
   }
   // What a peer's note said of this batch before its checks ran here.
   std::optional<DebugError> noted;
+  const bool from_peer = peer_noted_.exchange(false);
   if (auto standing = state_.error()) {
-    if (!stood_at_start_ && standing->position.same_batch(hit.position)) {
+    if ((!stood_at_start_ || from_peer) && standing->position.same_batch(hit.position)) {
       // Recorded in this batch before its own checks found anything: another
-      // rank's trip, noted while this one's backward ran (a distributed run).
-      // This finding takes its place, keeps what it said, and pauses.
+      // rank's trip, noted while this one's backward ran, or before this
+      // batch began here (a distributed run). This finding takes its place,
+      // keeps what it said, and pauses.
       noted = std::move(standing);
     } else if (!differs(*standing, hit)) {
       state_.record(hit);  // the same problem again: merges without pausing

@@ -129,6 +129,12 @@ class Monitor {
   // Whether the standing error was found only in the averaged gradients
   // (this rank's own were finite): another rank's NaN. Any thread.
   bool standing_found_in_average() const { return standing_in_average_; }
+  // The standing error was just recorded from another rank's note (no
+  // error stood): this rank's own finding in that batch takes its place
+  // and pauses, even where the note came before the batch began here (a
+  // peer may run ahead of this rank into a batch whose gradients DDP
+  // averages only at its end: static_graph's first). Any thread.
+  void peer_noted() { peer_noted_ = true; }
 
  private:
   void on_backward_end();
@@ -175,6 +181,7 @@ class Monitor {
   std::atomic<bool> standing_in_average_{false};  // standing_found_in_average(), read by any thread
   bool decided_ = false;                          // the batch's update_decided ran
   bool stood_at_start_ = false;                   // an error stood as the batch began
+  std::atomic<bool> peer_noted_{false};           // peer_noted(): the standing error is only a peer's note
   int backwards_ = 0;                             // checked backward passes in this batch
   int last_backwards_ = 0;                        // and in the batch before
   int64_t since_check_ = 0;

@@ -107,6 +107,7 @@ void SessionCore::note_rank_trip(const std::string& note, const std::vector<std:
   e.checks_used = checks;
   e.capsule = capsule;
   edit(e);
+  numerics_->peer_noted();  // before it stands: the training thread reads both
   debug().record(e);
 }
 

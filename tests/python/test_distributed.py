@@ -162,9 +162,12 @@ def test_a_nan_on_rank_1_holds_every_rank_before_its_step_and_skipping_it_keeps_
         api.post("/api/run", {"detach": True})
     # Rank 1's own gradients trip; DDP's averaging carries the NaN into
     # every rank's, so each stops in that batch's backward, before its
-    # optimizer step. Rank 0 pauses there and names the rank it came from.
+    # optimizer step. Rank 0 pauses there and names the rank it came from
+    # (rank 1's note may come first: its report holds once rank 0's own
+    # check of the averaged gradients held the update).
     report = r.until(lambda: (d := api.get("/api/debug")).get("error") and "rank 1 at" in
-                     ((d["error"].get("root_cause") or {}).get("summary") or "") and d, "the report naming rank 1")
+                     ((d["error"].get("root_cause") or {}).get("summary") or "") and
+                     d["error"].get("update") == "held" and d, "rank 0 to hold the update, naming rank 1")
     error = report["error"]
     assert error["position"]["batch_idx"] == nan_batch and error["update"] == "held", error
     summary = error["root_cause"]["summary"]
@@ -585,7 +588,8 @@ def test_two_hosts_pause_step_and_a_nan_on_the_second_pauses_both(run, second_ho
     assert r.last(1, "begin") == (0, 1), r.events(1)
     api.post("/api/run", {"detach": True})
     report = r.until(lambda: (d := api.get("/api/debug")).get("error") and "rank 1 at" in
-                     ((d["error"].get("root_cause") or {}).get("summary") or "") and d, "the report naming rank 1")
+                     ((d["error"].get("root_cause") or {}).get("summary") or "") and
+                     d["error"].get("update") == "held" and d, "rank 0 to hold the update, naming rank 1")
     assert report["error"]["position"]["batch_idx"] == 2
     status = api.get("/api/status")
     assert status["state"] == "paused" and paused_at(status) == (0, 2), status

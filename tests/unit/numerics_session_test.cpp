@@ -399,7 +399,10 @@ TEST(NumericsSession, ABatchSettlesOnceItsOneBackwardIsCheckedClean) {
 // guard's): a hook of the test's queues one that writes another rank's NaN
 // into one gradient of `poisoned_batch`, or (`own`) the batch's data holds it.
 // `peer_note`: that callback also notes the other rank's trip first, as rank
-// 0's reader of a follower's news may while this rank's backward runs.
+// 0's reader of a follower's news may while this rank's backward runs, or
+// (`note_ahead`) it is noted as the batch before ends, ahead of this rank's
+// start of the poisoned one (a peer running ahead into static_graph's first
+// batch, whose gradients DDP averages only at its end).
 struct AveragedRun {
   int waits = 0;               // the waits for the leader's choice
   std::vector<float> weights;  // fc1's weight sum after each batch
@@ -409,7 +412,8 @@ struct AveragedRun {
 };
 
 AveragedRun run_averaged(int poisoned_batch, bool own, std::optional<bool> leader_says,
-                         const std::string& capsule_dir = "", const std::string& peer_note = "") {
+                         const std::string& capsule_dir = "", const std::string& peer_note = "",
+                         bool note_ahead = false) {
   torch::manual_seed(4);
   test::TwoLayer model;
   torch::optim::SGD opt(model->parameters(), 0.1);
@@ -434,13 +438,21 @@ AveragedRun run_averaged(int poisoned_batch, bool own, std::optional<bool> leade
     torch::autograd::Engine::get_default_engine().queue_callback([&] {
       torch::NoGradGuard no_grad;
       weight.mutable_grad().view(-1)[0].fill_(NAN);
-      if (!peer_note.empty()) core->note_rank_trip(peer_note, {"nan"}, {"nan_inf"}, "/peer/rank_1.capsule");
+      if (!peer_note.empty() && !note_ahead) {
+        core->note_rank_trip(peer_note, {"nan"}, {"nan_inf"}, "/peer/rank_1.capsule");
+      }
     });
   });
   for (auto& b : session.batches(data, "train")) {
     ++batch;
     test::train_step(model, opt, b.first, b.second);
     out.weights.push_back(model->fc1->weight.sum().item<float>());
+    if (note_ahead && batch + 1 == poisoned_batch) {
+      BatchPosition next;
+      next.phase = "train";
+      next.batch_idx = poisoned_batch;
+      core->note_rank_trip(peer_note, {"nan"}, {"nan_inf"}, "/peer/rank_1.capsule", next);
+    }
   }
   out.error = session.debug_error();
   out.in_average = core->standing_found_in_average();
@@ -509,6 +521,25 @@ TEST(NumericsSession, AfterReductionAPeersTripNotedFirstStillHoldsTheUpdateAndKe
   EXPECT_NE(summary.find("gradient averaging"), std::string::npos) << summary;
   EXPECT_NE(summary.find("[distributed] rank 1 tripped at batch 2"), std::string::npos) << summary;
   EXPECT_EQ(run.error->hits, 1);
+  EXPECT_EQ(run.decided, (std::vector<bool>{false, false, true, false}));
+  EXPECT_EQ(run.weights[2], run.weights[1]);  // skipped: no step
+}
+
+TEST(NumericsSession, AfterReductionAPeersTripNotedBeforeTheBatchBeganStillHoldsTheUpdate) {
+  // The note stood as this rank began the batch (its peer was a batch
+  // ahead): this rank's own finding there still holds the update and keeps
+  // the note, where it once merged into the note without pausing.
+  const auto run = run_averaged(2, /*own=*/false, /*leader_says=*/true, "", "rank 1 tripped at batch 2",
+                                /*note_ahead=*/true);
+  ASSERT_TRUE(run.error);
+  EXPECT_EQ(run.error->position.batch_idx, 2);
+  EXPECT_EQ(run.waits, 1);
+  EXPECT_EQ(run.error->update, "skipped");
+  EXPECT_EQ(run.error->capsule, "/peer/rank_1.capsule");
+  ASSERT_TRUE(run.error->root_cause);
+  EXPECT_EQ(run.error->root_cause->status, RootCause::Status::kFromOutside);
+  EXPECT_NE(run.error->root_cause->summary.find("[distributed] rank 1 tripped at batch 2"), std::string::npos)
+      << run.error->root_cause->summary;
   EXPECT_EQ(run.decided, (std::vector<bool>{false, false, true, false}));
   EXPECT_EQ(run.weights[2], run.weights[1]);  // skipped: no step
 }
