@@ -234,6 +234,10 @@ class Coordinator:
         self._waited = 0        # boundaries where this follower waited for rank 0's decision
         self._cleans = 0        # batches this follower reported checked clean
         self._report_clean = False  # rank 0 wants word of each batch checked clean
+        # Rank 0: the run's gradients are averaged by DDP before every
+        # rank's second check, so rank 0's own clean check of them says the
+        # followers' NaN/Inf checks pass too (check_ahead_of).
+        self._averaged = False
         self._rejoin = False  # a follower that made a jump: its engine landed paused, detach it again
         self._checkpoints_sent: Optional[tuple] = None  # the epochs this follower last reported
         self._handshake()
@@ -292,7 +296,12 @@ class Coordinator:
         forward hook goes once DDP has queued its averaging.
         """
         ddp = torch.nn.parallel.DistributedDataParallel
-        if not isinstance(wrapper, ddp) or not getattr(wrapper, "static_graph", False):
+        # DDP averages every rank's gradients before the check of the
+        # averaged ones: a NaN or Inf that arose on any rank trips rank 0's
+        # own check of that batch, so a served rank 0 sends the next
+        # decision without waiting for the followers' word of a clean batch.
+        self._averaged = isinstance(wrapper, ddp)
+        if not self._averaged or not getattr(wrapper, "static_graph", False):
             return
         me = weakref.ref(self)
 
@@ -794,7 +803,7 @@ class Coordinator:
             out["halt"] = True
         # The followers collect what rank 0 collects (as of this batch), so
         # that their shards add up to the global batch.
-        clean = bool(self.engine.checks_can_pause())
+        clean = bool(self.engine.checks_can_pause()) and not self._averaged
         if clean != self._clean_sent:
             self._clean_sent = clean
             out["report_clean"] = clean
@@ -912,7 +921,12 @@ class Coordinator:
         if self._ready is None or self._closed or self._lost is not None or self._hold_wanted:
             return None
         n, decision = self._ready
-        if n <= self._sent or self._gathering >= n or len(self._clean.get(n, ())) < self.world - 1:
+        # Every follower's word of a clean batch, unless DDP averaged their
+        # gradients into rank 0's (whose own check passed).
+        # Not past a follower's trip in the batch before it (its news came
+        # first): rank 0 holds there.
+        need = 0 if self._averaged else self.world - 1
+        if n <= self._sent or self._gathering >= n or len(self._clean.get(n, ())) < need or n in self._tripped_at:
             return None
         self._sent = n
         self._ready = None

@@ -21,6 +21,11 @@ MASTER_PORT in the environment), in the run's folder (its cwd). Options
                       gradients in a final callback of its own)
   sum_losses          each batch all-reduces its loss between backward and the
                       optimizer step (a collective of the loop's own there)
+  by_hand             no DDP: the loop averages the gradients itself after
+                      backward (nansense is given the bare model)
+  tiny_rank, tiny_batch  this rank scales its loss of that batch (epoch 0) by
+                      1e-39: its own gradients are subnormal (an underflow
+                      trip), the averaged ones are not
   hold_on_error       rank 0, when its loop raises: print the traceback, write
                       the file `failed`, keep serving until the file
                       `release` exists, then exit 1 (the test reads rank 0's
@@ -75,7 +80,10 @@ def main():
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
-    ddp = torch.nn.parallel.DistributedDataParallel(model, static_graph=bool(opts.get("static_graph")))
+    if opts.get("by_hand"):
+        ddp = model
+    else:
+        ddp = torch.nn.parallel.DistributedDataParallel(model, static_graph=bool(opts.get("static_graph")))
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
     epochs, batches = opts.get("epochs", 2), opts.get("batches", 4)
     g = torch.Generator().manual_seed(1)
@@ -109,7 +117,13 @@ def main():
             note(begin=[epoch, b])
             optimizer.zero_grad()
             loss = F.cross_entropy(ddp(x), y)
+            if opts.get("tiny_rank") == rank and epoch == 0 and b == opts.get("tiny_batch"):
+                loss = loss * 1e-39
             loss.backward()
+            if opts.get("by_hand"):
+                for p in model.parameters():
+                    dist.all_reduce(p.grad)
+                    p.grad /= world
             if opts.get("sum_losses"):
                 dist.all_reduce(loss.detach())
             note(stepping=[epoch, b])

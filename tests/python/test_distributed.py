@@ -405,15 +405,17 @@ def test_a_jump_to_an_epoch_a_rank_lacks_is_refused_for_every_rank(run):
         assert starts == [0, 1, 2], (rank, starts)
 
 
-@pytest.mark.parametrize("checks", ["off", "on"])
+@pytest.mark.parametrize("checks", ["off", "on", "on, averaged by hand"])
 def test_a_free_running_run_pauses_and_jumps_with_every_rank_at_one_boundary(run, checks):
     # Detached, checks off: nothing can stop rank 0 inside a batch, so it
     # lets the followers past each boundary a batch ahead. Checks on (rank 0
     # served): a NaN could pause it until its batch's backward is checked
-    # clean, from which moment it lets them past the next boundary. Either
+    # clean, from which moment it lets them past the next boundary (under
+    # DDP its own check of the averaged gradients says so for every rank; a
+    # loop that averages them itself waits for every rank's word). Either
     # way a jump and a pause asked for meanwhile still find every rank at
     # one boundary, and the followers seldom wait for rank 0.
-    r = run(2, epochs=3, batches=150, time_travel=True, checks_off=checks == "off")
+    r = run(2, epochs=3, batches=150, time_travel=True, checks_off=checks == "off", by_hand="by hand" in checks)
     api = r.api()
     r.until(lambda: api.get("/api/status")["state"] == "paused", "the first pause")
     api.post("/api/run", {"detach": True})
@@ -444,18 +446,46 @@ def test_a_free_running_run_pauses_and_jumps_with_every_rank_at_one_boundary(run
         # and the jump, and is never asked to report its batches.
         assert counts["waited"] < 150 + (counts["boundaries"] - 150) / 10 and counts["cleans"] == 0, counts
     else:
-        # Rank 0 asked for word of every batch checked clean, had it, and
-        # sent decisions on it (how many came before the follower reached
-        # the boundary is a matter of timing: bench/python/ddp.py measures
-        # what it saves).
-        assert counts["cleans"] > 0.9 * counts["boundaries"], counts
+        # Rank 0 sent decisions once its batch (by hand: every rank's)
+        # checked clean (how many came before the follower reached the
+        # boundary is a matter of timing: bench/python/ddp.py measures what
+        # it saves). By hand it asked for word of every batch checked clean
+        # and had it; under DDP it asked for none.
         sent = [e for e in r.events(0) if "sent_clean" in e][-1]["sent_clean"]
         assert sent > 0, sent
+        if "by hand" in checks:
+            assert counts["cleans"] > 0.9 * counts["boundaries"], counts
+        else:
+            assert counts["cleans"] == 0, counts
+
+
+def test_a_followers_own_underflow_stops_every_rank_at_one_boundary(run):
+    # Under DDP rank 0 lets the followers past a boundary once its own check
+    # of the averaged gradients passes. Rank 1's own gradients of batch 2
+    # are subnormal (an underflow trip) while the averaged ones are not:
+    # rank 1 holds its update until rank 0 says (applied, as rank 0's was),
+    # and rank 0 stops every rank at one boundary, that batch's or the next.
+    r = run(2, epochs=1, batches=8, tiny_rank=1, tiny_batch=2)
+    api = r.api()
+    r.until(lambda: api.get("/api/status")["state"] == "paused", "the first pause")
+    api.post("/api/run", {"detach": True})
+    report = r.until(lambda: (d := api.get("/api/debug")).get("error") and "rank 1 at" in
+                     ((d["error"].get("root_cause") or {}).get("summary") or "") and d, "the report naming rank 1")
+    error = report["error"]
+    assert error["position"]["batch_idx"] == 2 and "underflow" in error["reasons"], error
+    status = r.until(lambda: (s := api.get("/api/status"))["state"] == "paused" and s, "the pause at a boundary")
+    where = paused_at(status)
+    assert where in ((0, 2), (0, 3)), status  # the end of batch 2 or 3
+    r.until(lambda: r.all_done(where), f"every rank to finish {where}")
+    for rank in (0, 1):
+        assert r.last(rank, "begin") == where, f"rank {rank} went past rank 0's pause at {where}: {r.events(rank)}"
+    r.finish(api)
+    assert [e["update"] for e in r.events(1) if "update" in e] == ["applied"], r.events(1)
 
 
 # Free-running (checks off), rank 0 lets rank 1 past its last boundary a
 # batch ahead, and rank 1 says nothing there; served with the checks on, the
-# decision comes once every rank's batch checked clean, so rank 1 often
+# decision comes once rank 0's batch checked clean, so rank 1 often
 # reaches that boundary first and posts its word (without its end) there.
 @pytest.mark.parametrize("checks_off", [True, False])
 def test_a_follower_with_a_longer_loop_than_rank_0s_is_not_left_hanging(run, checks_off):
