@@ -32,12 +32,17 @@ stop rank 0 before its next batch begins (no pause decided after this batch,
 no check that can pause inside it, no jump armed: the engine's
 runs_through_next_boundary()), rank 0 sends the decision for boundary n+1
 as its batch n begins, or, where only the checks could stop it (a UI is
-served and the guard is on), as soon as they are over on every rank: each
-follower whose batch's one backward checked clean (the engine's settled
-callback) sets q/<r>/<k> = {"clean": n+1}, and rank 0 sends the decision
-once its own batch and every follower's did (the last of them to know
-sends it, while the ranks make their optimizer step; a rank whose batch
-tripped says nothing, so every rank waits at that boundary). It holds jumps
+served and the guard is on), as soon as they are over on every rank. Under
+DDP that is when rank 0's own check of the averaged gradients passes (DDP
+averaged a NaN or Inf from any rank into them); a loop that averages the
+gradients itself asks for word: each follower whose batch's one backward
+checked clean (the engine's settled callback) sets q/<r>/<k> = {"clean":
+n+1}, and rank 0 sends the decision once its own batch and every
+follower's did (the last of them to know sends it, while the ranks make
+their optimizer step; a rank whose batch tripped says nothing, so every
+rank waits at that boundary). A follower's trip whose news came before the
+decision keeps it unsent too; one that came after is held at the next
+boundary where every rank waits. It holds jumps
 until batch n+1 has begun. Then the
 followers pass boundary n+1 without waiting (their thread fetched it during
 the batch) and without a word unless they have news, and rank 0 does not
@@ -216,7 +221,7 @@ class Coordinator:
         self._clean: dict[int, set] = {}     # boundary -> followers whose batch before it checked clean
         self._ready: Optional[tuple] = None  # (boundary, its decision): rank 0's batch before it checked clean
         self._clean_sent: Optional[bool] = None  # whether the followers were last told to report clean batches
-        self._sent_clean = 0                 # decisions sent once every rank's batch checked clean
+        self._sent_clean = 0                 # decisions sent once the batch checked clean (see _take_ready)
         self._stats_sent: Optional[dict] = None  # the statistics settings the followers have
         self._halt_asked = False             # request_halt(): the next decision sent carries it
         self._halt_at: Optional[int] = None  # every rank: the boundary whose decision carried the halt
@@ -916,15 +921,15 @@ class Coordinator:
     def _take_ready(self) -> Optional[tuple]:
         """Rank 0, under _cond: the prepared decision, to send now that rank
         0's and every follower's batch before its boundary checked clean
+        (under DDP rank 0's says so for all) and no follower's tripped
         (None while one has not, or once rank 0's training thread gathers
         that boundary itself); marked sent."""
         if self._ready is None or self._closed or self._lost is not None or self._hold_wanted:
             return None
         n, decision = self._ready
         # Every follower's word of a clean batch, unless DDP averaged their
-        # gradients into rank 0's (whose own check passed).
-        # Not past a follower's trip in the batch before it (its news came
-        # first): rank 0 holds there.
+        # gradients into rank 0's (whose own check passed); never past a
+        # follower's trip in the batch before it (rank 0 holds there).
         need = 0 if self._averaged else self.world - 1
         if n <= self._sent or self._gathering >= n or len(self._clean.get(n, ())) < need or n in self._tripped_at:
             return None

@@ -151,7 +151,7 @@ def main():
         # Where this follower had to wait for rank 0's word, of the boundaries it met.
         note(waited=coordinator._waited, cleans=coordinator._cleans, boundaries=coordinator._n)
     elif coordinator is not None:
-        # The decisions rank 0 sent once every rank's batch checked clean.
+        # The decisions rank 0 sent once the batch checked clean (by hand: on every rank).
         note(sent_clean=coordinator._sent_clean)
     session.close()
     if rank == 0 and opts.get("dump_stats"):
