@@ -493,6 +493,34 @@ class Engine {
       }
     });
   }
+  // Mixed precision: `read()` returns the loss scaler's scale (a float), or
+  // None when no enabled scaler is in use (SessionCore::set_loss_scale_reader);
+  // called with the GIL released around it. What it raises turns scaler
+  // awareness off, said once. None clears it.
+  void set_loss_scale_reader(py::object read) {
+    if (read.is_none()) {
+      core_->set_loss_scale_reader(nullptr);
+      return;
+    }
+    auto held = hold(std::move(read));
+    core_->set_loss_scale_reader([held]() -> std::optional<double> {
+      if (python_finalizing()) return std::nullopt;
+      py::gil_scoped_acquire gil;
+      try {
+        py::object scale = (*held)();
+        if (scale.is_none()) return std::nullopt;
+        return scale.cast<double>();
+      } catch (py::error_already_set& e) {
+        throw std::runtime_error(std::string("the scaler's get_scale() raised ") + e.what());
+      } catch (const py::cast_error& e) {
+        throw std::runtime_error(std::string("the scaler's get_scale() returned no number: ") + e.what());
+      }
+    });
+  }
+  // torch.compile: the batches that capture nothing run compiled code.
+  void set_compiled(bool compiled) { core_->set_compiled(compiled); }
+  // The tensors a backward of the batch under way starts from (the loss).
+  void note_backward_roots(std::vector<torch::Tensor> roots) { core_->note_backward_roots(std::move(roots)); }
   void raise_armed_jump() { core_->raise_armed_jump(); }
   void set_rank(int rank) { core_->set_rank(rank); }
   // Every rank of a DDP run: the gradients are checked once averaged too
@@ -747,6 +775,7 @@ class Engine {
   }
   void silence_debug_check(const std::string& category) { session_->silence_debug_check(category); }
   void clear_debug_error() { session_->clear_debug_error(); }
+  py::object loss_scale() const { return from_json(numerics::to_json(session_->loss_scale())); }
 
   // --- statistics and instruments (any thread; instruments run on the
   // training thread). Settings go through the controller, the one
@@ -1048,6 +1077,9 @@ PYBIND11_MODULE(_nansense, m) {
       .def("hold_jumps", &Engine::hold_jumps)
       .def("set_settled_callback", &Engine::set_settled_callback)
       .def("raise_armed_jump", &Engine::raise_armed_jump)
+      .def("set_loss_scale_reader", &Engine::set_loss_scale_reader)
+      .def("set_compiled", &Engine::set_compiled)
+      .def("note_backward_roots", &Engine::note_backward_roots)
       .def("set_rank", &Engine::set_rank)
       .def("check_after_reduction", &Engine::check_after_reduction)
       .def("check_gradients_first", &Engine::check_gradients_first)
@@ -1094,6 +1126,7 @@ PYBIND11_MODULE(_nansense, m) {
       .def("set_debug_settings", &Engine::set_debug_settings)
       .def("silence_debug_check", &Engine::silence_debug_check)
       .def("clear_debug_error", &Engine::clear_debug_error)
+      .def("loss_scale", &Engine::loss_scale)
       .def("settings", &Engine::settings)
       .def("set_update_frequency", &Engine::set_update_frequency)
       .def("set_stats_scope", &Engine::set_stats_scope)

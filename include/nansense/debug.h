@@ -113,7 +113,9 @@ struct LayerReport {
   // floating-point gradient was scanned for the layer.
   std::optional<std::string> dtype;
   // Where the non-finite values were: "activation", "activation_gradient",
-  // "weight_gradient".
+  // "weight_gradient", or "loss" (the row named "loss": the tensor backward()
+  // started from, checked at every checked batch, so a NaN loss whose
+  // gradients stay finite is an error too).
   std::vector<std::string> sources;
 };
 
@@ -142,6 +144,7 @@ struct RootCause {
     kNotReproduced,  // the traced re-run of the batch stayed finite
     kPending,        // the batch is being re-run with tracing
     kNotTraced,      // no trace (re-runs off, or the loop left the batch)
+    kCompiledOnly,   // non-finite running compiled (torch.compile); its eager re-run stayed finite
   };
   Status status = Status::kNotTraced;
   std::optional<OpReport> producer;
@@ -154,7 +157,7 @@ struct RootCause {
   // One sentence a person reads first.
   std::string summary;
 };
-// "found", "from_outside", "not_reproduced", "pending", "not_traced".
+// "found", "from_outside", "not_reproduced", "pending", "not_traced", "compiled_only".
 std::string_view to_string(RootCause::Status status);
 
 // An immutable record of one detected numerical error. Later hits merge into
@@ -183,7 +186,36 @@ struct DebugError {
   // (counters, logs, metric accumulators, a scheduler not given to start())
   // saw it twice. Session::rerunning() is true during the second run.
   bool rerun = false;
+  // Set when the error is a collapsing loss scale (see LossScaleStatus): how
+  // it collapsed ("24 steps skipped in a row, scale 2^-8"). Empty otherwise.
+  std::string loss_scale;
 };
+
+// A mixed-precision loss scaler (torch.amp.GradScaler) as the guard sees it.
+// The scaler multiplies the loss before backward(); where the scaled
+// gradients overflow (Inf/NaN) while the loss itself was finite, it skips
+// that optimizer step and lowers its scale. That is the scaler doing its job
+// (most fp16 runs skip a few steps at first), so the guard counts it here and
+// neither pauses nor re-runs. A non-finite loss or forward is still an error,
+// as without a scaler. A collapsing scale is an error: the guard records it
+// and names the op that overflows through the traced re-run, once
+// kLossScaleCollapseSkips steps in a row were skipped or the scale in use
+// fell below kLossScaleFloor. Front ends report the scaler's scale; the
+// decision is the engine's.
+struct LossScaleStatus {
+  bool in_use = false;          // a scaler is known and enabled
+  std::optional<double> scale;  // the scale last read, after the loop's update()
+  int64_t skipped_steps = 0;    // steps skipped for a scaled overflow, this run
+  int64_t skips_in_row = 0;     // of them, how many in a row up to the last checked batch
+  std::optional<BatchPosition> last_skipped;
+};
+// A scale that halves on every step from GradScaler's default 2^16 falls
+// below 1 within 17 steps; a run that starts from a far higher scale
+// (2^24 or more) may skip that many in a row in its first steps and recover,
+// so a row alone counts as a collapse only past 24.
+inline constexpr int64_t kLossScaleCollapseSkips = 24;
+// GradScaler's documentation: a scale below 1 means something is wrong.
+inline constexpr double kLossScaleFloor = 1.0;
 
 // A NaN capsule that cannot be used: unreadable, truncated, corrupt, of another
 // format version (a capsule from an older nansense format is refused, saying

@@ -240,6 +240,9 @@ class Session {
   // Numerical debugging (see nansense/debug.h). Callable from any thread.
   // The standing error, if a check tripped since the last clear.
   std::optional<DebugError> debug_error() const;
+  // The mixed-precision loss scaler as the guard counts it: its skipped
+  // steps and last scale (LossScaleStatus). Any thread.
+  LossScaleStatus loss_scale() const;
   DebugSettings debug_settings() const;
   // Takes effect at the next batch. Throws ArgumentError for a bad value.
   void set_debug_settings(const DebugSettings& settings);

@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 import torch
 
-from . import _nansense
+from . import _nansense, _setups
 from ._session import _load_state, _module_specs, _state_kind, _unwrap
 from ._types import BatchPosition, DebugSettings
 
@@ -40,7 +40,8 @@ class Capsule:
 
 
 def replay_capsule(path: str | os.PathLike, model: torch.nn.Module,
-                   optimizer: Optional[torch.optim.Optimizer] = None, scheduler: Any = None) -> Capsule:
+                   optimizer: Optional[torch.optim.Optimizer] = None, scheduler: Any = None,
+                   scaler: Any = None) -> Capsule:
     """Load the NaN capsule at path into model: the weights and buffers the
     tripping batch began from, the RNG states and torch's thread count, and
     with optimizer (and scheduler) their state_dict() as it was before the
@@ -53,7 +54,10 @@ def replay_capsule(path: str | os.PathLike, model: torch.nn.Module,
     shapes and dtypes are checked), and optimizer/scheduler of the types the
     session was started with (a capsule holds the state of what
     nansense.start was given); CapsuleError says what differs, and nothing
-    is changed. Without an optimizer, its state is left as it is."""
+    is changed. Without an optimizer, its state is left as it is. With
+    scaler (the loop's torch.amp.GradScaler), its scale and growth tracker
+    come back as they were before the tripping batch, so a mixed-precision
+    replay scales the loss as the recorded run did."""
     model = _unwrap(model)
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a capsule file path, got {type(path).__name__}")
@@ -62,9 +66,10 @@ def replay_capsule(path: str | os.PathLike, model: torch.nn.Module,
     if scheduler is not None and not (hasattr(scheduler, "load_state_dict") and hasattr(scheduler, "step")):
         raise TypeError(f"scheduler must be an LR scheduler (with step() and load_state_dict()), got "
                         f"{type(scheduler).__name__}")
-    if optimizer is None and scheduler is None:
+    _setups.check_scaler(scaler)
+    if optimizer is None and scheduler is None and scaler is None:
         native = _nansense.replay_capsule(os.fspath(path), _module_specs(model), "", None)
     else:
         native = _nansense.replay_capsule(os.fspath(path), _module_specs(model), _state_kind(optimizer, scheduler),
-                                          _load_state(optimizer, scheduler))
+                                          _load_state(optimizer, scheduler, _setups.ScalerWatch(scaler)))
     return Capsule(native)

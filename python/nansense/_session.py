@@ -16,13 +16,11 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Optional, Union
 
 import torch
-from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
-
-from . import _distributed, _nansense
+from . import _distributed, _nansense, _setups
 from ._restorer import TrainingRestorer, _check_cache_dir
 from ._session_watch import _WatchMethods
-from ._types import (BatchPosition, BatchSnapshot, DebugError, DebugSettings, Mode, RunState, Schedule,
-                     TimeTravelStatus)
+from ._types import (BatchPosition, BatchSnapshot, DebugError, DebugSettings, LossScaleStatus, Mode, RunState,
+                     Schedule, TimeTravelStatus)
 
 DEFAULT_CACHE_DIR = ".nansense_cache"
 
@@ -148,24 +146,29 @@ def _state_kind(optimizer: Any, scheduler: Any) -> str:
     return "python:" + "+".join(type(o).__qualname__ for o in (optimizer, scheduler) if o is not None)
 
 
-def _state_of(optimizer: Any, scheduler: Any) -> dict:
+def _state_of(optimizer: Any, scheduler: Any, scaler: Optional[_setups.ScalerWatch] = None) -> dict:
     """The Python state checkpoints and capsules hold beside the weights
-    (the Lightning integration adds its own entries)."""
+    (the Lightning integration adds its own entries): the optimizer's, the
+    scheduler's and the loss scaler's (scale, growth tracker)."""
     return {"optimizer": optimizer.state_dict() if optimizer is not None else None,
-            "scheduler": scheduler.state_dict() if scheduler is not None else None}
+            "scheduler": scheduler.state_dict() if scheduler is not None else None,
+            "scaler": scaler.state() if scaler is not None else None}
 
 
-def _restore_state(optimizer: Any, scheduler: Any, state: dict) -> None:
+def _restore_state(optimizer: Any, scheduler: Any, state: dict,
+                   scaler: Optional[_setups.ScalerWatch] = None) -> None:
     if optimizer is not None and state.get("optimizer") is not None:
         optimizer.load_state_dict(state["optimizer"])
     if scheduler is not None and state.get("scheduler") is not None:
         scheduler.load_state_dict(state["scheduler"])
+    if scaler is not None:
+        scaler.load(state.get("scaler"))
 
 
-def _save_state(optimizer: Any, scheduler: Any):
+def _save_state(optimizer: Any, scheduler: Any, scaler: Optional[_setups.ScalerWatch] = None):
     def save() -> bytes:
         buffer = io.BytesIO()
-        torch.save(_state_of(optimizer, scheduler), buffer)
+        torch.save(_state_of(optimizer, scheduler, scaler), buffer)
         return buffer.getvalue()
     return save
 
@@ -204,9 +207,9 @@ def _optimizer_reader(model: torch.nn.Module, optimizer: torch.optim.Optimizer):
     return read
 
 
-def _load_state(optimizer: Any, scheduler: Any):
+def _load_state(optimizer: Any, scheduler: Any, scaler: Optional[_setups.ScalerWatch] = None):
     def load(data: bytes) -> None:
-        _restore_state(optimizer, scheduler, torch.load(io.BytesIO(data), weights_only=True))
+        _restore_state(optimizer, scheduler, torch.load(io.BytesIO(data), weights_only=True), scaler)
     return load
 
 
@@ -222,9 +225,13 @@ def _unwrap(model: Any) -> torch.nn.Module:
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"nansense.start needs a torch.nn.Module, got {type(model).__name__}")
     wrappers = (torch.nn.DataParallel, torch.nn.parallel.DistributedDataParallel)
-    while isinstance(model, wrappers):
-        model = model.module
-    return model
+    while True:
+        inner = _setups.unwrap_compiled(model)
+        if isinstance(inner, wrappers):
+            inner = inner.module
+        if inner is model:
+            return model
+        model = inner
 
 
 def _module_specs(model: torch.nn.Module) -> list:
@@ -232,7 +239,7 @@ def _module_specs(model: torch.nn.Module) -> list:
     for path, module in model.named_modules():
         extra = module.extra_repr()
         specs.append(_nansense.ModuleSpec(
-            path=path,
+            path=_setups.module_path(path),
             kind=type(module).__name__,
             description=f"{type(module).__name__}({extra})",
             parameters=[(n, p) for n, p in module.named_parameters(recurse=False) if p is not None],
@@ -284,13 +291,19 @@ class Session(_WatchMethods):
     enabled=False every method is a near-zero-overhead no-op.
     """
 
-    def __init__(self, model: torch.nn.Module, engine: Optional[Any], optimizer=None, scheduler=None):
+    def __init__(self, model: torch.nn.Module, engine: Optional[Any], optimizer=None, scheduler=None,
+                 wrapper: Optional[torch.nn.Module] = None, scaler: Optional[_setups.ScalerWatch] = None):
         self._model = model
+        self._wrapper = model if wrapper is None else wrapper  # what start() was given (compiled, DDP)
+        self._scaler = scaler
+        self._compiled = False  # the batches that capture nothing run torch.compile'd code
+        self._eager = _setups.Eager()
         self._engine = engine
         self._optimizer = optimizer
         self._scheduler = scheduler
         self._inputs_pending = False
-        self._module_paths = {id(module): path for path, module in model.named_modules()} if engine else {}
+        self._module_paths = ({id(module): _setups.module_path(path) for path, module in model.named_modules()}
+                              if engine else {})
         self._closed = False
         self._restorer: Optional[TrainingRestorer] = None  # the session.epochs() loop running
         self._start_epochs = None
@@ -398,8 +411,8 @@ class Session(_WatchMethods):
         # hook, so its entry stays behind; a later call at the same or a
         # shallower depth cannot be inside it and drops it.
         stack: list[tuple[Any, str, int]] = []
-        # The hooks are process-wide: module calls on other threads (an eval
-        # thread, a second model) are not this batch's and must not move its scope.
+        # A module may be called from other threads too (an eval thread):
+        # those calls are not this batch's and must not move its scope.
         owner = threading.get_ident()
 
         def enter(module, args):
@@ -433,8 +446,13 @@ class Session(_WatchMethods):
 
         self._inputs_pending = True
         engine.set_module_scope("")
-        return [register_module_forward_pre_hook(enter), register_module_forward_hook(leave),
-                root.register_forward_pre_hook(inputs, with_kwargs=True)]
+        # Hooks on the model's own modules, never process-wide ones (which
+        # fire twice under torch.compile's wrapper, and trip Dynamo).
+        hooks = [root.register_forward_pre_hook(inputs, with_kwargs=True)]
+        for module in root.modules():
+            hooks.append(module.register_forward_pre_hook(enter))
+            hooks.append(module.register_forward_hook(leave))
+        return hooks
 
     def _first_batch(self) -> None:
         if not self._driven:
@@ -450,6 +468,25 @@ class Session(_WatchMethods):
         (Coordinator.boundary(settled=True))."""
         engine = self._engine
         coordinator = self._coordinator
+        compiled = _setups.runs_compiled(self._wrapper, self._model)
+        if compiled != self._compiled:
+            self._compiled = compiled
+            engine.set_compiled(compiled)
+        if compiled:
+            # A pause (probes, experiments) runs eagerly; so does the batch if captured.
+            self._eager.hold()
+        try:
+            capture = self._begin(engine, coordinator, phase, epoch, settled)
+        except BaseException:
+            self._eager.release()
+            raise
+        if not capture:
+            self._eager.release()
+        engine.record_item(_tensors_of(item))
+        _setups.batch_opened(engine)
+        return self._watch_module_calls() if capture else []
+
+    def _begin(self, engine: Any, coordinator: Any, phase: str, epoch: Optional[int], settled: bool) -> bool:
         if coordinator is None:
             capture = engine.begin_batch(phase, epoch, self._model.training)
         elif settled:
@@ -473,10 +510,13 @@ class Session(_WatchMethods):
                 self._left_by(e)
                 raise
             coordinator.release()
-        engine.record_item(_tensors_of(item))
-        return self._watch_module_calls() if capture else []
+        return capture
 
     def _remove_hooks(self, hooks: list) -> None:
+        """The batch's body is done (or left): its hooks go, the eager
+        stance of a captured batch ends, backward roots are no longer its."""
+        _setups.batch_closed()
+        self._eager.release()
         for hook in hooks:
             hook.remove()
         self._inputs_pending = False
@@ -806,6 +846,12 @@ class Session(_WatchMethods):
         if self._engine:
             self._engine.silence_debug_check(category)
 
+    @property
+    def loss_scale(self) -> LossScaleStatus:
+        """The mixed-precision loss scaler as the guard counts it: the steps
+        it skipped for an overflow (not errors) and its last scale."""
+        return LossScaleStatus._from(self._engine.loss_scale()) if self._engine else LossScaleStatus()
+
     def clear_debug_error(self) -> None:
         """Dismiss the standing error; the checks stay on."""
         if self._engine:
@@ -834,6 +880,7 @@ def start(
     input_mean: Union[MeanStd, dict[str, MeanStd], None] = None,
     input_std: Union[MeanStd, dict[str, MeanStd], None] = None,
     input_transform: Any = None,
+    scaler: Any = None,
 ) -> Session:
     """Create a Session for model (and serve the UI when port is given).
 
@@ -846,7 +893,16 @@ def start(
     input_mean, input_std and input_transform are forwarded to serve().
     The engine reads the model's structure from model.named_modules():
     layer names are module paths ("features.0"); parameterless ops are
-    named fx-style ("relu_1").
+    named fx-style ("relu_1"). A torch.compile'd model (torch.compile(model)
+    or model.compile()) runs compiled on the batches nansense captures
+    nothing of, eagerly on the ones it captures, and keeps the user's
+    module paths.
+
+    scaler is the loop's torch.amp.GradScaler (mixed precision): its own
+    overflows (skipped steps) are counted, not taken for errors, and
+    capsules and checkpoints hold its state. When not given, an enabled
+    GradScaler is looked for among the process's objects after the first
+    batch (said once when found).
     """
     wrapper, model = model, _unwrap(model)
     _check_int("epochs", epochs, 1)
@@ -857,6 +913,7 @@ def start(
     if scheduler is not None and not (hasattr(scheduler, "state_dict") and hasattr(scheduler, "step")):
         raise TypeError(f"scheduler must be an LR scheduler (with step() and state_dict()), got "
                         f"{type(scheduler).__name__}")
+    _setups.check_scaler(scaler)
     mean, std, transform = _check_serve_args(port, host, open_browser, input_mean, input_std, input_transform,
                                              port_none_ok=True)
     if optimizer is not None:
@@ -873,12 +930,15 @@ def start(
     dist = _distributed.process_group()
     engine = _nansense.Engine(_module_specs(model), epochs, phase_list)
     engine.set_model(model)
+    watch = _setups.ScalerWatch(scaler)
+    engine.set_loss_scale_reader(watch.read)
+    _setups.install_backward_hook()
     if optimizer is not None:
         engine.set_optimizer_reader(_optimizer_reader(model, optimizer))
     if optimizer is not None or scheduler is not None:
-        engine.set_state_adapter(_state_kind(optimizer, scheduler), _save_state(optimizer, scheduler),
-                                 _load_state(optimizer, scheduler))
-    session = Session(model, engine, optimizer, scheduler)
+        engine.set_state_adapter(_state_kind(optimizer, scheduler), _save_state(optimizer, scheduler, watch),
+                                 _load_state(optimizer, scheduler, watch))
+    session = Session(model, engine, optimizer, scheduler, wrapper, watch)
     if dist is not None:
         session._coordinator = _distributed.start(session, engine, dist, wrapper)
         if not session._coordinator.leader:

@@ -196,7 +196,8 @@ class DebugError:
     the first non-finite value; capsule the NaN capsule written for it.
     rerun: the batch tripped untraced and ran again from the recorded state,
     traced, so your loop body ran it twice (session.rerunning was True in the
-    second run)."""
+    second run). loss_scale: set when the error is a collapsing loss scale
+    (a GradScaler skipping step after step): how it collapsed."""
 
     position: BatchPosition
     reasons: tuple[str, ...]
@@ -208,6 +209,7 @@ class DebugError:
     update: Optional[str] = None
     text: str = ""
     rerun: bool = False
+    loss_scale: Optional[str] = None
 
     @classmethod
     def _from(cls, d: Optional[dict]) -> Optional["DebugError"]:
@@ -235,8 +237,34 @@ class DebugError:
             update=d.get("update"),
             text=d.get("text", ""),
             rerun=bool(d.get("rerun", False)),
+            loss_scale=d.get("loss_scale"),
         )
 
+
+
+@dataclass(frozen=True)
+class LossScaleStatus:
+    """The mixed-precision loss scaler (torch.amp.GradScaler) as the guard
+    counts it. in_use: a scaler is known and enabled; scale: the scale last
+    read; skipped_steps: steps the scaler skipped because its scaled
+    gradients overflowed (not errors); skips_in_row: how many of them in a
+    row up to the last checked batch; last_skipped: where the last was. A
+    collapse (collapse_skips in a row, or a scale below floor) is an error."""
+
+    in_use: bool = False
+    scale: Optional[float] = None
+    skipped_steps: int = 0
+    skips_in_row: int = 0
+    last_skipped: Optional[BatchPosition] = None
+    collapse_skips: int = 24
+    floor: float = 1.0
+
+    @classmethod
+    def _from(cls, d: dict) -> "LossScaleStatus":
+        return cls(in_use=d["in_use"], scale=d["scale"], skipped_steps=d["skipped_steps"],
+                   skips_in_row=d["skips_in_row"],
+                   last_skipped=BatchPosition._from(d["last_skipped"]) if d["last_skipped"] else None,
+                   collapse_skips=d["collapse_skips"], floor=d["floor"])
 
 
 @dataclass(frozen=True)

@@ -317,7 +317,10 @@ class NansenseCallback(Callback):
             network = self._network(pl_module)
             # Real batch counts are declared at each training epoch's start,
             # before its first batch.
-            self._session = start(network, epochs=trainer.max_epochs, phases={"train": 1}, **self._serve)
+            # 16-mixed: the precision plugin's GradScaler (bf16-mixed has none).
+            scaler = getattr(trainer.precision_plugin, "scaler", None)
+            self._session = start(network, epochs=trainer.max_epochs, phases={"train": 1}, scaler=scaler,
+                                  **self._serve)
             engine = self._engine
             coordinator = self._session._coordinator
             if coordinator is None:
@@ -350,7 +353,7 @@ class NansenseCallback(Callback):
         holds them, so nansense.replay_capsule reads them too) and, for
         Lightning, the loop's counters, every RNG and the batch under way."""
         trainer = self._trainer
-        state = _state_of(_optimizer_of(trainer), _scheduler_of(trainer))
+        state = _state_of(_optimizer_of(trainer), _scheduler_of(trainer), self._session._scaler)
         # The train batch under way (None between batches: epoch checkpoints).
         state["lightning"] = {"counters": _loop_counters(trainer), "rng": _rng_state(), "epoch": self._epoch,
                               "batch_idx": self._batch_idx, "batch": _pickled(self._batch)}
@@ -362,7 +365,7 @@ class NansenseCallback(Callback):
         state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
         trainer = self._trainer
         if trainer is not None:
-            _apply_optimizer_state(trainer, state)
+            _apply_optimizer_state(trainer, state, self._session._scaler)
         if self._travel is not None:
             # A jump: the next fit attempt's new optimizers and loops get it.
             self._travel.restored = state
@@ -582,8 +585,8 @@ class NansenseCallback(Callback):
             self._session.close()
 
 
-def _apply_optimizer_state(trainer: Trainer, state: dict) -> None:
-    _restore_state(_optimizer_of(trainer), _scheduler_of(trainer), state)
+def _apply_optimizer_state(trainer: Trainer, state: dict, scaler: Any = None) -> None:
+    _restore_state(_optimizer_of(trainer), _scheduler_of(trainer), state, scaler)
 
 
 class _AsStep:
@@ -671,7 +674,7 @@ class _TimeTravel:
         state = self.restored
         if state is not None:
             # The new Trainer's optimizer and scheduler were just made.
-            _apply_optimizer_state(trainer, state)
+            _apply_optimizer_state(trainer, state, callback._session._scaler)
         if self.target in (None, 0):
             # Epoch 0 is checkpointed before Lightning builds the loaders: the
             # first loader iterator draws its seed before on_train_epoch_start.

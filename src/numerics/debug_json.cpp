@@ -89,7 +89,9 @@ std::string reason_label(const std::string& reason) {
 std::string headline(const DebugError& error) {
   std::string reasons;
   for (const auto& r : error.reasons) reasons += (reasons.empty() ? "" : ", ") + reason_label(r);
-  return "Numerical issue detected — " + reasons + " — at " + error.position.to_string();
+  std::string out = "Numerical issue detected — " + reasons + " — at " + error.position.to_string();
+  if (!error.loss_scale.empty()) out += " — the loss scale collapsed: " + error.loss_scale;
+  return out;
 }
 
 json bands_json(const DebugError& error) {
@@ -121,7 +123,18 @@ json to_json(const DebugError& error) {
           {"hits", error.hits},
           {"update", error.update.empty() ? json(nullptr) : json(error.update)},
           {"rerun", error.rerun},
+          {"loss_scale", error.loss_scale.empty() ? json(nullptr) : json(error.loss_scale)},
           {"text", headline(error)}};
+}
+
+json to_json(const LossScaleStatus& s) {
+  return {{"in_use", s.in_use},
+          {"scale", s.scale ? json(*s.scale) : json(nullptr)},
+          {"skipped_steps", s.skipped_steps},
+          {"skips_in_row", s.skips_in_row},
+          {"last_skipped", s.last_skipped ? common::to_json(*s.last_skipped) : json(nullptr)},
+          {"collapse_skips", kLossScaleCollapseSkips},
+          {"floor", kLossScaleFloor}};
 }
 
 }  // namespace nansense::numerics
@@ -140,6 +153,8 @@ std::string_view to_string(RootCause::Status status) {
       return "pending";
     case RootCause::Status::kNotTraced:
       return "not_traced";
+    case RootCause::Status::kCompiledOnly:
+      return "compiled_only";
   }
   return "not_traced";
 }

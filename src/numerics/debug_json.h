@@ -17,6 +17,7 @@ json to_json(const OpReport& op);
 json to_json(const RootCause& cause);
 json to_json(const LayerReport& row);
 json to_json(const DebugError& error);
+json to_json(const LossScaleStatus& status);
 // "NaN", "±Inf", "subnormal", "overflow".
 std::string reason_label(const std::string& reason);
 // "Numerical issue detected — NaN, ±Inf — at epoch 0 | train batch 3"

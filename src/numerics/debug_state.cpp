@@ -78,6 +78,7 @@ void merge_into(DebugError& standing, const DebugError& hit) {
     standing.root_cause = hit.root_cause;
   }
   if (standing.capsule.empty()) standing.capsule = hit.capsule;
+  if (standing.loss_scale.empty()) standing.loss_scale = hit.loss_scale;
   standing.hits += hit.hits;
 }
 
@@ -263,6 +264,19 @@ bool DebugState::release_update() {
   }
   notify();
   return skip;
+}
+
+LossScaleStatus DebugState::loss_scale() const {
+  std::lock_guard lock(mu_);
+  return loss_scale_;
+}
+
+void DebugState::set_loss_scale(const LossScaleStatus& status) {
+  {
+    std::lock_guard lock(mu_);
+    loss_scale_ = status;
+  }
+  notify();
 }
 
 }  // namespace nansense::numerics

@@ -90,6 +90,9 @@ class DebugState {
   // from then on; the monitor no longer offers it to that check.
   void note_unchecked(const UncheckedTensor& tensor);
   std::vector<UncheckedTensor> unchecked() const;
+  // The loss scaler's state as the monitor counts it (LossScaleStatus).
+  LossScaleStatus loss_scale() const;
+  void set_loss_scale(const LossScaleStatus& status);
 
  private:
   void notify();
@@ -101,6 +104,7 @@ class DebugState {
   std::optional<DebugError> error_;
   int64_t checked_ = 0;
   std::vector<UncheckedTensor> unchecked_;
+  LossScaleStatus loss_scale_;
   std::function<void()> changed_;
 };
 

@@ -1,8 +1,12 @@
 #include "numerics/monitor.h"
 
+#include <cmath>
 #include <iostream>
+#include <limits>
+#include <sstream>
 
 #include "capture/tracer.h"
+#include "common/dtype.h"
 #include "numerics/bands.h"
 #include "numerics/capsule.h"
 #include "numerics/checks.h"
@@ -103,6 +107,8 @@ Monitor::Trace Monitor::plan_batch(const BatchPosition& position, bool repeat) {
   traced_ = checked_in_backward_ = tripped_ = pause_at_end_ = settled_ = deferring_ = deferred_pause_ = decided_ =
       false;
   last_backwards_ = std::exchange(backwards_, 0);
+  roots_.clear();
+  overflowed_ = false;
   stood_at_start_ = state_.has_error();
   active_ = !disabled_ && settings_.enabled();
   guard_->start_batch(false);
@@ -166,6 +172,95 @@ void Monitor::set_item(std::vector<torch::Tensor> tensors) {
   if (!recorder_off_) recorder_.set_item(std::move(tensors));
 }
 
+void Monitor::note_backward_roots(std::vector<torch::Tensor> roots) {
+  if (!active_ || !guard_->armed()) return;
+  for (auto& r : roots) {
+    if (r.defined() && r.is_floating_point() && r.numel() > 0) roots_.push_back(r.detach());
+  }
+}
+
+std::optional<LayerReport> Monitor::loss_row() const {
+  if (roots_.empty() || !settings_.check_nan_inf()) return std::nullopt;
+  int64_t n = 0, nans = 0, infs = 0;
+  for (const auto& r : roots_) {
+    n += r.numel();
+    nans += r.isnan().sum().item<int64_t>();
+    infs += r.isinf().sum().item<int64_t>();
+  }
+  if (nans == 0 && infs == 0) return std::nullopt;
+  LayerReport row;
+  row.layer = "loss";
+  row.nan = static_cast<double>(nans) / static_cast<double>(n);
+  row.inf = static_cast<double>(infs) / static_cast<double>(n);
+  row.dtype = common::dtype_name(roots_.front().scalar_type());
+  row.sources = {"loss"};
+  return row;
+}
+
+std::optional<double> Monitor::read_scale() {
+  if (scale_off_ || !host_.loss_scale) return std::nullopt;
+  std::optional<double> scale;
+  try {
+    scale = host_.loss_scale();
+  } catch (const std::exception& e) {
+    scale_off_ = true;
+    if (host_.report_error) {
+      host_.report_error(std::string("the loss scaler's scale could not be read (") + e.what() +
+                         "): its overflows are taken for numerical errors from now on");
+    }
+  }
+  since_scale_read_ = 0;
+  if (loss_scale_.in_use != scale.has_value() || (scale && loss_scale_.scale != scale)) {
+    loss_scale_.in_use = scale.has_value();
+    if (scale) loss_scale_.scale = scale;
+    state_.set_loss_scale(loss_scale_);
+  }
+  return scale;
+}
+
+bool Monitor::scaler_overflow(DebugError& hit) {
+  // Read first, whatever the hit: drop_update() must know a scaler is in use.
+  const auto scale = read_scale();
+  if (!scale || rerun_active_ || !has_nan_inf(hit.reasons)) return false;
+  // The forward (activations) and the loss are not the scaler's: non-finite
+  // there is an error. Scaled gradients, of weights and activations, are.
+  for (const auto& row : hit.layers) {
+    for (const auto& source : row.sources) {
+      if ((source == "activation" || source == "loss") && (row.nan > 0 || row.inf > 0)) return false;
+    }
+  }
+  overflowed_ = true;
+  ++loss_scale_.skipped_steps;
+  ++loss_scale_.skips_in_row;
+  loss_scale_.last_skipped = position_;
+  state_.set_loss_scale(loss_scale_);
+  if (loss_scale_.skips_in_row >= kLossScaleCollapseSkips || *scale < kLossScaleFloor) {
+    std::ostringstream how;
+    how << loss_scale_.skips_in_row << " step" << (loss_scale_.skips_in_row == 1 ? "" : "s")
+        << " skipped in a row, scale " << *scale;
+    if (*scale < kLossScaleFloor) how << " (below " << kLossScaleFloor << ")";
+    hit.loss_scale = how.str();
+    return false;
+  }
+  if (!std::exchange(said_overflow_, true)) {
+    std::cerr << "[nansense] " << position_.to_string() << ": the loss scaler's scaled gradients overflowed at scale "
+              << *scale << "; it skips this step and lowers its scale, as in the first steps of most fp16 runs. "
+              << "Counted (status: debug.loss_scale), not an error; a collapse is: " << kLossScaleCollapseSkips
+              << " skipped steps in a row, or a scale below " << kLossScaleFloor << "\n";
+  }
+  return true;
+}
+
+void Monitor::drop_update() {
+  if (loss_scale_.in_use) {
+    for (auto& [_, p] : params_) {
+      if (p.grad().defined()) p.mutable_grad().fill_(std::numeric_limits<double>::quiet_NaN());
+    }
+    return;
+  }
+  for (auto& [_, p] : params_) p.mutable_grad().reset();
+}
+
 void Monitor::on_backward_end() {
   ++backwards_;
   if (!active_ || tripped_) return;
@@ -177,7 +272,12 @@ void Monitor::on_backward_end() {
     checked_in_backward_ = true;
     if (op_tracer_) op_tracer_->mark_backward_done();
     state_.note_checked();
-    if (auto hit = check(/*gradients=*/true)) handle_hit(std::move(*hit), /*in_backward=*/true);
+    if (auto hit = check(/*gradients=*/true)) {
+      if (!scaler_overflow(*hit)) handle_hit(std::move(*hit), /*in_backward=*/true);
+    } else if (loss_scale_.skips_in_row > 0) {
+      loss_scale_.skips_in_row = 0;
+      state_.set_loss_scale(loss_scale_);
+    }
   } catch (const std::exception& e) {
     deferring_ = false;
     fail(std::string("the gradient check failed: ") + e.what());
@@ -260,12 +360,16 @@ std::optional<DebugError> Monitor::check(bool gradients) {
         grads.push_back(g);
       }
     }
+    // The loss in the same copy back: one sync for all.
+    const size_t gradient_count = grads.size();
+    if (settings_.check_nan_inf()) grads.insert(grads.end(), roots_.begin(), roots_.end());
     const auto sums = abs_sums_each(grads, nullptr);
     bool any = false;
     for (size_t i = 0; i < grads.size() && !any; ++i) {
       // A sum that threw: the full check below names the tensor and turns it off.
-      any = !sums[i] || suspicious(*sums[i], grads[i].numel(), grads[i].scalar_type(), settings_.check_under_over(),
-                                   settings_.threshold_fraction());
+      any = !sums[i] || (i < gradient_count ? suspicious(*sums[i], grads[i].numel(), grads[i].scalar_type(),
+                                                         settings_.check_under_over(), settings_.threshold_fraction())
+                                            : !std::isfinite(*sums[i]));
     }
     if (!any) return std::nullopt;
   }
@@ -311,6 +415,16 @@ std::optional<DebugError> Monitor::check(bool gradients) {
   e.reasons = result.reasons;
   e.checks_used = result.checks_used;
   e.layers = std::move(result.layers);
+  if (gradients) {
+    if (auto row = loss_row()) {
+      if (row->nan > 0) add_reason(e.reasons, "nan");
+      if (row->inf > 0) add_reason(e.reasons, "inf");
+      if (std::find(e.checks_used.begin(), e.checks_used.end(), kNanInf) == e.checks_used.end()) {
+        e.checks_used.insert(e.checks_used.begin(), kNanInf);
+      }
+      e.layers.push_back(std::move(*row));
+    }
+  }
   if (op_tracer_ && settings_.check_nan_inf() && op_tracer_->saw_non_finite()) {
     if (op_tracer_->saw_nan()) add_reason(e.reasons, "nan");
     if (op_tracer_->saw_inf()) add_reason(e.reasons, "inf");
@@ -417,9 +531,8 @@ void Monitor::handle_hit(DebugError hit, bool in_backward, bool own) {
     // optimizer the engine cannot restore (a Python one's momentum, Adam's
     // moments) would keep what NaN gradients did to it: without gradients
     // the step changes nothing.
-    if (std::this_thread::get_id() == training_thread_) {
-      for (auto& [_, p] : params_) p.mutable_grad().reset();
-    }
+    if (std::this_thread::get_id() == training_thread_) drop_update();
+    tripped_compiled_ = host_.compiled && host_.compiled();
     return;
   }
   if (nan_inf && !hit.root_cause) {
@@ -459,11 +572,9 @@ void Monitor::pause_now(bool in_backward) {
   state_.amend([](DebugError& e) { e.update = "held"; });
   host_.pause();
   const bool skipped = state_.release_update();
-  if (skipped) {
-    // Optimizers skip a parameter without a gradient: no weight, moment or
-    // step count changes for this batch.
-    for (auto& [_, p] : params_) p.mutable_grad().reset();
-  }
+  // Optimizers skip a parameter without a gradient (a loss scaler skips the
+  // step on NaN ones): no weight, moment or step count changes for this batch.
+  if (skipped) drop_update();
   decide(skipped);
 }
 
@@ -478,15 +589,25 @@ void Monitor::await_leader() {
   }
   if (!skip) return;  // no leader to wait for
   state_.amend([&](DebugError& e) { e.update = *skip ? "skipped" : "applied"; });
-  if (*skip) {
-    for (auto& [_, p] : params_) p.mutable_grad().reset();
-  }
+  if (*skip) drop_update();
   decide(*skip);
 }
 
 Monitor::End Monitor::end_batch(bool can_repeat) {
   End out;
   if (!active_) return out;
+  // The loop's update() has run: the scale after an overflow, and now and
+  // then for the Stats page's series (a read may sync with the device).
+  if (host_.loss_scale && !scale_off_ && (overflowed_ || ++since_scale_read_ >= 16)) {
+    if (auto scale = read_scale(); scale && host_.log_scalar) {
+      try {
+        host_.log_scalar("loss_scale", *scale);
+        host_.log_scalar("skipped_steps", static_cast<double>(loss_scale_.skipped_steps));
+      } catch (const std::exception&) {
+        // The series misses a point; the counts stand.
+      }
+    }
+  }
   try {
     if (op_tracer_) op_tracer_->stop();
     if (!checked_in_backward_ && !tripped_ && traced_ && settings_.any_check()) {
@@ -495,7 +616,21 @@ Monitor::End Monitor::end_batch(bool can_repeat) {
     }
     if (rerun_active_) {
       rerun_active_ = false;
-      if (!rerun_tripped_) {
+      if (!rerun_tripped_ && tripped_compiled_) {
+        state_.amend([](DebugError& e) {
+          if (!e.root_cause || e.root_cause->status != RootCause::Status::kPending) return;
+          e.root_cause->status = RootCause::Status::kCompiledOnly;
+          e.root_cause->summary =
+              "compiled-only numerics: this batch went non-finite running compiled (torch.compile), and its eager "
+              "re-run from the recorded state stayed finite, so the compiled kernels compute it differently from "
+              "PyTorch's own ops; the capsule holds the batch and the state it began from to reproduce it "
+              "(replay it compiled, or bisect with torch._dynamo's minifier)";
+        });
+        if (auto standing = state_.error(); standing && standing->root_cause) {
+          std::cerr << "[nansense] " << headline(*standing) << " — " << standing->root_cause->summary << "\n";
+        }
+        pause_at_end_ = true;
+      } else if (!rerun_tripped_) {
         state_.amend([](DebugError& e) {
           if (!e.root_cause || e.root_cause->status != RootCause::Status::kPending) return;
           e.root_cause->status = RootCause::Status::kNotReproduced;

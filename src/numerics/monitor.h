@@ -76,6 +76,19 @@ class Monitor {
     // checks after the reduction, once that check is over without one
     // (nothing of numerics can hold the batch any more). May be null.
     std::function<void(bool skipped)> update_decided;
+    // The loss scale of the mixed-precision scaler in use (LossScaleStatus),
+    // read after the loop's update(); nullopt when no scaler is in use. Called
+    // on the training thread (or where backward's final callback runs) when a
+    // check trips and every 16 batches. May throw: scaler awareness is then
+    // off, said once. May be null.
+    std::function<std::optional<double>()> loss_scale;
+    // Whether the batch under way runs compiled code (torch.compile): a trip
+    // its eager re-run does not reproduce is reported as compiled-only
+    // numerics. May be null.
+    std::function<bool()> compiled;
+    // A value for the Stats page's series at the batch under way ("loss_scale").
+    // May be null.
+    std::function<void(const std::string& name, double value)> log_scalar;
   };
 
   // `optimizers`: every optimizer of the session; capsules save and restore
@@ -95,6 +108,11 @@ class Monitor {
   // batch's observer is null when the batch is neither captured nor traced.
   void begin_batch(capture::Tracer* tracer, Trace trace, observer::Observer* observer);
   void set_item(std::vector<torch::Tensor> tensors);
+  // The tensors a backward of this batch starts from (the loss; the scaled
+  // loss under a GradScaler), detached: checked with the gradients, so a
+  // non-finite loss is an error even where its gradients stay finite.
+  // Training thread, before that backward runs.
+  void note_backward_roots(std::vector<torch::Tensor> roots);
   // The session is about to finish the capture tracer (it publishes).
   void release_tracer() { tracer_ = nullptr; }
 
@@ -142,6 +160,19 @@ class Monitor {
   void after_reduction();
   void settle();
   std::optional<DebugError> check(bool gradients);
+  // The row of a non-finite backward root ("loss"), if any.
+  std::optional<LayerReport> loss_row() const;
+  // A trip that is the loss scaler's own overflow (only gradients
+  // non-finite, a scaler in use, its scale not collapsed): counted, and true.
+  // A collapse is described in `hit` and left to handle_hit.
+  bool scaler_overflow(DebugError& hit);
+  // The scaler's scale (Host::loss_scale), nullopt when none is in use or
+  // reading it failed (scaler awareness then off, said once).
+  std::optional<double> read_scale();
+  // The batch's optimizer update is not to change anything: every gradient
+  // cleared, or under a loss scaler (whose step() needs gradients to
+  // unscale) made NaN, so the scaler skips the step.
+  void drop_update();
   // `own`: found in this rank's own values (false: only in the averaged
   // gradients; no capsule, since this rank's batch replays finite).
   void handle_hit(DebugError hit, bool in_backward, bool own = true);
@@ -196,6 +227,15 @@ class Monitor {
   bool recorder_off_ = false;        // the flight recorder failed: no capsules
   bool op_tracing_off_ = false;      // the op tracer failed to start: no producer
   std::set<std::string> unchecked_;  // unchecked_key()s of tensors turned off
+
+  std::vector<torch::Tensor> roots_;  // note_backward_roots(), this batch
+  bool tripped_compiled_ = false;     // the first hit of a re-run batch ran compiled
+  // The loss scaler (Host::loss_scale): its state as counted, published in DebugState.
+  LossScaleStatus loss_scale_;
+  bool scale_off_ = false;      // reading the scale failed: no scaler awareness
+  bool overflowed_ = false;     // this batch's gradients overflowed under the scaler
+  bool said_overflow_ = false;  // the first overflow's line is printed
+  int64_t since_scale_read_ = 16;
 };
 
 }  // namespace nansense::numerics

@@ -136,6 +136,12 @@ std::unique_ptr<numerics::Monitor> SessionCore::make_monitor(const DebugSettings
   host.update_decided = [this](bool skipped) {
     if (on_update_decided_) on_update_decided_(skipped);
   };
+  host.loss_scale = [this]() -> std::optional<double> {
+    return loss_scale_reader_ ? loss_scale_reader_() : std::nullopt;
+  };
+  // A captured batch and the traced re-run run eagerly: only the others run compiled.
+  host.compiled = [this] { return compiled_.load() && !tracer_; };
+  host.log_scalar = [this](const std::string& name, double value) { stats_->log_scalar(name, value, pos_); };
   auto monitor = std::make_unique<numerics::Monitor>(*model_, optimizers_, settings, std::move(host));
   monitor->check_after_reduction(after_reduction_);
   return monitor;
@@ -546,6 +552,7 @@ void Session::set_forward(ForwardFn forward) {
 }
 
 std::optional<DebugError> Session::debug_error() const { return core_ ? core_->debug().error() : std::nullopt; }
+LossScaleStatus Session::loss_scale() const { return core_ ? core_->debug().loss_scale() : LossScaleStatus{}; }
 DebugSettings Session::debug_settings() const { return core_ ? core_->debug().settings() : DebugSettings(); }
 void Session::set_debug_settings(const DebugSettings& settings) {
   if (core_ && !core_->locked()) core_->debug().set_settings(core_->settings_for_rank(settings));

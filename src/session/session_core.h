@@ -175,6 +175,13 @@ class SessionCore {
   // with the training thread inside backward(); must not throw. Set before
   // the loop.
   void set_on_settled(std::function<void()> settled) { on_settled_ = std::move(settled); }
+  // Mixed precision: the scale of the loss scaler in use, nullopt when none
+  // (Monitor::Host::loss_scale). Set before the loop.
+  void set_loss_scale_reader(std::function<std::optional<double>()> read) { loss_scale_reader_ = std::move(read); }
+  // torch.compile: whether the batches that capture nothing run compiled code.
+  void set_compiled(bool compiled) { compiled_ = compiled; }
+  // Monitor::note_backward_roots: the loss a backward of this batch starts from.
+  void note_backward_roots(std::vector<torch::Tensor> roots) { numerics_->note_backward_roots(std::move(roots)); }
   // Distributed runs that average gradients inside backward (DDP), every
   // rank: check them once averaged as well (Monitor::check_after_reduction),
   // so every rank stops before its optimizer step. Set before the loop.
@@ -320,15 +327,17 @@ class SessionCore {
   std::string unserved_nan_note_ = "training continues";
   mutable std::mutex rerun_note_mutex_;  // read by the server's threads
   numerics::RerunNote rerun_note_;
-  bool repeat_batch_ = false;                             // the next begin_batch delivers the same batch again
-  bool rerunning_ = false;                                // the batch under way is that second delivery
-  std::optional<int64_t> loop_epoch_;                     // the epoch epochs() runs, for batches() without one
-  int64_t loop_epochs_ = 0;                               // epochs()'s n
-  bool jumps_held_ = false;                               // hold_jumps()
-  std::function<void()> on_settled_;                      // set_on_settled()
-  bool after_reduction_ = false;                          // check_after_reduction()
-  std::function<std::optional<bool>()> on_await_leader_;  // set_on_await_leader()
-  std::function<void(bool)> on_update_decided_;           // set_on_update_decided()
+  bool repeat_batch_ = false;                                 // the next begin_batch delivers the same batch again
+  bool rerunning_ = false;                                    // the batch under way is that second delivery
+  std::optional<int64_t> loop_epoch_;                         // the epoch epochs() runs, for batches() without one
+  int64_t loop_epochs_ = 0;                                   // epochs()'s n
+  bool jumps_held_ = false;                                   // hold_jumps()
+  std::function<void()> on_settled_;                          // set_on_settled()
+  bool after_reduction_ = false;                              // check_after_reduction()
+  std::function<std::optional<double>()> loss_scale_reader_;  // set_loss_scale_reader()
+  std::atomic<bool> compiled_{false};                         // set_compiled()
+  std::function<std::optional<bool>()> on_await_leader_;      // set_on_await_leader()
+  std::function<void(bool)> on_update_decided_;               // set_on_update_decided()
   std::unique_ptr<time_travel::TrainingRestorer> restorer_;
 
   // The armed freeze (moment_mu_), and the file of the batch it is being

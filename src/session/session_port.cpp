@@ -54,6 +54,7 @@ class CorePort final : public SessionPort {
   }
   std::optional<DebugError> debug_error() const override { return core_.debug().error(); }
   int64_t checked_batches() const override { return core_.debug().checked_batches(); }
+  LossScaleStatus loss_scale() const override { return core_.debug().loss_scale(); }
   std::vector<numerics::UncheckedTensor> unchecked_tensors() const override { return core_.debug().unchecked(); }
   numerics::RerunNote rerun_note() const override { return core_.rerun_note(); }
   bool skip_update_chosen() const override { return core_.debug().skip_chosen(); }

@@ -107,6 +107,8 @@ class NumericsPort {
   virtual void set_debug_settings(const DebugSettings& settings) = 0;
   virtual std::optional<DebugError> debug_error() const = 0;
   virtual int64_t checked_batches() const = 0;
+  // The loss scaler as the guard counts it (mixed precision).
+  virtual LossScaleStatus loss_scale() const = 0;
   // Tensors whose check failed and is off for them (the rest stay checked).
   virtual std::vector<numerics::UncheckedTensor> unchecked_tensors() const = 0;
   // What a traced re-run restores and repeats (the debug report, the banner).

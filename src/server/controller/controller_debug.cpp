@@ -23,7 +23,10 @@ json Controller::debug_summary() const {
   json checks = json::array();
   if (settings.enabled() && settings.check_nan_inf()) checks.push_back(numerics::kNanInf);
   if (settings.enabled() && settings.check_under_over()) checks.push_back(numerics::kUnderOver);
-  json summary = {{"enabled", settings.enabled()}, {"checks", checks}, {"error", nullptr}};
+  json summary = {{"enabled", settings.enabled()},
+                  {"checks", checks},
+                  {"loss_scale", numerics::to_json(session_.loss_scale())},
+                  {"error", nullptr}};
   if (auto error = session_.debug_error()) {
     json producer = nullptr;
     if (error->root_cause && error->root_cause->producer) {
@@ -74,13 +77,10 @@ json Controller::get_debug_report() const {
                 {"restored", note.restored},
                 {"runs_twice", note.runs_twice},
                 {"detect", note.detect}};
-  return {{"settings", numerics::to_json(settings)},
-          {"error", error ? numerics::to_json(*error) : json(nullptr)},
-          {"checked_batches", session_.checked_batches()},
-          {"skip_update", session_.skip_update_chosen()},
-          {"skip_refused", skip_refused(session_)},
-          {"unchecked_tensors", std::move(unchecked)},
-          {"rerun", std::move(rerun)}};
+  return {{"settings", numerics::to_json(settings)},       {"error", error ? numerics::to_json(*error) : json(nullptr)},
+          {"checked_batches", session_.checked_batches()}, {"loss_scale", numerics::to_json(session_.loss_scale())},
+          {"skip_update", session_.skip_update_chosen()},  {"skip_refused", skip_refused(session_)},
+          {"unchecked_tensors", std::move(unchecked)},     {"rerun", std::move(rerun)}};
 }
 
 json Controller::choose_update(const std::string& action) {

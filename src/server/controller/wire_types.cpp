@@ -112,10 +112,10 @@ Words words(json& d) {
   w.probe_mode = define("ProbeMode", one_of({"unchanged", "eval", "train"}));
   w.reason = define("DebugReason", one_of({"nan", "inf", "underflow", "overflow"}));
   w.check = define("DebugCheck", one_of({"nan_inf", "under_over"}));
-  w.root_cause_status =
-      define("RootCauseStatus", one_of({"found", "from_outside", "not_reproduced", "pending", "not_traced"}));
+  w.root_cause_status = define(
+      "RootCauseStatus", one_of({"found", "from_outside", "not_reproduced", "pending", "not_traced", "compiled_only"}));
   w.update = define("DebugUpdate", nullable(one_of({"held", "applied", "skipped"})));
-  w.debug_source = define("DebugSource", one_of({"activation", "activation_gradient", "weight_gradient"}));
+  w.debug_source = define("DebugSource", one_of({"activation", "activation_gradient", "weight_gradient", "loss"}));
   w.layer_role = define("LayerRole", one_of({"input", "module", "op"}));
   w.strip_kind = define("StripKind", one_of({"activation", "gradient"}));
   w.values = define("Values", one_of({"unchanged", "abs", "square"}));
@@ -170,8 +170,19 @@ void status_types(json& d, const Words& w) {
                                    {"skip_update", boolean()},
                                    // Why skipping the held update is refused (a distributed run), else null.
                                    {"skip_refused", nullable(str())}});
-  d["DebugSummary"] =
-      object({{"enabled", boolean()}, {"checks", array(w.check)}, {"error", nullable(ref("DebugErrorSummary"))}});
+  // A mixed-precision loss scaler as the guard counts it: its overflows
+  // skip steps and are no error; a collapse is (N in a row, or below the floor).
+  d["LossScale"] = object({{"in_use", boolean()},
+                           {"scale", nullable(number())},
+                           {"skipped_steps", integer()},
+                           {"skips_in_row", integer()},
+                           {"last_skipped", nullable(ref("Position"))},
+                           {"collapse_skips", integer()},
+                           {"floor", number()}});
+  d["DebugSummary"] = object({{"enabled", boolean()},
+                              {"checks", array(w.check)},
+                              {"loss_scale", ref("LossScale")},
+                              {"error", nullable(ref("DebugErrorSummary"))}});
   d["UpdateFrequency"] =
       object({{"unit", one_of({"batch", "epoch", "seconds"})}, {"n", number()}, {"phase", nullable(str())}});
   d["StatsSummary"] = object({{"scope", w.scope},
@@ -445,6 +456,8 @@ void debug_types(json& d, const Words& w) {
                             {"hits", integer()},
                             {"update", w.update},
                             {"rerun", boolean()},
+                            // A collapsing loss scale: how it collapsed.
+                            {"loss_scale", nullable(str())},
                             {"text", str()}});
   d["DebugSettings"] = object({{"enabled", boolean()},
                                {"interval_batches", integer()},
@@ -471,6 +484,7 @@ void debug_types(json& d, const Words& w) {
   d["DebugReport"] = object({{"settings", ref("DebugSettings")},
                              {"error", nullable(ref("DebugError"))},
                              {"checked_batches", integer()},
+                             {"loss_scale", ref("LossScale")},
                              {"skip_update", boolean()},
                              {"skip_refused", nullable(str())},
                              {"unchecked_tensors", array(ref("UncheckedTensor"))},
