@@ -118,9 +118,14 @@ class _ReferenceMethods:
 
     @property
     def training_error(self) -> Optional[str]:
-        """The exception that ended the training loop ("ValueError: ..."),
-        or None when it has not ended by one."""
-        return self.__dict__.get("_training_error")
+        """Why the training loop was lost, or None while it is not: the
+        exception ("ValueError: ...") when it was raised at a batch
+        boundary; for one raised in the loop's body, which Python does not
+        show to the loop's iterator, where it was raised ("the training loop
+        raised an exception during epoch 0 | train batch 1")."""
+        if not self.training_lost:
+            return None
+        return self.__dict__.get("_training_error") or "the training loop ended without session.close()"
 
     # ---- the model, read live (any thread)
 

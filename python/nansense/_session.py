@@ -497,6 +497,8 @@ class Session(_WatchMethods, _ReferenceMethods):
                 except GeneratorExit:
                     self._remove_hooks(hooks)
                     normal = _closed_normally(sys._getframe())
+                    if not normal:
+                        self._note_raised_in_body()
                     engine.abandon_batch(not normal)
                     if normal:
                         # A loop left early ends its phase; its length stays unlearned.
@@ -525,6 +527,14 @@ class Session(_WatchMethods, _ReferenceMethods):
             if self._coordinator is not None:
                 self._coordinator.boundary(jump=jump.epoch)
             raise
+
+    def _note_raised_in_body(self) -> None:
+        # The loop body raised: Python closes the generator without telling
+        # it what, so Session.training_error says where.
+        if self.__dict__.get("_training_error") is None:
+            p = self.live_position
+            where = f" during epoch {p.epoch} | {p.phase} batch {p.batch_idx}" if p is not None else ""
+            self._training_error = f"the training loop raised an exception{where}"
 
     def _left_by(self, e: BaseException) -> None:
         if not isinstance(e, (TimeTravelJump, GeneratorExit)):
