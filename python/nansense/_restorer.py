@@ -62,6 +62,11 @@ class TrainingRestorer:
         return self._start
 
     @property
+    def cache(self) -> "EpochCache":
+        """The folder this restorer checkpoints each epoch's start to."""
+        return EpochCache(self)
+
+    @property
     def finished(self) -> bool:
         """Whether a with block completed without a time-travel jump."""
         return self._finished
@@ -206,6 +211,30 @@ class TrainingRestorer:
         if not self._opened:
             raise RuntimeError("save_epoch_start() needs the restorer's epoch loop: enter `with restorer:` first")
         self._begin_epoch(epoch)
+
+
+class EpochCache:
+    """A restorer's checkpoint folder (TrainingRestorer.cache): where each
+    epoch's start is written, and which epochs can be jumped to."""
+
+    def __init__(self, restorer: TrainingRestorer):
+        self._restorer = restorer
+
+    @property
+    def directory(self) -> str:
+        """The folder (a rank's own sub-folder in a distributed run)."""
+        return self._restorer._cache_dir
+
+    def cached_epochs(self) -> list[int]:
+        """The epochs with a checkpoint a jump can load, in order (empty on a
+        disabled session, which writes none)."""
+        session = self._restorer._session
+        if session._engine is None:
+            return []
+        return sorted(session.time_travel_status().cached_epochs)
+
+    def __repr__(self) -> str:
+        return f"<nansense.EpochCache {self.directory!r}>"
 
 
 def _jump_type():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import dis
 import io
 import json
@@ -16,7 +17,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Optional, Union
 
 import torch
+
 from . import _distributed, _nansense, _setups
+from ._reference import _ReferenceMethods
 from ._restorer import TrainingRestorer, _check_cache_dir
 from ._session_watch import _WatchMethods
 from ._types import (BatchPosition, BatchSnapshot, DebugError, DebugSettings, LossScaleStatus, Mode, RunState,
@@ -282,7 +285,7 @@ def _closed_normally(generator_frame) -> bool:
 # ---------------------------------------------------------------- the session
 
 
-class Session(_WatchMethods):
+class Session(_WatchMethods, _ReferenceMethods):
     """The bridge between a live training loop and the nansense UI.
 
     Create one with nansense.start. The loop drives it through batches()
@@ -371,8 +374,10 @@ class Session(_WatchMethods):
         """The run's shape as known so far: epochs (None until known), phases
         (name -> batch count, as learned) and phase_order."""
         if not self._engine:
-            return Schedule(lambda: {"epochs": None, "phases": {}, "phase_order": []})
-        return Schedule(self._engine.schedule)
+            return Schedule._view(lambda: {"epochs": None, "phases": {}, "phase_order": []},
+                                  lambda epochs, phases: None)
+        return Schedule._view(self._engine.schedule,
+                              lambda epochs, phases: self.set_schedule(epochs=epochs, phases=phases))
 
     # ---- the training loop
 
@@ -533,6 +538,8 @@ class Session(_WatchMethods):
                 except GeneratorExit:
                     self._remove_hooks(hooks)
                     normal = _closed_normally(sys._getframe())
+                    if not normal:
+                        self._note_raised_in_body()
                     engine.abandon_batch(not normal)
                     if normal:
                         # A loop left early ends its phase; its length stays unlearned.
@@ -562,7 +569,17 @@ class Session(_WatchMethods):
                 self._coordinator.boundary(jump=jump.epoch)
             raise
 
+    def _note_raised_in_body(self) -> None:
+        # The loop body raised: Python closes the generator without telling
+        # it what, so Session.training_error says where.
+        if self.__dict__.get("_training_error") is None:
+            p = self.live_position
+            where = f" during epoch {p.epoch} | {p.phase} batch {p.batch_idx}" if p is not None else ""
+            self._training_error = f"the training loop raised an exception{where}"
+
     def _left_by(self, e: BaseException) -> None:
+        if not isinstance(e, (TimeTravelJump, GeneratorExit)):
+            self._training_error = f"{type(e).__name__}: {e}"  # Session.training_error
         # A rank leaving its loop by an exception (not a jump) tells the
         # others, which would otherwise wait for it at the next boundary.
         if self._coordinator is not None and not isinstance(e, (TimeTravelJump, GeneratorExit)):
@@ -593,8 +610,8 @@ class Session(_WatchMethods):
         epoch's state and yields it again, pausing on its first batch.
         n defaults to start(epochs=...). start_epoch resumes from cache_dir's
         checkpoint of that epoch (TimeTravelError when it does not fit the
-        model). On a disabled session: range(start_epoch, n), nothing touches
-        the disk.
+        model). On a disabled session nothing touches the disk and
+        start_epoch is ignored, as in the reference: it yields range(n).
         """
         if n is None:
             n = self.schedule.epochs if self._engine else self._start_epochs
@@ -609,6 +626,8 @@ class Session(_WatchMethods):
             raise _nansense.UsageError("epochs() was called after session.close()")
         if self._restorer is not None:
             raise _nansense.UsageError("epochs() is already running: epoch loops do not nest")
+        if self._engine is None:
+            start_epoch = 0  # nothing to resume from: the whole run, as the reference does
         return TrainingRestorer(self, n, cache_dir, start_epoch).iter_epochs()
 
     def _own_dir(self, path: str) -> str:
@@ -643,14 +662,20 @@ class Session(_WatchMethods):
         restored. The epoch count is the schedule's (nansense.start(...,
         epochs=N)). A session without a restorer never writes checkpoints;
         on a disabled session the restorer is inert (one attempt, nothing on
-        disk)."""
+        disk). A session takes one restorer: a second call raises
+        RuntimeError, as the reference's does."""
+        if self._engine is not None and self.__dict__.get("_nested_restorer") is not None:
+            raise RuntimeError("this session already has a training restorer")
         cache_dir = self._own_dir(_check_cache_dir(cache_dir))
         n = self.schedule.epochs if self._engine else self._start_epochs
         if n is None:
             raise ValueError("training_restorer() needs the epoch count: nansense.start(..., epochs=n)")
         if self._engine is not None and self._closed:
             raise _nansense.UsageError("training_restorer() was called after session.close()")
-        return TrainingRestorer(self, n, cache_dir)
+        restorer = TrainingRestorer(self, n, cache_dir)
+        if self._engine is not None:
+            self._nested_restorer = restorer
+        return restorer
 
     def time_travel_status(self) -> TimeTravelStatus:
         """Whether and where time travel can jump (what the UI's dialog shows)."""
@@ -824,12 +849,33 @@ class Session(_WatchMethods):
     def debug_settings(self) -> DebugSettings:
         return DebugSettings._from_engine(self._engine.debug_settings()) if self._engine else DebugSettings()
 
-    def set_debug_settings(self, settings: DebugSettings) -> None:
-        """Replace the numerical checks' settings; takes effect at the next batch."""
+    def set_debug_settings(self, settings: Optional[DebugSettings] = None, /, *, enabled: Optional[bool] = None,
+                           interval: Optional[int] = None, check_nan_inf: Optional[bool] = None,
+                           check_under_over: Optional[bool] = None, threshold: Optional[float] = None,
+                           **more: Any) -> None:
+        """Change the numerical checks' settings; takes effect at the next
+        batch. Either name only the fields to change, as the reference does
+        (``set_debug_settings(interval=100)``; any DebugSettings field, the
+        others keep their values), or pass a whole DebugSettings. Invalid
+        values raise as DebugSettings does. No-op on a locked session."""
         if self._is_locked():
             return
-        if not isinstance(settings, DebugSettings):
-            raise TypeError(f"set_debug_settings takes a nansense.DebugSettings, got {type(settings).__name__}")
+        given = {k: v for k, v in dict(enabled=enabled, interval=interval, check_nan_inf=check_nan_inf,
+                                       check_under_over=check_under_over, threshold=threshold, **more).items()
+                 if v is not None}
+        if settings is not None:
+            if given:
+                raise TypeError("set_debug_settings takes either a DebugSettings or the fields to change, not both")
+            if not isinstance(settings, DebugSettings):
+                raise TypeError(f"set_debug_settings takes a nansense.DebugSettings or keyword fields, got "
+                                f"{type(settings).__name__}")
+        else:
+            fields = set(DebugSettings.__dataclass_fields__)
+            unknown = sorted(set(given) - fields)
+            if unknown:
+                raise TypeError(f"set_debug_settings: no DebugSettings field named {', '.join(unknown)}; the fields "
+                                f"are {', '.join(sorted(fields))}")
+            settings = dataclasses.replace(self.debug_settings, **given)
         if self._engine:
             values = settings._to_engine()
             if self._coordinator is not None:
@@ -1009,18 +1055,23 @@ def load_moment(
 
 class _ServerThread(threading.Thread):
     """What serve() returns, as the reference returns its server's thread:
-    the native server runs on the engine's own threads, and this daemon
-    thread stands for them. It lives while the session serves (until the
-    Session is garbage collected), so `serve(...).join()` keeps a finished
-    script serving the UI; after a failed bind it has already ended. url is
-    the UI's address (None when the port could not be bound)."""
+    the native server runs on the engine's own threads, and this thread
+    stands for them. Like the reference's, it is not a daemon: a script
+    whose loop has ended keeps serving the UI for post-mortem browsing
+    (Ctrl-C ends it). It lives while the session does: once the Session is
+    garbage collected the thread ends, and so does a process that holds no
+    session any more. After a failed bind it has already ended. url is the
+    UI's address (None when the port could not be bound)."""
+
+    _live: "weakref.WeakSet[_ServerThread]" = weakref.WeakSet()
 
     def __init__(self, session: "Session", bound: bool):
-        super().__init__(name="nansense-server", daemon=True)
+        super().__init__(name="nansense-server", daemon=False)
         self.url: Optional[str] = session.url if bound else None
         self._served = threading.Event()
         if bound:
             weakref.finalize(session, self._served.set)
+            _ServerThread._live.add(self)
         else:
             self._served.set()
         self.start()
@@ -1028,8 +1079,26 @@ class _ServerThread(threading.Thread):
     def run(self) -> None:
         self._served.wait()
 
+    def _release(self) -> None:
+        """End the thread now (the server keeps serving while the session lives)."""
+        self._served.set()
+
     def __repr__(self) -> str:
         return f"<nansense server {self.url or 'not bound'} {'serving' if self.is_alive() else 'stopped'}>"
+
+
+def _collect_unreachable_sessions() -> None:
+    # Run by the interpreter's shutdown before it joins non-daemon threads:
+    # a session no longer reachable (held in a reference cycle, say by a
+    # Lightning trainer) is collected now, so its server thread ends instead
+    # of keeping the process up. A session the script still holds keeps the
+    # UI up, as the reference's server thread does.
+    if any(t.is_alive() for t in _ServerThread._live):
+        import gc
+        gc.collect()
+
+
+threading._register_atexit(_collect_unreachable_sessions)
 
 
 def serve(
@@ -1046,8 +1115,11 @@ def serve(
 ) -> Optional[threading.Thread]:
     """Serve the UI, its HTTP API and (unless mcp=False) the MCP endpoint at
     /mcp for session, from the engine's own threads, and return a thread
-    that stands for the server: alive while the session serves (join() it
-    to keep a finished script serving), with the address as .url. When the
+    that stands for the server: alive while the session serves, with the
+    address as .url. As the reference's, it is not a daemon thread, so a
+    script that still holds its session keeps the UI up for post-mortem
+    browsing after its loop ends (until Ctrl-C); a session dropped or
+    garbage collected ends it. When the
     port cannot be bound, one line says why, training goes on, and the
     thread returned has already ended (url None). Returns None without
     starting anything on a disabled session.

@@ -206,9 +206,9 @@ class _WatchMethods:
         """Change the per-channel caps (only the given fields). Returns whether
         the change flushed the layer statistics collected so far (any
         effective change does; logged scalars, metrics and parameter samples
-        stay)."""
+        stay). False, with nothing changed, on a locked session."""
         if self._is_locked():
-            return
+            return False
         args = (_opt("channel_limit_enabled", channel_limit_enabled, bool),
                 _opt("channel_limit", channel_limit, int, 1),
                 _opt("histogram_sample", histogram_sample, int, 1),

@@ -111,6 +111,9 @@ class TensorStatsSnapshot:
     dead_channels: tuple[int, ...] = ()
     _median: float = math.nan
     _dead_count: Optional[int] = None
+    dtype: Optional[torch.dtype] = None
+    collapsed_dead_count: Optional[int] = None
+    collapsed_median: Optional[float] = None
 
     @property
     def mean(self) -> float:
@@ -150,6 +153,8 @@ class TensorStatsSnapshot:
             nan=d["nan"], pos_inf=d["pos_inf"], neg_inf=d["neg_inf"],
             channel_hists=tuple(tuple(h) for h in d["channel_hists"]), channels=d["channels"],
             dead_channels=tuple(d["dead_channels"]), _median=_nan_if_none(d["median"]), _dead_count=d["dead_channel_count"],
+            collapsed_dead_count=d["dead_channel_count"] if d["hist"] is None else None,
+            collapsed_median=_nan_if_none(d["median"]) if d["hist"] is None else None,
         )
 
 

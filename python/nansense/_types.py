@@ -14,7 +14,15 @@ import torch
 
 class Mode(enum.StrEnum):
     """How training proceeds after a resume (Session.mode). Each is named
-    after the command that sets it, as over HTTP and MCP."""
+    after the command that sets it, as over HTTP and MCP.
+
+    The reference API's names are the same members under their own names:
+    STEP is STEP_BATCH (pause on every batch), UNTIL_PHASE_CHANGE is
+    STEP_PHASE, UNTIL_EPOCH_CHANGE is STEP_EPOCH, UNTIL_POSITION is
+    RUN_UNTIL and UNTIL_END is RUN, so ``session.mode == Mode.STEP`` holds
+    exactly when ``session.mode == Mode.STEP_BATCH`` does. Their values are
+    ours ("step_batch", ...); Mode("step") and the reference's other values
+    are accepted too."""
 
     STEP_BATCH = "step_batch"
     STEP_PHASE = "step_phase"
@@ -22,6 +30,19 @@ class Mode(enum.StrEnum):
     RUN_UNTIL = "run_until"
     RUN = "run"
     DETACH = "detach"
+    # The reference's names: aliases of the members above (same value).
+    STEP = "step_batch"
+    UNTIL_PHASE_CHANGE = "step_phase"
+    UNTIL_EPOCH_CHANGE = "step_epoch"
+    UNTIL_POSITION = "run_until"
+    UNTIL_END = "run"
+
+    @classmethod
+    def _missing_(cls, value: object) -> Optional["Mode"]:
+        # The reference's values name the same modes.
+        return {"step": cls.STEP_BATCH, "until_phase_change": cls.STEP_PHASE,
+                "until_epoch_change": cls.STEP_EPOCH, "until_position": cls.RUN_UNTIL,
+                "until_end": cls.RUN}.get(value) if isinstance(value, str) else None
 
 
 class RunState(enum.StrEnum):
@@ -44,6 +65,11 @@ class BatchPosition:
     is_last_in_phase: bool = False
     is_last_in_epoch: bool = False
     is_last_in_run: bool = False
+
+    @property
+    def is_last_overall(self) -> bool:
+        """The reference's name for is_last_in_run: the run's last batch."""
+        return self.is_last_in_run
 
     @classmethod
     def _from(cls, d: Optional[dict]) -> Optional["BatchPosition"]:
@@ -173,15 +199,29 @@ class LayerReport:
     """Per-layer fractions for one detected error (a row of the dialog's
     table). nan / inf are fractions of element count; underflow / overflow
     fractions of the layer's summed |grad|; dtype the gradient dtype the bands
-    were measured against (None when none was scanned)."""
+    were measured against, a torch.dtype (its finfo's tiny and max are the
+    band edges; None when no floating-point gradient was scanned)."""
 
     layer: str
     nan: float
     inf: float
     underflow: float
     overflow: float
-    dtype: Optional[str]
+    dtype: Optional[torch.dtype]
     sources: tuple[str, ...] = ()
+
+    @property
+    def dtype_name(self) -> Optional[str]:
+        """dtype as the engine, HTTP and MCP spell it ("float16", ...)."""
+        return None if self.dtype is None else str(self.dtype).removeprefix("torch.")
+
+
+def _torch_dtype(name: Optional[str]) -> Optional[torch.dtype]:
+    """The torch.dtype the engine's dtype name stands for (None stays None)."""
+    if not name:
+        return None
+    dtype = getattr(torch, name, None)
+    return dtype if isinstance(dtype, torch.dtype) else None
 
 
 @dataclass(frozen=True)
@@ -226,7 +266,7 @@ class DebugError:
                     inf=r["inf"],
                     underflow=r["underflow"],
                     overflow=r["overflow"],
-                    dtype=r["dtype"],
+                    dtype=_torch_dtype(r["dtype"]),
                     sources=tuple(r["sources"]),
                 )
                 for r in d["layers"]
@@ -286,16 +326,33 @@ class TimeTravelStatus:
 
 
 class Schedule:
-    """The run's shape as known so far (Session.schedule): a view of the
-    engine's schedule, read when asked.
+    """The run's shape: its epoch count and its phases' batch counts.
+
+    Session.schedule is a live view of the session's schedule, read when
+    asked. ``Schedule(epochs=10, phases={"train": 938, "val": 157})`` makes
+    a standalone value of the same type, as the reference allows (phases
+    given up front are the declared mode; without them the phases are
+    learned as the loop runs).
 
     epochs is the epoch count (None until declared); phases maps each phase
     whose batch count is known to it, in first-seen order (all of them up
     front in a declared schedule; learned as each phase ends otherwise);
     phase_order lists every phase seen, counted or not."""
 
-    def __init__(self, read):
-        self._read = read
+    def __init__(self, epochs: Optional[int] = None, phases: Optional[dict[str, int]] = None):
+        own = {"epochs": None, "phases": {}, "phase_order": []}
+        self._read = lambda: own
+        self._write = None
+        self._own = own
+        self.update(epochs=epochs, phases=phases)
+
+    @classmethod
+    def _view(cls, read, write=None) -> "Schedule":
+        """A live view: read() returns the engine's schedule as a dict;
+        write(epochs, phases) re-declares it (Session.set_schedule)."""
+        view = cls.__new__(cls)
+        view._read, view._write, view._own = read, write, None
+        return view
 
     @property
     def epochs(self) -> Optional[int]:
@@ -312,6 +369,44 @@ class Schedule:
     def phase_count(self, phase: str) -> Optional[int]:
         """The batch count of `phase`, or None while it is not known."""
         return self._read()["phases"].get(phase)
+
+    def set_epochs(self, n: int) -> None:
+        """Set the epoch count."""
+        self.update(epochs=n)
+
+    def update(self, *, epochs: Optional[int] = None, phases: Optional[dict[str, int]] = None) -> None:
+        """Re-declare the epoch count and/or the phases (name -> batch count);
+        an argument left None keeps that part. On Session.schedule this is
+        Session.set_schedule."""
+        if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1):
+            raise ValueError(f"epochs must be an int >= 1, got {epochs!r}")
+        if phases is not None:
+            if not isinstance(phases, dict) or not phases:
+                raise TypeError(f'phases must be a non-empty dict of phase name -> batch count, got {phases!r}')
+            for name, count in phases.items():
+                if not isinstance(name, str) or not name:
+                    raise TypeError(f"phase names must be non-empty strings, got {name!r}")
+                if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                    raise ValueError(f"phases[{name!r}] must be an int >= 1, got {count!r}")
+        if self._own is None:
+            if self._write is None:
+                raise RuntimeError("this schedule view is read-only")
+            self._write(epochs, phases)
+            return
+        if epochs is not None:
+            self._own["epochs"] = epochs
+        if phases is not None:
+            self._own["phases"] = dict(phases)
+            self._own["phase_order"] = list(phases)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Schedule):
+            return NotImplemented
+        a, b = self._read(), other._read()
+        return (a["epochs"], dict(a["phases"]), list(a["phase_order"])) == \
+            (b["epochs"], dict(b["phases"]), list(b["phase_order"]))
+
+    __hash__ = None  # a view changes as the run goes on
 
     def __repr__(self) -> str:
         d = self._read()

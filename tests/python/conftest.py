@@ -49,6 +49,17 @@ def make_loader(dataset, batch_size=8, shuffle=True, seed=0):
                       generator=torch.Generator().manual_seed(seed) if shuffle else None)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def release_server_threads():
+    """A served session's thread is not a daemon (the UI outlives the loop,
+    as the reference's does): the test process must not wait for one a
+    failed test's traceback still holds."""
+    yield
+    from nansense._session import _ServerThread
+    for thread in list(_ServerThread._live):
+        thread._release()
+
+
 @pytest.fixture(autouse=True)
 def one_thread_and_seed():
     torch.set_num_threads(1)

@@ -237,7 +237,7 @@ def test_serve_returns_a_thread_standing_for_the_server():
     model = SmallCnn()
     session = nansense.start(model)
     server = nansense.serve(session, port=0, open_browser=False)
-    assert isinstance(server, threading.Thread) and server.daemon
+    assert isinstance(server, threading.Thread) and not server.daemon  # keeps the post-mortem UI up, as the reference
     assert server.is_alive()
     assert server.url == session.url and server.url.startswith("http://127.0.0.1:")
     assert Api(server.url).get("/api/status")["state"] in ("running", "paused")

@@ -90,8 +90,8 @@ def test_disabled_epochs_is_range_and_touches_no_disk(tmp_path):
         with session.restore_point():
             epochs.append(epoch)
     assert epochs == [0, 1, 2]
-    # A resumed script runs the same epochs with the debugger off.
-    assert list(session.epochs(cache_dir=tmp_path / "never", start_epoch=1)) == [1, 2]
+    # As the reference's: nothing to resume from, so start_epoch is ignored.
+    assert list(session.epochs(cache_dir=tmp_path / "never", start_epoch=1)) == [0, 1, 2]
     with pytest.raises(ValueError, match="start_epoch must be < n"):
         session.epochs(cache_dir=tmp_path / "never", start_epoch=3)
     assert not (tmp_path / "never").exists()
