@@ -7,7 +7,7 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, overload
 
 import torch
 
@@ -44,6 +44,14 @@ class BatchPosition:
     is_last_in_phase: bool = False
     is_last_in_epoch: bool = False
     is_last_in_run: bool = False
+
+    @overload
+    @classmethod
+    def _from(cls, d: dict) -> "BatchPosition": ...
+
+    @overload
+    @classmethod
+    def _from(cls, d: None) -> None: ...
 
     @classmethod
     def _from(cls, d: Optional[dict]) -> Optional["BatchPosition"]:
