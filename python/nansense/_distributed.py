@@ -91,7 +91,7 @@ import queue
 import threading
 import time
 import weakref
-from typing import Any, Optional
+from typing import Any, NoReturn, Optional
 
 import torch
 from torch.utils import _pytree
@@ -409,7 +409,7 @@ class Coordinator:
             except Exception:
                 break  # the store is gone: the wait fails by itself
 
-    def _raise_lost(self) -> None:
+    def _raise_lost(self) -> NoReturn:
         # The peers still waiting stop too, with the reason.
         self._leave(f"rank {self.rank} stopped: {self._lost}")
         raise DistributedError(f"nansense (rank {self.rank}): {self._lost}")
@@ -738,10 +738,10 @@ class Coordinator:
                 silent = [r for r, seen in self._seen.items() if seen < n]
                 going = [r for r, seen in self._seen.items() if seen >= n and r not in ended]
             if silent or going:
-                why = ([f"no word within {self.timeout:g} s ({ENV_TIMEOUT})"] if silent else []) + (
+                reasons = ([f"no word within {self.timeout:g} s ({ENV_TIMEOUT})"] if silent else []) + (
                     ["its loop went on past rank 0's last batch"] if going else [])
                 print(f"[nansense] rank(s) {', '.join(map(str, sorted(silent + going)))} did not reach the end of "
-                      f"the loop with rank 0 ({'; '.join(why)}): every rank must run the same batches; rank 0 closes "
+                      f"the loop with rank 0 ({'; '.join(reasons)}): every rank must run the same batches; rank 0 closes "
                       "without their last statistics", flush=True)
             if timed_out:
                 return

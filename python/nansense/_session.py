@@ -12,6 +12,7 @@ import math
 import numbers
 import sys
 import threading
+import types
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Optional, Union
@@ -82,7 +83,9 @@ def _check_phases(name: str, phases: Any) -> Optional[list[tuple[str, int]]]:
     for phase, count in phases.items():
         if not isinstance(phase, str) or not phase:
             raise TypeError(f"{name}: phase names must be non-empty strings, got {phase!r}")
-        out.append((phase, _check_int(f"{name}[{phase!r}]", count, 1, none_ok=False)))
+        checked = _check_int(f"{name}[{phase!r}]", count, 1, none_ok=False)
+        assert checked is not None  # none_ok=False
+        out.append((phase, checked))
     return out
 
 
@@ -309,8 +312,8 @@ class Session(_WatchMethods, _ReferenceMethods):
                               if engine else {})
         self._closed = False
         self._restorer: Optional[TrainingRestorer] = None  # the session.epochs() loop running
-        self._start_epochs = None
-        self._server: Optional[threading.Thread] = None
+        self._start_epochs: Optional[int] = None
+        self._server: Optional[_ServerThread] = None
         self._driven = False         # run control was asked for (or a UI served) before the first batch
         self._coordinator: Optional[_distributed.Coordinator] = None  # a distributed run's boundary exchange
 
@@ -713,6 +716,47 @@ class Session(_WatchMethods, _ReferenceMethods):
         self._closed = True
         if self._engine:
             self._engine.close()
+
+    def __enter__(self) -> "Session":
+        """``with nansense.start(...) as session:`` closes the session when
+        the block ends, however it ends."""
+        return self
+
+    def __exit__(self, exc_type: Optional[type[BaseException]], exc: Optional[BaseException],
+                 tb: Optional[types.TracebackType]) -> None:
+        """close() the session. When the block ended normally the UI keeps
+        serving the last captured state for as long as the session lives, as
+        after close(). When it ended by an exception (Ctrl-C's
+        KeyboardInterrupt included) the session also stops serving: the port
+        is free again and the engine's threads end, so a re-run (a notebook
+        cell run again) can serve on the same port. The exception goes on."""
+        try:
+            self.close()
+        finally:
+            if exc_type is not None:
+                self._stop_serving(tb)
+
+    def _stop_serving(self, tb: Optional[types.TracebackType]) -> None:
+        # The native server lives as long as the engine: release every
+        # reference to it (the session reads as disabled from here on) and
+        # end the thread that stands for the server. The exception's
+        # traceback still holds the frames it passed through: nansense's own
+        # (a batches() generator that was pausing) are cleared of their
+        # locals; the user's frames are left whole for post-mortem debugging.
+        engine, self._engine = self._engine, None
+        if self._restorer is not None:
+            self._restorer._engine = None
+        package = os.path.dirname(os.path.abspath(__file__))
+        while tb is not None:
+            if os.path.dirname(os.path.abspath(tb.tb_frame.f_code.co_filename)) == package:
+                try:
+                    tb.tb_frame.clear()
+                except RuntimeError:
+                    pass  # still executing (this very call)
+            tb = tb.tb_next
+        if self._server is not None:
+            self._server._served.set()
+        del engine
 
     # ---- sharing: frozen moments, lock and park (docs/guide/moments.md)
 

@@ -9,7 +9,7 @@ import json
 import math
 import numbers
 from collections.abc import Iterable
-from typing import Any, Callable, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 from ._stats import (
     _REDUCES,
@@ -63,6 +63,16 @@ class _WatchMethods:
     self._optimizer."""
 
     _engine: Any
+    _model: Any
+    _optimizer: Any
+
+    if TYPE_CHECKING:
+        # Session's own properties, which these methods read.
+        @property
+        def layer_names(self) -> list[str]: ...
+
+        @property
+        def snapshot(self) -> Any: ...
 
     def _is_locked(self) -> bool:
         """Whether lock() was called: settings and probes become no-ops."""

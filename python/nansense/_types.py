@@ -7,7 +7,7 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, overload
 
 import torch
 
@@ -70,6 +70,14 @@ class BatchPosition:
     def is_last_overall(self) -> bool:
         """The reference's name for is_last_in_run: the run's last batch."""
         return self.is_last_in_run
+
+    @overload
+    @classmethod
+    def _from(cls, d: dict) -> "BatchPosition": ...
+
+    @overload
+    @classmethod
+    def _from(cls, d: None) -> None: ...
 
     @classmethod
     def _from(cls, d: Optional[dict]) -> Optional["BatchPosition"]:
