@@ -221,7 +221,7 @@ std::optional<double> Monitor::read_scale() {
 bool Monitor::scaler_overflow(DebugError& hit) {
   // Read first, whatever the hit: drop_update() must know a scaler is in use.
   const auto scale = read_scale();
-  if (!scale || rerun_active_ || !has_nan_inf(hit.reasons)) return false;
+  if (!scale || rerun_active_) return false;
   // The forward (activations) and the loss are not the scaler's: non-finite
   // there is an error. Scaled gradients, of weights and activations, are.
   for (const auto& row : hit.layers) {
@@ -229,6 +229,10 @@ bool Monitor::scaler_overflow(DebugError& hit) {
       if ((source == "activation" || source == "loss") && (row.nan > 0 || row.inf > 0)) return false;
     }
   }
+  // Scaled gradients sit near the top of their dtype's range by design (the
+  // scaler grows its scale until they overflow): that band is the scaler's.
+  // Subnormal ones still say the scale is too low for them.
+  if (!has_nan_inf(hit.reasons)) return hit.reasons == std::vector<std::string>{"overflow"};
   overflowed_ = true;
   ++loss_scale_.skipped_steps;
   ++loss_scale_.skips_in_row;
