@@ -455,11 +455,13 @@ class Session(_WatchMethods, _ReferenceMethods):
         self._inputs_pending = True
         engine.set_module_scope("")
         # Hooks on the model's own modules, never process-wide ones (which
-        # fire twice under torch.compile's wrapper, and trip Dynamo).
+        # fire twice under torch.compile's wrapper, and trip Dynamo); ahead
+        # of the module's own hooks, so that what a user's forward hook
+        # computes is scoped to the module's caller, as the call's output is.
         hooks = [root.register_forward_pre_hook(inputs, with_kwargs=True)]
         for module in root.modules():
-            hooks.append(module.register_forward_pre_hook(enter))
-            hooks.append(module.register_forward_hook(leave))
+            hooks.append(module.register_forward_pre_hook(enter, prepend=True))
+            hooks.append(module.register_forward_hook(leave, prepend=True))
         return hooks
 
     def _first_batch(self) -> None:
@@ -485,8 +487,9 @@ class Session(_WatchMethods, _ReferenceMethods):
             self._eager.hold()
         try:
             capture = self._begin(engine, coordinator, phase, epoch, settled)
-        except BaseException:
+        except BaseException as e:
             self._eager.release()
+            self._release_on_interrupt(e)
             raise
         if not capture:
             self._eager.release()
@@ -566,6 +569,9 @@ class Session(_WatchMethods, _ReferenceMethods):
         True when the engine restored its starting state to run it again."""
         try:
             return self._engine.end_batch()
+        except KeyboardInterrupt as e:
+            self._release_on_interrupt(e)
+            raise
         except TimeTravelJump as jump:
             # Rank 0's jump, requested in its pause: every rank makes it.
             if self._coordinator is not None:
@@ -580,7 +586,15 @@ class Session(_WatchMethods, _ReferenceMethods):
             where = f" during epoch {p.epoch} | {p.phase} batch {p.batch_idx}" if p is not None else ""
             self._training_error = f"the training loop raised an exception{where}"
 
+    def _release_on_interrupt(self, e: BaseException) -> None:
+        # Ctrl-C out of the loop (in its body or in a pause): the user wants
+        # out, so the server's thread no longer keeps the script up once it
+        # ends (the UI serves on while the process lives).
+        if isinstance(e, KeyboardInterrupt) and self._server is not None:
+            self._server._release()
+
     def _left_by(self, e: BaseException) -> None:
+        self._release_on_interrupt(e)
         if not isinstance(e, (TimeTravelJump, GeneratorExit)):
             self._training_error = f"{type(e).__name__}: {e}"  # Session.training_error
         # A rank leaving its loop by an exception (not a jump) tells the

@@ -63,10 +63,9 @@ def install_backward_hook() -> None:
 
 
 def _is_scaler(obj: Any) -> bool:
-    try:
-        return isinstance(obj, torch.amp.GradScaler) and obj.is_enabled()
-    except ReferenceError:  # a weak proxy whose object is gone
-        return False
+    # type(), not isinstance(): that would read __class__, which some objects
+    # compute (a dead weak proxy raises, a deprecated alias warns).
+    return issubclass(type(obj), torch.amp.GradScaler) and obj.is_enabled()
 
 
 def check_scaler(scaler: Any) -> None:

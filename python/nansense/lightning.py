@@ -15,6 +15,7 @@ import io
 import os
 import random
 import sys
+import weakref
 from collections.abc import Callable
 from typing import Any, Optional, Union
 
@@ -334,10 +335,16 @@ class NansenseCallback(Callback):
                     "unserved, NansenseCallback stops every rank's trainer together a few batches on")
             engine.set_rerun_note(_RERUN_NOTE["ran_twice"], _RERUN_NOTE["restored"], _RERUN_NOTE["runs_twice"],
                                   _RERUN_NOTE["detect"])
-            engine.set_optimizer_reader(self._read_optimizer(network))
+            # The engine (native) holds what it is given: through weak
+            # references to this callback, which holds the session, so that
+            # no cycle the garbage collector cannot see keeps the session (and
+            # the server thread that keeps a finished script up) alive.
+            me = weakref.ref(self)
+            engine.set_optimizer_reader(_weakly(me, lambda c: c._read_optimizer(network)()))
             optimizer, scheduler = _optimizer_of(trainer), _scheduler_of(trainer)
             if optimizer is not None or scheduler is not None:
-                engine.set_state_adapter(_state_kind(optimizer, scheduler), self._save_state, self._load_state)
+                engine.set_state_adapter(_state_kind(optimizer, scheduler), _weakly(me, lambda c: c._save_state()),
+                                         lambda data: _weakly(me, lambda c: c._load_state(data))())
         if self._travel is not None:
             self._travel.fit_start(self, trainer)
 
@@ -583,6 +590,16 @@ class NansenseCallback(Callback):
                 self._travel.abort()
         if self._session is not None:
             self._session.close()
+
+
+def _weakly(ref: "weakref.ref[NansenseCallback]", call: Callable[[NansenseCallback], Any]) -> Callable[[], Any]:
+    """call(callback) while the callback lives (a function the engine holds)."""
+    def run() -> Any:
+        callback = ref()
+        if callback is None:
+            raise RuntimeError("the NansenseCallback is gone")
+        return call(callback)
+    return run
 
 
 def _apply_optimizer_state(trainer: Trainer, state: dict, scaler: Any = None) -> None:

@@ -85,3 +85,74 @@ def test_the_guard_names_a_gpu_nan_and_its_capsule_replays_on_the_gpu(tmp_path):
     body(x.cuda(), y.cuda(), True).backward()
     match, difference = capsule.gradients_match()
     assert match, difference
+
+
+def test_fp16_with_a_gradscaler_on_cuda_counts_its_overflows_and_trains_as_without():
+    def train(wrap):
+        torch.manual_seed(0)
+        model = Mlp().cuda()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        scaler = torch.amp.GradScaler("cuda", init_scale=2.0**20)
+        session = nansense.start(model, optimizer=optimizer, scaler=scaler) if wrap else None
+        losses = []
+        for x, y in (session.batches(batches(12, "cuda"), phase="train") if session else batches(12, "cuda")):
+            with torch.autocast("cuda", dtype=torch.float16):
+                loss = F.cross_entropy(model(x), y)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad()
+            losses.append(loss.detach().float())
+        return torch.stack(losses).cpu(), scaler, session
+
+    plain, plain_scaler, _ = train(False)
+    losses, scaler, session = train(True)
+    assert torch.equal(plain, losses)
+    assert scaler.get_scale() == plain_scaler.get_scale()
+    assert session.debug_error is None
+    assert session.loss_scale.in_use and session.loss_scale.skipped_steps >= 1
+    session.close()
+
+
+def test_a_nan_forward_under_fp16_on_cuda_is_an_error_named_at_its_op():
+    torch.manual_seed(0)
+    model = Mlp().cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cuda", init_scale=2.0**8)
+    session = nansense.start(model, optimizer=optimizer, scaler=scaler)
+    step = -1
+    for x, y in session.batches(batches(4, "cuda"), phase="train"):
+        if not session.rerunning:
+            step += 1
+        with torch.autocast("cuda", dtype=torch.float16):
+            out = model(x)
+            if step == 2:
+                out = torch.log(out - 1e4)
+            loss = F.cross_entropy(out, y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+    error = session.debug_error
+    assert error is not None and error.position.batch_idx == 2
+    assert error.root_cause["producer"]["op"] == "aten::log", error.root_cause
+    session.close()
+
+
+def test_a_compiled_model_on_cuda_trains_and_names_its_layers():
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = Mlp().cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    compiled = torch.compile(model)
+    session = nansense.start(compiled, optimizer=optimizer, port=0, open_browser=False)
+    session.set_update_frequency(unit="batch", n=2)
+    session.run()
+    for x, y in session.batches(batches(6, "cuda"), phase="train"):
+        optimizer.zero_grad()
+        F.cross_entropy(compiled(x), y).backward()
+        optimizer.step()
+    session.close()
+    assert session.debug_error is None and session.internal_errors == []
+    assert set(session.layer_names) >= {"fc1", "act", "fc2"}
+    torch._dynamo.reset()

@@ -330,7 +330,7 @@ def test_with_a_ui_the_nan_pauses_before_the_poisoned_step(tmp_path, monkeypatch
     api = callback.api()
     session = callback.session
     assert session.wait_until_stopped(60) == nansense.RunState.PAUSED
-    api.post("/api/run", {})
+    api.post("/api/run", {"detach": True})
     assert session.wait_until_stopped(60) == nansense.RunState.PAUSED
     error = session.debug_error
     assert error is not None and error.position.batch_idx == 2
@@ -458,3 +458,49 @@ def test_a_rerun_steps_the_optimizer_and_the_per_batch_scheduler_once_and_says_w
     assert all(torch.isfinite(p).all() for p in module.net.parameters())
     report = api.get("/api/debug")
     assert report["checked_batches"] == 6  # every batch, and the traced re-run
+
+
+def test_16_mixed_with_the_plugins_scaler_counts_its_overflows_and_trains_as_without(tmp_path, monkeypatch):
+    from lightning.pytorch.plugins.precision import MixedPrecision
+    monkeypatch.chdir(tmp_path)
+
+    def fit(callbacks):
+        torch.manual_seed(0)
+        module = Classifier()
+        # 16-mixed on the CPU, as on a GPU: fp16 autocast and a GradScaler
+        # whose first steps overflow (Lightning picks bf16 on the CPU unless told).
+        scaler = torch.amp.GradScaler("cpu", init_scale=2.0**20)
+        plugin = MixedPrecision("16-mixed", "cpu", scaler=scaler)
+        trainer(max_epochs=2, callbacks=callbacks, plugins=[plugin]).fit(module, DataLoader(image_data(32),
+                                                                                            batch_size=8))
+        return module, scaler
+
+    plain, plain_scaler = fit([])
+    callback = NansenseCallback(model="net")
+    module, scaler = fit([callback])
+    assert [s[3] for s in module.steps] == [s[3] for s in plain.steps]
+    assert scaler.get_scale() == plain_scaler.get_scale() < 2.0**20
+    session = callback.session
+    assert session.debug_error is None
+    assert session.loss_scale.in_use
+    assert session.loss_scale.skipped_steps >= 1  # found through the precision plugin
+    assert session._scaler.scaler is scaler
+
+
+def test_a_compiled_lightning_module_trains_and_pauses_served():
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    module = Classifier()
+    module.net = torch.compile(module.net)
+    callback = Served(model="net")
+    fit = trainer(max_epochs=1, callbacks=[callback])
+    thread = TrainingThread(lambda: fit.fit(module, DataLoader(image_data(32), batch_size=8)))
+    api = callback.api()
+    assert callback.session.wait_until_stopped(60) == nansense.RunState.PAUSED
+    layers = set(callback.session.layer_names)
+    assert {"0", "5"} <= layers and not any("_orig_mod" in name for name in layers), layers
+    api.post("/api/run", {"detach": True})
+    thread.join(120)
+    assert callback.session.debug_error is None
+    assert callback.session.internal_errors == []
+    torch._dynamo.reset()

@@ -12,6 +12,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <sstream>
 
 #include "nansense/nansense.h"
@@ -753,6 +754,91 @@ TEST(Capsule, OlderFormatsAndOtherKindsAreRefusedSayingSo) {
   why = message_of<CapsuleError>([&] { replay_capsule(dir + "/epoch_0.ckpt", *model); });
   EXPECT_NE(why.find("epoch_0.ckpt is a time-travel checkpoint, not a NaN capsule"), std::string::npos) << why;
   std::filesystem::remove_all(dir);
+}
+
+// Multiplies the gradient passing back through it by 1e30: scaled
+// gradients that overflow whatever the scale, while the forward and the loss
+// stay finite (what fp16's range does to a GradScaler's scaled gradients).
+struct Blowup : torch::autograd::Function<Blowup> {
+  static torch::Tensor forward(torch::autograd::AutogradContext*, const torch::Tensor& x) { return x.clone(); }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*, torch::autograd::variable_list g) {
+    return {g[0] * 1e30};
+  }
+};
+
+struct ScaledRun {
+  std::optional<DebugError> error;
+  LossScaleStatus scale;
+  std::vector<bool> stepped;
+};
+
+// A loop with a loss scaler as GradScaler runs one: the loss times the scale,
+// backward, the step skipped (and the scale halved) when a gradient is not
+// finite. Batches in `blown` overflow in backward; `nan_loss` makes that
+// batch's loss NaN with finite gradients (log of a negative number).
+ScaledRun run_scaled(double scale, std::set<int> blown, int nan_loss = -1) {
+  torch::manual_seed(4);
+  test::TwoLayer model;
+  torch::optim::SGD opt(model->parameters(), 0.1);
+  auto data = test::make_batches(6);
+  auto session = start(model, StartOptions().optimizer(&opt).debug(test::quiet_checks().rerun_to_trace(false)));
+  session.detach();
+  auto* core = detail::core_of(session);
+  core->set_loss_scale_reader([&]() -> std::optional<double> { return scale; });
+  ScaledRun out;
+  int batch = -1;
+  for (auto& b : session.batches(data, "train")) {
+    ++batch;
+    opt.zero_grad();
+    auto y = model->forward(b.first);
+    if (blown.count(batch)) y = Blowup::apply(y);
+    auto loss = torch::mse_loss(y, b.second);
+    if (batch == nan_loss) loss = torch::log(loss - 100.0);
+    auto scaled = loss * scale;
+    core->note_backward_roots({scaled.detach()});
+    scaled.backward();
+    bool finite = true;
+    for (const auto& p : model->parameters()) finite = finite && torch::isfinite(p.grad()).all().item<bool>();
+    if (finite) opt.step();
+    out.stepped.push_back(finite);
+    if (!finite) scale /= 2;
+  }
+  out.error = session.debug_error();
+  out.scale = session.loss_scale();
+  session.close();
+  return out;
+}
+
+TEST(NumericsSession, ALossScalersOverflowIsCountedNotAnError) {
+  const auto run = run_scaled(1024, {1, 2});
+  EXPECT_FALSE(run.error) << (run.error ? run.error->position.to_string() : "");
+  EXPECT_TRUE(run.scale.in_use);
+  EXPECT_EQ(run.scale.skipped_steps, 2);
+  EXPECT_EQ(run.scale.skips_in_row, 0);  // batch 3 stepped
+  ASSERT_TRUE(run.scale.last_skipped);
+  EXPECT_EQ(run.scale.last_skipped->batch_idx, 2);
+  EXPECT_EQ(run.stepped, (std::vector<bool>{true, false, false, true, true, true}));
+}
+
+TEST(NumericsSession, ACollapsingLossScaleIsAnError) {
+  // 4 -> 2 -> 1 -> 0.5: the step run at a scale below 1 trips.
+  const auto run = run_scaled(4, {1, 2, 3, 4, 5});
+  ASSERT_TRUE(run.error);
+  EXPECT_EQ(run.error->position.batch_idx, 4);
+  EXPECT_NE(run.error->loss_scale.find("4 steps skipped in a row, scale 0.5 (below 1)"), std::string::npos)
+      << run.error->loss_scale;
+  EXPECT_EQ(run.scale.skipped_steps, 5);
+}
+
+TEST(NumericsSession, ANonFiniteLossIsAnErrorEvenWithFiniteGradientsAndAScaler) {
+  const auto run = run_scaled(8, {}, /*nan_loss=*/3);
+  ASSERT_TRUE(run.error);
+  EXPECT_EQ(run.error->position.batch_idx, 3);
+  ASSERT_EQ(run.error->layers.size(), 1u);
+  EXPECT_EQ(run.error->layers[0].layer, "loss");
+  EXPECT_EQ(run.error->layers[0].sources, (std::vector<std::string>{"loss"}));
+  EXPECT_EQ(run.error->layers[0].nan, 1.0);
+  EXPECT_EQ(run.scale.skipped_steps, 0);  // not the scaler's
 }
 
 }  // namespace
