@@ -567,6 +567,8 @@ class Session(_WatchMethods, _ReferenceMethods):
     def _end_batch(self) -> bool:
         """End the batch under way (may pause; may raise TimeTravelJump):
         True when the engine restored its starting state to run it again."""
+        if self._compiled:
+            self._eager.hold()  # a pause here runs probes and experiments eagerly
         try:
             return self._engine.end_batch()
         except KeyboardInterrupt as e:
@@ -577,6 +579,8 @@ class Session(_WatchMethods, _ReferenceMethods):
             if self._coordinator is not None:
                 self._coordinator.boundary(jump=jump.epoch)
             raise
+        finally:
+            self._eager.release()
 
     def _note_raised_in_body(self) -> None:
         # The loop body raised: Python closes the generator without telling

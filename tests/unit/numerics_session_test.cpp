@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -756,13 +757,13 @@ TEST(Capsule, OlderFormatsAndOtherKindsAreRefusedSayingSo) {
   std::filesystem::remove_all(dir);
 }
 
-// Multiplies the gradient passing back through it by 1e30: scaled
+// Multiplies the gradient passing back through it by Inf: scaled
 // gradients that overflow whatever the scale, while the forward and the loss
 // stay finite (what fp16's range does to a GradScaler's scaled gradients).
 struct Blowup : torch::autograd::Function<Blowup> {
   static torch::Tensor forward(torch::autograd::AutogradContext*, const torch::Tensor& x) { return x.clone(); }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext*, torch::autograd::variable_list g) {
-    return {g[0] * 1e30};
+    return {g[0] * std::numeric_limits<float>::infinity()};
   }
 };
 
@@ -792,7 +793,7 @@ ScaledRun run_scaled(double scale, std::set<int> blown, int nan_loss = -1) {
     opt.zero_grad();
     auto y = model->forward(b.first);
     if (blown.count(batch)) y = Blowup::apply(y);
-    auto loss = torch::mse_loss(y, b.second);
+    auto loss = torch::cross_entropy_loss(y, b.second);
     if (batch == nan_loss) loss = torch::log(loss - 100.0);
     auto scaled = loss * scale;
     core->note_backward_roots({scaled.detach()});

@@ -120,6 +120,7 @@ function DebugDetails({ error, summary }: { error: DebugError; summary: DebugErr
       {error.rerun && <RerunNote />}
       {error.root_cause && <RootCauseView error={error} />}
       <UncheckedList />
+      <LossScaleNote />
       {error.checks_used.includes('under_over') && error.bands.length > 0 && <Bands bands={error.bands} />}
       <div class="debug-table-wrap">
         <table class="debug-table" data-testid="debug-table">
@@ -193,6 +194,27 @@ function RerunNote() {
         </>
       )}
     </div>
+  );
+}
+
+// Mixed precision: the loss scaler's own overflows (skipped steps, not
+// errors) and, for a collapsing scale, how it collapsed.
+function LossScaleNote() {
+  const scale = useSelector(store, (s) => s.debugReport?.loss_scale ?? null);
+  const collapse = useSelector(store, (s) => s.debugReport?.error?.loss_scale ?? null);
+  if (!scale?.in_use) return null;
+  return (
+    <p class="form-note" data-testid="debug-loss-scale">
+      {collapse && (
+        <>
+          <b>The loss scale collapsed</b>: {collapse}.{' '}
+        </>
+      )}
+      Loss scaler: {scale.skipped_steps} step{scale.skipped_steps === 1 ? '' : 's'} skipped for an overflow of the
+      scaled gradients (the scaler's own, not errors)
+      {scale.skips_in_row > 0 && <>, {scale.skips_in_row} in a row</>}; scale {scale.scale ?? '?'}. A collapse is{' '}
+      {scale.collapse_skips} in a row or a scale below {scale.floor}.
+    </p>
   );
 }
 

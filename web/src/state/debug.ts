@@ -120,6 +120,8 @@ export function producerPhrase(error: DebugErrorSummary): string | null {
       return 'already non-finite where the traced ops begin (the input or the weights?)';
     case 'not_reproduced':
       return 'a traced re-run of the batch stayed finite';
+    case 'compiled_only':
+      return 'compiled-only numerics: the batch went non-finite compiled (torch.compile), its eager re-run stayed finite';
     default:
       return null;
   }
