@@ -1009,8 +1009,8 @@ def start(
     scaler is the loop's torch.amp.GradScaler (mixed precision): its own
     overflows (skipped steps) are counted, not taken for errors, and
     capsules and checkpoints hold its state. When not given, an enabled
-    GradScaler is looked for among the process's objects after the first
-    batch (said once when found).
+    GradScaler is looked for among the process's objects when a check first
+    trips (said once when found).
     """
     wrapper, model = model, _unwrap(model)
     _check_int("epochs", epochs, 1)

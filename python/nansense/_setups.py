@@ -80,7 +80,7 @@ def check_scaler(scaler: Any) -> None:
 class ScalerWatch:
     """The loss scaler of a session: given to start(), set by a trainer
     adapter (Lightning's precision plugin), or found among the process's
-    objects the first time the engine asks. Reports its scale."""
+    objects when a check first trips. Reports its scale."""
 
     def __init__(self, scaler: Any = None):
         self.scaler = scaler
@@ -102,6 +102,11 @@ class ScalerWatch:
     def read(self) -> Optional[float]:
         """The scale, or None when no enabled scaler is in use."""
         if self.scaler is None and not self._searched:
+            # Looked for when a check first trips (the engine asks from
+            # inside backward), not on the periodic reads: a loop that never
+            # trips never pays for the search, nor hears of another's scaler.
+            if torch._C._current_graph_task_id() < 0:
+                return None
             self._search()
         scaler = self.scaler
         if scaler is None or not scaler.is_enabled():
