@@ -105,7 +105,7 @@ class ScalerWatch:
             # Looked for when a check first trips (the engine asks from
             # inside backward), not on the periodic reads: a loop that never
             # trips never pays for the search, nor hears of another's scaler.
-            if torch._C._current_graph_task_id() < 0:
+            if getattr(torch._C, "_current_graph_task_id", lambda: 0)() < 0:
                 return None
             self._search()
         scaler = self.scaler
@@ -157,12 +157,23 @@ class Eager:
     batches, the traced re-run, pauses (probes, experiments) run PyTorch's
     own ops, which the engine observes; the other batches run compiled."""
 
+    _unavailable = False  # said once per process
+
     def __init__(self):
         self._stance = None
 
     def hold(self) -> None:
-        if self._stance is None:
+        if self._stance is not None or Eager._unavailable:
+            return
+        try:
             self._stance = torch.compiler.set_stance("force_eager")
+        except (AttributeError, RuntimeError) as e:
+            # torch before 2.6 has no stance: captured batches of a compiled
+            # model then show only what its compiled code calls.
+            Eager._unavailable = True
+            print(f"[nansense] captured batches of this compiled model run compiled, not eagerly "
+                  f"(torch.compiler.set_stance: {type(e).__name__}: {e}): they show the ops its compiled code calls, "
+                  "not the fused ones; PyTorch 2.6 or later runs them eagerly", file=sys.stderr)
 
     def release(self) -> None:
         stance, self._stance = self._stance, None
