@@ -5,8 +5,9 @@ raises into the loop; with a real NaN each is caught at its batch, the
 producing op is named, and the loop runs to its end.
 
 The setups: fp32, bf16 autocast, fp16 autocast with a GradScaler whose first
-steps overflow, torch.compile, activation checkpointing, gradient
-accumulation and gradient clipping."""
+steps overflow (with Adam, and with a fused AdamW that skips inside its
+kernel), torch.compile, activation checkpointing, gradient accumulation and
+gradient clipping."""
 
 import pytest
 import torch
@@ -17,7 +18,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import nansense
 
-SETUPS = ["fp32", "bf16", "fp16_scaler", "compile", "checkpoint", "accumulate", "clip"]
+SETUPS = ["fp32", "bf16", "fp16_scaler", "fp16_scaler_fused", "compile", "checkpoint", "accumulate", "clip"]
 WRAPS = ["disabled", "detached", "served"]
 BATCHES = 6
 
@@ -57,8 +58,12 @@ def train(setup, wrap, poisoned=(), epochs=1):
     loop); returns the losses, the weights and the session."""
     torch.manual_seed(1)
     model = Net(checkpointed=setup == "checkpoint")
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**20) if setup == "fp16_scaler" else None
+    if setup == "fp16_scaler_fused":  # its step skips inside the kernel on the scaler's found_inf
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True)
+    else:
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    scaled = setup.startswith("fp16_scaler")
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**20) if scaled else None
     forward = torch.compile(model) if setup == "compile" else model
     session = None
     if wrap is not None:
@@ -67,6 +72,7 @@ def train(setup, wrap, poisoned=(), epochs=1):
                                  **({"scaler": scaler} if scaler is not None and wrap != "disabled" else {}))
         if wrap == "served":
             session.set_update_frequency(unit="batch", n=1)
+            session.set_stats_scope("all")  # live statistics of every layer
             session.run()
     losses = []
     accumulate = 2 if setup == "accumulate" else 1
@@ -78,7 +84,7 @@ def train(setup, wrap, poisoned=(), epochs=1):
             if setup == "bf16":
                 with torch.autocast("cpu", dtype=torch.bfloat16):
                     loss = F.cross_entropy(forward(x, poison), y)
-            elif setup == "fp16_scaler":
+            elif scaled:
                 with torch.autocast("cpu", dtype=torch.float16):
                     loss = F.cross_entropy(forward(x, poison), y)
             else:
@@ -113,7 +119,7 @@ def fresh_compile():
 @pytest.mark.parametrize("setup", SETUPS)
 def test_with_no_nan_every_setup_trains_bit_identically(setup):
     losses, weights, _, plain_scaler = train(setup, None, epochs=2)
-    if setup == "fp16_scaler":
+    if setup.startswith("fp16_scaler"):
         # The scaler's first steps overflow and are skipped: what the loop meets.
         assert plain_scaler.get_scale() < 2.0**20
     for wrap in WRAPS:
@@ -130,11 +136,14 @@ def test_with_no_nan_every_setup_trains_bit_identically(setup):
             assert session.debug_error is None, (setup, wrap, session.debug_error)
             assert session.internal_errors == [], (setup, wrap)
             assert session.layer_names == [] or "conv" in session.layer_names, session.layer_names
-        if setup == "fp16_scaler":
+        if setup.startswith("fp16_scaler"):
             assert scaler.get_scale() == plain_scaler.get_scale()
         if wrap == "served":
-            # Captured every batch: the layers have the user's module paths.
+            # Captured every batch: the layers have the user's module paths,
+            # and their statistics were collected.
             assert {"conv", "fc1", "fc2"} <= set(session.layer_names), session.layer_names
+            fc1 = session.watch_snapshot(layers=["fc1"]).latest_per_phase("fc1")["train"]
+            assert fc1.batches > 0 and fc1.activations.n > 0, (setup, fc1)
 
 
 @pytest.mark.parametrize("setup", SETUPS)
