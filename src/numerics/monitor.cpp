@@ -620,30 +620,24 @@ Monitor::End Monitor::end_batch(bool can_repeat) {
     }
     if (rerun_active_) {
       rerun_active_ = false;
-      if (!rerun_tripped_ && tripped_compiled_) {
-        state_.amend([](DebugError& e) {
+      if (!rerun_tripped_) {
+        // The first run went non-finite, the traced (eager) re-run did not.
+        const auto status = tripped_compiled_ ? RootCause::Status::kCompiledOnly : RootCause::Status::kNotReproduced;
+        const char* summary =
+            tripped_compiled_
+                ? "compiled-only numerics: this batch went non-finite running compiled (torch.compile), and its "
+                  "eager re-run from the recorded state stayed finite, so the compiled kernels compute it "
+                  "differently from PyTorch's own ops; the capsule holds the batch and the state it began from to "
+                  "reproduce it (replay it compiled, or bisect with torch._dynamo's minifier)"
+                : "the traced re-run of this batch from the recorded state stayed finite: the step is not "
+                  "deterministic (randomness outside torch's generators, a nondeterministic kernel, or gradients "
+                  "accumulated across batches), or the NaN depends on something your loop body keeps itself (a "
+                  "counter, a per-batch schedule not given to start()), which saw this batch twice: "
+                  "Session::rerunning() / session.rerunning is true in the second run";
+        state_.amend([&](DebugError& e) {
           if (!e.root_cause || e.root_cause->status != RootCause::Status::kPending) return;
-          e.root_cause->status = RootCause::Status::kCompiledOnly;
-          e.root_cause->summary =
-              "compiled-only numerics: this batch went non-finite running compiled (torch.compile), and its eager "
-              "re-run from the recorded state stayed finite, so the compiled kernels compute it differently from "
-              "PyTorch's own ops; the capsule holds the batch and the state it began from to reproduce it "
-              "(replay it compiled, or bisect with torch._dynamo's minifier)";
-        });
-        if (auto standing = state_.error(); standing && standing->root_cause) {
-          std::cerr << "[nansense] " << headline(*standing) << " — " << standing->root_cause->summary << "\n";
-        }
-        pause_at_end_ = true;
-      } else if (!rerun_tripped_) {
-        state_.amend([](DebugError& e) {
-          if (!e.root_cause || e.root_cause->status != RootCause::Status::kPending) return;
-          e.root_cause->status = RootCause::Status::kNotReproduced;
-          e.root_cause->summary =
-              "the traced re-run of this batch from the recorded state stayed finite: the step is not "
-              "deterministic (randomness outside torch's generators, a nondeterministic kernel, or gradients "
-              "accumulated across batches), or the NaN depends on something your loop body keeps itself (a "
-              "counter, a per-batch schedule not given to start()), which saw this batch twice: "
-              "Session::rerunning() / session.rerunning is true in the second run";
+          e.root_cause->status = status;
+          e.root_cause->summary = summary;
         });
         if (auto standing = state_.error(); standing && standing->root_cause) {
           std::cerr << "[nansense] " << headline(*standing) << " — " << standing->root_cause->summary << "\n";
