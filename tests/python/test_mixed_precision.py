@@ -5,6 +5,9 @@ overflows; capsules hold the scaler's state and replay bit for bit."""
 
 import gc
 import json
+import os
+import subprocess
+import sys
 import urllib.request
 
 import torch
@@ -84,7 +87,19 @@ def test_the_scalers_overflows_are_counted_not_errors(tmp_path, capfd):
     assert scale["collapse_skips"] == 24 and scale["floor"] == 1.0
     with urllib.request.urlopen(session.url + "api/debug") as r:
         assert json.load(r)["loss_scale"]["skipped_steps"] == scale["skipped_steps"]
+    # MCP (through nansense-cli, an agent's shell client): the same counts.
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    out = subprocess.run([sys.executable, "-m", "nansense_cli", "--url", session.url, "get_debug_report"],
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["loss_scale"]["skipped_steps"] == scale["skipped_steps"]
+    assert session.loss_scale.skipped_steps == scale["skipped_steps"]
     session.close()
+    # The Stats page's series, as published (close publishes the last batch).
+    with urllib.request.urlopen(session.url + "api/metrics") as r:
+        series = {s["name"]: s["points"] for s in json.load(r)["series"]}
+    assert series["loss_scale"][0]["value"] == 2.0**23  # halved after batch 0's overflow
+    assert series["skipped_steps"][-1]["value"] == scale["skipped_steps"]
 
 
 def test_a_nan_loss_with_finite_gradients_is_an_error(tmp_path):
