@@ -494,7 +494,7 @@ class Session(_WatchMethods, _ReferenceMethods):
         if not capture:
             self._eager.release()
         engine.record_item(_tensors_of(item))
-        _setups.batch_opened(engine)
+        _setups.batch_opened(engine, self._scaler)
         return self._watch_module_calls() if capture else []
 
     def _begin(self, engine: Any, coordinator: Any, phase: str, epoch: Optional[int], settled: bool) -> bool:

@@ -17,12 +17,15 @@ import torch
 _open = threading.local()
 
 
-def batch_opened(engine: Any) -> None:
+def batch_opened(engine: Any, scaler: Optional["ScalerWatch"] = None) -> None:
     _open.engine = engine
+    _open.scaler = scaler
 
 
 def batch_closed() -> None:
     _open.engine = None
+    _open.scaler = None
+    _open.scales = ()
 
 
 def _note_roots(tensors: Any) -> None:
@@ -35,6 +38,12 @@ def _note_roots(tensors: Any) -> None:
         roots = [t for t in tensors if isinstance(t, torch.Tensor)]
     else:
         return
+    watch = getattr(_open, "scaler", None)
+    if watch is not None and watch.scaler is None and not watch._searched:
+        # What the loss was scaled by, should a check trip and a scaler be
+        # looked for: scaler.scale(loss) is loss * scale, and the graph node
+        # keeps that scale tensor until backward frees it.
+        _open.scales = [_multiplier(t) for t in roots]
     try:
         engine.note_backward_roots([t.detach() for t in roots])
     except Exception as e:  # noqa: BLE001 - the loss check goes, the backward runs
@@ -68,6 +77,23 @@ def _is_scaler(obj: Any) -> bool:
     return issubclass(type(obj), torch.amp.GradScaler) and obj.is_enabled()
 
 
+def _multiplier(root: torch.Tensor) -> Optional[int]:
+    """The storage of the tensor root was multiplied by (a scaler's scale),
+    or None."""
+    try:
+        saved = getattr(root.grad_fn, "_saved_other", None)
+    except RuntimeError:  # freed already
+        return None
+    return saved.data_ptr() if isinstance(saved, torch.Tensor) else None
+
+
+def _scaled_by(scaler: Any) -> bool:
+    """Whether the backward under way started from a loss this scaler
+    scaled (_note_roots read what each root was multiplied by)."""
+    scale = getattr(scaler, "_scale", None)
+    return isinstance(scale, torch.Tensor) and scale.data_ptr() in getattr(_open, "scales", ())
+
+
 def check_scaler(scaler: Any) -> None:
     if scaler is None:
         return
@@ -88,16 +114,16 @@ class ScalerWatch:
         self._said = False
 
     def _search(self) -> None:
+        # The loop's scaler is the one that scaled the loss this backward
+        # started from; another loop's scaler (or one left from an earlier
+        # run) is never taken for it.
         self._searched = True
-        found = [o for o in gc.get_objects() if _is_scaler(o)]
-        if len(found) == 1:
+        found = [o for o in gc.get_objects() if _is_scaler(o) and _scaled_by(o)]
+        if found:
             self.scaler = found[0]
-            print("[nansense] found the loop's torch.amp.GradScaler: its overflows are counted, not taken for "
-                  "errors; pass it as nansense.start(..., scaler=scaler) to say so yourself (and have capsules and "
-                  "checkpoints hold its state)", file=sys.stderr)
-        elif len(found) > 1:
-            print(f"[nansense] found {len(found)} GradScalers and cannot tell which one this loop uses: pass it as "
-                  "nansense.start(..., scaler=scaler); until then its overflows are taken for errors", file=sys.stderr)
+            print("[nansense] found the loop's torch.amp.GradScaler (it scaled the loss): its overflows are counted, "
+                  "not taken for errors; pass it as nansense.start(..., scaler=scaler) to say so yourself (and have "
+                  "capsules and checkpoints hold its state)", file=sys.stderr)
 
     def read(self) -> Optional[float]:
         """The scale, or None when no enabled scaler is in use."""
