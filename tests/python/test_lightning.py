@@ -487,6 +487,22 @@ def test_16_mixed_with_the_plugins_scaler_counts_its_overflows_and_trains_as_wit
     assert session._scaler.scaler is scaler
 
 
+def test_bf16_mixed_trains_as_without_and_has_no_scaler():
+    def fit(callbacks):
+        torch.manual_seed(0)
+        module = Classifier()
+        trainer(max_epochs=1, callbacks=callbacks, precision="bf16-mixed").fit(
+            module, DataLoader(image_data(32), batch_size=8))
+        return module
+
+    plain = fit([])
+    callback = NansenseCallback(model="net")
+    module = fit([callback])
+    assert [s[3] for s in module.steps] == [s[3] for s in plain.steps]
+    assert callback.session.debug_error is None
+    assert not callback.session.loss_scale.in_use
+
+
 def test_a_compiled_lightning_module_trains_and_pauses_served():
     torch.manual_seed(0)
     torch._dynamo.reset()
