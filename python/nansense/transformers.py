@@ -18,6 +18,7 @@ import math
 import os
 import random
 import sys
+import weakref
 from typing import Any, Optional, Union
 
 import torch
@@ -99,6 +100,16 @@ def _inner(optimizer: Any) -> Any:
     """The torch optimizer inside accelerate's AcceleratedOptimizer."""
     inner = getattr(optimizer, "optimizer", None)
     return inner if isinstance(inner, torch.optim.Optimizer) else optimizer
+
+
+def _weakly(method: Any) -> Any:
+    """method, called through a weak reference to its object."""
+    ref = weakref.WeakMethod(method)
+
+    def call(*args: Any) -> Any:
+        bound = ref()
+        return bound(*args) if bound is not None else None
+    return call
 
 
 def _on_device(micro: list, device: Any) -> list:
@@ -300,11 +311,12 @@ class NansenseCallback(TrainerCallback):
         engine.set_unserved_nan_note("NansenseCallback stops the Trainer after this optimizer step")
         engine.set_rerun_note(_RERUN_NOTE["ran_twice"], _RERUN_NOTE["restored"], _RERUN_NOTE["runs_twice"],
                               _RERUN_NOTE["detect"])
-        network = self._network_module
-        engine.set_optimizer_reader(lambda: _optimizer_reader(network, _inner(trainer.optimizer))())
-        engine.set_state_adapter(_state_kind(_inner(trainer.optimizer), trainer.lr_scheduler), self._save_state,
-                                 self._load_state)
-        engine.set_update_decided_callback(self._update_decided)
+        # The engine holds what it is handed: weakly here, so the Trainer and
+        # this callback stay collectable (and a script's server thread ends).
+        engine.set_optimizer_reader(_weakly(self._read_optimizer))
+        engine.set_state_adapter(_state_kind(_inner(trainer.optimizer), trainer.lr_scheduler),
+                                 _weakly(self._save_state), _weakly(self._load_state))
+        engine.set_update_decided_callback(_weakly(self._update_decided))
         self._eval_epoch = str(getattr(args, "eval_strategy", "no")) in ("epoch", "IntervalStrategy.EPOCH") and \
             trainer.eval_dataset is not None
         self._patch(trainer)
@@ -356,6 +368,9 @@ class NansenseCallback(TrainerCallback):
             else:
                 trainer.__dict__[name] = previous
         self._patched = {}
+
+    def _read_optimizer(self):
+        return _optimizer_reader(self._network_module, _inner(self._trainer.optimizer))()
 
     def _save_state(self) -> bytes:
         """What checkpoints and capsules hold besides the weights: the
