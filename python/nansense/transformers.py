@@ -18,6 +18,7 @@ import math
 import os
 import random
 import sys
+import types
 import weakref
 from typing import Any, Optional, Union
 
@@ -37,7 +38,7 @@ from ._session import (Session, _check_bool, _check_serve_args, _module_specs, _
 try:
     import numpy
 except ImportError:  # pragma: no cover - numpy comes with torch's usual installs
-    numpy = None
+    numpy = None  # type: ignore[assignment]
 
 __all__ = ["NansenseCallback", "replay_capsule", "TrainerCapsule"]
 
@@ -55,7 +56,7 @@ def _rng_state() -> dict:
         state["cuda"] = torch.cuda.get_rng_state_all()
     if numpy is not None:
         name, keys, pos, has_gauss, cached = numpy.random.get_state()
-        state["numpy"] = (name, torch.from_numpy(keys.astype("int64")), int(pos), int(has_gauss), float(cached))
+        state["numpy"] = (name, torch.from_numpy(numpy.asarray(keys).astype("int64")), int(pos), int(has_gauss), float(cached))
     return state
 
 
@@ -87,7 +88,7 @@ def _find_trainer() -> Optional[Trainer]:
     """The Trainer whose method called this callback: TrainerCallback's
     events carry the model, optimizer and scheduler but not the Trainer, and
     the step's micro-batches are only the Trainer's to see."""
-    frame = sys._getframe(1)
+    frame: Optional[types.FrameType] = sys._getframe(1)
     while frame is not None:
         candidate = frame.f_locals.get("self")
         if isinstance(candidate, Trainer):
@@ -193,13 +194,14 @@ class NansenseCallback(TrainerCallback):
                            input_std=input_std, input_transform=input_transform)
         self._model_attr = model
         self._enabled = enabled
-        self._session: Optional[Session] = None
-        self._trainer: Optional[Trainer] = None
+        # Set once training begins, and read only from then on.
+        self._session: Any = None                 # the Session
+        self._trainer: Any = None                 # the Trainer
         self._patched: dict[str, Any] = {}        # the Trainer's methods this callback wraps, to put back
         self._epoch = 0
-        self._phase: Optional[list] = None        # [phase, batches done] of the phase under way
+        self._phase: Any = None                   # [phase, batches done] of the phase under way
         self._steps_at_epoch = 0                  # global_step when the epoch began
-        self._open: Optional[tuple] = None        # (phase, hooks) of the batch under way
+        self._open: Any = None                    # (phase, hooks) of the batch under way
         self._micro: list = []                    # the step's micro-batches, as the Trainer fetched them
         self._num_items: Any = None               # and the token count it passed with them
         self._micro_idx: Optional[int] = None     # the micro-batch running (None between them)
@@ -647,7 +649,8 @@ def replay_capsule(path: Union[str, os.PathLike], trainer: Trainer, *, module: O
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no capsule at {path}")
-    network = NansenseCallback(model=module)._network(trainer.model)
+    model: Any = trainer.model
+    network = NansenseCallback(model=module)._network(model)
     if trainer.optimizer is None:
         trainer.create_optimizer()
     # The scheduler the Trainer makes for the capsule's max_steps (read
@@ -684,7 +687,6 @@ def replay_capsule(path: Union[str, os.PathLike], trainer: Trainer, *, module: O
     micro = _unpickled(ours["micro_batches"]) or []
     num_items = _unpickled(ours["num_items"])
     last = int(ours["micro_batch"])
-    model = trainer.model
     model.train()
     model.zero_grad()
     trainer.current_gradient_accumulation_steps = len(micro)
