@@ -1,7 +1,8 @@
 """The Python examples end to end, each as its one command with a free port:
 it serves the UI, pauses on its first batch, names its layers by the model's
 module paths, steps, and finishes once detached; and the Lightning example's
---nan without a UI stops its trainer at the NaN, naming the capsule."""
+--nan without a UI stops its trainer at the NaN, naming the capsule; so does
+the Hugging Face Trainer example."""
 
 import importlib.util
 import os
@@ -128,3 +129,25 @@ def test_the_transformer_example_catches_its_nan_without_a_ui(tmp_path):
     assert proc.returncode == 1, out + err
     assert "aten::div in the forward" in err and "training continues" in err, err
     assert list((tmp_path / "nansense_capsules").glob("*.capsule")), err
+
+
+def test_the_hf_trainer_example_serves_pauses_and_names_its_layers(tmp_path):
+    need("transformers", "transformers")
+    need("accelerate", "accelerate")
+    served_pauses_steps_and_finishes(
+        "hf_trainer.py", tmp_path,
+        ["transformer.wte", "transformer.h.0.attn.c_attn", "transformer.h.1.mlp.c_fc", "lm_head", "lm_head#2"],
+        r"trained 3 optimizer steps")
+
+
+def test_the_hf_trainer_example_stops_the_trainer_at_its_nan_without_a_ui(tmp_path):
+    need("transformers", "transformers")
+    need("accelerate", "accelerate")
+    proc = run("hf_trainer.py", ["--no-ui", "--nan", "--exit-when-done"], tmp_path, stdout=subprocess.PIPE,
+               stderr=subprocess.PIPE)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, out + err
+    assert "the Trainer stops at the NaN of train epoch 0 step 2 (global_step 3), micro-batch 0 of 2" in err, err
+    assert "aten::div in the forward" in err, err
+    assert list((tmp_path / "nansense_capsules").glob("*.capsule")), err
+    assert "trained 3 optimizer steps" in out
