@@ -124,6 +124,12 @@ class ScalerWatch:
             print("[nansense] found the loop's torch.amp.GradScaler (it scaled the loss): its overflows are counted, "
                   "not taken for errors; pass it as nansense.start(..., scaler=scaler) to say so yourself (and have "
                   "capsules and checkpoints hold its state)", file=sys.stderr)
+        elif any(ptr is not None for ptr in getattr(_open, "scales", ())):
+            # loss * a tensor: perhaps a loss scaler nansense does not know.
+            print("[nansense] the loss this backward started from was multiplied by a tensor, as a loss scaler does, "
+                  "but no torch.amp.GradScaler did it: if the loop scales its loss, pass the scaler as "
+                  "nansense.start(..., scaler=scaler) (one with get_scale, is_enabled, state_dict and "
+                  "load_state_dict), or its overflows are taken for errors", file=sys.stderr)
 
     def read(self) -> Optional[float]:
         """The scale, or None when no enabled scaler is in use."""
