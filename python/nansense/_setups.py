@@ -124,7 +124,7 @@ class ScalerWatch:
             print("[nansense] found the loop's torch.amp.GradScaler (it scaled the loss): its overflows are counted, "
                   "not taken for errors; pass it as nansense.start(..., scaler=scaler) to say so yourself (and have "
                   "capsules and checkpoints hold its state)", file=sys.stderr)
-        elif any(ptr is not None for ptr in getattr(_open, "scales", ())):
+        else:
             # loss * a tensor: perhaps a loss scaler nansense does not know.
             print("[nansense] the loss this backward started from was multiplied by a tensor, as a loss scaler does, "
                   "but no torch.amp.GradScaler did it: if the loop scales its loss, pass the scaler as "
@@ -138,6 +138,9 @@ class ScalerWatch:
             # inside backward), not on the periodic reads: a loop that never
             # trips never pays for the search, nor hears of another's scaler.
             if getattr(torch._C, "_current_graph_task_id", lambda: 0)() < 0:
+                return None
+            # Only a loss multiplied by a tensor can be a scaler's.
+            if not any(ptr is not None for ptr in getattr(_open, "scales", ())):
                 return None
             self._search()
         scaler = self.scaler
