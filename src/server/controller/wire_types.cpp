@@ -233,7 +233,10 @@ void snapshot_types(json& d, const Words& w) {
   d["Architecture"] = object({{"captured", boolean()},
                               {"reason?", str()},
                               {"layers", array(ref("Layer"))},
-                              {"edges", array(ref("Edge"))},
+                              // get_architecture's include_graph (default true): the graph, as edges
+                              // and as Mermaid flowchart source; false leaves both out.
+                              {"edges?", array(ref("Edge"))},
+                              {"mermaid?", str()},
                               {"inputs", array(str())}});
   d["TensorStats"] = tensor_stats();
   d["SnapshotLayer"] = object({{"name", str()},
