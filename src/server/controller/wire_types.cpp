@@ -670,7 +670,11 @@ void mcp_picture_types(json& d, const Words& w) {
   d["StripImage"] = extend(d["StripInfo"], sent);
   d["InputImage"] = extend(d["InputInfo"], sent);
   d["MissingStrip"] = object({{"layer", str()}, {"kind", w.strip_kind}, {"reason", str()}});
-  d["LayerImages"] = object({{"images", array(ref("StripImage"))}, {"missing", array(ref("MissingStrip"))}});
+  // include_input: the input's picture (drawn first), or why it could not be.
+  d["LayerImages"] = object({{"images", array(ref("StripImage"))},
+                             {"missing", array(ref("MissingStrip"))},
+                             {"input?", ref("InputImage")},
+                             {"input_missing?", str()}});
 }
 
 // Experiments (controller_experiments.cpp).
