@@ -790,7 +790,8 @@ void recording_types(json& d) {
                             {"frame_rate", integer()},
                             {"recordings", array(ref("Recording"))},
                             {"saved", array(ref("SavedRecording"))}});
-  d["RecordingsStopped"] = object({{"stopped", array(ref("Recording"))}, {"directory", str()}, {"note?", str()}});
+  d["RecordingsStopped"] =
+      object({{"stopped", array(ref("Recording"))}, {"files", array(str())}, {"directory", str()}, {"note?", str()}});
   d["RecordingsDiscarded"] =
       object({{"discarded", array(object({{"key", str()}, {"removed", array(str())}}))}, {"note?", str()}});
   d["SnapshotSaved"] =
