@@ -172,6 +172,10 @@ def schema_type(schema, types_page):
 
 def constraints(schema):
     """An argument's bounds and limits in words."""
+    if isinstance(schema.get("anyOf"), list):
+        # One item or a list of them: the list's limits say it all.
+        lists = [s for s in schema["anyOf"] if s.get("type") == "array"]
+        return constraints(lists[0]) if lists else ""
     out = []
     target = schema
     if schema.get("type") == "array" and isinstance(schema.get("items"), dict):
@@ -210,6 +214,8 @@ def fmt(number):
 
 
 def arg_type(schema):
+    if isinstance(schema.get("anyOf"), list):
+        return " | ".join(arg_type(s) for s in schema["anyOf"])
     t = schema.get("type", "any")
     if "enum" in schema:
         return " | ".join(code(v) for v in schema["enum"])

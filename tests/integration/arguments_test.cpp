@@ -27,8 +27,8 @@ struct Probe {
 // Keywords the argument check enforces (and this test probes); anything else
 // advertised in a schema would be a promise nobody keeps.
 const std::set<std::string> kEnforced = {
-    "type", "description", "default", "minimum",  "maximum", "exclusiveMinimum", "exclusiveMaximum",
-    "enum", "minLength",   "items",   "minItems", "maxItems"};
+    "type",      "description", "default",  "minimum",  "maximum", "exclusiveMinimum", "exclusiveMaximum", "enum",
+    "minLength", "items",       "minItems", "maxItems", "anyOf"};
 
 // A valid value of an argument, for the required ones while another is probed:
 // the fixture's first layer for names, the lowest allowed number.
@@ -230,14 +230,22 @@ TEST_F(ArgumentsTest, EveryBoundIsEnforcedAlikeOverRestAndMcp) {
     for (const auto& key : required) base[key.get<std::string>()] = example(schema["properties"][key]);
 
     for (const auto& [arg, spec] : schema["properties"].items()) {
+      // One item or a list (anyOf): each alternative is probed as it stands.
+      const json alternatives = spec.contains("anyOf") ? spec["anyOf"] : json::array({spec});
       for (const auto& [keyword, _] : spec.items()) {
         EXPECT_TRUE(kEnforced.count(keyword))
             << name << "." << arg << " advertises \"" << keyword << "\", which the argument check does not enforce";
       }
-      for (const auto& probe : probes(spec)) {
-        json args = base;
-        args[arg] = probe.value;
-        expect(command, args, probe.accepted, arg, probe.what, probe.in_query);
+      for (const auto& alternative : alternatives) {
+        for (const auto& [keyword, _] : alternative.items()) {
+          EXPECT_TRUE(kEnforced.count(keyword) && keyword != "anyOf")
+              << name << "." << arg << " advertises \"" << keyword << "\", which the argument check does not enforce";
+        }
+        for (const auto& probe : probes(alternative)) {
+          json args = base;
+          args[arg] = probe.value;
+          expect(command, args, probe.accepted, arg, probe.what, probe.in_query);
+        }
       }
     }
     json unknown = base;

@@ -188,9 +188,17 @@ TEST_F(RecordingsApiTest, BadViewsAndKeysAreRefused) {
   auto unknown_view = post("/api/recordings/start", {{"view", "graph"}});
   EXPECT_EQ(unknown_view.status, 400);
   EXPECT_EQ(unknown_view.json()["argument"], "view");
+  // No layers: the original's default, the watched layers (every layer but
+  // shape ops when none is watched).
   auto no_layers = post("/api/recordings/start", {{"view", "layers"}});
-  EXPECT_EQ(no_layers.status, 400);
-  EXPECT_EQ(no_layers.json()["argument"], "layers");
+  ASSERT_EQ(no_layers.status, 200) << no_layers.body;
+  EXPECT_EQ(no_layers.json()["key"], "main");
+  EXPECT_NE(no_layers.json()["label"].get<std::string>().find("conv"), std::string::npos) << no_layers.body;
+  EXPECT_EQ(post("/api/recordings/discard", {{"key", "main"}}).status, 200);
+  // The patches view records one layer.
+  auto two = post("/api/recordings/start", {{"view", "patches"}, {"layers", {"conv", "fc"}}});
+  EXPECT_EQ(two.status, 400) << two.body;
+  EXPECT_EQ(two.json()["argument"], "layers");
   auto unknown_layer = post("/api/recordings/start", {{"view", "layers"}, {"layers", {"nope"}}});
   EXPECT_EQ(unknown_layer.status, 400) << unknown_layer.body;
   EXPECT_NE(unknown_layer.body.find("nope"), std::string::npos);

@@ -112,6 +112,7 @@ json checked(const Arg& a, const json& v) {
       if (!v.is_boolean()) refuse(a, what + " must be " + type_text(a.type) + ", got " + shown(v));
       return v;
     case Arg::Type::kStrings: {
+      if (a.single && v.is_string()) return checked(a, json::array({v}));
       if (!v.is_array()) refuse(a, what + " must be " + type_text(a.type) + ", got " + shown(v));
       for (const auto& item : v) {
         if (!item.is_string()) refuse(a, what + " must be " + type_text(a.type) + ", got " + shown(v));
@@ -133,6 +134,7 @@ json checked(const Arg& a, const json& v) {
     case Arg::Type::kIntegers:
     case Arg::Type::kNumbers: {
       const bool integers = a.type == Arg::Type::kIntegers;
+      if (a.single && v.is_number()) return checked(a, json::array({v}));
       if (!v.is_array()) refuse(a, what + " must be " + type_text(a.type) + ", got " + shown(v));
       json out = json::array();
       for (const auto& item : v) {
@@ -213,6 +215,11 @@ Arg Arg::items(size_t min, size_t max) const {
   Arg a = *this;
   a.min_items = min;
   a.max_items = max;
+  return a;
+}
+Arg Arg::or_single() const {
+  Arg a = *this;
+  a.single = true;
   return a;
 }
 Arg Arg::or_else(json value) const {
@@ -300,6 +307,13 @@ json input_schema(const std::vector<Arg>& args) {
       if (a.non_empty) p["items"]["minLength"] = 1;
       if (a.min_items) p["minItems"] = *a.min_items;
       if (a.max_items) p["maxItems"] = *a.max_items;
+    }
+    if (a.single) {
+      // One item alone, or the list: {"anyOf": [item, list]}.
+      json list = p;
+      list.erase("description");
+      json item = list["items"];
+      p = {{"description", a.description}, {"anyOf", json::array({std::move(item), std::move(list)})}};
     }
     if (!a.fallback.is_null()) p["default"] = a.fallback;
     properties[a.name] = std::move(p);

@@ -35,6 +35,9 @@ struct Arg {
   // Lists.
   std::optional<size_t> min_items;
   std::optional<size_t> max_items;
+  // Lists: one item alone is accepted as a list of one (the original's
+  // render_weights takes index=0 where ours takes [0]).
+  bool single = false;
   // The value a command sees when the argument is absent; null for none (an
   // optional setting the command leaves alone).
   json fallback;
@@ -48,6 +51,7 @@ struct Arg {
   Arg one_of(std::vector<std::string> values) const;
   Arg not_empty() const;
   Arg items(size_t min, size_t max) const;
+  Arg or_single() const;
   Arg or_else(json value) const;
   Arg described(std::string text) const;
 };

@@ -141,7 +141,28 @@ inline Reply render_layer(Controller& c, const Args& a) {
     }
   }
   if (r.strips.empty()) throw Refusal(Refusal::Kind::kInvalidArgument, "no image rendered: " + reasons);
+  // The original's include_input: the first model input's sample above the strips.
+  if (a.boolean("include_input")) {
+    try {
+      r.input = c.render_input(0, options.sample);
+    } catch (const Refusal& e) {
+      r.input_missing = e.what();
+    }
+  }
   return r;
+}
+
+// The index of the model input named `name` (get_architecture's inputs),
+// refused naming the inputs there are; `argument` is the caller's name for it.
+inline int64_t input_index(Controller& c, const std::string& name, const std::string& argument) {
+  const json inputs = c.get_architecture().value("inputs", json::array());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i] == name) return static_cast<int64_t>(i);
+  }
+  throw Refusal(Refusal::Kind::kInvalidArgument,
+                "no model input named \"" + name + "\"; the inputs are " +
+                    (inputs.empty() ? std::string("none yet (no batch captured)") : inputs.dump()),
+                argument);
 }
 
 // Each area's commands, in the order MCP lists them.

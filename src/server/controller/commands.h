@@ -51,6 +51,8 @@ struct Reply {
     std::string reason;
   };
   std::vector<Missing> missing;
+  // render_layer with include_input: why the input could not be drawn.
+  std::string input_missing;
 };
 
 // What a locked session (Session::lock: a shared demo that many visitors

@@ -98,7 +98,10 @@ std::vector<Command> picture_commands() {
                        "for all.")
                .not_empty()
                .items(1, 64),
-           kXDim, kYDim, kTileDim, kIndex},
+           kXDim, kYDim, kTileDim,
+           kIndex.or_single().described(kIndex.description +
+                                        " One integer alone is the first entry (the original's index=0: a conv "
+                                        "weight's output channel).")},
       .rest = std::nullopt,
       .mcp = true,
       .read_only = true,
@@ -130,7 +133,12 @@ std::vector<Command> picture_commands() {
                        "images).")
                    .one_of({"activation", "gradient", "both"})
                    .or_else("both"),
-               kSample, kAverage, kValues},
+               kSample,
+               boolean_arg("include_input",
+                           "Also picture the sample of the first model input (as render_input draws it), before the "
+                           "layers' images.")
+                   .or_else(false),
+               kAverage, kValues},
       .rest = std::nullopt,
       .mcp = true,
       .read_only = true,
@@ -146,18 +154,35 @@ std::vector<Command> picture_commands() {
           "input that is not an image ([N,F] features, tokens) is drawn as a colour strip, with a hint naming "
           "the option that would show it as an image. Use it beside render_layer to see what a layer responded "
           "to.",
-      .args = {integer_arg("input", "Index of the model input (get_architecture's inputs, in order).")
-                   .at_least(0)
-                   .or_else(0),
-               kSample, kShown},
+      .args = {kSample,
+               string_arg("input_name",
+                          "The model input by name (get_architecture's inputs); omit for the first. The original's "
+                          "argument; input picks one by index instead.")
+                   .not_empty(),
+               integer_arg("input",
+                           "Index of the model input (get_architecture's inputs, in order; default 0). Give input "
+                           "or input_name, not both.")
+                   .at_least(0),
+               kShown},
       .rest = Route{"GET", "/api/render/input"},
       .mcp = true,
       .read_only = true,
       .reply = "InputInfo",
       .run =
           [](Controller& c, const Args& a) {
+            int64_t input = a.optional_integer("input").value_or(0);
+            if (const auto name = a.optional_string("input_name")) {
+              const int64_t named = input_index(c, *name, "input_name");
+              if (a.has("input") && named != input) {
+                throw Refusal(Refusal::Kind::kInvalidArgument,
+                              "input " + std::to_string(input) + " and input_name \"" + *name +
+                                  "\" name different inputs: give one of them",
+                              "input_name");
+              }
+              input = named;
+            }
             Reply r;
-            r.input = c.render_input(a.integer("input"), a.integer("sample"), shown_of(a));
+            r.input = c.render_input(input, a.integer("sample"), shown_of(a));
             return r;
           },
   });

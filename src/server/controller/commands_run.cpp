@@ -2,9 +2,40 @@
 // statistics), run control (controller.cpp), the numerical checks
 // (controller_debug.cpp) and time travel (controller_time_travel.cpp),
 // declared once (commands.h says what a declaration holds).
+#include <map>
+#include <string>
+
 #include "server/controller/command_parts.h"
 
 namespace nansense::server::command_parts {
+
+namespace {
+
+// The architecture's graph as Mermaid flowchart source (the original's
+// get_architecture returns one): a node per layer labelled with its name and
+// kind, an arrow per edge.
+std::string mermaid(const json& architecture) {
+  std::map<std::string, std::string> ids;
+  std::string out = "flowchart TD\n";
+  for (const auto& layer : architecture.value("layers", json::array())) {
+    const std::string name = layer.value("name", "");
+    const std::string id = "n" + std::to_string(ids.size());
+    ids[name] = id;
+    std::string label = name;
+    const std::string kind = layer.value("kind", "");
+    if (!kind.empty() && kind != name) label += " (" + kind + ")";
+    std::string escaped;
+    for (char ch : label) escaped += ch == '"' ? std::string("#quot;") : std::string(1, ch);
+    out += "  " + id + "[\"" + escaped + "\"]\n";
+  }
+  for (const auto& edge : architecture.value("edges", json::array())) {
+    const auto from = ids.find(edge.value("from", "")), to = ids.find(edge.value("to", ""));
+    if (from != ids.end() && to != ids.end()) out += "  " + from->second + " --> " + to->second + "\n";
+  }
+  return out;
+}
+
+}  // namespace
 
 std::vector<Command> run_commands() {
   std::vector<Command> t;
@@ -33,14 +64,26 @@ std::vector<Command> run_commands() {
           "The network as traced from its forward pass: layers in execution order, each with name (the name "
           "every layer argument takes), role (input, module or op), kind (Conv2d, Linear, relu, ...), module "
           "path, the aten ops it ran, output_shape, dtype, the parameters it used and whether it is a pure "
-          "shape op; edges from producer to consumer; the input layers. Before the first captured batch, "
-          "captured is false with a reason.",
-      .args = {},
+          "shape op; the input layers; and the graph: edges from producer to consumer and the same graph as "
+          "Mermaid flowchart source (mermaid). Before the first captured batch, captured is false with a reason.",
+      .args = {boolean_arg("include_graph",
+                           "Include the graph (edges and mermaid); false leaves both out, for a shorter reply that "
+                           "lists the layers only.")
+                   .or_else(true)},
       .rest = Route{"GET", "/api/architecture"},
       .mcp = true,
       .read_only = true,
       .reply = "Architecture",
-      .run = [](Controller& c, const Args&) { return json_reply(c.get_architecture()); },
+      .run =
+          [](Controller& c, const Args& a) {
+            json architecture = c.get_architecture();
+            if (!a.boolean("include_graph")) {
+              architecture.erase("edges");
+            } else {
+              architecture["mermaid"] = mermaid(architecture);
+            }
+            return json_reply(std::move(architecture));
+          },
   });
   t.push_back({
       .name = "get_snapshot",

@@ -2,10 +2,26 @@
 // controller_history.cpp) and of the Min/Max patches and bin samples
 // (controller_patches.cpp), declared once (commands.h says what a
 // declaration holds).
+#include <algorithm>
+
 #include "server/controller/command_parts.h"
 #include "stats/bins.h"
+#include "stats/histogram.h"
 
 namespace nansense::server::command_parts {
+
+namespace {
+
+// The signed-log bin that holds `value` (bin i spans edges[i]..edges[i+1];
+// the end bins take everything beyond +-1e6).
+int64_t bin_of(double value) {
+  const auto& edges = stats::bin_edges();
+  const auto above = std::upper_bound(edges.begin(), edges.end(), value);
+  const int64_t bin = static_cast<int64_t>(above - edges.begin()) - 1;
+  return std::clamp<int64_t>(bin, 0, stats::kBins - 1);
+}
+
+}  // namespace
 
 std::vector<Command> stats_commands() {
   std::vector<Command> t;
@@ -43,11 +59,13 @@ std::vector<Command> stats_commands() {
           "default, every 2 seconds, costs about 1% on the demo; every batch costs what capture costs (about "
           "1.5x a batch)." +
           settings_reply,
-      .args = {string_arg("unit", "What n counts.").one_of({"batch", "epoch", "seconds"}).mandatory(),
+      .args = {string_arg("unit", "What n counts (default epoch, as the original's).")
+                   .one_of({"batch", "epoch", "seconds"})
+                   .or_else("epoch"),
                number_arg("n", "How many: a whole number >= 1 for batch and epoch, any number > 0 for seconds.")
                    .above(0)
                    .at_most(1e6)
-                   .mandatory(),
+                   .or_else(1),
                string_arg("phase", "Unit batch only: count only this phase's batches, e.g. \"train\".").not_empty()},
       .rest = Route{"POST", "/api/settings/update_frequency"},
       .mcp = true,
@@ -308,7 +326,9 @@ std::vector<Command> patch_commands() {
           "min_average: needs average_patches in set_watch_performance). Collected for watched layers with "
           "an image-like model input.",
       .args = {kLayer.mandatory(), patch_phase,
-               strings_arg("grids", "Rankings to draw (default max_pixel and min_pixel).")
+               strings_arg("grids",
+                           "Rankings to draw (default every one collected: max_pixel and min_pixel, and "
+                           "max_average and min_average with average_patches on).")
                    .one_of({"max_pixel", "min_pixel", "max_average", "min_average"})
                    .items(1, 4),
                heatmap},
@@ -365,15 +385,38 @@ std::vector<Command> patch_commands() {
       .description = "A PNG of a few elements of the last captured batch whose value falls in a histogram bin (of one "
                      "channel or the whole layer): per element the input crop around it with its sample, position and "
                      "value.",
-      .args = bin_args,
+      .args = {bin_args[0], bin_args[1], bin_args[2],
+               integer_arg("bin",
+                           "The histogram bin, 0..210 (105 is the zero band; list_stats gives the edges). Give "
+                           "bin or value.")
+                   .at_least(0)
+                   .at_most(210),
+               number_arg("value",
+                          "A value, e.g. a bin centre from get_layer_stats' histogram pairs or a value read off "
+                          "render_histogram; it is snapped to the signed-log bin that holds it (the original's "
+                          "argument). Give bin or value."),
+               integer_arg("count", "How many elements to show (default 4).").at_least(1).at_most(32).or_else(4)},
       .rest = Route{"GET", "/api/render/bin_samples"},
       .mcp = true,
       .read_only = true,
       .reply = "BinSamplesPicture",
       .run =
           [=](Controller& c, const Args& a) {
+            Controller::BinSampleOptions o;
+            o.layer = a.string("layer");
+            o.kind = a.string("kind");
+            o.channel = a.optional_integer("channel");
+            o.count = a.integer("count");
+            const auto bin = a.optional_integer("bin");
+            const auto value = a.optional_number("value");
+            if (bin.has_value() == value.has_value()) {
+              throw Refusal(Refusal::Kind::kInvalidArgument,
+                            bin ? "give bin or value, not both" : "give bin (0..210) or value (snapped to its bin)",
+                            "bin");
+            }
+            o.bin = bin ? *bin : bin_of(*value);
             Reply r;
-            r.picture = c.render_bin_samples(bin_options(a));
+            r.picture = c.render_bin_samples(o);
             return r;
           },
   });

@@ -211,7 +211,8 @@ std::shared_ptr<const Picture> Controller::render_extreme_patches(const PatchOpt
   const LayerStatsSnapshot& v = *g.view;
   if (v.patches.empty()) throw Refusal(Refusal::Kind::kConflict, missing_reason(v, session_));
   std::vector<std::string> grids = o.grids;
-  if (grids.empty()) grids = {"max_pixel", "min_pixel"};
+  // Every ranking collected, as the original draws all four by default.
+  if (grids.empty()) grids = ranking_names(v);
   const auto options = input_options(session_);
   // Per grid a titled block: a row per slot, a column per channel.
   std::vector<render::Image> blocks;

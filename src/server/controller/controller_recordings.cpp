@@ -26,6 +26,7 @@ constexpr std::chrono::seconds kFirstExperimentWait{30};
 bool drawable(const experiments::Result& r) { return r.stage != experiments::Result::Stage::kStopped || r.step > 0; }
 
 std::shared_ptr<const experiments::Result> recorded_result(const experiments::Engine& engine, const RecordView& v) {
+  if (v.seq) return engine.result(*v.seq);
   const std::string tab = v.tab();
   if (auto own = engine.latest_finished([&](const experiments::Result& r) { return r.tab == tab && drawable(r); })) {
     return own;
@@ -189,7 +190,7 @@ ViewPages Controller::draw_view(const RecordView& v) const {
                         "\" has finished yet: a recording runs it at every live update (at once when paused)",
                     "layer");
     }
-    const auto picture = render_experiment(result->seq, false);
+    const auto picture = render_experiment(result->seq, v.overlay);
     page("", {{picture->caption, render::decode_png(picture->png)}});
     out.sequence = result->seq;
   } else {
@@ -238,7 +239,31 @@ json Controller::list_recordings() const { return recorder_->list(); }
 json Controller::start_recording(const RecordView& view) { return recorder_->start(view); }
 json Controller::stop_recording(const std::optional<std::string>& key) { return recorder_->stop(key); }
 json Controller::discard_recording(const std::optional<std::string>& key) { return recorder_->discard(key); }
-json Controller::save_snapshot(const RecordView& view) { return recorder_->snapshot(view); }
+json Controller::save_snapshot(const RecordView& view) {
+  if (view.view != "experiment" || (!view.seq && !view.kind.empty())) return recorder_->snapshot(view);
+  // The original's form: an already published result, by seq or the newest.
+  auto& engine = session_.experiments();
+  std::shared_ptr<const experiments::Result> result;
+  if (view.seq) {
+    result = engine.result(*view.seq);
+  } else {
+    for (const auto seq : engine.kept()) {
+      const auto r = engine.result(seq);
+      if (r && drawable(*r) && (!result || r->seq > result->seq)) result = r;
+    }
+  }
+  if (!result) {
+    throw Refusal(Refusal::Kind::kNotFound,
+                  view.seq ? "no experiment " + std::to_string(*view.seq) + " is kept (the 8 most recent are)"
+                           : std::string("no experiment result to save: run_experiment publishes one"),
+                  "seq");
+  }
+  RecordView resolved = view;
+  resolved.seq = result->seq;
+  resolved.layer = result->layer;
+  resolved.kind = result->kind;
+  return recorder_->snapshot(resolved);
+}
 void Controller::finish_recordings() { recorder_->finish_all(); }
 std::vector<std::string> Controller::recording_keys() const { return recorder_->keys(); }
 
@@ -484,6 +509,7 @@ json Recorder::stop(const std::optional<std::string>& key, bool settle) {
   std::lock_guard draw(draw_mu_);
   const auto taken = take(key);
   json stopped = json::array();
+  json all_paths = json::array();
   for (const auto& a : taken) {
     if (a->view.view == "experiment") controller_.release_experiment(a->view);
     // Save & Finish keeps the view as it is now: an update the pump had not
@@ -501,7 +527,10 @@ json Recorder::stop(const std::optional<std::string>& key, bool settle) {
     for (auto& [suffix, recording] : a->files) {
       const auto info = recording->finish();
       files.push_back(file_json(info));
-      if (info.frames > 0) paths.push_back(info.path);
+      if (info.frames > 0) {
+        paths.push_back(info.path);
+        all_paths.push_back(info.path);
+      }
       if (error.empty()) error = info.error;
     }
     json entry = describe(*a);
@@ -513,7 +542,8 @@ json Recorder::stop(const std::optional<std::string>& key, bool settle) {
     stopped.push_back(std::move(entry));
   }
   if (!taken.empty()) controller_.wake_watchers();
-  json out = {{"stopped", stopped}, {"directory", folder()}};
+  // files: every saved file's path, as the original's stop_recording lists them.
+  json out = {{"stopped", stopped}, {"files", all_paths}, {"directory", folder()}};
   if (taken.empty()) out["note"] = "nothing was recording";
   return out;
 }

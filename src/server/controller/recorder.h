@@ -46,6 +46,10 @@ struct RecordView {
   bool log_x = false, log_y = false;  // histograms
   std::optional<int64_t> channel;     // histograms
   bool heatmap = false;               // patches
+  bool overlay = false;               // experiment: attributions over the input
+  // experiment, save_snapshot only: draw this already published result
+  // (layer and kind are then its own) instead of the recording's reruns.
+  std::optional<uint64_t> seq;
 
   // One recording per key: "main", "weights:<layer>", "watch_histogram",
   // "watch_minmax", "experiment:<layer>".

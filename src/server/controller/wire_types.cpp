@@ -233,7 +233,10 @@ void snapshot_types(json& d, const Words& w) {
   d["Architecture"] = object({{"captured", boolean()},
                               {"reason?", str()},
                               {"layers", array(ref("Layer"))},
-                              {"edges", array(ref("Edge"))},
+                              // get_architecture's include_graph (default true): the graph, as edges
+                              // and as Mermaid flowchart source; false leaves both out.
+                              {"edges?", array(ref("Edge"))},
+                              {"mermaid?", str()},
                               {"inputs", array(str())}});
   d["TensorStats"] = tensor_stats();
   d["SnapshotLayer"] = object({{"name", str()},
@@ -667,7 +670,11 @@ void mcp_picture_types(json& d, const Words& w) {
   d["StripImage"] = extend(d["StripInfo"], sent);
   d["InputImage"] = extend(d["InputInfo"], sent);
   d["MissingStrip"] = object({{"layer", str()}, {"kind", w.strip_kind}, {"reason", str()}});
-  d["LayerImages"] = object({{"images", array(ref("StripImage"))}, {"missing", array(ref("MissingStrip"))}});
+  // include_input: the input's picture (drawn first), or why it could not be.
+  d["LayerImages"] = object({{"images", array(ref("StripImage"))},
+                             {"missing", array(ref("MissingStrip"))},
+                             {"input?", ref("InputImage")},
+                             {"input_missing?", str()}});
 }
 
 // Experiments (controller_experiments.cpp).
@@ -783,7 +790,8 @@ void recording_types(json& d) {
                             {"frame_rate", integer()},
                             {"recordings", array(ref("Recording"))},
                             {"saved", array(ref("SavedRecording"))}});
-  d["RecordingsStopped"] = object({{"stopped", array(ref("Recording"))}, {"directory", str()}, {"note?", str()}});
+  d["RecordingsStopped"] =
+      object({{"stopped", array(ref("Recording"))}, {"files", array(str())}, {"directory", str()}, {"note?", str()}});
   d["RecordingsDiscarded"] =
       object({{"discarded", array(object({{"key", str()}, {"removed", array(str())}}))}, {"note?", str()}});
   d["SnapshotSaved"] =

@@ -166,6 +166,16 @@ json append_image(ToolResult& r, const std::string& png, const std::string& capt
 ToolResult tool_result(Reply reply) {
   ToolResult r;
   if (!reply.strips.empty() || reply.input) {
+    // The input first: render_input's picture, or render_layer's include_input above the strips.
+    json input;
+    if (reply.input) {
+      input = info_json(*reply.input);
+      input.update(append_image(r, reply.input->png, describe(*reply.input)));
+    }
+    if (reply.strips.empty()) {
+      r.structured = std::move(input);
+      return r;
+    }
     json images = json::array();
     for (const auto& strip : reply.strips) {
       json info = info_json(*strip);
@@ -177,12 +187,11 @@ ToolResult tool_result(Reply reply) {
       r.content.push_back(text("no " + m.kind + " image for " + m.layer + ": " + m.reason));
       missing.push_back({{"layer", m.layer}, {"kind", m.kind}, {"reason", m.reason}});
     }
-    if (reply.input) {
-      json info = info_json(*reply.input);
-      info.update(append_image(r, reply.input->png, describe(*reply.input)));
-      r.structured = std::move(info);
-    } else {
-      r.structured = {{"images", std::move(images)}, {"missing", std::move(missing)}};
+    r.structured = {{"images", std::move(images)}, {"missing", std::move(missing)}};
+    if (reply.input) r.structured["input"] = std::move(input);
+    if (!reply.input_missing.empty()) {
+      r.content.push_back(text("no input image: " + reply.input_missing));
+      r.structured["input_missing"] = reply.input_missing;
     }
     return r;
   }

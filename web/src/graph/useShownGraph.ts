@@ -40,7 +40,7 @@ export function useShownGraph(): ShownGraph {
   const graph = useMemo(
     () =>
       architecture?.captured
-        ? foldShapeOps(architecture.layers, architecture.edges, (l) => isFolded(l, showShapeOps))
+        ? foldShapeOps(architecture.layers, architecture.edges ?? [], (l) => isFolded(l, showShapeOps))
         : null,
     [architecture, showShapeOps],
   );
