@@ -36,6 +36,112 @@ std::span<const uint8_t> strip_start_code(const uint8_t* data, int size) {
   return {data + skip, static_cast<size_t>(size - skip)};
 }
 
+// The sequence parameter set with the frame rate in its VUI (timing_info):
+// what FFmpeg and the players built on it take each frame's duration from
+// (libx264 writes it; OpenH264 does not, and a short video's last frame then
+// has no duration). Rewritten bit by bit: emulation prevention bytes removed,
+// timing_info set (adding a VUI when there is none), put back.
+std::vector<uint8_t> sps_with_frame_rate(std::span<const uint8_t> sps, int fps) {
+  std::vector<uint8_t> rbsp;
+  for (size_t i = 1; i < sps.size(); ++i) {
+    if (i >= 3 && sps[i] == 3 && sps[i - 1] == 0 && sps[i - 2] == 0) continue;
+    rbsp.push_back(sps[i]);
+  }
+  std::vector<bool> bits;
+  for (uint8_t byte : rbsp) {
+    for (int b = 7; b >= 0; --b) bits.push_back((byte >> b) & 1);
+  }
+  while (!bits.empty() && !bits.back()) bits.pop_back();  // the trailing stop bit and padding
+  if (bits.empty()) return {sps.begin(), sps.end()};
+  bits.pop_back();
+  size_t pos = 0;
+  auto u = [&](int n) {
+    uint32_t v = 0;
+    for (int i = 0; i < n; ++i) v = v << 1 | (pos < bits.size() && bits[pos++]);
+    return v;
+  };
+  auto ue = [&] {
+    int zeros = 0;
+    while (pos < bits.size() && !bits[pos]) ++zeros, ++pos;
+    ++pos;
+    return (1u << zeros) - 1 + u(zeros);
+  };
+  const uint32_t profile = u(8);
+  u(16);  // constraint flags, level
+  ue();   // id
+  if (profile == 100 || profile == 110 || profile == 122 || profile == 244 || profile == 44 || profile == 83 ||
+      profile == 86 || profile == 118 || profile == 128) {
+    return {sps.begin(), sps.end()};  // OpenH264 writes Baseline: nothing else is rewritten
+  }
+  ue();  // log2_max_frame_num_minus4
+  const uint32_t poc_type = ue();
+  if (poc_type == 0) {
+    ue();
+  } else if (poc_type == 1) {
+    u(1);
+    ue();
+    ue();
+    const uint32_t cycle = ue();
+    for (uint32_t i = 0; i < cycle; ++i) ue();
+  }
+  ue();  // max_num_ref_frames
+  u(1);
+  ue();  // width, height in macroblocks
+  ue();
+  if (!u(1)) u(1);  // frame_mbs_only, mb_adaptive_frame_field
+  u(1);             // direct_8x8_inference
+  if (u(1)) {       // frame cropping
+    for (int i = 0; i < 4; ++i) ue();
+  }
+  std::vector<bool> timing;
+  auto put = [&](uint32_t v, int n) {
+    for (int i = n - 1; i >= 0; --i) timing.push_back((v >> i) & 1);
+  };
+  put(1, 1);                               // timing_info_present
+  put(1, 32);                              // num_units_in_tick
+  put(2 * static_cast<uint32_t>(fps), 32);  // time_scale: two ticks a frame
+  put(1, 1);                               // fixed_frame_rate
+  const size_t vui_flag = pos;
+  if (!u(1)) {
+    bits[vui_flag] = true;
+    // No VUI yet: aspect ratio, overscan, video signal, chroma location none;
+    // the timing; no HRD, pic_struct or bitstream restriction.
+    std::vector<bool> vui(4, false);
+    vui.insert(vui.end(), timing.begin(), timing.end());
+    vui.insert(vui.end(), {false, false, false, false});
+    bits.insert(bits.begin() + static_cast<ptrdiff_t>(pos), vui.begin(), vui.end());
+  } else {
+    if (u(1) && u(8) == 255) u(32);  // aspect ratio (extended: two 16-bit sides)
+    if (u(1)) u(1);                  // overscan
+    if (u(1)) {                      // video signal type, colour description
+      u(4);
+      if (u(1)) u(24);
+    }
+    if (u(1)) {  // chroma location
+      ue();
+      ue();
+    }
+    if (pos >= bits.size() || bits[pos]) return {sps.begin(), sps.end()};  // timing already there
+    bits.erase(bits.begin() + static_cast<ptrdiff_t>(pos));
+    bits.insert(bits.begin() + static_cast<ptrdiff_t>(pos), timing.begin(), timing.end());
+  }
+  bits.push_back(true);  // the stop bit, then byte alignment
+  while (bits.size() % 8) bits.push_back(false);
+  std::vector<uint8_t> out{sps[0]};
+  int zeros = 0;
+  for (size_t i = 0; i < bits.size(); i += 8) {
+    uint8_t byte = 0;
+    for (int b = 0; b < 8; ++b) byte = static_cast<uint8_t>(byte << 1 | bits[i + b]);
+    if (zeros >= 2 && byte <= 3) {  // emulation prevention
+      out.push_back(3);
+      zeros = 0;
+    }
+    out.push_back(byte);
+    zeros = byte == 0 ? zeros + 1 : 0;
+  }
+  return out;
+}
+
 }  // namespace
 
 struct VideoEncoder::State {
@@ -222,7 +328,7 @@ void VideoEncoder::add(const render::Image& frame) {
   }
   s.collect(info);
   try {
-    if (!s.mp4->has_header()) s.mp4->write_header(s.sps, s.pps);
+    if (!s.mp4->has_header()) s.mp4->write_header(sps_with_frame_rate(s.sps, s.fps), s.pps);
     s.mp4->write_frame(s.sample, info.eFrameType == videoFrameTypeIDR);
   } catch (const std::runtime_error& e) {
     s.fail(e.what());
