@@ -17,7 +17,7 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/nansense DESTINATION ${CMAKE_INS
 install(EXPORT nansenseTargets NAMESPACE nansense:: DESTINATION ${NANSENSE_INSTALL_CMAKEDIR})
 
 # Whether the installed library is static: then its own linked dependencies
-# (PNG, zlib) must be found by the user's project too.
+# (PNG, zlib, OpenH264) must be found by the user's project too.
 get_target_property(NANSENSE_LIBRARY_TYPE nansense TYPE)
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/nansenseConfig.cmake.in
   ${CMAKE_CURRENT_BINARY_DIR}/nansenseConfig.cmake

@@ -1,30 +1,145 @@
 #include "record/video_encoder.h"
 
-extern "C" {
-#include <libavcodec/avcodec.h>
-#include <libavformat/avformat.h>
-#include <libavutil/error.h>
-#include <libavutil/imgutils.h>
-#include <libavutil/log.h>
-#include <libavutil/macros.h>
-#include <libavutil/opt.h>
-#include <libswscale/swscale.h>
-}
+#include <wels/codec_api.h>
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <mutex>
+#include <optional>
 #include <stdexcept>
+#include <vector>
+
+#include "record/mp4_writer.h"
 
 namespace nansense::record {
 
 namespace {
 
-std::string av_reason(int code) {
-  char text[AV_ERROR_MAX_STRING_SIZE] = {0};
-  av_strerror(code, text, sizeof text);
-  return text;
+// The quantiser of every picture (rate control off): pictures of values, text
+// and thin lines stay within a few levels of the PNG (the recordings test
+// compares them), at a few kB a frame.
+constexpr int kQuantiser = 14;
+
+// RGB to BT.601 limited-range Y'CbCr, the colours players assume for an
+// H.264 stream that states none (as FFmpeg's swscale converted before).
+inline uint8_t luma(int r, int g, int b) { return static_cast<uint8_t>(((66 * r + 129 * g + 25 * b + 128) >> 8) + 16); }
+inline uint8_t blue_difference(int r, int g, int b) {
+  return static_cast<uint8_t>(((-38 * r - 74 * g + 112 * b + 128) >> 8) + 128);
+}
+inline uint8_t red_difference(int r, int g, int b) {
+  return static_cast<uint8_t>(((112 * r - 94 * g - 18 * b + 128) >> 8) + 128);
+}
+
+// The bytes after a NAL unit's Annex B start code (00 00 01 or 00 00 00 01).
+std::span<const uint8_t> strip_start_code(const uint8_t* data, int size) {
+  int skip = 0;
+  while (skip < size && data[skip] == 0) ++skip;
+  if (skip >= 2 && skip < size && data[skip] == 1) ++skip;
+  else skip = 0;
+  return {data + skip, static_cast<size_t>(size - skip)};
+}
+
+// The sequence parameter set with the frame rate in its VUI (timing_info):
+// what FFmpeg and the players built on it take each frame's duration from
+// (libx264 writes it; OpenH264 does not, and a short video's last frame then
+// has no duration). Rewritten bit by bit: emulation prevention bytes removed,
+// timing_info set (adding a VUI when there is none), put back.
+std::vector<uint8_t> sps_with_frame_rate(std::span<const uint8_t> sps, int fps) {
+  std::vector<uint8_t> rbsp;
+  for (size_t i = 1; i < sps.size(); ++i) {
+    if (i >= 3 && sps[i] == 3 && sps[i - 1] == 0 && sps[i - 2] == 0) continue;
+    rbsp.push_back(sps[i]);
+  }
+  std::vector<bool> bits;
+  for (uint8_t byte : rbsp) {
+    for (int b = 7; b >= 0; --b) bits.push_back((byte >> b) & 1);
+  }
+  while (!bits.empty() && !bits.back()) bits.pop_back();  // the trailing stop bit and padding
+  if (bits.empty()) return {sps.begin(), sps.end()};
+  bits.pop_back();
+  size_t pos = 0;
+  auto u = [&](int n) {
+    uint32_t v = 0;
+    for (int i = 0; i < n; ++i) v = v << 1 | (pos < bits.size() && bits[pos++]);
+    return v;
+  };
+  auto ue = [&] {
+    int zeros = 0;
+    while (pos < bits.size() && !bits[pos]) ++zeros, ++pos;
+    ++pos;
+    return (1u << zeros) - 1 + u(zeros);
+  };
+  const uint32_t profile = u(8);
+  u(16);  // constraint flags, level
+  ue();   // id
+  if (profile == 100 || profile == 110 || profile == 122 || profile == 244 || profile == 44 || profile == 83 ||
+      profile == 86 || profile == 118 || profile == 128) {
+    return {sps.begin(), sps.end()};  // OpenH264 writes Baseline: nothing else is rewritten
+  }
+  ue();  // log2_max_frame_num_minus4
+  const uint32_t poc_type = ue();
+  if (poc_type == 0) {
+    ue();
+  } else if (poc_type == 1) {
+    u(1);
+    ue();
+    ue();
+    const uint32_t cycle = ue();
+    for (uint32_t i = 0; i < cycle; ++i) ue();
+  }
+  ue();  // max_num_ref_frames
+  u(1);
+  ue();  // width, height in macroblocks
+  ue();
+  if (!u(1)) u(1);  // frame_mbs_only, mb_adaptive_frame_field
+  u(1);             // direct_8x8_inference
+  if (u(1)) {       // frame cropping
+    for (int i = 0; i < 4; ++i) ue();
+  }
+  std::vector<bool> timing;
+  auto put = [&](uint32_t v, int n) {
+    for (int i = n - 1; i >= 0; --i) timing.push_back((v >> i) & 1);
+  };
+  put(1, 1);                               // timing_info_present
+  put(1, 32);                              // num_units_in_tick
+  put(2 * static_cast<uint32_t>(fps), 32);  // time_scale: two ticks a frame
+  put(1, 1);                               // fixed_frame_rate
+  const size_t vui_flag = pos;
+  if (!u(1)) {
+    bits[vui_flag] = true;
+    // No VUI yet: aspect ratio, overscan, video signal, chroma location none;
+    // the timing; no HRD, pic_struct or bitstream restriction.
+    std::vector<bool> vui(4, false);
+    vui.insert(vui.end(), timing.begin(), timing.end());
+    vui.insert(vui.end(), {false, false, false, false});
+    bits.insert(bits.begin() + static_cast<ptrdiff_t>(pos), vui.begin(), vui.end());
+  } else {
+    if (u(1) && u(8) == 255) u(32);  // aspect ratio (extended: two 16-bit sides)
+    if (u(1)) u(1);                  // overscan
+    if (u(1)) {                      // video signal type, colour description
+      u(4);
+      if (u(1)) u(24);
+    }
+    if (u(1)) {  // chroma location
+      ue();
+      ue();
+    }
+    if (pos >= bits.size() || bits[pos]) return {sps.begin(), sps.end()};  // timing already there
+    bits.erase(bits.begin() + static_cast<ptrdiff_t>(pos));
+    bits.insert(bits.begin() + static_cast<ptrdiff_t>(pos), timing.begin(), timing.end());
+  }
+  bits.push_back(true);  // the stop bit, then byte alignment
+  while (bits.size() % 8) bits.push_back(false);
+  std::vector<uint8_t> out{sps[0]};
+  int zeros = 0;
+  for (size_t i = 0; i < bits.size(); i += 8) {
+    uint8_t byte = 0;
+    for (int b = 0; b < 8; ++b) byte = static_cast<uint8_t>(byte << 1 | bits[i + b]);
+    if (zeros >= 2 && byte <= 3) {  // emulation prevention
+      out.push_back(3);
+      zeros = 0;
+    }
+    out.push_back(byte);
+    zeros = byte == 0 ? zeros + 1 : 0;
+  }
+  return out;
 }
 
 }  // namespace
@@ -35,61 +150,83 @@ struct VideoEncoder::State {
   int64_t frames = 0;
   bool finished = false;
   bool failed = false;
-  AVFormatContext* format = nullptr;
-  AVCodecContext* codec = nullptr;
-  AVStream* stream = nullptr;
-  AVFrame* yuv = nullptr;
-  AVPacket* packet = nullptr;
-  SwsContext* sws = nullptr;
-  std::vector<uint8_t> rgb;
-  int rgb_stride = 0;
+  ISVCEncoder* encoder = nullptr;
+  std::optional<Mp4Writer> mp4;
+  std::vector<uint8_t> y, u, v;  // the frame as I420
+  std::vector<uint8_t> sps, pps, sample;
 
-  [[noreturn]] void fail(const std::string& what, int code) {
+  [[noreturn]] void fail(const std::string& what) {
     failed = true;
-    throw std::runtime_error(what + " " + path + ": " + av_reason(code));
-  }
-
-  // Writes every packet the encoder has ready, one fragment per frame.
-  void drain() {
-    while (true) {
-      int rc = avcodec_receive_packet(codec, packet);
-      if (rc == AVERROR(EAGAIN) || rc == AVERROR_EOF) return;
-      if (rc < 0) fail("encoding", rc);
-      av_packet_rescale_ts(packet, codec->time_base, stream->time_base);
-      packet->stream_index = stream->index;
-      rc = av_write_frame(format, packet);
-      av_packet_unref(packet);
-      if (rc < 0) fail("writing", rc);
-      // A null packet closes the current fragment: what a crash leaves ends
-      // at this frame.
-      rc = av_write_frame(format, nullptr);
-      if (rc < 0) fail("writing", rc);
-      avio_flush(format->pb);
-      if (format->pb->error < 0) fail("writing", format->pb->error);
-    }
+    throw std::runtime_error(what);
   }
 
   void release() {
-    if (sws) sws_freeContext(sws);
-    if (yuv) av_frame_free(&yuv);
-    if (packet) av_packet_free(&packet);
-    if (codec) avcodec_free_context(&codec);
-    if (format) {
-      if (format->pb) avio_closep(&format->pb);
-      avformat_free_context(format);
+    if (encoder) {
+      encoder->Uninitialize();
+      WelsDestroySVCEncoder(encoder);
+      encoder = nullptr;
     }
-    sws = nullptr;
-    format = nullptr;
+  }
+
+  void to_i420(const render::Image& frame) {
+    // Over white, as the pages show pictures; chroma from each 2x2 block's mean.
+    auto rgb = [&](int x, int y, int& r, int& g, int& b) {
+      const render::Rgba p = frame.at(x, y);
+      const int a = p.a, w = 255 * (255 - a);
+      r = (p.r * a + w) / 255;
+      g = (p.g * a + w) / 255;
+      b = (p.b * a + w) / 255;
+    };
+    const int half = width / 2;
+    for (int y0 = 0; y0 < height; y0 += 2) {
+      for (int x0 = 0; x0 < width; x0 += 2) {
+        int sr = 0, sg = 0, sb = 0;
+        for (int dy = 0; dy < 2; ++dy) {
+          for (int dx = 0; dx < 2; ++dx) {
+            int r, g, b;
+            rgb(x0 + dx, y0 + dy, r, g, b);
+            this->y[static_cast<size_t>(y0 + dy) * width + x0 + dx] = luma(r, g, b);
+            sr += r;
+            sg += g;
+            sb += b;
+          }
+        }
+        const size_t c = static_cast<size_t>(y0 / 2) * half + x0 / 2;
+        u[c] = blue_difference((sr + 2) / 4, (sg + 2) / 4, (sb + 2) / 4);
+        v[c] = red_difference((sr + 2) / 4, (sg + 2) / 4, (sb + 2) / 4);
+      }
+    }
+  }
+
+  // The encoded picture's NAL units, length-prefixed; its parameter sets kept
+  // aside for the MP4's header (they stay in the sample entry, not the samples).
+  void collect(const SFrameBSInfo& info) {
+    sample.clear();
+    for (int layer = 0; layer < info.iLayerNum; ++layer) {
+      const SLayerBSInfo& l = info.sLayerInfo[layer];
+      const uint8_t* at = l.pBsBuf;
+      for (int i = 0; i < l.iNalCount; ++i) {
+        const std::span<const uint8_t> nal = strip_start_code(at, l.pNalLengthInByte[i]);
+        at += l.pNalLengthInByte[i];
+        if (nal.empty()) continue;
+        const int type = nal[0] & 0x1f;
+        if (type == 7) {
+          if (sps.empty()) sps.assign(nal.begin(), nal.end());
+          continue;
+        }
+        if (type == 8) {
+          if (pps.empty()) pps.assign(nal.begin(), nal.end());
+          continue;
+        }
+        const auto n = static_cast<uint32_t>(nal.size());
+        for (int shift : {24, 16, 8, 0}) sample.push_back(static_cast<uint8_t>(n >> shift));
+        sample.insert(sample.end(), nal.begin(), nal.end());
+      }
+    }
   }
 };
 
 VideoEncoder::VideoEncoder(const std::string& path, int width, int height, int fps) : s_(std::make_unique<State>()) {
-  // libx264 prints its settings and statistics at FFmpeg's default level;
-  // the training log is no place for them. A program that set its own level keeps it.
-  static std::once_flag quiet;
-  std::call_once(quiet, [] {
-    if (av_log_get_level() == AV_LOG_INFO) av_log_set_level(AV_LOG_ERROR);
-  });
   if (width <= 0 || height <= 0 || width % 2 || height % 2) {
     throw std::runtime_error("video frames must have even, positive sides (got " + std::to_string(width) + "x" +
                              std::to_string(height) + ")");
@@ -100,56 +237,55 @@ VideoEncoder::VideoEncoder(const std::string& path, int width, int height, int f
   s.height = height;
   s.fps = fps;
   try {
-    int rc = avformat_alloc_output_context2(&s.format, nullptr, "mp4", path.c_str());
-    if (rc < 0 || !s.format) s.fail("creating the MP4 muxer for", rc);
-    const AVCodec* h264 = avcodec_find_encoder_by_name("libx264");
-    if (!h264) h264 = avcodec_find_encoder(AV_CODEC_ID_H264);
-    if (!h264) throw std::runtime_error("FFmpeg has no H.264 encoder (install libavcodec with libx264)");
-    s.stream = avformat_new_stream(s.format, nullptr);
-    s.codec = avcodec_alloc_context3(h264);
-    if (!s.stream || !s.codec) s.fail("allocating the encoder for", AVERROR(ENOMEM));
-    s.codec->width = width;
-    s.codec->height = height;
-    s.codec->pix_fmt = AV_PIX_FMT_YUV420P;
-    s.codec->time_base = AVRational{1, fps};
-    s.codec->framerate = AVRational{fps, 1};
-    s.codec->gop_size = fps;  // a keyframe every second: seeking stays cheap
-    s.codec->max_b_frames = 0;
-    s.codec->thread_count = 1;  // the machine's cores belong to training
-    if (s.format->oformat->flags & AVFMT_GLOBALHEADER) s.codec->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
-    AVDictionary* codec_options = nullptr;
-    av_dict_set(&codec_options, "preset", "ultrafast", 0);
-    av_dict_set(&codec_options, "tune", "zerolatency", 0);  // a packet per frame, none held back
-    av_dict_set(&codec_options, "crf", "12", 0);            // pictures of values: keep them sharp
-    rc = avcodec_open2(s.codec, h264, &codec_options);
-    av_dict_free(&codec_options);
-    if (rc < 0) s.fail("opening the H.264 encoder for", rc);
-    rc = avcodec_parameters_from_context(s.stream->codecpar, s.codec);
-    if (rc < 0) s.fail("configuring", rc);
-    s.stream->time_base = s.codec->time_base;
-    s.stream->avg_frame_rate = s.codec->framerate;
-    rc = avio_open(&s.format->pb, path.c_str(), AVIO_FLAG_WRITE);
-    if (rc < 0) s.fail("opening", rc);
-    AVDictionary* mux_options = nullptr;
-    av_dict_set(&mux_options, "movflags", "frag_keyframe+empty_moov+default_base_moof", 0);
-    rc = avformat_write_header(s.format, &mux_options);
-    av_dict_free(&mux_options);
-    if (rc < 0) s.fail("writing the header of", rc);
-    avio_flush(s.format->pb);
-    s.yuv = av_frame_alloc();
-    s.packet = av_packet_alloc();
-    if (!s.yuv || !s.packet) s.fail("allocating a frame for", AVERROR(ENOMEM));
-    s.yuv->format = AV_PIX_FMT_YUV420P;
-    s.yuv->width = width;
-    s.yuv->height = height;
-    rc = av_frame_get_buffer(s.yuv, 0);
-    if (rc < 0) s.fail("allocating a frame for", rc);
-    s.sws = sws_getContext(width, height, AV_PIX_FMT_RGB24, width, height, AV_PIX_FMT_YUV420P, SWS_BILINEAR, nullptr,
-                           nullptr, nullptr);
-    if (!s.sws) s.fail("creating the colour conversion for", AVERROR(EINVAL));
-    // swscale's SIMD reads whole aligned blocks: rows padded, room at the end.
-    s.rgb_stride = FFALIGN(3 * width, 64);
-    s.rgb.resize(static_cast<size_t>(s.rgb_stride) * height + 64);
+    s.mp4.emplace(path, width, height, fps);
+    if (WelsCreateSVCEncoder(&s.encoder) != 0 || !s.encoder) {
+      s.fail("creating the H.264 encoder (OpenH264) for " + path);
+    }
+    // OpenH264 warns on stderr by default: the training log is no place for it.
+    int log_level = WELS_LOG_ERROR;
+    s.encoder->SetOption(ENCODER_OPTION_TRACE_LEVEL, &log_level);
+    SEncParamExt p;
+    s.encoder->GetDefaultParams(&p);
+    p.iUsageType = CAMERA_VIDEO_REAL_TIME;
+    p.iPicWidth = width;
+    p.iPicHeight = height;
+    p.iRCMode = RC_OFF_MODE;  // a fixed quantiser: sharp pictures, no skipped frames
+    p.iTargetBitrate = 50'000'000;
+    p.iMaxBitrate = UNSPECIFIED_BIT_RATE;
+    p.fMaxFrameRate = static_cast<float>(fps);
+    p.iTemporalLayerNum = 1;
+    p.iSpatialLayerNum = 1;
+    p.uiIntraPeriod = static_cast<unsigned>(fps);  // a keyframe every second: seeking stays cheap
+    p.iNumRefFrame = 1;
+    p.iEntropyCodingModeFlag = 0;  // CAVLC: Constrained Baseline
+    p.bEnableFrameSkip = false;
+    p.bEnableDenoise = false;
+    p.bEnableBackgroundDetection = false;
+    p.bEnableAdaptiveQuant = false;
+    p.bEnableSceneChangeDetect = false;
+    p.bPrefixNalAddingCtrl = false;
+    p.eSpsPpsIdStrategy = CONSTANT_ID;  // one SPS and PPS for the whole file (the sample entry's)
+    p.iMinQp = kQuantiser;
+    p.iMaxQp = kQuantiser;
+    p.iMultipleThreadIdc = 1;  // the machine's cores belong to training
+    SSpatialLayerConfig& layer = p.sSpatialLayers[0];
+    layer.iVideoWidth = width;
+    layer.iVideoHeight = height;
+    layer.fFrameRate = static_cast<float>(fps);
+    layer.iSpatialBitrate = p.iTargetBitrate;
+    layer.iMaxSpatialBitrate = UNSPECIFIED_BIT_RATE;
+    layer.uiProfileIdc = PRO_BASELINE;
+    layer.iDLayerQp = kQuantiser;
+    layer.sSliceArgument.uiSliceMode = SM_SINGLE_SLICE;
+    if (s.encoder->InitializeExt(&p) != 0) {
+      s.fail("configuring the H.264 encoder (OpenH264) for " + path + " (" + std::to_string(width) + "x" +
+             std::to_string(height) + ")");
+    }
+    int format = videoFormatI420;
+    s.encoder->SetOption(ENCODER_OPTION_DATAFORMAT, &format);
+    s.y.resize(static_cast<size_t>(width) * height);
+    s.u.resize(static_cast<size_t>(width / 2) * (height / 2));
+    s.v.resize(s.u.size());
   } catch (...) {
     s.release();
     throw;
@@ -174,26 +310,29 @@ void VideoEncoder::add(const render::Image& frame) {
     throw std::runtime_error("frame of " + std::to_string(frame.width) + "x" + std::to_string(frame.height) +
                              " given to a " + std::to_string(s.width) + "x" + std::to_string(s.height) + " video");
   }
-  for (int y = 0; y < s.height; ++y) {
-    uint8_t* row = s.rgb.data() + static_cast<size_t>(y) * s.rgb_stride;
-    for (int x = 0; x < s.width; ++x) {
-      const render::Rgba p = frame.at(x, y);
-      // Over white, as the pages show pictures.
-      const int a = p.a, w = 255 * (255 - a);
-      row[x * 3 + 0] = static_cast<uint8_t>((p.r * a + w) / 255);
-      row[x * 3 + 1] = static_cast<uint8_t>((p.g * a + w) / 255);
-      row[x * 3 + 2] = static_cast<uint8_t>((p.b * a + w) / 255);
-    }
+  s.to_i420(frame);
+  SSourcePicture picture{};
+  picture.iColorFormat = videoFormatI420;
+  picture.iPicWidth = s.width;
+  picture.iPicHeight = s.height;
+  picture.iStride[0] = s.width;
+  picture.iStride[1] = picture.iStride[2] = s.width / 2;
+  picture.pData[0] = s.y.data();
+  picture.pData[1] = s.u.data();
+  picture.pData[2] = s.v.data();
+  picture.uiTimeStamp = s.frames * 1000 / s.fps;
+  SFrameBSInfo info{};
+  if (s.encoder->EncodeFrame(&picture, &info) != cmResultSuccess) s.fail("encoding a frame of " + s.path);
+  if (info.eFrameType == videoFrameTypeSkip || info.eFrameType == videoFrameTypeInvalid) {
+    s.fail("the H.264 encoder returned no picture for frame " + std::to_string(s.frames) + " of " + s.path);
   }
-  int rc = av_frame_make_writable(s.yuv);
-  if (rc < 0) s.fail("preparing a frame of", rc);
-  const uint8_t* src[1] = {s.rgb.data()};
-  const int stride[1] = {s.rgb_stride};
-  sws_scale(s.sws, src, stride, 0, s.height, s.yuv->data, s.yuv->linesize);
-  s.yuv->pts = s.frames;
-  rc = avcodec_send_frame(s.codec, s.yuv);
-  if (rc < 0) s.fail("encoding a frame of", rc);
-  s.drain();
+  s.collect(info);
+  try {
+    if (!s.mp4->has_header()) s.mp4->write_header(sps_with_frame_rate(s.sps, s.fps), s.pps);
+    s.mp4->write_frame(s.sample, info.eFrameType == videoFrameTypeIDR);
+  } catch (const std::runtime_error& e) {
+    s.fail(e.what());
+  }
   ++s.frames;
 }
 
@@ -202,20 +341,8 @@ void VideoEncoder::finish() {
   if (s.finished) return;
   s.finished = true;
   if (s.failed) throw std::runtime_error("the recording " + s.path + " failed before it was finished");
-  int rc = avcodec_send_frame(s.codec, nullptr);
-  if (rc < 0) s.fail("draining the encoder of", rc);
-  s.drain();
-  rc = av_write_trailer(s.format);
-  if (rc < 0) s.fail("writing the trailer of", rc);
-  avio_flush(s.format->pb);
-  if (s.format->pb->error < 0) s.fail("writing", s.format->pb->error);
-  avio_closep(&s.format->pb);
-  // The bytes reach the disk before the recording is reported saved.
-  const int fd = ::open(s.path.c_str(), O_RDONLY);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
+  // OpenH264 holds no frames back (no B-frames, no look-ahead): nothing to drain.
+  s.mp4->finish();
 }
 
 int VideoEncoder::width() const { return s_->width; }

@@ -148,7 +148,7 @@ TEST_F(RecordingsApiTest, EachViewRecordsAnH264VideoOfItsUpdates) {
       const auto video = probe_mp4(by_key[key]["files"][i]["path"]);
       ASSERT_FALSE(video.rgb.empty());
       if (png.width <= video.width && png.height <= video.height) {
-        EXPECT_LT(frame_difference(video, png), 4.0) << key << ": H.264 at CRF 12 stays within a few levels";
+        EXPECT_LT(frame_difference(video, png), 4.0) << key << ": H.264 at a quantiser of 14 stays within a few levels";
       }
     }
   }

@@ -99,6 +99,9 @@ session.detach()
 thread.join(60)
 assert not thread.is_alive()
 session.close()
+# A script that still holds its session keeps serving after its loop (the
+# reference's non-daemon server thread): dropping it lets the program end.
+del session
 print("ok", nansense.__file__)
 PY
 pass "installed into a fresh venv: import nansense from another folder, a served session trains, page and API answer"
