@@ -730,6 +730,11 @@ class Session(_WatchMethods, _ReferenceMethods):
             finally:
                 self._closed = True
                 self._engine.close()
+                # A distributed job ends with its processes (torchrun waits
+                # for every rank): rank 0's UI serves on while its process
+                # lives, but does not keep it up past the script's end.
+                if self._server is not None:
+                    self._server._release()
             return
         self._closed = True
         if self._engine:
@@ -1120,7 +1125,9 @@ class _ServerThread(threading.Thread):
     the native server runs on the engine's own threads, and this thread
     stands for them. Like the reference's, it is not a daemon: a script
     whose loop has ended keeps serving the UI for post-mortem browsing
-    (Ctrl-C ends it). It lives while the session does: once the Session is
+    (Ctrl-C ends it; so does Ctrl-C out of the training loop, and close()
+    in a distributed run, whose processes must end together). It lives
+    while the session does: once the Session is
     garbage collected the thread ends, and so does a process that holds no
     session any more. After a failed bind it has already ended. url is the
     UI's address (None when the port could not be bound)."""
