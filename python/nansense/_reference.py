@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Iterable
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 
@@ -35,6 +35,40 @@ class _ReferenceMethods:
     self._optimizer, self._closed and Session's own run-control methods."""
 
     _engine: Any
+    _model: Any
+    _optimizer: Any
+    _closed: bool
+    _module_paths: dict[int, str]
+
+    if TYPE_CHECKING:
+        # Session's own methods and properties, which these methods call.
+        def _is_locked(self) -> bool: ...
+        def pause(self) -> None: ...
+        def refresh(self) -> None: ...
+        def run(self) -> None: ...
+        def run_until(self, *, phase: str, epoch: int, batch_idx: int) -> None: ...
+        def wait_until_stopped(self, timeout: float) -> RunState: ...
+        def set_stats_scope(self, scope: Any) -> None: ...
+        def watch_snapshot(self, *, layers: Optional[Iterable[str]] = None,
+                           include_patches: bool = True) -> WatchSnapshot: ...
+
+        @property
+        def layer_names(self) -> list[str]: ...
+
+        @property
+        def schedule(self) -> Any: ...
+
+        @property
+        def snapshot(self) -> Any: ...
+
+        @property
+        def state(self) -> RunState: ...
+
+        @property
+        def stats_scope(self) -> StatsScope: ...
+
+        @property
+        def watched_layers(self) -> frozenset[str]: ...
 
     # ---- run control under the reference's names
 

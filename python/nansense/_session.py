@@ -1167,7 +1167,7 @@ def _collect_unreachable_sessions() -> None:
         gc.collect()
 
 
-threading._register_atexit(_collect_unreachable_sessions)
+threading._register_atexit(_collect_unreachable_sessions)  # type: ignore[attr-defined]
 
 
 def serve(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any, Optional, overload
 
 import torch
@@ -347,15 +348,20 @@ class Schedule:
     front in a declared schedule; learned as each phase ends otherwise);
     phase_order lists every phase seen, counted or not."""
 
+    _read: Callable[[], dict[str, Any]]
+    _write: Optional[Callable[[Optional[int], Optional[dict[str, int]]], None]]
+    _own: Optional[dict[str, Any]]
+
     def __init__(self, epochs: Optional[int] = None, phases: Optional[dict[str, int]] = None):
-        own = {"epochs": None, "phases": {}, "phase_order": []}
+        own: dict[str, Any] = {"epochs": None, "phases": {}, "phase_order": []}
         self._read = lambda: own
         self._write = None
         self._own = own
         self.update(epochs=epochs, phases=phases)
 
     @classmethod
-    def _view(cls, read, write=None) -> "Schedule":
+    def _view(cls, read: Callable[[], dict[str, Any]],
+              write: Optional[Callable[[Optional[int], Optional[dict[str, int]]], None]] = None) -> "Schedule":
         """A live view: read() returns the engine's schedule as a dict;
         write(epochs, phases) re-declares it (Session.set_schedule)."""
         view = cls.__new__(cls)
@@ -414,7 +420,7 @@ class Schedule:
         return (a["epochs"], dict(a["phases"]), list(a["phase_order"])) == \
             (b["epochs"], dict(b["phases"]), list(b["phase_order"]))
 
-    __hash__ = None  # a view changes as the run goes on
+    __hash__ = None  # type: ignore[assignment]  # a view changes as the run goes on
 
     def __repr__(self) -> str:
         d = self._read()

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import io
 import os
-import random
 import sys
 import weakref
 from collections.abc import Callable
@@ -33,12 +32,8 @@ from . import _nansense
 from ._capsule import Capsule
 from ._session import (DEFAULT_CACHE_DIR, Session, TimeTravelJump, _check_bool, _check_serve_args,
                        _module_specs, _optimizer_reader, _restore_state, _state_kind, _state_of, start)
+from ._loop_state import pickled, rng_state, set_rng_state, unpickled
 from ._restorer import _check_cache_dir
-
-try:
-    import numpy
-except ImportError:  # pragma: no cover - numpy comes with torch's usual installs
-    numpy = None
 
 __all__ = ["NansenseCallback", "fit_with_time_travel", "replay_capsule", "LightningCapsule"]
 
@@ -48,45 +43,6 @@ Trainer = pl.Trainer
 
 
 # ---------------------------------------------------------------- state saved with checkpoints and capsules
-
-
-# Everything in these states loads with torch.load(weights_only=True), as a
-# plain loop's session state does (nansense.replay_capsule reads it so): the
-# NumPy state's key array travels as a tensor, the batch as bytes.
-
-def _rng_state() -> dict:
-    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    if numpy is not None:
-        name, keys, pos, has_gauss, cached = numpy.random.get_state()
-        state["numpy"] = (name, torch.from_numpy(keys.astype("int64")), int(pos), int(has_gauss), float(cached))
-    return state
-
-
-def _set_rng_state(state: dict) -> None:
-    torch.set_rng_state(state["torch"])
-    random.setstate(state["python"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-    if numpy is not None and "numpy" in state:
-        name, keys, pos, has_gauss, cached = state["numpy"]
-        numpy.random.set_state((name, keys.numpy().astype("uint32"), pos, has_gauss, cached))
-
-
-def _pickled(batch: Any) -> Optional[bytes]:
-    if batch is None:
-        return None
-    buffer = io.BytesIO()
-    torch.save(batch, buffer)
-    return buffer.getvalue()
-
-
-def _unpickled(data: Optional[bytes]) -> Any:
-    # The batch object is whatever the loader made (tuples, dicts, a
-    # BatchEncoding...): only the Lightning replay unpickles it in full.
-    return None if data is None else torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
-
 
 def _scheduler_of(trainer: Trainer) -> Any:
     configs = trainer.lr_scheduler_configs
@@ -362,8 +318,8 @@ class NansenseCallback(Callback):
         trainer = self._trainer
         state = _state_of(_optimizer_of(trainer), _scheduler_of(trainer), self._session._scaler)
         # The train batch under way (None between batches: epoch checkpoints).
-        state["lightning"] = {"counters": _loop_counters(trainer), "rng": _rng_state(), "epoch": self._epoch,
-                              "batch_idx": self._batch_idx, "batch": _pickled(self._batch)}
+        state["lightning"] = {"counters": _loop_counters(trainer), "rng": rng_state(), "epoch": self._epoch,
+                              "batch_idx": self._batch_idx, "batch": pickled(self._batch)}
         buffer = io.BytesIO()
         torch.save(state, buffer)
         return buffer.getvalue()
@@ -696,7 +652,7 @@ class _TimeTravel:
             # Epoch 0 is checkpointed before Lightning builds the loaders: the
             # first loader iterator draws its seed before on_train_epoch_start.
             if state is not None:
-                _set_rng_state(state["lightning"]["rng"])
+                set_rng_state(state["lightning"]["rng"])
             callback._epoch = 0
             self._begin(0)
             self.started_at_fit = True
@@ -710,7 +666,7 @@ class _TimeTravel:
         # Entering epoch target > 0: this Trainer's loops stand at its start
         # and the RNG is the epoch's (its loader iterator is made after this).
         _set_loop_counters(trainer, target, state["lightning"]["counters"])
-        _set_rng_state(state["lightning"]["rng"])
+        set_rng_state(state["lightning"]["rng"])
 
     def _begin(self, epoch: int) -> None:
         self.epoch = epoch
@@ -838,11 +794,11 @@ def _read_capsule(path: str, network: torch.nn.Module, kind: str) -> dict:
     def load(data: bytes) -> None:
         seen.update(torch.load(io.BytesIO(data), map_location="cpu", weights_only=True))
 
-    rng = _rng_state()
+    rng = rng_state()
     try:
         _nansense.replay_capsule(path, _module_specs(network), kind, load)
     finally:
-        _set_rng_state(rng)
+        set_rng_state(rng)
     lightning = seen.get("lightning")
     if lightning is None or lightning.get("batch") is None:
         raise _nansense.CapsuleError(f"{path} was not recorded by NansenseCallback (it holds no Lightning batch): "
@@ -914,7 +870,7 @@ class _Replay(Callback):
         optimizer, scheduler = _optimizer_of(trainer), _scheduler_of(trainer)
         self.kind = _state_kind(optimizer, scheduler) if optimizer is not None or scheduler is not None else ""
         self.lightning = _read_capsule(self.path, self.network, self.kind)
-        self.loader._batch = _unpickled(self.lightning["batch"])
+        self.loader._batch = unpickled(self.lightning["batch"])
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         # The Trainer stands where the recording run tripped: current_epoch

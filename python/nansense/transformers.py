@@ -12,11 +12,9 @@ accelerate). A plain ``pip install nansense`` does not.
 
 from __future__ import annotations
 
-import contextlib
 import io
 import math
 import os
-import random
 import sys
 import types
 import weakref
@@ -25,7 +23,6 @@ from typing import Any, Optional, Union
 import torch
 
 try:
-    import transformers
     from transformers import Trainer, TrainerCallback
 except ImportError:
     raise ImportError("nansense.transformers needs transformers: pip install transformers accelerate") from None
@@ -33,56 +30,13 @@ except ImportError:
 from . import _nansense, _setups
 from ._capsule import Capsule
 from ._session import (Session, _check_bool, _check_serve_args, _module_specs, _optimizer_reader, _restore_state,
-                       _state_kind, _state_of, _tensors_of, start)
-
-try:
-    import numpy
-except ImportError:  # pragma: no cover - numpy comes with torch's usual installs
-    numpy = None  # type: ignore[assignment]
+                       _state_kind, _state_of, start)
+from ._loop_state import pickled, rng_state, set_rng_state, unpickled
 
 __all__ = ["NansenseCallback", "replay_capsule", "TrainerCapsule"]
 
 
 # ---------------------------------------------------------------- state saved with capsules
-
-
-# Everything here loads with torch.load(weights_only=True), as a plain loop's
-# session state does: the NumPy state's key array travels as a tensor, the
-# step's micro-batches as bytes.
-
-def _rng_state() -> dict:
-    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    if numpy is not None:
-        name, keys, pos, has_gauss, cached = numpy.random.get_state()
-        state["numpy"] = (name, torch.from_numpy(numpy.asarray(keys).astype("int64")), int(pos), int(has_gauss), float(cached))
-    return state
-
-
-def _set_rng_state(state: dict) -> None:
-    torch.set_rng_state(state["torch"])
-    random.setstate(state["python"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-    if numpy is not None and "numpy" in state:
-        name, keys, pos, has_gauss, cached = state["numpy"]
-        numpy.random.set_state((name, keys.numpy().astype("uint32"), pos, has_gauss, cached))
-
-
-def _pickled(value: Any) -> Optional[bytes]:
-    if value is None:
-        return None
-    buffer = io.BytesIO()
-    torch.save(value, buffer)
-    return buffer.getvalue()
-
-
-def _unpickled(data: Optional[bytes]) -> Any:
-    # The micro-batches are what the collator made (dicts of tensors, a
-    # BatchEncoding): read back in full, on the CPU.
-    return None if data is None else torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
-
 
 def _find_trainer() -> Optional[Trainer]:
     """The Trainer whose method called this callback: TrainerCallback's
@@ -385,9 +339,9 @@ class NansenseCallback(TrainerCallback):
         state["transformers"] = {
             "global_step": trainer.state.global_step, "epoch": self._epoch,
             "step_in_epoch": self._phase[1] if self._phase else 0,
-            "micro_batches": _pickled(self._micro), "num_items": _pickled(self._num_items),
+            "micro_batches": pickled(self._micro), "num_items": pickled(self._num_items),
             "micro_batch": -1 if self._micro_idx is None else self._micro_idx,
-            "max_steps": trainer.state.max_steps, "rng": _rng_state()}
+            "max_steps": trainer.state.max_steps, "rng": rng_state()}
         buffer = io.BytesIO()
         torch.save(state, buffer)
         return buffer.getvalue()
@@ -623,7 +577,7 @@ class TrainerCapsule(Capsule):
 
     def __init__(self, native, saved: dict):
         super().__init__(native)
-        self.micro_batches: list = _unpickled(saved["micro_batches"]) or []
+        self.micro_batches: list = unpickled(saved["micro_batches"]) or []
         self.micro_batch: int = int(saved["micro_batch"])
         self.global_step: int = int(saved["global_step"])
         self.epoch: int = int(saved["epoch"])
@@ -664,11 +618,11 @@ def replay_capsule(path: Union[str, os.PathLike], trainer: Trainer, *, module: O
     def load(data: bytes) -> None:
         saved.update(torch.load(io.BytesIO(data), map_location="cpu", weights_only=True))
 
-    rng = _rng_state()
+    rng = rng_state()
     try:
         _nansense.replay_capsule(path, _module_specs(network), kind, load)
     finally:
-        _set_rng_state(rng)
+        set_rng_state(rng)
     ours = saved.get("transformers")
     if ours is None:
         raise _nansense.CapsuleError(f"{path} was not recorded by nansense.transformers.NansenseCallback (it holds "
@@ -684,8 +638,8 @@ def replay_capsule(path: Union[str, os.PathLike], trainer: Trainer, *, module: O
                        torch.load(io.BytesIO(data), map_location="cpu", weights_only=True), watch)
 
     native = _nansense.replay_capsule(path, _module_specs(network), kind, restore)
-    micro = _unpickled(ours["micro_batches"]) or []
-    num_items = _unpickled(ours["num_items"])
+    micro = unpickled(ours["micro_batches"]) or []
+    num_items = unpickled(ours["num_items"])
     last = int(ours["micro_batch"])
     model.train()
     model.zero_grad()
