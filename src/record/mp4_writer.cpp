@@ -92,7 +92,8 @@ void Mp4Writer::write_all(const std::vector<uint8_t>& bytes) {
 }
 
 void Mp4Writer::write_header(std::span<const uint8_t> sps, std::span<const uint8_t> pps) {
-  if (sps.size() < 4 || pps.empty()) throw std::runtime_error("the H.264 stream of " + path_ + " has no parameter sets");
+  if (sps.size() < 4 || pps.empty())
+    throw std::runtime_error("the H.264 stream of " + path_ + " has no parameter sets");
   Boxes b;
   size_t box = b.open("ftyp");
   b.fourcc("iso5");
@@ -105,7 +106,7 @@ void Mp4Writer::write_header(std::span<const uint8_t> sps, std::span<const uint8
   b.u32(0);  // creation and modification times: none
   b.u32(0);
   b.u32(kMovieTimescale);
-  b.u32(0);  // duration: in the fragments (mehd)
+  b.u32(0);           // duration: in the fragments (mehd)
   b.u32(0x00010000);  // rate 1.0
   b.u16(0x0100);      // volume 1.0
   b.zeros(10);
@@ -172,12 +173,12 @@ void Mp4Writer::write_header(std::span<const uint8_t> sps, std::span<const uint8
   b.u32(0x00480000);  // 72 dpi
   b.u32(0x00480000);
   b.u32(0);
-  b.u16(1);      // frames per sample
-  b.zeros(32);   // compressor name
-  b.u16(0x18);   // depth: colour
+  b.u16(1);     // frames per sample
+  b.zeros(32);  // compressor name
+  b.u16(0x18);  // depth: colour
   b.u16(0xffff);
   const size_t avcc = b.open("avcC");
-  b.u8(1);  // configuration version
+  b.u8(1);       // configuration version
   b.u8(sps[1]);  // profile, its compatibility flags, level: as the SPS says
   b.u8(sps[2]);
   b.u8(sps[3]);

@@ -31,8 +31,10 @@ inline uint8_t red_difference(int r, int g, int b) {
 std::span<const uint8_t> strip_start_code(const uint8_t* data, int size) {
   int skip = 0;
   while (skip < size && data[skip] == 0) ++skip;
-  if (skip >= 2 && skip < size && data[skip] == 1) ++skip;
-  else skip = 0;
+  if (skip >= 2 && skip < size && data[skip] == 1)
+    ++skip;
+  else
+    skip = 0;
   return {data + skip, static_cast<size_t>(size - skip)};
 }
 
@@ -97,10 +99,10 @@ std::vector<uint8_t> sps_with_frame_rate(std::span<const uint8_t> sps, int fps) 
   auto put = [&](uint32_t v, int n) {
     for (int i = n - 1; i >= 0; --i) timing.push_back((v >> i) & 1);
   };
-  put(1, 1);                               // timing_info_present
-  put(1, 32);                              // num_units_in_tick
+  put(1, 1);                                // timing_info_present
+  put(1, 32);                               // num_units_in_tick
   put(2 * static_cast<uint32_t>(fps), 32);  // time_scale: two ticks a frame
-  put(1, 1);                               // fixed_frame_rate
+  put(1, 1);                                // fixed_frame_rate
   const size_t vui_flag = pos;
   if (!u(1)) {
     bits[vui_flag] = true;
