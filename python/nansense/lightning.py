@@ -30,9 +30,9 @@ except ImportError:  # pragma: no cover - the older package name
 
 from . import _nansense
 from ._capsule import Capsule
-from ._session import (DEFAULT_CACHE_DIR, Session, TimeTravelJump, _check_bool, _check_serve_args,
-                       _module_specs, _optimizer_reader, _restore_state, _state_kind, _state_of, start)
-from ._loop_state import pickled, rng_state, set_rng_state, unpickled
+from ._session import (DEFAULT_CACHE_DIR, Session, TimeTravelJump, _module_specs, _optimizer_reader, _restore_state,
+                       _state_kind, _state_of, start)
+from ._adapters import network_at, pickled, rng_state, serve_options, set_rng_state, unpickled
 from ._restorer import _check_cache_dir
 
 __all__ = ["NansenseCallback", "fit_with_time_travel", "replay_capsule", "LightningCapsule"]
@@ -160,13 +160,9 @@ class NansenseCallback(Callback):
         enabled: bool = True,
     ) -> None:
         super().__init__()
-        _check_serve_args(port, host, open_browser, input_mean, input_std, input_transform, port_none_ok=True)
-        _check_bool("enabled", enabled)
-        if model is not None and (not isinstance(model, str) or not model or
-                                  not all(part.isidentifier() for part in model.split("."))):
-            raise TypeError(f'model must be an attribute path inside the LightningModule such as "net", got {model!r}')
-        self._serve = dict(port=port, host=host, open_browser=open_browser, input_mean=input_mean,
-                           input_std=input_std, input_transform=input_transform)
+        self._serve = serve_options(port=port, host=host, open_browser=open_browser, model=model,
+                                    input_mean=input_mean, input_std=input_std, input_transform=input_transform,
+                                    enabled=enabled, inside='the LightningModule such as "net"')
         self._model_attr = model
         self._enabled = enabled
         self._session: Optional[Session] = None
@@ -210,19 +206,7 @@ class NansenseCallback(Callback):
     # ---- the session
 
     def _network(self, pl_module: LightningModule) -> torch.nn.Module:
-        target: Any = pl_module
-        if self._model_attr is not None:
-            walked = []
-            for part in self._model_attr.split("."):
-                walked.append(part)
-                if not hasattr(target, part):
-                    raise AttributeError(f"NansenseCallback(model={self._model_attr!r}): "
-                                         f"{type(pl_module).__name__} has no attribute {'.'.join(walked)!r}")
-                target = getattr(target, part)
-            if not isinstance(target, torch.nn.Module):
-                raise TypeError(f"NansenseCallback(model={self._model_attr!r}) names a {type(target).__name__}, "
-                                "not an nn.Module")
-        return target
+        return network_at(pl_module, self._model_attr)
 
     @property
     def _engine(self):

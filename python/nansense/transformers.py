@@ -29,9 +29,8 @@ except ImportError:
 
 from . import _nansense, _setups
 from ._capsule import Capsule
-from ._session import (Session, _check_bool, _check_serve_args, _module_specs, _optimizer_reader, _restore_state,
-                       _state_kind, _state_of, start)
-from ._loop_state import pickled, rng_state, set_rng_state, unpickled
+from ._session import Session, _module_specs, _optimizer_reader, _restore_state, _state_kind, _state_of, start
+from ._adapters import network_at, pickled, rng_state, serve_options, set_rng_state, unpickled
 
 __all__ = ["NansenseCallback", "replay_capsule", "TrainerCapsule"]
 
@@ -138,14 +137,9 @@ class NansenseCallback(TrainerCallback):
         enabled: bool = True,
     ) -> None:
         super().__init__()
-        _check_serve_args(port, host, open_browser, input_mean, input_std, input_transform, port_none_ok=True)
-        _check_bool("enabled", enabled)
-        if model is not None and (not isinstance(model, str) or not model or
-                                  not all(part.isidentifier() for part in model.split("."))):
-            raise TypeError(f'model must be an attribute path inside the Trainer\'s model such as "base_model.model", '
-                            f"got {model!r}")
-        self._serve = dict(port=port, host=host, open_browser=open_browser, input_mean=input_mean,
-                           input_std=input_std, input_transform=input_transform)
+        self._serve = serve_options(port=port, host=host, open_browser=open_browser, model=model,
+                                    input_mean=input_mean, input_std=input_std, input_transform=input_transform,
+                                    enabled=enabled, inside='the Trainer\'s model such as "base_model.model"')
         self._model_attr = model
         self._enabled = enabled
         # Set once training begins, and read only from then on.
@@ -205,19 +199,7 @@ class NansenseCallback(TrainerCallback):
     # ---- the session
 
     def _network(self, model: torch.nn.Module) -> torch.nn.Module:
-        target: Any = model
-        if self._model_attr is not None:
-            walked = []
-            for part in self._model_attr.split("."):
-                walked.append(part)
-                if not hasattr(target, part):
-                    raise AttributeError(f"NansenseCallback(model={self._model_attr!r}): {type(model).__name__} has "
-                                         f"no attribute {'.'.join(walked)!r}")
-                target = getattr(target, part)
-            if not isinstance(target, torch.nn.Module):
-                raise TypeError(f"NansenseCallback(model={self._model_attr!r}) names a {type(target).__name__}, "
-                                "not an nn.Module")
-        return target
+        return network_at(model, self._model_attr)
 
     @property
     def _engine(self):

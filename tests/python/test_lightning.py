@@ -517,6 +517,7 @@ def test_a_compiled_lightning_module_trains_and_pauses_served():
     assert {"0", "5"} <= layers and not any("_orig_mod" in name for name in layers), layers
     api.post("/api/run", {"detach": True})
     thread.join(120)
-    assert callback.session.debug_error is None
+    error = callback.session.debug_error
+    assert error is None, (error.layers, error.root_cause) if error else None
     assert callback.session.internal_errors == []
     torch._dynamo.reset()
