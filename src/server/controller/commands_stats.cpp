@@ -283,11 +283,16 @@ std::vector<Command> patch_commands() {
                                   "Overlay the channel's activation on each input, signed (red "
                                   "positive, blue negative; default false).")
                           .or_else(false);
+  const Arg current_batch = boolean_arg("current_batch",
+                                        "The last captured batch alone, for any layer (watched or not), instead of "
+                                        "an epoch's collected gallery; phase is then not used (default false).")
+                                .or_else(false);
   auto patch_options = [](const Args& a) {
     Controller::PatchOptions o;
     o.layer = a.string("layer");
     o.phase = a.optional_string("phase");
     o.heatmap = a.boolean("heatmap");
+    o.current_batch = a.boolean("current_batch");
     return o;
   };
   t.push_back({
@@ -304,7 +309,7 @@ std::vector<Command> patch_commands() {
                           "max_average / min_average (whole inputs, with average_patches on).")
                    .one_of({"max_pixel", "min_pixel", "max_average", "min_average"})
                    .or_else("max_pixel"),
-               heatmap},
+               heatmap, current_batch},
       .rest = Route{"GET", "/api/stats/patches"},
       .mcp = false,
       .read_only = true,
@@ -331,7 +336,7 @@ std::vector<Command> patch_commands() {
                            "max_average and min_average with average_patches on).")
                    .one_of({"max_pixel", "min_pixel", "max_average", "min_average"})
                    .items(1, 4),
-               heatmap},
+               heatmap, current_batch},
       .rest = Route{"GET", "/api/render/patches"},
       .mcp = true,
       .read_only = true,

@@ -223,6 +223,9 @@ class Controller {
     std::optional<std::string> phase;  // nullopt: the training phase if it has patches, else the first that does
     std::vector<std::string> grids;    // rankings; empty: max_pixel and min_pixel
     bool heatmap = false;              // overlay the channel's activation (signed, red/blue)
+    // The last captured batch alone (any layer, watched or not) instead of
+    // an epoch's collected gallery; `phase` is then not used.
+    bool current_batch = false;
   };
   // One ranking's grid: per (sample, channel) where the input came from, its
   // score and the crop as a PNG (base64), for the Stats page.

@@ -607,6 +607,10 @@ void patch_types(json& d, const Words& w) {
                          {"phase", str()},
                          {"epoch", integer()},
                          {"phases", array(str())},  // the phases that have patches for the layer
+                         // The last captured batch's gallery (phase and epoch are the batch's),
+                         // at `position`; null for an epoch's.
+                         {"current_batch", boolean()},
+                         {"position", nullable(str())},
                          {"ranking", w.ranking},
                          {"rankings", array(w.ranking)},  // those collected
                          {"heatmap", boolean()},
@@ -625,6 +629,7 @@ void patch_types(json& d, const Words& w) {
                                 {"samples", integer()},
                                 {"channels", integer()},
                                 {"sequence", integer()},
+                                {"current_batch", boolean()},
                                 {"width", integer()},
                                 {"height", integer()}});
   d["BinSample"] = object({{"sample", integer()},

@@ -54,7 +54,12 @@ export function usePageView(): { view: PageView | null; reason: string } {
     if (layers.length === 0 || stats.view === 'graphs') {
       return { view: null, reason: 'The graphs view is not recordable: switch to Histograms or Min/Max.' };
     }
-    const phaseArg = phase ? { phase } : {};
+    // A recording follows a phase's statistics as they grow; the current
+    // batch is one batch at a time.
+    if (phase === null) {
+      return { view: null, reason: 'Current batch is not recordable: pick a phase (its statistics grow as it trains).' };
+    }
+    const phaseArg = { phase };
     if (stats.view === 'minmax') {
       const layer = layers[0];
       return {
