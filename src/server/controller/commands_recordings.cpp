@@ -189,6 +189,26 @@ std::vector<Command> recording_commands() {
       .run = [](Controller& c, const Args&) { return json_reply(c.list_recordings()); },
   });
   t.push_back({
+      .name = "get_recording_file",
+      .title = "A saved recording's video",
+      .description = "The MP4 of a recording saved in this run (a path list_recordings names under saved), as "
+                     "video/mp4: inline for the page's player, or as an attachment with download. A file still "
+                     "being recorded is refused until it is saved (stop_recording).",
+      .args = {string_arg("path", "The file, as list_recordings names it under saved.").mandatory().not_empty(),
+               boolean_arg("download", "Answer it as an attachment (a download) instead of inline.").or_else(false)},
+      .rest = Route{"GET", "/api/recordings/file"},
+      .mcp = false,
+      .read_only = true,
+      .reply = "",
+      .run =
+          [](Controller& c, const Args& a) {
+            Reply r;
+            r.file = c.get_recording_file(a.string("path"));
+            r.download = a.boolean("download");
+            return r;
+          },
+  });
+  t.push_back({
       .name = "start_recording",
       .title = "Record a view as a video",
       .description =

@@ -339,6 +339,16 @@ class Controller {
   json stop_recording(const std::optional<std::string>& key);
   json discard_recording(const std::optional<std::string>& key);
   json save_snapshot(const RecordView& view);
+  // A saved recording's file (a path list_recordings names under saved), to
+  // play or download: refused for a file still being written or one this
+  // run did not save.
+  struct RecordedFile {
+    std::string path;
+    std::string name;          // the file name, for Content-Disposition
+    std::string content_type;  // video/mp4
+    std::string bytes;
+  };
+  std::shared_ptr<const RecordedFile> get_recording_file(const std::string& path) const;
   // The session's close(): every recording saved.
   void finish_recordings();
   // What a view's newest frame would show: the snapshot's sequence, or for
