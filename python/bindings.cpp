@@ -302,6 +302,7 @@ class Engine {
     options.epochs(epochs).phases(std::move(phases));
     session_ = std::make_unique<Session>(start(mirror_, options));
     core_ = detail::core_of(*session_);
+    core_->set_python_front_end();
     controller_ = std::make_unique<server::Controller>(*detail::port_of(*session_));
     core_->set_no_ui_hint(
         "nansense.serve(session) or nansense.start(..., port=8080) serves one, and session.detach() trains on "

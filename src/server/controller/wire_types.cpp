@@ -206,6 +206,8 @@ void status_types(json& d, const Words& w) {
                         {"stats", ref("StatsSummary")},
                         {"probe", ref("ProbeStatus")},
                         {"locked", boolean()},
+                        // What runs the loop: a LibTorch (C++) program or PyTorch from Python.
+                        {"front_end", one_of({"cpp", "python"})},
                         {"recordings", array(str())},
                         // What they freeze, setting -> why: update_frequency,
                         // stats_scope, watch_performance, watched:<layer>,

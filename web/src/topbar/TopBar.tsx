@@ -43,13 +43,7 @@ export function TopBar({ page }: { page: Page }) {
 
   return (
     <header class="topbar">
-      <a class="brand" href="./" title="nansense — LibTorch training debugger">
-        <Logo />
-        <span class="brand-name">
-          NaN<b>sense</b>
-        </span>
-        <span class="brand-sub">LibTorch debugger</span>
-      </a>
+      <Brand frontEnd={status?.front_end ?? null} />
       {status?.locked ? (
         <span
           class="chip chip-amber"
@@ -98,6 +92,35 @@ export function TopBar({ page }: { page: Page }) {
         ?
       </button>
     </header>
+  );
+}
+
+// The logo, and what kind of run this is debugging: a PyTorch loop run from
+// Python, or a LibTorch program (the status's front_end); before the first
+// status, neither.
+const FRONT_END: Record<Status['front_end'], { sub: string; run: string }> = {
+  python: { sub: 'PyTorch debugger', run: 'a PyTorch training loop run from Python' },
+  cpp: { sub: 'LibTorch debugger', run: 'a LibTorch (C++) training program' },
+};
+
+function Brand({ frontEnd }: { frontEnd: Status['front_end'] | null }) {
+  const known = frontEnd ? FRONT_END[frontEnd] : undefined;
+  return (
+    <a
+      class="brand"
+      href="./"
+      data-testid="brand"
+      data-front-end={frontEnd ?? undefined}
+      title={known ? `nansense — debugging ${known.run}` : 'nansense — training debugger'}
+    >
+      <Logo />
+      <span class="brand-name">
+        NaN<b>sense</b>
+      </span>
+      <span class="brand-sub" data-testid="brand-sub">
+        {known?.sub ?? 'training debugger'}
+      </span>
+    </a>
   );
 }
 
