@@ -44,6 +44,9 @@ export interface AppState {
   values: Values;
   // Pure shape ops as diagram nodes and cards; off: folded into the edges.
   showShapeOps: boolean;
+  // The main page's side panes (architecture, input): shown or put away by
+  // the top bar's toggles, remembered across reloads.
+  panes: PaneToggles;
   // The diagram's module groups the user opened (true) or closed (false);
   // the others follow the opening depth. Remembered across reloads.
   groupChoices: Record<string, boolean>;
@@ -65,6 +68,22 @@ const savedOptions = (() => {
     return JSON.parse(localStorage.getItem('nansense.render') ?? '{}') as { average?: unknown; values?: unknown };
   } catch {
     return {};
+  }
+})();
+
+export interface PaneToggles {
+  architecture: boolean;
+  input: boolean;
+}
+
+const PANES_KEY = 'nansense.panesShown';
+
+const savedPanes = ((): PaneToggles => {
+  try {
+    const v = JSON.parse(localStorage.getItem(PANES_KEY) ?? '{}') as Partial<Record<keyof PaneToggles, unknown>>;
+    return { architecture: v.architecture !== false, input: v.input !== false };
+  } catch {
+    return { architecture: true, input: true };
   }
 })();
 
@@ -109,6 +128,7 @@ export const store = createStore<AppState>({
   average: savedOptions.average === true,
   values: savedOptions.values === 'abs' || savedOptions.values === 'square' ? savedOptions.values : 'unchanged',
   showShapeOps: savedShapeOps,
+  panes: savedPanes,
   groupChoices: savedGroups,
   toasts: [],
   focus: null,
@@ -124,6 +144,16 @@ export function setRenderOptions(patch: { average?: boolean; values?: Values }):
   store.set(patch);
   const { average, values } = store.get();
   localStorage.setItem('nansense.render', JSON.stringify({ average, values }));
+}
+
+export function togglePane(pane: keyof PaneToggles): void {
+  const panes = { ...store.get().panes, [pane]: !store.get().panes[pane] };
+  store.set({ panes });
+  try {
+    localStorage.setItem(PANES_KEY, JSON.stringify(panes));
+  } catch {
+    // A full storage only loses the memory of the choice.
+  }
 }
 
 export function setShowShapeOps(show: boolean): void {

@@ -2,7 +2,7 @@
 import type { Status } from '../api/types';
 import { pageHref, type Page } from '../links';
 import { detach, pause, refresh, run, stepBy } from '../state/commands';
-import { store, type Connection } from '../state/app';
+import { store, togglePane, type Connection, type PaneToggles } from '../state/app';
 import { positionLabel } from '../state/position';
 import { useSelector } from '../state/store';
 import { openShare } from '../share/ShareDialog';
@@ -68,7 +68,9 @@ export function TopBar({ page }: { page: Page }) {
         )}
       </div>
       <div class="toolbar-spacer" />
+      {page === 'main' && <PaneToggle pane="architecture" />}
       {!status?.locked && <RefreshButton enabled={c.refresh} />}
+      {page === 'main' && <PaneToggle pane="input" />}
       {page === 'main' ? (
         <a class="btn btn-quiet" data-testid="stats-link" data-tour="stats-link" href={pageHref('stats')} title="Statistics over time: histograms and graphs by epoch">
           Stats
@@ -173,6 +175,30 @@ function RunControls({ c, status, ttReason }: { c: Controls; status: Status | nu
   );
 }
 
+// Shows or puts away one of the main page's side panes.
+function PaneToggle({ pane }: { pane: keyof PaneToggles }) {
+  const shown = useSelector(store, (s) => s.panes[pane]);
+  const title = `${shown ? 'Hide' : 'Show'} the ${pane} pane`;
+  return (
+    <button
+      class={`icon-button pane-toggle ${shown ? 'pane-toggle-on' : ''}`}
+      data-testid={`toggle-${pane}-pane`}
+      aria-pressed={shown}
+      title={title}
+      aria-label={title}
+      onClick={() => togglePane(pane)}
+    >
+      <svg viewBox="0 0 24 24" width="17" height="17" aria-hidden="true">
+        {pane === 'architecture' ? (
+          <path fill="currentColor" d="M22 11V3h-7v3H9V3H2v8h7V8h2v10h4v3h7v-8h-7v3h-2V8h2v3z" />
+        ) : (
+          <path fill="currentColor" d="M21 19V5a2 2 0 0 0-2-2H5a2 2 0 0 0-2 2v14c0 1.1.9 2 2 2h14a2 2 0 0 0 2-2zM8.5 13.5l2.5 3 3.5-4.5 4.5 6H5l3.5-4.5z" />
+        )}
+      </svg>
+    </button>
+  );
+}
+
 // Capture the next batch while training runs.
 function RefreshButton({ enabled }: { enabled: boolean }) {
   return (
@@ -267,7 +293,7 @@ function ConnectionIndicator({ connection }: { connection: Connection }) {
   return (
     <span class={`connection connection-${connection}`} data-testid="connection" role="status" aria-live="polite">
       <i class="connection-dot" aria-hidden="true" />
-      {text}
+      <span class="connection-text">{text}</span>
     </span>
   );
 }
