@@ -1,11 +1,11 @@
-// The recordings the session has, for the Share dialog, read defensively:
-// `list_recordings` is a newer command than this page may be served by. Its
-// route is not in api/routes.ts (tests/wire/check_types.sh holds that file to
-// the server's command table, which may not have it): a server without the
-// command answers 404, and the dialog then has no Recordings section.
+// The recordings the session has, for the Share dialog (list_recordings),
+// read defensively: a failed request (a page served by another build,
+// NANSENSE_WEB_DIR) or a reply of another shape leaves the dialog without a
+// Recordings section instead of failing it.
 import { pageToken } from '../api/client';
+import { routes } from '../api/routes';
 
-export const RECORDINGS_PATH = '/api/recordings';
+export const RECORDINGS_PATH = routes.list_recordings.path;
 
 export interface SharedRecording {
   label: string;
