@@ -6,11 +6,12 @@
 // an error result; Python: python/bindings.cpp's translator, ControlError for
 // kConflict, else ArgumentError, a ValueError).
 //
-// Code that checks a value without knowing the request it came in (render/,
-// the experiments' parameter and perturbation checks, common/json_values.h,
-// the stats codec, the Python mirror) throws std::invalid_argument instead;
-// the engine or controller call that used it turns that into a
-// kInvalidArgument refusal, adding what the request named. Those parts then
+// Code that checks a value without knowing where it came from (render/, the
+// experiments' parameter checks, common/json_read.h, the stats codec, the
+// Python mirror) throws std::invalid_argument instead; the caller that knows
+// turns it into its own error: a kInvalidArgument refusal, adding what the
+// request named, where a request gave the value (the engine, the
+// controller), CapsuleError or MomentError where a file did. Those parts then
 // need no request vocabulary (Kind, argument) and serve where there is no
 // request too (recordings; Python, where pybind11 makes it a ValueError).
 #pragma once
