@@ -83,7 +83,8 @@ std::vector<std::string> first(std::vector<std::string> names, size_t n) {
   return names;
 }
 
-// The original's defaults for a view given no layers: what its page shows.
+// The defaults of the original NaNsense 0.4.0 (Python, on PyPI) for a view
+// given no layers: what its page shows.
 void default_layers(Controller& c, RecordView& v) {
   if (v.view == "layers" && v.layers.empty()) {
     // The main page's cards: the layers watched, else every layer.

@@ -59,7 +59,7 @@ std::vector<Command> stats_commands() {
           "default, every 2 seconds, costs about 1% on the demo; every batch costs what capture costs (about "
           "1.5x a batch)." +
           settings_reply,
-      .args = {string_arg("unit", "What n counts (default epoch, as the original's).")
+      .args = {string_arg("unit", "What n counts (default epoch, as in NaNsense 0.4.0).")
                    .one_of({"batch", "epoch", "seconds"})
                    .or_else("epoch"),
                number_arg("n", "How many: a whole number >= 1 for batch and epoch, any number > 0 for seconds.")
@@ -398,7 +398,7 @@ std::vector<Command> patch_commands() {
                    .at_most(210),
                number_arg("value",
                           "A value, e.g. a bin centre from get_layer_stats' histogram pairs or a value read off "
-                          "render_histogram; it is snapped to the signed-log bin that holds it (the original's "
+                          "render_histogram; it is snapped to the signed-log bin that holds it (NaNsense 0.4.0's "
                           "argument). Give bin or value."),
                integer_arg("count", "How many elements to show (default 4).").at_least(1).at_most(32).or_else(4)},
       .rest = Route{"GET", "/api/render/bin_samples"},

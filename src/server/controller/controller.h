@@ -1,5 +1,5 @@
 // The one command/query layer every UI and MCP action goes through, named like
-// the original's MCP tools. Arguments arrive checked against their
+// the MCP tools of the original NaNsense 0.4.0 (Python, on PyPI). Arguments arrive checked against their
 // declarations (commands.h); transports only parse and format.
 #pragma once
 

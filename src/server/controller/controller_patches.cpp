@@ -298,7 +298,8 @@ std::shared_ptr<const Picture> Controller::render_extreme_patches(const PatchOpt
                   current ? v.patches_note.value_or("no Min/Max gallery for this batch") : missing_reason(v, session_));
   }
   std::vector<std::string> grids = o.grids;
-  // Every ranking collected, as the original draws all four by default.
+  // Every ranking collected, as the original NaNsense 0.4.0 (Python, on PyPI)
+  // draws all four by default.
   if (grids.empty()) grids = ranking_names(v);
   const auto options = input_options(session_);
   // Per grid a titled block: a row per slot, a column per channel.

@@ -263,7 +263,8 @@ json Controller::stop_recording(const std::optional<std::string>& key) { return 
 json Controller::discard_recording(const std::optional<std::string>& key) { return recorder_->discard(key); }
 json Controller::save_snapshot(const RecordView& view) {
   if (view.view != "experiment" || (!view.seq && !view.kind.empty())) return recorder_->snapshot(view);
-  // The original's form: an already published result, by seq or the newest.
+  // The form of the original NaNsense 0.4.0 (Python, on PyPI): an already
+  // published result, by seq or the newest.
   auto& engine = session_.experiments();
   std::shared_ptr<const experiments::Result> result;
   if (view.seq) {
@@ -583,7 +584,8 @@ json Recorder::stop(const std::optional<std::string>& key, bool settle) {
     stopped.push_back(std::move(entry));
   }
   if (!taken.empty()) controller_.wake_watchers();
-  // files: every saved file's path, as the original's stop_recording lists them.
+  // files: every saved file's path, as the original NaNsense 0.4.0's
+  // stop_recording lists them.
   json out = {{"stopped", stopped}, {"files", all_paths}, {"directory", folder()}};
   if (taken.empty()) out["note"] = "nothing was recording";
   return out;

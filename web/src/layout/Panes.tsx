@@ -18,7 +18,8 @@ interface Widths {
 }
 
 function defaults(): Widths {
-  // The input pane's default follows the original: clamp(11rem, 25vw, 18rem).
+  // The input pane's default follows the original NaNsense 0.4.0 (Python, on
+  // PyPI): clamp(11rem, 25vw, 18rem).
   const rem = parseFloat(getComputedStyle(document.documentElement).fontSize) || 16;
   const right = Math.min(18 * rem, Math.max(11 * rem, 0.25 * window.innerWidth));
   const left = Math.min(420, Math.max(240, 0.24 * window.innerWidth));

@@ -120,7 +120,7 @@ export function shownLayers(s: Pick<StatsPageState, 'layer' | 'list'>, fallback:
 // val batches shows train's), else the current batch. settlePhase keeps
 // that first answer, so a page opened on a running loop does not flip
 // between its phases.
-export function shownPhase(s: StatsPageState, layers: string[], livePhase: string | null): string | null {
+export function shownPhase(s: Pick<StatsPageState, 'list' | 'view' | 'phase'>, layers: string[], livePhase: string | null): string | null {
   const phases = phasesOf(s.list, layers);
   if (s.view === 'graphs') return typeof s.phase === 'string' ? s.phase : (phases[0] ?? null);
   if (s.phase !== undefined) return s.phase;

@@ -5,7 +5,7 @@ import type { PatchRanking } from '../api/types';
 import { pageHref } from '../links';
 import { store } from '../state/app';
 import { ALL_LAYERS, choose, offersAll, phasesOf, statsLayers, statsStore, type StatsView } from '../state/stats';
-import { useSelector } from '../state/store';
+import { useFields, useSelector } from '../state/store';
 import { phaseColor } from './colors';
 
 const VIEW_TITLE: Record<StatsView, string> = { histogram: 'Histogram', minmax: 'Min/Max', graphs: 'Graphs' };
@@ -18,7 +18,7 @@ const GRIDS: { value: PatchRanking; label: string; title: string }[] = [
 ];
 
 export function Sidebar({ layers, phase }: { layers: string[]; phase: string | null }) {
-  const s = useSelector(statsStore, (x) => x);
+  const s = useFields(statsStore, 'view', 'layer', 'list', 'grid', 'heatmap', 'rankings', 'logX', 'logY', 'retain');
   const architecture = useSelector(store, (x) => x.architecture);
   const withStats = statsLayers(s.list);
   const phases = phasesOf(s.list, withStats);
