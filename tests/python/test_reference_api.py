@@ -679,3 +679,23 @@ def test_probe_reads_and_wait_for_probe_under_the_reference_names():
     assert session.wait_for_probe(after_count=10_000, timeout=0.05) is False
     session.detach()
     thread.join()
+
+
+def test_a_manual_batch_that_goes_non_finite_is_reported_and_not_run_again():
+    model = SmallCnn()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    session = nansense.start(model, optimizer=optimizer, phases={"train": 3})
+    session.detach()
+    bodies = 0
+    for i, (x, y) in enumerate(make_loader(make_data(24), shuffle=False)):
+        with session.batch(phase="train", epoch=0, item=(x, y)):
+            bodies += 1
+            optimizer.zero_grad()
+            out = model(x * float("nan") if i == 1 else x)
+            F.cross_entropy(out, y).backward()
+    session.close()
+    assert bodies == 3  # the with block ran each batch once: nothing was repeated
+    error = session.debug_error
+    assert error is not None and (error.position.phase, error.position.batch_idx) == ("train", 1)
+    assert error.root_cause is not None and error.root_cause["status"] == "not_traced"
+    assert "not run again" in error.root_cause["summary"]
