@@ -422,11 +422,11 @@ class Engine {
   void set_inputs(std::vector<torch::Tensor> inputs) { core_->set_batch_inputs(std::move(inputs), false); }
   void record_item(std::vector<torch::Tensor> tensors) { core_->record_item(std::move(tensors)); }
   bool rerunning() const { return core_->rerunning(); }
-  bool end_batch() {
+  bool end_batch(bool can_repeat) {
     bool repeat;
     {
       py::gil_scoped_release release;
-      repeat = core_->end_batch();
+      repeat = core_->end_batch(can_repeat);
     }
     raise_pending();
     return repeat;
@@ -899,6 +899,79 @@ class Engine {
   }
   py::object list_experiments() const { return from_json(controller_->list_experiments()); }
 
+  // --- experiments under the reference API's names (any thread but the
+  // training one; they run on the training thread in its pause) ---
+  py::dict request_experiment(const std::string& kind, const std::string& layer, const std::string& params) {
+    auto sub = core_->experiments().submit(kind, layer, nlohmann::json::parse(params), /*until_pause=*/true);
+    py::dict d;
+    d["seq"] = sub.seq;
+    d["ignored"] = sub.ignored;
+    d["clamped"] = sub.clamped;
+    return d;
+  }
+  py::object experiment_result(uint64_t seq) const {
+    auto r = core_->experiments().result(seq);
+    return r ? py::object(result_dict(*r)) : py::none();
+  }
+  uint64_t latest_experiment_seq() const { return core_->experiments().latest_seq(); }
+  bool experiment_pending() const { return core_->experiments().pending(); }
+  int cancel_experiment(std::optional<uint64_t> seq) { return core_->experiments().cancel(seq); }
+  // Waits for request `seq` to finish: true once it has (or it left the
+  // kept results), false when `timeout_s` passed first (nullopt: no limit).
+  bool wait_for_experiment(uint64_t seq, std::optional<double> timeout_s) const {
+    py::gil_scoped_release release;
+    auto& engine = core_->experiments();
+    const auto finished = [&](std::chrono::milliseconds slice) {
+      auto r = engine.wait(seq, slice);
+      return !r || r->finished();
+    };
+    if (timeout_s) return finished(std::chrono::milliseconds(static_cast<int64_t>(*timeout_s * 1000)));
+    while (!finished(std::chrono::hours(1))) {
+    }
+    return true;
+  }
+  // The probe's last completed run (the reference's probe_result), and a
+  // wait for a run newer than `after` (its wait_for_probe).
+  py::object probe_result() const {
+    auto r = shared_probes().result();
+    if (!r) return py::none();
+    py::dict d;
+    d["run"] = r->run;
+    d["position"] = position_dict(r->position);
+    d["diff"] = r->diff;
+    d["perturbations_applied"] = r->perturbations_applied;
+    d["error"] = r->error;
+    d["activations"] = r->view ? py::object(py::cast(clones(r->view->activations))) : py::none();
+    d["inputs"] = r->view ? py::object(py::cast(clones(r->view->inputs))) : py::none();
+    return d;
+  }
+  bool wait_for_probe(uint64_t after, std::optional<double> timeout_s) const {
+    py::gil_scoped_release release;
+    const auto& probes = shared_probes();
+    const auto newer = [&](std::chrono::milliseconds slice) {
+      probes.wait_for_run_after(after, slice);
+      return probes.runs_completed() > after || session_->state() == RunState::kFinished ||
+             session_->state() == RunState::kLost;
+    };
+    if (timeout_s) return newer(std::chrono::milliseconds(static_cast<int64_t>(*timeout_s * 1000)));
+    while (!newer(std::chrono::hours(1))) {
+    }
+    return true;
+  }
+  // The probe state the Python API reads: the session's one shared state
+  // (a locked session's belongs to its visitors: a script sees none).
+  const experiments::Probes& shared_probes() const {
+    auto* port = detail::port_of(*session_);
+    return port->locked() ? port->visitor_probes().idle() : port->probes();
+  }
+  int64_t pause_count() const { return session_->pause_count(); }
+  bool wait_until_paused(int64_t after, std::optional<double> timeout_s) const {
+    py::gil_scoped_release release;
+    std::optional<std::chrono::milliseconds> timeout;
+    if (timeout_s) timeout = std::chrono::milliseconds(static_cast<int64_t>(*timeout_s * 1000));
+    return session_->wait_until_paused(after, timeout);
+  }
+
  private:
   // The exception a signal handler raised while the loop was paused, raised
   // now that the call returns to Python (the GIL is held again).
@@ -907,6 +980,36 @@ class Engine {
     py::error_already_set error = std::move(*pending_);
     pending_.reset();
     throw error;
+  }
+
+  static py::dict result_dict(const experiments::Result& r) {
+    const auto copy = [](const torch::Tensor& t) -> py::object {
+      return t.defined() ? py::cast(t.clone()) : py::none();
+    };
+    py::dict d;
+    d["seq"] = r.seq;
+    d["kind"] = r.kind;
+    d["layer"] = r.layer;
+    d["params"] = from_json(r.params);
+    d["stage"] = std::string(experiments::to_string(r.stage));
+    d["done"] = r.finished();
+    d["step"] = r.step;
+    d["total"] = r.total;
+    d["objective"] = r.objective ? py::object(py::float_(*r.objective)) : py::none();
+    d["objectives"] = r.objectives;
+    d["error"] = r.error;
+    d["stop_reason"] = r.stop_reason;
+    d["notes"] = r.notes;
+    d["seconds"] = r.seconds;
+    d["start"] = copy(r.start);
+    d["images"] = copy(r.images);
+    d["channels"] = r.channels;
+    d["inputs"] = copy(r.inputs);
+    d["attributions"] = copy(r.attributions);
+    d["targets"] = r.targets;
+    d["target_values"] = r.target_values;
+    d["attribution_sums"] = r.attribution_sums;
+    return d;
   }
 
   static server::Controller::Wait wait(double seconds) {
@@ -1069,7 +1172,7 @@ PYBIND11_MODULE(_nansense, m) {
       .def("set_inputs", &Engine::set_inputs)
       .def("set_module_scope", &Engine::set_module_scope)
       .def("record_item", &Engine::record_item)
-      .def("end_batch", &Engine::end_batch)
+      .def("end_batch", &Engine::end_batch, py::arg("can_repeat") = true)
       .def("abandon_batch", &Engine::abandon_batch)
       .def("end_phase", &Engine::end_phase)
       .def("close", &Engine::close)
@@ -1157,6 +1260,16 @@ PYBIND11_MODULE(_nansense, m) {
       .def("clear_perturbations", &Engine::clear_perturbations)
       .def("set_auto_run_experiments", &Engine::set_auto_run_experiments)
       .def("set_experiment_defaults", &Engine::set_experiment_defaults)
-      .def("list_experiments", &Engine::list_experiments);
+      .def("list_experiments", &Engine::list_experiments)
+      .def("request_experiment", &Engine::request_experiment)
+      .def("experiment_result", &Engine::experiment_result)
+      .def("latest_experiment_seq", &Engine::latest_experiment_seq)
+      .def("experiment_pending", &Engine::experiment_pending)
+      .def("cancel_experiment", &Engine::cancel_experiment)
+      .def("wait_for_experiment", &Engine::wait_for_experiment)
+      .def("pause_count", &Engine::pause_count)
+      .def("probe_result", &Engine::probe_result)
+      .def("wait_for_probe", &Engine::wait_for_probe)
+      .def("wait_until_paused", &Engine::wait_until_paused);
   m.def("histogram_edges", [] { return nansense::stats::bin_edges(); });
 }

@@ -36,6 +36,13 @@ enum class Mode {
   kRunUntil,   // run to an exact position (Step custom…)
   kRun,        // run to the last batch of the run (Run)
   kDetach,     // never pause again; capture cost drops to a flag check
+
+  // The reference API's names for the same modes (its Mode.STEP, ...).
+  kStep = kStepBatch,
+  kUntilPhaseChange = kStepPhase,
+  kUntilEpochChange = kStepEpoch,
+  kUntilPosition = kRunUntil,
+  kUntilEnd = kRun,
 };
 
 // "step_batch", "step_phase", "step_epoch", "run_until", "run", "detach".

@@ -237,6 +237,26 @@ class Session {
   // Returns the state then. Never call it from the training thread.
   RunState wait_until_stopped(std::chrono::milliseconds timeout) const;
 
+  // The reference API's names for run control, the same operations as
+  // ours above (a program written to the reference's names works as is).
+  void stop() { pause(); }
+  void step_run() { run(); }
+  void request_snapshot() { refresh(); }
+  // Pause at batch `batch_idx` of epoch `epoch` in the phase at
+  // `phase_index` of schedule().phase_order() (0 = the first phase):
+  // run_until() with the phase named. Throws UsageError for an index the
+  // run has not seen yet.
+  void step_until_position(int64_t phase_index, int64_t epoch, int64_t batch_idx);
+  // How many times the loop has paused so far (0 on a disabled session).
+  int64_t pause_count() const;
+  // Blocks until the loop has paused more than `after_pauses` times in all,
+  // or the run finished or was lost: true then; false when `timeout` passed
+  // first (nullopt: no limit). Pass pause_count() read before a command to
+  // wait for the pause it leads to. Never call it from the training thread.
+  // A disabled session never pauses: it returns true at once.
+  bool wait_until_paused(int64_t after_pauses = 0,
+                         std::optional<std::chrono::milliseconds> timeout = std::nullopt) const;
+
   // Numerical debugging (see nansense/debug.h). Callable from any thread.
   // The standing error, if a check tripped since the last clear.
   std::optional<DebugError> debug_error() const;

@@ -20,6 +20,7 @@ _check_torch()
 
 from ._capsule import Capsule, replay_capsule  # noqa: E402
 from ._distributed import DistributedError  # noqa: E402
+from ._experiments import ExperimentResult, ProbeResult  # noqa: E402
 from ._restorer import TrainingRestorer  # noqa: E402
 from ._session import DEFAULT_CACHE_DIR, Session, TimeTravelJump, load_moment, serve, start  # noqa: E402
 from ._types import (  # noqa: E402
@@ -76,6 +77,8 @@ __all__ = [
     "RunState",
     "Schedule",
     "TimeTravelStatus",
+    "ExperimentResult",
+    "ProbeResult",
     "StatsScope",
     "UpdateFrequency",
     "WatchPerformance",

@@ -37,6 +37,7 @@ class _ReferenceMethods:
     _engine: Any
     _model: Any
     _optimizer: Any
+    _scheduler: Any
     _closed: bool
     _module_paths: dict[int, str]
 
@@ -108,27 +109,43 @@ class _ReferenceMethods:
         self.run_until(phase=order[phase_index], epoch=epoch, batch_idx=batch_idx)
 
     def wait_until_paused(self, *, after_pauses: int = 0, timeout: Optional[float] = None) -> bool:
-        """Block until the loop is paused, or the session has closed or lost
-        its loop; True then, False when timeout seconds (None: no limit)
-        passed first. Never call it from the training thread.
+        """Block until the loop has paused more than after_pauses times in
+        all (see pause_count), or the session has closed or lost its loop:
+        True then, False when timeout seconds (None: no limit) passed first.
+        Read pause_count before a command and pass it to wait for the pause
+        that command leads to::
 
-        A run-control command (step_batch(), step_run(), ...) makes the loop
-        running at once, so a wait after it waits for the next pause;
-        after_pauses is accepted for the reference's signature (the count
-        of pauses already seen), and that is what it asks for."""
+            seen = session.pause_count
+            session.step_batch()
+            session.wait_until_paused(after_pauses=seen, timeout=10)
+
+        Never call it from the training thread. A disabled session never
+        pauses: it returns whether the session was closed, at once."""
         _whole("after_pauses", after_pauses)
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, numbers.Real)
                                     or not timeout >= 0):
             raise ValueError(f"timeout must be a number of seconds >= 0 or None, got {timeout!r}")
         if not self._engine:
             return self._closed
-        if timeout is not None:
-            return self.wait_until_stopped(float(timeout)) != RunState.RUNNING
-        while self.wait_until_stopped(3600.0) == RunState.RUNNING:
-            pass
-        return True
+        return bool(self._engine.wait_until_paused(after_pauses, None if timeout is None else float(timeout)))
+
+    @property
+    def pause_count(self) -> int:
+        """How many times the loop has paused so far (0 on a disabled
+        session): the count wait_until_paused(after_pauses=...) waits past."""
+        return int(self._engine.pause_count()) if self._engine else 0
 
     # ---- where the training side stands
+
+    @property
+    def optimizer(self) -> Any:
+        """The optimizer given to start() (None when none was)."""
+        return self._optimizer
+
+    @property
+    def scheduler(self) -> Any:
+        """The LR scheduler given to start() (None when none was)."""
+        return self._scheduler
 
     @property
     def closed(self) -> bool:

@@ -20,6 +20,7 @@ from typing import Any, Optional, Union
 import torch
 
 from . import _distributed, _nansense, _setups
+from ._experiments import _ExperimentMethods
 from ._reference import _ReferenceMethods
 from ._restorer import TrainingRestorer, _check_cache_dir
 from ._session_watch import _WatchMethods
@@ -288,7 +289,7 @@ def _closed_normally(generator_frame) -> bool:
 # ---------------------------------------------------------------- the session
 
 
-class Session(_WatchMethods, _ReferenceMethods):
+class Session(_WatchMethods, _ReferenceMethods, _ExperimentMethods):
     """The bridge between a live training loop and the nansense UI.
 
     Create one with nansense.start. The loop drives it through batches()
@@ -407,6 +408,33 @@ class Session(_WatchMethods, _ReferenceMethods):
         if self._closed:
             raise _nansense.UsageError("batches() was used after session.close()")
         return self._batches(loader, phase, epoch)
+
+    def batch(self, *, phase: str, epoch: int, item: Any = None) -> "_BatchContext":
+        """One debugger batch around a body you iterate yourself (the
+        reference's manual loop; batches() is the sugar over it)::
+
+            for epoch in range(epochs):
+                for x, y in train_loader:
+                    with session.batch(phase="train", epoch=epoch, item=(x, y)):
+                        optimizer.zero_grad()
+                        loss = criterion(model(x), y)
+                        loss.backward()
+                        optimizer.step()
+
+        The batch begins when the block is entered (it may raise
+        TimeTravelJump there) and ends when it is left (where it may pause).
+        item is the loader's item: a frozen moment (freeze_moment) stores it
+        as its replay seed, and the flight recorder keeps its tensors; pass
+        it when either may matter. The loop's phase lengths are not learned
+        from a manual loop (declare them with start(phases=...) for exact
+        progress and boundary stops). A batch that trips a numerical check
+        untraced is not run again traced (batches() can deliver the item
+        again; a with block cannot): its root cause is reported as not
+        traced. On a disabled session the block does nothing."""
+        if not isinstance(phase, str) or not phase:
+            raise TypeError(f'phase must be a non-empty string such as "train", got {phase!r}')
+        _check_int("epoch", epoch, 0, none_ok=False)
+        return _BatchContext(self, phase, epoch, item)
 
     def _watch_module_calls(self) -> list:
         """For a traced batch: hooks that tell the engine the model input
@@ -564,13 +592,15 @@ class Session(_WatchMethods, _ReferenceMethods):
             count += 1
         engine.end_phase(phase, count)
 
-    def _end_batch(self) -> bool:
+    def _end_batch(self, can_repeat: bool = True) -> bool:
         """End the batch under way (may pause; may raise TimeTravelJump):
-        True when the engine restored its starting state to run it again."""
+        True when the engine restored its starting state to run it again
+        (never when can_repeat is False: the loop cannot deliver the item
+        again)."""
         if self._compiled:
             self._eager.hold()  # a pause here runs probes and experiments eagerly
         try:
-            return self._engine.end_batch()
+            return self._engine.end_batch(can_repeat)
         except KeyboardInterrupt as e:
             self._release_on_interrupt(e)
             raise
@@ -678,9 +708,10 @@ class Session(_WatchMethods, _ReferenceMethods):
                     for epoch in restorer.epochs():
                         ...  # the epoch's phases
 
-        Each epoch's start is checkpointed to cache_dir; a jump unwinds the
-        with block, and the next attempt starts at its target with the state
-        restored. The epoch count is the schedule's (nansense.start(...,
+        Making it opts the session into time travel (time_travel_status()
+        is available from then on). Each epoch's start is checkpointed to
+        cache_dir; a jump unwinds the with block, and the next attempt starts
+        at its target with the state restored. The epoch count is the schedule's (nansense.start(...,
         epochs=N)). A session without a restorer never writes checkpoints;
         on a disabled session the restorer is inert (one attempt, nothing on
         disk). A session takes one restorer: a second call raises
@@ -696,6 +727,9 @@ class Session(_WatchMethods, _ReferenceMethods):
         restorer = TrainingRestorer(self, n, cache_dir)
         if self._engine is not None:
             self._nested_restorer = restorer
+            # Made is enabled, as the reference's: the UI offers time travel
+            # from here on (each epoch's start is checkpointed as it begins).
+            restorer._open()
         return restorer
 
     def time_travel_status(self) -> TimeTravelStatus:
@@ -974,6 +1008,47 @@ class Session(_WatchMethods, _ReferenceMethods):
         if not self._engine:
             return "<nansense.Session disabled>"
         return f"<nansense.Session {self.state} mode={self.mode} url={self.url}>"
+
+
+class _BatchContext:
+    """Session.batch()'s context manager: the batch begins on entering and
+    ends on leaving (see Session.batch)."""
+
+    __slots__ = ("_session", "_phase", "_epoch", "_item", "_hooks", "_entered")
+
+    def __init__(self, session: Session, phase: str, epoch: int, item: Any):
+        self._session = session
+        self._phase = phase
+        self._epoch = epoch
+        self._item = item
+        self._hooks: Optional[list] = None
+        self._entered = False
+
+    def __enter__(self) -> "_BatchContext":
+        session = self._session
+        if session._engine is None:
+            return self
+        if self._entered:
+            raise _nansense.UsageError("this session.batch(...) block was entered twice: make one per batch")
+        if session._closed:
+            raise _nansense.UsageError("batch() was used after session.close()")
+        self._entered = True
+        session._first_batch()
+        self._hooks = session._open_batch(self._phase, self._epoch, self._item)
+        return self
+
+    def __exit__(self, exc_type: Optional[type[BaseException]], exc: Optional[BaseException],
+                 tb: Optional[types.TracebackType]) -> None:
+        hooks, self._hooks = self._hooks, None
+        if hooks is None:
+            return  # disabled, or the batch never began (its begin raised)
+        session = self._session
+        session._remove_hooks(hooks)
+        if exc is not None:
+            session._engine.abandon_batch(True)
+            session._left_by(exc)
+            return
+        session._end_batch(can_repeat=False)
 
 
 # ---------------------------------------------------------------- entry points

@@ -21,6 +21,7 @@ from ._stats import (
     WatchSnapshot,
     _Instruments,
 )
+from ._experiments import ProbeResult
 from ._types import BatchPosition
 
 _InstrumentFn = Callable[..., Any]
@@ -240,7 +241,8 @@ class _WatchMethods:
             raise TypeError(f"include_patches must be a bool, got {include_patches!r}")
         if not self._engine:
             return WatchSnapshot()
-        return WatchSnapshot._from(self._engine.stats(), wanted, include_patches)
+        numel = {name: p.numel() for name, p in self._model.named_parameters()}
+        return WatchSnapshot._from(self._engine.stats(), wanted, include_patches, numel)
 
     def log_scalar(self, name: str, value: float) -> None:
         """Record `value` under `name` at the current batch (a GRAPHS plot).
@@ -371,6 +373,48 @@ class _WatchMethods:
         if not self._engine:
             return None
         return BatchPosition._from(self._probe().get("pinned_position"))
+
+    @property
+    def probe_result(self) -> Optional[ProbeResult]:
+        """The probe's last completed run (None before one, or on a disabled
+        session)."""
+        if not self._engine:
+            return None
+        d = self._engine.probe_result()
+        return ProbeResult._from(d) if d is not None else None
+
+    @property
+    def probe_error(self) -> Optional[str]:
+        """Why the last probe run failed, or None when it did not."""
+        result = self.probe_result
+        return result.error if result is not None else None
+
+    @property
+    def probe_count(self) -> int:
+        """How many probe runs have completed (failed ones too)."""
+        return int(self._probe()["runs_completed"]) if self._engine else 0
+
+    @property
+    def perturbations(self) -> dict[tuple[str, int, tuple[int, ...]], tuple[float, ...]]:
+        """The perturbations set: (input name, sample, index) -> values."""
+        if not self._engine:
+            return {}
+        return {(p["input"], int(p["sample"]), tuple(p["index"])): tuple(p["values"])
+                for p in self._probe()["perturbations"]}
+
+    def wait_for_probe(self, *, after_count: int = 0, timeout: Optional[float] = None) -> bool:
+        """Block until more than after_count probe runs have completed (see
+        probe_count), or the loop finished or was lost: True then, False when
+        timeout seconds (None: no limit) passed first. Failed runs count:
+        check probe_error."""
+        if isinstance(after_count, bool) or not isinstance(after_count, numbers.Integral) or after_count < 0:
+            raise ValueError(f"after_count must be an int >= 0, got {after_count!r}")
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, numbers.Real)
+                                    or not timeout >= 0):
+            raise ValueError(f"timeout must be a number of seconds >= 0 or None, got {timeout!r}")
+        if not self._engine:
+            return False
+        return bool(self._engine.wait_for_probe(int(after_count), None if timeout is None else float(timeout)))
 
     def pin_current_batch(self, *, timeout: float = 0.0) -> bool:
         """Pin the last captured batch's inputs as the probe input: from now

@@ -24,6 +24,8 @@ __all__ = [
     "WatchPerformance",
     "TensorStatsSnapshot",
     "PatchGallery",
+    "PatchSnapshot",
+    "TypePatches",
     "LayerStatsSnapshot",
     "ParameterSample",
     "WatchSnapshot",
@@ -190,10 +192,71 @@ class PatchGallery:
 
 
 @dataclass(frozen=True)
+class TypePatches:
+    """One ranking's Min/Max patches in the reference's layout, every
+    tensor indexed [channel, sample] (C channels, N samples each, best
+    first): values are the ranked scores (never-filled slots -inf for a
+    max ranking, +inf for a min one, their patches and heat zeros),
+    patches the input crops [C, N, input channels, h, w] (whole inputs for
+    the average rankings), heat the channel's activation map [C, N, h, w]
+    ([C, N, 1, 1] for a flat activation), top / left each crop's origin in
+    the input. input_hw is the model input's size; crop whether patches are
+    crops (the pixel rankings) or whole inputs."""
+
+    values: torch.Tensor
+    patches: torch.Tensor
+    heat: torch.Tensor
+    top: torch.Tensor
+    left: torch.Tensor
+    input_hw: tuple[int, int]
+    crop: bool
+
+    @classmethod
+    def _from(cls, g: "PatchGallery", input_hw: tuple[int, int]) -> Optional["TypePatches"]:
+        if g.crops is None:
+            return None
+        c, n = g.channels, g.samples
+        largest = g.ranking.startswith("max")
+
+        def slot(k: int, ch: int) -> dict:
+            return g.slots[k][ch] or {}  # an empty slot reads as {}
+
+        filled = torch.tensor([[g.slots[k][ch] is not None for k in range(n)] for ch in range(c)],
+                              dtype=torch.bool).reshape(c, n)
+        empty = math.inf if not largest else -math.inf
+        values = torch.tensor([[slot(k, ch).get("score", empty) for k in range(n)] for ch in range(c)],
+                              dtype=torch.float32).reshape(c, n)
+        top = torch.tensor([[slot(k, ch).get("top", 0) for k in range(n)] for ch in range(c)],
+                           dtype=torch.int64).reshape(c, n)
+        left = torch.tensor([[slot(k, ch).get("left", 0) for k in range(n)] for ch in range(c)],
+                            dtype=torch.int64).reshape(c, n)
+        patches = g.crops.transpose(0, 1).contiguous()
+        heat = (g.heat.transpose(0, 1).contiguous() if g.heat is not None
+                else torch.where(filled, values, torch.zeros(())).reshape(c, n, 1, 1).clone())
+        # Never-filled slots hold zeros, as the reference's do.
+        patches[~filled] = 0
+        heat[~filled] = 0
+        return cls(values=values, patches=patches, heat=heat, top=top, left=left, input_hw=input_hw,
+                   crop=g.ranking.endswith("pixel"))
+
+
+@dataclass(frozen=True)
+class PatchSnapshot:
+    """A layer's Min/Max patches in the reference's layout: ranking name
+    ("max_pixel", "min_pixel", "max_average", "min_average"; the average
+    ones only with WatchPerformance.average_patches) -> TypePatches."""
+
+    by_type: dict[str, TypePatches]
+
+
+@dataclass(frozen=True)
 class LayerStatsSnapshot:
     """One layer's statistics for a (phase, epoch) bucket: its activations'
     and gradients' accumulators (gradients None in forward-only phases) and
-    its Min/Max patches (the reference's "extreme-input patches")."""
+    its Min/Max patches (the reference's "extreme-input patches"): patches
+    in the reference's layout (None when the bucket holds none: no
+    image-like input, an older epoch, or include_patches=False), galleries
+    the same patches as ours (one PatchGallery per ranking)."""
 
     layer: str
     phase: str
@@ -201,25 +264,38 @@ class LayerStatsSnapshot:
     batches: int
     activations: Optional[TensorStatsSnapshot]
     gradients: Optional[TensorStatsSnapshot]
-    patches: tuple[PatchGallery, ...] = ()
+    patches: Optional[PatchSnapshot] = None
+    galleries: tuple[PatchGallery, ...] = ()
 
 
 @dataclass(frozen=True)
-class ParameterSample:
-    """A parameter's value (and gradient) statistics sampled at an epoch."""
+class ParameterSample(TensorStatsSnapshot):
+    """A parameter's statistics sampled at an epoch, a TensorStatsSnapshot
+    of its values as the reference's are (n elements, sum, sum_sq, min, max;
+    mean, std and variance from them; no histogram is kept, so hist is None
+    and median nan), plus ours: the epoch, the values' L2 norm, the
+    gradient's norm, mean, std, min and max (None without a gradient), and
+    the update ratio ||w after the step - w before|| / ||w before||."""
 
-    epoch: int
-    value_norm: float
-    mean: float
-    std: float
-    min: float
-    max: float
+    epoch: int = 0
+    value_norm: float = 0.0
     grad_norm: Optional[float] = None
     grad_mean: Optional[float] = None
     grad_std: Optional[float] = None
     grad_min: Optional[float] = None
     grad_max: Optional[float] = None
     update_ratio: Optional[float] = None
+
+    @classmethod
+    def _sample(cls, s: Mapping[str, Any], numel: Optional[int]) -> "ParameterSample":
+        # The engine samples mean and population std; the reference's fields
+        # are the sums they come from (over numel elements).
+        n = numel if numel else 1
+        mean, std = float(s["mean"]), float(s["std"])
+        return cls(n=n, sum=mean * n, sum_sq=n * (std * std + mean * mean), min=float(s["min"]),
+                   max=float(s["max"]), hist=None, epoch=int(s["epoch"]), value_norm=float(s["value_norm"]),
+                   grad_norm=s["grad_norm"], grad_mean=s["grad_mean"], grad_std=s["grad_std"],
+                   grad_min=s["grad_min"], grad_max=s["grad_max"], update_ratio=s["update_ratio"])
 
 
 @dataclass(frozen=True)
@@ -260,25 +336,34 @@ class WatchSnapshot:
         return out
 
     @classmethod
-    def _from(cls, d: Optional[dict], layers: Optional[set], include_patches: bool) -> "WatchSnapshot":
+    def _from(cls, d: Optional[dict], layers: Optional[set], include_patches: bool,
+              numel: Optional[Mapping[str, int]] = None) -> "WatchSnapshot":
         if d is None:
             return cls()
         stats = {}
         for l in d["layers"]:
             if layers is not None and l["layer"] not in layers:
                 continue
-            patches = tuple(PatchGallery._from(g) for g in l["patches"]) if include_patches else ()
+            raw = l["patches"] if include_patches else []
+            galleries = tuple(PatchGallery._from(g) for g in raw)
+            by_type = {}
+            for g, r in zip(galleries, raw):
+                t = TypePatches._from(g, (int(r["input_height"]), int(r["input_width"])))
+                if t is not None:
+                    by_type[g.ranking] = t
             stats[(l["layer"], l["phase"], l["epoch"])] = LayerStatsSnapshot(
                 layer=l["layer"], phase=l["phase"], epoch=l["epoch"], batches=l["batches"],
                 activations=TensorStatsSnapshot._from(l["activation"]),
-                gradients=TensorStatsSnapshot._from(l["gradient"]), patches=patches)
+                gradients=TensorStatsSnapshot._from(l["gradient"]),
+                patches=PatchSnapshot(by_type) if by_type else None, galleries=galleries)
         weights: dict[tuple[str, int], dict[str, ParameterSample]] = {}
         for param, samples in d["parameters"].items():
             owner = d["owner"].get(param, "")
             if layers is not None and owner not in layers:
                 continue
             for s in samples:
-                weights.setdefault((owner, s["epoch"]), {})[param] = ParameterSample(**s)
+                weights.setdefault((owner, s["epoch"]), {})[param] = ParameterSample._sample(
+                    s, (numel or {}).get(param))
         return cls(stats=stats, weights=weights, sequence=d["sequence"], ranks=d["ranks"])
 
 

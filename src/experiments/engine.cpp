@@ -153,7 +153,8 @@ std::vector<Result> Engine::drop_queued_of(const std::string& tab) {
   return dropped;
 }
 
-Engine::Submitted Engine::submit(const std::string& kind_name, const std::string& layer, const json& params) {
+Engine::Submitted Engine::submit(const std::string& kind_name, const std::string& layer, const json& params,
+                                 bool until_pause) {
   using Kind = common::Refusal::Kind;
   Checked checked = check(kind_name, layer, params);
   std::vector<std::string> clamped;
@@ -174,7 +175,7 @@ Engine::Submitted Engine::submit(const std::string& kind_name, const std::string
   {
     std::lock_guard lock(mu_);
     if (closed_) throw Refusal(Kind::kConflict, "the session has closed: experiments run on a live training loop");
-    if (!paused && !auto_run_) {
+    if (!paused && !auto_run_ && !until_pause) {
       throw Refusal(Kind::kConflict,
                     "training is running: pause it (pause or step) before running an experiment, or turn on "
                     "auto-run (set_auto_run_experiments) to run it at the next live update");
@@ -372,6 +373,11 @@ std::shared_ptr<const Result> Engine::wait(uint64_t seq, std::chrono::millisecon
   });
   auto it = results_.find(seq);
   return it == results_.end() ? nullptr : it->second;
+}
+
+uint64_t Engine::latest_seq() const {
+  std::lock_guard lock(mu_);
+  return next_seq_ - 1;
 }
 
 std::vector<uint64_t> Engine::kept() const {

@@ -88,7 +88,12 @@ class Engine {
   // the known ones), a layer the kind cannot use (saying why), a parameter of
   // the wrong type or out of range, no captured batch yet, no forward, or the
   // loop running without auto-run (kConflict: pause first).
-  Submitted submit(const std::string& kind, const std::string& layer, const json& params);
+  // `until_pause`: a request made while the loop runs (auto-run off) waits
+  // in the queue for the next pause instead of being refused (the
+  // reference API's request_experiment).
+  Submitted submit(const std::string& kind, const std::string& layer, const json& params, bool until_pause = false);
+  // The seq of the newest request made (0 before the first).
+  uint64_t latest_seq() const;
   // Cancels one request (queued or running) or, with nullopt, all; returns
   // how many it stopped.
   int cancel(std::optional<uint64_t> seq);

@@ -647,7 +647,7 @@ Monitor::End Monitor::end_batch(bool can_repeat) {
     }
     if (rerun_pending_) {
       rerun_pending_ = false;
-      std::string why = "the loop left the batch before it could run again";
+      std::string why = "the batch was not run again to trace it (the loop left it, or cannot deliver it twice)";
       if (can_repeat) {
         try {
           restore_capsule(*capsule_, live_state());

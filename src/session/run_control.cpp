@@ -113,6 +113,7 @@ void RunControl::pause_at(const BatchPosition& pos) {
   if (commands_ != commands_at_decision_ && !pauses_at(pos)) return;
   paused_at_ = pos;
   paused_since_ = std::chrono::system_clock::now();
+  ++pauses_;
   mode_ = Mode::kStepBatch;
   target_.reset();
   resume_ = false;
@@ -334,6 +335,21 @@ std::optional<std::chrono::system_clock::time_point> RunControl::paused_since() 
   std::lock_guard lock(mu_);
   if (!paused_at_) return std::nullopt;
   return paused_since_;
+}
+
+int64_t RunControl::pause_count() const {
+  std::lock_guard lock(mu_);
+  return pauses_;
+}
+
+bool RunControl::wait_for_pause(int64_t after, std::optional<std::chrono::milliseconds> timeout) const {
+  std::unique_lock lock(mu_);
+  const auto done = [&] { return pauses_ > after || finished_ || lost_; };
+  if (!timeout) {
+    cv_.wait(lock, done);
+    return true;
+  }
+  return cv_.wait_for(lock, *timeout, done);
 }
 
 RunState RunControl::wait_until_stopped(std::chrono::milliseconds timeout) const {

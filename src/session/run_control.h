@@ -75,6 +75,12 @@ class RunControl {
   std::optional<BatchPosition> paused_at() const;
   std::string lost_reason() const;
   RunState wait_until_stopped(std::chrono::milliseconds timeout) const;
+  // How many pauses the loop has entered so far (the reference's
+  // pause_count), and a wait for the count to pass `after`: true once it
+  // has (or the run finished or was lost), false when `timeout` passed
+  // first (nullopt: no limit).
+  int64_t pause_count() const;
+  bool wait_for_pause(int64_t after, std::optional<std::chrono::milliseconds> timeout) const;
   // When the current pause began (wall clock), if paused.
   std::optional<std::chrono::system_clock::time_point> paused_since() const;
 
@@ -105,6 +111,7 @@ class RunControl {
   std::optional<BatchPosition> target_;  // kRunUntil
   std::optional<BatchPosition> paused_at_;
   std::chrono::system_clock::time_point paused_since_;
+  int64_t pauses_ = 0;
   uint64_t version_ = 0;
   bool resume_ = false;
   // Counts commands that change the mode; decide() notes the count so that a

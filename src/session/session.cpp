@@ -546,6 +546,27 @@ void Session::refresh() {
 RunState Session::wait_until_stopped(std::chrono::milliseconds timeout) const {
   return core_ ? core_->control().wait_until_stopped(timeout) : RunState::kRunning;
 }
+void Session::step_until_position(int64_t phase_index, int64_t epoch, int64_t batch_idx) {
+  if (!core_ || core_->locked()) return;
+  const auto order = core_->schedule().phase_order();
+  if (phase_index < 0 || phase_index >= static_cast<int64_t>(order.size())) {
+    std::string seen;
+    for (const auto& p : order) seen += (seen.empty() ? "" : ", ") + p;
+    throw UsageError("step_until_position: phase_index " + std::to_string(phase_index) +
+                     " is not a phase the run has seen yet (phases so far: " + (seen.empty() ? "none" : seen) +
+                     "); run_until() names the phase");
+  }
+  BatchPosition target;
+  target.phase = order[static_cast<size_t>(phase_index)];
+  target.epoch = epoch;
+  target.batch_idx = batch_idx;
+  core_->control().run_until(target);
+}
+int64_t Session::pause_count() const { return core_ ? core_->control().pause_count() : 0; }
+bool Session::wait_until_paused(int64_t after_pauses, std::optional<std::chrono::milliseconds> timeout) const {
+  if (!core_) return true;  // nothing will ever pause
+  return core_->control().wait_for_pause(after_pauses, timeout);
+}
 std::string Session::url() const { return core_ ? core_->url() : std::string(); }
 void Session::set_forward(ForwardFn forward) {
   if (core_) core_->experiments().set_forward(std::move(forward));

@@ -49,7 +49,9 @@ class SessionCore {
   void set_batch_inputs(std::vector<torch::Tensor> inputs, bool stacked);
   void record_item(std::vector<torch::Tensor> tensors);
   // True: deliver the same item again (see detail::end_batch).
-  bool end_batch();
+  // `can_repeat`: false where the loop cannot deliver the item again (a
+  // manual batch context): a batch that would be re-run traced is not.
+  bool end_batch(bool can_repeat = true);
   void end_phase(const std::string& phase, int64_t count);
   void abandon_batch(bool by_exception);
   // Session::log_scalar: at the current batch position.

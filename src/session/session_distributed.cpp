@@ -216,10 +216,10 @@ bool SessionCore::begin_batch(const std::string& phase, std::optional<int64_t> e
   return capture;
 }
 
-bool SessionCore::end_batch() {
-  if (!coordinator_) return finish_batch(/*can_repeat=*/true);
+bool SessionCore::end_batch(bool can_repeat) {
+  if (!coordinator_) return finish_batch(can_repeat);
   try {
-    return finish_batch(/*can_repeat=*/true);
+    return finish_batch(can_repeat);
   } catch (const TimeTravelJump& jump) {
     // Rank 0's jump, requested in its pause: every rank makes it.
     coordinator_->boundary(jump.epoch());
@@ -248,7 +248,7 @@ bool SessionCore::begin_batch(const std::string& phase, std::optional<int64_t> e
   if (closed_) throw UsageError("batches() was used after session.close()");
   return open_batch(phase, epoch);
 }
-bool SessionCore::end_batch() { return finish_batch(/*can_repeat=*/true); }
+bool SessionCore::end_batch(bool can_repeat) { return finish_batch(can_repeat); }
 void SessionCore::leave_run(const std::string&) {}
 void SessionCore::close_run() {}
 void SessionCore::end_run() {}

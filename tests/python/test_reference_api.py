@@ -137,16 +137,19 @@ def test_run_control_under_the_reference_names():
     # The second phase by its index, once the run has seen it.
     with pytest.raises(ValueError, match="phase_index 1"):
         session.step_until_position(phase_index=1, epoch=0, batch_idx=1)
+    seen = session.pause_count
     session.step_until_position(phase_index=0, epoch=1, batch_idx=0)
-    assert session.wait_until_paused(timeout=60)
+    assert session.wait_until_paused(after_pauses=seen, timeout=60)
     assert (session.live_position.phase, session.live_position.epoch, session.live_position.batch_idx) == \
         ("train", 1, 0)
+    seen = session.pause_count
     session.step_until_position(phase_index=1, epoch=1, batch_idx=0)
-    assert session.wait_until_paused(timeout=60)
+    assert session.wait_until_paused(after_pauses=seen, timeout=60)
     assert session.live_position.phase == "val"
     # step_run() runs to the run's last batch and pauses there.
+    seen = session.pause_count
     session.step_run()
-    assert session.wait_until_paused(timeout=60)
+    assert session.wait_until_paused(after_pauses=seen, timeout=60)
     assert session.live_position.is_last_overall
     session.step_run()
     thread.join()
@@ -182,7 +185,7 @@ def test_wait_until_paused_times_out_while_running_and_on_a_disabled_session():
 def test_current_weights_gradients_and_optimizer_state_are_read_live():
     session, model, optimizer, thread = paused_session()
     session.step_batch()
-    assert session.wait_until_paused(timeout=60)
+    assert session.wait_until_paused(after_pauses=1, timeout=60)
     weights = session.current_weights()
     assert set(weights) == {n for n, _ in model.named_parameters()}
     for name, p in model.named_parameters():
@@ -214,7 +217,7 @@ def test_stats_layers_phases_toggle_and_current_batch_stats():
     session.set_stats_scope("all")
     assert set(session.layer_names) <= session.stats_layers
     session.step_batch()
-    assert session.wait_until_paused(timeout=60)
+    assert session.wait_until_paused(after_pauses=1, timeout=60)
     assert session.stats_phases() == {"train"} and session.stats_phases("features.0") == {"train"}
     assert session.toggle_stats_collecting() is False
     assert session.stats_scope == nansense.StatsScope.NONE
@@ -365,3 +368,334 @@ def test_a_script_that_dropped_its_session_exits(tmp_path):
         proc.kill()
     assert proc.returncode == 0, err
     assert out.strip().endswith("done")
+
+
+# ---- the manual loop: session.batch(phase=, epoch=, item=)
+
+
+def manual_loop(session, model, optimizer, epochs=2, train=3, val=2):
+    train_loader = make_loader(make_data(8 * train), shuffle=False)
+    val_loader = make_loader(make_data(8 * val, seed=1), shuffle=False)
+    for epoch in range(epochs):
+        for x, y in train_loader:
+            with session.batch(phase="train", epoch=epoch, item=(x, y)):
+                optimizer.zero_grad()
+                F.cross_entropy(model(x), y).backward()
+                optimizer.step()
+        with torch.no_grad():
+            for x, y in val_loader:
+                with session.batch(phase="val", epoch=epoch, item=(x, y)):
+                    model(x)
+    session.close()
+
+
+def test_the_manual_batch_context_pauses_steps_and_runs_like_batches():
+    model = SmallCnn()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    session = nansense.start(model, optimizer=optimizer, epochs=2, phases={"train": 3, "val": 2})
+    session.stop()
+    thread = TrainingThread(lambda: manual_loop(session, model, optimizer))
+    assert session.wait_until_paused(timeout=60)
+    assert session.live_position == nansense.BatchPosition("train", 0, 0)
+    assert session.snapshot.position.batch_idx == 0 and "features.0" in session.snapshot.activations
+    session.step_phase()
+    assert session.wait_until_paused(after_pauses=1, timeout=60)
+    assert (session.live_position.phase, session.live_position.epoch) == ("val", 0)
+    session.step_run()
+    assert session.wait_until_paused(after_pauses=2, timeout=60)
+    assert session.live_position.is_last_overall
+    session.step_batch()
+    thread.join()
+    assert session.closed and not session.training_lost
+
+
+def test_a_manual_batch_that_raises_loses_the_loop_with_its_error():
+    model = SmallCnn()
+    session = nansense.start(model)
+    session.detach()
+    with pytest.raises(ZeroDivisionError):
+        with session.batch(phase="train", epoch=0):
+            1 / 0
+    assert session.training_lost
+    assert session.training_error.startswith("ZeroDivisionError")
+
+
+def test_batch_checks_its_arguments_and_is_inert_when_disabled():
+    session = nansense.start(SmallCnn())
+    with pytest.raises(TypeError, match="phase"):
+        session.batch(phase="", epoch=0)
+    with pytest.raises(TypeError, match="epoch"):
+        session.batch(phase="train", epoch="0")
+    with pytest.raises(TypeError):
+        session.batch("train", 0)  # keyword-only, as the reference's
+    disabled = nansense.start(SmallCnn(), enabled=False)
+    with disabled.batch(phase="train", epoch=0):
+        pass
+    assert disabled.live_position is None
+
+
+def test_a_moment_frozen_in_a_manual_loop_holds_its_item(tmp_path):
+    model = SmallCnn()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    session = nansense.start(model, optimizer=optimizer, epochs=1, phases={"train": 3, "val": 2})
+    path = tmp_path / "manual.moment"
+    session.freeze_moment(path, phase="train", epoch=0, batch_idx=2)
+    session.detach()
+    manual_loop(session, model, optimizer, epochs=1)
+    fresh = SmallCnn()
+    viewer = nansense.load_moment(fresh, path, replay=lambda m, batch: F.cross_entropy(m(batch[0]), batch[1]))
+    p = viewer.snapshot.position
+    assert (p.phase, p.epoch, p.batch_idx) == ("train", 0, 2)
+    # The replay ran on the stored item: batch 2 of the loader.
+    x, _ = list(make_loader(make_data(24), shuffle=False))[2]
+    assert torch.equal(viewer.snapshot.activations["input"], x)
+    viewer.close()
+
+
+# ---- pause_count and wait_until_paused(after_pauses=)
+
+
+def test_pause_count_counts_the_pauses_and_after_pauses_waits_past_them():
+    session, model, optimizer, thread = paused_session()
+    assert session.pause_count == 1
+    # Paused once: waiting for more than one pause times out while paused.
+    assert session.wait_until_paused(after_pauses=1, timeout=0.05) is False
+    seen = session.pause_count
+    session.step_batch()
+    assert session.wait_until_paused(after_pauses=seen, timeout=60)
+    assert session.pause_count == seen + 1
+    session.detach()
+    thread.join()
+    assert session.wait_until_paused(after_pauses=100, timeout=0)  # closed: nothing to wait for
+    assert nansense.start(SmallCnn(), enabled=False).pause_count == 0
+
+
+# ---- experiments under the reference's names
+
+
+def test_request_experiment_runs_on_the_paused_loop_and_reports_its_result():
+    session, model, optimizer, thread = paused_session()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    assert session.experiment_result is None and not session.experiment_pending
+    seq = session.request_experiment(kind="neuron_gradient", layer="features.0", params={"channel": 1, "batch": 2})
+    assert isinstance(seq, int) and seq > 0
+    assert session.wait_for_experiment(timeout=60)
+    result = session.experiment_result_for(seq)
+    assert isinstance(result, nansense.ExperimentResult)
+    assert (result.seq, result.kind, result.layer, result.done, result.error) == (seq, "neuron_gradient",
+                                                                                   "features.0", True, None)
+    assert result.attribution.shape == (2, 1, 12, 12) and result.image is None
+    assert torch.equal(result.reference, session.snapshot.activations["input"][:2])
+    assert session.experiment_result.seq == seq and session.experiment_result.done
+    # The training state is untouched (the run is isolated).
+    assert all(torch.equal(before[n], p) for n, p in model.named_parameters())
+    session.detach()
+    thread.join()
+
+
+def test_cancel_experiment_stops_a_long_run_and_bad_requests_raise():
+    session, model, optimizer, thread = paused_session()
+    seq = session.request_experiment(kind="deep_dream", layer="features.0",
+                                     params={"steps": 10000, "channels": 1})
+    session.cancel_experiment(seq)
+    assert session.wait_for_experiment(timeout=60)
+    result = session.experiment_result_for(seq)
+    # Stopped before it ran, or at its next step: either way not finished.
+    assert result.done and result.stage == "stopped" and "cancel" in result.stop_reason
+    assert result.step < 10000 and result.error is None
+    with pytest.raises(ValueError, match="no_such_kind"):
+        session.request_experiment(kind="no_such_kind", layer="features.0", params={})
+    with pytest.raises(ValueError, match="no_such_layer"):
+        session.request_experiment(kind="deep_dream", layer="no_such_layer", params={})
+    with pytest.raises(TypeError, match="params"):
+        session.request_experiment(kind="deep_dream", layer="features.0", params=[1])
+    assert session.experiment_result_for(10_000) is None
+    session.detach()
+    thread.join()
+    disabled = nansense.start(SmallCnn(), enabled=False)
+    assert disabled.request_experiment(kind="deep_dream", layer="x", params={}) == 0
+    assert disabled.experiment_result is None and disabled.wait_for_experiment(timeout=0) is False
+
+
+def test_an_experiment_requested_while_running_waits_for_the_next_pause():
+    session, model, optimizer, thread = paused_session()
+    seen = session.pause_count
+    session.step_batch()  # running until the next pause
+    seq = session.request_experiment(kind="gradcam", layer="features.0", params={"batch": 2})
+    assert session.wait_until_paused(after_pauses=seen, timeout=60)
+    assert session.wait_for_experiment(timeout=60)
+    result = session.experiment_result_for(seq)
+    assert result.done and result.error is None and result.attribution is not None
+    session.detach()
+    thread.join()
+
+
+# ---- statistics in the reference's types
+
+
+def watched_run(scope=nansense.StatsScope.ALL):
+    model = SmallCnn()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    session = nansense.start(model, optimizer=optimizer)
+    session.set_stats_scope(scope)
+    session.watch("features.0")  # Min/Max patches are the watched layers'
+    session.detach()
+    loop(session, model, optimizer)
+    return session, model
+
+
+def test_watch_snapshot_weights_are_tensor_stats_snapshots():
+    session, model = watched_run()
+    snap = session.watch_snapshot()
+    history = snap.weight_history("features.0")
+    assert set(history) == {"features.0.weight", "features.0.bias"}
+    assert [e for e, _ in history["features.0.weight"]] == [0, 1]
+    for (layer, epoch), params in snap.weights.items():
+        for name, stats in params.items():
+            assert isinstance(stats, nansense.TensorStatsSnapshot)
+            assert stats.n == dict(model.named_parameters())[name].numel()
+            assert stats.min <= stats.mean <= stats.max
+    # The last sample is the weights as they were when it was taken: after
+    # training, their std and mean stay finite and the norm is ours.
+    last = history["features.0.weight"][-1][1]
+    assert math.isfinite(last.std) and last.value_norm > 0
+
+
+def test_layer_stats_patches_have_the_reference_layout():
+    session, model = watched_run()
+    stats = session.watch_snapshot().latest_per_phase("features.0")["train"]
+    assert stats.patches is not None
+    grid = stats.patches.by_type["max_pixel"]
+    channels, samples = grid.values.shape
+    assert channels == 4 and samples >= 1
+    assert grid.patches.shape[:3] == (channels, samples, 1) and grid.crop
+    assert grid.heat.shape[:2] == (channels, samples)
+    assert grid.top.shape == grid.left.shape == (channels, samples) and grid.input_hw == (12, 12)
+    assert "min_pixel" in stats.patches.by_type
+    # Ours, the same patches per ranking.
+    assert {g.ranking for g in stats.galleries} >= {"max_pixel", "min_pixel"}
+    assert session.watch_snapshot(include_patches=False).latest_per_phase("features.0")["train"].patches is None
+
+
+def test_training_restorer_alone_enables_time_travel(tmp_path):
+    session = nansense.start(SmallCnn(), epochs=2)
+    assert not session.time_travel_status().available
+    session.training_restorer(cache_dir=tmp_path)
+    assert session.time_travel_status().available
+    session.close()
+
+
+# ---- the reference's Session surface beyond its API page (from its source)
+
+
+REFERENCE_SESSION_METHODS = {
+    "batch": [["phase", "KEYWORD_ONLY", None], ["epoch", "KEYWORD_ONLY", None], ["item", "KEYWORD_ONLY", "None"]],
+    "watch": [["layer", "POSITIONAL_OR_KEYWORD", None]],
+    "unwatch": [["layer", "POSITIONAL_OR_KEYWORD", None]],
+    "set_stats_scope": [["scope", "POSITIONAL_OR_KEYWORD", None]],
+    "toggle_stats_collecting": [],
+    "stats_phases": [["layer", "POSITIONAL_OR_KEYWORD", "None"]],
+    "watch_snapshot": [["layers", "KEYWORD_ONLY", "None"], ["include_patches", "KEYWORD_ONLY", "True"]],
+    "current_batch_stats": [["layers", "KEYWORD_ONLY", None], ["include_patches", "KEYWORD_ONLY", "True"]],
+    "pin_current_batch": [],
+    "unpin_batch": [],
+    "add_perturbation": [["input_name", "KEYWORD_ONLY", None], ["sample", "KEYWORD_ONLY", None],
+                         ["index", "KEYWORD_ONLY", None], ["values", "KEYWORD_ONLY", None]],
+    "clear_perturbations": [],
+    "set_probe_mode": [["mode", "POSITIONAL_OR_KEYWORD", None]],
+    "wait_for_probe": [["after_count", "KEYWORD_ONLY", "0"], ["timeout", "KEYWORD_ONLY", "None"]],
+    "experiment_result_for": [["seq", "POSITIONAL_OR_KEYWORD", None]],
+    "request_experiment": [["kind", "KEYWORD_ONLY", None], ["layer", "KEYWORD_ONLY", None],
+                           ["params", "KEYWORD_ONLY", None]],
+    "cancel_experiment": [["seq", "POSITIONAL_OR_KEYWORD", "None"]],
+    "wait_for_experiment": [["timeout", "KEYWORD_ONLY", "None"]],
+    "set_update_frequency": [["unit", "KEYWORD_ONLY", None], ["n", "KEYWORD_ONLY", "1"],
+                             ["phase", "KEYWORD_ONLY", "None"]],
+    "set_auto_run_experiments": [["enabled", "POSITIONAL_OR_KEYWORD", None]],
+    "set_experiment_defaults": [["defaults", "VAR_KEYWORD", None]],
+    "set_debug_settings": [[k, "KEYWORD_ONLY", "None"] for k in
+                           ("enabled", "interval", "check_nan_inf", "check_under_over", "threshold")],
+    "set_watch_performance": [[k, "KEYWORD_ONLY", "None"] for k in
+                              ("channel_limit_enabled", "channel_limit", "samples_per_channel", "average_patches")],
+    "disable_debug_check": [["category", "POSITIONAL_OR_KEYWORD", None]],
+    "current_weights": [],
+    "current_weight_gradients": [],
+    "current_optimizer_state": [],
+    "current_optimizer_hyperparams": [],
+    "request_snapshot": [],
+    "stop": [],
+    "step_batch": [],
+    "step_phase": [],
+    "step_epoch": [],
+    "step_run": [],
+    "step_until_position": [["phase_index", "KEYWORD_ONLY", None], ["epoch", "KEYWORD_ONLY", None],
+                            ["batch_idx", "KEYWORD_ONLY", None]],
+    "detach": [],
+    "request_time_travel": [["epoch", "POSITIONAL_OR_KEYWORD", None]],
+    "wait_until_paused": [["after_pauses", "KEYWORD_ONLY", "0"], ["timeout", "KEYWORD_ONLY", "None"]],
+}
+REFERENCE_SESSION_PROPERTIES = [
+    "schedule", "optimizer", "scheduler", "mode", "snapshot", "live_position", "closed", "enabled", "input_names",
+    "layer_names", "layer_weights", "layer_info", "pause_count", "is_running", "watched_layers",
+    "instrument_errors", "stats_scope", "stats_collecting", "stats_layers", "probe_result", "probe_error",
+    "probe_count", "probe_mode", "is_pinned", "pinned_position", "perturbations", "experiment_result",
+    "experiment_pending", "update_frequency", "auto_run_experiments", "experiment_defaults", "debug_settings",
+    "watch_performance", "debug_error", "locked",
+]
+
+
+def test_the_reference_session_surface_beyond_its_api_page():
+    from test_reference_names import check_signature
+    problems = []
+    for name, params in REFERENCE_SESSION_METHODS.items():
+        method = getattr(nansense.Session, name, None)
+        if method is None:
+            problems.append(f"Session.{name}: missing")
+        else:
+            problems += check_signature(f"Session.{name}", method, params)
+    for name in REFERENCE_SESSION_PROPERTIES:
+        if not isinstance(getattr(nansense.Session, name, None), property):
+            problems.append(f"Session.{name}: not a property")
+    assert not problems, "\n".join(problems)
+
+
+def test_probe_reads_and_wait_for_probe_under_the_reference_names():
+    session, model, optimizer, thread = paused_session()
+    assert session.optimizer is optimizer and session.scheduler is None
+    assert session.probe_result is None and session.probe_count == 0 and session.perturbations == {}
+    assert session.pin_current_batch()
+    assert session.wait_for_probe(after_count=0, timeout=60)
+    result = session.probe_result
+    assert isinstance(result, nansense.ProbeResult) and result.error is None and session.probe_error is None
+    assert session.probe_count >= 1 and result.run == session.probe_count
+    assert (result.position.phase, result.position.batch_idx) == ("train", 0)
+    assert torch.equal(result.inputs[0], session.snapshot.activations["input"])
+    assert result.activations["features.0"].shape == session.snapshot.activations["features.0"].shape
+    seen = session.probe_count
+    session.add_perturbation(index=(0, 0), values=(2.0,), sample=0)
+    assert session.wait_for_probe(after_count=seen, timeout=60)
+    assert session.perturbations == {("input", 0, (0, 0)): (2.0,)}
+    assert session.probe_result.diff and session.probe_result.perturbations_applied == 1
+    assert session.wait_for_probe(after_count=10_000, timeout=0.05) is False
+    session.detach()
+    thread.join()
+
+
+def test_a_manual_batch_that_goes_non_finite_is_reported_and_not_run_again():
+    model = SmallCnn()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    session = nansense.start(model, optimizer=optimizer, phases={"train": 3})
+    session.detach()
+    bodies = 0
+    for i, (x, y) in enumerate(make_loader(make_data(24), shuffle=False)):
+        with session.batch(phase="train", epoch=0, item=(x, y)):
+            bodies += 1
+            optimizer.zero_grad()
+            out = model(x * float("nan") if i == 1 else x)
+            F.cross_entropy(out, y).backward()
+    session.close()
+    assert bodies == 3  # the with block ran each batch once: nothing was repeated
+    error = session.debug_error
+    assert error is not None and (error.position.phase, error.position.batch_idx) == ("train", 1)
+    assert error.root_cause is not None and error.root_cause["status"] == "not_traced"
+    assert "not run again" in error.root_cause["summary"]

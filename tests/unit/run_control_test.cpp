@@ -687,5 +687,67 @@ TEST(UpdateCadenceTest, BadFrequenciesAreRefusedAndChangeNothing) {
   EXPECT_EQ(control.update_frequency(), before);
 }
 
+// The reference API's names (stop, step_run, step_until_position,
+// request_snapshot, wait_until_paused, pause_count, Mode::kStep...) are our
+// operations under another name.
+TEST(RunControl, TheReferenceNamesDriveTheSameRunControl) {
+  static_assert(Mode::kStep == Mode::kStepBatch && Mode::kUntilPhaseChange == Mode::kStepPhase &&
+                Mode::kUntilEpochChange == Mode::kStepEpoch && Mode::kUntilPosition == Mode::kRunUntil &&
+                Mode::kUntilEnd == Mode::kRun);
+  Trainer t({{"train", 4}, {"val", 2}}, 3);
+  // The epoch count declared, the phases learned as the loop runs.
+  auto session = start(t.model, StartOptions().epochs(3));
+  EXPECT_EQ(session.pause_count(), 0);
+  TrainingThread thread(session, [&] { t.run(session); });
+
+  ASSERT_TRUE(session.wait_until_paused(0, kWait));
+  expect_paused_at(session, at("train", 0, 0));
+  EXPECT_EQ(session.pause_count(), 1);
+  EXPECT_EQ(session.mode(), Mode::kStep);
+  // Already past one pause: waiting for more than one times out while paused.
+  EXPECT_FALSE(session.wait_until_paused(1, std::chrono::milliseconds(50)));
+
+  // The phase by its index in the phase order ("val" is index 1 once seen).
+  EXPECT_THROW(session.step_until_position(1, 0, 1), UsageError) << "val has not been seen yet";
+  session.step_until_position(0, 0, 2);
+  EXPECT_EQ(session.mode(), Mode::kUntilPosition);
+  ASSERT_TRUE(session.wait_until_paused(1, kWait));
+  expect_paused_at(session, at("train", 0, 2));
+  EXPECT_EQ(session.pause_count(), 2);
+
+  session.step_until_position(0, 1, 1);  // train, epoch 1, batch 1
+  ASSERT_TRUE(session.wait_until_paused(2, kWait));
+  expect_paused_at(session, at("train", 1, 1));
+  session.step_until_position(1, 1, 0);  // val is index 1 now
+  ASSERT_TRUE(session.wait_until_paused(3, kWait));
+  expect_paused_at(session, at("val", 1, 0));
+
+  // stop() while running pauses at the next boundary, as pause() does.
+  Gate reached, go;
+  t.hold_in_body(t.bodies.load(), reached, go);
+  const int64_t before = session.pause_count();
+  session.detach();
+  ASSERT_TRUE(reached.wait());
+  session.stop();
+  EXPECT_EQ(session.mode(), Mode::kStep);
+  go.open();
+  ASSERT_TRUE(session.wait_until_paused(before, kWait));
+  EXPECT_EQ(session.pause_count(), before + 1);
+
+  // request_snapshot() publishes the next batch without pausing; step_run()
+  // then runs to the run's last batch.
+  session.request_snapshot();
+  session.step_run();
+  EXPECT_EQ(session.mode(), Mode::kUntilEnd);
+  ASSERT_TRUE(session.wait_until_paused(before + 1, kWait));
+  expect_paused_at(session, at("val", 2, 1));
+  EXPECT_TRUE(session.live_position()->is_last_in_run);
+  session.step_batch();
+  thread.join();
+  EXPECT_EQ(session.state(), RunState::kFinished);
+  // Finished: the wait returns true at once, whatever the count.
+  EXPECT_TRUE(session.wait_until_paused(1000, std::chrono::milliseconds(0)));
+}
+
 }  // namespace
 }  // namespace nansense
