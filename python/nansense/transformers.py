@@ -283,6 +283,7 @@ class NansenseCallback(TrainerCallback):
             if self._open is None or self._open[0] != "train":
                 return training_step(model, inputs, num_items_in_batch)
             self._micro_idx = 0 if self._micro_idx is None else self._micro_idx + 1
+            self._engine.set_micro_batch(self._micro_idx)
             try:
                 loss = training_step(model, inputs, num_items_in_batch)
             except BaseException as e:
@@ -294,6 +295,7 @@ class NansenseCallback(TrainerCallback):
         def predicted(model, inputs, prediction_loss_only, ignore_keys=None):
             if not self._evaluating:
                 return prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
+            self._engine.clear_trainer_step()
             self._begin("val", inputs)
             try:
                 out = prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
@@ -451,12 +453,15 @@ class NansenseCallback(TrainerCallback):
         self._undo = None
         self._error_before = self._engine.debug_error() if len(self._micro) > 1 else None
         self._scheduler_mark = getattr(trainer.lr_scheduler, "last_epoch", None)
+        # The UI's words for it: the step's number as the Trainer logs it, its micro-batches.
+        self._engine.set_trainer_step(state.global_step + 1, max(len(self._micro), 1))
         self._begin("train", self._micro)
 
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
         if self._open is None or self._open[0] != "train":
             return
         self._micro_idx = None
+        self._engine.set_micro_batch(-1)
         if self._decided:
             self._drop_update()
 
@@ -518,10 +523,12 @@ class NansenseCallback(TrainerCallback):
         training_step = self._training_step
         for i, inputs in enumerate(self._micro):
             self._micro_idx = i
+            self._engine.set_micro_batch(i)
             training_step(model, inputs, self._num_items)
             if self._decided:
                 break  # skipped in this micro-batch's backward: the rest cannot bring the step back
         self._micro_idx = None
+        self._engine.set_micro_batch(-1)
         if args.max_grad_norm is not None and args.max_grad_norm > 0:
             trainer.accelerator.clip_grad_norm_(model.parameters(), args.max_grad_norm)
         if self._decided:

@@ -115,8 +115,15 @@ def test_without_a_ui_a_nan_stops_the_trainer_names_its_micro_batch_and_replays(
     assert error is not None and error.capsule is not None
     assert (error.position.phase, error.position.epoch, error.position.batch_idx) == ("train", 0, 1)
     assert callback.tripped_micro_batch == 1
+    # The engine says it in the Trainer's words too: the step as its log
+    # counts it, and the micro-batch (0-based; "2 of 2" in the text).
+    assert error.trainer_step == {"global_step": 2, "micro_batches": 2, "micro_batch": 1}
+    assert "at epoch 0 | train batch 1 (global step 2, micro-batch 2 of 2)" in error.text
     assert error.root_cause["status"] == "found"
     assert error.root_cause["producer"]["op"] == "aten::div"
+    # The op tracer takes each micro-batch's ops for a forward again: the
+    # second micro-batch's NaN is in the forward, not "after backward".
+    assert error.root_cause["producer"]["pass"] == "forward"
     # The Trainer stopped after the tripping step.
     assert trainer.state.global_step == 2
     err = capfd.readouterr().err
@@ -170,7 +177,12 @@ def test_served_the_run_pauses_steps_over_http_and_mcp_and_a_skipped_update_leav
         # Served: the run pauses at the end of its first optimizer step
         # (before other callbacks' on_step_end).
         assert session.wait_until_stopped(60) == nansense.RunState.PAUSED
-        assert api.get("/api/status")["live_position"]["batch_idx"] == 0
+        status = api.get("/api/status")
+        assert status["live_position"]["batch_idx"] == 0
+        # In the Trainer's words: global step 1 of 2 micro-batches, between
+        # micro-batches; the snapshot taken at its end shows both.
+        assert status["live_trainer_step"] == {"global_step": 1, "micro_batches": 2, "micro_batch": None}
+        assert status["snapshot_trainer_step"] == {"global_step": 1, "micro_batches": 2, "micro_batch": None}
         assert steps.rows == []
         status = api.post("/api/step", {"unit": "batch", "timeout_seconds": 30})
         assert status["live_position"]["batch_idx"] == 1
@@ -220,6 +232,15 @@ def test_served_the_run_pauses_steps_over_http_and_mcp_and_a_skipped_update_leav
         assert not torch.isfinite(model.lm_head.weight.grad).all()
         report = api.get("/api/debug")
         assert report["rerun"]["ran_twice"].startswith("the Trainer's training_step")
+        # Paused in the second micro-batch of global step 5: the status, the
+        # snapshot shown and the error say so.
+        status = api.get("/api/status")
+        in_step = {"global_step": 5, "micro_batches": 2, "micro_batch": 1}
+        assert status["live_trainer_step"] == in_step
+        assert status["snapshot_trainer_step"] == in_step
+        assert status["debug"]["error"]["trainer_step"] == in_step
+        assert report["error"]["trainer_step"] == in_step
+        assert "(global step 5, micro-batch 2 of 2)" in status["debug"]["error"]["text"]
 
         assert api.post("/api/debug/choose_update", {"action": "skip"})["error"]["update"] == "held"
         session.detach()
