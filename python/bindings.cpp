@@ -302,6 +302,7 @@ class Engine {
     options.epochs(epochs).phases(std::move(phases));
     session_ = std::make_unique<Session>(start(mirror_, options));
     core_ = detail::core_of(*session_);
+    core_->set_python_front_end();
     controller_ = std::make_unique<server::Controller>(*detail::port_of(*session_));
     core_->set_no_ui_hint(
         "nansense.serve(session) or nansense.start(..., port=8080) serves one, and session.detach() trains on "
@@ -994,6 +995,12 @@ PYBIND11_MODULE(_nansense, m) {
   static py::exception<nansense::TimeTravelError> time_travel_error(m, "TimeTravelError", PyExc_RuntimeError);
   static py::exception<nansense::CapsuleError> capsule_error(m, "CapsuleError", PyExc_RuntimeError);
   static py::exception<nansense::MomentError> moment_error(m, "MomentError", PyExc_RuntimeError);
+  // Also what the Python package's own coordinator raises (_distributed.py):
+  // one type whichever side lost the run.
+  static py::exception<nansense::DistributedError> distributed_error(m, "DistributedError", PyExc_RuntimeError);
+  distributed_error.attr("__doc__") =
+      "A distributed run cannot go on together: a rank was lost (died, hung, left its loop) or the ranks "
+      "disagree (nansense started on only some ranks). The message names the rank.";
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
@@ -1011,6 +1018,8 @@ PYBIND11_MODULE(_nansense, m) {
       py::set_error(capsule_error, e.what());
     } catch (const nansense::MomentError& e) {
       py::set_error(moment_error, e.what());
+    } catch (const nansense::DistributedError& e) {
+      py::set_error(distributed_error, e.what());
     } catch (const nansense::common::Refusal& e) {
       // A refused request: a wrong or unknown argument is an ArgumentError
       // (a ValueError), the others (not paused, nothing pinned) a ControlError.

@@ -97,6 +97,8 @@ import torch
 from torch.utils import _pytree
 
 from . import _nansense
+# The engine's type (python/bindings.cpp), raised by this coordinator too.
+from ._nansense import DistributedError as DistributedError
 
 ENV_TIMEOUT = "NANSENSE_DDP_TIMEOUT"
 _DEFAULT_TIMEOUT = 30.0
@@ -108,12 +110,6 @@ _SKIP_REFUSED = (
     "rank 0 alone would leave the model replicas different; apply it, and rewind with time travel (session.epochs) "
     "to undo it on every rank")
 _sessions = itertools.count()  # per process: every rank starts its sessions in the same order
-
-
-class DistributedError(RuntimeError):
-    """A distributed run cannot go on together: a rank was lost (died,
-    hung, left its loop) or the ranks disagree (nansense started on only
-    some ranks). The message names the rank."""
 
 
 def process_group() -> Optional[Any]:

@@ -53,7 +53,9 @@ struct TraceResult {
 // One capture batch's tracer: a consumer of the batch's observer, on the
 // training thread from the start of the batch to its end.
 //
-// Rules (see DESIGN.md §2 and docs/guide/loop.md):
+// The observer's RecordFunction callback shows the tracer every top-level op
+// of the batch's forwards, with its inputs and outputs; tensor identity links
+// them. Rules (docs/guide/loop.md says what users see of them):
 // - an op that reads a module's parameters or buffers belongs to that
 //   module's layer, named by module path; ops that read only parameters
 //   (weight.t()) prepare a parameter for the op that uses it and are not

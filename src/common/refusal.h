@@ -1,9 +1,19 @@
 // A refused request: the one refusal type below the public API. The
-// experiments engine, the probes, the controller and every argument check
-// throw it; each transport turns it into its own error in one place (REST:
-// status_for in server/http/api_routes.cpp, an HTTP status with {"error",
-// "argument"}; MCP: an error result; Python: ValueError / LookupError /
-// nansense.ControlError).
+// experiments engine, the probes, the controller and the command arguments'
+// checks (server/controller/args.h) throw it; each transport turns it into
+// its own error in one place (REST: status_for in
+// server/http/api_routes.cpp, an HTTP status with {"error", "argument"}; MCP:
+// an error result; Python: python/bindings.cpp's translator, ControlError for
+// kConflict, else ArgumentError, a ValueError).
+//
+// Code that checks a value without knowing where it came from (render/, the
+// experiments' parameter checks, common/json_read.h, the stats codec, the
+// Python mirror) throws std::invalid_argument instead; the caller that knows
+// turns it into its own error: a kInvalidArgument refusal, adding what the
+// request named, where a request gave the value (the engine, the
+// controller), CapsuleError or MomentError where a file did. Those parts then
+// need no request vocabulary (Kind, argument) and serve where there is no
+// request too (recordings; Python, where pybind11 makes it a ValueError).
 #pragma once
 
 #include <string>

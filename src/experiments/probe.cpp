@@ -190,13 +190,14 @@ BatchPosition Probes::pin() {
   settings_.pinned_position = snap->position;
   pinned_inputs_ = snap->inputs;
   pinned_sequence_ = snap->sequence;
-  // Perturbations were checked against the inputs they change.
+  // Perturbations were checked against the inputs they change: those the
+  // pinned batch cannot hold (a sample past a smaller batch's end) go.
   std::vector<Perturbation> kept;
   for (const auto& p : settings_.perturbations) {
     try {
       check_perturbation(p, pinned_inputs_);
       kept.push_back(p);
-    } catch (const std::invalid_argument&) {
+    } catch (const Refusal&) {
     }
   }
   settings_.perturbations = std::move(kept);

@@ -120,6 +120,10 @@ class SessionCore {
   void set_display_options(const ServeOptions& options) { display_ = options; }
   bool attached() const { return attachment_ != nullptr; }
   void set_no_ui_hint(std::string hint) { no_ui_hint_ = std::move(hint); }
+  // Which front end runs the loop: "cpp" (a LibTorch program) unless the
+  // Python package says it runs it (the server's threads read it).
+  void set_python_front_end() { python_front_end_ = true; }
+  std::string front_end() const { return python_front_end_ ? "python" : "cpp"; }
   // What a NaN's log line says when no UI is served (a host that stops on
   // the first NaN, as the Lightning callback does, says so).
   void set_unserved_nan_note(std::string note) { unserved_nan_note_ = std::move(note); }
@@ -346,6 +350,7 @@ class SessionCore {
   bool warned_no_ui_ = false;
   // What the warning of a pause with no UI suggests, in the caller's
   // language (the Python package sets its own).
+  std::atomic<bool> python_front_end_{false};
   std::string no_ui_hint_ =
       "nansense::serve(session) or StartOptions().port(...) serves one, and session.detach() trains without pausing";
   std::string unserved_nan_note_ = "training continues";

@@ -25,6 +25,7 @@ class CorePort final : public SessionPort {
   std::shared_ptr<const BatchSnapshot> snapshot() const override { return core_.shown_snapshot(); }
   std::shared_ptr<const Architecture> architecture() const override { return core_.architecture(); }
   bool locked() const override { return core_.locked(); }
+  std::string front_end() const override { return core_.front_end(); }
 
   void step_batch() override { core_.control().step_batch(); }
   void step_phase() override { core_.control().step_phase(); }

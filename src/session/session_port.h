@@ -76,6 +76,9 @@ class RunPort {
   // Session::lock() was called: the transports refuse what the command table
   // marks refused when locked (server/controller/commands.h).
   virtual bool locked() const = 0;
+  // What runs the loop: "cpp" (a LibTorch program) or "python" (PyTorch
+  // through the Python package), for the page to say.
+  virtual std::string front_end() const = 0;
 
   // --- run control: as Session's methods of the same names ---
   virtual void step_batch() = 0;

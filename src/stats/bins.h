@@ -1,4 +1,5 @@
-// The signed-log bins every histogram shares (the original's 211): 7 bins per
+// The signed-log bins every histogram shares (the 211 of the original
+// NaNsense 0.4.0, Python on PyPI): 7 bins per
 // decade over |x| in 1e-9 .. 1e6 on each side, a zero band |x| < 1e-9 in the
 // middle, and open end bins that take everything beyond +-1e6 (infinities
 // included; the UI marks those bars as clipped).

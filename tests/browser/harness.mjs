@@ -31,12 +31,16 @@ export function escapeRegExp(s) {
 // The demo binary, started (and restarted) on a port of its own. Its output
 // is appended to `log` when given, else stdout is dropped and stderr shown;
 // its pid is written to `pidfile` at each start, so a shell trap can end it
-// even if node itself is killed.
+// even if node itself is killed. `prefix`: arguments before the demo's own
+// (a Python demo: binary is the interpreter, prefix its script); `env`:
+// variables added to the demo's environment.
 export class Demo {
-  constructor(binary, { log = null, pidfile = null } = {}) {
+  constructor(binary, { log = null, pidfile = null, prefix = [], env = {} } = {}) {
     this.binary = binary;
     this.log = log;
     this.pidfile = pidfile;
+    this.prefix = prefix;
+    this.env = env;
     this.child = null;
     this.base = '';
   }
@@ -44,8 +48,9 @@ export class Demo {
   // Resolves with /api/status once the demo pauses at its first batch.
   async start(port, args, timeoutMs = START_TIMEOUT_MS) {
     this.base = `http://127.0.0.1:${port}`;
-    const child = spawn(this.binary, ['--no-browser', '--port', String(port), ...args], {
+    const child = spawn(this.binary, [...this.prefix, '--no-browser', '--port', String(port), ...args], {
       stdio: ['ignore', this.log ? 'pipe' : 'ignore', this.log ? 'pipe' : 'inherit'],
+      env: { ...process.env, ...this.env },
     });
     if (this.log) {
       const log = createWriteStream(this.log, { flags: 'a' });

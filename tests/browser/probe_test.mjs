@@ -70,7 +70,7 @@ async function main() {
   });
 
   await check('Pin batch re-runs it: the caption names the batch, every card shows the probe without gradients', async () => {
-    await byTestId('probe-pin').check();
+    await byTestId('probe-pin').check({ force: true }); // the switch's track covers its input
     await expectText('probe-pinned-at', /pinned at epoch 0/);
     const status = await probeWhere({ pinned: true, hasResult: true, pending: false });
     await expectText('probe-caption', new RegExp(`run ${status.result.run}`));
@@ -90,7 +90,7 @@ async function main() {
   });
 
   await check('a click with perturb on paints the pixel under it; the cards show perturbed − original', async () => {
-    await byTestId('probe-perturb').check();
+    await byTestId('probe-perturb').check({ force: true });
     await byTestId('probe-colour').waitFor({ timeout: h.uiTimeoutMs });
     const img = byTestId('input-image');
     const box = await img.boundingBox();
@@ -123,7 +123,7 @@ async function main() {
   await check('Clear removes the perturbation; unpin and Unchanged end the probe and the gradients return', async () => {
     await byTestId('probe-clear').click();
     await probeWhere({ perturbations: 0, diff: false, pending: false });
-    await byTestId('probe-pin').uncheck();
+    await byTestId('probe-pin').uncheck({ force: true });
     await byTestId('probe-mode-unchanged').click();
     await probeWhere({ active: false });
     await page.waitForFunction((sel) => !document.querySelector(sel), `[data-testid="probe-badge-${CONV}"]`, {

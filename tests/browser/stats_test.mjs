@@ -247,6 +247,9 @@ async function main() {
     await byTestId('view-minmax').check();
     await page.locator('[data-testid="stats-main"][data-view="minmax"]').waitFor({ timeout: UI_TIMEOUT_MS });
     if (new URL(page.url()).searchParams.get('view') !== 'minmax') throw new Error(`the address keeps ${page.url()}`);
+    // "Current batch" (picked above) stays picked in this view too: back to the epoch's gallery.
+    await byTestId('phase-train').check();
+    await page.locator('[data-testid="stats-main"][data-phase="train"]').waitFor({ timeout: UI_TIMEOUT_MS });
     const gallery = page.locator(`[data-testid="gallery-${LAYER}"][data-ranking="max_pixel"]`);
     await gallery.waitFor({ timeout: UI_TIMEOUT_MS });
     const phase = await page.getAttribute('[data-testid="stats-main"]', 'data-phase');

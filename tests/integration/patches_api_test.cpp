@@ -209,3 +209,41 @@ TEST_F(PatchesApiTest, McpToolsDrawPatchesAndBinSamples) {
 }
 
 }  // namespace
+
+TEST_F(PatchesApiTest, TheCurrentBatchRanksItsOwnSamplesForAnyLayer) {
+  start_cnn();
+  wait_paused();
+  step();  // the second batch: the gallery must hold it alone
+
+  // relu is not watched: no epoch gallery, but the current batch has one.
+  EXPECT_EQ(get("/api/stats/patches?layer=relu").status, 404);
+  json g = get("/api/stats/patches?layer=relu&current_batch=true").json();
+  const json status = get("/api/status").json();
+  EXPECT_EQ(g["current_batch"], true);
+  EXPECT_EQ(g["position"], status["snapshot_position"]["text"]);
+  EXPECT_EQ(g["sequence"], status["snapshot_sequence"]);
+  EXPECT_EQ(g["phase"], "train");
+  EXPECT_EQ(g["samples"], 5);
+  EXPECT_EQ(g["channels"], 4);
+  ASSERT_EQ(g["cells"].size(), 20u);
+  for (int64_t c = 0; c < 4; ++c) {
+    double previous = std::numeric_limits<double>::infinity();
+    std::set<int64_t> samples;
+    for (const auto& cell : g["cells"]) {
+      if (cell["channel"] != c) continue;
+      ASSERT_TRUE(cell["filled"].get<bool>()) << cell;
+      EXPECT_EQ(cell["batch"], 1) << "the current batch's own samples only";
+      EXPECT_TRUE(samples.insert(cell["sample"].get<int64_t>()).second) << "a sample enters a channel once";
+      EXPECT_LE(value(cell["score"]), previous) << "best first";
+      previous = value(cell["score"]);
+    }
+  }
+  // The picture for an agent, the same way.
+  auto png = get("/api/render/patches?layer=relu&current_batch=true");
+  ASSERT_EQ(png.status, 200) << png.body;
+  EXPECT_EQ(json::parse(png.headers["X-Nansense-Render"])["current_batch"], true);
+  // A layer nobody has heard of is refused by name.
+  auto unknown = get("/api/stats/patches?layer=nope&current_batch=true");
+  EXPECT_EQ(unknown.status, 404);
+  EXPECT_NE(unknown.json()["error"].get<std::string>().find("unknown layer \"nope\""), std::string::npos);
+}

@@ -182,6 +182,33 @@ TEST_F(RecordingsApiTest, DiscardRemovesTheFile) {
   EXPECT_TRUE(get("/api/recordings").json()["recordings"].empty());
 }
 
+TEST_F(RecordingsApiTest, ASavedRecordingIsServedToPlayAndToDownload) {
+  start_cnn();
+  wait_paused();
+  json started = post("/api/recordings/start", {{"view", "layers"}, {"layers", {"conv"}}}).json();
+  const std::string path = started["files"][0]["path"];
+  const std::string file = "/api/recordings/file?path=" + path;
+  // Still being written: refused until saved.
+  auto writing = get(file);
+  EXPECT_EQ(writing.status, 409);
+  EXPECT_NE(writing.json()["error"].get<std::string>().find("still being recorded"), std::string::npos);
+  step();
+  post("/api/recordings/stop", {{"key", "main"}});
+  auto played = get(file);
+  ASSERT_EQ(played.status, 200) << played.body;
+  EXPECT_EQ(played.headers["Content-Type"], "video/mp4");
+  EXPECT_EQ(played.body, read_file(path));
+  const std::string name = fs::path(path).filename().string();
+  EXPECT_EQ(played.headers["Content-Disposition"], "inline; filename=\"" + name + "\"");
+  auto downloaded = get(file + "&download=true");
+  EXPECT_EQ(downloaded.headers["Content-Disposition"], "attachment; filename=\"" + name + "\"");
+  EXPECT_EQ(downloaded.body, played.body);
+  // Only what this run saved: not any file the server can read.
+  auto other = get("/api/recordings/file?path=/etc/passwd");
+  EXPECT_EQ(other.status, 404);
+  EXPECT_NE(other.json()["error"].get<std::string>().find("not a saved recording"), std::string::npos);
+}
+
 TEST_F(RecordingsApiTest, BadViewsAndKeysAreRefused) {
   start_cnn();
   wait_paused();

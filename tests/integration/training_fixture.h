@@ -115,6 +115,9 @@ class TrainingServerTest : public ::testing::Test {
         expect_wire(reply.json(), "ErrorReply");
       } else if (reply.headers.count("X-Nansense-Render")) {
         expect_wire(json::parse(reply.headers["X-Nansense-Render"]), c.reply);
+      } else if (c.reply.empty()) {
+        // A file (get_recording_file): its bytes, not JSON.
+        EXPECT_NE(reply.headers["Content-Type"], "application/json") << target;
       } else {
         expect_wire(reply.json(), c.reply);
       }

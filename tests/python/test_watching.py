@@ -253,6 +253,36 @@ def test_probes_pin_perturb_and_refuse_while_running():
         session.pin_current_batch()  # the run ended
 
 
+def test_pinning_a_batch_drops_the_perturbations_it_cannot_hold():
+    model = SmallCnn()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    session = nansense.start(model, optimizer=optimizer, port=0, open_browser=False)
+    loader = make_loader(make_data(12), shuffle=False)  # batches of 8, then 4
+
+    def loop_body():
+        for x, y in session.batches(loader, phase="train"):
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            optimizer.step()
+        session.close()
+
+    loop = TrainingThread(loop_body)
+    assert session.wait_until_stopped(60) == nansense.RunState.PAUSED
+    # Unpinned: checked against the live batch of 8.
+    session.add_perturbation(index=[2, 3], values=[5.0], sample=6, timeout=30)
+    session.add_perturbation(index=[1, 1], values=[1.0], sample=0, timeout=30)
+    assert len(session._probe()["perturbations"]) == 2
+    session.step_batch()
+    assert session.wait_until_stopped(60) == nansense.RunState.PAUSED
+    assert session.snapshot.position.batch_idx == 1
+    # The batch of 4 has no sample 6: that perturbation goes, the pin stands.
+    assert session.pin_current_batch(timeout=30) is True
+    assert session.is_pinned and session.pinned_position == session.snapshot.position
+    assert [p["sample"] for p in session._probe()["perturbations"]] == [0]
+    session.detach()
+    loop.join()
+
+
 def test_experiment_settings():
     _, _, session = detached_mlp_session()
     assert session.auto_run_experiments is False

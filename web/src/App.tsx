@@ -11,15 +11,24 @@ import { TourHost } from './tour/Tour';
 import { GraphPane } from './graph/GraphPane';
 import { InputPane } from './input/InputPane';
 import { Panes } from './layout/Panes';
+import { store } from './state/app';
+import { useSelector } from './state/store';
 import { Banners } from './topbar/Banners';
 import { TopBar } from './topbar/TopBar';
 
 export function App() {
+  const panes = useSelector(store, (s) => s.panes);
   return (
     <div class="app">
       <TopBar page="main" />
       <Banners />
-      <Panes left={<GraphPane />} centre={<CardsPane />} right={<InputPane />} />
+      <Panes
+        left={<GraphPane />}
+        centre={<CardsPane />}
+        right={<InputPane />}
+        leftShown={panes.architecture}
+        rightShown={panes.input}
+      />
       <Dialogs />
     </div>
   );

@@ -35,8 +35,9 @@ struct Arg {
   // Lists.
   std::optional<size_t> min_items;
   std::optional<size_t> max_items;
-  // Lists: one item alone is accepted as a list of one (the original's
-  // render_weights takes index=0 where ours takes [0]).
+  // Lists: one item alone is accepted as a list of one (the render_weights of
+  // the original NaNsense 0.4.0, Python on PyPI, takes index=0 where ours
+  // takes [0]).
   bool single = false;
   // The value a command sees when the argument is absent; null for none (an
   // optional setting the command leaves alone).

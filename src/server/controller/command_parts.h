@@ -141,7 +141,8 @@ inline Reply render_layer(Controller& c, const Args& a) {
     }
   }
   if (r.strips.empty()) throw Refusal(Refusal::Kind::kInvalidArgument, "no image rendered: " + reasons);
-  // The original's include_input: the first model input's sample above the strips.
+  // include_input, as in the original NaNsense 0.4.0 (Python, on PyPI): the
+  // first model input's sample above the strips.
   if (a.boolean("include_input")) {
     try {
       r.input = c.render_input(0, options.sample);

@@ -39,6 +39,10 @@ struct Reply {
   std::shared_ptr<const HistogramPicture> histogram;
   std::shared_ptr<const ExperimentPicture> experiment;
   std::shared_ptr<const Picture> picture;
+  // get_recording_file: a saved recording's bytes (REST only), inline to
+  // play or, with `download`, as an attachment.
+  std::shared_ptr<const Controller::RecordedFile> file;
+  bool download = false;
   // render_weights, render_weight_strip: parameter tensors drawn, and (for
   // render_weights) those that could not be, with body = {"parameters": per
   // parameter its shape, layout, scalar state and hyperparameters}.

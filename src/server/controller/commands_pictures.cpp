@@ -100,7 +100,7 @@ std::vector<Command> picture_commands() {
                .items(1, 64),
            kXDim, kYDim, kTileDim,
            kIndex.or_single().described(kIndex.description +
-                                        " One integer alone is the first entry (the original's index=0: a conv "
+                                        " One integer alone is the first entry (NaNsense 0.4.0's index=0: a conv "
                                         "weight's output channel).")},
       .rest = std::nullopt,
       .mcp = true,
@@ -156,7 +156,7 @@ std::vector<Command> picture_commands() {
           "to.",
       .args = {kSample,
                string_arg("input_name",
-                          "The model input by name (get_architecture's inputs); omit for the first. The original's "
+                          "The model input by name (get_architecture's inputs); omit for the first. NaNsense 0.4.0's "
                           "argument; input picks one by index instead.")
                    .not_empty(),
                integer_arg("input",

@@ -83,7 +83,8 @@ std::vector<std::string> first(std::vector<std::string> names, size_t n) {
   return names;
 }
 
-// The original's defaults for a view given no layers: what its page shows.
+// The defaults of the original NaNsense 0.4.0 (Python, on PyPI) for a view
+// given no layers: what its page shows.
 void default_layers(Controller& c, RecordView& v) {
   if (v.view == "layers" && v.layers.empty()) {
     // The main page's cards: the layers watched, else every layer.
@@ -187,6 +188,26 @@ std::vector<Command> recording_commands() {
       .read_only = true,
       .reply = "Recordings",
       .run = [](Controller& c, const Args&) { return json_reply(c.list_recordings()); },
+  });
+  t.push_back({
+      .name = "get_recording_file",
+      .title = "A saved recording's video",
+      .description = "The MP4 of a recording saved in this run (a path list_recordings names under saved), as "
+                     "video/mp4: inline for the page's player, or as an attachment with download. A file still "
+                     "being recorded is refused until it is saved (stop_recording).",
+      .args = {string_arg("path", "The file, as list_recordings names it under saved.").mandatory().not_empty(),
+               boolean_arg("download", "Answer it as an attachment (a download) instead of inline.").or_else(false)},
+      .rest = Route{"GET", "/api/recordings/file"},
+      .mcp = false,
+      .read_only = true,
+      .reply = "",
+      .run =
+          [](Controller& c, const Args& a) {
+            Reply r;
+            r.file = c.get_recording_file(a.string("path"));
+            r.download = a.boolean("download");
+            return r;
+          },
   });
   t.push_back({
       .name = "start_recording",

@@ -11,8 +11,8 @@ namespace nansense::server::command_parts {
 
 namespace {
 
-// The architecture's graph as Mermaid flowchart source (the original's
-// get_architecture returns one): a node per layer labelled with its name and
+// The architecture's graph as Mermaid flowchart source (the get_architecture
+// of the original NaNsense 0.4.0, Python on PyPI, returns one): a node per layer labelled with its name and
 // kind, an arrow per edge.
 std::string mermaid(const json& architecture) {
   std::map<std::string, std::string> ids;

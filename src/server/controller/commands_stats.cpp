@@ -59,7 +59,7 @@ std::vector<Command> stats_commands() {
           "default, every 2 seconds, costs about 1% on the demo; every batch costs what capture costs (about "
           "1.5x a batch)." +
           settings_reply,
-      .args = {string_arg("unit", "What n counts (default epoch, as the original's).")
+      .args = {string_arg("unit", "What n counts (default epoch, as in NaNsense 0.4.0).")
                    .one_of({"batch", "epoch", "seconds"})
                    .or_else("epoch"),
                number_arg("n", "How many: a whole number >= 1 for batch and epoch, any number > 0 for seconds.")
@@ -283,11 +283,16 @@ std::vector<Command> patch_commands() {
                                   "Overlay the channel's activation on each input, signed (red "
                                   "positive, blue negative; default false).")
                           .or_else(false);
+  const Arg current_batch = boolean_arg("current_batch",
+                                        "The last captured batch alone, for any layer (watched or not), instead of "
+                                        "an epoch's collected gallery; phase is then not used (default false).")
+                                .or_else(false);
   auto patch_options = [](const Args& a) {
     Controller::PatchOptions o;
     o.layer = a.string("layer");
     o.phase = a.optional_string("phase");
     o.heatmap = a.boolean("heatmap");
+    o.current_batch = a.boolean("current_batch");
     return o;
   };
   t.push_back({
@@ -304,7 +309,7 @@ std::vector<Command> patch_commands() {
                           "max_average / min_average (whole inputs, with average_patches on).")
                    .one_of({"max_pixel", "min_pixel", "max_average", "min_average"})
                    .or_else("max_pixel"),
-               heatmap},
+               heatmap, current_batch},
       .rest = Route{"GET", "/api/stats/patches"},
       .mcp = false,
       .read_only = true,
@@ -331,7 +336,7 @@ std::vector<Command> patch_commands() {
                            "max_average and min_average with average_patches on).")
                    .one_of({"max_pixel", "min_pixel", "max_average", "min_average"})
                    .items(1, 4),
-               heatmap},
+               heatmap, current_batch},
       .rest = Route{"GET", "/api/render/patches"},
       .mcp = true,
       .read_only = true,
@@ -393,7 +398,7 @@ std::vector<Command> patch_commands() {
                    .at_most(210),
                number_arg("value",
                           "A value, e.g. a bin centre from get_layer_stats' histogram pairs or a value read off "
-                          "render_histogram; it is snapped to the signed-log bin that holds it (the original's "
+                          "render_histogram; it is snapped to the signed-log bin that holds it (NaNsense 0.4.0's "
                           "argument). Give bin or value."),
                integer_arg("count", "How many elements to show (default 4).").at_least(1).at_most(32).or_else(4)},
       .rest = Route{"GET", "/api/render/bin_samples"},

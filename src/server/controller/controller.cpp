@@ -113,6 +113,7 @@ Status Controller::get_status() const {
   status.stats = stats_summary();
   status.probe = get_probe_status();
   status.locked = session_.locked();
+  status.front_end = session_.front_end();
   status.recordings = recording_keys();
   status.frozen = frozen_settings();
   return status;

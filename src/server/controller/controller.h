@@ -1,5 +1,5 @@
 // The one command/query layer every UI and MCP action goes through, named like
-// the original's MCP tools. Arguments arrive checked against their
+// the MCP tools of the original NaNsense 0.4.0 (Python, on PyPI). Arguments arrive checked against their
 // declarations (commands.h); transports only parse and format.
 #pragma once
 
@@ -223,6 +223,9 @@ class Controller {
     std::optional<std::string> phase;  // nullopt: the training phase if it has patches, else the first that does
     std::vector<std::string> grids;    // rankings; empty: max_pixel and min_pixel
     bool heatmap = false;              // overlay the channel's activation (signed, red/blue)
+    // The last captured batch alone (any layer, watched or not) instead of
+    // an epoch's collected gallery; `phase` is then not used.
+    bool current_batch = false;
   };
   // One ranking's grid: per (sample, channel) where the input came from, its
   // score and the crop as a PNG (base64), for the Stats page.
@@ -336,6 +339,16 @@ class Controller {
   json stop_recording(const std::optional<std::string>& key);
   json discard_recording(const std::optional<std::string>& key);
   json save_snapshot(const RecordView& view);
+  // A saved recording's file (a path list_recordings names under saved), to
+  // play or download: refused for a file still being written or one this
+  // run did not save.
+  struct RecordedFile {
+    std::string path;
+    std::string name;          // the file name, for Content-Disposition
+    std::string content_type;  // video/mp4
+    std::string bytes;
+  };
+  std::shared_ptr<const RecordedFile> get_recording_file(const std::string& path) const;
   // The session's close(): every recording saved.
   void finish_recordings();
   // What a view's newest frame would show: the snapshot's sequence, or for

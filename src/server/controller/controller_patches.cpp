@@ -96,6 +96,59 @@ Gallery find_gallery(const StatsSnapshot& s, const detail::RunPort& session, con
   return g;
 }
 
+// The last captured batch's gallery of `layer`, as a bucket of its own: the
+// collector the training thread folds with, run once on this thread's CPU
+// copy of the batch, with the same slot and channel limits.
+struct CurrentGallery {
+  std::shared_ptr<const BatchSnapshot> snap;
+  LayerStatsSnapshot view;
+};
+
+CurrentGallery current_gallery(std::shared_ptr<const BatchSnapshot> snap, const std::string& layer,
+                               const WatchPerformance& detail) {
+  CurrentGallery g;
+  g.view.layer = layer;
+  g.view.phase = snap->position.phase;
+  g.view.epoch = snap->position.epoch;
+  g.view.batches = 1;
+  if (!snap->architecture->find(layer)) {
+    std::vector<std::string> known;
+    for (const auto& l : snap->architecture->layers) known.push_back(l.name);
+    throw Refusal(Refusal::Kind::kNotFound, "unknown layer \"" + layer + "\"; layers: " + join(known), "layer");
+  }
+  auto it = snap->activations.find(layer);
+  torch::Tensor input;
+  if (!snap->inputs.empty() && stats::PatchCollector::image_like(snap->inputs.front())) input = snap->inputs.front();
+  if (it == snap->activations.end() || !it->second.defined() || !it->second.is_floating_point()) {
+    g.view.patches_note =
+        "the batch at " + snap->position.to_string() + " has no floating-point activation for \"" + layer + "\"";
+  } else if (!input.defined()) {
+    g.view.patches_note = "Min/Max patches need an image-like model input ([batch, 1 or 3, height, width])";
+  } else if (detail.samples_per_channel() <= 0) {
+    g.view.patches_note = "Min/Max patches are off (samples_per_channel is 0 in set_watch_performance)";
+  } else {
+    stats::PatchSettings settings;
+    settings.samples = detail.samples_per_channel();
+    settings.channel_limit = detail.channel_limit_enabled() ? detail.channel_limit() : 0;
+    settings.averages = detail.average_patches();
+    stats::PatchCollector collector(settings);
+    const auto& activation = it->second;
+    collector.add(activation.to(torch::kFloat), input.to(torch::kFloat), snap->position.batch_idx);
+    if (collector.unsupported()) {
+      g.view.patches_note = *collector.unsupported();
+    } else if (!collector.started()) {
+      g.view.patches_note = "layer \"" + layer + "\"'s activation holds " +
+                            (activation.dim() > 0 ? std::to_string(activation.size(0)) : std::string("no")) +
+                            " samples, the input " + std::to_string(input.size(0)) +
+                            ": its values cannot be traced to input samples";
+    } else {
+      g.view.patches = collector.view();
+    }
+  }
+  g.snap = std::move(snap);
+  return g;
+}
+
 // Why a bucket has no patches.
 std::string missing_reason(const LayerStatsSnapshot& v, const detail::StatsPort& session) {
   if (v.patches_note) return *v.patches_note;
@@ -158,23 +211,45 @@ render::Image cell_image(const PatchGallery& g, int64_t slot, int64_t channel, b
 }  // namespace
 
 json Controller::get_patches(const PatchOptions& o) const {
-  const auto s = require_stats();
-  const auto g = find_gallery(*s, session_, o.layer, o.phase);
+  // Either an epoch's collected gallery or the last captured batch's.
+  std::shared_ptr<const StatsSnapshot> s;
+  std::optional<CurrentGallery> current;
+  Gallery g;
+  if (o.current_batch) {
+    current = current_gallery(require_snapshot(), o.layer, session_.watch_performance());
+    g.view = &current->view;
+    g.phase = current->view.phase;
+  } else {
+    s = require_stats();
+    g = find_gallery(*s, session_, o.layer, o.phase);
+  }
   const LayerStatsSnapshot& v = *g.view;
   const std::string ranking = o.grids.empty() ? "max_pixel" : o.grids.front();
-  json out = {{"layer", o.layer},        {"phase", g.phase},
-              {"epoch", v.epoch},        {"phases", g.phases},
-              {"ranking", ranking},      {"rankings", ranking_names(v)},
-              {"heatmap", o.heatmap},    {"samples", 0},
-              {"channels", 0},           {"crop", {{"height", 0}, {"width", 0}}},
-              {"sequence", s->sequence}, {"note", nullptr},
+  json out = {{"layer", o.layer},
+              {"phase", g.phase},
+              {"epoch", v.epoch},
+              {"phases", g.phases},
+              {"current_batch", o.current_batch},
+              {"position", current ? json(current->snap->position.to_string()) : json(nullptr)},
+              {"ranking", ranking},
+              {"rankings", ranking_names(v)},
+              {"heatmap", o.heatmap},
+              {"samples", 0},
+              {"channels", 0},
+              {"crop", {{"height", 0}, {"width", 0}}},
+              {"sequence", current ? current->snap->sequence : s->sequence},
+              {"note", nullptr},
               {"cells", json::array()}};
   if (v.patches.empty()) {
-    out["note"] = missing_reason(v, session_);
+    out["note"] = current ? v.patches_note.value_or("no Min/Max gallery for this batch") : missing_reason(v, session_);
     return out;
   }
   const PatchGallery& gallery = require_ranking(v, ranking, "ranking");
-  if (v.patches_skipped > 0) {
+  if (current && current->snap->probe) {
+    out["note"] = std::string("these are the probe's re-run") +
+                  (current->snap->probe->diff ? " (perturbed - original)" : "") +
+                  ", shown in the captured batch's place";
+  } else if (v.patches_skipped > 0) {
     out["note"] = std::to_string(v.patches_skipped) + " batch" + (v.patches_skipped == 1 ? " was" : "es were") +
                   " left out: the activation or the input had another shape than this epoch's first batch";
   }
@@ -206,12 +281,25 @@ json Controller::get_patches(const PatchOptions& o) const {
 }
 
 std::shared_ptr<const Picture> Controller::render_extreme_patches(const PatchOptions& o) const {
-  const auto s = require_stats();
-  const auto g = find_gallery(*s, session_, o.layer, o.phase);
+  std::shared_ptr<const StatsSnapshot> s;
+  std::optional<CurrentGallery> current;
+  Gallery g;
+  if (o.current_batch) {
+    current = current_gallery(require_snapshot(), o.layer, session_.watch_performance());
+    g.view = &current->view;
+    g.phase = current->view.phase;
+  } else {
+    s = require_stats();
+    g = find_gallery(*s, session_, o.layer, o.phase);
+  }
   const LayerStatsSnapshot& v = *g.view;
-  if (v.patches.empty()) throw Refusal(Refusal::Kind::kConflict, missing_reason(v, session_));
+  if (v.patches.empty()) {
+    throw Refusal(Refusal::Kind::kConflict,
+                  current ? v.patches_note.value_or("no Min/Max gallery for this batch") : missing_reason(v, session_));
+  }
   std::vector<std::string> grids = o.grids;
-  // Every ranking collected, as the original draws all four by default.
+  // Every ranking collected, as the original NaNsense 0.4.0 (Python, on PyPI)
+  // draws all four by default.
   if (grids.empty()) grids = ranking_names(v);
   const auto options = input_options(session_);
   // Per grid a titled block: a row per slot, a column per channel.
@@ -264,10 +352,15 @@ std::shared_ptr<const Picture> Controller::render_extreme_patches(const PatchOpt
   }
   auto out = std::make_shared<Picture>();
   out->png = render::encode_png(image);
-  out->info = {{"layer", o.layer},     {"phase", g.phase},      {"epoch", v.epoch},     {"grids", grids},
-               {"heatmap", o.heatmap}, {"samples", samples},    {"channels", channels}, {"sequence", s->sequence},
+  out->info = {{"layer", o.layer},     {"phase", g.phase},
+               {"epoch", v.epoch},     {"grids", grids},
+               {"heatmap", o.heatmap}, {"samples", samples},
+               {"channels", channels}, {"sequence", current ? current->snap->sequence : s->sequence},
                {"width", image.width}, {"height", image.height}};
-  out->caption = "Min/Max patches of layer \"" + o.layer + "\", " + g.phase + " epoch " + std::to_string(v.epoch) +
+  out->info["current_batch"] = o.current_batch;
+  out->caption = "Min/Max patches of layer \"" + o.layer + "\", " +
+                 (current ? "the last captured batch (" + current->snap->position.to_string() + ")"
+                          : g.phase + " epoch " + std::to_string(v.epoch)) +
                  ": " + join(grids) + ". Each block has a column per channel (the first " + std::to_string(channels) +
                  ") and a row per kept input, best first; *_pixel cells are input crops around where the channel "
                  "was highest (max) or lowest (min), *_average cells whole inputs ranked by the channel's mean." +

@@ -2,6 +2,7 @@
 // as one page of the pictures the pages and MCP show, with the training
 // position stamped over it.
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 
 #include "record/files.h"
@@ -236,12 +237,34 @@ Controller::Controller(detail::SessionPort& session)
 Controller::~Controller() { recorder_->finish_all(); }
 
 json Controller::list_recordings() const { return recorder_->list(); }
+
+std::shared_ptr<const Controller::RecordedFile> Controller::get_recording_file(const std::string& path) const {
+  const auto saved = recorder_->saved_file(path);
+  if (!saved) {
+    throw Refusal(Refusal::Kind::kNotFound,
+                  "\"" + path + "\" is not a saved recording of this run (list_recordings names them under saved)",
+                  "path");
+  }
+  if (!*saved) {
+    throw Refusal(Refusal::Kind::kConflict,
+                  "\"" + path + "\" is still being recorded: Save & Finish it first (stop_recording)", "path");
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Refusal(Refusal::Kind::kNotFound, "\"" + path + "\" was saved but cannot be read now", "path");
+  auto out = std::make_shared<RecordedFile>();
+  out->path = path;
+  out->name = std::filesystem::path(path).filename().string();
+  out->content_type = "video/mp4";
+  out->bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  return out;
+}
 json Controller::start_recording(const RecordView& view) { return recorder_->start(view); }
 json Controller::stop_recording(const std::optional<std::string>& key) { return recorder_->stop(key); }
 json Controller::discard_recording(const std::optional<std::string>& key) { return recorder_->discard(key); }
 json Controller::save_snapshot(const RecordView& view) {
   if (view.view != "experiment" || (!view.seq && !view.kind.empty())) return recorder_->snapshot(view);
-  // The original's form: an already published result, by seq or the newest.
+  // The form of the original NaNsense 0.4.0 (Python, on PyPI): an already
+  // published result, by seq or the newest.
   auto& engine = session_.experiments();
   std::shared_ptr<const experiments::Result> result;
   if (view.seq) {
@@ -386,6 +409,25 @@ json Recorder::describe(const Active& a) const {
   }
   return {{"key", a.key},       {"label", a.view.label()}, {"view", a.view.view}, {"frames", frames},
           {"dropped", dropped}, {"files", files},          {"error", error}};
+}
+
+std::optional<bool> Recorder::saved_file(const std::string& path) const {
+  std::vector<std::shared_ptr<Active>> active;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& entry : saved_) {
+      for (const auto& file : entry.value("files", json::array())) {
+        if (file.is_string() && file.get<std::string>() == path) return true;
+      }
+    }
+    for (const auto& [key, a] : active_) active.push_back(a);
+  }
+  for (const auto& a : active) {
+    for (const auto& [suffix, recording] : a->files) {
+      if (recording->info().path == path) return false;
+    }
+  }
+  return std::nullopt;
 }
 
 json Recorder::list() const {
@@ -542,7 +584,8 @@ json Recorder::stop(const std::optional<std::string>& key, bool settle) {
     stopped.push_back(std::move(entry));
   }
   if (!taken.empty()) controller_.wake_watchers();
-  // files: every saved file's path, as the original's stop_recording lists them.
+  // files: every saved file's path, as the original NaNsense 0.4.0's
+  // stop_recording lists them.
   json out = {{"stopped", stopped}, {"files", all_paths}, {"directory", folder()}};
   if (taken.empty()) out["note"] = "nothing was recording";
   return out;

@@ -97,6 +97,9 @@ class Recorder {
   // {directory, frame_rate, recordings: [{key, label, view, frames, dropped,
   // files, error, width, height}], saved: [{key, files}]}.
   json list() const;
+  // Whether `path` is a file of a saved recording (true) or of one still
+  // recording (false); nullopt for neither.
+  std::optional<bool> saved_file(const std::string& path) const;
   // Draws the view now (refused when it cannot be drawn, or its key already
   // records) and starts its recording with that first frame.
   json start(const RecordView& view);

@@ -36,6 +36,7 @@ json to_json(const Status& s) {
               {"stats", s.stats},
               {"probe", s.probe},
               {"locked", s.locked},
+              {"front_end", s.front_end},
               {"recordings", s.recordings},
               {"frozen", s.frozen}};
   if (s.paused_at_ms) out["paused_at_ms"] = *s.paused_at_ms;

@@ -38,6 +38,7 @@ struct Status {
   json stats;                                // statistics settings and the view's sequence
   json probe;                                // get_probe_status()
   bool locked = false;                       // Session::lock(): a shared, read-only session
+  std::string front_end = "cpp";             // "cpp" (LibTorch) or "python" (PyTorch)
   std::vector<std::string> recordings;       // the keys of the active recordings
   // What they freeze: setting -> why (Controller::frozen_settings).
   std::map<std::string, std::string> frozen;

@@ -219,6 +219,8 @@ void status_types(json& d, const Words& w) {
                         {"stats", ref("StatsSummary")},
                         {"probe", ref("ProbeStatus")},
                         {"locked", boolean()},
+                        // What runs the loop: a LibTorch (C++) program or PyTorch from Python.
+                        {"front_end", one_of({"cpp", "python"})},
                         {"recordings", array(str())},
                         // What they freeze, setting -> why: update_frequency,
                         // stats_scope, watch_performance, watched:<layer>,
@@ -622,6 +624,10 @@ void patch_types(json& d, const Words& w) {
                          {"phase", str()},
                          {"epoch", integer()},
                          {"phases", array(str())},  // the phases that have patches for the layer
+                         // The last captured batch's gallery (phase and epoch are the batch's),
+                         // at `position`; null for an epoch's.
+                         {"current_batch", boolean()},
+                         {"position", nullable(str())},
                          {"ranking", w.ranking},
                          {"rankings", array(w.ranking)},  // those collected
                          {"heatmap", boolean()},
@@ -640,6 +646,7 @@ void patch_types(json& d, const Words& w) {
                                 {"samples", integer()},
                                 {"channels", integer()},
                                 {"sequence", integer()},
+                                {"current_batch", boolean()},
                                 {"width", integer()},
                                 {"height", integer()}});
   d["BinSample"] = object({{"sample", integer()},

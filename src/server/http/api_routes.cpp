@@ -1,5 +1,7 @@
 #include "server/http/api_routes.h"
 
+#include <cctype>
+
 #include "server/controller/commands.h"
 
 namespace nansense::server {
@@ -46,7 +48,26 @@ HttpResponse png_response(const std::string& png, const json& info) {
   return res;
 }
 
+// A file name as a quoted-string of Content-Disposition (recordings are
+// named by the recorder: letters, digits, "_", "-", "."; anything else goes).
+std::string disposition(bool download, const std::string& name) {
+  std::string safe;
+  for (char ch : name) {
+    if (std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-' || ch == '.') safe += ch;
+  }
+  return std::string(download ? "attachment" : "inline") + "; filename=\"" + (safe.empty() ? "recording.mp4" : safe) +
+         "\"";
+}
+
 HttpResponse respond(const Reply& reply) {
+  if (reply.file) {
+    HttpResponse res;
+    res.content_type = reply.file->content_type;
+    res.body = reply.file->bytes;
+    res.headers.emplace_back("Content-Disposition", disposition(reply.download, reply.file->name));
+    res.headers.emplace_back("Cache-Control", "no-cache");
+    return res;
+  }
   if (!reply.strips.empty()) return png_response(reply.strips.front()->png, info_json(*reply.strips.front()));
   if (reply.input) return png_response(reply.input->png, info_json(*reply.input));
   if (reply.histogram) return png_response(reply.histogram->png, info_json(*reply.histogram));

@@ -154,6 +154,14 @@ function strings(args: object): Record<string, string> {
   for (const [k, v] of Object.entries(args)) if (v !== undefined && v !== null) out[k] = String(v);
   return out;
 }
+// A saved recording's MP4 as an address for the page's <video> and download
+// link, which send no header of the page's: the token rides in the query.
+export function recordingFileUrl(path: string, download = false): string {
+  const args: CommandArgs['get_recording_file'] = download ? { path, download } : { path };
+  const q = new URLSearchParams(strings(args));
+  if (pageToken) q.set('token', pageToken);
+  return new URL(`${routes.get_recording_file.path}?${q}`, location.href).href;
+}
 export const getMetrics = (layers?: string[], signal?: AbortSignal) =>
   get('get_metrics', signal, layers ? { layers: layers.join(',') } : undefined);
 

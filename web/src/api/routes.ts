@@ -3,6 +3,7 @@
 export const routes = {
   get_status: { method: 'GET', path: '/api/status' },
   list_recordings: { method: 'GET', path: '/api/recordings' },
+  get_recording_file: { method: 'GET', path: '/api/recordings/file' },
   start_recording: { method: 'POST', path: '/api/recordings/start' },
   stop_recording: { method: 'POST', path: '/api/recordings/stop' },
   discard_recording: { method: 'POST', path: '/api/recordings/discard' },

@@ -112,7 +112,8 @@ export interface CommandArgs {
   unwatch_layers: { layers: string[] };
   set_watch_performance: Partial<WatchPerformance>;
   set_patch_layers: { layers?: string[] };
-  get_patches: { layer: string; phase?: string; ranking?: PatchRanking; heatmap?: boolean };
+  get_recording_file: { path: string; download?: boolean };
+  get_patches: { layer: string; phase?: string; ranking?: PatchRanking; heatmap?: boolean; current_batch?: boolean };
   get_bin_samples: { layer: string; kind?: StripKind; channel?: number; bin: number; count?: number };
   get_stats_history: { layer: string; phase?: string };
   get_current_stats: { layer: string };

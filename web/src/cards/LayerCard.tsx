@@ -5,7 +5,7 @@ import { memo } from 'preact/compat';
 import { useContext, useEffect, useRef, useState } from 'preact/hooks';
 import type { Layer, SnapshotLayer, StripKind, TensorStats } from '../api/types';
 import { formatNum } from '../format';
-import { hideLayer, requestFocus, sampleExists, setHovered, snapshotLayer, store } from '../state/app';
+import { FROZEN_BY_RECORDING, hideLayer, mainRecording, requestFocus, sampleExists, setHovered, snapshotLayer, store } from '../state/app';
 import { debugMarkOf, MARK_TEXT } from '../state/debug';
 import { isWatched } from '../state/stats';
 import { useSelector } from '../state/store';
@@ -48,6 +48,7 @@ export const LayerCard = memo(function LayerCard({ layer }: { layer: Layer }) {
   const snapshotSequence = useSelector(store, (s) => s.snapshot?.sequence ?? -1);
   const entry = useSelector(store, (s) => snapshotLayer(s.snapshot, name));
   const sample = useSelector(store, (s) => s.sample);
+  const recording = useSelector(store, mainRecording);
   const sampleOk = useSelector(store, sampleExists);
   const average = useSelector(store, (s) => s.average);
   const values = useSelector(store, (s) => s.values);
@@ -133,7 +134,8 @@ export const LayerCard = memo(function LayerCard({ layer }: { layer: Layer }) {
         <button
           class="icon-button card-hide"
           data-testid={`hide-${name}`}
-          title="Hide this card"
+          disabled={recording}
+          title={recording ? FROZEN_BY_RECORDING : 'Hide this card'}
           aria-label={`Hide ${name}`}
           onClick={(e) => {
             e.stopPropagation();

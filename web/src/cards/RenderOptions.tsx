@@ -1,15 +1,15 @@
 // How strips are drawn: every channel or their average, and the values as
 // they are or as magnitudes (abs / square, on a sequential scale).
 import type { Values } from '../api/types';
-import { setRenderOptions, store } from '../state/app';
+import { FROZEN_BY_RECORDING, mainRecording, setRenderOptions, store } from '../state/app';
 import { useSelector } from '../state/store';
 
 export function RenderOptions() {
   const average = useSelector(store, (s) => s.average);
   const values = useSelector(store, (s) => s.values);
   // The main page's recording draws its frames with these options.
-  const recording = useSelector(store, (s) => s.status?.recordings.includes('main') ?? false);
-  const frozen = recording ? 'Frozen while this view records (Settings → Recording: Save & Finish or Delete)' : null;
+  const recording = useSelector(store, mainRecording);
+  const frozen = recording ? FROZEN_BY_RECORDING : null;
   return (
     <div class="render-options" data-testid="render-options" data-frozen={recording}>
       <label class="switch" title={frozen ?? 'Collapse each strip to the mean over its channels'}>

@@ -9,7 +9,7 @@ import { currentPage } from '../links';
 import { store, toast } from '../state/app';
 import { experimentForm } from '../state/experiments';
 import { shownLayers, shownPhase, statsStore } from '../state/stats';
-import { useSelector } from '../state/store';
+import { useFields, useSelector } from '../state/store';
 
 export interface PageView {
   args: RecordViewArgs;
@@ -26,10 +26,10 @@ function message(e: unknown): string {
 // The recordable view of the page the dialog opened on; null with the reason.
 export function usePageView(): { view: PageView | null; reason: string } {
   const page = currentPage();
-  const main = useSelector(store, (s) => ({ shown: s.shown, sample: s.sample, average: s.average, values: s.values }));
+  const main = useFields(store, 'shown', 'sample', 'average', 'values');
   const firstLayer = useSelector(store, (x) => x.architecture?.layers.find((l) => l.role !== 'input')?.name ?? null);
   const livePhase = useSelector(store, (x) => x.status?.live_position?.phase ?? null);
-  const stats = useSelector(statsStore, (x) => x);
+  const stats = useFields(statsStore, 'view', 'phase', 'layer', 'list');
   const experiment = useSelector(experimentForm, (x) => x.form);
   if (page === 'main') {
     if (main.shown.length === 0) return { view: null, reason: NOTHING };
@@ -54,7 +54,12 @@ export function usePageView(): { view: PageView | null; reason: string } {
     if (layers.length === 0 || stats.view === 'graphs') {
       return { view: null, reason: 'The graphs view is not recordable: switch to Histograms or Min/Max.' };
     }
-    const phaseArg = phase ? { phase } : {};
+    // A recording follows a phase's statistics as they grow; the current
+    // batch is one batch at a time.
+    if (phase === null) {
+      return { view: null, reason: 'Current batch is not recordable: pick a phase (its statistics grow as it trains).' };
+    }
+    const phaseArg = { phase };
     if (stats.view === 'minmax') {
       const layer = layers[0];
       return {

@@ -1,9 +1,10 @@
 // The Experiment page's form (the left column): the kind, Run and Cancel,
 // the layer and the kind's parameters, the overlay and auto-run switches,
-// and what went wrong.
+// a deep dream's link to the same layer's Min/Max inputs, and what went wrong.
 import { useState } from 'preact/hooks';
 import { cancelExperiment, setAutoRunExperiments } from '../api/client';
 import type { Architecture, ExperimentKind, ExperimentList, ExperimentParamSpec, ExperimentResult } from '../api/types';
+import { pageHref } from '../links';
 import { visible, type Values } from './params';
 import type { ExperimentAddress } from './useExperimentForm';
 
@@ -60,6 +61,16 @@ export function ExperimentForm(props: FormProps) {
         </label>
       )}
       <AutoRunSwitch {...props} />
+      {kind?.kind === 'deep_dream' && address.layer && (
+        <a
+          class="btn btn-quiet side-link"
+          data-testid="compare-minmax"
+          href={pageHref('stats', { layer: address.layer, view: 'minmax' })}
+          title="The inputs that drove this layer's channels highest and lowest (the Stats page's Min/Max view), beside what the dream made of them"
+        >
+          Compare with MIN/MAX
+        </a>
+      )}
       {error && (
         <p class="form-error" data-testid="experiment-error">
           {error}

@@ -258,11 +258,13 @@ function placed(id: number, items: Item[], rows: number[][], chains: Chain[], op
     .filter((it) => it.id !== null)
     .map((it) => ({ id: it.id!, x: it.x + shift, y: rankY[it.rank]!, width: it.width, height: it.height }));
   const edges = chains.map((c) => {
+    // A reversed chain (a cycle broken) runs from its lower end up.
+    const upper = c.reversed ? c.path.length - 1 : 0;
     const pts = c.path.map((v, i) => {
       const it = items[v]!;
       const cy = rankY[it.rank]!;
       // Ends at the bottom of the upper node and the top of the lower one.
-      const dy = it.id === null ? 0 : i === 0 ? it.height / 2 : i === c.path.length - 1 ? -it.height / 2 : 0;
+      const dy = it.id === null ? 0 : i === upper ? it.height / 2 : -it.height / 2;
       return { x: it.x + shift, y: cy + dy };
     });
     return { from: c.from, to: c.to, points: pts };

@@ -4,7 +4,7 @@
 import { useEffect, useState } from 'preact/hooks';
 import { addPerturbation, pngUrl, renderInput, SnapshotReplaced } from '../api/client';
 import type { InputInfo, Snapshot } from '../api/types';
-import { batchSize, sampleExists, setSample, store } from '../state/app';
+import { batchSize, FROZEN_BY_RECORDING, mainRecording, sampleExists, setSample, store } from '../state/app';
 import { snapshotMicroBatches } from '../state/position';
 import { useSelector } from '../state/store';
 import { NO_PERTURB, perturbIndex, perturbValues, ProbeControls, valueControl } from './ProbeControls';
@@ -63,6 +63,9 @@ export function InputPane() {
   // snapshot is, and which of its micro-batches it shows.
   const shownStep = useSelector(store, (s) => s.status?.snapshot_trainer_step ?? null);
   const microBatches = snapshotMicroBatches(shownStep);
+  // A recording of this page draws the sample it started with, and the probe
+  // as it was: their controls are held until it is saved or deleted.
+  const recording = useSelector(store, mainRecording);
 
   const inputs = inputsOf(snapshot, architectureInputs);
   const input = Math.min(selected, Math.max(0, inputs.length - 1));
@@ -83,7 +86,14 @@ export function InputPane() {
         <span class="muted mono">{shape.length ? `[${shape.join(', ')}]` : ''}</span>
       </div>
       <div class="input-body" data-tour="input">
-        {inputs.length > 1 && <InputSelect inputs={inputs} input={input} />}
+        {recording && (
+          <div class="hint-amber" data-testid="input-frozen">
+            {FROZEN_BY_RECORDING}
+          </div>
+        )}
+        <fieldset class="input-controls" disabled={recording} data-testid="input-controls" title={recording ? FROZEN_BY_RECORDING : undefined}>
+          {inputs.length > 1 && <InputSelect inputs={inputs} input={input} />}
+        </fieldset>
         <div
           class={`input-frame ${info?.layout === 'strip' ? 'is-strip' : info?.layout === 'values' ? 'is-values' : ''}`}
           style={{ aspectRatio: String(ratio) }}
@@ -96,7 +106,7 @@ export function InputPane() {
               src={picture.url}
               alt={`input ${picture.info.name}, sample ${picture.info.sample}`}
               draggable={false}
-              onClick={probe.choice.on && info?.layout !== 'values' ? probe.perturbAt : undefined}
+              onClick={probe.choice.on && !recording && info?.layout !== 'values' ? probe.perturbAt : undefined}
             />
           )}
           {!picture && !error && <span class="muted">{ready ? 'Loading…' : 'No batch captured yet.'}</span>}
@@ -108,15 +118,17 @@ export function InputPane() {
             {info.hint}
           </div>
         )}
-        <SampleField snapshot={snapshot} n={n} sample={sample} />
-        <ProbeControls
-          shape={shape}
-          info={info ?? null}
-          choice={probe.choice}
-          setChoice={probe.setChoice}
-          error={probe.error}
-          setError={probe.setError}
-        />
+        <fieldset class="input-controls" disabled={recording} title={recording ? FROZEN_BY_RECORDING : undefined}>
+          <SampleField snapshot={snapshot} n={n} sample={sample} />
+          <ProbeControls
+            shape={shape}
+            info={info ?? null}
+            choice={probe.choice}
+            setChoice={probe.setChoice}
+            error={probe.error}
+            setError={probe.setError}
+          />
+        </fieldset>
         {snapshot?.budget?.trimmed && (
           <div class="hint-amber" data-testid="budget-note" title="StartOptions().snapshot_budget(bytes) raises it">
             {snapshot.budget.note}

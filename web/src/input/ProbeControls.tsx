@@ -149,6 +149,7 @@ export function ProbeControls({ shape, info, choice, setChoice, error, setError 
             disabled={!pinned && (!paused || !hasBatch)}
             onChange={() => act(pinned ? unpinBatch : pinBatch, { pinned: !pinned })}
           />
+          <span class="switch-track" aria-hidden="true" />
           <span>Pin batch</span>
         </label>
         {pinned && probe.pinned_position && (
@@ -235,6 +236,7 @@ function PerturbRow({
             if (!on && count > 0) act(clearPerturbations);
           }}
         />
+        <span class="switch-track" aria-hidden="true" />
         <span>Click to perturb</span>
       </label>
       {choice.on && control.kind === 'colour' && (

@@ -1,4 +1,5 @@
-// Three panes side by side with draggable dividers. The side panes' widths
+// Three panes side by side with draggable dividers; either side pane can be
+// put away. The side panes' widths
 // live in CSS variables on the container, written directly while dragging
 // (no re-render per pointer move) and remembered in localStorage.
 import type { ComponentChildren } from 'preact';
@@ -17,7 +18,8 @@ interface Widths {
 }
 
 function defaults(): Widths {
-  // The input pane's default follows the original: clamp(11rem, 25vw, 18rem).
+  // The input pane's default follows the original NaNsense 0.4.0 (Python, on
+  // PyPI): clamp(11rem, 25vw, 18rem).
   const rem = parseFloat(getComputedStyle(document.documentElement).fontSize) || 16;
   const right = Math.min(18 * rem, Math.max(11 * rem, 0.25 * window.innerWidth));
   const left = Math.min(420, Math.max(240, 0.24 * window.innerWidth));
@@ -41,9 +43,14 @@ interface Props {
   left: ComponentChildren;
   centre: ComponentChildren;
   right: ComponentChildren;
+  // A side pane put away (the top bar's toggles) leaves the grid with its
+  // divider and gives its width to the centre; it stays mounted, so it comes
+  // back as it was (the diagram's zoom, the input pane's choices).
+  leftShown?: boolean;
+  rightShown?: boolean;
 }
 
-export function Panes({ left, centre, right }: Props) {
+export function Panes({ left, centre, right, leftShown = true, rightShown = true }: Props) {
   const container = useRef<HTMLDivElement>(null);
   const widths = useRef<Widths>(load());
 
@@ -117,13 +124,29 @@ export function Panes({ left, centre, right }: Props) {
     />
   );
 
+  const slot = (shown: boolean, content: ComponentChildren) => (
+    <div class="pane-slot" style={{ display: shown ? 'contents' : 'none' }}>
+      {content}
+    </div>
+  );
+  const closed = `${leftShown ? '' : ' left-closed'}${rightShown ? '' : ' right-closed'}`;
   return (
-    <div class="panes" ref={container}>
-      {left}
-      {handle('left')}
+    <div class={`panes${closed}`} ref={container} data-testid="panes">
+      {slot(
+        leftShown,
+        <>
+          {left}
+          {handle('left')}
+        </>,
+      )}
       {centre}
-      {handle('right')}
-      {right}
+      {slot(
+        rightShown,
+        <>
+          {handle('right')}
+          {right}
+        </>,
+      )}
     </div>
   );
 }

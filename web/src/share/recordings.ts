@@ -1,73 +1,46 @@
-// The recordings the session has, for the Share dialog, read defensively:
-// `list_recordings` is a newer command than this page may be served by. Its
-// route is not in api/routes.ts (tests/wire/check_types.sh holds that file to
-// the server's command table, which may not have it): a server without the
-// command answers 404, and the dialog then has no Recordings section.
-import { pageToken } from '../api/client';
+// The run's recordings as the Share dialog's Video target offers them: each
+// saved MP4 (list_recordings' saved), which the server plays and hands out
+// as a download (get_recording_file), and the recordings still being
+// written, which can be shared once saved.
+import { listRecordings, recordingFileUrl } from '../api/client';
+import type { Recordings } from '../api/types';
 
-export const RECORDINGS_PATH = '/api/recordings';
-
-export interface SharedRecording {
+export interface SharedVideo {
+  // Unique among the dialog's videos: the file's path.
+  path: string;
   label: string;
-  // An address the browser can open (absolute), when the server gives one;
-  // else the file's path on the machine that runs the training.
-  link: string;
-  kind: 'url' | 'path';
-  // Still being written (an active recording's file).
-  active: boolean;
+  // Saved: the address that plays it, and the one that downloads it.
+  // Still recording: null (the file is not playable until Save & Finish).
+  url: string | null;
+  download: string | null;
 }
 
-const text = (v: unknown): string | null => (typeof v === 'string' && v.length > 0 ? v : null);
-
-// Every file named in the reply (list_recordings: `saved` recordings, then
-// the active `recordings`; each with `files`, as paths or as objects with a
-// `path` or `url`). Anything unexpected is passed over.
-export function recordingsFrom(reply: unknown): SharedRecording[] {
-  if (!reply || typeof reply !== 'object') return [];
-  const r = reply as Record<string, unknown>;
-  const out: SharedRecording[] = [];
+// Newest saved first (the one just made), then those still recording.
+export function videosFrom(r: Recordings): SharedVideo[] {
+  const out: SharedVideo[] = [];
   const seen = new Set<string>();
-  const add = (label: string, link: string | null, kind: SharedRecording['kind'], active: boolean) => {
-    if (!link || seen.has(link)) return;
-    seen.add(link);
-    out.push({ label, link: kind === 'url' ? new URL(link, location.href).href : link, kind, active });
-  };
-  const file = (label: string, f: unknown, active: boolean) => {
-    if (typeof f === 'string') return add(label, text(f), 'path', active);
-    if (!f || typeof f !== 'object') return;
-    const e = f as Record<string, unknown>;
-    const url = text(e.url);
-    if (url) add(label, url, 'url', active);
-    else add(label, text(e.path) ?? text(e.file), 'path', active);
-  };
-  for (const [key, active] of [['saved', false], ['recordings', true]] as const) {
-    const list = r[key];
-    if (!Array.isArray(list)) continue;
-    for (const item of list) {
-      if (!item || typeof item !== 'object') {
-        file('recording', item, active);
-        continue;
-      }
-      const e = item as Record<string, unknown>;
-      const label = text(e.label) ?? text(e.key) ?? 'recording';
-      file(label, item, active);
-      if (Array.isArray(e.files)) for (const f of e.files) file(label, f, active);
+  for (const saved of [...r.saved].reverse()) {
+    for (const path of saved.files) {
+      if (seen.has(path)) continue;
+      seen.add(path);
+      out.push({ path, label: saved.label, url: recordingFileUrl(path), download: recordingFileUrl(path, true) });
+    }
+  }
+  for (const active of r.recordings) {
+    for (const file of active.files) {
+      if (seen.has(file.path)) continue;
+      seen.add(file.path);
+      out.push({ path: file.path, label: active.label, url: null, download: null });
     }
   }
   return out;
 }
 
-// null: the server has no such command (or did not answer as expected).
-export async function fetchRecordings(signal: AbortSignal): Promise<SharedRecording[] | null> {
+// The videos, or why the list could not be had (the dialog shows it).
+export async function fetchVideos(signal: AbortSignal): Promise<{ videos: SharedVideo[] } | { error: string }> {
   try {
-    const res = await fetch(RECORDINGS_PATH, {
-      headers: pageToken ? { Authorization: `Bearer ${pageToken}` } : {},
-      cache: 'no-store',
-      signal,
-    });
-    if (!res.ok) return null;
-    return recordingsFrom(await res.json());
-  } catch {
-    return null;
+    return { videos: videosFrom(await listRecordings(signal)) };
+  } catch (e) {
+    return { error: e instanceof Error ? e.message : String(e) };
   }
 }

@@ -44,6 +44,9 @@ export interface AppState {
   values: Values;
   // Pure shape ops as diagram nodes and cards; off: folded into the edges.
   showShapeOps: boolean;
+  // The main page's side panes (architecture, input): shown or put away by
+  // the top bar's toggles, remembered across reloads.
+  panes: PaneToggles;
   // The diagram's module groups the user opened (true) or closed (false);
   // the others follow the opening depth. Remembered across reloads.
   groupChoices: Record<string, boolean>;
@@ -65,6 +68,22 @@ const savedOptions = (() => {
     return JSON.parse(localStorage.getItem('nansense.render') ?? '{}') as { average?: unknown; values?: unknown };
   } catch {
     return {};
+  }
+})();
+
+export interface PaneToggles {
+  architecture: boolean;
+  input: boolean;
+}
+
+const PANES_KEY = 'nansense.panesShown';
+
+const savedPanes = ((): PaneToggles => {
+  try {
+    const v = JSON.parse(localStorage.getItem(PANES_KEY) ?? '{}') as Partial<Record<keyof PaneToggles, unknown>>;
+    return { architecture: v.architecture !== false, input: v.input !== false };
+  } catch {
+    return { architecture: true, input: true };
   }
 })();
 
@@ -109,6 +128,7 @@ export const store = createStore<AppState>({
   average: savedOptions.average === true,
   values: savedOptions.values === 'abs' || savedOptions.values === 'square' ? savedOptions.values : 'unchanged',
   showShapeOps: savedShapeOps,
+  panes: savedPanes,
   groupChoices: savedGroups,
   toasts: [],
   focus: null,
@@ -124,6 +144,16 @@ export function setRenderOptions(patch: { average?: boolean; values?: Values }):
   store.set(patch);
   const { average, values } = store.get();
   localStorage.setItem('nansense.render', JSON.stringify({ average, values }));
+}
+
+export function togglePane(pane: keyof PaneToggles): void {
+  const panes = { ...store.get().panes, [pane]: !store.get().panes[pane] };
+  store.set({ panes });
+  try {
+    localStorage.setItem(PANES_KEY, JSON.stringify(panes));
+  } catch {
+    // A full storage only loses the memory of the choice.
+  }
 }
 
 export function setShowShapeOps(show: boolean): void {
@@ -223,6 +253,7 @@ export function sampleExists(s: AppState): boolean {
 }
 
 export function setSample(sample: number): void {
+  if (mainRecording(store.get()) && currentPage() === 'main') return;
   const n = currentBatchSize(store.get()) ?? batchSize(store.get().snapshot);
   const clamped = Math.max(0, Math.min(Number.isFinite(sample) ? Math.trunc(sample) : 0, Math.max(0, n - 1)));
   if (clamped !== store.get().sample) store.set({ sample: clamped });
@@ -237,8 +268,24 @@ export function setHovered(layer: string | null): void {
   if (store.get().hovered !== layer) store.set({ hovered: layer });
 }
 
+// What a recording of the main page holds (its layers, sample and render
+// options: start_recording took them as the page had them): the controls
+// that change them are disabled with these words until it is saved or deleted.
+export const FROZEN_BY_RECORDING = 'Frozen while this view records (Settings → Recording: Save & Finish or Delete)';
+
+export const mainRecording = (s: Pick<AppState, 'status'>): boolean => s.status?.recordings.includes('main') ?? false;
+
+// A change to the cards while the page records (a diagram click, which has
+// no disabled state): refused, with a note saying why.
+function shownFrozen(): boolean {
+  if (!mainRecording(store.get())) return false;
+  toast('The cards are frozen while this view records: Settings → Recording, Save & Finish or Delete', 'info');
+  return true;
+}
+
 // Click on a diagram node: show (and scroll to) or hide its card.
 export function toggleShown(layer: string): void {
+  if (shownFrozen()) return;
   const { shown } = store.get();
   if (shown.includes(layer)) {
     store.set({ shown: shown.filter((l) => l !== layer) });
@@ -249,12 +296,14 @@ export function toggleShown(layer: string): void {
 }
 
 export function hideLayer(layer: string): void {
+  if (shownFrozen()) return;
   store.set((s) => ({ shown: s.shown.filter((l) => l !== layer) }));
 }
 
 // Every layer the page shows; a folded shape op keeps its card if it had one,
 // for when shape ops are shown again.
 export function showAll(): void {
+  if (shownFrozen()) return;
   const s = store.get();
   const names = visibleLayers(s).map((l) => l.name);
   const set = new Set(names);
@@ -262,6 +311,7 @@ export function showAll(): void {
 }
 
 export function hideAll(): void {
+  if (shownFrozen()) return;
   store.set({ shown: [] });
 }
 

@@ -21,7 +21,8 @@ async function send(command: () => Promise<Status>, showError = true): Promise<s
   }
 }
 
-// Stepping past the run's final batch ends training; the original asks first.
+// Stepping past the run's final batch ends training; the original NaNsense
+// 0.4.0 (Python, on PyPI) asks first.
 function confirmingLastBatch(command: () => Promise<Status>): void {
   const status = store.get().status;
   if (status?.state === 'paused' && status.live_position?.is_last_in_run) {

@@ -115,19 +115,14 @@ export function shownLayers(s: Pick<StatsPageState, 'layer' | 'list'>, fallback:
 }
 
 // The phase shown: the user's pick (Graphs has no current batch: its first
-// phase instead); until then the training phase when it has statistics
+// phase instead; Histogram and Min/Max have); until then the training phase when it has statistics
 // here, else the first phase that has (a page opened during epoch 0's first
 // val batches shows train's), else the current batch. settlePhase keeps
 // that first answer, so a page opened on a running loop does not flip
 // between its phases.
-export function shownPhase(s: StatsPageState, layers: string[], livePhase: string | null): string | null {
+export function shownPhase(s: Pick<StatsPageState, 'list' | 'view' | 'phase'>, layers: string[], livePhase: string | null): string | null {
   const phases = phasesOf(s.list, layers);
   if (s.view === 'graphs') return typeof s.phase === 'string' ? s.phase : (phases[0] ?? null);
-  // Galleries are kept per phase: no current batch either.
-  if (s.view === 'minmax') {
-    if (typeof s.phase === 'string') return s.phase;
-    return livePhase && phases.includes(livePhase) ? livePhase : (phases[0] ?? null);
-  }
   if (s.phase !== undefined) return s.phase;
   return livePhase && phases.includes(livePhase) ? livePhase : (phases[0] ?? null);
 }

@@ -54,3 +54,26 @@ export function useSelector<S, T>(store: Store<S>, select: (s: S) => T, equal: (
 export function shallowArrayEqual<T>(a: readonly T[], b: readonly T[]): boolean {
   return a.length === b.length && a.every((x, i) => Object.is(x, b[i]));
 }
+
+// The same keys holding the same values (Object.is), e.g. two picks.
+export function shallowEqual<T extends object>(a: T, b: T): boolean {
+  if (Object.is(a, b)) return true;
+  const keys = Object.keys(a) as (keyof T)[];
+  return (
+    keys.length === Object.keys(b).length &&
+    keys.every((k) => Object.prototype.hasOwnProperty.call(b, k) && Object.is(a[k], b[k]))
+  );
+}
+
+export function pick<S extends object, K extends keyof S>(state: S, keys: readonly K[]): Pick<S, K> {
+  const out = {} as Pick<S, K>;
+  for (const k of keys) out[k] = state[k];
+  return out;
+}
+
+// The named fields of a store's state: the component re-renders when one of
+// them changes, not on every change of the store (selecting the whole state
+// would), and its type lets the component read only those.
+export function useFields<S extends object, K extends keyof S>(store: Store<S>, ...keys: K[]): Pick<S, K> {
+  return useSelector(store, (s) => pick(s, keys), shallowEqual);
+}

@@ -1,11 +1,14 @@
 // The Min/Max view of one layer: per channel (columns) the inputs that drove
-// it highest or lowest this epoch (rows, best first), as crops around where
-// it peaked or as whole inputs ranked by its mean, with the channel's
-// activation over them on request. Refetched with every statistics publish.
+// it highest or lowest this epoch, or in the last captured batch alone
+// ("Current batch": any layer, watched or not), rows best first, as crops
+// around where it peaked or as whole inputs ranked by its mean, with the
+// channel's activation over them on request. Refetched with every statistics
+// publish (the current batch's: every captured batch).
 import { useEffect, useState } from 'preact/hooks';
 import * as api from '../api/client';
 import type { PatchCell, Patches, PatchRanking } from '../api/types';
 import { formatNum } from '../format';
+import { store } from '../state/app';
 import { statsStore } from '../state/stats';
 import { useSelector } from '../state/store';
 
@@ -19,15 +22,20 @@ const RANKING_TITLE: Record<PatchRanking, string> = {
 export function PatchGalleryBody({ layer, phase }: { layer: string; phase: string | null }) {
   const grid = useSelector(statsStore, (s) => s.grid);
   const heatmap = useSelector(statsStore, (s) => s.heatmap);
+  const current = phase === null;
+  // An epoch's gallery follows the statistics publishes, the current batch's
+  // every captured batch (of any layer, watched or not).
   const sequence = useSelector(statsStore, (s) => s.list?.sequence ?? 0);
+  const snapshotSequence = useSelector(store, (s) => (current ? s.sequence : 0));
   const hasStats = useSelector(statsStore, (s) => s.histories[layer] != null);
   const [data, setData] = useState<Patches | null>(null);
   const [error, setError] = useState<string | null>(null);
 
   useEffect(() => {
-    if (!hasStats || phase === null) return;
+    if (current ? snapshotSequence === 0 : !hasStats) return;
     const abort = new AbortController();
-    api.getPatches({ layer, phase, ranking: grid, heatmap }, abort.signal).then(
+    const args = current ? { layer, current_batch: true, ranking: grid, heatmap } : { layer, phase, ranking: grid, heatmap };
+    api.getPatches(args, abort.signal).then(
       (d) => {
         setData(d);
         setError(null);
@@ -47,9 +55,10 @@ export function PatchGalleryBody({ layer, phase }: { layer: string; phase: strin
       },
     );
     return () => abort.abort();
-  }, [layer, phase, grid, heatmap, sequence, hasStats]);
+  }, [layer, phase, grid, heatmap, current ? snapshotSequence : sequence, hasStats]);
 
-  if (!hasStats || phase === null) {
+  if (current && snapshotSequence === 0) return <p class="stats-note">No batch captured yet.</p>;
+  if (!current && !hasStats) {
     return <p class="stats-note">No statistics for this layer yet: watch it (the eye) and let training run; its Min/Max patches fill as it does.</p>;
   }
   if (error) {
@@ -72,8 +81,9 @@ export function PatchGalleryBody({ layer, phase }: { layer: string; phase: strin
   const average = data.ranking === 'max_average' || data.ranking === 'min_average';
   return (
     <>
-      <p class="stats-note">
-        {data.phase} epoch {data.epoch} · {RANKING_TITLE[data.ranking]} ·{' '}
+      <p class="stats-note" data-testid={`gallery-caption-${layer}`}>
+        {data.current_batch ? `current batch (${data.position ?? data.phase})` : `${data.phase} epoch ${data.epoch}`} ·{' '}
+        {RANKING_TITLE[data.ranking]} ·{' '}
         {average ? 'whole inputs ranked by the channel mean' : `${data.crop.height}×${data.crop.width} input crops around the channel's ${data.ranking === 'max_pixel' ? 'highest' : 'lowest'} value`}
         {heatmap && ' · activation over the input (red +, blue −)'}
       </p>

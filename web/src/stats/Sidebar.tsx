@@ -1,11 +1,11 @@
-// The Stats page's choices: view, phase (with "Current batch"), layer (in
-// graph order, "All watched layers" while few carry statistics) and how the
-// axes are drawn.
+// The Stats page's choices: view, phase (with "Current batch" for the
+// histograms and the Min/Max galleries), layer (in graph order, "All watched
+// layers" while few carry statistics) and how the axes are drawn.
 import type { PatchRanking } from '../api/types';
 import { pageHref } from '../links';
 import { store } from '../state/app';
 import { ALL_LAYERS, choose, offersAll, phasesOf, statsLayers, statsStore, type StatsView } from '../state/stats';
-import { useSelector } from '../state/store';
+import { useFields, useSelector } from '../state/store';
 import { phaseColor } from './colors';
 
 const VIEW_TITLE: Record<StatsView, string> = { histogram: 'Histogram', minmax: 'Min/Max', graphs: 'Graphs' };
@@ -18,13 +18,13 @@ const GRIDS: { value: PatchRanking; label: string; title: string }[] = [
 ];
 
 export function Sidebar({ layers, phase }: { layers: string[]; phase: string | null }) {
-  const s = useSelector(statsStore, (x) => x);
+  const s = useFields(statsStore, 'view', 'layer', 'list', 'grid', 'heatmap', 'rankings', 'logX', 'logY', 'retain');
   const architecture = useSelector(store, (x) => x.architecture);
   const withStats = statsLayers(s.list);
   const phases = phasesOf(s.list, withStats);
   const current = phase === null;
   // The current batch has every captured layer; the rest only those with statistics.
-  const pickable = current && s.view === 'histogram' ? (architecture?.layers.map((l) => l.name) ?? withStats) : withStats;
+  const pickable = current && s.view !== 'graphs' ? (architecture?.layers.map((l) => l.name) ?? withStats) : withStats;
   const selected = s.layer === ALL_LAYERS && offersAll(s.list) ? ALL_LAYERS : (layers[0] ?? '');
   const options = selected && selected !== ALL_LAYERS && !pickable.includes(selected) ? [selected, ...pickable] : pickable;
 
@@ -46,7 +46,7 @@ export function Sidebar({ layers, phase }: { layers: string[]; phase: string | n
 
       <fieldset class="side-group" data-tour="stats-phase">
         <legend>Phase</legend>
-        {phases.length === 0 && s.view !== 'histogram' && <p class="form-hint">No phase has statistics yet.</p>}
+        {phases.length === 0 && s.view === 'graphs' && <p class="form-hint">No phase has statistics yet.</p>}
         {phases.map((p) => (
           <label class="radio-row" key={p}>
             <input type="radio" name="phase" data-testid={`phase-${p}`} checked={phase === p} onChange={() => choose({ phase: p })} />
@@ -54,10 +54,13 @@ export function Sidebar({ layers, phase }: { layers: string[]; phase: string | n
             {p}
           </label>
         ))}
-        {s.view === 'histogram' && (
+        {s.view !== 'graphs' && (
           <>
             {phases.length > 0 && <hr class="side-divider" />}
-            <label class="radio-row" title="The last captured batch, for any layer">
+            <label
+              class="radio-row"
+              title={s.view === 'minmax' ? "The last captured batch's own extremes, for any layer" : 'The last captured batch, for any layer'}
+            >
               <input type="radio" name="phase" data-testid="phase-current" checked={current} onChange={() => choose({ phase: null })} />
               Current batch
             </label>

@@ -8,7 +8,7 @@ import { formatCount, formatNum } from '../format';
 import { pageHref } from '../links';
 import { store } from '../state/app';
 import { isWatched, statsStore } from '../state/stats';
-import { useSelector } from '../state/store';
+import { useFields, useSelector } from '../state/store';
 import { BinSamples, type BinTarget } from './BinSamples';
 import { bandEdges, hasBands } from './bins';
 import { PatchGalleryBody } from './PatchGallery';
@@ -74,7 +74,7 @@ function HistogramBody(props: {
   currentError: string | null;
 }) {
   const { layer, phase, history, current, currentError } = props;
-  const s = useSelector(statsStore, (x) => x);
+  const s = useFields(statsStore, 'list', 'logX', 'logY', 'retain', 'band');
   const edges = s.list?.edges ?? history?.edges ?? null;
   const dtype = useSelector(store, (x) => x.architecture?.layers.find((l) => l.name === layer)?.dtype ?? null);
   const reportBands = useSelector(store, (x) => x.debugReport?.error?.bands ?? null);
@@ -314,7 +314,7 @@ function DeadChannels({ stats }: { stats: TensorStatsSnapshot | null }) {
 }
 
 function GraphsBody({ layer, phase, history }: { layer: string; phase: string | null; history: StatsHistory | null }) {
-  const s = useSelector(statsStore, (x) => x);
+  const s = useFields(statsStore, 'logY', 'retain');
   if (!history || phase === null) {
     return <p class="stats-note">No statistics for this layer yet: watch it (the eye) and let training run.</p>;
   }

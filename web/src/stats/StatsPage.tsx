@@ -6,7 +6,7 @@ import { Dialogs } from '../App';
 import { Visibility, VisibilityContext } from '../cards/visibility';
 import { store } from '../state/app';
 import { shownLayers, shownPhase, startStatsSync, statsStore } from '../state/stats';
-import { useSelector } from '../state/store';
+import { useFields, useSelector } from '../state/store';
 import { Banners } from '../topbar/Banners';
 import { TopBar } from '../topbar/TopBar';
 import { MetricsSection } from './MetricsSection';
@@ -14,7 +14,7 @@ import { Sidebar } from './Sidebar';
 import { StatsCard } from './StatsCard';
 
 export function StatsPage() {
-  const s = useSelector(statsStore, (x) => x);
+  const s = useFields(statsStore, 'view', 'phase', 'layer', 'list');
   const firstLayer = useSelector(store, (x) => x.architecture?.layers.find((l) => l.role !== 'input')?.name ?? null);
   const livePhase = useSelector(store, (x) => x.status?.live_position?.phase ?? null);
   const [visibility] = useState(() => new Visibility());

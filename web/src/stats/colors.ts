@@ -1,5 +1,5 @@
-// Colours of the Stats page: one per phase (the original's for train, val
-// and test), one per statistic.
+// Colours of the Stats page: one per phase (those of the original NaNsense
+// 0.4.0, Python on PyPI, for train, val and test), one per statistic.
 const PHASES: Record<string, string> = { train: '#d97706', val: '#3b82f6', test: '#10b981' };
 const PALETTE = ['#e879f9', '#f43f5e', '#a3e635', '#22d3ee', '#facc15', '#fb923c'];
 

@@ -2,7 +2,7 @@
 import type { Status } from '../api/types';
 import { pageHref, type Page } from '../links';
 import { detach, pause, refresh, run, stepBy } from '../state/commands';
-import { store, type Connection } from '../state/app';
+import { store, togglePane, type Connection, type PaneToggles } from '../state/app';
 import { positionLabel, trainerStepLabel } from '../state/position';
 import { useSelector } from '../state/store';
 import { openShare } from '../share/ShareDialog';
@@ -43,13 +43,7 @@ export function TopBar({ page }: { page: Page }) {
 
   return (
     <header class="topbar">
-      <a class="brand" href="./" title="nansense — LibTorch training debugger">
-        <Logo />
-        <span class="brand-name">
-          NaN<b>sense</b>
-        </span>
-        <span class="brand-sub">LibTorch debugger</span>
-      </a>
+      <Brand frontEnd={status?.front_end ?? null} />
       {status?.locked ? (
         <span
           class="chip chip-amber"
@@ -74,7 +68,9 @@ export function TopBar({ page }: { page: Page }) {
         )}
       </div>
       <div class="toolbar-spacer" />
+      {page === 'main' && <PaneToggle pane="architecture" />}
       {!status?.locked && <RefreshButton enabled={c.refresh} />}
+      {page === 'main' && <PaneToggle pane="input" />}
       {page === 'main' ? (
         <a class="btn btn-quiet" data-testid="stats-link" data-tour="stats-link" href={pageHref('stats')} title="Statistics over time: histograms and graphs by epoch">
           Stats
@@ -98,6 +94,35 @@ export function TopBar({ page }: { page: Page }) {
         ?
       </button>
     </header>
+  );
+}
+
+// The logo, and what kind of run this is debugging: a PyTorch loop run from
+// Python, or a LibTorch program (the status's front_end); before the first
+// status, neither.
+const FRONT_END: Record<Status['front_end'], { sub: string; run: string }> = {
+  python: { sub: 'PyTorch debugger', run: 'a PyTorch training loop run from Python' },
+  cpp: { sub: 'LibTorch debugger', run: 'a LibTorch (C++) training program' },
+};
+
+function Brand({ frontEnd }: { frontEnd: Status['front_end'] | null }) {
+  const known = frontEnd ? FRONT_END[frontEnd] : undefined;
+  return (
+    <a
+      class="brand"
+      href="./"
+      data-testid="brand"
+      data-front-end={frontEnd ?? undefined}
+      title={known ? `nansense — debugging ${known.run}` : 'nansense — training debugger'}
+    >
+      <Logo />
+      <span class="brand-name">
+        NaN<b>sense</b>
+      </span>
+      <span class="brand-sub" data-testid="brand-sub">
+        {known?.sub ?? 'training debugger'}
+      </span>
+    </a>
   );
 }
 
@@ -150,6 +175,30 @@ function RunControls({ c, status, ttReason }: { c: Controls; status: Status | nu
         </button>
       </span>
     </div>
+  );
+}
+
+// Shows or puts away one of the main page's side panes.
+function PaneToggle({ pane }: { pane: keyof PaneToggles }) {
+  const shown = useSelector(store, (s) => s.panes[pane]);
+  const title = `${shown ? 'Hide' : 'Show'} the ${pane} pane`;
+  return (
+    <button
+      class={`icon-button pane-toggle ${shown ? 'pane-toggle-on' : ''}`}
+      data-testid={`toggle-${pane}-pane`}
+      aria-pressed={shown}
+      title={title}
+      aria-label={title}
+      onClick={() => togglePane(pane)}
+    >
+      <svg viewBox="0 0 24 24" width="17" height="17" aria-hidden="true">
+        {pane === 'architecture' ? (
+          <path fill="currentColor" d="M22 11V3h-7v3H9V3H2v8h7V8h2v10h4v3h7v-8h-7v3h-2V8h2v3z" />
+        ) : (
+          <path fill="currentColor" d="M21 19V5a2 2 0 0 0-2-2H5a2 2 0 0 0-2 2v14c0 1.1.9 2 2 2h14a2 2 0 0 0 2-2zM8.5 13.5l2.5 3 3.5-4.5 4.5 6H5l3.5-4.5z" />
+        )}
+      </svg>
+    </button>
   );
 }
 
@@ -247,7 +296,7 @@ function ConnectionIndicator({ connection }: { connection: Connection }) {
   return (
     <span class={`connection connection-${connection}`} data-testid="connection" role="status" aria-live="polite">
       <i class="connection-dot" aria-hidden="true" />
-      {text}
+      <span class="connection-text">{text}</span>
     </span>
   );
 }

@@ -11,7 +11,7 @@ import { ApiError, getWeightStats, pngUrl, renderWeightStrip, SnapshotReplaced }
 import type { Num, ParameterStats, TensorStats, WeightLayout, WeightStats, WeightStripInfo } from '../api/types';
 import { formatNum } from '../format';
 import { pageHref } from '../links';
-import { store } from '../state/app';
+import { FROZEN_BY_RECORDING, store } from '../state/app';
 import { useSelector } from '../state/store';
 import { Banners } from '../topbar/Banners';
 import { TopBar } from '../topbar/TopBar';
@@ -23,6 +23,9 @@ const NO_GRADIENT =
 export function WeightsPage() {
   const [layer, setLayer] = useState(() => new URLSearchParams(location.search).get('layer') ?? '');
   const sequence = useSelector(store, (s) => s.sequence);
+  const known = useSelector(store, (s) => s.architecture?.captured === true);
+  // start_recording draws this layer's tensors in their default layout.
+  const recording = useSelector(store, (s) => layer !== '' && (s.status?.recordings.includes(`weights:${layer}`) ?? false));
   // Joined, so that an unchanged list does not re-render the page.
   const withParameters = useSelector(store, (s) =>
     (s.architecture?.layers ?? [])
@@ -56,6 +59,13 @@ export function WeightsPage() {
     setStats(null);
     history.replaceState(null, '', pageHref('weights', { layer: name }));
   };
+
+  // Opened without ?layer= (the top bar's link, a bookmark): the first layer
+  // that has weights, as soon as the architecture names it.
+  const firstWithParameters = withParameters[0] ?? '';
+  useEffect(() => {
+    if (!layer && firstWithParameters) choose(firstWithParameters);
+  }, [layer, firstWithParameters]);
 
   return (
     <div class="app weights-app">
@@ -94,15 +104,31 @@ export function WeightsPage() {
             </a>
           )}
         </div>
-        {!layer && <div class="empty-hint">Choose a layer with parameters (or open this page from a card's Weights button).</div>}
+        {!layer && (
+          <div class="empty-hint" data-testid="weights-empty">
+            {known ? 'No layer of this model has parameters.' : 'Waiting for the first captured batch…'}
+          </div>
+        )}
         {layer && sequence === 0 && <div class="empty-hint">Waiting for the first captured batch…</div>}
         {error && (
           <div class="empty-hint weights-error" data-testid="weights-error">
             {error}
           </div>
         )}
+        {recording && (
+          <div class="hint-amber" data-testid="weights-frozen">
+            This view records: its frames draw each tensor the default way, so the axis controls are held there until the
+            recording is saved or deleted (Settings → Recording).
+          </div>
+        )}
         {stats?.parameters.map((p) => (
-          <ParameterCard key={`${layer}|${p.name}`} layer={stats.layer} parameter={p} sequence={stats.sequence} />
+          <ParameterCard
+            key={`${layer}|${p.name}`}
+            layer={stats.layer}
+            parameter={p}
+            sequence={stats.sequence}
+            recording={recording}
+          />
         ))}
       </main>
       <Dialogs />
@@ -138,10 +164,14 @@ function stripsOf(p: ParameterStats): StripSpec[] {
 
 const isTensor = (v: Num | TensorStats): v is TensorStats => typeof v === 'object' && v !== null;
 
-function ParameterCard({ layer, parameter: p, sequence }: { layer: string; parameter: ParameterStats; sequence: number }) {
+function ParameterCard(props: { layer: string; parameter: ParameterStats; sequence: number; recording: boolean }) {
+  const { layer, parameter: p, sequence, recording } = props;
   const shape = p.value?.shape ?? [];
   const fallback: WeightLayout = { x_dim: null, y_dim: null, tile_dim: null, index: shape.map(() => 0) };
-  const [layout, setLayout] = useState<WeightLayout>(p.default_layout ?? fallback);
+  const [chosen, setLayout] = useState<WeightLayout>(p.default_layout ?? fallback);
+  // While the view records, the page shows what the video draws; the user's
+  // choice comes back after.
+  const layout = recording ? (p.default_layout ?? fallback) : chosen;
   const shapeKey = shape.join('x');
   // A parameter that changed shape (another model after a restart) starts over.
   useEffect(() => setLayout(p.default_layout ?? fallback), [shapeKey]);
@@ -176,7 +206,8 @@ function ParameterCard({ layer, parameter: p, sequence }: { layer: string; param
                 <select
                   data-testid={`weights-role-${p.name}-${d}`}
                   value={role}
-                  title="X: across a tile · Y: down a tile · Tile: one tile per index · Index: held at one index"
+                  disabled={recording}
+                  title={recording ? FROZEN_BY_RECORDING : 'X: across a tile · Y: down a tile · Tile: one tile per index · Index: held at one index'}
                   onChange={(e) => setLayout(withRole(layout, d, (e.target as HTMLSelectElement).value as Role))}
                 >
                   {roles.map((r) => (
@@ -191,6 +222,7 @@ function ParameterCard({ layer, parameter: p, sequence }: { layer: string; param
                     data-testid={`weights-index-${p.name}-${d}`}
                     min={0}
                     max={size - 1}
+                    disabled={recording}
                     value={layout.index[d] ?? 0}
                     aria-label={`Index of dim ${d}`}
                     onInput={(e) => {
