@@ -25,7 +25,7 @@ async function main() {
     await screenshot('step-1');
   });
 
-  await check("a NaN in global step 2's second micro-batch: paused in it, the banner and the chip name it", async () => {
+  await check("a NaN in global step 2's second micro-batch: paused in it, the top bar, the banner and the snapshot line name it", async () => {
     await byTestId('detach').click();
     await expectText('debug-banner-text', /at epoch 0 \| train batch 1 \(global step 2, micro-batch 2 of 2\)/, 60_000);
     await expectText('position-label', 'epoch 0/2 | train batch 1/3 · global step 2 · micro-batch 2 of 2');
