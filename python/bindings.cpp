@@ -445,6 +445,17 @@ class Engine {
   }
   void mark_lost(const std::string& reason) { core_->mark_lost(reason); }
   void set_unserved_nan_note(std::string note) { core_->set_unserved_nan_note(std::move(note)); }
+  // A trainer adapter's words for the batch about to begin (NansenseCallback
+  // for the Hugging Face Trainer): the optimizer step's number and its
+  // micro-batches; cleared for batches that are no optimizer step.
+  void set_trainer_step(int64_t global_step, int64_t micro_batches) {
+    if (global_step < 0 || micro_batches < 1) {
+      throw py::value_error("set_trainer_step needs global_step >= 0 and micro_batches >= 1");
+    }
+    core_->set_trainer_step(TrainerStep{global_step, micro_batches, -1});
+  }
+  void clear_trainer_step() { core_->set_trainer_step(std::nullopt); }
+  void set_micro_batch(int64_t index) { core_->set_micro_batch(index); }
   // What a traced re-run repeats, in the front end's words (NansenseCallback's).
   void set_rerun_note(std::string ran_twice, std::vector<std::string> restored, std::vector<std::string> runs_twice,
                       std::string detect) {
@@ -1178,6 +1189,9 @@ PYBIND11_MODULE(_nansense, m) {
       .def("close", &Engine::close)
       .def("mark_lost", &Engine::mark_lost)
       .def("set_unserved_nan_note", &Engine::set_unserved_nan_note)
+      .def("set_trainer_step", &Engine::set_trainer_step)
+      .def("clear_trainer_step", &Engine::clear_trainer_step)
+      .def("set_micro_batch", &Engine::set_micro_batch)
       .def("set_rerun_note", &Engine::set_rerun_note)
       .def("hold_at_boundary", &Engine::hold_at_boundary)
       .def("note_rank_trip", &Engine::note_rank_trip)

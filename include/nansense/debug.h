@@ -189,6 +189,10 @@ struct DebugError {
   // Set when the error is a collapsing loss scale (see LossScaleStatus): how
   // it collapsed ("24 steps skipped in a row, scale 2^-8"). Empty otherwise.
   std::string loss_scale;
+  // Where a trainer adapter drives the session: the optimizer step that
+  // tripped, and the micro-batch its checks tripped in (micro_batch -1 when
+  // the trip came after the last one, at the optimizer step).
+  std::optional<TrainerStep> trainer_step;
 };
 
 // A mixed-precision loss scaler (torch.amp.GradScaler) as the guard sees it.

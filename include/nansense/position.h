@@ -27,6 +27,16 @@ struct BatchPosition {
   }
 };
 
+// A batch in a trainer's own words, where a trainer adapter drives the
+// session (the Hugging Face Trainer's callback): one debugger batch is one
+// optimizer step, which accumulates the gradients of micro_batches
+// micro-batches (gradient accumulation). Plain loops have none.
+struct TrainerStep {
+  int64_t global_step = 0;    // its number, as the trainer's log counts it (state.global_step once it is done)
+  int64_t micro_batches = 1;  // micro-batches the step accumulates
+  int64_t micro_batch = -1;   // the one running, 0-based; -1 before the first and after the last
+};
+
 // How training proceeds after a resume. Each mode is named after the Session
 // command that sets it, and maps to a UI control.
 enum class Mode {

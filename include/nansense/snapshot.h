@@ -76,6 +76,12 @@ struct BatchSnapshot {
   };
   std::optional<Probe> probe;
 
+  // Set where a trainer adapter drives the session: the optimizer step the
+  // batch is, and its micro-batch running when the snapshot was taken
+  // (micro_batch -1: the step's end, every micro-batch shown; a captured
+  // step names micro-batch k's layers "h.0#k+1" from the second on).
+  std::optional<TrainerStep> trainer_step;
+
   bool trimmed() const { return samples_kept < batch_size; }
 };
 

@@ -246,7 +246,11 @@ class DebugError:
     rerun: the batch tripped untraced and ran again from the recorded state,
     traced, so your loop body ran it twice (session.rerunning was True in the
     second run). loss_scale: set when the error is a collapsing loss scale
-    (a GradScaler skipping step after step): how it collapsed."""
+    (a GradScaler skipping step after step): how it collapsed.
+    trainer_step: set under a trainer adapter (nansense.transformers), the
+    step in the trainer's words: {"global_step", "micro_batches",
+    "micro_batch"}, micro_batch the 0-based micro-batch the checks tripped
+    in (None: at the optimizer step, after the last)."""
 
     position: BatchPosition
     reasons: tuple[str, ...]
@@ -259,6 +263,7 @@ class DebugError:
     text: str = ""
     rerun: bool = False
     loss_scale: Optional[str] = None
+    trainer_step: Optional[dict[str, Any]] = None
 
     @classmethod
     def _from(cls, d: Optional[dict]) -> Optional["DebugError"]:
@@ -287,6 +292,7 @@ class DebugError:
             text=d.get("text", ""),
             rerun=bool(d.get("rerun", False)),
             loss_scale=d.get("loss_scale"),
+            trainer_step=d.get("trainer_step"),
         )
 
 

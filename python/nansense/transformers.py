@@ -29,10 +29,12 @@ except ImportError:
 
 from . import _nansense, _setups
 from ._capsule import Capsule
-from ._session import Session, _module_specs, _optimizer_reader, _restore_state, _state_kind, _state_of, start
+from ._session import (DEFAULT_CACHE_DIR, Session, TimeTravelJump, _module_specs, _optimizer_reader, _restore_state,
+                       _state_kind, _state_of, start)
 from ._adapters import network_at, pickled, rng_state, serve_options, set_rng_state, unpickled
+from ._restorer import _check_cache_dir
 
-__all__ = ["NansenseCallback", "replay_capsule", "TrainerCapsule"]
+__all__ = ["NansenseCallback", "train_with_time_travel", "replay_capsule", "TrainerCapsule"]
 
 
 # ---------------------------------------------------------------- state saved with capsules
@@ -163,6 +165,7 @@ class NansenseCallback(TrainerCallback):
         self._val_count = 0
         self._eval_epoch = False                  # eval_strategy="epoch": evaluation is the val phase
         self._evaluating = False                  # a val phase's batches are under way
+        self._travel: Optional[_TimeTravel] = None  # set by train_with_time_travel
 
     @property
     def session(self) -> Optional[Session]:
@@ -232,17 +235,27 @@ class NansenseCallback(TrainerCallback):
         if trainer is None:
             raise RuntimeError("NansenseCallback must be called by a transformers.Trainer (its callbacks=[...] or "
                                "trainer.add_callback)")
-        if self._session is not None:
+        reentering = self._travel is not None and self._travel.target is not None
+        if self._session is not None and not reentering:
             raise RuntimeError("this NansenseCallback's session closed when its training ended (its UI stays up "
                                "for browsing): give the next trainer.train() a new NansenseCallback")
         self._check_trainer(trainer, args, train_dataloader)
         self._trainer = trainer
+        self._network_module = self._network(model)
+        self._per_epoch = max(math.ceil(len(train_dataloader) / args.gradient_accumulation_steps), 1)
+        self._eval_epoch = str(getattr(args, "eval_strategy", "no")) in ("epoch", "IntervalStrategy.EPOCH") and \
+            trainer.eval_dataset is not None
+        if self._session is None:
+            self._start_session(trainer, state, model)
+        self._patch(trainer)
+        if self._travel is not None:
+            self._travel.train_begin(self, trainer, state)
+
+    def _start_session(self, trainer: Trainer, state: Any, model: Any) -> None:
         # model_wrapped is the compiled module under torch_compile: start()
         # unwraps it and knows the steps that capture nothing run compiled.
         wrapped = trainer.model_wrapped if self._model_attr is None else self._network(model)
-        self._network_module = self._network(model)
         scaler = getattr(trainer.accelerator, "scaler", None)
-        self._per_epoch = max(math.ceil(len(train_dataloader) / args.gradient_accumulation_steps), 1)
         self._session = start(wrapped, epochs=state.num_train_epochs, phases={"train": 1}, scaler=scaler,
                               **self._serve)
         engine = self._session._engine
@@ -255,9 +268,6 @@ class NansenseCallback(TrainerCallback):
         engine.set_state_adapter(_state_kind(_inner(trainer.optimizer), trainer.lr_scheduler),
                                  _weakly(self._save_state), _weakly(self._load_state))
         engine.set_update_decided_callback(_weakly(self._update_decided))
-        self._eval_epoch = str(getattr(args, "eval_strategy", "no")) in ("epoch", "IntervalStrategy.EPOCH") and \
-            trainer.eval_dataset is not None
-        self._patch(trainer)
 
     def _patch(self, trainer: Trainer) -> None:
         get_batch_samples, training_step = trainer.get_batch_samples, trainer.training_step
@@ -273,6 +283,7 @@ class NansenseCallback(TrainerCallback):
             if self._open is None or self._open[0] != "train":
                 return training_step(model, inputs, num_items_in_batch)
             self._micro_idx = 0 if self._micro_idx is None else self._micro_idx + 1
+            self._engine.set_micro_batch(self._micro_idx)
             try:
                 loss = training_step(model, inputs, num_items_in_batch)
             except BaseException as e:
@@ -284,6 +295,7 @@ class NansenseCallback(TrainerCallback):
         def predicted(model, inputs, prediction_loss_only, ignore_keys=None):
             if not self._evaluating:
                 return prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
+            self._engine.clear_trainer_step()
             self._begin("val", inputs)
             try:
                 out = prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
@@ -332,6 +344,9 @@ class NansenseCallback(TrainerCallback):
         state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
         trainer = self._trainer
         _restore_state(_inner(trainer.optimizer), trainer.lr_scheduler, state, self._session._scaler)
+        if self._travel is not None:
+            # A jump: the next trainer.train() enters the target with it.
+            self._travel.restored = state
 
     def _update_decided(self, skipped: bool) -> None:
         # The engine's pause before the optimizer step (in the backward of the
@@ -344,7 +359,11 @@ class NansenseCallback(TrainerCallback):
         if self._engine is None:
             return
         self._end_phase()
-        self._epoch = int(round(state.epoch or 0))
+        epoch = int(round(state.epoch or 0))
+        if self._travel is not None:
+            self._travel.epoch_end(self)  # the epoch before, evaluation included
+        self._epoch = epoch
+        self._micro = []
         self._steps_at_epoch = state.global_step
         left = state.max_steps - state.global_step if state.max_steps > 0 else self._per_epoch
         phases = {"train": max(min(self._per_epoch, left), 1)}
@@ -356,6 +375,8 @@ class NansenseCallback(TrainerCallback):
             if n_val:
                 phases["val"] = n_val
         self._session.set_schedule(phases=phases)
+        if self._travel is not None:
+            self._travel.epoch_begin(self, epoch)
 
     def on_epoch_end(self, args, state, control, **kwargs):
         if self._engine is None:
@@ -432,12 +453,15 @@ class NansenseCallback(TrainerCallback):
         self._undo = None
         self._error_before = self._engine.debug_error() if len(self._micro) > 1 else None
         self._scheduler_mark = getattr(trainer.lr_scheduler, "last_epoch", None)
+        # The UI's words for it: the step's number as the Trainer logs it, its micro-batches.
+        self._engine.set_trainer_step(state.global_step + 1, max(len(self._micro), 1))
         self._begin("train", self._micro)
 
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
         if self._open is None or self._open[0] != "train":
             return
         self._micro_idx = None
+        self._engine.set_micro_batch(-1)
         if self._decided:
             self._drop_update()
 
@@ -499,10 +523,12 @@ class NansenseCallback(TrainerCallback):
         training_step = self._training_step
         for i, inputs in enumerate(self._micro):
             self._micro_idx = i
+            self._engine.set_micro_batch(i)
             training_step(model, inputs, self._num_items)
             if self._decided:
                 break  # skipped in this micro-batch's backward: the rest cannot bring the step back
         self._micro_idx = None
+        self._engine.set_micro_batch(-1)
         if args.max_grad_norm is not None and args.max_grad_norm > 0:
             trainer.accelerator.clip_grad_norm_(model.parameters(), args.max_grad_norm)
         if self._decided:
@@ -539,10 +565,178 @@ class NansenseCallback(TrainerCallback):
                 self._open = None
                 self._engine.abandon_batch(False)
             self._end_phase()
+            if self._travel is not None:
+                self._travel.epoch_end(self)
+                self._travel.abort(self)
         if self._trainer is not None:
             self._unpatch()
         if self._session is not None:
             self._session.close()
+
+    def _left_by_jump(self) -> None:
+        """A time-travel jump unwound trainer.train(): the batch under way is
+        dropped, and the Trainer's methods are its own again until the next
+        attempt patches them."""
+        if self._open is not None:
+            self._session._remove_hooks(self._open[1])
+            self._open = None
+            self._engine.abandon_batch(True)
+        self._phase = None
+        self._micro_idx = None
+        self._evaluating = False
+        if self._trainer is not None:
+            self._unpatch()
+
+
+# ---------------------------------------------------------------- time travel
+
+
+class _TimeTravel:
+    """The engine's epoch loop across trainer.train() attempts: a jump
+    unwinds train(), and the next attempt enters the target epoch with the
+    Trainer's counters, the optimizer, the LR scheduler, the GradScaler
+    and every RNG as that epoch began (the engine restores the weights)."""
+
+    def __init__(self, cache_dir: str):
+        self.cache_dir = cache_dir
+        self.opened = False
+        self.closed = False
+        self.target: Optional[int] = None     # the epoch the next attempt enters
+        self.restored: Optional[dict] = None  # the target's saved state (the engine loaded it)
+        self.epoch: Optional[int] = None      # the epoch under way, checkpointed as it began
+        self.log_history: list = []           # the Trainer's log, kept up to the target
+
+    def train_begin(self, callback: NansenseCallback, trainer: Trainer, state: Any) -> None:
+        engine = callback._engine
+        if not self.opened:
+            cache_dir = callback._session._own_dir(self.cache_dir)
+            engine.open_epochs(int(state.num_train_epochs), cache_dir, 0, "", None, None)
+            self.opened = True
+        if self.target is not None and self.restored is not None:
+            # This attempt's LR scheduler (and a first attempt's optimizer
+            # made anew) get the target's state.
+            _restore_state(_inner(trainer.optimizer), trainer.lr_scheduler, self.restored, callback._session._scaler)
+        trainer.__dict__.pop("_init_training_state", None)
+
+    def epoch_begin(self, callback: NansenseCallback, epoch: int) -> None:
+        if self.target is not None:
+            if epoch != self.target:
+                raise RuntimeError(f"the Trainer entered epoch {epoch}, not the time-travel target {self.target}")
+            # The RNG the epoch began with: the loader's shuffle and dropout.
+            if self.restored is not None:
+                set_rng_state(self.restored["transformers"]["rng"])
+            self.target, self.restored = None, None
+        self.epoch = epoch
+        callback._engine.start_epoch(epoch)
+
+    def epoch_end(self, callback: NansenseCallback) -> None:
+        """The epoch under way is over (its evaluation too). A jump asked
+        for after its last batch comes back restored: it unwinds train()."""
+        epoch, self.epoch = self.epoch, None
+        if epoch is None or self.closed:
+            return
+        try:
+            following = callback._engine.end_epoch(epoch, None)
+        except BaseException:
+            self.abort(callback)
+            raise
+        if following is None:
+            self.closed = True
+        elif following != epoch + 1:
+            jump = TimeTravelJump(following)
+            jump._nansense_restored = True  # type: ignore[attr-defined]
+            raise jump
+
+    def jumped(self, callback: NansenseCallback, trainer: Trainer, jump: TimeTravelJump) -> None:
+        """A jump unwound train(): restore its target (unless the engine
+        did) and set the Trainer up to enter it."""
+        last = self.epoch if self.epoch is not None else callback._epoch
+        self.epoch = None
+        callback._left_by_jump()
+        if not getattr(jump, "_nansense_restored", False):
+            try:
+                callback._engine.end_epoch(last, jump.epoch)
+            except BaseException:
+                self.abort(callback)
+                raise
+        if self.restored is None:
+            raise RuntimeError(f"the time-travel jump to epoch {jump.epoch} restored no Trainer state")
+        self.target = jump.epoch
+        # accelerate wraps the optimizer again on the next train(): hand it the torch one.
+        trainer.optimizer = _inner(trainer.optimizer)
+        self.log_history = list(trainer.state.log_history)
+        saved = self.restored["transformers"]
+        target, history = self.target, self.log_history
+        init_training_state = trainer._init_training_state
+
+        def enter_target(*args: Any, **kwargs: Any) -> tuple[int, int]:
+            # The Trainer's state as the target epoch began: its counters,
+            # and its log up to there. The loop starts at the target epoch.
+            init_training_state(*args, **kwargs)
+            trainer.state.global_step = int(saved["global_step"])
+            trainer.state.epoch = float(target)
+            trainer.state.log_history = [h for h in history if h.get("step", 0) <= trainer.state.global_step]
+            return target, 0
+
+        trainer.__dict__["_init_training_state"] = enter_target
+
+    def abort(self, callback: NansenseCallback) -> None:
+        if self.opened and not self.closed:
+            self.closed = True
+            callback._engine.abort_epochs()
+
+
+def train_with_time_travel(trainer: Trainer, *, callback: Optional[NansenseCallback] = None,
+                           cache_dir: Union[str, os.PathLike] = DEFAULT_CACHE_DIR, **train_kwargs: Any) -> Any:
+    """Run trainer.train(**train_kwargs) under nansense time travel.
+
+    Equivalent to trainer.train() with the NansenseCallback attached (the
+    trainer's own, or callback, which is added), plus the UI's Time
+    Travel: each epoch's start is checkpointed to cache_dir (weights,
+    buffers, the optimizer, the LR scheduler, a GradScaler, every RNG and
+    the Trainer's global_step), and a jump unwinds train() and calls it
+    again on the same Trainer, entering the chosen epoch with that state
+    restored: the replayed epochs' losses, learning rates and global_step
+    are the first timeline's, bit for bit on the CPU. The log history is
+    cut back to the target; loggers (report_to) and the Trainer's own
+    checkpoints cannot time-travel and see the replayed steps again.
+    resume_from_checkpoint applies to the first attempt only. Returns the
+    last attempt's TrainOutput.
+    """
+    if not isinstance(trainer, Trainer):
+        raise TypeError(f"trainer must be a transformers.Trainer, got {type(trainer).__name__}")
+    if callback is None:
+        found = [c for c in trainer.callback_handler.callbacks if isinstance(c, NansenseCallback)]
+        if not found:
+            raise TypeError("train_with_time_travel needs a NansenseCallback: pass callback=NansenseCallback(...) "
+                            "or give the Trainer one (callbacks=[...])")
+        callback = found[0]
+    elif not isinstance(callback, NansenseCallback):
+        raise TypeError(f"callback must be a nansense.transformers.NansenseCallback, got {type(callback).__name__}")
+    elif callback not in trainer.callback_handler.callbacks:
+        trainer.add_callback(callback)
+    cache_dir = _check_cache_dir(cache_dir)
+    if callback._travel is not None:
+        raise RuntimeError("this NansenseCallback is already in a train_with_time_travel run")
+    travel = _TimeTravel(cache_dir) if callback._enabled else None
+    callback._travel = travel
+    model_init = trainer.model_init
+    try:
+        while True:
+            try:
+                return trainer.train(**train_kwargs)
+            except TimeTravelJump as jump:
+                if travel is None:
+                    raise
+                travel.jumped(callback, trainer, jump)
+                # The next attempt goes on from the restored state: no
+                # checkpoint to load, no model to make anew.
+                train_kwargs.pop("resume_from_checkpoint", None)
+                trainer.model_init = None  # type: ignore[assignment]
+    finally:
+        trainer.model_init = model_init
+        trainer.__dict__.pop("_init_training_state", None)
+        callback._travel = None
 
 
 # ---------------------------------------------------------------- replaying a capsule through a Trainer

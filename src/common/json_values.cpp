@@ -31,6 +31,13 @@ json to_json(const BatchPosition& pos) {
 
 json to_json(const std::optional<BatchPosition>& pos) { return pos ? to_json(*pos) : json(nullptr); }
 
+json to_json(const std::optional<TrainerStep>& step) {
+  if (!step) return nullptr;
+  return {{"global_step", step->global_step},
+          {"micro_batches", step->micro_batches},
+          {"micro_batch", step->micro_batch >= 0 ? json(step->micro_batch) : json(nullptr)}};
+}
+
 int64_t integer_value(const json& object, const std::string& key, int64_t fallback, int64_t min, int64_t max) {
   if (!object.is_object()) throw std::invalid_argument("expected an object holding \"" + key + "\"");
   const auto it = object.find(key);

@@ -24,5 +24,6 @@ json number(const std::optional<double>& v);
 //  "is_last_in_run","text"}; null when absent.
 json to_json(const BatchPosition& pos);
 json to_json(const std::optional<BatchPosition>& pos);
+json to_json(const std::optional<TrainerStep>& step);  // null when none
 
 }  // namespace nansense::common

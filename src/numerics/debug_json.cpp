@@ -90,6 +90,14 @@ std::string headline(const DebugError& error) {
   std::string reasons;
   for (const auto& r : error.reasons) reasons += (reasons.empty() ? "" : ", ") + reason_label(r);
   std::string out = "Numerical issue detected — " + reasons + " — at " + error.position.to_string();
+  if (const auto& step = error.trainer_step) {
+    // The layers of micro-batch k carry "#k" from the second on: ordinals, as here.
+    out += " (global step " + std::to_string(step->global_step);
+    if (step->micro_batches > 1 && step->micro_batch >= 0) {
+      out += ", micro-batch " + std::to_string(step->micro_batch + 1) + " of " + std::to_string(step->micro_batches);
+    }
+    out += ")";
+  }
   if (!error.loss_scale.empty()) out += " — the loss scale collapsed: " + error.loss_scale;
   return out;
 }
@@ -124,6 +132,7 @@ json to_json(const DebugError& error) {
           {"update", error.update.empty() ? json(nullptr) : json(error.update)},
           {"rerun", error.rerun},
           {"loss_scale", error.loss_scale.empty() ? json(nullptr) : json(error.loss_scale)},
+          {"trainer_step", common::to_json(error.trainer_step)},
           {"text", headline(error)}};
 }
 

@@ -416,6 +416,7 @@ std::optional<DebugError> Monitor::check(bool gradients) {
   for (auto& failed : result.failed) turn_off(std::move(failed));
   DebugError e;
   e.position = position_;
+  if (host_.trainer_step) e.trainer_step = host_.trainer_step();
   e.reasons = result.reasons;
   e.checks_used = result.checks_used;
   e.layers = std::move(result.layers);

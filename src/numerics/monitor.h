@@ -49,6 +49,9 @@ class Monitor {
     std::function<std::string()> unserved_note;
     // What a traced re-run repeated (its ran_twice clause goes in the log line).
     std::function<RerunNote()> rerun_note;
+    // A trainer adapter's words for the batch under way (the step and its
+    // micro-batch), stamped on the error; may be null.
+    std::function<std::optional<TrainerStep>()> trainer_step;
     // The last discovered architecture (layer names and order), may be null.
     std::function<std::shared_ptr<const Architecture>()> architecture;
     // A failure of part of the numerics machinery: one tensor's check, the
@@ -115,6 +118,11 @@ class Monitor {
   void note_backward_roots(std::vector<torch::Tensor> roots);
   // The session is about to finish the capture tracer (it publishes).
   void release_tracer() { tracer_ = nullptr; }
+  // A micro-batch of the step begins (a trainer adapter's gradient
+  // accumulation): the op tracer takes its ops for a forward again.
+  void begin_micro_batch() {
+    if (op_tracer_) op_tracer_->begin_micro_batch();
+  }
 
   struct End {
     bool repeat = false;  // deliver the same batch item again (traced)

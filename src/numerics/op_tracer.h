@@ -40,6 +40,9 @@ class OpTracer : public observer::Consumer {
   void set_batch(std::vector<torch::Tensor> batch) { batch_ = std::move(batch); }
   // Ops after this are the optimizer step (pass "step").
   void mark_backward_done() { backward_done_ = true; }
+  // A micro-batch of the step begins (gradient accumulation): its ops are a
+  // forward again, and the backward ops after it find their forward ops.
+  void begin_micro_batch() { backward_done_ = false; }
   // Detaches from the observer.
   void stop();
 

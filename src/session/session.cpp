@@ -111,6 +111,7 @@ SessionCore::SessionCore(std::shared_ptr<torch::nn::Module> model, const StartOp
 std::unique_ptr<numerics::Monitor> SessionCore::make_monitor(const DebugSettings& settings) {
   numerics::Monitor::Host host;
   host.publish_capture = [this] { publish_capture(); };
+  host.trainer_step = [this] { return trainer_step(); };
   host.pause = [this] {
     // Any mode: a numerical error stops the run where it happened.
     control_.pause();
@@ -270,6 +271,7 @@ void SessionCore::publish_snapshot(capture::TraceResult& trace) {
   try {
     auto pos = schedule_.with_flags(pos_);
     auto snap = capture::build_snapshot(pos, ++sequence_, trace, *model_, optimizers_, optimizer_reader_);
+    snap->trainer_step = trainer_step();
     stats_->run_tensor_instruments(pos, trace, *snap, [this] {
       capture::OptimizerView live;
       for (auto* optimizer : optimizers_) {

@@ -75,6 +75,27 @@ class SessionCore {
   std::shared_ptr<const BatchSnapshot> shown_snapshot() const { return shown_.load(); }
   std::shared_ptr<const Architecture> architecture() const { return architecture_.load(); }
   std::optional<BatchPosition> live_position() const { return schedule_.current(); }
+  // A trainer adapter's words for the batch under way (the Hugging Face
+  // Trainer's callback: the optimizer step, its micro-batches): shown in the
+  // status, stamped on snapshots and on a debug error. Set before the batch
+  // begins (nullopt: none, as for a val batch); set_micro_batch as each
+  // micro-batch runs (-1 after the last). Any thread may read it.
+  void set_trainer_step(std::optional<TrainerStep> step) {
+    std::lock_guard lock(trainer_step_mu_);
+    trainer_step_ = step;
+  }
+  // On the training thread.
+  void set_micro_batch(int64_t index) {
+    {
+      std::lock_guard lock(trainer_step_mu_);
+      if (trainer_step_) trainer_step_->micro_batch = index;
+    }
+    if (index >= 0) numerics_->begin_micro_batch();
+  }
+  std::optional<TrainerStep> trainer_step() const {
+    std::lock_guard lock(trainer_step_mu_);
+    return trainer_step_;
+  }
   bool closed() const { return closed_.load(); }
   // Blocks until a snapshot newer than `sequence` is published (true), or the
   // timeout passes, or the loop stops running (false).
@@ -254,6 +275,9 @@ class SessionCore {
   void set_optimizer_reader(capture::OptimizerReader reader) { optimizer_reader_ = std::move(reader); }
 
  private:
+  mutable std::mutex trainer_step_mu_;
+  std::optional<TrainerStep> trainer_step_;
+
   void report_internal_error(const std::string& what);
   // Reported like an internal error, without turning capture off.
   void report_numerics_error(const std::string& what);

@@ -19,6 +19,7 @@ class CorePort final : public SessionPort {
   }
   std::string lost_reason() const override { return core_.control().lost_reason(); }
   std::optional<BatchPosition> live_position() const override { return core_.live_position(); }
+  std::optional<TrainerStep> trainer_step() const override { return core_.trainer_step(); }
   const Schedule& schedule() const override { return core_.schedule(); }
   std::vector<std::string> internal_errors() const override { return core_.internal_errors(); }
   std::shared_ptr<const BatchSnapshot> snapshot() const override { return core_.shown_snapshot(); }

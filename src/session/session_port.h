@@ -64,6 +64,8 @@ class RunPort {
   virtual std::optional<std::chrono::system_clock::time_point> paused_since() const = 0;
   virtual std::string lost_reason() const = 0;
   virtual std::optional<BatchPosition> live_position() const = 0;
+  // The batch under way in a trainer's words, where a trainer adapter says it.
+  virtual std::optional<TrainerStep> trainer_step() const = 0;
   virtual const Schedule& schedule() const = 0;
   // Errors of nansense's own machinery that disabled a part.
   virtual std::vector<std::string> internal_errors() const = 0;

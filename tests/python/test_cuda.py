@@ -156,3 +156,43 @@ def test_a_compiled_model_on_cuda_trains_and_names_its_layers():
     assert session.debug_error is None and session.internal_errors == []
     assert set(session.layer_names) >= {"fc1", "act", "fc2"}
     torch._dynamo.reset()
+
+
+def test_the_hf_trainer_under_fp16_trains_as_without_the_callback_and_a_nan_is_named(tmp_path, monkeypatch):
+    # fp16=True needs a GPU in the Trainer: its GradScaler and autocast.
+    pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    from hf_models import TokenData, arguments, gpt2, poison
+    from nansense.transformers import NansenseCallback
+    from transformers import Trainer
+
+    options = dict(fp16=True, use_cpu=False, gradient_accumulation_steps=2, num_train_epochs=1,
+                   per_device_train_batch_size=2, train_sampling_strategy="sequential", max_grad_norm=1.0)
+
+    def train(callbacks, model=None, data=None):
+        torch.manual_seed(0)
+        trainer = Trainer(model=model or gpt2(), args=arguments(tmp_path / "out", **options),
+                          train_dataset=data or TokenData(n=16), callbacks=callbacks)
+        trainer.train()
+        return trainer
+
+    plain = train([])
+    callback = NansenseCallback()
+    watched = train([callback])
+    assert watched.accelerator.scaler is not None
+    assert [h["loss"] for h in plain.state.log_history if "loss" in h] == \
+        [h["loss"] for h in watched.state.log_history if "loss" in h]
+    for a, b in zip(plain.model.parameters(), watched.model.parameters()):
+        assert torch.equal(a, b)
+    assert plain.accelerator.scaler.get_scale() == watched.accelerator.scaler.get_scale()
+    assert callback.session.debug_error is None and callback.session.loss_scale.in_use
+
+    monkeypatch.chdir(tmp_path)  # where the capsule goes
+    callback = NansenseCallback()
+    # Sample 7: step 1's second micro-batch (2 samples a micro-batch, in order).
+    tripped = train([callback], poison(gpt2(), "lm_head"), TokenData(n=16, poisoned=[7]))
+    error = callback.session.debug_error
+    assert error is not None and (error.position.epoch, error.position.batch_idx) == (0, 1)
+    assert callback.tripped_micro_batch == 1
+    assert error.root_cause["producer"]["op"] == "aten::div", error.root_cause
+    assert tripped.state.global_step == 2  # the Trainer stopped after the tripping step

@@ -1,7 +1,16 @@
 """The Hugging Face setups around the Trainer: torch_compile=True under the
 callback, a plain accelerate loop (accelerator.prepare, accumulate, bf16)
-with the plain API, and a PEFT LoRA fine-tune (base layers and adapters by
-path, a NaN inside an adapter named). Tiny models from configs."""
+with the plain API, the same loop under `accelerate launch` with 2
+processes (DDP over Gloo), and a PEFT LoRA fine-tune (base layers and
+adapters by path, a NaN inside an adapter named). Tiny models from
+configs."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -88,6 +97,35 @@ def test_an_accelerate_loop_with_accumulation_and_bf16_under_the_plain_api(tmp_p
         session.set_debug_settings(enabled=False)
         session.detach()
     assert seen == list(range(8))
+
+
+def test_accelerate_launch_with_2_processes_names_the_users_layers_and_catches_one_ranks_nan(tmp_path):
+    # accelerate_worker.py: Accelerator(cpu=True) in each process that
+    # `accelerate launch --multi_gpu` starts (through torchrun) is DDP over
+    # Gloo; rank 1's second batch holds the poisoned sample.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HOME=str(tmp_path / "hf"))  # no user accelerate config
+    worker = Path(__file__).with_name("accelerate_worker.py")
+    done = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+                           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+                           "--main_process_ip", "127.0.0.1", "--main_process_port", str(port), str(worker)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=150)
+    assert done.returncode == 0, done.stdout + done.stderr
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    capsule = str(tmp_path / "nansense_capsules" / "rank_1" / "nan-epoch0-train-batch1.capsule")
+    for rank in ranks:
+        assert (rank["world"], rank["wrapped"]) == (2, "DistributedDataParallel")
+        assert rank["steps"] == [0, 1, 2, 3]  # 16 samples, 2 a batch, half each
+        # The user's module paths: DDP's "module." is gone.
+        assert {"transformer.h.0.attn.c_attn", "transformer.h.1.mlp.c_proj", "lm_head"} <= set(rank["layers"])
+        assert not any(name.startswith("module") for name in rank["layers"])
+        # Rank 1's NaN is caught on both ranks at that step, its capsule in rank 1's folder.
+        assert rank["error"]["position"] == ["train", 0, 1]
+        assert rank["error"]["capsule"] == capsule
+    assert os.path.isfile(capsule)
+    assert "came in through the distributed run's gradient averaging" in done.stdout + done.stderr
 
 
 def test_peft_lora_shows_base_layers_and_adapters_and_names_a_nan_inside_an_adapter(tmp_path, monkeypatch):

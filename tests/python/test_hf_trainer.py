@@ -18,7 +18,7 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 
 import nansense  # noqa: E402
-from nansense.transformers import NansenseCallback, replay_capsule  # noqa: E402
+from nansense.transformers import NansenseCallback, replay_capsule, train_with_time_travel  # noqa: E402
 from transformers import Trainer, TrainerCallback  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
 
@@ -115,8 +115,15 @@ def test_without_a_ui_a_nan_stops_the_trainer_names_its_micro_batch_and_replays(
     assert error is not None and error.capsule is not None
     assert (error.position.phase, error.position.epoch, error.position.batch_idx) == ("train", 0, 1)
     assert callback.tripped_micro_batch == 1
+    # The engine says it in the Trainer's words too: the step as its log
+    # counts it, and the micro-batch (0-based; "2 of 2" in the text).
+    assert error.trainer_step == {"global_step": 2, "micro_batches": 2, "micro_batch": 1}
+    assert "at epoch 0 | train batch 1 (global step 2, micro-batch 2 of 2)" in error.text
     assert error.root_cause["status"] == "found"
     assert error.root_cause["producer"]["op"] == "aten::div"
+    # The op tracer takes each micro-batch's ops for a forward again: the
+    # second micro-batch's NaN is in the forward, not "after backward".
+    assert error.root_cause["producer"]["pass"] == "forward"
     # The Trainer stopped after the tripping step.
     assert trainer.state.global_step == 2
     err = capfd.readouterr().err
@@ -170,7 +177,12 @@ def test_served_the_run_pauses_steps_over_http_and_mcp_and_a_skipped_update_leav
         # Served: the run pauses at the end of its first optimizer step
         # (before other callbacks' on_step_end).
         assert session.wait_until_stopped(60) == nansense.RunState.PAUSED
-        assert api.get("/api/status")["live_position"]["batch_idx"] == 0
+        status = api.get("/api/status")
+        assert status["live_position"]["batch_idx"] == 0
+        # In the Trainer's words: global step 1 of 2 micro-batches, between
+        # micro-batches; the snapshot taken at its end shows both.
+        assert status["live_trainer_step"] == {"global_step": 1, "micro_batches": 2, "micro_batch": None}
+        assert status["snapshot_trainer_step"] == {"global_step": 1, "micro_batches": 2, "micro_batch": None}
         assert steps.rows == []
         status = api.post("/api/step", {"unit": "batch", "timeout_seconds": 30})
         assert status["live_position"]["batch_idx"] == 1
@@ -220,6 +232,15 @@ def test_served_the_run_pauses_steps_over_http_and_mcp_and_a_skipped_update_leav
         assert not torch.isfinite(model.lm_head.weight.grad).all()
         report = api.get("/api/debug")
         assert report["rerun"]["ran_twice"].startswith("the Trainer's training_step")
+        # Paused in the second micro-batch of global step 5: the status, the
+        # snapshot shown and the error say so.
+        status = api.get("/api/status")
+        in_step = {"global_step": 5, "micro_batches": 2, "micro_batch": 1}
+        assert status["live_trainer_step"] == in_step
+        assert status["snapshot_trainer_step"] == in_step
+        assert status["debug"]["error"]["trainer_step"] == in_step
+        assert report["error"]["trainer_step"] == in_step
+        assert "(global step 5, micro-batch 2 of 2)" in status["debug"]["error"]["text"]
 
         assert api.post("/api/debug/choose_update", {"action": "skip"})["error"]["update"] == "held"
         session.detach()
@@ -237,6 +258,81 @@ def test_served_the_run_pauses_steps_over_http_and_mcp_and_a_skipped_update_leav
     assert kept_adam == adam_steps and kept_lr == lr and kept_epoch == last_epoch
     assert session.state == nansense.RunState.FINISHED
     assert trainer.state.global_step == 6
+
+
+class LossTrainer(Trainer):
+    """A Trainer that keeps each micro-batch's loss tensor (the logged loss is an average)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.micro_losses = []  # (global_step the step will end at, loss)
+
+    def compute_loss(self, model, inputs, return_outputs=False, **kwargs):
+        out = super().compute_loss(model, inputs, return_outputs=return_outputs, **kwargs)
+        if model.training:
+            self.micro_losses.append((self.state.global_step + 1, out.detach().clone()))
+        return out
+
+
+def test_a_jump_back_replays_the_epoch_with_losses_lrs_and_global_step_bit_for_bit(tmp_path):
+    # Dropout on, a shuffled loader, a linear LR decay, 2 micro-batches a step.
+    options = dict(gradient_accumulation_steps=2, num_train_epochs=3, lr_scheduler_type="linear",
+                   max_grad_norm=1.0, eval_strategy="epoch", per_device_eval_batch_size=4)
+
+    def make(callbacks):
+        torch.manual_seed(0)
+        return LossTrainer(model=gpt2(), args=arguments(tmp_path / "out", **options), train_dataset=TokenData(n=16),
+                           eval_dataset=TokenData(n=4, seed=1), callbacks=callbacks)
+
+    plain_steps = Steps()
+    plain = make([plain_steps])
+    plain.train()
+    plain_steps = plain_steps.rows
+
+    callback = Served()
+    steps = Steps(callback)
+    trainer = make([callback, steps])
+    attempts = []
+    train_once = trainer.train
+    trainer.train = lambda **kw: (attempts.append(trainer.state.global_step), train_once(**kw))[1]
+    thread = TrainingThread(lambda: train_with_time_travel(trainer, cache_dir=tmp_path / "cache"))
+    api = callback.api()
+    session = callback.session
+    assert session.wait_until_stopped(60) == nansense.RunState.PAUSED
+    status = api.post("/api/run_until", {"phase": "train", "epoch": 2, "batch": 1, "timeout_seconds": 60})
+    assert (status["live_position"]["epoch"], status["live_position"]["batch_idx"]) == (2, 1)
+    assert session.time_travel_status().cached_epochs == (0, 1, 2)
+    first_rows, first_losses = list(steps.rows), list(trainer.micro_losses)
+    # 16 samples, 4 a micro-batch, 2 micro-batches a step: 2 steps an epoch.
+    assert [(g, p) for g, p, _ in first_rows] == [
+        (1, ("train", 0, 0)), (2, ("train", 0, 1)), (3, ("train", 1, 0)), (4, ("train", 1, 1)),
+        (5, ("train", 2, 0))]
+
+    status = api.post("/api/time_travel", {"epoch": 1, "timeout_seconds": 60})
+    assert status["state"] == "paused"
+    assert (status["live_position"]["epoch"], status["live_position"]["batch_idx"]) == (1, 0)
+    session.detach()
+    thread.join()
+    assert session.state == nansense.RunState.FINISHED
+    assert len(attempts) == 2 and attempts[1] > 0  # train() entered again after the jump
+
+    replay_rows = steps.rows[len(first_rows):]
+    # global_step goes on from the epoch's start, the positions from epoch 1.
+    assert [(g, p) for g, p, _ in replay_rows] == [
+        (3, ("train", 1, 0)), (4, ("train", 1, 1)), (5, ("train", 2, 0)), (6, ("train", 2, 1))]
+    # Every step of the whole run, replayed or not, is the plain run's: the
+    # learning rate after it, and each micro-batch's loss, bit for bit.
+    assert [(g, lr) for g, _, lr in first_rows[:2] + replay_rows] == [(g, lr) for g, _, lr in plain_steps]
+    replay_losses = trainer.micro_losses[len(first_losses):]
+    timeline = [x for x in first_losses if x[0] <= 2] + replay_losses
+    assert [g for g, _ in timeline] == [g for g, _ in plain.micro_losses] == [1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6]
+    assert all(torch.equal(a, b) for (_, a), (_, b) in zip(timeline, plain.micro_losses))
+    # ... and the first timeline's replayed steps match it too.
+    assert all(torch.equal(a, b) for (_, a), (_, b) in zip(first_losses[4:], replay_losses))
+    for a, b in zip(plain.model.parameters(), trainer.model.parameters()):
+        assert torch.equal(a, b)
+    assert trainer.state.global_step == 6
+    assert [h["step"] for h in trainer.state.log_history if "loss" in h] == [1, 2, 3, 4, 5, 6]
 
 
 def test_evaluation_each_epoch_is_the_val_phase(tmp_path):

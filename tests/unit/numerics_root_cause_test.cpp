@@ -58,6 +58,27 @@ TEST(RootCause, LogOfANegativeInTheForward) {
   EXPECT_EQ(cause.summary, "aten::log in the forward, produced NaN from finite inputs");
 }
 
+// Gradient accumulation: the step's second micro-batch runs its forward after
+// the first one's backward. Told that it began, the tracer takes its ops for a
+// forward again; untold, an op after a backward is the optimizer step's.
+TEST(RootCause, ASecondMicroBatchsForwardIsAForwardOnceItsStartIsSaid) {
+  for (const bool said : {true, false}) {
+    torch::manual_seed(0);
+    Net net;
+    observer::Observer observer;
+    OpTracer tracer(*net, {}, nullptr, {}, observer);
+    net->fc(torch::ones({2, 3})).sum().backward();  // micro-batch 1: clean
+    tracer.mark_backward_done();
+    if (said) tracer.begin_micro_batch();
+    (void)torch::log(net->fc(torch::ones({2, 3})) - 100).sum();  // micro-batch 2: NaN
+    tracer.stop();
+    auto cause = tracer.result();
+    ASSERT_TRUE(cause.producer) << cause.summary;
+    EXPECT_EQ(cause.producer->op, "aten::log");
+    EXPECT_EQ(cause.producer->pass, said ? "forward" : "step") << (said ? "told" : "untold");
+  }
+}
+
 TEST(RootCause, ZeroOverZeroNamesTheDivAndItsLayer) {
   Net net;
   auto cause = trace(net, [&] {

@@ -94,7 +94,9 @@ Status Controller::get_status() const {
   status.state = session_.state();
   status.mode = session_.mode();
   status.live_position = session_.live_position();
+  status.live_trainer_step = session_.trainer_step();
   if (auto snap = shown_snapshot()) {
+    status.snapshot_trainer_step = snap->trainer_step;
     status.snapshot_position = snap->position;
     status.snapshot_sequence = snap->sequence;
     status.snapshot_batch_size = batch_size_of(*snap);

@@ -51,6 +51,7 @@ json Controller::debug_summary() const {
                         {"rerun", error->rerun},
                         {"ran_twice", error->rerun ? json(session_.rerun_note().ran_twice) : json(nullptr)},
                         {"skip_update", session_.skip_update_chosen()},
+                        {"trainer_step", to_json(error->trainer_step)},
                         {"skip_refused", skip_refused(session_)}};
   }
   return summary;

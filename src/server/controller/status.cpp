@@ -24,6 +24,8 @@ json to_json(const Status& s) {
               {"snapshot_sequence", s.snapshot_sequence},
               {"snapshot_batch_size", s.snapshot_batch_size},
               {"snapshot_samples_kept", s.snapshot_samples_kept},
+              {"live_trainer_step", to_json(s.live_trainer_step)},
+              {"snapshot_trainer_step", to_json(s.snapshot_trainer_step)},
               {"schedule", s.schedule},
               {"hint", s.locked && s.state == RunState::kPaused
                            ? "locked: a shared, read-only view; inspect the layers, statistics and weights, or run "

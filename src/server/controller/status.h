@@ -26,6 +26,9 @@ struct Status {
   // The samples its batch tensors hold (snapshot budget); == batch size when
   // nothing was left out.
   int64_t snapshot_samples_kept = 0;
+  // A trainer adapter's step (the loop's, and the snapshot's); none for plain loops.
+  std::optional<TrainerStep> live_trainer_step;
+  std::optional<TrainerStep> snapshot_trainer_step;
   json schedule;                             // to_json(Schedule)
   std::optional<int64_t> paused_at_ms;       // wall clock, while paused
   json time_travel;                          // what the Time Travel button needs

@@ -168,6 +168,8 @@ void status_types(json& d, const Words& w) {
                                    // With rerun: what ran twice, in the front end's words (the banner's clause).
                                    {"ran_twice", nullable(str())},
                                    {"skip_update", boolean()},
+                                   // Under a trainer adapter: the step and the micro-batch it tripped in.
+                                   {"trainer_step", nullable(ref("TrainerStep"))},
                                    // Why skipping the held update is refused (a distributed run), else null.
                                    {"skip_refused", nullable(str())}});
   // A mixed-precision loss scaler as the guard counts it: its overflows
@@ -192,6 +194,12 @@ void status_types(json& d, const Words& w) {
                               {"ranks", integer()},
                               {"collecting", boolean()},
                               {"update_frequency", ref("UpdateFrequency")}});
+  // A batch in a trainer's words (the Hugging Face Trainer's callback): one
+  // debugger batch is one optimizer step of micro_batches micro-batches
+  // (gradient accumulation); micro_batch (0-based) is the one running, null
+  // between them.
+  d["TrainerStep"] =
+      object({{"global_step", integer()}, {"micro_batches", integer()}, {"micro_batch", nullable(integer())}});
   d["Status"] = object({{"state", w.run_state},
                         {"mode", w.mode},
                         {"live_position", nullable(ref("Position"))},
@@ -199,6 +207,11 @@ void status_types(json& d, const Words& w) {
                         {"snapshot_sequence", integer()},
                         {"snapshot_batch_size", integer()},
                         {"snapshot_samples_kept", integer()},
+                        // Under a trainer adapter (null for a plain loop): the step the loop
+                        // is in, and the one the snapshot shows (micro_batch: the one it was
+                        // taken in; null: the step's end, every micro-batch shown).
+                        {"live_trainer_step", nullable(ref("TrainerStep"))},
+                        {"snapshot_trainer_step", nullable(ref("TrainerStep"))},
                         {"schedule", ref("Schedule")},
                         {"hint", str()},
                         {"time_travel", ref("TimeTravelStatus")},
@@ -463,6 +476,8 @@ void debug_types(json& d, const Words& w) {
                             {"rerun", boolean()},
                             // A collapsing loss scale: how it collapsed.
                             {"loss_scale", nullable(str())},
+                            // Under a trainer adapter: the step and the micro-batch it tripped in.
+                            {"trainer_step", nullable(ref("TrainerStep"))},
                             {"text", str()}});
   d["DebugSettings"] = object({{"enabled", boolean()},
                                {"interval_batches", integer()},

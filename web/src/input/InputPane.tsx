@@ -5,6 +5,7 @@ import { useEffect, useState } from 'preact/hooks';
 import { addPerturbation, pngUrl, renderInput, SnapshotReplaced } from '../api/client';
 import type { InputInfo, Snapshot } from '../api/types';
 import { batchSize, FROZEN_BY_RECORDING, mainRecording, sampleExists, setSample, store } from '../state/app';
+import { snapshotMicroBatches } from '../state/position';
 import { useSelector } from '../state/store';
 import { NO_PERTURB, perturbIndex, perturbValues, ProbeControls, valueControl } from './ProbeControls';
 import type { PerturbChoice } from './ProbeControls';
@@ -58,6 +59,10 @@ export function InputPane() {
   const sample = useSelector(store, (s) => s.sample);
   const selected = useSelector(store, (s) => s.input);
   const sampleOk = useSelector(store, sampleExists);
+  // Under the Hugging Face Trainer's callback: the optimizer step the
+  // snapshot is, and which of its micro-batches it shows.
+  const shownStep = useSelector(store, (s) => s.status?.snapshot_trainer_step ?? null);
+  const microBatches = snapshotMicroBatches(shownStep);
   // A recording of this page draws the sample it started with, and the probe
   // as it was: their controls are held until it is saved or deleted.
   const recording = useSelector(store, mainRecording);
@@ -132,6 +137,12 @@ export function InputPane() {
         {snapshot && (
           <div class="input-meta mono" data-testid="snapshot-position">
             snapshot #{snapshot.sequence} · {snapshot.position.text}
+            {shownStep ? ` · global step ${shownStep.global_step}` : ''}
+          </div>
+        )}
+        {snapshot && microBatches && (
+          <div class="input-meta" data-testid="snapshot-micro-batches">
+            {microBatches}; the input is the first's
           </div>
         )}
       </div>

@@ -1,7 +1,7 @@
 // Conditions that outrank everything else on the page, directly under the
 // top bar: the training loop is gone, nansense's own machinery failed, or a
 // numerical check tripped.
-import type { DebugErrorSummary } from '../api/types';
+import type { DebugErrorSummary, TrainerStep } from '../api/types';
 import { UpdateChoice } from '../dialogs/UpdateChoice';
 import { store } from '../state/app';
 import { openDebugDialog, producerPhrase, silenceDebug } from '../state/debug';
@@ -29,6 +29,13 @@ export function Banners() {
   );
 }
 
+// The trainer's words for where a check tripped, as the server's headline says them.
+function trainedWhere(step: TrainerStep): string {
+  const micro =
+    step.micro_batches > 1 && step.micro_batch != null ? `, micro-batch ${step.micro_batch + 1} of ${step.micro_batches}` : '';
+  return `global step ${step.global_step}${micro}`;
+}
+
 function NumericalBanner({ error }: { error: DebugErrorSummary }) {
   const producer = producerPhrase(error);
   const more = error.hits > 1 ? ` (${error.hits} checked batches tripped)` : '';
@@ -42,6 +49,7 @@ function NumericalBanner({ error }: { error: DebugErrorSummary }) {
       </span>
       <button class="banner-text" data-testid="debug-banner-text" title="Show the details" onClick={openDebugDialog}>
         Numerical issue detected — {error.reason_labels.join(', ')} — at {error.position.text}
+        {error.trainer_step ? ` (${trainedWhere(error.trainer_step)})` : ''}
         {producer ? ` — ${producer}` : ''}
         {more}
         {rerun}

@@ -3,7 +3,7 @@ import type { Status } from '../api/types';
 import { pageHref, type Page } from '../links';
 import { detach, pause, refresh, run, stepBy } from '../state/commands';
 import { store, togglePane, type Connection, type PaneToggles } from '../state/app';
-import { positionLabel } from '../state/position';
+import { positionLabel, trainerStepLabel } from '../state/position';
 import { useSelector } from '../state/store';
 import { openShare } from '../share/ShareDialog';
 import { startTour } from '../tour/Tour';
@@ -127,8 +127,11 @@ function Brand({ frontEnd }: { frontEnd: Status['front_end'] | null }) {
 }
 
 // Where the loop is; ellipsized in a narrow window, whole in its tooltip.
+// Under a trainer (the Hugging Face Trainer's callback) the trainer's words
+// follow: its global step and the micro-batch under way.
 function PositionLabel({ status }: { status: Status | null }) {
-  const text = positionLabel(status?.live_position ?? null, status?.schedule ?? null);
+  const step = trainerStepLabel(status?.live_trainer_step);
+  const text = positionLabel(status?.live_position ?? null, status?.schedule ?? null) + (step ? ` · ${step}` : '');
   return (
     <span class="position mono" data-testid="position-label" data-tour="position" title={text}>
       {text}
