@@ -353,4 +353,5 @@ def _one_tensor_stats(t: Optional[torch.Tensor]) -> Optional[TensorStatsSnapshot
         max=float(finite.max()) if finite.numel() else math.nan,
         hist=tuple(hist), nan=int(torch.isnan(x).sum()), pos_inf=int(torch.isposinf(x).sum()),
         neg_inf=int(torch.isneginf(x).sum()), channel_hists=channel_hists, channels=len(channel_hists),
-        dead_channels=dead, _median=median, _dead_count=len(dead) if channel_hists else None, dtype=t.dtype)
+        dead_channels=dead, _median=median, _dead_count=len(dead) if channel_hists else None, dtype=t.dtype,
+        binned=int(x.numel()))

@@ -97,7 +97,10 @@ class TensorStatsSnapshot:
     ones. hist holds one count per bin of histogram_edges(), or None once a
     newer epoch of the phase collapsed this one's bins (its median and dead
     channel count are kept). channel_hists are the first channels' own
-    histograms."""
+    histograms. binned is how many values the bins counted (the histogram
+    plus the NaN count): every value seen, or fewer when the histograms were
+    drawn from a sample (WatchPerformance.histogram_sample; `sampled` says
+    so); every other figure counts every value."""
 
     n: int
     sum: float
@@ -116,6 +119,13 @@ class TensorStatsSnapshot:
     dtype: Optional[torch.dtype] = None
     collapsed_dead_count: Optional[int] = None
     collapsed_median: Optional[float] = None
+    binned: int = 0
+
+    @property
+    def sampled(self) -> bool:
+        """Whether the histograms were drawn from a sample of the values
+        (n, sum, sum_sq, min, max and the non-finite counts never are)."""
+        return self.hist is not None and self.binned < self.n + self.nan + self.pos_inf + self.neg_inf
 
     @property
     def mean(self) -> float:
@@ -157,6 +167,7 @@ class TensorStatsSnapshot:
             dead_channels=tuple(d["dead_channels"]), _median=_nan_if_none(d["median"]), _dead_count=d["dead_channel_count"],
             collapsed_dead_count=d["dead_channel_count"] if d["hist"] is None else None,
             collapsed_median=_nan_if_none(d["median"]) if d["hist"] is None else None,
+            binned=d["binned"],
         )
 
 

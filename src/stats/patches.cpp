@@ -6,6 +6,8 @@
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cmath>
 #include <limits>
 #include <tuple>
 
@@ -63,6 +65,32 @@ std::pair<torch::Tensor, torch::Tensor> quantise(const torch::Tensor& x) {
   auto levels = ((flat - lo.unsqueeze(-1)) / step.unsqueeze(-1)).round().clamp(0, 254);
   levels = torch::where(finite, levels, torch::full_like(levels, 255)).to(torch::kUInt8);
   return {levels.view(x.sizes()), torch::stack({lo, step}, -1)};
+}
+
+// quantise() for one (slot, channel) on the CPU: `n` values into uint8
+// levels and their offset and step, with the same float arithmetic.
+void quantise_into(const float* x, int64_t n, uint8_t* levels, float* q) {
+  const float inf = std::numeric_limits<float>::infinity();
+  float lo = inf, hi = -inf;
+  for (int64_t i = 0; i < n; ++i) {
+    if (std::isfinite(x[i])) {
+      lo = std::min(lo, x[i]);
+      hi = std::max(hi, x[i]);
+    }
+  }
+  if (!std::isfinite(lo)) lo = hi = 0;
+  float step = (hi - lo) / 254.0f;
+  if (!(step > 0)) step = 1;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(x[i])) {
+      levels[i] = 255;
+      continue;
+    }
+    const float level = std::nearbyint((x[i] - lo) / step);
+    levels[i] = static_cast<uint8_t>(std::clamp(level, 0.0f, 254.0f));
+  }
+  q[0] = lo;
+  q[1] = step;
 }
 
 torch::Tensor dequantise(const torch::Tensor& levels, const torch::Tensor& q) {
@@ -164,6 +192,12 @@ torch::Tensor pick(const torch::Tensor& t, const torch::Tensor& sel) {
 }
 
 }  // namespace
+
+namespace {
+std::atomic<bool> g_patch_tensor_ops{false};
+}  // namespace
+
+void set_patch_path(PatchPath path) { g_patch_tensor_ops.store(path == PatchPath::kTensorOps); }
 
 int64_t crop_side(int64_t in, int64_t out) {
   const int64_t ratio = (in + out - 1) / std::max<int64_t>(out, 1);
@@ -270,6 +304,26 @@ bool PatchCollector::add(const torch::Tensor& activation, const torch::Tensor& i
     if (averages) mean = flat.mean(-1);
   }
   const auto nowhere = torch::zeros({B, channels_}, act.options().dtype(torch::kLong));
+  if (flat.is_cpu() && flat.stride(2) == 1 && !g_patch_tensor_ops.load(std::memory_order_relaxed)) {
+    const auto image = in.contiguous();
+    for (auto& r : rankings_) {
+      switch (r.kind) {
+        case PatchRanking::kMaxPixel:
+          fold_cpu(r, max_value, false, max_at, flat, image, batch);
+          break;
+        case PatchRanking::kMinPixel:
+          fold_cpu(r, min_value, true, min_at, flat, image, batch);
+          break;
+        case PatchRanking::kMaxAverage:
+          fold_cpu(r, mean, false, nowhere, flat, image, batch);
+          break;
+        case PatchRanking::kMinAverage:
+          fold_cpu(r, mean, true, nowhere, flat, image, batch);
+          break;
+      }
+    }
+    return true;
+  }
   for (auto& r : rankings_) {
     switch (r.kind) {
       case PatchRanking::kMaxPixel:
@@ -339,6 +393,131 @@ void PatchCollector::fold(Ranking& r, torch::Tensor score, const torch::Tensor& 
     r.heat = pick(torch::cat({r.heat, heat_levels}), sel);
     r.heat_q = pick(torch::cat({r.heat_q, heat_q}), sel);
   }
+}
+
+void PatchCollector::fold_cpu(Ranking& r, const torch::Tensor& score, bool negate, const torch::Tensor& pos,
+                              const torch::Tensor& act, const torch::Tensor& input, int64_t batch) {
+  const int64_t B = act.size(0), C = channels_, k = settings_.samples;
+  const bool spatial = act_shape_.size() == 3;
+  const bool average = r.kind == PatchRanking::kMaxAverage || r.kind == PatchRanking::kMinAverage;
+  const int64_t h = spatial ? act_shape_[1] : 1, w = spatial ? act_shape_[2] : 1;
+  const int64_t ic = input.size(1), H = input.size(2), W = input.size(3);
+  const int64_t ch = r.crop.size(3), cw = r.crop.size(4);
+  const int64_t crop_n = ic * ch * cw, heat_n = spatial ? h * w : 0;
+  const auto scores = score.contiguous();
+  const auto positions = pos.contiguous();
+  const float* s = scores.data_ptr<float>();
+  const int64_t* p = positions.data_ptr<int64_t>();
+  const float* kept_score = r.score.data_ptr<float>();
+  // A NaN ranks below every real value and above an empty slot (-inf), as
+  // fold()'s torch ops order them.
+  const auto ranked = [&](int64_t b, int64_t c) {
+    const float v = negate ? -s[b * C + c] : s[b * C + c];
+    return std::isnan(v) ? -std::numeric_limits<float>::max() : v;
+  };
+
+  // Per channel: the slots' new order, each the kept slot it keeps (>= 0) or
+  // a candidate sample (-1 - sample). Channels nothing beats stay as they are.
+  std::vector<int64_t> order;  // [C * k], filled for the changed channels
+  std::vector<char> changed(static_cast<size_t>(C), 0);
+  std::vector<std::pair<float, int64_t>> cand;
+  bool any = false;
+  for (int64_t c = 0; c < C; ++c) {
+    const float last = kept_score[(k - 1) * C + c];
+    cand.clear();
+    for (int64_t b = 0; b < B; ++b) {
+      const float v = ranked(b, c);
+      if (v > last) cand.emplace_back(v, b);
+    }
+    if (cand.empty()) continue;
+    // The best first; a tie goes to the earlier sample.
+    const auto better = [](const auto& x, const auto& y) {
+      return x.first > y.first || (x.first == y.first && x.second < y.second);
+    };
+    const size_t kc = std::min<size_t>(cand.size(), static_cast<size_t>(k));
+    std::partial_sort(cand.begin(), cand.begin() + static_cast<std::ptrdiff_t>(kc), cand.end(), better);
+    if (!any) order.assign(static_cast<size_t>(C * k), 0);
+    any = true;
+    changed[static_cast<size_t>(c)] = 1;
+    // Merge the kept slots (sorted, best first) with the candidates; a tie keeps the slot already kept.
+    int64_t j = 0;
+    size_t i = 0;
+    for (int64_t slot = 0; slot < k; ++slot) {
+      if (i < kc && !(kept_score[j * C + c] >= cand[i].first)) {
+        order[static_cast<size_t>(c * k + slot)] = -1 - cand[i++].second;
+      } else {
+        order[static_cast<size_t>(c * k + slot)] = j++;
+      }
+    }
+  }
+  if (!any) return;
+
+  // Fresh buffers: a published view may still be built from the old ones.
+  auto score_out = r.score.clone(), where_out = r.where.clone();
+  auto crop_out = r.crop.clone(), crop_q_out = r.crop_q.clone();
+  torch::Tensor heat_out, heat_q_out;
+  if (spatial) heat_out = r.heat.clone(), heat_q_out = r.heat_q.clone();
+  float* so = score_out.data_ptr<float>();
+  int64_t* wo = where_out.data_ptr<int64_t>();
+  uint8_t* co = crop_out.data_ptr<uint8_t>();
+  float* cqo = crop_q_out.data_ptr<float>();
+  uint8_t* ho = spatial ? heat_out.data_ptr<uint8_t>() : nullptr;
+  float* hqo = spatial ? heat_q_out.data_ptr<float>() : nullptr;
+  const int64_t* wi = r.where.data_ptr<int64_t>();
+  const uint8_t* ci = r.crop.data_ptr<uint8_t>();
+  const float* cqi = r.crop_q.data_ptr<float>();
+  const uint8_t* hi = spatial ? r.heat.data_ptr<uint8_t>() : nullptr;
+  const float* hqi = spatial ? r.heat_q.data_ptr<float>() : nullptr;
+  const float* in = input.data_ptr<float>();
+  const float* a = act.data_ptr<float>();
+  const int64_t a_b = act.stride(0), a_c = act.stride(1);
+  std::vector<float> values(static_cast<size_t>(std::max(crop_n, heat_n)));
+
+  for (int64_t c = 0; c < C; ++c) {
+    if (!changed[static_cast<size_t>(c)]) continue;
+    for (int64_t slot = 0; slot < k; ++slot) {
+      const int64_t from = order[static_cast<size_t>(c * k + slot)];
+      const int64_t to = slot * C + c;
+      if (from >= 0) {
+        const int64_t at = from * C + c;
+        so[to] = kept_score[at];
+        std::copy_n(wi + at * 6, 6, wo + to * 6);
+        std::copy_n(ci + at * crop_n, crop_n, co + to * crop_n);
+        std::copy_n(cqi + at * 2, 2, cqo + to * 2);
+        if (spatial) {
+          std::copy_n(hi + at * heat_n, heat_n, ho + to * heat_n);
+          std::copy_n(hqi + at * 2, 2, hqo + to * 2);
+        }
+        continue;
+      }
+      const int64_t b = -1 - from;
+      const int64_t flat_pos = p[b * C + c];
+      const int64_t y = spatial ? flat_pos / w : 0, x = flat_pos % w;
+      int64_t top = 0, left = 0;
+      if (spatial && !average) {
+        top = std::clamp<int64_t>((2 * y + 1) * H / (2 * h) - crop_h_ / 2, 0, H - crop_h_);
+        left = std::clamp<int64_t>((2 * x + 1) * W / (2 * w) - crop_w_ / 2, 0, W - crop_w_);
+      }
+      so[to] = ranked(b, c);
+      const int64_t where[6] = {batch, b, y, x, top, left};
+      std::copy_n(where, 6, wo + to * 6);
+      // The crop, [ic, ch, cw] from the sample's input.
+      float* v = values.data();
+      for (int64_t i = 0; i < ic; ++i) {
+        for (int64_t row = 0; row < ch; ++row) {
+          const float* src = in + ((b * ic + i) * H + top + row) * W + left;
+          std::copy_n(src, cw, v + (i * ch + row) * cw);
+        }
+      }
+      quantise_into(v, crop_n, co + to * crop_n, cqo + to * 2);
+      if (spatial) quantise_into(a + b * a_b + c * a_c, heat_n, ho + to * heat_n, hqo + to * 2);
+    }
+  }
+  r.score = std::move(score_out);
+  r.where = std::move(where_out);
+  r.crop = std::move(crop_out);
+  r.crop_q = std::move(crop_q_out);
+  if (spatial) r.heat = std::move(heat_out), r.heat_q = std::move(heat_q_out);
 }
 
 size_t PatchCollector::bytes() const {

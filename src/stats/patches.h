@@ -52,6 +52,12 @@ int64_t crop_origin(int64_t p, int64_t in, int64_t out, int64_t side);
 // off a wide layer would otherwise keep every channel's crops.
 constexpr int64_t kMaxPatchChannels = 64;
 
+// The path PatchCollector::add takes for CPU tensors: plain loops over the
+// candidates that enter (the default), or the tensor ops a device runs, so
+// tests can hold the two to the same galleries.
+enum class PatchPath { kCpuLoops, kTensorOps };
+void set_patch_path(PatchPath path);
+
 struct PatchSettings {
   int64_t samples = 5;         // slots per channel and ranking
   int64_t channel_limit = 16;  // channels tracked (the first ones); 0 = all
@@ -104,6 +110,13 @@ class PatchCollector {
   // `pos` [B, C] (the flat position in the map) of each (sample, channel).
   void fold(Ranking& r, torch::Tensor score, const torch::Tensor& pos, const torch::Tensor& act,
             const torch::Tensor& input, int64_t batch);
+  // The same on the CPU in plain loops: only the channels a candidate beats
+  // are touched, and only the entering candidates' crops and maps are read
+  // and quantised. `score` and `pos` are [B, C] contiguous (score negated
+  // for the min rankings when `negate`), `act` [B, C, len] with unit stride
+  // in its last dimension, `input` contiguous float32.
+  void fold_cpu(Ranking& r, const torch::Tensor& score, bool negate, const torch::Tensor& pos, const torch::Tensor& act,
+                const torch::Tensor& input, int64_t batch);
 
   PatchSettings settings_;
   std::vector<Ranking> rankings_;

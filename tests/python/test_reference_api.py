@@ -109,12 +109,18 @@ def test_tensor_stats_snapshot_has_the_reference_fields():
     live = nansense.TensorStatsSnapshot._from({
         "n": 4, "sum": 2.0, "sum_sq": 2.0, "min": 0.0, "max": 1.0, "hist": [1, 3], "nan": 0, "pos_inf": 0,
         "neg_inf": 0, "channel_hists": [], "channels": 0, "dead_channels": [], "median": 1.0,
-        "dead_channel_count": None})
+        "dead_channel_count": None, "binned": 4})
     assert live.collapsed_median is None and live.collapsed_dead_count is None and live.dtype is None
+    assert live.binned == 4 and not live.sampled
+    sampled = nansense.TensorStatsSnapshot._from({
+        "n": 40, "sum": 2.0, "sum_sq": 2.0, "min": 0.0, "max": 1.0, "hist": [1, 3], "nan": 0, "pos_inf": 0,
+        "neg_inf": 0, "channel_hists": [], "channels": 0, "dead_channels": [], "median": 1.0,
+        "dead_channel_count": None, "binned": 4})
+    assert sampled.sampled and sampled.n == 40
     collapsed = nansense.TensorStatsSnapshot._from({
         "n": 4, "sum": 2.0, "sum_sq": 2.0, "min": 0.0, "max": 1.0, "hist": None, "nan": 0, "pos_inf": 0,
         "neg_inf": 0, "channel_hists": [], "channels": 0, "dead_channels": [], "median": 0.5,
-        "dead_channel_count": 2})
+        "dead_channel_count": 2, "binned": 0})
     assert collapsed.collapsed_median == 0.5 and collapsed.median == 0.5
     assert collapsed.collapsed_dead_count == 2 and collapsed.dead_channel_count == 2
 

@@ -119,6 +119,57 @@ TEST(PatchCollector, KeepsTheBruteForceTopKWithTheirCropsAndMaps) {
   }
 }
 
+// The CPU's plain loops and the tensor ops a device runs keep the same
+// galleries: channels past the limit (a narrowed activation), a NaN and an
+// infinity in the maps, a ragged batch, flat activations, the averages.
+TEST(PatchCollector, TheCpuLoopsAndTheTensorOpsKeepTheSameGalleries) {
+  struct Restore {
+    ~Restore() { set_patch_path(PatchPath::kCpuLoops); }
+  } restore;
+  for (const bool flat : {false, true}) {
+    torch::manual_seed(11);
+    std::vector<torch::Tensor> acts, inputs;
+    for (int64_t b = 0; b < 6; ++b) {
+      const int64_t batch = b == 5 ? 3 : 9;
+      auto act = flat ? torch::randn({batch, 20}) : torch::randn({batch, 20, 6, 6});
+      if (b == 1) act.view({-1})[7] = std::numeric_limits<float>::quiet_NaN();
+      if (b == 2) act.view({-1})[40] = std::numeric_limits<float>::infinity();
+      acts.push_back(act);
+      inputs.push_back(torch::rand({batch, 3, 24, 24}));
+    }
+    PatchSettings settings;
+    settings.samples = 3;
+    settings.channel_limit = 5;
+    settings.averages = true;
+    std::vector<std::vector<PatchGallery>> views;
+    for (auto path : {PatchPath::kCpuLoops, PatchPath::kTensorOps}) {
+      set_patch_path(path);
+      PatchCollector gallery(settings);
+      for (size_t b = 0; b < acts.size(); ++b) ASSERT_TRUE(gallery.add(acts[b], inputs[b], static_cast<int64_t>(b)));
+      views.push_back(gallery.view());
+    }
+    ASSERT_EQ(views[0].size(), views[1].size());
+    ASSERT_EQ(views[0].size(), flat ? 2u : 4u);
+    for (size_t r = 0; r < views[0].size(); ++r) {
+      const auto &loops = views[0][r], &ops = views[1][r];
+      ASSERT_EQ(loops.ranking, ops.ranking);
+      ASSERT_EQ(loops.slots.size(), ops.slots.size());
+      for (size_t j = 0; j < loops.slots.size(); ++j) {
+        const auto &a = loops.slots[j], &b = ops.slots[j];
+        ASSERT_EQ(a.filled, b.filled) << to_string(loops.ranking) << " slot " << j;
+        if (!a.filled) continue;
+        EXPECT_EQ(std::tie(a.batch, a.sample, a.y, a.x, a.top, a.left),
+                  std::tie(b.batch, b.sample, b.y, b.x, b.top, b.left))
+            << (flat ? "flat " : "") << to_string(loops.ranking) << " slot " << j;
+        EXPECT_TRUE(a.score == b.score || (std::isnan(a.score) && std::isnan(b.score)));
+      }
+      EXPECT_TRUE(torch::allclose(loops.crops, ops.crops, 1e-6, 1e-6, /*equal_nan=*/true));
+      ASSERT_EQ(loops.heat.defined(), ops.heat.defined());
+      if (loops.heat.defined()) EXPECT_TRUE(torch::allclose(loops.heat, ops.heat, 1e-6, 1e-6, /*equal_nan=*/true));
+    }
+  }
+}
+
 TEST(PatchCollector, NaNRanksBelowRealValuesAndEmptySlotsStayEmpty) {
   PatchSettings settings;
   settings.samples = 4;
