@@ -148,19 +148,17 @@ def _tcp_store(dist) -> Any:
     return store
 
 
-class _Lost(Exception):
-    pass
-
-
 class _Sender:
     """Sets store keys in a thread of its own, in the order posted: the
     training thread hands a decision or a report over and goes on (a set
     waits for the store's server thread, which on busy cores waits for a
     core: 0.26 ms a batch on rank 0 in bench/python/ddp.py). A set that
-    fails is dropped: the store is gone, and every rank's next wait says so."""
+    fails goes to `failed(what, error)` (the store is gone: the coordinator
+    ends this rank's waits with the reason)."""
 
-    def __init__(self, store: Any, name: str):
+    def __init__(self, store: Any, name: str, failed: Any):
         self._store = store
+        self._failed = failed
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
@@ -172,8 +170,8 @@ class _Sender:
         while (item := self._queue.get()) is not None:
             try:
                 self._store.set(*item)
-            except Exception:
-                pass
+            except Exception as e:  # any error of the store's client: it is gone
+                self._failed(f"setting {item[0]}", e)
 
     def close(self) -> None:
         """Sends what was posted, then ends (at most 5 s)."""
@@ -246,8 +244,10 @@ class Coordinator:
         self._rejoin = False  # a follower that made a jump: its engine landed paused, detach it again
         self._checkpoints_sent: Optional[tuple] = None  # the epochs this follower last reported
         self._handshake()
-        self._sender = _Sender(client(), f"nansense-ddp-sender-{self.rank}")  # its decisions and reports
         self._stop = threading.Event()
+        self._said_failed = False  # a store failure while closing was printed
+        self._settle_off: Optional[str] = None  # why _settled() is off (it failed once)
+        self._sender = _Sender(client(), f"nansense-ddp-sender-{self.rank}", self._store_failed)
         self._heartbeat = threading.Thread(target=self._beat, name=f"nansense-ddp-heartbeat-{self.rank}", daemon=True)
         if self.leader:
             self._feeds = [threading.Thread(target=self._read_news, args=(r, client()), daemon=True,
@@ -453,18 +453,12 @@ class Coordinator:
                         self._clean.setdefault(int(news["clean"]), set()).add(r)
                         ready = self._take_ready()
                     self._send(store, ready)
-                    try:
-                        store.delete_key(key)
-                    except Exception:
-                        pass
+                    self._delete(store, key)
                     k += 1
                     continue
                 if "held" in news:
                     self._note_held(r, int(news["held"]), news.get("trip"), store)
-                    try:
-                        store.delete_key(key)
-                    except Exception:
-                        pass
+                    self._delete(store, key)
                     k += 1
                     continue
                 n = int(news["b"])
@@ -488,10 +482,7 @@ class Coordinator:
                     self._closed_at.setdefault(n, []).append(r)
                 self._seen[r] = n
                 self._cond.notify_all()
-            try:
-                store.delete_key(key)
-            except Exception:
-                pass
+            self._delete(store, key)
             k += 1
 
     def _record_trip(self, r: int, trip: dict) -> None:
@@ -537,8 +528,8 @@ class Coordinator:
             self.engine.refuse_skip(_SKIP_REFUSED)
         try:
             store.set(f"h/{n}", b"skip" if skip else b"apply")
-        except Exception:
-            pass  # the store is gone: every rank's wait says so
+        except Exception as e:  # any error of the store's client: it is gone
+            self._store_failed(f"answering the held updates of boundary {n}", e)
 
     def _update_decided(self, skipped: bool) -> None:
         """Rank 0's update of this batch is decided, before its optimizer
@@ -890,8 +881,10 @@ class Coordinator:
 
     def _settled(self) -> None:
         # From the backward's final callback, with the training thread
-        # inside backward(). A store that fails here fails the next wait
-        # too, which says why.
+        # inside backward(). What fails here turns the early word off, said
+        # once: the ranks then meet at every boundary (the full exchange).
+        if self._settle_off is not None:
+            return
         try:
             if not self.leader:
                 if self._report_clean and not self._closed:
@@ -915,8 +908,10 @@ class Coordinator:
                 ready = self._take_ready()
             if ready is not None:
                 self._sender.post(f"g/{ready[0]}", ready[1])
-        except Exception:
-            pass
+        except Exception as e:  # the engine's or the coordinator's own fault: this part alone turns off
+            self._settle_off = f"{type(e).__name__}: {e}"
+            print(f"[nansense] rank {self.rank}: word of a batch checked clean failed ({self._settle_off}); from "
+                  "here on the ranks meet at every boundary", flush=True)
 
     def _take_ready(self) -> Optional[tuple]:
         """Rank 0, under _cond: the prepared decision, to send now that rank
@@ -938,14 +933,31 @@ class Coordinator:
         self._sent_clean += 1
         return n, decision
 
-    @staticmethod
-    def _send(store: Any, ready: Optional[tuple]) -> None:
+    def _send(self, store: Any, ready: Optional[tuple]) -> None:
         if ready is None:
             return
         try:
             store.set(f"g/{ready[0]}", ready[1])
-        except Exception:
-            pass  # the store is gone: every rank's next wait says so
+        except Exception as e:  # any error of the store's client: it is gone
+            self._store_failed(f"sending the decision of boundary {ready[0]}", e)
+
+    def _delete(self, store: Any, key: str) -> None:
+        """Rank 0's reader: removes a follower's news once taken."""
+        try:
+            store.delete_key(key)
+        except Exception as e:  # any error of the store's client: it is gone
+            self._store_failed(f"removing {key}", e)
+
+    def _store_failed(self, what: str, e: Exception) -> None:
+        """A store operation failed, so the store is gone: in the run, every
+        wait of this rank ends with the reason (rank 0's UI shows it); while
+        closing, it is said once (the peers' own waits name the loss)."""
+        if not self._stop.is_set():
+            self._lose(f"{what} failed: " + self._store_gone(e))
+        elif not self._said_failed:
+            self._said_failed = True
+            print(f"[nansense] rank {self.rank}, closing: {what} failed: {self._store_gone(e)}; the other ranks "
+                  "still in their loop stop at their next boundary, saying that this rank is lost", flush=True)
 
     def _note_trips(self, tripped: dict) -> None:
         ranks = sorted(self._trips)
@@ -1069,8 +1081,8 @@ class Coordinator:
             return
         try:
             self._main.set(f"x/{self.rank}", why.encode())
-        except Exception:
-            pass
+        except Exception as e:  # any error of the store's client: it is gone
+            self._store_failed(f"saying that rank {self.rank} left", e)
 
     def abandon(self, why: str) -> None:
         """This rank left its loop by an exception: the others stop at their
@@ -1114,16 +1126,16 @@ class Coordinator:
                     awaiting = [key for keys in self._awaiting.values() for key in keys]
                 for key in awaiting:
                     self._main.set(key, b"!closed")
-            except Exception:
-                pass  # the store is gone: the waits fail by themselves
+            except Exception as e:  # any error of the store's client: it is gone
+                self._store_failed("telling the followers that rank 0 closed", e)
         elif self._main is not None:
             # The fetcher waits for the decision after this boundary: unless
             # rank 0 sent it, this rank's end is that decision (a rank still
             # in its loop reads there that this one left).
             try:
                 self._main.compare_set(f"g/{self._n}", "", self._end_decision().decode())
-            except Exception:
-                pass  # the store is gone: the wait fails by itself
+            except Exception as e:  # any error of the store's client: it is gone
+                self._store_failed(f"saying that rank {self.rank} closed", e)
         self._sender.close()  # what it holds goes out before the store connections end
         current = threading.current_thread()
         for thread in [self._heartbeat] + self._feeds:
