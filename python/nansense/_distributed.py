@@ -3,82 +3,19 @@
 nansense.start() on a rank of an initialised process group of two or more
 ranks makes a Coordinator. Rank 0's session is the one the UI and MCP drive;
 the other ranks' sessions never pause on their own (detached, no server, no
-output beyond a NaN's log line). At every batch boundary (before a batch
-begins, when a jump unwinds rank 0's batch, and at close()) the ranks
-exchange over the process group's own store (a TCPStore):
+output beyond a NaN's log line). The rank protocol this module speaks over
+the process group's TCPStore (its keys, a follower's messages, rank 0's
+decisions, the batch ahead, holding the update before the optimizer step,
+settled boundaries, jumps, closing, losing the run) is described once, in
+docs/guide/distributed.md, "The rank protocol".
 
-  each follower r   sets  q/<r>/<k>  = its k-th news (JSON: the boundary
-                                       "b", and any of: a trip, its
-                                       DebugError; its layer statistics; the
-                                       epochs it holds checkpoints of; its
-                                       close) — at every boundary where it
-                                       waits for rank 0, and wherever it has
-                                       news
-  rank 0            reads them (a reader thread per follower, in order, as
-                    they come): adds the followers' statistics to its own
-                    (the Stats page shows the global batch), names a
-                    follower's trip, and sets g/<n> = the decision for
-                    boundary n (b"" = go on, or JSON: jump to epoch k, stop,
-                    halt the loop, the statistics settings changed, whether
-                    to report batches checked clean)
-  each follower     waits for g/<n> (fetched ahead by a thread of its own)
-                    and applies it before its batch n begins.
-
-Rank 0 decides boundary n once its batch n has begun, so no follower begins
-batch n before rank 0 has left a pause at the end of batch n-1, and before
-deciding it waits for every follower's news of boundary n (a follower's trip
-pauses every rank there). One exception, a batch ahead: when nothing can
-stop rank 0 before its next batch begins (no pause decided after this batch,
-no check that can pause inside it, no jump armed: the engine's
-runs_through_next_boundary()), rank 0 sends the decision for boundary n+1
-as its batch n begins, or, where only the checks could stop it (a UI is
-served and the guard is on), as soon as they are over on every rank. Under
-DDP that is when rank 0's own check of the averaged gradients passes (DDP
-averaged a NaN or Inf from any rank into them); a loop that averages the
-gradients itself asks for word: each follower whose batch's one backward
-checked clean (the engine's settled callback) sets q/<r>/<k> = {"clean":
-n+1}, and rank 0 sends the decision once its own batch and every
-follower's did (the last of them to know sends it, while the ranks make
-their optimizer step; a rank whose batch tripped says nothing, so every
-rank waits at that boundary). A follower's trip whose news came before the
-decision keeps it unsent too; one that came after is held at the next
-boundary where every rank waits. It holds jumps
-until batch n+1 has begun. Then the
-followers pass boundary n+1 without waiting (their thread fetched it during
-the batch) and without a word unless they have news, and rank 0 does not
-wait for them there (its readers add the news as it comes); a pause or jump
-asked for meanwhile lands a batch later, where every rank again waits. So
-whenever the UI shows a pause, every rank stands at the same boundary.
-
-A driver whose loop makes collectives of its own between batches (Lightning:
-a broadcast before each train batch) meets the ranks right after each batch
-instead (boundary(settled=True)): rank 0, its end-of-batch pause over, sends
-the decision at once and holds jumps until its next batch has begun
-(release_ahead() may then send the next boundary's a batch ahead); a
-follower makes a jump there at once (its loop would otherwise reach the
-collective first).
-
-A batch that trips stops every rank before its optimizer step. Each rank's
-engine checks the gradients twice (check_after_reduction): as the rank made
-them, and once DDP's own final callback wrote the averaged ones into .grad,
-so a NaN that arose on any rank trips every rank's second check on the same
-batch. There rank 0 pauses, and a follower (await_leader, from the
-backward's final callback) sets q/<r>/<k> = {"held": n, "trip": ...} (n
-the boundary after the batch) and waits for h/<n>, "skip" or "apply": rank
-0 sets it once its own update of that batch is decided (its engine's
-update_decided: where its pause there ends, or its own checks are over
-without one; its reader, when the follower's word comes later), else as it
-reaches boundary n (its checks did not run: it applied it). Rank 0 allows
-skipping the update only once every follower holds it (the engine's
-refuse_skip), so the replicas never differ.
-
-The waits block in the store (no polling); a heartbeat thread per rank (its
-own store connection) bumps hb/<r> and watches its peers: a peer whose
-heartbeat stops for NANSENSE_DDP_TIMEOUT seconds (default 30), or that says
-it left (x/<r>), is lost, and the watcher sets the keys the threads wait on,
-so every wait ends with a DistributedError naming the rank (on rank 0 the UI
-shows the loss too). A store that stops answering (rank 0 hosting it died)
-ends the waits with an error at once.
+Its threads: the training thread meets the boundaries (boundary(),
+release(), release_ahead()); a heartbeat thread per rank watches the peers;
+rank 0 has a reader per follower (its messages, in order) and a follower a
+fetcher (rank 0's decisions, ahead); a sender thread sets the keys the
+training thread and the engine's callbacks (settled, update decided, await
+leader, from the backward's final callback) hand it. Every wait blocks in
+the store; losing the run sets every key this rank waits on to "!<why>".
 """
 
 from __future__ import annotations

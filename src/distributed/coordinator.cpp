@@ -145,7 +145,7 @@ void Coordinator::beat() {
       // This rank's keys of boundaries every rank has passed.
       for (const int64_t n = n_.load(); deleted_ < n - 2; ++deleted_) {
         const std::string d = std::to_string(deleted_);
-        side_->deleteKey(leader() ? "g/" + d : "a/" + d + "/" + rank_text());
+        side_->deleteKey(leader() ? "g/" + d : "q/" + rank_text() + "/" + d);
       }
       if (leader()) peek(n_.load());
       const auto now = Clock::now();
@@ -186,7 +186,7 @@ void Coordinator::peek(int64_t n) {
   // UI names every rank that tripped, and adds the followers' statistics up
   // to the same batch, meanwhile.
   for (int r = 1; r < world_; ++r) {
-    const std::string key = "a/" + std::to_string(n) + "/" + std::to_string(r);
+    const std::string key = "q/" + std::to_string(r) + "/" + std::to_string(n);
     {
       std::lock_guard lock(trips_mu_);
       for (auto it = peeked_.begin(); it != peeked_.end();) it = it->first < n ? peeked_.erase(it) : std::next(it);
@@ -372,7 +372,7 @@ void Coordinator::boundary(std::optional<int64_t> jump, bool close) {
 void Coordinator::gather(int64_t n, bool close) {
   const std::string own = news();
   std::vector<std::string> keys;
-  for (int r = 1; r < world_; ++r) keys.push_back("a/" + std::to_string(n) + "/" + std::to_string(r));
+  for (int r = 1; r < world_; ++r) keys.push_back("q/" + std::to_string(r) + "/" + std::to_string(n));
   const auto values = wait(keys);
   std::map<int, json> tripped;
   for (int r = 1; r < world_; ++r) {
@@ -427,7 +427,7 @@ void Coordinator::release(std::optional<int64_t> jump, bool close) {
   if (jump) {
     decision = json{{"jump", *jump}}.dump();
   } else if (close) {
-    decision = json{{"close", true}}.dump();
+    decision = json{{"close", true}, {"by", 0}}.dump();
   } else {
     // The followers collect what rank 0 collects (as of this batch), so
     // that their shards add up to the global batch.
@@ -455,7 +455,9 @@ void Coordinator::follow(int64_t n, bool close) {
     news["checkpoints"] = {{"epochs", held.first}, {"where", held.second}};
   }
   if (close) news["close"] = true;
-  set("a/" + std::to_string(n) + "/" + rank_text(), news.empty() ? "" : news.dump());
+  news["b"] = n;
+  // One message a boundary: this follower's k-th message is boundary k's.
+  set("q/" + rank_text() + "/" + std::to_string(n), news.dump());
   const std::string value = to_text(wait({"g/" + std::to_string(n)})[0]);
   if (close) {
     this->close();

@@ -1,34 +1,18 @@
 // Distributed runs of a C++ program (StartOptions::distributed): rank 0
-// leads, the other ranks follow. The same protocol as the Python package's
-// coordinator (python/nansense/_distributed.py), over the run's c10d
-// TCPStore; the two need not talk to each other.
+// leads, the other ranks follow, over the run's c10d TCPStore. The rank
+// protocol (keys, messages, decisions, losing the run) is described once,
+// in docs/guide/distributed.md, "The rank protocol"; this coordinator speaks
+// the subset that section names (the full exchange at every boundary: a
+// follower's one message a boundary, q/<r>/<n>, rank 0's decision g/<n>,
+// the start/, hb/ and x/ keys). Python's coordinator
+// (python/nansense/_distributed.py) speaks all of it; a run is all C++ or
+// all Python.
 //
 // Rank 0's session is the one the UI and MCP drive; the other ranks'
 // sessions never pause on their own (detached, no server, no output beyond a
-// NaN's log line). At every batch boundary (before a batch begins, when a
-// jump unwinds rank 0's batch, and at close()) every rank meets at one
-// exchange, under a prefix of its own per session (nansense/cxx/<k>/):
-//
-//   each follower r   sets  a/<n>/<r> = its news since the last boundary
-//                                        ("" or JSON: a trip, its layer
-//                                        statistics, its checkpoints)
-//   rank 0            reads them all (one multiGet, waiting for every
-//                     follower), adds the followers' statistics to its own,
-//                     pauses there when a follower tripped (the UI names the
-//                     ranks), then, once its own batch has begun, sets
-//                     g/<n>     = the decision ("" = go on, or JSON: jump to
-//                                 epoch k, close, the statistics settings)
-//   each follower     reads g/<n> and applies it.
-//
-// So no follower begins batch n before rank 0 has left its pause at the end
-// of batch n-1. The waits block in the store (no polling); a heartbeat
-// thread per rank (its own store connection) bumps hb/<r> and watches its
-// peers: a peer whose heartbeat stops for NANSENSE_DDP_TIMEOUT seconds
-// (default 30), or that says it left (x/<r>), is lost, and the watcher sets
-// the keys the training thread waits on to "!<why>", so that wait ends with
-// a DistributedError naming the rank (on rank 0 the UI shows the loss too).
-// A store that stops answering (rank 0, hosting it, died) ends the wait with
-// an error at once.
+// NaN's log line). Rank 0 reads every follower's news of boundary n in one
+// multiGet; its heartbeat thread reads them early (peek) so that a paused
+// rank 0 names a follower's trip and adds its statistics meanwhile.
 //
 // This part knows nothing of the session: it learns what it needs through
 // Host (the session's numerics, statistics, time travel and run control).
