@@ -473,6 +473,14 @@ class Engine {
   bool runs_through_next_boundary() { return core_->runs_through_next_boundary(); }
   bool checks_can_pause() { return core_->checks_can_pause(); }
   uint64_t stats_settings_version() { return core_->stats().settings_version(); }
+  // Rank 0: the statistics settings the followers mirror (a dict); a
+  // follower: applies them, given as JSON (SessionCore::apply_stats_settings).
+  py::object stats_settings_for_followers() { return from_json(core_->stats_settings_for_followers()); }
+  void apply_stats_settings(const std::string& settings) {
+    const auto parsed = nlohmann::json::parse(settings, nullptr, /*allow_exceptions=*/false);
+    py::gil_scoped_release release;
+    core_->apply_stats_settings(parsed);
+  }
   void hold_jumps(bool held) { core_->hold_jumps(held); }
   // Every rank: `settled()` runs when the batch under way can no longer
   // pause for its checks (SessionCore::set_on_settled), from the backward's
@@ -1089,6 +1097,8 @@ PYBIND11_MODULE(_nansense, m) {
       .def("refuse_skip", &Engine::refuse_skip)
       .def("standing_found_in_average", &Engine::standing_found_in_average)
       .def("stats_settings_version", &Engine::stats_settings_version)
+      .def("stats_settings_for_followers", &Engine::stats_settings_for_followers)
+      .def("apply_stats_settings", &Engine::apply_stats_settings)
       .def("url", &Engine::url)
       .def("state", &Engine::state)
       .def("mode", &Engine::mode)

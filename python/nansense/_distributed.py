@@ -724,11 +724,6 @@ class Coordinator:
             held = news["checkpoints"]
             self.engine.set_peer_checkpoints(rank, [int(e) for e in held["epochs"]], str(held["where"]))
 
-    def _stats_settings(self) -> dict:
-        s = self.engine.settings()
-        return {"scope": s["stats_scope"], "watched": list(s["watched_layers"]),
-                "performance": dict(s["watch_performance"])}
-
     def _decision(self, n: int) -> bytes:
         out: dict[str, Any] = {}
         if self._halt_asked and self._halt_at is None:
@@ -743,7 +738,7 @@ class Coordinator:
         version = self.engine.stats_settings_version()
         if version != self._stats_version:
             self._stats_version = version
-            settings = self._stats_settings()
+            settings = self.engine.stats_settings_for_followers()
             if settings != self._stats_sent:
                 self._stats_sent = settings
                 out["stats_settings"] = settings
@@ -976,7 +971,8 @@ class Coordinator:
         if "report_clean" in decision:
             self._report_clean = bool(decision["report_clean"])
         if "stats_settings" in decision:
-            self._apply_stats_settings(decision["stats_settings"])
+            # Collected from this batch on, as rank 0 collects (a failure is printed; training goes on).
+            self.engine.apply_stats_settings(json.dumps(decision["stats_settings"]))
         jump = decision.get("jump")
         if jump is not None:
             # Armed here, the jump is raised by this rank's next batch start.
@@ -989,26 +985,6 @@ class Coordinator:
                 raise DistributedError(f"nansense: {why}") from e
             if settled:
                 self.engine.raise_armed_jump()
-
-    def _apply_stats_settings(self, settings: dict) -> None:
-        """A follower: collect what rank 0 collects, from this batch on.
-        Min/Max patches stay rank 0's: a follower collects none."""
-        engine = self.engine
-        try:
-            engine.set_stats_scope(settings["scope"])
-            have = set(engine.settings()["watched_layers"])
-            want = settings["watched"]
-            gone = [name for name in have if name not in want]
-            if gone:
-                engine.unwatch_layers(gone)
-            new = [name for name in want if name not in have]
-            if new:
-                engine.watch_layers(new)
-            p = settings["performance"]
-            engine.set_watch_performance(p["channel_limit_enabled"], p["channel_limit"], p["histogram_sample"], 0,
-                                         False)
-        except Exception as e:  # training goes on; rank 0's statistics then lack this rank's shard
-            print(f"[nansense] rank {self.rank} could not apply rank 0's statistics settings: {e}", flush=True)
 
     # ---- the end
 

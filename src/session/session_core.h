@@ -138,6 +138,14 @@ class SessionCore {
   DebugSettings settings_for_rank(DebugSettings settings) const;
   // A rank's own epoch checkpoints: cache_dir's rank_<r> folder.
   EpochOptions options_for_rank(EpochOptions options) const;
+  // The statistics settings the followers mirror, so that their shards add
+  // up to the global batch (rank 0's, sent with a decision: {"scope",
+  // "watched", "performance": {"channel_limit_enabled", "channel_limit",
+  // "histogram_sample"}}), and a follower's applying them from this batch
+  // on (Min/Max patches stay rank 0's: a follower collects none). What
+  // fails to apply is printed; training goes on.
+  nlohmann::json stats_settings_for_followers() const;
+  void apply_stats_settings(const nlohmann::json& settings);
   // Pauses between two batches, at the boundary of the batch that just
   // ended (a peer rank's NaN): the loop stands where the UI shows it until a
   // command resumes it, as at a batch's own pause. Training thread.
@@ -290,8 +298,6 @@ class SessionCore {
   void end_run();
   // begin_batch's work once the ranks have met at the boundary.
   bool open_batch(const std::string& phase, std::optional<int64_t> epoch);
-  // The follower's part of its statistics: rank 0's settings, applied.
-  void apply_stats_settings(const nlohmann::json& settings);
   // Pauses the loop at `pos`; queued experiments run first in the pause.
   void pause_here(const BatchPosition& pos);
   // At a batch boundary: unwinds with the requested jump, if any.

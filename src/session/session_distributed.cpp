@@ -1,6 +1,7 @@
 // A session's side of a distributed run (StartOptions::distributed): joining
 // it, the per-rank settings, and what the boundary exchange
 // (distributed/coordinator.h) asks of the session.
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 
@@ -111,6 +112,45 @@ void SessionCore::note_rank_trip(const std::string& note, const std::vector<std:
   debug().record(e);
 }
 
+nlohmann::json SessionCore::stats_settings_for_followers() const {
+  const auto p = stats_->performance();
+  return nlohmann::json{{"scope", std::string(to_string(stats_->scope()))},
+                        {"watched", stats_->watched()},
+                        {"performance",
+                         {{"channel_limit_enabled", p.channel_limit_enabled()},
+                          {"channel_limit", p.channel_limit()},
+                          {"histogram_sample", p.histogram_sample()}}}};
+}
+
+void SessionCore::apply_stats_settings(const nlohmann::json& settings) {
+  try {
+    const std::string scope = settings.at("scope").get<std::string>();
+    stats_->set_scope(scope == "all" ? StatsScope::kAll : scope == "none" ? StatsScope::kNone : StatsScope::kWatched);
+    const auto want = settings.at("watched").get<std::vector<std::string>>();
+    const auto have = stats_->watched();
+    std::vector<std::string> gone, added;
+    for (const auto& name : have) {
+      if (std::find(want.begin(), want.end(), name) == want.end()) gone.push_back(name);
+    }
+    for (const auto& name : want) {
+      if (std::find(have.begin(), have.end(), name) == have.end()) added.push_back(name);
+    }
+    if (!gone.empty()) stats_->unwatch(gone, architecture_.load().get());
+    if (!added.empty()) stats_->watch(added, architecture_.load().get());
+    const auto& p = settings.at("performance");
+    auto performance = stats_->performance();
+    performance.channel_limit_enabled(p.at("channel_limit_enabled").get<bool>())
+        .channel_limit(p.at("channel_limit").get<int64_t>())
+        .histogram_sample(p.at("histogram_sample").get<int64_t>())
+        .samples_per_channel(0)
+        .average_patches(false);
+    stats_->set_performance(performance);
+  } catch (const std::exception& e) {  // training goes on; rank 0's statistics then lack this rank's shard
+    std::cerr << "[nansense] rank " << rank_.value_or(0)
+              << " could not apply rank 0's statistics settings: " << e.what() << "\n";
+  }
+}
+
 #if NANSENSE_DISTRIBUTED
 
 void SessionCore::join_run(const DistributedRun& run) {
@@ -151,48 +191,9 @@ void SessionCore::join_run(const DistributedRun& run) {
   host.request_time_travel = [this](int64_t epoch) { request_time_travel(epoch); };
   host.detach = [this] { control_.detach(); };
   host.served = [this] { return attachment_ != nullptr; };
-  host.stats_settings = [this] {
-    const auto p = stats_->performance();
-    return nlohmann::json{{"scope", std::string(to_string(stats_->scope()))},
-                          {"watched", stats_->watched()},
-                          {"performance",
-                           {{"channel_limit_enabled", p.channel_limit_enabled()},
-                            {"channel_limit", p.channel_limit()},
-                            {"histogram_sample", p.histogram_sample()}}}};
-  };
+  host.stats_settings = [this] { return stats_settings_for_followers(); };
   host.apply_stats_settings = [this](const nlohmann::json& settings) { apply_stats_settings(settings); };
   coordinator_ = std::make_unique<distributed::Coordinator>(address, rank, run.world_size, timeout, std::move(host));
-}
-
-void SessionCore::apply_stats_settings(const nlohmann::json& settings) {
-  // A follower collects what rank 0 collects, from this batch on. Min/Max
-  // patches stay rank 0's: a follower collects none.
-  try {
-    const std::string scope = settings.at("scope").get<std::string>();
-    stats_->set_scope(scope == "all" ? StatsScope::kAll : scope == "none" ? StatsScope::kNone : StatsScope::kWatched);
-    const auto want = settings.at("watched").get<std::vector<std::string>>();
-    const auto have = stats_->watched();
-    std::vector<std::string> gone, added;
-    for (const auto& name : have) {
-      if (std::find(want.begin(), want.end(), name) == want.end()) gone.push_back(name);
-    }
-    for (const auto& name : want) {
-      if (std::find(have.begin(), have.end(), name) == have.end()) added.push_back(name);
-    }
-    if (!gone.empty()) stats_->unwatch(gone, architecture_.load().get());
-    if (!added.empty()) stats_->watch(added, architecture_.load().get());
-    const auto& p = settings.at("performance");
-    auto performance = stats_->performance();
-    performance.channel_limit_enabled(p.at("channel_limit_enabled").get<bool>())
-        .channel_limit(p.at("channel_limit").get<int64_t>())
-        .histogram_sample(p.at("histogram_sample").get<int64_t>())
-        .samples_per_channel(0)
-        .average_patches(false);
-    stats_->set_performance(performance);
-  } catch (const std::exception& e) {  // training goes on; rank 0's statistics then lack this rank's shard
-    std::cerr << "[nansense] rank " << rank_.value_or(0)
-              << " could not apply rank 0's statistics settings: " << e.what() << "\n";
-  }
 }
 
 bool SessionCore::begin_batch(const std::string& phase, std::optional<int64_t> epoch) {
@@ -243,7 +244,6 @@ void SessionCore::end_run() { coordinator_.reset(); }
 void SessionCore::join_run(const DistributedRun&) {
   throw UsageError("StartOptions().distributed(): this nansense was built without c10d");
 }
-void SessionCore::apply_stats_settings(const nlohmann::json&) {}
 bool SessionCore::begin_batch(const std::string& phase, std::optional<int64_t> epoch) {
   if (closed_) throw UsageError("batches() was used after session.close()");
   return open_batch(phase, epoch);
