@@ -606,13 +606,18 @@ class Engine {
   // peer tripped), records one at `at` (phase, epoch, batch_idx: the peer's
   // tripped batch; None: the live position) carrying the peer's reasons and
   // capsule.
-  void note_rank_trip(const std::string& note, const std::vector<std::string>& reasons,
-                      const std::vector<std::string>& checks, const std::string& capsule,
-                      const std::optional<std::tuple<std::string, int64_t, int64_t>>& at) {
-    std::optional<BatchPosition> position;
-    if (at)
-      position = BatchPosition{.phase = std::get<0>(*at), .epoch = std::get<1>(*at), .batch_idx = std::get<2>(*at)};
-    core_->note_rank_trip(note, reasons, checks, capsule, position);
+  // Rank 0, any thread: names the ranks that tripped in its debug report
+  // (SessionCore::note_rank_trips), given as JSON objects {"<rank>": trip}.
+  void note_rank_trips(const std::string& trips, const std::string& fresh, int world) {
+    auto by_rank = [](const std::string& text) {
+      const auto parsed = nlohmann::json::parse(text);
+      std::map<int, nlohmann::json> out;
+      for (const auto& [r, trip] : parsed.items()) out[std::stoi(r)] = trip;
+      return out;
+    };
+    auto all = by_rank(trips), just = by_rank(fresh);
+    py::gil_scoped_release release;
+    core_->note_rank_trips(all, just, world);
   }
 
   // --- any thread ---
@@ -1077,7 +1082,7 @@ PYBIND11_MODULE(_nansense, m) {
       .def("set_unserved_nan_note", &Engine::set_unserved_nan_note)
       .def("set_rerun_note", &Engine::set_rerun_note)
       .def("hold_at_boundary", &Engine::hold_at_boundary)
-      .def("note_rank_trip", &Engine::note_rank_trip)
+      .def("note_rank_trips", &Engine::note_rank_trips)
       .def("take_stats_shard", &Engine::take_stats_shard)
       .def("add_stats_shard", &Engine::add_stats_shard)
       .def("set_peer_checkpoints", &Engine::set_peer_checkpoints)

@@ -703,8 +703,10 @@ class Coordinator:
         with self._cond:
             fresh = {r: t for r, t in tripped.items() if r not in self._trips}
             self._trips.update(fresh)
+            trips = dict(self._trips)
         if fresh:
-            self._note_trips(tripped)
+            # The engine words the note (the C++ coordinator's too).
+            self.engine.note_rank_trips(json.dumps(trips), json.dumps(tripped), self.world)
 
     def _add_shard(self, rank: int, news: dict) -> None:
         """Rank 0 (the reader): a follower's layer statistics, added to the view."""
@@ -890,35 +892,6 @@ class Coordinator:
             self._said_failed = True
             print(f"[nansense] rank {self.rank}, closing: {what} failed: {self._store_gone(e)}; the other ranks "
                   "still in their loop stop at their next boundary, saying that this rank is lost", flush=True)
-
-    def _note_trips(self, tripped: dict) -> None:
-        ranks = sorted(self._trips)
-        own = [r for r in ranks if self._trips[r].get("own", True)]
-        averaged = [r for r in ranks if r not in own]
-
-        def listed(rs: list) -> str:
-            return f"rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))}"
-        parts = []
-        for r in own:
-            news = self._trips[r]
-            where = f"rank {r} at {news['position']}" if news.get("position") else f"rank {r}"
-            parts.append(where + (f" (capsule {news['capsule']})" if news.get("capsule") else ""))
-        if own:
-            note = f"The checks tripped on {listed(own)} of {self.world}: " + "; ".join(parts) + "."
-            if averaged:
-                note += (f" The own gradients of {listed(averaged)} were finite: the non-finite values reached them "
-                         "through the gradient averaging.")
-        else:
-            note = (f"The averaged gradients went non-finite on {listed(averaged)} of {self.world}, whose own were "
-                    "finite: the rank where the NaN arose has its checks off or did not check that batch.")
-        together = ("Every rank stops at that batch: before its optimizer step where its checks saw the averaged "
-                    "gradients, else at the batch's boundary" if self.engine.url() else
-                    "No UI is served, so no rank pauses")
-        note += f" {together}; a tripped rank's capsule replays that rank's batch."
-        first = next((t for _, t in sorted(tripped.items()) if t.get("own", True)), tripped[min(tripped)])
-        at = first.get("at")
-        self.engine.note_rank_trip(note, first.get("reasons") or ["nan"], first.get("checks_used") or ["nan_inf"],
-                                   first.get("capsule") or "", tuple(at) if at else None)
 
     def _follow(self, n: int, close: bool, settled: bool = False) -> None:
         news = self._news()

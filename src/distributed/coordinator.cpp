@@ -56,11 +56,6 @@ json trip_of(const DebugError& e) {
           {"capsule", e.capsule}};
 }
 
-std::vector<std::string> strings_or(const json& trip, const char* key, std::vector<std::string> fallback) {
-  if (!trip.contains(key) || !trip[key].is_array() || trip[key].empty()) return fallback;
-  return trip[key].get<std::vector<std::string>>();
-}
-
 }  // namespace
 
 std::chrono::milliseconds timeout_from_env() {
@@ -234,27 +229,7 @@ void Coordinator::record_trips(const std::map<int, json>& tripped) {
   std::lock_guard lock(trips_mu_);
   bool fresh = false;
   for (const auto& [r, trip] : tripped) fresh = trips_.emplace(r, trip).second || fresh;
-  if (fresh) note_trips(tripped);
-}
-
-void Coordinator::note_trips(const std::map<int, json>& tripped) {
-  std::vector<int> ranks;
-  std::string parts;
-  for (const auto& [r, trip] : trips_) {
-    ranks.push_back(r);
-    const std::string position = trip.value("position", "");
-    const std::string capsule = trip.value("capsule", "");
-    std::string where = "rank " + std::to_string(r) + (position.empty() ? "" : " at " + position);
-    if (!capsule.empty()) where += " (capsule " + capsule + ")";
-    parts += (parts.empty() ? "" : "; ") + where;
-  }
-  const std::string note = "The checks tripped on rank" + std::string(ranks.size() > 1 ? "s " : " ") +
-                           join_ranks(ranks) + " of " + std::to_string(world_) + ": " + parts +
-                           ". Every rank is paused at the same batch boundary; each rank's capsule replays that "
-                           "rank's batch.";
-  const json& first = tripped.begin()->second;
-  host_.note_rank_trip(note, strings_or(first, "reasons", {"nan"}), strings_or(first, "checks_used", {"nan_inf"}),
-                       first.value("capsule", ""));
+  if (fresh) host_.note_rank_trips(trips_, tripped);
 }
 
 void Coordinator::lose(const std::string& why) {

@@ -68,10 +68,10 @@ class Coordinator {
     std::function<void(const std::string&)> mark_lost;
     // Rank 0: pause at the boundary of the batch that just ended.
     std::function<void()> hold_at_boundary;
-    // Any thread (rank 0): name the ranks that tripped in the debug report.
-    std::function<void(const std::string& note, const std::vector<std::string>& reasons,
-                       const std::vector<std::string>& checks, const std::string& capsule)>
-        note_rank_trip;
+    // Any thread (rank 0): name the ranks that tripped in the debug report
+    // (every rank's first trip, and the ones just learnt).
+    std::function<void(const std::map<int, nlohmann::json>& trips, const std::map<int, nlohmann::json>& fresh)>
+        note_rank_trips;
     // A follower: its layer statistics since the last call ("" when none).
     std::function<std::string()> take_stats_shard;
     // Any thread (rank 0): a follower's statistics shard, added to the view.
@@ -133,7 +133,6 @@ class Coordinator {
   void follow(int64_t n, bool close);
   void add_news(int rank, const nlohmann::json& news);
   void record_trips(const std::map<int, nlohmann::json>& tripped);
-  void note_trips(const std::map<int, nlohmann::json>& tripped);
   void leave(const std::string& why);
   std::string rank_text() const { return std::to_string(rank_); }
 

@@ -146,6 +146,13 @@ class SessionCore {
   // fails to apply is printed; training goes on.
   nlohmann::json stats_settings_for_followers() const;
   void apply_stats_settings(const nlohmann::json& settings);
+  // Rank 0 (any thread): names in its debug report the ranks whose checks
+  // tripped (note_rank_trip). `trips`: each rank's first trip, `fresh`: the
+  // ones just learnt, whose lowest rank's (its own values', else the
+  // averaged gradients') reasons, checks, capsule and batch stand; a trip
+  // is the protocol's (docs/guide/distributed.md, "The rank protocol").
+  void note_rank_trips(const std::map<int, nlohmann::json>& trips, const std::map<int, nlohmann::json>& fresh,
+                       int world);
   // Pauses between two batches, at the boundary of the batch that just
   // ended (a peer rank's NaN): the loop stands where the UI shows it until a
   // command resumes it, as at a batch's own pause. Training thread.

@@ -112,6 +112,68 @@ void SessionCore::note_rank_trip(const std::string& note, const std::vector<std:
   debug().record(e);
 }
 
+void SessionCore::note_rank_trips(const std::map<int, nlohmann::json>& trips,
+                                  const std::map<int, nlohmann::json>& fresh, int world) {
+  if (fresh.empty()) return;
+  auto own_values = [](const nlohmann::json& trip) { return trip.value("own", true); };
+  auto listed = [](const std::vector<int>& ranks) {
+    std::string out = ranks.size() > 1 ? "ranks " : "rank ";
+    for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
+    return out;
+  };
+  std::vector<int> own, averaged;
+  std::string parts;
+  for (const auto& [r, trip] : trips) {
+    if (!own_values(trip)) {
+      averaged.push_back(r);
+      continue;
+    }
+    own.push_back(r);
+    const auto at = trip.find("position");
+    const std::string position = at != trip.end() && at->is_string() ? at->get<std::string>() : std::string();
+    const auto held = trip.find("capsule");
+    const std::string capsule = held != trip.end() && held->is_string() ? held->get<std::string>() : std::string();
+    parts += (parts.empty() ? "" : "; ") + ("rank " + std::to_string(r)) + (position.empty() ? "" : " at " + position) +
+             (capsule.empty() ? "" : " (capsule " + capsule + ")");
+  }
+  const std::string of = " of " + std::to_string(world);
+  std::string note;
+  if (!own.empty()) {
+    note = "The checks tripped on " + listed(own) + of + ": " + parts + ".";
+    if (!averaged.empty()) {
+      note += " The own gradients of " + listed(averaged) +
+              " were finite: the non-finite values reached them through the gradient averaging.";
+    }
+  } else {
+    note = "The averaged gradients went non-finite on " + listed(averaged) + of +
+           ", whose own were finite: the rank where the NaN arose has its checks off or did not check that batch.";
+  }
+  note += attachment_ ? " Every rank stops at that batch: before its optimizer step where its checks saw the averaged "
+                        "gradients, else at the batch's boundary"
+                      : " No UI is served, so no rank pauses";
+  note += "; a tripped rank's capsule replays that rank's batch.";
+  const nlohmann::json* first = &fresh.begin()->second;
+  for (const auto& [r, trip] : fresh) {
+    if (own_values(trip)) {
+      first = &trip;
+      break;
+    }
+  }
+  auto strings_or = [&](const char* key, std::vector<std::string> fallback) {
+    const auto it = first->find(key);
+    if (it == first->end() || !it->is_array() || it->empty()) return fallback;
+    return it->get<std::vector<std::string>>();
+  };
+  std::optional<BatchPosition> at;
+  if (const auto it = first->find("at"); it != first->end() && it->is_array() && it->size() == 3) {
+    at = BatchPosition{
+        .phase = (*it)[0].get<std::string>(), .epoch = (*it)[1].get<int64_t>(), .batch_idx = (*it)[2].get<int64_t>()};
+  }
+  const auto capsule = first->find("capsule");
+  note_rank_trip(note, strings_or("reasons", {"nan"}), strings_or("checks_used", {"nan_inf"}),
+                 capsule != first->end() && capsule->is_string() ? capsule->get<std::string>() : std::string(), at);
+}
+
 nlohmann::json SessionCore::stats_settings_for_followers() const {
   const auto p = stats_->performance();
   return nlohmann::json{{"scope", std::string(to_string(stats_->scope()))},
@@ -179,9 +241,10 @@ void SessionCore::join_run(const DistributedRun& run) {
   host.debug_error = [this] { return debug().error(); };
   host.mark_lost = [this](const std::string& why) { mark_lost(why); };
   host.hold_at_boundary = [this] { hold_at_boundary(); };
-  host.note_rank_trip = [this](const std::string& note, const std::vector<std::string>& reasons,
-                               const std::vector<std::string>& checks,
-                               const std::string& capsule) { note_rank_trip(note, reasons, checks, capsule); };
+  host.note_rank_trips = [this, world = run.world_size](const std::map<int, nlohmann::json>& trips,
+                                                        const std::map<int, nlohmann::json>& fresh) {
+    note_rank_trips(trips, fresh, world);
+  };
   host.take_stats_shard = [this] { return stats_->take_shard(); };
   host.add_stats_shard = [this](int r, int64_t ranks, const std::string& shard) { stats_->add_shard(r, ranks, shard); };
   host.set_peer_checkpoints = [this](int r, std::vector<int64_t> epochs, std::string where) {
