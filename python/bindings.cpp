@@ -586,6 +586,11 @@ class Engine {
     core_->debug().refuse_skip(std::move(why));
   }
   bool standing_found_in_average() const { return core_->standing_found_in_average(); }
+  // This rank's standing trip (a dict of the rank protocol, None when none),
+  // and (training thread) the same when not told before, marking it told
+  // (SessionCore::standing_trip, trip_news).
+  py::object standing_trip() const { return from_json(core_->standing_trip()); }
+  py::object trip_news() { return from_json(core_->trip_news()); }
   // Rank 0, any thread: a follower's shard, added to the published view.
   void add_stats_shard(int rank, int64_t ranks, const std::string& shard) {
     py::gil_scoped_release release;
@@ -1101,6 +1106,8 @@ PYBIND11_MODULE(_nansense, m) {
       .def("set_update_decided_callback", &Engine::set_update_decided_callback)
       .def("refuse_skip", &Engine::refuse_skip)
       .def("standing_found_in_average", &Engine::standing_found_in_average)
+      .def("standing_trip", &Engine::standing_trip)
+      .def("trip_news", &Engine::trip_news)
       .def("stats_settings_version", &Engine::stats_settings_version)
       .def("stats_settings_for_followers", &Engine::stats_settings_for_followers)
       .def("apply_stats_settings", &Engine::apply_stats_settings)

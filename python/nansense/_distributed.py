@@ -38,7 +38,6 @@ from . import _nansense
 ENV_TIMEOUT = "NANSENSE_DDP_TIMEOUT"
 _DEFAULT_TIMEOUT = 30.0
 
-_PEER_MARK = "[distributed] "  # how the engine marks the ranks' trips in a root cause (note_rank_trip)
 _SKIP_REFUSED = (
     "this is a distributed run and not every rank holds this batch's update before its optimizer step (a rank whose "
     "checks are off, or did not run on this batch, made its step with the averaged gradients), so skipping it on "
@@ -142,7 +141,6 @@ class Coordinator:
         self._lost: Optional[str] = None
         self._closed = False
         self._left: Optional[str] = None  # why this rank left the run (_leave)
-        self._seen_error: Optional[tuple] = None
         # Rank 0: what its readers (one per follower) read.
         self._seen: dict[int, int] = {r: -1 for r in range(1, self.world)}  # rank -> the last boundary of its news
         self._tripped_at: dict[int, dict] = {}   # boundary -> {rank: trip} of the followers
@@ -426,9 +424,9 @@ class Coordinator:
         """Rank 0 (a reader): follower r's trip, named at once (rank 0 may be
         paused in that batch for its own trip)."""
         tripped = {r: trip}
-        own = self._own_error()
-        if own is not None and self._trip_of(own)["position"] == trip.get("position"):
-            tripped[0] = self._trip_of(own)  # rank 0 tripped on the same batch
+        own = self.engine.standing_trip()
+        if own is not None and own["position"] == trip.get("position"):
+            tripped[0] = own  # rank 0 tripped on the same batch
         self._record_trips(tripped)
 
     def _note_held(self, r: int, n: int, trip: Optional[dict], store: Any) -> None:
@@ -492,11 +490,10 @@ class Coordinator:
             return None
         n = self._n
         news: dict[str, Any] = {"held": n}
-        error = self._own_error()
-        if error is not None:
-            news["trip"] = self._trip_of(error)
-            # Told now: not again at the boundary.
-            self._seen_error = self._error_key(error)
+        trip = self.engine.standing_trip()
+        if trip is not None:
+            news["trip"] = trip
+            self.engine.trip_news()  # told now: not again at the boundary
         try:
             self._main.set(f"q/{self.rank}/{self._posted}", json.dumps(news).encode())
             self._posted += 1
@@ -539,41 +536,6 @@ class Coordinator:
         self._raise_lost()
 
     # ---- the boundary
-
-    def _trip_of(self, error: dict) -> dict:
-        """This rank's standing error as a trip; "own": found in this
-        rank's own values (not only in the averaged gradients)."""
-        position = error.get("position") or {}
-        at = [position.get(k) for k in ("phase", "epoch", "batch_idx")]
-        return {"position": position.get("text"), "at": at if None not in at else None,
-                "reasons": error.get("reasons") or [], "checks_used": error.get("checks_used") or [],
-                "capsule": error.get("capsule") or "", "own": not self.engine.standing_found_in_average()}
-
-    @staticmethod
-    def _error_key(error: dict) -> tuple:
-        return error.get("capsule"), json.dumps(error.get("position")), tuple(error.get("reasons") or ())
-
-    def _own_error(self) -> Optional[dict]:
-        """This rank's standing numerical error, unless rank 0's engine holds
-        it only for a follower's trip (note_rank_trip made it)."""
-        error = self.engine.debug_error()
-        if error is not None and self.leader:
-            summary = (error.get("root_cause") or {}).get("summary") or ""
-            if summary.startswith(_PEER_MARK):
-                return None
-        return error
-
-    def _news(self) -> bytes:
-        """This rank's trip since the last boundary, as JSON (b"" if none)."""
-        error = self._own_error()
-        if error is None:
-            self._seen_error = None
-            return b""
-        key = self._error_key(error)
-        if key == self._seen_error:
-            return b""
-        self._seen_error = key
-        return json.dumps({"trip": self._trip_of(error)}).encode()
 
     def boundary(self, *, jump: Optional[int] = None, close: bool = False, settled: bool = False) -> None:
         """Meet the other ranks at this batch boundary. Raises
@@ -635,7 +597,7 @@ class Coordinator:
             self._answer(k, skip, self._main)
 
     def _gather(self, n: int, *, close: bool = False, jump: bool = False) -> None:
-        if self._news():
+        if self.engine.trip_news() is not None:
             with self._cond:
                 self._own_trip_at.add(n)
         self._pending = n
@@ -894,7 +856,8 @@ class Coordinator:
                   "still in their loop stop at their next boundary, saying that this rank is lost", flush=True)
 
     def _follow(self, n: int, close: bool, settled: bool = False) -> None:
-        news = self._news()
+        trip = self.engine.trip_news()
+        news = json.dumps({"trip": trip}).encode() if trip is not None else b""
         extra = {}
         shard = self.engine.take_stats_shard()
         if shard:

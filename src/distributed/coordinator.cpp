@@ -49,13 +49,6 @@ std::string store_gone(const std::exception& e) {
          "); the rank that hosts it (rank 0, usually) probably died";
 }
 
-json trip_of(const DebugError& e) {
-  return {{"position", e.position.to_string()},
-          {"reasons", e.reasons},
-          {"checks_used", e.checks_used},
-          {"capsule", e.capsule}};
-}
-
 }  // namespace
 
 std::chrono::milliseconds timeout_from_env() {
@@ -199,8 +192,8 @@ void Coordinator::peek(int64_t n) {
     add_news(r, news);
     if (news.contains("trip")) {
       std::map<int, json> tripped{{r, news["trip"]}};
-      auto own = host_.debug_error();
-      if (own && trip_of(*own)["position"] == news["trip"].value("position", "")) tripped[0] = trip_of(*own);
+      const json own = host_.standing_trip();
+      if (!own.is_null() && own["position"] == news["trip"].value("position", "")) tripped[0] = own;
       record_trips(tripped);
     }
   }
@@ -315,16 +308,8 @@ void Coordinator::set(const std::string& key, const std::string& value) {
 // ---- the boundary
 
 std::string Coordinator::news() {
-  auto error = host_.debug_error();
-  if (!error) {
-    seen_error_.reset();
-    return "";
-  }
-  std::string key = error->capsule + "|" + error->position.to_string() + "|";
-  for (const auto& r : error->reasons) key += r + ",";
-  if (key == seen_error_) return "";
-  seen_error_ = key;
-  return json{{"trip", trip_of(*error)}}.dump();
+  const json trip = host_.trip_news();
+  return trip.is_null() ? "" : json{{"trip", trip}}.dump();
 }
 
 void Coordinator::boundary(std::optional<int64_t> jump, bool close) {

@@ -62,8 +62,11 @@ class Coordinator {
   // What the coordinator asks of its session. Called on the training thread
   // unless marked "any thread" (the heartbeat thread calls those).
   struct Host {
-    // Any thread: the standing numerical error.
-    std::function<std::optional<DebugError>()> debug_error;
+    // Any thread: this rank's standing trip (SessionCore::standing_trip),
+    // null when none.
+    std::function<nlohmann::json()> standing_trip;
+    // This rank's trip when not told before, else null (SessionCore::trip_news).
+    std::function<nlohmann::json()> trip_news;
     // Any thread (rank 0): the run is lost; the UI shows why, a pause ends.
     std::function<void(const std::string&)> mark_lost;
     // Rank 0: pause at the boundary of the batch that just ended.
@@ -146,7 +149,6 @@ class Coordinator {
   int64_t deleted_ = 0;                   // boundaries whose own keys the heartbeat removed
   bool closed_ = false;
   bool left_ = false;                         // x/<rank> set
-  std::optional<std::string> seen_error_;     // the trip last reported (its key)
   std::optional<int64_t> pending_;            // rank 0: the boundary gathered, its decision not sent
   bool rejoin_ = false;                       // a follower that made a jump: detach it again
   std::optional<nlohmann::json> stats_sent_;  // rank 0: the statistics settings the followers have

@@ -146,6 +146,15 @@ class SessionCore {
   // fails to apply is printed; training goes on.
   nlohmann::json stats_settings_for_followers() const;
   void apply_stats_settings(const nlohmann::json& settings);
+  // This rank's standing numerical error as a trip of the rank protocol
+  // (docs/guide/distributed.md): {"position", "at", "reasons",
+  // "checks_used", "capsule", "own"} ("own": found in this rank's own
+  // values, not only in the averaged gradients); null when none, or on rank
+  // 0 when it stands only for a follower's trip (note_rank_trip). Any thread.
+  nlohmann::json standing_trip() const;
+  // Training thread: standing_trip() when it was not told before (since it
+  // last changed), else null; from here on it counts as told.
+  nlohmann::json trip_news();
   // Rank 0 (any thread): names in its debug report the ranks whose checks
   // tripped (note_rank_trip). `trips`: each rank's first trip, `fresh`: the
   // ones just learnt, whose lowest rank's (its own values', else the
@@ -405,6 +414,7 @@ class SessionCore {
   // on a follower, why it serves nothing. Destroyed first of all
   // (~SessionCore): its heartbeat thread calls into the parts below.
   std::shared_ptr<distributed::Coordinator> coordinator_;
+  std::optional<std::string> trip_told_;  // trip_news(): the trip told last (its key)
   std::optional<int> rank_;
   std::string unserved_reason_;
 

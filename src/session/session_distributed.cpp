@@ -35,6 +35,9 @@ namespace detail {
 
 namespace {
 
+// How note_rank_trip marks the ranks' trips in a root cause.
+const std::string kPeerMark = "[distributed] ";
+
 // Where rank `rank` keeps what is its own: <path>/rank_<r>, or path itself
 // when it already ends so.
 std::string rank_dir(const std::string& path, int rank) {
@@ -81,13 +84,12 @@ void SessionCore::hold_at_boundary() {
 void SessionCore::note_rank_trip(const std::string& note, const std::vector<std::string>& reasons,
                                  const std::vector<std::string>& checks, const std::string& capsule,
                                  const std::optional<BatchPosition>& at) {
-  static const std::string kMark = "[distributed] ";
   auto edit = [&](DebugError& e) {
     if (!e.root_cause) e.root_cause = RootCause{};
     auto& summary = e.root_cause->summary;
-    if (const auto at = summary.find(kMark); at != std::string::npos) summary.erase(at);
+    if (const auto at = summary.find(kPeerMark); at != std::string::npos) summary.erase(at);
     while (!summary.empty() && summary.back() == ' ') summary.pop_back();
-    summary += (summary.empty() ? "" : " ") + kMark + note;
+    summary += (summary.empty() ? "" : " ") + kPeerMark + note;
   };
   if (debug().error()) {
     debug().amend([&](DebugError& e) {
@@ -110,6 +112,31 @@ void SessionCore::note_rank_trip(const std::string& note, const std::vector<std:
   edit(e);
   numerics_->peer_noted();  // before it stands: the training thread reads both
   debug().record(e);
+}
+
+nlohmann::json SessionCore::standing_trip() const {
+  const auto e = debug().error();
+  if (!e) return nullptr;
+  if (rank_ == 0 && e->root_cause && e->root_cause->summary.rfind(kPeerMark, 0) == 0) return nullptr;
+  return {{"position", e->position.to_string()},
+          {"at", {e->position.phase, e->position.epoch, e->position.batch_idx}},
+          {"reasons", e->reasons},
+          {"checks_used", e->checks_used},
+          {"capsule", e->capsule},
+          {"own", !standing_found_in_average()}};
+}
+
+nlohmann::json SessionCore::trip_news() {
+  auto trip = standing_trip();
+  if (trip.is_null()) {
+    trip_told_.reset();
+    return nullptr;
+  }
+  std::string key = trip["capsule"].get<std::string>() + "|" + trip["position"].get<std::string>() + "|";
+  for (const auto& reason : trip["reasons"]) key += reason.get<std::string>() + ",";
+  if (key == trip_told_) return nullptr;
+  trip_told_ = std::move(key);
+  return trip;
 }
 
 void SessionCore::note_rank_trips(const std::map<int, nlohmann::json>& trips,
@@ -238,7 +265,8 @@ void SessionCore::join_run(const DistributedRun& run) {
                           " follows rank 0, which pauses every rank at this batch's boundary");
   }
   distributed::Coordinator::Host host;
-  host.debug_error = [this] { return debug().error(); };
+  host.standing_trip = [this] { return standing_trip(); };
+  host.trip_news = [this] { return trip_news(); };
   host.mark_lost = [this](const std::string& why) { mark_lost(why); };
   host.hold_at_boundary = [this] { hold_at_boundary(); };
   host.note_rank_trips = [this, world = run.world_size](const std::map<int, nlohmann::json>& trips,
