@@ -484,6 +484,14 @@ class Engine {
   bool runs_through_next_boundary() { return core_->runs_through_next_boundary(); }
   bool checks_can_pause() { return core_->checks_can_pause(); }
   uint64_t stats_settings_version() { return core_->stats().settings_version(); }
+  // Rank 0: the statistics settings the followers mirror (a dict); a
+  // follower: applies them, given as JSON (SessionCore::apply_stats_settings).
+  py::object stats_settings_for_followers() { return from_json(core_->stats_settings_for_followers()); }
+  void apply_stats_settings(const std::string& settings) {
+    const auto parsed = nlohmann::json::parse(settings, nullptr, /*allow_exceptions=*/false);
+    py::gil_scoped_release release;
+    core_->apply_stats_settings(parsed);
+  }
   void hold_jumps(bool held) { core_->hold_jumps(held); }
   // Every rank: `settled()` runs when the batch under way can no longer
   // pause for its checks (SessionCore::set_on_settled), from the backward's
@@ -589,6 +597,11 @@ class Engine {
     core_->debug().refuse_skip(std::move(why));
   }
   bool standing_found_in_average() const { return core_->standing_found_in_average(); }
+  // This rank's standing trip (a dict of the rank protocol, None when none),
+  // and (training thread) the same when not told before, marking it told
+  // (SessionCore::standing_trip, trip_news).
+  py::object standing_trip() const { return from_json(core_->standing_trip()); }
+  py::object trip_news() { return from_json(core_->trip_news()); }
   // Rank 0, any thread: a follower's shard, added to the published view.
   void add_stats_shard(int rank, int64_t ranks, const std::string& shard) {
     py::gil_scoped_release release;
@@ -609,13 +622,18 @@ class Engine {
   // peer tripped), records one at `at` (phase, epoch, batch_idx: the peer's
   // tripped batch; None: the live position) carrying the peer's reasons and
   // capsule.
-  void note_rank_trip(const std::string& note, const std::vector<std::string>& reasons,
-                      const std::vector<std::string>& checks, const std::string& capsule,
-                      const std::optional<std::tuple<std::string, int64_t, int64_t>>& at) {
-    std::optional<BatchPosition> position;
-    if (at)
-      position = BatchPosition{.phase = std::get<0>(*at), .epoch = std::get<1>(*at), .batch_idx = std::get<2>(*at)};
-    core_->note_rank_trip(note, reasons, checks, capsule, position);
+  // Rank 0, any thread: names the ranks that tripped in its debug report
+  // (SessionCore::note_rank_trips), given as JSON objects {"<rank>": trip}.
+  void note_rank_trips(const std::string& trips, const std::string& fresh, int world) {
+    auto by_rank = [](const std::string& text) {
+      const auto parsed = nlohmann::json::parse(text);
+      std::map<int, nlohmann::json> out;
+      for (const auto& [r, trip] : parsed.items()) out[std::stoi(r)] = trip;
+      return out;
+    };
+    auto all = by_rank(trips), just = by_rank(fresh);
+    py::gil_scoped_release release;
+    core_->note_rank_trips(all, just, world);
   }
 
   // --- any thread ---
@@ -1194,7 +1212,7 @@ PYBIND11_MODULE(_nansense, m) {
       .def("set_micro_batch", &Engine::set_micro_batch)
       .def("set_rerun_note", &Engine::set_rerun_note)
       .def("hold_at_boundary", &Engine::hold_at_boundary)
-      .def("note_rank_trip", &Engine::note_rank_trip)
+      .def("note_rank_trips", &Engine::note_rank_trips)
       .def("take_stats_shard", &Engine::take_stats_shard)
       .def("add_stats_shard", &Engine::add_stats_shard)
       .def("set_peer_checkpoints", &Engine::set_peer_checkpoints)
@@ -1213,7 +1231,11 @@ PYBIND11_MODULE(_nansense, m) {
       .def("set_update_decided_callback", &Engine::set_update_decided_callback)
       .def("refuse_skip", &Engine::refuse_skip)
       .def("standing_found_in_average", &Engine::standing_found_in_average)
+      .def("standing_trip", &Engine::standing_trip)
+      .def("trip_news", &Engine::trip_news)
       .def("stats_settings_version", &Engine::stats_settings_version)
+      .def("stats_settings_for_followers", &Engine::stats_settings_for_followers)
+      .def("apply_stats_settings", &Engine::apply_stats_settings)
       .def("url", &Engine::url)
       .def("state", &Engine::state)
       .def("mode", &Engine::mode)

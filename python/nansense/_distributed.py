@@ -3,82 +3,19 @@
 nansense.start() on a rank of an initialised process group of two or more
 ranks makes a Coordinator. Rank 0's session is the one the UI and MCP drive;
 the other ranks' sessions never pause on their own (detached, no server, no
-output beyond a NaN's log line). At every batch boundary (before a batch
-begins, when a jump unwinds rank 0's batch, and at close()) the ranks
-exchange over the process group's own store (a TCPStore):
+output beyond a NaN's log line). The rank protocol this module speaks over
+the process group's TCPStore (its keys, a follower's messages, rank 0's
+decisions, the batch ahead, holding the update before the optimizer step,
+settled boundaries, jumps, closing, losing the run) is described once, in
+docs/guide/distributed.md, "The rank protocol".
 
-  each follower r   sets  q/<r>/<k>  = its k-th news (JSON: the boundary
-                                       "b", and any of: a trip, its
-                                       DebugError; its layer statistics; the
-                                       epochs it holds checkpoints of; its
-                                       close) — at every boundary where it
-                                       waits for rank 0, and wherever it has
-                                       news
-  rank 0            reads them (a reader thread per follower, in order, as
-                    they come): adds the followers' statistics to its own
-                    (the Stats page shows the global batch), names a
-                    follower's trip, and sets g/<n> = the decision for
-                    boundary n (b"" = go on, or JSON: jump to epoch k, stop,
-                    halt the loop, the statistics settings changed, whether
-                    to report batches checked clean)
-  each follower     waits for g/<n> (fetched ahead by a thread of its own)
-                    and applies it before its batch n begins.
-
-Rank 0 decides boundary n once its batch n has begun, so no follower begins
-batch n before rank 0 has left a pause at the end of batch n-1, and before
-deciding it waits for every follower's news of boundary n (a follower's trip
-pauses every rank there). One exception, a batch ahead: when nothing can
-stop rank 0 before its next batch begins (no pause decided after this batch,
-no check that can pause inside it, no jump armed: the engine's
-runs_through_next_boundary()), rank 0 sends the decision for boundary n+1
-as its batch n begins, or, where only the checks could stop it (a UI is
-served and the guard is on), as soon as they are over on every rank. Under
-DDP that is when rank 0's own check of the averaged gradients passes (DDP
-averaged a NaN or Inf from any rank into them); a loop that averages the
-gradients itself asks for word: each follower whose batch's one backward
-checked clean (the engine's settled callback) sets q/<r>/<k> = {"clean":
-n+1}, and rank 0 sends the decision once its own batch and every
-follower's did (the last of them to know sends it, while the ranks make
-their optimizer step; a rank whose batch tripped says nothing, so every
-rank waits at that boundary). A follower's trip whose news came before the
-decision keeps it unsent too; one that came after is held at the next
-boundary where every rank waits. It holds jumps
-until batch n+1 has begun. Then the
-followers pass boundary n+1 without waiting (their thread fetched it during
-the batch) and without a word unless they have news, and rank 0 does not
-wait for them there (its readers add the news as it comes); a pause or jump
-asked for meanwhile lands a batch later, where every rank again waits. So
-whenever the UI shows a pause, every rank stands at the same boundary.
-
-A driver whose loop makes collectives of its own between batches (Lightning:
-a broadcast before each train batch) meets the ranks right after each batch
-instead (boundary(settled=True)): rank 0, its end-of-batch pause over, sends
-the decision at once and holds jumps until its next batch has begun
-(release_ahead() may then send the next boundary's a batch ahead); a
-follower makes a jump there at once (its loop would otherwise reach the
-collective first).
-
-A batch that trips stops every rank before its optimizer step. Each rank's
-engine checks the gradients twice (check_after_reduction): as the rank made
-them, and once DDP's own final callback wrote the averaged ones into .grad,
-so a NaN that arose on any rank trips every rank's second check on the same
-batch. There rank 0 pauses, and a follower (await_leader, from the
-backward's final callback) sets q/<r>/<k> = {"held": n, "trip": ...} (n
-the boundary after the batch) and waits for h/<n>, "skip" or "apply": rank
-0 sets it once its own update of that batch is decided (its engine's
-update_decided: where its pause there ends, or its own checks are over
-without one; its reader, when the follower's word comes later), else as it
-reaches boundary n (its checks did not run: it applied it). Rank 0 allows
-skipping the update only once every follower holds it (the engine's
-refuse_skip), so the replicas never differ.
-
-The waits block in the store (no polling); a heartbeat thread per rank (its
-own store connection) bumps hb/<r> and watches its peers: a peer whose
-heartbeat stops for NANSENSE_DDP_TIMEOUT seconds (default 30), or that says
-it left (x/<r>), is lost, and the watcher sets the keys the threads wait on,
-so every wait ends with a DistributedError naming the rank (on rank 0 the UI
-shows the loss too). A store that stops answering (rank 0 hosting it died)
-ends the waits with an error at once.
+Its threads: the training thread meets the boundaries (boundary(),
+release(), release_ahead()); a heartbeat thread per rank watches the peers;
+rank 0 has a reader per follower (its messages, in order) and a follower a
+fetcher (rank 0's decisions, ahead); a sender thread sets the keys the
+training thread and the engine's callbacks (settled, update decided, await
+leader, from the backward's final callback) hand it. Every wait blocks in
+the store; losing the run sets every key this rank waits on to "!<why>".
 """
 
 from __future__ import annotations
@@ -103,7 +40,6 @@ from ._nansense import DistributedError as DistributedError
 ENV_TIMEOUT = "NANSENSE_DDP_TIMEOUT"
 _DEFAULT_TIMEOUT = 30.0
 
-_PEER_MARK = "[distributed] "  # how the engine marks the ranks' trips in a root cause (note_rank_trip)
 _SKIP_REFUSED = (
     "this is a distributed run and not every rank holds this batch's update before its optimizer step (a rank whose "
     "checks are off, or did not run on this batch, made its step with the averaged gradients), so skipping it on "
@@ -144,19 +80,17 @@ def _tcp_store(dist) -> Any:
     return store
 
 
-class _Lost(Exception):
-    pass
-
-
 class _Sender:
     """Sets store keys in a thread of its own, in the order posted: the
     training thread hands a decision or a report over and goes on (a set
     waits for the store's server thread, which on busy cores waits for a
     core: 0.26 ms a batch on rank 0 in bench/python/ddp.py). A set that
-    fails is dropped: the store is gone, and every rank's next wait says so."""
+    fails goes to `failed(what, error)` (the store is gone: the coordinator
+    ends this rank's waits with the reason)."""
 
-    def __init__(self, store: Any, name: str):
+    def __init__(self, store: Any, name: str, failed: Any):
         self._store = store
+        self._failed = failed
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
@@ -168,8 +102,8 @@ class _Sender:
         while (item := self._queue.get()) is not None:
             try:
                 self._store.set(*item)
-            except Exception:
-                pass
+            except Exception as e:  # any error of the store's client: it is gone
+                self._failed(f"setting {item[0]}", e)
 
     def close(self) -> None:
         """Sends what was posted, then ends (at most 5 s)."""
@@ -203,7 +137,6 @@ class Coordinator:
         self._lost: Optional[str] = None
         self._closed = False
         self._left: Optional[str] = None  # why this rank left the run (_leave)
-        self._seen_error: Optional[tuple] = None
         # Rank 0: what its readers (one per follower) read.
         self._seen: dict[int, int] = {r: -1 for r in range(1, self.world)}  # rank -> the last boundary of its news
         self._tripped_at: dict[int, dict] = {}   # boundary -> {rank: trip} of the followers
@@ -242,8 +175,10 @@ class Coordinator:
         self._rejoin = False  # a follower that made a jump: its engine landed paused, detach it again
         self._checkpoints_sent: Optional[tuple] = None  # the epochs this follower last reported
         self._handshake()
-        self._sender = _Sender(client(), f"nansense-ddp-sender-{self.rank}")  # its decisions and reports
         self._stop = threading.Event()
+        self._said_failed = False  # a store failure while closing was printed
+        self._settle_off: Optional[str] = None  # why _settled() is off (it failed once)
+        self._sender = _Sender(client(), f"nansense-ddp-sender-{self.rank}", self._store_failed)
         self._heartbeat = threading.Thread(target=self._beat, name=f"nansense-ddp-heartbeat-{self.rank}", daemon=True)
         if self.leader:
             self._feeds = [threading.Thread(target=self._read_news, args=(r, client()), daemon=True,
@@ -449,18 +384,12 @@ class Coordinator:
                         self._clean.setdefault(int(news["clean"]), set()).add(r)
                         ready = self._take_ready()
                     self._send(store, ready)
-                    try:
-                        store.delete_key(key)
-                    except Exception:
-                        pass
+                    self._delete(store, key)
                     k += 1
                     continue
                 if "held" in news:
                     self._note_held(r, int(news["held"]), news.get("trip"), store)
-                    try:
-                        store.delete_key(key)
-                    except Exception:
-                        pass
+                    self._delete(store, key)
                     k += 1
                     continue
                 n = int(news["b"])
@@ -484,19 +413,16 @@ class Coordinator:
                     self._closed_at.setdefault(n, []).append(r)
                 self._seen[r] = n
                 self._cond.notify_all()
-            try:
-                store.delete_key(key)
-            except Exception:
-                pass
+            self._delete(store, key)
             k += 1
 
     def _record_trip(self, r: int, trip: dict) -> None:
         """Rank 0 (a reader): follower r's trip, named at once (rank 0 may be
         paused in that batch for its own trip)."""
         tripped = {r: trip}
-        own = self._own_error()
-        if own is not None and self._trip_of(own)["position"] == trip.get("position"):
-            tripped[0] = self._trip_of(own)  # rank 0 tripped on the same batch
+        own = self.engine.standing_trip()
+        if own is not None and own["position"] == trip.get("position"):
+            tripped[0] = own  # rank 0 tripped on the same batch
         self._record_trips(tripped)
 
     def _note_held(self, r: int, n: int, trip: Optional[dict], store: Any) -> None:
@@ -533,8 +459,8 @@ class Coordinator:
             self.engine.refuse_skip(_SKIP_REFUSED)
         try:
             store.set(f"h/{n}", b"skip" if skip else b"apply")
-        except Exception:
-            pass  # the store is gone: every rank's wait says so
+        except Exception as e:  # any error of the store's client: it is gone
+            self._store_failed(f"answering the held updates of boundary {n}", e)
 
     def _update_decided(self, skipped: bool) -> None:
         """Rank 0's update of this batch is decided, before its optimizer
@@ -560,11 +486,10 @@ class Coordinator:
             return None
         n = self._n
         news: dict[str, Any] = {"held": n}
-        error = self._own_error()
-        if error is not None:
-            news["trip"] = self._trip_of(error)
-            # Told now: not again at the boundary.
-            self._seen_error = self._error_key(error)
+        trip = self.engine.standing_trip()
+        if trip is not None:
+            news["trip"] = trip
+            self.engine.trip_news()  # told now: not again at the boundary
         try:
             self._main.set(f"q/{self.rank}/{self._posted}", json.dumps(news).encode())
             self._posted += 1
@@ -607,41 +532,6 @@ class Coordinator:
         self._raise_lost()
 
     # ---- the boundary
-
-    def _trip_of(self, error: dict) -> dict:
-        """This rank's standing error as a trip; "own": found in this
-        rank's own values (not only in the averaged gradients)."""
-        position = error.get("position") or {}
-        at = [position.get(k) for k in ("phase", "epoch", "batch_idx")]
-        return {"position": position.get("text"), "at": at if None not in at else None,
-                "reasons": error.get("reasons") or [], "checks_used": error.get("checks_used") or [],
-                "capsule": error.get("capsule") or "", "own": not self.engine.standing_found_in_average()}
-
-    @staticmethod
-    def _error_key(error: dict) -> tuple:
-        return error.get("capsule"), json.dumps(error.get("position")), tuple(error.get("reasons") or ())
-
-    def _own_error(self) -> Optional[dict]:
-        """This rank's standing numerical error, unless rank 0's engine holds
-        it only for a follower's trip (note_rank_trip made it)."""
-        error = self.engine.debug_error()
-        if error is not None and self.leader:
-            summary = (error.get("root_cause") or {}).get("summary") or ""
-            if summary.startswith(_PEER_MARK):
-                return None
-        return error
-
-    def _news(self) -> bytes:
-        """This rank's trip since the last boundary, as JSON (b"" if none)."""
-        error = self._own_error()
-        if error is None:
-            self._seen_error = None
-            return b""
-        key = self._error_key(error)
-        if key == self._seen_error:
-            return b""
-        self._seen_error = key
-        return json.dumps({"trip": self._trip_of(error)}).encode()
 
     def boundary(self, *, jump: Optional[int] = None, close: bool = False, settled: bool = False) -> None:
         """Meet the other ranks at this batch boundary. Raises
@@ -703,7 +593,7 @@ class Coordinator:
             self._answer(k, skip, self._main)
 
     def _gather(self, n: int, *, close: bool = False, jump: bool = False) -> None:
-        if self._news():
+        if self.engine.trip_news() is not None:
             with self._cond:
                 self._own_trip_at.add(n)
         self._pending = n
@@ -771,8 +661,10 @@ class Coordinator:
         with self._cond:
             fresh = {r: t for r, t in tripped.items() if r not in self._trips}
             self._trips.update(fresh)
+            trips = dict(self._trips)
         if fresh:
-            self._note_trips(tripped)
+            # The engine words the note (the C++ coordinator's too).
+            self.engine.note_rank_trips(json.dumps(trips), json.dumps(tripped), self.world)
 
     def _add_shard(self, rank: int, news: dict) -> None:
         """Rank 0 (the reader): a follower's layer statistics, added to the view."""
@@ -792,11 +684,6 @@ class Coordinator:
             held = news["checkpoints"]
             self.engine.set_peer_checkpoints(rank, [int(e) for e in held["epochs"]], str(held["where"]))
 
-    def _stats_settings(self) -> dict:
-        s = self.engine.settings()
-        return {"scope": s["stats_scope"], "watched": list(s["watched_layers"]),
-                "performance": dict(s["watch_performance"])}
-
     def _decision(self, n: int) -> bytes:
         out: dict[str, Any] = {}
         if self._halt_asked and self._halt_at is None:
@@ -811,7 +698,7 @@ class Coordinator:
         version = self.engine.stats_settings_version()
         if version != self._stats_version:
             self._stats_version = version
-            settings = self._stats_settings()
+            settings = self.engine.stats_settings_for_followers()
             if settings != self._stats_sent:
                 self._stats_sent = settings
                 out["stats_settings"] = settings
@@ -886,8 +773,10 @@ class Coordinator:
 
     def _settled(self) -> None:
         # From the backward's final callback, with the training thread
-        # inside backward(). A store that fails here fails the next wait
-        # too, which says why.
+        # inside backward(). What fails here turns the early word off, said
+        # once: the ranks then meet at every boundary (the full exchange).
+        if self._settle_off is not None:
+            return
         try:
             if not self.leader:
                 if self._report_clean and not self._closed:
@@ -911,8 +800,10 @@ class Coordinator:
                 ready = self._take_ready()
             if ready is not None:
                 self._sender.post(f"g/{ready[0]}", ready[1])
-        except Exception:
-            pass
+        except Exception as e:  # the engine's or the coordinator's own fault: this part alone turns off
+            self._settle_off = f"{type(e).__name__}: {e}"
+            print(f"[nansense] rank {self.rank}: word of a batch checked clean failed ({self._settle_off}); from "
+                  "here on the ranks meet at every boundary", flush=True)
 
     def _take_ready(self) -> Optional[tuple]:
         """Rank 0, under _cond: the prepared decision, to send now that rank
@@ -934,46 +825,35 @@ class Coordinator:
         self._sent_clean += 1
         return n, decision
 
-    @staticmethod
-    def _send(store: Any, ready: Optional[tuple]) -> None:
+    def _send(self, store: Any, ready: Optional[tuple]) -> None:
         if ready is None:
             return
         try:
             store.set(f"g/{ready[0]}", ready[1])
-        except Exception:
-            pass  # the store is gone: every rank's next wait says so
+        except Exception as e:  # any error of the store's client: it is gone
+            self._store_failed(f"sending the decision of boundary {ready[0]}", e)
 
-    def _note_trips(self, tripped: dict) -> None:
-        ranks = sorted(self._trips)
-        own = [r for r in ranks if self._trips[r].get("own", True)]
-        averaged = [r for r in ranks if r not in own]
+    def _delete(self, store: Any, key: str) -> None:
+        """Rank 0's reader: removes a follower's news once taken."""
+        try:
+            store.delete_key(key)
+        except Exception as e:  # any error of the store's client: it is gone
+            self._store_failed(f"removing {key}", e)
 
-        def listed(rs: list) -> str:
-            return f"rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))}"
-        parts = []
-        for r in own:
-            news = self._trips[r]
-            where = f"rank {r} at {news['position']}" if news.get("position") else f"rank {r}"
-            parts.append(where + (f" (capsule {news['capsule']})" if news.get("capsule") else ""))
-        if own:
-            note = f"The checks tripped on {listed(own)} of {self.world}: " + "; ".join(parts) + "."
-            if averaged:
-                note += (f" The own gradients of {listed(averaged)} were finite: the non-finite values reached them "
-                         "through the gradient averaging.")
-        else:
-            note = (f"The averaged gradients went non-finite on {listed(averaged)} of {self.world}, whose own were "
-                    "finite: the rank where the NaN arose has its checks off or did not check that batch.")
-        together = ("Every rank stops at that batch: before its optimizer step where its checks saw the averaged "
-                    "gradients, else at the batch's boundary" if self.engine.url() else
-                    "No UI is served, so no rank pauses")
-        note += f" {together}; a tripped rank's capsule replays that rank's batch."
-        first = next((t for _, t in sorted(tripped.items()) if t.get("own", True)), tripped[min(tripped)])
-        at = first.get("at")
-        self.engine.note_rank_trip(note, first.get("reasons") or ["nan"], first.get("checks_used") or ["nan_inf"],
-                                   first.get("capsule") or "", tuple(at) if at else None)
+    def _store_failed(self, what: str, e: Exception) -> None:
+        """A store operation failed, so the store is gone: in the run, every
+        wait of this rank ends with the reason (rank 0's UI shows it); while
+        closing, it is said once (the peers' own waits name the loss)."""
+        if not self._stop.is_set():
+            self._lose(f"{what} failed: " + self._store_gone(e))
+        elif not self._said_failed:
+            self._said_failed = True
+            print(f"[nansense] rank {self.rank}, closing: {what} failed: {self._store_gone(e)}; the other ranks "
+                  "still in their loop stop at their next boundary, saying that this rank is lost", flush=True)
 
     def _follow(self, n: int, close: bool, settled: bool = False) -> None:
-        news = self._news()
+        trip = self.engine.trip_news()
+        news = json.dumps({"trip": trip}).encode() if trip is not None else b""
         extra = {}
         shard = self.engine.take_stats_shard()
         if shard:
@@ -1023,7 +903,8 @@ class Coordinator:
         if "report_clean" in decision:
             self._report_clean = bool(decision["report_clean"])
         if "stats_settings" in decision:
-            self._apply_stats_settings(decision["stats_settings"])
+            # Collected from this batch on, as rank 0 collects (a failure is printed; training goes on).
+            self.engine.apply_stats_settings(json.dumps(decision["stats_settings"]))
         jump = decision.get("jump")
         if jump is not None:
             # Armed here, the jump is raised by this rank's next batch start.
@@ -1037,26 +918,6 @@ class Coordinator:
             if settled:
                 self.engine.raise_armed_jump()
 
-    def _apply_stats_settings(self, settings: dict) -> None:
-        """A follower: collect what rank 0 collects, from this batch on.
-        Min/Max patches stay rank 0's: a follower collects none."""
-        engine = self.engine
-        try:
-            engine.set_stats_scope(settings["scope"])
-            have = set(engine.settings()["watched_layers"])
-            want = settings["watched"]
-            gone = [name for name in have if name not in want]
-            if gone:
-                engine.unwatch_layers(gone)
-            new = [name for name in want if name not in have]
-            if new:
-                engine.watch_layers(new)
-            p = settings["performance"]
-            engine.set_watch_performance(p["channel_limit_enabled"], p["channel_limit"], p["histogram_sample"], 0,
-                                         False)
-        except Exception as e:  # training goes on; rank 0's statistics then lack this rank's shard
-            print(f"[nansense] rank {self.rank} could not apply rank 0's statistics settings: {e}", flush=True)
-
     # ---- the end
 
     def _leave(self, why: str) -> None:
@@ -1065,8 +926,8 @@ class Coordinator:
             return
         try:
             self._main.set(f"x/{self.rank}", why.encode())
-        except Exception:
-            pass
+        except Exception as e:  # any error of the store's client: it is gone
+            self._store_failed(f"saying that rank {self.rank} left", e)
 
     def abandon(self, why: str) -> None:
         """This rank left its loop by an exception: the others stop at their
@@ -1110,16 +971,16 @@ class Coordinator:
                     awaiting = [key for keys in self._awaiting.values() for key in keys]
                 for key in awaiting:
                     self._main.set(key, b"!closed")
-            except Exception:
-                pass  # the store is gone: the waits fail by themselves
+            except Exception as e:  # any error of the store's client: it is gone
+                self._store_failed("telling the followers that rank 0 closed", e)
         elif self._main is not None:
             # The fetcher waits for the decision after this boundary: unless
             # rank 0 sent it, this rank's end is that decision (a rank still
             # in its loop reads there that this one left).
             try:
                 self._main.compare_set(f"g/{self._n}", "", self._end_decision().decode())
-            except Exception:
-                pass  # the store is gone: the wait fails by itself
+            except Exception as e:  # any error of the store's client: it is gone
+                self._store_failed(f"saying that rank {self.rank} closed", e)
         self._sender.close()  # what it holds goes out before the store connections end
         current = threading.current_thread()
         for thread in [self._heartbeat] + self._feeds:

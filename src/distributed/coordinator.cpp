@@ -49,18 +49,6 @@ std::string store_gone(const std::exception& e) {
          "); the rank that hosts it (rank 0, usually) probably died";
 }
 
-json trip_of(const DebugError& e) {
-  return {{"position", e.position.to_string()},
-          {"reasons", e.reasons},
-          {"checks_used", e.checks_used},
-          {"capsule", e.capsule}};
-}
-
-std::vector<std::string> strings_or(const json& trip, const char* key, std::vector<std::string> fallback) {
-  if (!trip.contains(key) || !trip[key].is_array() || trip[key].empty()) return fallback;
-  return trip[key].get<std::vector<std::string>>();
-}
-
 }  // namespace
 
 std::chrono::milliseconds timeout_from_env() {
@@ -145,7 +133,7 @@ void Coordinator::beat() {
       // This rank's keys of boundaries every rank has passed.
       for (const int64_t n = n_.load(); deleted_ < n - 2; ++deleted_) {
         const std::string d = std::to_string(deleted_);
-        side_->deleteKey(leader() ? "g/" + d : "a/" + d + "/" + rank_text());
+        side_->deleteKey(leader() ? "g/" + d : "q/" + rank_text() + "/" + d);
       }
       if (leader()) peek(n_.load());
       const auto now = Clock::now();
@@ -186,7 +174,7 @@ void Coordinator::peek(int64_t n) {
   // UI names every rank that tripped, and adds the followers' statistics up
   // to the same batch, meanwhile.
   for (int r = 1; r < world_; ++r) {
-    const std::string key = "a/" + std::to_string(n) + "/" + std::to_string(r);
+    const std::string key = "q/" + std::to_string(r) + "/" + std::to_string(n);
     {
       std::lock_guard lock(trips_mu_);
       for (auto it = peeked_.begin(); it != peeked_.end();) it = it->first < n ? peeked_.erase(it) : std::next(it);
@@ -204,8 +192,8 @@ void Coordinator::peek(int64_t n) {
     add_news(r, news);
     if (news.contains("trip")) {
       std::map<int, json> tripped{{r, news["trip"]}};
-      auto own = host_.debug_error();
-      if (own && trip_of(*own)["position"] == news["trip"].value("position", "")) tripped[0] = trip_of(*own);
+      const json own = host_.standing_trip();
+      if (!own.is_null() && own["position"] == news["trip"].value("position", "")) tripped[0] = own;
       record_trips(tripped);
     }
   }
@@ -234,27 +222,7 @@ void Coordinator::record_trips(const std::map<int, json>& tripped) {
   std::lock_guard lock(trips_mu_);
   bool fresh = false;
   for (const auto& [r, trip] : tripped) fresh = trips_.emplace(r, trip).second || fresh;
-  if (fresh) note_trips(tripped);
-}
-
-void Coordinator::note_trips(const std::map<int, json>& tripped) {
-  std::vector<int> ranks;
-  std::string parts;
-  for (const auto& [r, trip] : trips_) {
-    ranks.push_back(r);
-    const std::string position = trip.value("position", "");
-    const std::string capsule = trip.value("capsule", "");
-    std::string where = "rank " + std::to_string(r) + (position.empty() ? "" : " at " + position);
-    if (!capsule.empty()) where += " (capsule " + capsule + ")";
-    parts += (parts.empty() ? "" : "; ") + where;
-  }
-  const std::string note = "The checks tripped on rank" + std::string(ranks.size() > 1 ? "s " : " ") +
-                           join_ranks(ranks) + " of " + std::to_string(world_) + ": " + parts +
-                           ". Every rank is paused at the same batch boundary; each rank's capsule replays that "
-                           "rank's batch.";
-  const json& first = tripped.begin()->second;
-  host_.note_rank_trip(note, strings_or(first, "reasons", {"nan"}), strings_or(first, "checks_used", {"nan_inf"}),
-                       first.value("capsule", ""));
+  if (fresh) host_.note_rank_trips(trips_, tripped);
 }
 
 void Coordinator::lose(const std::string& why) {
@@ -340,16 +308,8 @@ void Coordinator::set(const std::string& key, const std::string& value) {
 // ---- the boundary
 
 std::string Coordinator::news() {
-  auto error = host_.debug_error();
-  if (!error) {
-    seen_error_.reset();
-    return "";
-  }
-  std::string key = error->capsule + "|" + error->position.to_string() + "|";
-  for (const auto& r : error->reasons) key += r + ",";
-  if (key == seen_error_) return "";
-  seen_error_ = key;
-  return json{{"trip", trip_of(*error)}}.dump();
+  const json trip = host_.trip_news();
+  return trip.is_null() ? "" : json{{"trip", trip}}.dump();
 }
 
 void Coordinator::boundary(std::optional<int64_t> jump, bool close) {
@@ -372,7 +332,7 @@ void Coordinator::boundary(std::optional<int64_t> jump, bool close) {
 void Coordinator::gather(int64_t n, bool close) {
   const std::string own = news();
   std::vector<std::string> keys;
-  for (int r = 1; r < world_; ++r) keys.push_back("a/" + std::to_string(n) + "/" + std::to_string(r));
+  for (int r = 1; r < world_; ++r) keys.push_back("q/" + std::to_string(r) + "/" + std::to_string(n));
   const auto values = wait(keys);
   std::map<int, json> tripped;
   for (int r = 1; r < world_; ++r) {
@@ -427,7 +387,7 @@ void Coordinator::release(std::optional<int64_t> jump, bool close) {
   if (jump) {
     decision = json{{"jump", *jump}}.dump();
   } else if (close) {
-    decision = json{{"close", true}}.dump();
+    decision = json{{"close", true}, {"by", 0}}.dump();
   } else {
     // The followers collect what rank 0 collects (as of this batch), so
     // that their shards add up to the global batch.
@@ -455,7 +415,9 @@ void Coordinator::follow(int64_t n, bool close) {
     news["checkpoints"] = {{"epochs", held.first}, {"where", held.second}};
   }
   if (close) news["close"] = true;
-  set("a/" + std::to_string(n) + "/" + rank_text(), news.empty() ? "" : news.dump());
+  news["b"] = n;
+  // One message a boundary: this follower's k-th message is boundary k's.
+  set("q/" + rank_text() + "/" + std::to_string(n), news.dump());
   const std::string value = to_text(wait({"g/" + std::to_string(n)})[0]);
   if (close) {
     this->close();

@@ -1,34 +1,18 @@
 // Distributed runs of a C++ program (StartOptions::distributed): rank 0
-// leads, the other ranks follow. The same protocol as the Python package's
-// coordinator (python/nansense/_distributed.py), over the run's c10d
-// TCPStore; the two need not talk to each other.
+// leads, the other ranks follow, over the run's c10d TCPStore. The rank
+// protocol (keys, messages, decisions, losing the run) is described once,
+// in docs/guide/distributed.md, "The rank protocol"; this coordinator speaks
+// the subset that section names (the full exchange at every boundary: a
+// follower's one message a boundary, q/<r>/<n>, rank 0's decision g/<n>,
+// the start/, hb/ and x/ keys). Python's coordinator
+// (python/nansense/_distributed.py) speaks all of it; a run is all C++ or
+// all Python.
 //
 // Rank 0's session is the one the UI and MCP drive; the other ranks'
 // sessions never pause on their own (detached, no server, no output beyond a
-// NaN's log line). At every batch boundary (before a batch begins, when a
-// jump unwinds rank 0's batch, and at close()) every rank meets at one
-// exchange, under a prefix of its own per session (nansense/cxx/<k>/):
-//
-//   each follower r   sets  a/<n>/<r> = its news since the last boundary
-//                                        ("" or JSON: a trip, its layer
-//                                        statistics, its checkpoints)
-//   rank 0            reads them all (one multiGet, waiting for every
-//                     follower), adds the followers' statistics to its own,
-//                     pauses there when a follower tripped (the UI names the
-//                     ranks), then, once its own batch has begun, sets
-//                     g/<n>     = the decision ("" = go on, or JSON: jump to
-//                                 epoch k, close, the statistics settings)
-//   each follower     reads g/<n> and applies it.
-//
-// So no follower begins batch n before rank 0 has left its pause at the end
-// of batch n-1. The waits block in the store (no polling); a heartbeat
-// thread per rank (its own store connection) bumps hb/<r> and watches its
-// peers: a peer whose heartbeat stops for NANSENSE_DDP_TIMEOUT seconds
-// (default 30), or that says it left (x/<r>), is lost, and the watcher sets
-// the keys the training thread waits on to "!<why>", so that wait ends with
-// a DistributedError naming the rank (on rank 0 the UI shows the loss too).
-// A store that stops answering (rank 0, hosting it, died) ends the wait with
-// an error at once.
+// NaN's log line). Rank 0 reads every follower's news of boundary n in one
+// multiGet; its heartbeat thread reads them early (peek) so that a paused
+// rank 0 names a follower's trip and adds its statistics meanwhile.
 //
 // This part knows nothing of the session: it learns what it needs through
 // Host (the session's numerics, statistics, time travel and run control).
@@ -78,16 +62,19 @@ class Coordinator {
   // What the coordinator asks of its session. Called on the training thread
   // unless marked "any thread" (the heartbeat thread calls those).
   struct Host {
-    // Any thread: the standing numerical error.
-    std::function<std::optional<DebugError>()> debug_error;
+    // Any thread: this rank's standing trip (SessionCore::standing_trip),
+    // null when none.
+    std::function<nlohmann::json()> standing_trip;
+    // This rank's trip when not told before, else null (SessionCore::trip_news).
+    std::function<nlohmann::json()> trip_news;
     // Any thread (rank 0): the run is lost; the UI shows why, a pause ends.
     std::function<void(const std::string&)> mark_lost;
     // Rank 0: pause at the boundary of the batch that just ended.
     std::function<void()> hold_at_boundary;
-    // Any thread (rank 0): name the ranks that tripped in the debug report.
-    std::function<void(const std::string& note, const std::vector<std::string>& reasons,
-                       const std::vector<std::string>& checks, const std::string& capsule)>
-        note_rank_trip;
+    // Any thread (rank 0): name the ranks that tripped in the debug report
+    // (every rank's first trip, and the ones just learnt).
+    std::function<void(const std::map<int, nlohmann::json>& trips, const std::map<int, nlohmann::json>& fresh)>
+        note_rank_trips;
     // A follower: its layer statistics since the last call ("" when none).
     std::function<std::string()> take_stats_shard;
     // Any thread (rank 0): a follower's statistics shard, added to the view.
@@ -149,7 +136,6 @@ class Coordinator {
   void follow(int64_t n, bool close);
   void add_news(int rank, const nlohmann::json& news);
   void record_trips(const std::map<int, nlohmann::json>& tripped);
-  void note_trips(const std::map<int, nlohmann::json>& tripped);
   void leave(const std::string& why);
   std::string rank_text() const { return std::to_string(rank_); }
 
@@ -163,7 +149,6 @@ class Coordinator {
   int64_t deleted_ = 0;                   // boundaries whose own keys the heartbeat removed
   bool closed_ = false;
   bool left_ = false;                         // x/<rank> set
-  std::optional<std::string> seen_error_;     // the trip last reported (its key)
   std::optional<int64_t> pending_;            // rank 0: the boundary gathered, its decision not sent
   bool rejoin_ = false;                       // a follower that made a jump: detach it again
   std::optional<nlohmann::json> stats_sent_;  // rank 0: the statistics settings the followers have

@@ -161,6 +161,30 @@ class SessionCore {
   DebugSettings settings_for_rank(DebugSettings settings) const;
   // A rank's own epoch checkpoints: cache_dir's rank_<r> folder.
   EpochOptions options_for_rank(EpochOptions options) const;
+  // The statistics settings the followers mirror, so that their shards add
+  // up to the global batch (rank 0's, sent with a decision: {"scope",
+  // "watched", "performance": {"channel_limit_enabled", "channel_limit",
+  // "histogram_sample"}}), and a follower's applying them from this batch
+  // on (Min/Max patches stay rank 0's: a follower collects none). What
+  // fails to apply is printed; training goes on.
+  nlohmann::json stats_settings_for_followers() const;
+  void apply_stats_settings(const nlohmann::json& settings);
+  // This rank's standing numerical error as a trip of the rank protocol
+  // (docs/guide/distributed.md): {"position", "at", "reasons",
+  // "checks_used", "capsule", "own"} ("own": found in this rank's own
+  // values, not only in the averaged gradients); null when none, or on rank
+  // 0 when it stands only for a follower's trip (note_rank_trip). Any thread.
+  nlohmann::json standing_trip() const;
+  // Training thread: standing_trip() when it was not told before (since it
+  // last changed), else null; from here on it counts as told.
+  nlohmann::json trip_news();
+  // Rank 0 (any thread): names in its debug report the ranks whose checks
+  // tripped (note_rank_trip). `trips`: each rank's first trip, `fresh`: the
+  // ones just learnt, whose lowest rank's (its own values', else the
+  // averaged gradients') reasons, checks, capsule and batch stand; a trip
+  // is the protocol's (docs/guide/distributed.md, "The rank protocol").
+  void note_rank_trips(const std::map<int, nlohmann::json>& trips, const std::map<int, nlohmann::json>& fresh,
+                       int world);
   // Pauses between two batches, at the boundary of the batch that just
   // ended (a peer rank's NaN): the loop stands where the UI shows it until a
   // command resumes it, as at a batch's own pause. Training thread.
@@ -316,8 +340,6 @@ class SessionCore {
   void end_run();
   // begin_batch's work once the ranks have met at the boundary.
   bool open_batch(const std::string& phase, std::optional<int64_t> epoch);
-  // The follower's part of its statistics: rank 0's settings, applied.
-  void apply_stats_settings(const nlohmann::json& settings);
   // Pauses the loop at `pos`; queued experiments run first in the pause.
   void pause_here(const BatchPosition& pos);
   // At a batch boundary: unwinds with the requested jump, if any.
@@ -418,6 +440,7 @@ class SessionCore {
   // on a follower, why it serves nothing. Destroyed first of all
   // (~SessionCore): its heartbeat thread calls into the parts below.
   std::shared_ptr<distributed::Coordinator> coordinator_;
+  std::optional<std::string> trip_told_;  // trip_news(): the trip told last (its key)
   std::optional<int> rank_;
   std::string unserved_reason_;
 

@@ -1,6 +1,7 @@
 // A session's side of a distributed run (StartOptions::distributed): joining
 // it, the per-rank settings, and what the boundary exchange
 // (distributed/coordinator.h) asks of the session.
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 
@@ -33,6 +34,9 @@ StartOptions& StartOptions::distributed(const c10::intrusive_ptr<c10d::Store>& s
 namespace detail {
 
 namespace {
+
+// How note_rank_trip marks the ranks' trips in a root cause.
+const std::string kPeerMark = "[distributed] ";
 
 // Where rank `rank` keeps what is its own: <path>/rank_<r>, or path itself
 // when it already ends so.
@@ -80,13 +84,12 @@ void SessionCore::hold_at_boundary() {
 void SessionCore::note_rank_trip(const std::string& note, const std::vector<std::string>& reasons,
                                  const std::vector<std::string>& checks, const std::string& capsule,
                                  const std::optional<BatchPosition>& at) {
-  static const std::string kMark = "[distributed] ";
   auto edit = [&](DebugError& e) {
     if (!e.root_cause) e.root_cause = RootCause{};
     auto& summary = e.root_cause->summary;
-    if (const auto at = summary.find(kMark); at != std::string::npos) summary.erase(at);
+    if (const auto at = summary.find(kPeerMark); at != std::string::npos) summary.erase(at);
     while (!summary.empty() && summary.back() == ' ') summary.pop_back();
-    summary += (summary.empty() ? "" : " ") + kMark + note;
+    summary += (summary.empty() ? "" : " ") + kPeerMark + note;
   };
   if (debug().error()) {
     debug().amend([&](DebugError& e) {
@@ -109,6 +112,132 @@ void SessionCore::note_rank_trip(const std::string& note, const std::vector<std:
   edit(e);
   numerics_->peer_noted();  // before it stands: the training thread reads both
   debug().record(e);
+}
+
+nlohmann::json SessionCore::standing_trip() const {
+  const auto e = debug().error();
+  if (!e) return nullptr;
+  if (rank_ == 0 && e->root_cause && e->root_cause->summary.rfind(kPeerMark, 0) == 0) return nullptr;
+  return {{"position", e->position.to_string()},
+          {"at", {e->position.phase, e->position.epoch, e->position.batch_idx}},
+          {"reasons", e->reasons},
+          {"checks_used", e->checks_used},
+          {"capsule", e->capsule},
+          {"own", !standing_found_in_average()}};
+}
+
+nlohmann::json SessionCore::trip_news() {
+  auto trip = standing_trip();
+  if (trip.is_null()) {
+    trip_told_.reset();
+    return nullptr;
+  }
+  std::string key = trip["capsule"].get<std::string>() + "|" + trip["position"].get<std::string>() + "|";
+  for (const auto& reason : trip["reasons"]) key += reason.get<std::string>() + ",";
+  if (key == trip_told_) return nullptr;
+  trip_told_ = std::move(key);
+  return trip;
+}
+
+void SessionCore::note_rank_trips(const std::map<int, nlohmann::json>& trips,
+                                  const std::map<int, nlohmann::json>& fresh, int world) {
+  if (fresh.empty()) return;
+  auto own_values = [](const nlohmann::json& trip) { return trip.value("own", true); };
+  auto listed = [](const std::vector<int>& ranks) {
+    std::string out = ranks.size() > 1 ? "ranks " : "rank ";
+    for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
+    return out;
+  };
+  std::vector<int> own, averaged;
+  std::string parts;
+  for (const auto& [r, trip] : trips) {
+    if (!own_values(trip)) {
+      averaged.push_back(r);
+      continue;
+    }
+    own.push_back(r);
+    const auto at = trip.find("position");
+    const std::string position = at != trip.end() && at->is_string() ? at->get<std::string>() : std::string();
+    const auto held = trip.find("capsule");
+    const std::string capsule = held != trip.end() && held->is_string() ? held->get<std::string>() : std::string();
+    parts += (parts.empty() ? "" : "; ") + ("rank " + std::to_string(r)) + (position.empty() ? "" : " at " + position) +
+             (capsule.empty() ? "" : " (capsule " + capsule + ")");
+  }
+  const std::string of = " of " + std::to_string(world);
+  std::string note;
+  if (!own.empty()) {
+    note = "The checks tripped on " + listed(own) + of + ": " + parts + ".";
+    if (!averaged.empty()) {
+      note += " The own gradients of " + listed(averaged) +
+              " were finite: the non-finite values reached them through the gradient averaging.";
+    }
+  } else {
+    note = "The averaged gradients went non-finite on " + listed(averaged) + of +
+           ", whose own were finite: the rank where the NaN arose has its checks off or did not check that batch.";
+  }
+  note += attachment_ ? " Every rank stops at that batch: before its optimizer step where its checks saw the averaged "
+                        "gradients, else at the batch's boundary"
+                      : " No UI is served, so no rank pauses";
+  note += "; a tripped rank's capsule replays that rank's batch.";
+  const nlohmann::json* first = &fresh.begin()->second;
+  for (const auto& [r, trip] : fresh) {
+    if (own_values(trip)) {
+      first = &trip;
+      break;
+    }
+  }
+  auto strings_or = [&](const char* key, std::vector<std::string> fallback) {
+    const auto it = first->find(key);
+    if (it == first->end() || !it->is_array() || it->empty()) return fallback;
+    return it->get<std::vector<std::string>>();
+  };
+  std::optional<BatchPosition> at;
+  if (const auto it = first->find("at"); it != first->end() && it->is_array() && it->size() == 3) {
+    at = BatchPosition{
+        .phase = (*it)[0].get<std::string>(), .epoch = (*it)[1].get<int64_t>(), .batch_idx = (*it)[2].get<int64_t>()};
+  }
+  const auto capsule = first->find("capsule");
+  note_rank_trip(note, strings_or("reasons", {"nan"}), strings_or("checks_used", {"nan_inf"}),
+                 capsule != first->end() && capsule->is_string() ? capsule->get<std::string>() : std::string(), at);
+}
+
+nlohmann::json SessionCore::stats_settings_for_followers() const {
+  const auto p = stats_->performance();
+  return nlohmann::json{{"scope", std::string(to_string(stats_->scope()))},
+                        {"watched", stats_->watched()},
+                        {"performance",
+                         {{"channel_limit_enabled", p.channel_limit_enabled()},
+                          {"channel_limit", p.channel_limit()},
+                          {"histogram_sample", p.histogram_sample()}}}};
+}
+
+void SessionCore::apply_stats_settings(const nlohmann::json& settings) {
+  try {
+    const std::string scope = settings.at("scope").get<std::string>();
+    stats_->set_scope(scope == "all" ? StatsScope::kAll : scope == "none" ? StatsScope::kNone : StatsScope::kWatched);
+    const auto want = settings.at("watched").get<std::vector<std::string>>();
+    const auto have = stats_->watched();
+    std::vector<std::string> gone, added;
+    for (const auto& name : have) {
+      if (std::find(want.begin(), want.end(), name) == want.end()) gone.push_back(name);
+    }
+    for (const auto& name : want) {
+      if (std::find(have.begin(), have.end(), name) == have.end()) added.push_back(name);
+    }
+    if (!gone.empty()) stats_->unwatch(gone, architecture_.load().get());
+    if (!added.empty()) stats_->watch(added, architecture_.load().get());
+    const auto& p = settings.at("performance");
+    auto performance = stats_->performance();
+    performance.channel_limit_enabled(p.at("channel_limit_enabled").get<bool>())
+        .channel_limit(p.at("channel_limit").get<int64_t>())
+        .histogram_sample(p.at("histogram_sample").get<int64_t>())
+        .samples_per_channel(0)
+        .average_patches(false);
+    stats_->set_performance(performance);
+  } catch (const std::exception& e) {  // training goes on; rank 0's statistics then lack this rank's shard
+    std::cerr << "[nansense] rank " << rank_.value_or(0)
+              << " could not apply rank 0's statistics settings: " << e.what() << "\n";
+  }
 }
 
 #if NANSENSE_DISTRIBUTED
@@ -136,12 +265,14 @@ void SessionCore::join_run(const DistributedRun& run) {
                           " follows rank 0, which pauses every rank at this batch's boundary");
   }
   distributed::Coordinator::Host host;
-  host.debug_error = [this] { return debug().error(); };
+  host.standing_trip = [this] { return standing_trip(); };
+  host.trip_news = [this] { return trip_news(); };
   host.mark_lost = [this](const std::string& why) { mark_lost(why); };
   host.hold_at_boundary = [this] { hold_at_boundary(); };
-  host.note_rank_trip = [this](const std::string& note, const std::vector<std::string>& reasons,
-                               const std::vector<std::string>& checks,
-                               const std::string& capsule) { note_rank_trip(note, reasons, checks, capsule); };
+  host.note_rank_trips = [this, world = run.world_size](const std::map<int, nlohmann::json>& trips,
+                                                        const std::map<int, nlohmann::json>& fresh) {
+    note_rank_trips(trips, fresh, world);
+  };
   host.take_stats_shard = [this] { return stats_->take_shard(); };
   host.add_stats_shard = [this](int r, int64_t ranks, const std::string& shard) { stats_->add_shard(r, ranks, shard); };
   host.set_peer_checkpoints = [this](int r, std::vector<int64_t> epochs, std::string where) {
@@ -151,48 +282,9 @@ void SessionCore::join_run(const DistributedRun& run) {
   host.request_time_travel = [this](int64_t epoch) { request_time_travel(epoch); };
   host.detach = [this] { control_.detach(); };
   host.served = [this] { return attachment_ != nullptr; };
-  host.stats_settings = [this] {
-    const auto p = stats_->performance();
-    return nlohmann::json{{"scope", std::string(to_string(stats_->scope()))},
-                          {"watched", stats_->watched()},
-                          {"performance",
-                           {{"channel_limit_enabled", p.channel_limit_enabled()},
-                            {"channel_limit", p.channel_limit()},
-                            {"histogram_sample", p.histogram_sample()}}}};
-  };
+  host.stats_settings = [this] { return stats_settings_for_followers(); };
   host.apply_stats_settings = [this](const nlohmann::json& settings) { apply_stats_settings(settings); };
   coordinator_ = std::make_unique<distributed::Coordinator>(address, rank, run.world_size, timeout, std::move(host));
-}
-
-void SessionCore::apply_stats_settings(const nlohmann::json& settings) {
-  // A follower collects what rank 0 collects, from this batch on. Min/Max
-  // patches stay rank 0's: a follower collects none.
-  try {
-    const std::string scope = settings.at("scope").get<std::string>();
-    stats_->set_scope(scope == "all" ? StatsScope::kAll : scope == "none" ? StatsScope::kNone : StatsScope::kWatched);
-    const auto want = settings.at("watched").get<std::vector<std::string>>();
-    const auto have = stats_->watched();
-    std::vector<std::string> gone, added;
-    for (const auto& name : have) {
-      if (std::find(want.begin(), want.end(), name) == want.end()) gone.push_back(name);
-    }
-    for (const auto& name : want) {
-      if (std::find(have.begin(), have.end(), name) == have.end()) added.push_back(name);
-    }
-    if (!gone.empty()) stats_->unwatch(gone, architecture_.load().get());
-    if (!added.empty()) stats_->watch(added, architecture_.load().get());
-    const auto& p = settings.at("performance");
-    auto performance = stats_->performance();
-    performance.channel_limit_enabled(p.at("channel_limit_enabled").get<bool>())
-        .channel_limit(p.at("channel_limit").get<int64_t>())
-        .histogram_sample(p.at("histogram_sample").get<int64_t>())
-        .samples_per_channel(0)
-        .average_patches(false);
-    stats_->set_performance(performance);
-  } catch (const std::exception& e) {  // training goes on; rank 0's statistics then lack this rank's shard
-    std::cerr << "[nansense] rank " << rank_.value_or(0)
-              << " could not apply rank 0's statistics settings: " << e.what() << "\n";
-  }
 }
 
 bool SessionCore::begin_batch(const std::string& phase, std::optional<int64_t> epoch) {
@@ -243,7 +335,6 @@ void SessionCore::end_run() { coordinator_.reset(); }
 void SessionCore::join_run(const DistributedRun&) {
   throw UsageError("StartOptions().distributed(): this nansense was built without c10d");
 }
-void SessionCore::apply_stats_settings(const nlohmann::json&) {}
 bool SessionCore::begin_batch(const std::string& phase, std::optional<int64_t> epoch) {
   if (closed_) throw UsageError("batches() was used after session.close()");
   return open_batch(phase, epoch);
