@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 import torch
 
-from ._session import _check_bool, _check_serve_args
+from ._arguments import check_bool, check_serve_args
 
 try:
     import numpy
@@ -28,8 +28,8 @@ def serve_options(*, port: Optional[int], host: str, open_browser: bool, model: 
     """A callback's arguments checked (TypeError or ValueError naming the
     bad one); the options it starts its session with. `inside` says where
     `model` (an attribute path) is looked up, for the error."""
-    _check_serve_args(port, host, open_browser, input_mean, input_std, input_transform, port_none_ok=True)
-    _check_bool("enabled", enabled)
+    check_serve_args(port, host, open_browser, input_mean, input_std, input_transform, port_none_ok=True)
+    check_bool("enabled", enabled)
     if model is not None and (not isinstance(model, str) or not model or
                               not all(part.isidentifier() for part in model.split("."))):
         raise TypeError(f"model must be an attribute path inside {inside}, got {model!r}")

@@ -8,7 +8,7 @@ from typing import Any, Optional
 import torch
 
 from . import _nansense, _setups
-from ._session import _load_state, _module_specs, _state_kind, _unwrap
+from ._state import load_state, module_specs, state_kind, unwrap
 from ._types import BatchPosition, DebugSettings
 
 
@@ -58,7 +58,7 @@ def replay_capsule(path: str | os.PathLike, model: torch.nn.Module,
     scaler (the loop's torch.amp.GradScaler), its scale and growth tracker
     come back as they were before the tripping batch, so a mixed-precision
     replay scales the loss as the recorded run did."""
-    model = _unwrap(model)
+    model = unwrap(model)
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a capsule file path, got {type(path).__name__}")
     if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
@@ -68,8 +68,8 @@ def replay_capsule(path: str | os.PathLike, model: torch.nn.Module,
                         f"{type(scheduler).__name__}")
     _setups.check_scaler(scaler)
     if optimizer is None and scheduler is None and scaler is None:
-        native = _nansense.replay_capsule(os.fspath(path), _module_specs(model), "", None)
+        native = _nansense.replay_capsule(os.fspath(path), module_specs(model), "", None)
     else:
-        native = _nansense.replay_capsule(os.fspath(path), _module_specs(model), _state_kind(optimizer, scheduler),
-                                          _load_state(optimizer, scheduler, _setups.ScalerWatch(scaler)))
+        native = _nansense.replay_capsule(os.fspath(path), module_specs(model), state_kind(optimizer, scheduler),
+                                          load_state(optimizer, scheduler, _setups.ScalerWatch(scaler)))
     return Capsule(native)

@@ -572,7 +572,7 @@ class Coordinator:
                 if n > self._sent:
                     # A jump asked for while rank 0 waited here (held for a
                     # follower's trip) is carried out here, by every rank.
-                    from ._session import TimeTravelJump  # (a cycle at import time)
+                    from ._errors import TimeTravelJump
                     try:
                         self.engine.raise_armed_jump()
                     except TimeTravelJump as jump_now:

@@ -19,6 +19,7 @@ from typing import Any, Optional
 
 import torch
 
+from ._guards import when_enabled
 from ._types import BatchPosition
 
 
@@ -163,17 +164,17 @@ class _ExperimentMethods:
         return ExperimentResult._from(d) if d is not None else None
 
     @property
+    @when_enabled(None)
     def experiment_result(self) -> Optional[ExperimentResult]:
         """The newest request's progress or outcome (None before the first)."""
-        if not self._engine:
-            return None
         seq = self._engine.latest_experiment_seq()
         return self.experiment_result_for(seq) if seq else None
 
     @property
+    @when_enabled(False)
     def experiment_pending(self) -> bool:
         """Whether a request is queued and not yet picked up."""
-        return bool(self._engine.experiment_pending()) if self._engine else False
+        return bool(self._engine.experiment_pending())
 
     def cancel_experiment(self, seq: Optional[int] = None) -> None:
         """Cancel request `seq` (queued: dropped; running: stopped at its next

@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 
+from ._guards import refused_when_locked, when_enabled
 from ._stats import LayerStatsSnapshot, StatsScope, TensorStatsSnapshot, WatchSnapshot, histogram_edges
+from ._state import optimizer_reader
 from ._types import RunState
 
 
@@ -87,6 +89,7 @@ class _ReferenceMethods:
         reference's name for refresh(), the UI's Refresh button)."""
         self.refresh()
 
+    @refused_when_locked()
     def step_until_position(self, *, phase_index: int, epoch: int, batch_idx: int) -> None:
         """Run until the batch at (phase_index, epoch, batch_idx) and pause
         there. phase_index is the phase's place in the epoch's phase order
@@ -95,8 +98,6 @@ class _ReferenceMethods:
         Raises ValueError for a phase index the run has not reached yet
         (run_until names a phase the loop has not started yet the same way:
         once the loop has seen it)."""
-        if self._is_locked():
-            return
         _whole("phase_index", phase_index)
         _whole("epoch", epoch)
         _whole("batch_idx", batch_idx)
@@ -130,10 +131,11 @@ class _ReferenceMethods:
         return bool(self._engine.wait_until_paused(after_pauses, None if timeout is None else float(timeout)))
 
     @property
+    @when_enabled(0)
     def pause_count(self) -> int:
         """How many times the loop has paused so far (0 on a disabled
         session): the count wait_until_paused(after_pauses=...) waits past."""
-        return int(self._engine.pause_count()) if self._engine else 0
+        return int(self._engine.pause_count())
 
     # ---- where the training side stands
 
@@ -162,10 +164,11 @@ class _ReferenceMethods:
         return self.state == RunState.RUNNING and not self._closed
 
     @property
+    @when_enabled(False)
     def training_lost(self) -> bool:
         """Whether the training loop ended without close(): it raised (see
         training_error), or the session was dropped mid-run."""
-        return bool(self._engine) and self.state == RunState.LOST
+        return self.state == RunState.LOST
 
     @property
     def training_error(self) -> Optional[str]:
@@ -207,8 +210,7 @@ class _ReferenceMethods:
     def _optimizer_views(self) -> tuple[dict, dict]:
         if self._optimizer is None:
             return {}, {}
-        from ._session import _optimizer_reader
-        return _optimizer_reader(self._model, self._optimizer)()
+        return optimizer_reader(self._model, self._optimizer)()
 
     # ---- the layers
 
@@ -237,21 +239,21 @@ class _ReferenceMethods:
                 for name in self.layer_names}
 
     @property
+    @when_enabled(make=list)
     def input_names(self) -> list[str]:
         """The layer names the model's inputs have ("input", "input_1", ...
         in order), once the first batch was traced."""
-        modules = set(self._module_paths.values()) if self._engine else set()
+        modules = set(self._module_paths.values())
         return [n for n in self.layer_names if n not in modules
                 and (n == "input" or (n.startswith("input_") and n[6:].isdigit()))]
 
     # ---- statistics
 
     @property
+    @when_enabled(make=frozenset)
     def stats_layers(self) -> frozenset[str]:
         """The layers whose statistics are collected now or kept from before
         (what the Stats page offers)."""
-        if not self._engine:
-            return frozenset()
         scope = self.stats_scope
         now = set(self.layer_names) if scope == StatsScope.ALL else (
             set(self.watched_layers) if scope == StatsScope.WATCHED else set())
@@ -265,12 +267,11 @@ class _ReferenceMethods:
         snap = self.watch_snapshot(include_patches=False, layers=None if layer is None else [layer])
         return frozenset(phase for _, phase, _ in snap.stats)
 
+    @when_enabled(False)
     def toggle_stats_collecting(self) -> bool:
         """Stop collecting statistics (scope NONE, what was collected stays)
         or go back to the scope collected before; returns whether it
         collects now. Changes nothing on a locked session."""
-        if not self._engine:
-            return False
         if not self._is_locked():
             scope = self.stats_scope
             if scope == StatsScope.NONE:

@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Optional
 
 from . import _nansense
+from ._arguments import check_cache_dir
+from ._errors import TimeTravelJump
 
 if TYPE_CHECKING:
     from ._session import Session
@@ -132,7 +134,7 @@ class TrainingRestorer:
 
     def __exit__(self, kind, value, traceback) -> bool:
         self._entered = False
-        if kind is not None and issubclass(kind, _jump_type()):
+        if kind is not None and issubclass(kind, TimeTravelJump):
             if self._engine is None:
                 return False
             self._last_epoch = self._epoch if self._epoch is not None else value.epoch
@@ -199,7 +201,7 @@ class TrainingRestorer:
         try:
             yield self
         except BaseException as error:
-            if not isinstance(error, _jump_type()):
+            if not isinstance(error, TimeTravelJump):
                 raise
             self._target = error.epoch
 
@@ -235,14 +237,3 @@ class EpochCache:
 
     def __repr__(self) -> str:
         return f"<nansense.EpochCache {self.directory!r}>"
-
-
-def _jump_type():
-    from ._session import TimeTravelJump
-    return TimeTravelJump
-
-
-def _check_cache_dir(cache_dir) -> str:
-    if not isinstance(cache_dir, (str, os.PathLike)) or not os.fspath(cache_dir):
-        raise TypeError(f"cache_dir must be a folder path, got {cache_dir!r}")
-    return os.fspath(cache_dir)

@@ -5,10 +5,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import dis
-import io
 import json
 import os
-import math
 import numbers
 import sys
 import threading
@@ -20,204 +18,22 @@ from typing import Any, Optional, Union
 import torch
 
 from . import _distributed, _nansense, _setups
+from ._arguments import check_bool, check_cache_dir, check_int, check_phases, check_serve_args
+from ._errors import TimeTravelJump as TimeTravelJump  # re-exported: its home before _errors.py
 from ._experiments import _ExperimentMethods
+from ._guards import refused_when_locked, when_enabled
 from ._reference import _ReferenceMethods
-from ._restorer import TrainingRestorer, _check_cache_dir
+from ._restorer import TrainingRestorer
 from ._session_watch import _WatchMethods
+from ._state import load_state, module_specs, optimizer_reader, save_state, state_kind, unwrap
 from ._types import (BatchPosition, BatchSnapshot, DebugError, DebugSettings, LossScaleStatus, Mode, RunState,
                      Schedule, TimeTravelStatus)
 
 DEFAULT_CACHE_DIR = ".nansense_cache"
 
-
-class TimeTravelJump(BaseException):
-    """Raised at a batch boundary to unwind the loop to restore_point().
-
-    A BaseException on purpose: the jump must travel through the user's
-    training code (which may hold broad `except Exception` handlers) to the
-    `with session.restore_point():` block that suppresses it."""
-
-    def __init__(self, epoch: int):
-        super().__init__(epoch)
-        self.epoch = epoch
-
-    def __str__(self) -> str:
-        return (f"time-travel jump to epoch {self.epoch}: wrap each epoch's body in `with session.restore_point():` "
-                "inside `for epoch in session.epochs(n):`")
-
-
-_nansense._set_jump_type(TimeTravelJump)
-
 MeanStd = Union[float, Sequence[float]]
 
 _LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
-
-
-# ---------------------------------------------------------------- arguments
-
-
-def _check_int(name: str, value: Any, minimum: int, *, none_ok: bool = True) -> Optional[int]:
-    if value is None and none_ok:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
-
-
-def _check_bool(name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
-    return value
-
-
-def _check_phases(name: str, phases: Any) -> Optional[list[tuple[str, int]]]:
-    if phases is None:
-        return None
-    if not isinstance(phases, Mapping):
-        raise TypeError(f'{name} must be a dict of phase name -> batch count, e.g. {{"train": 938, "val": 157}}, '
-                        f"got {type(phases).__name__}")
-    if not phases:
-        raise ValueError(f"{name} must name at least one phase")
-    out = []
-    for phase, count in phases.items():
-        if not isinstance(phase, str) or not phase:
-            raise TypeError(f"{name}: phase names must be non-empty strings, got {phase!r}")
-        checked = _check_int(f"{name}[{phase!r}]", count, 1, none_ok=False)
-        assert checked is not None  # none_ok=False
-        out.append((phase, checked))
-    return out
-
-
-def _mean_std(name: str, value: Any) -> Union[None, list[float], dict[str, list[float]]]:
-    def values(label: str, v: Any) -> list[float]:
-        if isinstance(v, torch.Tensor):
-            v = v.flatten().tolist()
-        if isinstance(v, numbers.Real) and not isinstance(v, bool):
-            v = [v]
-        if isinstance(v, (str, bytes)) or not isinstance(v, Sequence) or not v:
-            raise TypeError(f"{label} must be a number or a non-empty sequence of numbers (one per channel), got {v!r}")
-        out = []
-        for x in v:
-            if isinstance(x, bool) or not isinstance(x, numbers.Real) or not math.isfinite(x):
-                raise ValueError(f"{label} must hold finite numbers, got {x!r}")
-            out.append(float(x))
-        return out
-
-    if value is None:
-        return None
-    if isinstance(value, Mapping):
-        if not value:
-            raise ValueError(f"{name} must not be an empty dict")
-        for k in value:
-            if not isinstance(k, str) or not k:
-                raise TypeError(f'{name}: keys are input names ("input", "input_1", ...), got {k!r}')
-        return {k: values(f"{name}[{k!r}]", v) for k, v in value.items()}
-    return values(name, value)
-
-
-def _check_serve_args(port: Any, host: Any, open_browser: Any, input_mean: Any, input_std: Any,
-                      input_transform: Any, *, port_none_ok: bool) -> tuple:
-    if port is not None or not port_none_ok:
-        _check_int("port", port, 0, none_ok=False)
-        if port > 65535:
-            raise ValueError(f"port must be in 0..65535 (0 picks a free port), got {port}")
-    if not isinstance(host, str) or not host:
-        raise TypeError(f'host must be a non-empty string such as "127.0.0.1", got {host!r}')
-    _check_bool("open_browser", open_browser)
-    return _mean_std("input_mean", input_mean), _mean_std("input_std", input_std), _check_transform(input_transform)
-
-
-def _check_transform(transform: Any) -> Any:
-    if transform is None:
-        return None
-    if isinstance(transform, Mapping):
-        if not transform:
-            raise ValueError("input_transform must not be an empty dict")
-        for k, f in transform.items():
-            if not isinstance(k, str) or not k:
-                raise TypeError(f'input_transform: keys are input names ("input", "input_1", ...), got {k!r}')
-            if not callable(f):
-                raise TypeError(f"input_transform[{k!r}] must be a function of a [C,H,W] tensor, got "
-                                f"{type(f).__name__}")
-        return dict(transform)
-    if not callable(transform):
-        raise TypeError("input_transform must be a function mapping one [C,H,W] input sample to a [1,H,W] or "
-                        f"[3,H,W] image in 0..1 (or a dict of them by input name), got {type(transform).__name__}")
-    return transform
-
-
-def _state_kind(optimizer: Any, scheduler: Any) -> str:
-    """How checkpoints and capsules name the Python state they hold."""
-    return "python:" + "+".join(type(o).__qualname__ for o in (optimizer, scheduler) if o is not None)
-
-
-def _state_of(optimizer: Any, scheduler: Any, scaler: Optional[_setups.ScalerWatch] = None) -> dict:
-    """The Python state checkpoints and capsules hold beside the weights
-    (the Lightning integration adds its own entries): the optimizer's, the
-    scheduler's and the loss scaler's (scale, growth tracker)."""
-    return {"optimizer": optimizer.state_dict() if optimizer is not None else None,
-            "scheduler": scheduler.state_dict() if scheduler is not None else None,
-            "scaler": scaler.state() if scaler is not None else None}
-
-
-def _restore_state(optimizer: Any, scheduler: Any, state: dict,
-                   scaler: Optional[_setups.ScalerWatch] = None) -> None:
-    if optimizer is not None and state.get("optimizer") is not None:
-        optimizer.load_state_dict(state["optimizer"])
-    if scheduler is not None and state.get("scheduler") is not None:
-        scheduler.load_state_dict(state["scheduler"])
-    if scaler is not None:
-        scaler.load(state.get("scaler"))
-
-
-def _save_state(optimizer: Any, scheduler: Any, scaler: Optional[_setups.ScalerWatch] = None):
-    def save() -> bytes:
-        buffer = io.BytesIO()
-        torch.save(_state_of(optimizer, scheduler, scaler), buffer)
-        return buffer.getvalue()
-    return save
-
-
-def _optimizer_reader(model: torch.nn.Module, optimizer: torch.optim.Optimizer):
-    """What snapshots show of a Python optimizer, as of the C++ ones: per
-    parameter name its state (tensors copied to the CPU, numbers as 0-dim
-    tensors) and its group's numeric hyperparameters (booleans as 0/1, Adam's
-    betas as beta1/beta2)."""
-    def read():
-        names = {id(p): name for name, p in model.named_parameters()}
-        states, hypers = {}, {}
-        for group in optimizer.param_groups:
-            hyper = {}
-            for key, value in group.items():
-                if key == "params" or value is None:
-                    continue
-                if isinstance(value, (bool, int, float)):
-                    hyper[key] = float(value)
-                elif key == "betas" and isinstance(value, (tuple, list)) and len(value) == 2:
-                    hyper["beta1"], hyper["beta2"] = float(value[0]), float(value[1])
-            for p in group["params"]:
-                name = names.get(id(p))
-                if name is None:
-                    continue
-                hypers[name] = hyper
-                state = {}
-                for key, value in optimizer.state.get(p, {}).items():
-                    if torch.is_tensor(value):
-                        state[key] = value.detach().to("cpu", copy=True)
-                    elif isinstance(value, (bool, int, float)):
-                        state[key] = torch.tensor(value)
-                if state:
-                    states[name] = state
-        return states, hypers
-    return read
-
-
-def _load_state(optimizer: Any, scheduler: Any, scaler: Optional[_setups.ScalerWatch] = None):
-    def load(data: bytes) -> None:
-        _restore_state(optimizer, scheduler, torch.load(io.BytesIO(data), weights_only=True), scaler)
-    return load
 
 
 def _frame_depth(frame) -> int:
@@ -226,32 +42,6 @@ def _frame_depth(frame) -> int:
         depth += 1
         frame = frame.f_back
     return depth
-
-
-def _unwrap(model: Any) -> torch.nn.Module:
-    if not isinstance(model, torch.nn.Module):
-        raise TypeError(f"nansense.start needs a torch.nn.Module, got {type(model).__name__}")
-    wrappers = (torch.nn.DataParallel, torch.nn.parallel.DistributedDataParallel)
-    while True:
-        inner = _setups.unwrap_compiled(model)
-        if isinstance(inner, wrappers):
-            inner = inner.module
-        if inner is model:
-            return model
-        model = inner
-
-
-def _module_specs(model: torch.nn.Module) -> list:
-    specs = []
-    for path, module in model.named_modules():
-        extra = module.extra_repr()
-        specs.append(_nansense.ModuleSpec(
-            path=_setups.module_path(path),
-            kind=type(module).__name__,
-            description=f"{type(module).__name__}({extra})",
-            parameters=[(n, p) for n, p in module.named_parameters(recurse=False) if p is not None],
-            buffers=[(n, b) for n, b in module.named_buffers(recurse=False) if b is not None]))
-    return specs
 
 
 def _tensors_of(item: Any, out: Optional[list] = None) -> list:
@@ -326,11 +116,13 @@ class Session(_WatchMethods, _ReferenceMethods, _ExperimentMethods):
         return self._engine is not None
 
     @property
+    @when_enabled(None)
     def snapshot(self) -> Optional[BatchSnapshot]:
         """The last published snapshot (None before the first capture)."""
-        return BatchSnapshot._from(self._engine.snapshot()) if self._engine else None
+        return BatchSnapshot._from(self._engine.snapshot())
 
     @property
+    @when_enabled(False)
     def rerunning(self) -> bool:
         """True while the loop body runs a batch for the second time: the
         traced re-run of a batch that tripped a numerical check untraced
@@ -342,44 +134,48 @@ class Session(_WatchMethods, _ReferenceMethods, _ExperimentMethods):
             if not session.rerunning:
                 step += 1
         """
-        return bool(self._engine.rerunning()) if self._engine else False
+        return bool(self._engine.rerunning())
 
     @property
+    @when_enabled(None)
     def live_position(self) -> Optional[BatchPosition]:
         """Position of the batch the training thread is on."""
-        return BatchPosition._from(self._engine.live_position()) if self._engine else None
+        return BatchPosition._from(self._engine.live_position())
 
     @property
+    @when_enabled(Mode.DETACH)
     def mode(self) -> Mode:
-        return Mode(self._engine.mode()) if self._engine else Mode.DETACH
+        return Mode(self._engine.mode())
 
     @property
+    @when_enabled(RunState.RUNNING)
     def state(self) -> RunState:
-        return RunState(self._engine.state()) if self._engine else RunState.RUNNING
+        return RunState(self._engine.state())
 
     @property
+    @when_enabled(None)
     def url(self) -> Optional[str]:
         """The UI's address once served, else None."""
-        url = self._engine.url() if self._engine else ""
-        return url or None
+        return self._engine.url() or None
 
     @property
+    @when_enabled(make=list)
     def layer_names(self) -> list[str]:
         """The discovered layers, in execution order (empty before the first capture)."""
-        return self._engine.layer_names() if self._engine else []
+        return self._engine.layer_names()
 
     @property
+    @when_enabled(make=list)
     def internal_errors(self) -> list[str]:
         """Failures of nansense's own machinery that disabled a part (training went on)."""
-        return self._engine.internal_errors() if self._engine else []
+        return self._engine.internal_errors()
 
     @property
+    @when_enabled(make=lambda: Schedule._view(lambda: {"epochs": None, "phases": {}, "phase_order": []},
+                                              lambda epochs, phases: None))
     def schedule(self) -> Schedule:
         """The run's shape as known so far: epochs (None until known), phases
         (name -> batch count, as learned) and phase_order."""
-        if not self._engine:
-            return Schedule._view(lambda: {"epochs": None, "phases": {}, "phase_order": []},
-                                  lambda epochs, phases: None)
         return Schedule._view(self._engine.schedule,
                               lambda epochs, phases: self.set_schedule(epochs=epochs, phases=phases))
 
@@ -400,7 +196,7 @@ class Session(_WatchMethods, _ReferenceMethods, _ExperimentMethods):
         """
         if not isinstance(phase, str) or not phase:
             raise TypeError(f'phase must be a non-empty string such as "train", got {phase!r}')
-        _check_int("epoch", epoch, 0)
+        check_int("epoch", epoch, 0)
         if not isinstance(loader, Iterable):
             raise TypeError(f"loader must be iterable (a DataLoader or any iterable), got {type(loader).__name__}")
         if self._engine is None:
@@ -433,7 +229,7 @@ class Session(_WatchMethods, _ReferenceMethods, _ExperimentMethods):
         traced. On a disabled session the block does nothing."""
         if not isinstance(phase, str) or not phase:
             raise TypeError(f'phase must be a non-empty string such as "train", got {phase!r}')
-        _check_int("epoch", epoch, 0, none_ok=False)
+        check_int("epoch", epoch, 0, none_ok=False)
         return _BatchContext(self, phase, epoch, item)
 
     def _watch_module_calls(self) -> list:
@@ -668,9 +464,9 @@ class Session(_WatchMethods, _ReferenceMethods, _ExperimentMethods):
             n = self.schedule.epochs if self._engine else self._start_epochs
             if n is None:
                 raise ValueError("epochs() needs the epoch count: session.epochs(n), or nansense.start(..., epochs=n)")
-        _check_int("n", n, 1, none_ok=False)
-        _check_int("start_epoch", start_epoch, 0, none_ok=False)
-        cache_dir = self._own_dir(_check_cache_dir(cache_dir))
+        check_int("n", n, 1, none_ok=False)
+        check_int("start_epoch", start_epoch, 0, none_ok=False)
+        cache_dir = self._own_dir(check_cache_dir(cache_dir))
         if start_epoch >= n:
             raise ValueError(f"start_epoch must be < n ({n}), got {start_epoch}")
         if self._engine is not None and self._closed:
@@ -718,7 +514,7 @@ class Session(_WatchMethods, _ReferenceMethods, _ExperimentMethods):
         RuntimeError, as the reference's does."""
         if self._engine is not None and self.__dict__.get("_nested_restorer") is not None:
             raise RuntimeError("this session already has a training restorer")
-        cache_dir = self._own_dir(_check_cache_dir(cache_dir))
+        cache_dir = self._own_dir(check_cache_dir(cache_dir))
         n = self.schedule.epochs if self._engine else self._start_epochs
         if n is None:
             raise ValueError("training_restorer() needs the epoch count: nansense.start(..., epochs=n)")
@@ -732,16 +528,15 @@ class Session(_WatchMethods, _ReferenceMethods, _ExperimentMethods):
             restorer._open()
         return restorer
 
+    @when_enabled(make=lambda: TimeTravelStatus(available=False, reason="nansense is disabled in this session"))
     def time_travel_status(self) -> TimeTravelStatus:
         """Whether and where time travel can jump (what the UI's dialog shows)."""
-        if self._engine is None:
-            return TimeTravelStatus(available=False, reason="nansense is disabled in this session")
         return TimeTravelStatus(**self._engine.time_travel_status())
 
     def request_time_travel(self, epoch: int) -> None:
         """Ask the loop to jump to the start of cached epoch `epoch` at its
         next batch boundary (any thread). TimeTravelError when refused."""
-        _check_int("epoch", epoch, 0, none_ok=False)
+        check_int("epoch", epoch, 0, none_ok=False)
         if self._engine is None:
             raise _nansense.TimeTravelError("nansense is disabled in this session: there is nothing to rewind")
         self._engine.request_time_travel(epoch)
@@ -749,8 +544,8 @@ class Session(_WatchMethods, _ReferenceMethods, _ExperimentMethods):
     def set_schedule(self, *, epochs: Optional[int] = None, phases: Optional[dict[str, int]] = None) -> None:
         """Re-declare the schedule mid-run; batch counters are kept. Either
         argument may be omitted to leave that part unchanged."""
-        epochs = _check_int("epochs", epochs, 1)
-        phase_list = _check_phases("phases", phases)
+        epochs = check_int("epochs", epochs, 1)
+        phase_list = check_phases("phases", phases)
         if self._engine:
             self._engine.set_schedule(epochs, phase_list)
 
@@ -830,11 +625,12 @@ class Session(_WatchMethods, _ReferenceMethods, _ExperimentMethods):
         locked session."""
         if not isinstance(phase, str) or not phase:
             raise TypeError(f"phase must be a non-empty string, got {phase!r}")
-        _check_int("epoch", epoch, 0, none_ok=False)
-        _check_int("batch_idx", batch_idx, 0, none_ok=False)
+        check_int("epoch", epoch, 0, none_ok=False)
+        check_int("batch_idx", batch_idx, 0, none_ok=False)
         if self._engine and not self._is_locked():
             self._engine.freeze_moment(os.fspath(path), phase, epoch, batch_idx)
 
+    @when_enabled()
     def lock(self) -> None:
         """Lock run control and global settings for a shared deployment (one
         way). Every transport then refuses run control, time travel,
@@ -844,90 +640,81 @@ class Session(_WatchMethods, _ReferenceMethods, _ExperimentMethods):
         experiments still run, clamped and with the queue capped. close() is
         not locked. A locked session served on a non-loopback host needs no
         token: nothing a visitor sends can change the run."""
-        if self._engine:
-            self._engine.lock()
+        self._engine.lock()
 
     @property
     def locked(self) -> bool:
         """Whether lock() was called."""
         return self._is_locked()
 
+    @when_enabled()
     def park(self) -> None:
         """Hold the calling thread at a pause, serving experiments and the
         UI, until close() (from another thread or a signal handler). Call it
         on the thread that built the model, typically right after lock()."""
-        if self._engine:
-            self._engine.park()
+        self._engine.park()
 
     # ---- run control (any thread; takes effect at the next batch boundary)
 
+    @when_enabled()
+    @refused_when_locked()
     def step_batch(self) -> None:
         """Pause after the next batch."""
-        if self._is_locked():
-            return
         self._driven = True
-        if self._engine:
-            self._engine.step_batch()
+        self._engine.step_batch()
 
+    @when_enabled()
+    @refused_when_locked()
     def step_phase(self) -> None:
         """Pause at the first batch of the next phase."""
-        if self._is_locked():
-            return
         self._driven = True
-        if self._engine:
-            self._engine.step_phase()
+        self._engine.step_phase()
 
+    @when_enabled()
+    @refused_when_locked()
     def step_epoch(self) -> None:
         """Pause at the first batch of the next epoch."""
-        if self._is_locked():
-            return
         self._driven = True
-        if self._engine:
-            self._engine.step_epoch()
+        self._engine.step_epoch()
 
+    @refused_when_locked()
     def run_until(self, *, phase: str, epoch: int, batch_idx: int) -> None:
         """Pause at exactly (phase, epoch, batch_idx), which must lie ahead."""
-        if self._is_locked():
-            return
         self._driven = True
         if not isinstance(phase, str) or not phase:
             raise TypeError(f"phase must be a non-empty string, got {phase!r}")
-        _check_int("epoch", epoch, 0, none_ok=False)
-        _check_int("batch_idx", batch_idx, 0, none_ok=False)
+        check_int("epoch", epoch, 0, none_ok=False)
+        check_int("batch_idx", batch_idx, 0, none_ok=False)
         if self._engine:
             self._engine.run_until(phase, epoch, batch_idx)
 
+    @when_enabled()
+    @refused_when_locked()
     def run(self) -> None:
         """Run to the last batch of the run."""
-        if self._is_locked():
-            return
         self._driven = True
-        if self._engine:
-            self._engine.run()
+        self._engine.run()
 
+    @when_enabled()
+    @refused_when_locked()
     def detach(self) -> None:
         """Never pause again (a numerical error still does)."""
-        if self._is_locked():
-            return
         self._driven = True
-        if self._engine:
-            self._engine.detach()
+        self._engine.detach()
 
+    @when_enabled()
+    @refused_when_locked()
     def pause(self) -> None:
         """Pause at the next batch boundary."""
-        if self._is_locked():
-            return
         self._driven = True
-        if self._engine:
-            self._engine.pause()
+        self._engine.pause()
 
+    @when_enabled()
+    @refused_when_locked()
     def refresh(self) -> None:
         """Capture and publish the next batch without pausing."""
-        if self._is_locked():
-            return
         self._driven = True
-        if self._engine:
-            self._engine.refresh()
+        self._engine.refresh()
 
     def wait_until_stopped(self, timeout: float) -> RunState:
         """Block until the loop pauses, finishes or is lost, or timeout
@@ -942,14 +729,17 @@ class Session(_WatchMethods, _ReferenceMethods, _ExperimentMethods):
     # ---- numerical debugging
 
     @property
+    @when_enabled(None)
     def debug_error(self) -> Optional[DebugError]:
         """The standing numerical error, if a check tripped since the last clear."""
-        return DebugError._from(self._engine.debug_error()) if self._engine else None
+        return DebugError._from(self._engine.debug_error())
 
     @property
+    @when_enabled(make=DebugSettings)
     def debug_settings(self) -> DebugSettings:
-        return DebugSettings._from_engine(self._engine.debug_settings()) if self._engine else DebugSettings()
+        return DebugSettings._from_engine(self._engine.debug_settings())
 
+    @refused_when_locked()
     def set_debug_settings(self, settings: Optional[DebugSettings] = None, /, *, enabled: Optional[bool] = None,
                            interval: Optional[int] = None, check_nan_inf: Optional[bool] = None,
                            check_under_over: Optional[bool] = None, threshold: Optional[float] = None,
@@ -959,8 +749,6 @@ class Session(_WatchMethods, _ReferenceMethods, _ExperimentMethods):
         (``set_debug_settings(interval=100)``; any DebugSettings field, the
         others keep their values), or pass a whole DebugSettings. Invalid
         values raise as DebugSettings does. No-op on a locked session."""
-        if self._is_locked():
-            return
         given = {k: v for k, v in dict(enabled=enabled, interval=interval, check_nan_inf=check_nan_inf,
                                        check_under_over=check_under_over, threshold=threshold, **more).items()
                  if v is not None}
@@ -983,30 +771,29 @@ class Session(_WatchMethods, _ReferenceMethods, _ExperimentMethods):
                 values = _distributed.settings_for_rank(values, self._coordinator.rank)
             self._engine.set_debug_settings(json.dumps(values))
 
+    @refused_when_locked()
     def disable_debug_check(self, category: str = "") -> None:
         """Turn a check category off ("nan_inf" or "under_over"; "" = every
         category of the standing error) and drop it from the standing error."""
-        if self._is_locked():
-            return
         if category not in ("", "nan_inf", "under_over"):
             raise ValueError(f'category must be "nan_inf", "under_over" or "" (all), got {category!r}')
         if self._engine:
             self._engine.silence_debug_check(category)
 
     @property
+    @when_enabled(make=LossScaleStatus)
     def loss_scale(self) -> LossScaleStatus:
         """The mixed-precision loss scaler as the guard counts it: the steps
         it skipped for an overflow (not errors) and its last scale."""
-        return LossScaleStatus._from(self._engine.loss_scale()) if self._engine else LossScaleStatus()
+        return LossScaleStatus._from(self._engine.loss_scale())
 
+    @when_enabled()
     def clear_debug_error(self) -> None:
         """Dismiss the standing error; the checks stay on."""
-        if self._engine:
-            self._engine.clear_debug_error()
+        self._engine.clear_debug_error()
 
+    @when_enabled("<nansense.Session disabled>")
     def __repr__(self) -> str:
-        if not self._engine:
-            return "<nansense.Session disabled>"
         return f"<nansense.Session {self.state} mode={self.mode} url={self.url}>"
 
 
@@ -1092,17 +879,17 @@ def start(
     GradScaler is looked for among the process's objects when a check first
     trips (said once when found).
     """
-    wrapper, model = model, _unwrap(model)
-    _check_int("epochs", epochs, 1)
-    phase_list = _check_phases("phases", phases)
-    _check_bool("enabled", enabled)
+    wrapper, model = model, unwrap(model)
+    check_int("epochs", epochs, 1)
+    phase_list = check_phases("phases", phases)
+    check_bool("enabled", enabled)
     if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
     if scheduler is not None and not (hasattr(scheduler, "state_dict") and hasattr(scheduler, "step")):
         raise TypeError(f"scheduler must be an LR scheduler (with step() and state_dict()), got "
                         f"{type(scheduler).__name__}")
     _setups.check_scaler(scaler)
-    mean, std, transform = _check_serve_args(port, host, open_browser, input_mean, input_std, input_transform,
+    mean, std, transform = check_serve_args(port, host, open_browser, input_mean, input_std, input_transform,
                                              port_none_ok=True)
     if optimizer is not None:
         owned = {id(p) for p in model.parameters()}
@@ -1116,16 +903,16 @@ def start(
         session._start_epochs = epochs
         return session
     dist = _distributed.process_group()
-    engine = _nansense.Engine(_module_specs(model), epochs, phase_list)
+    engine = _nansense.Engine(module_specs(model), epochs, phase_list)
     engine.set_model(model)
     watch = _setups.ScalerWatch(scaler)
     engine.set_loss_scale_reader(watch.read)
     _setups.install_backward_hook()
     if optimizer is not None:
-        engine.set_optimizer_reader(_optimizer_reader(model, optimizer))
+        engine.set_optimizer_reader(optimizer_reader(model, optimizer))
     if optimizer is not None or scheduler is not None:
-        engine.set_state_adapter(_state_kind(optimizer, scheduler), _save_state(optimizer, scheduler, watch),
-                                 _load_state(optimizer, scheduler, watch))
+        engine.set_state_adapter(state_kind(optimizer, scheduler), save_state(optimizer, scheduler, watch),
+                                 load_state(optimizer, scheduler, watch))
     session = Session(model, engine, optimizer, scheduler, wrapper, watch)
     if dist is not None:
         session._coordinator = _distributed.start(session, engine, dist, wrapper)
@@ -1163,12 +950,12 @@ def load_moment(
     pause, with statistics collection off; nothing trains. Follow with
     lock() and park() for a shared deployment. Raises MomentError when the
     file is unreadable or does not fit model."""
-    model = _unwrap(model)
+    model = unwrap(model)
     if not callable(replay):
         raise TypeError(f"replay must be a callable (model, batch) -> loss, got {type(replay).__name__}")
-    mean, std, transform = _check_serve_args(port, host, open_browser, input_mean, input_std, input_transform,
+    mean, std, transform = check_serve_args(port, host, open_browser, input_mean, input_std, input_transform,
                                              port_none_ok=True)
-    engine = _nansense.Engine(_module_specs(model), None, None)
+    engine = _nansense.Engine(module_specs(model), None, None)
     engine.set_model(model)
     session = Session(model, engine, None, None)
     session._driven = True
@@ -1280,8 +1067,8 @@ def serve(
         raise TypeError(f"serve takes the Session nansense.start returned, got {type(session).__name__}")
     if log_level not in _LOG_LEVELS:
         raise ValueError(f"log_level must be one of {', '.join(_LOG_LEVELS)}, got {log_level!r}")
-    _check_bool("mcp", mcp)
-    mean, std, transform = _check_serve_args(port, host, open_browser, input_mean, input_std, input_transform,
+    check_bool("mcp", mcp)
+    mean, std, transform = check_serve_args(port, host, open_browser, input_mean, input_std, input_transform,
                                              port_none_ok=False)
     if session._engine is None:
         return None

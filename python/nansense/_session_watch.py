@@ -22,6 +22,7 @@ from ._stats import (
     _Instruments,
 )
 from ._experiments import ProbeResult
+from ._guards import refused_when_locked, when_enabled
 from ._types import BatchPosition
 
 _InstrumentFn = Callable[..., Any]
@@ -97,17 +98,17 @@ class _WatchMethods:
     # ---- which layers
 
     @property
+    @when_enabled(make=frozenset)
     def watched_layers(self) -> frozenset[str]:
         """The watched layers' names (their cards show; under the WATCHED
         scope, also the ones whose statistics are collected)."""
-        return frozenset(self._settings()["watched_layers"]) if self._engine else frozenset()
+        return frozenset(self._settings()["watched_layers"])
 
+    @refused_when_locked(False)
     def watch(self, layer: str) -> bool:
         """Watch `layer` (a name of Session.layer_names). Returns False, and
         changes nothing, for a name the discovered layers lack; before the
         first capture names are kept and checked then."""
-        if self._is_locked():
-            return False
         if not isinstance(layer, str):
             raise TypeError(f"watch takes a layer name (str), got {type(layer).__name__} {layer!r}")
         if not self._engine:
@@ -118,32 +119,32 @@ class _WatchMethods:
         self._engine.watch_layers([layer])
         return True
 
+    @refused_when_locked()
     def unwatch(self, layer: str) -> None:
         """Stop watching `layer`. Under the WATCHED scope its statistics go
         with it; under ALL and NONE they stay."""
-        if self._is_locked():
-            return
         if not isinstance(layer, str):
             raise TypeError(f"unwatch takes a layer name (str), got {type(layer).__name__} {layer!r}")
         if self._engine:
             self._engine.unwatch_layers([layer])
 
     @property
+    @when_enabled(StatsScope.NONE)
     def stats_scope(self) -> StatsScope:
         """Which layers collect statistics (see StatsScope)."""
-        return StatsScope(self._settings()["stats_scope"]) if self._engine else StatsScope.NONE
+        return StatsScope(self._settings()["stats_scope"])
 
     @property
+    @when_enabled(False)
     def stats_collecting(self) -> bool:
         """Whether batches are collected now (scope ALL, or WATCHED with a
         watched layer)."""
-        return bool(self._settings()["stats_collecting"]) if self._engine else False
+        return bool(self._settings()["stats_collecting"])
 
+    @refused_when_locked()
     def set_stats_scope(self, scope: Union[StatsScope, str]) -> None:
         """Set which layers collect: "none", "watched" or "all". Narrowing to
         WATCHED drops what the other layers collected."""
-        if self._is_locked():
-            return
         try:
             value = StatsScope(scope)
         except ValueError:
@@ -151,13 +152,12 @@ class _WatchMethods:
         if self._engine:
             self._engine.set_stats_scope(str(value))
 
+    @refused_when_locked()
     def set_patch_layers(self, layers: Optional[Iterable[str]]) -> None:
         """Keep Min/Max patches (the extreme-input patches, by far the
         largest statistics state) only for `layers`; None: the watched ones.
         Histograms and graphs are unaffected. An unknown name raises
         ValueError once layers are discovered; patches already kept stay."""
-        if self._is_locked():
-            return
         names = None if layers is None else _layer_list("set_patch_layers", layers)
         if not self._engine:
             return
@@ -171,20 +171,18 @@ class _WatchMethods:
     # ---- how often and how much
 
     @property
+    @when_enabled(make=UpdateFrequency)
     def update_frequency(self) -> UpdateFrequency:
         """How often a running loop publishes without pausing."""
-        if not self._engine:
-            return UpdateFrequency()
         f = self._settings()["update_frequency"]
         n = f["n"]
         return UpdateFrequency(unit=f["unit"], n=int(n) if float(n).is_integer() else n, phase=f.get("phase"))
 
+    @refused_when_locked()
     def set_update_frequency(self, *, unit: str, n: Union[int, float] = 1, phase: Optional[str] = None) -> None:
         """Publish (capture statistics, refresh the UI) every n-th epoch
         (unit="epoch"), every n-th batch (unit="batch", of `phase` only when
         given) or every n seconds (unit="seconds"), without pausing."""
-        if self._is_locked():
-            return
         if unit not in ("epoch", "batch", "seconds"):
             raise ValueError(f'unit must be "epoch", "batch" or "seconds", got {unit!r}')
         if isinstance(n, bool) or not isinstance(n, numbers.Real) or math.isnan(n):
@@ -201,15 +199,15 @@ class _WatchMethods:
             self._engine.set_update_frequency(unit, float(n), phase)
 
     @property
+    @when_enabled(make=WatchPerformance)
     def watch_performance(self) -> WatchPerformance:
         """The per-channel detail the statistics keep."""
-        if not self._engine:
-            return WatchPerformance()
         p = self._settings()["watch_performance"]
         return WatchPerformance(channel_limit_enabled=p["channel_limit_enabled"], channel_limit=p["channel_limit"],
                                 samples_per_channel=p["samples_per_channel"],
                                 average_patches=p["average_patches"], histogram_sample=p["histogram_sample"])
 
+    @refused_when_locked(False)
     def set_watch_performance(self, *, channel_limit_enabled: Optional[bool] = None,
                               channel_limit: Optional[int] = None, samples_per_channel: Optional[int] = None,
                               average_patches: Optional[bool] = None,
@@ -218,8 +216,6 @@ class _WatchMethods:
         the change flushed the layer statistics collected so far (any
         effective change does; logged scalars, metrics and parameter samples
         stay). False, with nothing changed, on a locked session."""
-        if self._is_locked():
-            return False
         args = (_opt("channel_limit_enabled", channel_limit_enabled, bool),
                 _opt("channel_limit", channel_limit, int, 1),
                 _opt("histogram_sample", histogram_sample, int, 1),
@@ -340,9 +336,10 @@ class _WatchMethods:
         return register
 
     @property
+    @when_enabled(make=dict)
     def instrument_errors(self) -> dict[str, str]:
         """Instrument name -> error, for instruments disabled by a failure."""
-        return dict(self._engine.failed_metrics()) if self._engine else {}
+        return dict(self._engine.failed_metrics())
 
     def watch_metrics_snapshot(self, *, layers: Optional[Iterable[str]] = None) -> MetricsSnapshot:
         """The custom metrics' series as of the last publish (every layer's,
@@ -358,28 +355,28 @@ class _WatchMethods:
         return self._engine.probe_status()
 
     @property
+    @when_enabled("unchanged")
     def probe_mode(self) -> str:
         """How probes run the model: "unchanged", "eval" or "train"."""
-        return self._probe()["mode"] if self._engine else "unchanged"
+        return self._probe()["mode"]
 
     @property
+    @when_enabled(False)
     def is_pinned(self) -> bool:
         """Whether a batch is pinned as the probe input."""
-        return bool(self._probe()["pinned"]) if self._engine else False
+        return bool(self._probe()["pinned"])
 
     @property
+    @when_enabled(None)
     def pinned_position(self) -> Optional[BatchPosition]:
         """Where the pinned batch came from (None when nothing is pinned)."""
-        if not self._engine:
-            return None
         return BatchPosition._from(self._probe().get("pinned_position"))
 
     @property
+    @when_enabled(None)
     def probe_result(self) -> Optional[ProbeResult]:
         """The probe's last completed run (None before one, or on a disabled
         session)."""
-        if not self._engine:
-            return None
         d = self._engine.probe_result()
         return ProbeResult._from(d) if d is not None else None
 
@@ -390,15 +387,15 @@ class _WatchMethods:
         return result.error if result is not None else None
 
     @property
+    @when_enabled(0)
     def probe_count(self) -> int:
         """How many probe runs have completed (failed ones too)."""
-        return int(self._probe()["runs_completed"]) if self._engine else 0
+        return int(self._probe()["runs_completed"])
 
     @property
+    @when_enabled(make=dict)
     def perturbations(self) -> dict[tuple[str, int, tuple[int, ...]], tuple[float, ...]]:
         """The perturbations set: (input name, sample, index) -> values."""
-        if not self._engine:
-            return {}
         return {(p["input"], int(p["sample"]), tuple(p["index"])): tuple(p["values"])
                 for p in self._probe()["perturbations"]}
 
@@ -416,36 +413,36 @@ class _WatchMethods:
             return False
         return bool(self._engine.wait_for_probe(int(after_count), None if timeout is None else float(timeout)))
 
+    @when_enabled(False)
+    @refused_when_locked(False)
     def pin_current_batch(self, *, timeout: float = 0.0) -> bool:
         """Pin the last captured batch's inputs as the probe input: from now
         on each capture re-runs the model on it and shows that result.
         Returns False when there is nothing to pin (a disabled session, no
         capture yet). Raises ControlError while the loop runs (pause first).
         `timeout` waits that many seconds for the first probe run."""
-        if self._is_locked():
-            return False
-        if not self._engine or self.snapshot is None:
+        if self.snapshot is None:
             return False
         self._engine.pin_batch(_timeout(timeout))
         return True
 
+    @when_enabled()
+    @refused_when_locked()
     def unpin_batch(self, *, timeout: float = 0.0) -> None:
         """Release the pinned batch (nothing when none is pinned)."""
-        if self._is_locked():
-            return
-        if self._engine and self.is_pinned:
+        if self.is_pinned:
             self._engine.unpin_batch(_timeout(timeout))
 
+    @refused_when_locked()
     def set_probe_mode(self, mode: str, *, timeout: float = 0.0) -> None:
         """Run probes with the model as it is ("unchanged"), in eval() or in
         train() mode."""
-        if self._is_locked():
-            return
         if mode not in ("unchanged", "eval", "train"):
             raise ValueError(f'probe mode must be "unchanged", "eval" or "train", got {mode!r}')
         if self._engine:
             self._engine.set_probe_mode(mode, _timeout(timeout))
 
+    @refused_when_locked()
     def add_perturbation(self, *, index: Iterable[int], values: Iterable[float], sample: int = 0,
                          input_name: Optional[str] = None, timeout: float = 0.0) -> None:
         """Pin `index` of `sample` in input `input_name` (the first input when
@@ -453,8 +450,6 @@ class _WatchMethods:
         with one value per channel, or (channel,) of a flat input with one
         value. A perturbation that does not fit the input raises ValueError
         saying what does."""
-        if self._is_locked():
-            return
         idx = [int(i) for i in _int_list("index", index)]
         vals = [float(v) for v in _number_list("values", values)]
         if isinstance(sample, bool) or not isinstance(sample, numbers.Integral) or sample < 0:
@@ -464,42 +459,41 @@ class _WatchMethods:
         if self._engine:
             self._engine.add_perturbation(idx, vals, int(sample), input_name, _timeout(timeout))
 
+    @when_enabled()
+    @refused_when_locked()
     def clear_perturbations(self, *, timeout: float = 0.0) -> None:
         """Remove every perturbation."""
-        if self._is_locked():
-            return
-        if self._engine:
-            self._engine.clear_perturbations(_timeout(timeout))
+        self._engine.clear_perturbations(_timeout(timeout))
 
     # ---- experiment settings
 
     @property
+    @when_enabled(False)
     def auto_run_experiments(self) -> bool:
         """Whether each page's experiment re-runs at every snapshot."""
-        return bool(self._settings()["auto_run_experiments"]) if self._engine else False
+        return bool(self._settings()["auto_run_experiments"])
 
+    @refused_when_locked()
     def set_auto_run_experiments(self, enabled: bool) -> None:
         """Re-run each open page's experiment at every snapshot (or not)."""
-        if self._is_locked():
-            return
         if not isinstance(enabled, bool):
             raise TypeError(f"enabled must be a bool, got {type(enabled).__name__} {enabled!r}")
         if self._engine:
             self._engine.set_auto_run_experiments(enabled)
 
     @property
+    @when_enabled(make=dict)
     def experiment_defaults(self) -> dict[str, dict[str, Any]]:
         """Experiment kind -> the session's default parameters for it."""
-        return dict(self._settings()["experiment_defaults"]) if self._engine else {}
+        return dict(self._settings()["experiment_defaults"])
 
+    @refused_when_locked()
     def set_experiment_defaults(self, kind: Optional[str] = None, **defaults: Any) -> None:
         """Seed the defaults an experiment starts from (between the kind's own
         and a request's parameters): for one `kind` ("grad_cam", "deep_dream",
         ...), or, without one, for every kind that has each parameter. A
         parameter no kind has raises ValueError naming it, and nothing
         changes."""
-        if self._is_locked():
-            return
         if kind is not None and not isinstance(kind, str):
             raise TypeError(f"kind must be an experiment kind's name or None, got {kind!r}")
         if not self._engine:

@@ -29,11 +29,12 @@ except ImportError:  # pragma: no cover - the older package name
         raise ImportError("nansense.lightning needs PyTorch Lightning: pip install lightning") from None
 
 from . import _nansense
-from ._capsule import Capsule
-from ._session import (DEFAULT_CACHE_DIR, Session, TimeTravelJump, _module_specs, _optimizer_reader, _restore_state,
-                       _state_kind, _state_of, start)
 from ._adapters import network_at, pickled, rng_state, serve_options, set_rng_state, unpickled
-from ._restorer import _check_cache_dir
+from ._arguments import check_cache_dir
+from ._capsule import Capsule
+from ._errors import TimeTravelJump
+from ._session import DEFAULT_CACHE_DIR, Session, start
+from ._state import module_specs, optimizer_reader, restore_state, state_kind, state_of
 
 __all__ = ["NansenseCallback", "fit_with_time_travel", "replay_capsule", "LightningCapsule"]
 
@@ -283,7 +284,7 @@ class NansenseCallback(Callback):
             engine.set_optimizer_reader(_weakly(me, lambda c: c._read_optimizer(network)()))
             optimizer, scheduler = _optimizer_of(trainer), _scheduler_of(trainer)
             if optimizer is not None or scheduler is not None:
-                engine.set_state_adapter(_state_kind(optimizer, scheduler), _weakly(me, lambda c: c._save_state()),
+                engine.set_state_adapter(state_kind(optimizer, scheduler), _weakly(me, lambda c: c._save_state()),
                                          lambda data: _weakly(me, lambda c: c._load_state(data))())
         if self._travel is not None:
             self._travel.fit_start(self, trainer)
@@ -291,7 +292,7 @@ class NansenseCallback(Callback):
     def _read_optimizer(self, network: torch.nn.Module):
         def read():
             optimizer = _optimizer_of(self._trainer) if self._trainer is not None else None
-            return _optimizer_reader(network, optimizer)() if optimizer is not None else ({}, {})
+            return optimizer_reader(network, optimizer)() if optimizer is not None else ({}, {})
         return read
 
     def _save_state(self) -> bytes:
@@ -300,7 +301,7 @@ class NansenseCallback(Callback):
         holds them, so nansense.replay_capsule reads them too) and, for
         Lightning, the loop's counters, every RNG and the batch under way."""
         trainer = self._trainer
-        state = _state_of(_optimizer_of(trainer), _scheduler_of(trainer), self._session._scaler)
+        state = state_of(_optimizer_of(trainer), _scheduler_of(trainer), self._session._scaler)
         # The train batch under way (None between batches: epoch checkpoints).
         state["lightning"] = {"counters": _loop_counters(trainer), "rng": rng_state(), "epoch": self._epoch,
                               "batch_idx": self._batch_idx, "batch": pickled(self._batch)}
@@ -543,7 +544,7 @@ def _weakly(ref: "weakref.ref[NansenseCallback]", call: Callable[[NansenseCallba
 
 
 def _apply_optimizer_state(trainer: Trainer, state: dict, scaler: Any = None) -> None:
-    _restore_state(_optimizer_of(trainer), _scheduler_of(trainer), state, scaler)
+    restore_state(_optimizer_of(trainer), _scheduler_of(trainer), state, scaler)
 
 
 class _AsStep:
@@ -717,7 +718,7 @@ def fit_with_time_travel(
         raise TypeError(f"callback must be a NansenseCallback, got {type(callback).__name__}")
     if not isinstance(model, LightningModule):
         raise TypeError(f"model must be a LightningModule, got {type(model).__name__}")
-    cache_dir = _check_cache_dir(cache_dir)
+    cache_dir = check_cache_dir(cache_dir)
     if callback._travel is not None:
         raise RuntimeError("this NansenseCallback is already in a fit_with_time_travel run")
     travel = _TimeTravel(cache_dir) if callback._enabled else None
@@ -780,7 +781,7 @@ def _read_capsule(path: str, network: torch.nn.Module, kind: str) -> dict:
 
     rng = rng_state()
     try:
-        _nansense.replay_capsule(path, _module_specs(network), kind, load)
+        _nansense.replay_capsule(path, module_specs(network), kind, load)
     finally:
         set_rng_state(rng)
     lightning = seen.get("lightning")
@@ -852,7 +853,7 @@ class _Replay(Callback):
         # The capsule names its state after the optimizer and scheduler the
         # recording run's configure_optimizers made: this run's must match.
         optimizer, scheduler = _optimizer_of(trainer), _scheduler_of(trainer)
-        self.kind = _state_kind(optimizer, scheduler) if optimizer is not None or scheduler is not None else ""
+        self.kind = state_kind(optimizer, scheduler) if optimizer is not None or scheduler is not None else ""
         self.lightning = _read_capsule(self.path, self.network, self.kind)
         self.loader._batch = unpickled(self.lightning["batch"])
 
@@ -868,7 +869,7 @@ class _Replay(Callback):
         # the tripping batch began with, and the optimizer's state.
         def load(data: bytes) -> None:
             _apply_optimizer_state(trainer, torch.load(io.BytesIO(data), map_location="cpu", weights_only=True))
-        self.native = _nansense.replay_capsule(self.path, _module_specs(self.network), self.kind, load)
+        self.native = _nansense.replay_capsule(self.path, module_specs(self.network), self.kind, load)
 
     def on_before_optimizer_step(self, trainer: Trainer, pl_module: LightningModule, optimizer) -> None:
         if self.native is not None and self.match is None:

@@ -28,11 +28,12 @@ except ImportError:
     raise ImportError("nansense.transformers needs transformers: pip install transformers accelerate") from None
 
 from . import _nansense, _setups
-from ._capsule import Capsule
-from ._session import (DEFAULT_CACHE_DIR, Session, TimeTravelJump, _module_specs, _optimizer_reader, _restore_state,
-                       _state_kind, _state_of, start)
 from ._adapters import network_at, pickled, rng_state, serve_options, set_rng_state, unpickled
-from ._restorer import _check_cache_dir
+from ._arguments import check_cache_dir
+from ._capsule import Capsule
+from ._errors import TimeTravelJump
+from ._session import DEFAULT_CACHE_DIR, Session, start
+from ._state import module_specs, optimizer_reader, restore_state, state_kind, state_of
 
 __all__ = ["NansenseCallback", "train_with_time_travel", "replay_capsule", "TrainerCapsule"]
 
@@ -265,7 +266,7 @@ class NansenseCallback(TrainerCallback):
         # The engine holds what it is handed: weakly here, so the Trainer and
         # this callback stay collectable (and a script's server thread ends).
         engine.set_optimizer_reader(_weakly(self._read_optimizer))
-        engine.set_state_adapter(_state_kind(_inner(trainer.optimizer), trainer.lr_scheduler),
+        engine.set_state_adapter(state_kind(_inner(trainer.optimizer), trainer.lr_scheduler),
                                  _weakly(self._save_state), _weakly(self._load_state))
         engine.set_update_decided_callback(_weakly(self._update_decided))
 
@@ -320,7 +321,7 @@ class NansenseCallback(TrainerCallback):
         self._patched = {}
 
     def _read_optimizer(self):
-        return _optimizer_reader(self._network_module, _inner(self._trainer.optimizer))()
+        return optimizer_reader(self._network_module, _inner(self._trainer.optimizer))()
 
     def _save_state(self) -> bytes:
         """What checkpoints and capsules hold besides the weights: the
@@ -329,7 +330,7 @@ class NansenseCallback(TrainerCallback):
         for the Trainer, the step's micro-batches, the one running, every
         RNG and the Trainer's counters."""
         trainer = self._trainer
-        state = _state_of(_inner(trainer.optimizer), trainer.lr_scheduler, self._session._scaler)
+        state = state_of(_inner(trainer.optimizer), trainer.lr_scheduler, self._session._scaler)
         state["transformers"] = {
             "global_step": trainer.state.global_step, "epoch": self._epoch,
             "step_in_epoch": self._phase[1] if self._phase else 0,
@@ -343,7 +344,7 @@ class NansenseCallback(TrainerCallback):
     def _load_state(self, data: bytes) -> None:
         state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
         trainer = self._trainer
-        _restore_state(_inner(trainer.optimizer), trainer.lr_scheduler, state, self._session._scaler)
+        restore_state(_inner(trainer.optimizer), trainer.lr_scheduler, state, self._session._scaler)
         if self._travel is not None:
             # A jump: the next trainer.train() enters the target with it.
             self._travel.restored = state
@@ -615,7 +616,7 @@ class _TimeTravel:
         if self.target is not None and self.restored is not None:
             # This attempt's LR scheduler (and a first attempt's optimizer
             # made anew) get the target's state.
-            _restore_state(_inner(trainer.optimizer), trainer.lr_scheduler, self.restored, callback._session._scaler)
+            restore_state(_inner(trainer.optimizer), trainer.lr_scheduler, self.restored, callback._session._scaler)
         trainer.__dict__.pop("_init_training_state", None)
 
     def epoch_begin(self, callback: NansenseCallback, epoch: int) -> None:
@@ -715,7 +716,7 @@ def train_with_time_travel(trainer: Trainer, *, callback: Optional[NansenseCallb
         raise TypeError(f"callback must be a nansense.transformers.NansenseCallback, got {type(callback).__name__}")
     elif callback not in trainer.callback_handler.callbacks:
         trainer.add_callback(callback)
-    cache_dir = _check_cache_dir(cache_dir)
+    cache_dir = check_cache_dir(cache_dir)
     if callback._travel is not None:
         raise RuntimeError("this NansenseCallback is already in a train_with_time_travel run")
     travel = _TimeTravel(cache_dir) if callback._enabled else None
@@ -788,7 +789,7 @@ def replay_capsule(path: Union[str, os.PathLike], trainer: Trainer, *, module: O
     provisional = trainer.lr_scheduler is None
     if provisional:
         trainer.create_scheduler(num_training_steps=max(trainer.args.max_steps, 1), optimizer=trainer.optimizer)
-    kind = _state_kind(_inner(trainer.optimizer), trainer.lr_scheduler)
+    kind = state_kind(_inner(trainer.optimizer), trainer.lr_scheduler)
     saved: dict = {}
 
     def load(data: bytes) -> None:
@@ -796,7 +797,7 @@ def replay_capsule(path: Union[str, os.PathLike], trainer: Trainer, *, module: O
 
     rng = rng_state()
     try:
-        _nansense.replay_capsule(path, _module_specs(network), kind, load)
+        _nansense.replay_capsule(path, module_specs(network), kind, load)
     finally:
         set_rng_state(rng)
     ours = saved.get("transformers")
@@ -810,10 +811,10 @@ def replay_capsule(path: Union[str, os.PathLike], trainer: Trainer, *, module: O
     watch = _setups.ScalerWatch(getattr(trainer.accelerator, "scaler", None))
 
     def restore(data: bytes) -> None:
-        _restore_state(_inner(trainer.optimizer), trainer.lr_scheduler,
+        restore_state(_inner(trainer.optimizer), trainer.lr_scheduler,
                        torch.load(io.BytesIO(data), map_location="cpu", weights_only=True), watch)
 
-    native = _nansense.replay_capsule(path, _module_specs(network), kind, restore)
+    native = _nansense.replay_capsule(path, module_specs(network), kind, restore)
     micro = unpickled(ours["micro_batches"]) or []
     num_items = unpickled(ours["num_items"])
     last = int(ours["micro_batch"])
