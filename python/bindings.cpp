@@ -17,6 +17,7 @@
 
 #include "common/json_values.h"
 #include "mirror.h"
+#include "values.h"
 #include "numerics/capsule.h"
 #include "nansense/nansense.h"
 #include "numerics/debug_json.h"
@@ -32,30 +33,6 @@ namespace nansense::python {
 namespace {
 
 using MeanStd = std::variant<std::vector<double>, std::map<std::string, std::vector<double>>>;
-
-py::object from_json(const nlohmann::json& j) { return py::module_::import("json").attr("loads")(j.dump()); }
-
-py::dict position_dict(const BatchPosition& p) { return from_json(common::to_json(p)); }
-
-// Copies for Python: a snapshot's (or capsule's) tensors are the engine's
-// own, shared by every reader; a user's in-place edit must not change them.
-std::map<std::string, torch::Tensor> clones(const std::map<std::string, torch::Tensor>& in) {
-  std::map<std::string, torch::Tensor> out;
-  for (const auto& [name, t] : in) out.emplace(name, t.defined() ? t.clone() : t);
-  return out;
-}
-template <class Inner>
-std::map<std::string, Inner> clones_nested(const std::map<std::string, Inner>& in) {
-  std::map<std::string, Inner> out;
-  for (const auto& [name, inner] : in) out.emplace(name, clones(inner));
-  return out;
-}
-std::vector<torch::Tensor> clones(const std::vector<torch::Tensor>& in) {
-  std::vector<torch::Tensor> out;
-  out.reserve(in.size());
-  for (const auto& t : in) out.push_back(t.defined() ? t.clone() : t);
-  return out;
-}
 
 bool python_finalizing() {
 #if PY_VERSION_HEX >= 0x030D0000
@@ -76,34 +53,6 @@ std::shared_ptr<py::object> hold(py::object object) {
   });
 }
 
-py::object tensor_or_none(const torch::Tensor& t) { return t.defined() ? py::cast(t) : py::none(); }
-
-// A Python instrument's context, as a dict the package turns into a
-// LayerContext / WeightContext: the live tensors, never copies.
-py::dict layer_context_dict(const LayerContext& ctx) {
-  py::dict d;
-  d["layer"] = ctx.layer;
-  d["phase"] = ctx.phase;
-  d["position"] = position_dict(ctx.position);
-  d["activation"] = tensor_or_none(ctx.activation);
-  d["gradient"] = tensor_or_none(ctx.gradient);
-  d["weights"] = ctx.weights;
-  d["weight_gradients"] = ctx.weight_gradients;
-  return d;
-}
-py::dict weight_context_dict(const WeightContext& ctx) {
-  py::dict d;
-  d["layer"] = ctx.layer;
-  d["parameter"] = ctx.parameter;
-  d["phase"] = ctx.phase;
-  d["position"] = position_dict(ctx.position);
-  d["weight"] = tensor_or_none(ctx.weight);
-  d["gradient"] = tensor_or_none(ctx.gradient);
-  d["optimizer_state"] = ctx.optimizer_state;
-  d["hyperparams"] = ctx.hyperparams;
-  return d;
-}
-
 // Calls a Python instrument from the training thread (which runs the
 // engine with the GIL released); a Python error becomes the C++ error the
 // engine reports and disables the instrument with.
@@ -118,119 +67,6 @@ auto with_python(const char* what, F&& f) {
   } catch (const py::cast_error& e) {
     throw std::runtime_error(std::string(what) + " returned a value of the wrong type: " + e.what());
   }
-}
-
-py::dict tensor_stats_dict(const TensorStatsSnapshot& v) {
-  py::dict d;
-  d["n"] = v.n;
-  d["sum"] = v.sum;
-  d["sum_sq"] = v.sum_sq;
-  d["min"] = v.min;
-  d["max"] = v.max;
-  d["nan"] = v.nan;
-  d["pos_inf"] = v.pos_inf;
-  d["neg_inf"] = v.neg_inf;
-  d["hist"] = v.hist.empty() ? py::object(py::none()) : py::cast(v.hist);
-  d["channel_hists"] = v.channel_hists;
-  d["channels"] = v.channels;
-  d["binned"] = v.binned;
-  d["median"] = v.median;
-  d["dead_channel_count"] = v.dead_count ? py::object(py::int_(*v.dead_count)) : py::none();
-  d["dead_channels"] = v.dead_channels;
-  return d;
-}
-
-py::dict gallery_dict(const PatchGallery& g) {
-  py::dict d;
-  d["ranking"] = std::string(to_string(g.ranking));
-  d["samples"] = g.samples;
-  d["channels"] = g.channels;
-  d["input_height"] = g.input_height;
-  d["input_width"] = g.input_width;
-  py::list slots;
-  for (const auto& s : g.slots) {
-    if (!s.filled) {
-      slots.append(py::none());
-      continue;
-    }
-    py::dict slot;
-    slot["score"] = s.score;
-    slot["batch"] = s.batch;
-    slot["sample"] = s.sample;
-    slot["y"] = s.y;
-    slot["x"] = s.x;
-    slot["top"] = s.top;
-    slot["left"] = s.left;
-    slots.append(slot);
-  }
-  d["slots"] = slots;
-  d["crops"] = tensor_or_none(g.crops.defined() ? g.crops.clone() : g.crops);
-  d["heat"] = tensor_or_none(g.heat.defined() ? g.heat.clone() : g.heat);
-  return d;
-}
-
-py::object optional_number(const std::optional<double>& v) { return v ? py::object(py::float_(*v)) : py::none(); }
-
-py::dict stats_dict(const StatsSnapshot& s) {
-  py::dict d;
-  d["sequence"] = s.sequence;
-  d["ranks"] = s.ranks;
-  py::list layers;
-  for (const auto& [key, views] : s.layers) {
-    for (const auto& v : views) {
-      py::dict l;
-      l["layer"] = v.layer;
-      l["phase"] = v.phase;
-      l["epoch"] = v.epoch;
-      l["batches"] = v.batches;
-      l["activation"] = v.activation ? py::object(tensor_stats_dict(*v.activation)) : py::none();
-      l["gradient"] = v.gradient ? py::object(tensor_stats_dict(*v.gradient)) : py::none();
-      py::list patches;
-      for (const auto& g : v.patches) patches.append(gallery_dict(g));
-      l["patches"] = patches;
-      l["patches_note"] = v.patches_note ? py::object(py::str(*v.patches_note)) : py::none();
-      layers.append(l);
-    }
-  }
-  d["layers"] = layers;
-  py::dict parameters;
-  for (const auto& [name, samples] : s.parameters) {
-    py::list list;
-    for (const auto& p : samples) {
-      py::dict e;
-      e["epoch"] = p.epoch;
-      e["value_norm"] = p.value_norm;
-      e["mean"] = p.mean;
-      e["std"] = p.std;
-      e["min"] = p.min;
-      e["max"] = p.max;
-      e["grad_norm"] = optional_number(p.grad_norm);
-      e["grad_mean"] = optional_number(p.grad_mean);
-      e["grad_std"] = optional_number(p.grad_std);
-      e["grad_min"] = optional_number(p.grad_min);
-      e["grad_max"] = optional_number(p.grad_max);
-      e["update_ratio"] = optional_number(p.update_ratio);
-      list.append(e);
-    }
-    parameters[py::str(name)] = list;
-  }
-  d["parameters"] = parameters;
-  d["owner"] = s.owner;
-  py::list series;
-  for (const auto& sv : s.series) {
-    py::dict e;
-    e["name"] = sv.name;
-    e["phase"] = sv.phase;
-    e["layer"] = sv.layer;
-    py::list points;
-    for (const auto& p : sv.points) {
-      points.append(py::make_tuple(p.epoch, p.batch ? py::object(py::int_(*p.batch)) : py::none(), p.x, p.value));
-    }
-    e["points"] = points;
-    series.append(e);
-  }
-  d["series"] = series;
-  return d;
 }
 
 // input_transform: the user's Python function, called by the server's
@@ -486,7 +322,7 @@ class Engine {
   uint64_t stats_settings_version() { return core_->stats().settings_version(); }
   // Rank 0: the statistics settings the followers mirror (a dict); a
   // follower: applies them, given as JSON (SessionCore::apply_stats_settings).
-  py::object stats_settings_for_followers() { return from_json(core_->stats_settings_for_followers()); }
+  py::object stats_settings_for_followers() { return to_python(core_->stats_settings_for_followers()); }
   void apply_stats_settings(const std::string& settings) {
     const auto parsed = nlohmann::json::parse(settings, nullptr, /*allow_exceptions=*/false);
     py::gil_scoped_release release;
@@ -600,8 +436,8 @@ class Engine {
   // This rank's standing trip (a dict of the rank protocol, None when none),
   // and (training thread) the same when not told before, marking it told
   // (SessionCore::standing_trip, trip_news).
-  py::object standing_trip() const { return from_json(core_->standing_trip()); }
-  py::object trip_news() { return from_json(core_->trip_news()); }
+  py::object standing_trip() const { return to_python(core_->standing_trip()); }
+  py::object trip_news() { return to_python(core_->trip_news()); }
   // Rank 0, any thread: a follower's shard, added to the published view.
   void add_stats_shard(int rank, int64_t ranks, const std::string& shard) {
     py::gil_scoped_release release;
@@ -648,31 +484,11 @@ class Engine {
     }
     return std::string(to_string(state));
   }
-  py::object live_position() const {
-    auto p = session_->live_position();
-    return p ? py::object(position_dict(*p)) : py::none();
-  }
-  py::object snapshot() const {
-    auto snap = session_->snapshot();
-    if (!snap) return py::none();
-    py::dict d;
-    d["position"] = position_dict(snap->position);
-    d["sequence"] = snap->sequence;
-    d["activations"] = clones(snap->activations);
-    d["activation_gradients"] = clones(snap->activation_gradients);
-    d["weights"] = clones(snap->weights);
-    d["weight_gradients"] = clones(snap->weight_gradients);
-    d["optimizer_state"] = clones_nested(snap->optimizer_state);
-    d["optimizer_hyperparams"] = snap->optimizer_hyperparams;
-    d["inputs"] = clones(snap->inputs);
-    d["custom_activations"] = clones_nested(snap->custom_activations);
-    d["custom_weight_tensors"] = clones_nested(snap->custom_weight_tensors);
-    py::list layers;
-    if (snap->architecture) {
-      for (const auto& l : snap->architecture->layers) layers.append(l.name);
-    }
-    d["layer_names"] = layers;
-    return d;
+  std::optional<BatchPosition> live_position() const { return session_->live_position(); }
+  // The published snapshot: immutable, held while Python reads it; every
+  // tensor it hands out is a clone (values.cpp).
+  std::shared_ptr<BatchSnapshot> snapshot() const {
+    return std::const_pointer_cast<BatchSnapshot>(session_->snapshot());
   }
   std::vector<std::string> layer_names() const {
     std::vector<std::string> names;
@@ -733,18 +549,7 @@ class Engine {
     py::gil_scoped_release release;
     session_->request_time_travel(epoch);
   }
-  py::dict time_travel_status() const {
-    const auto s = session_->time_travel_status();
-    py::dict d;
-    d["available"] = s.available;
-    d["reason"] = s.reason;
-    d["cached_epochs"] = s.cached_epochs;
-    d["total_epochs"] = s.total_epochs;
-    d["current_epoch"] = s.current_epoch;
-    d["pending_epoch"] = s.pending_epoch;
-    d["cache_dir"] = s.cache_dir;
-    return d;
-  }
+  TimeTravelStatus time_travel_status() const { return session_->time_travel_status(); }
 
   // --- frozen moments, lock and park (nansense/_session.py) ---
   void freeze_moment(const std::string& path, const std::string& phase, int64_t epoch, int64_t batch_idx) {
@@ -792,34 +597,39 @@ class Engine {
   void pause() { session_->pause(); }
   void refresh() { session_->refresh(); }
 
+  // --- the numerical checks: the standing error, the settings and the
+  // loss scaler in their wire form (numerics/debug_json.cpp, which HTTP and
+  // MCP send too): the package's DebugError, DebugSettings and
+  // LossScaleStatus read those keys, and DebugError.root_cause is that dict.
   py::object debug_error() const {
     auto e = session_->debug_error();
-    return e ? from_json(numerics::to_json(*e)) : py::none();
+    return e ? to_python(numerics::to_json(*e)) : py::none();
   }
-  py::object debug_settings() const { return from_json(numerics::to_json(session_->debug_settings())); }
+  py::object debug_settings() const { return to_python(numerics::to_json(session_->debug_settings())); }
   // A partial update in DebugSettings' own names (the REST route's body).
-  void set_debug_settings(const std::string& json) {
+  void set_debug_settings(py::dict update) {
     auto merged = numerics::to_json(session_->debug_settings());
-    merged.update(nlohmann::json::parse(json));
+    merged.update(json_of(update));
     session_->set_debug_settings(numerics::settings_from_json(merged));
   }
   void silence_debug_check(const std::string& category) { session_->silence_debug_check(category); }
   void clear_debug_error() { session_->clear_debug_error(); }
-  py::object loss_scale() const { return from_json(numerics::to_json(session_->loss_scale())); }
+  py::object loss_scale() const { return to_python(numerics::to_json(session_->loss_scale())); }
 
   // --- statistics and instruments (any thread; instruments run on the
   // training thread). Settings go through the controller, the one
-  // vocabulary the UI and MCP use; the package checks arguments first.
-  py::object settings() const { return from_json(controller_->get_settings()); }
+  // vocabulary the UI and MCP use, its replies as their JSON; the package
+  // checks arguments first.
+  py::object settings() const { return to_python(controller_->get_settings()); }
   py::object set_update_frequency(const std::string& unit, double n, std::optional<std::string> phase) {
-    return from_json(controller_->set_update_frequency(unit, n, phase));
+    return to_python(controller_->set_update_frequency(unit, n, phase));
   }
-  py::object set_stats_scope(const std::string& scope) { return from_json(controller_->set_stats_scope(scope)); }
+  py::object set_stats_scope(const std::string& scope) { return to_python(controller_->set_stats_scope(scope)); }
   py::object watch_layers(const std::vector<std::string>& layers) {
-    return from_json(controller_->watch_layers(layers));
+    return to_python(controller_->watch_layers(layers));
   }
   py::object unwatch_layers(const std::vector<std::string>& layers) {
-    return from_json(controller_->unwatch_layers(layers));
+    return to_python(controller_->unwatch_layers(layers));
   }
   py::object set_watch_performance(std::optional<bool> channel_limit_enabled, std::optional<int64_t> channel_limit,
                                    std::optional<int64_t> histogram_sample, std::optional<int64_t> samples_per_channel,
@@ -830,14 +640,14 @@ class Engine {
     change.histogram_sample = histogram_sample;
     change.samples_per_channel = samples_per_channel;
     change.average_patches = average_patches;
-    return from_json(controller_->set_watch_performance(change));
+    return to_python(controller_->set_watch_performance(change));
   }
   py::object set_patch_layers(const std::optional<std::vector<std::string>>& layers) {
-    return from_json(controller_->set_patch_layers(layers));
+    return to_python(controller_->set_patch_layers(layers));
   }
   void log_scalar(const std::string& name, double value) { session_->log_scalar(name, value); }
 
-  // `adapter(context_dict)` returns [(key, value), ...] or None (the
+  // `adapter(context)` returns [(key, value), ...] or None (the
   // package's wrapper around the user's function); `reduce`, when not None,
   // maps an epoch's list of values to one.
   void watch_metric(const std::string& name, py::object adapter, const std::string& on, const std::string& reduce,
@@ -860,19 +670,19 @@ class Engine {
         name,
         [held, name](const LayerContext& ctx) -> detail::StatsCollector::NamedValues {
           return with_python(("metric \"" + name + "\"").c_str(), [&]() -> detail::StatsCollector::NamedValues {
-            py::object out = (*held)(layer_context_dict(ctx));
+            py::object out = (*held)(ctx);
             if (out.is_none()) return {};
             return out.cast<detail::StatsCollector::NamedValues>();
           });
         },
         on == "epoch" ? MetricOn::kEpoch : MetricOn::kBatch, reduces.at(reduce), std::move(reducer));
   }
-  // `adapter(context_dict)` returns a tensor or None.
+  // `adapter(context)` (a LayerContext) returns a tensor or None.
   void watch_layer_tensor(const std::string& name, py::object adapter) {
     auto held = hold(std::move(adapter));
     session_->watch_layer_tensor(name, [held, name](const LayerContext& ctx) -> torch::Tensor {
       return with_python(("layer-tensor instrument \"" + name + "\"").c_str(), [&]() -> torch::Tensor {
-        py::object out = (*held)(layer_context_dict(ctx));
+        py::object out = (*held)(ctx);
         return out.is_none() ? torch::Tensor() : out.cast<torch::Tensor>();
       });
     });
@@ -881,7 +691,7 @@ class Engine {
     auto held = hold(std::move(adapter));
     session_->watch_weight_tensor(name, [held, name](const WeightContext& ctx) -> torch::Tensor {
       return with_python(("weight-tensor instrument \"" + name + "\"").c_str(), [&]() -> torch::Tensor {
-        py::object out = (*held)(weight_context_dict(ctx));
+        py::object out = (*held)(ctx);
         return out.is_none() ? torch::Tensor() : out.cast<torch::Tensor>();
       });
     });
@@ -891,14 +701,12 @@ class Engine {
     for (const auto& f : session_->failed_metrics()) out.emplace_back(f.name, f.error);
     return out;
   }
-  py::object stats() const {
-    auto s = session_->stats();
-    return s ? py::object(stats_dict(*s)) : py::none();
-  }
+  // The published view itself (immutable; values.cpp hands out clones).
+  std::shared_ptr<StatsSnapshot> stats() const { return std::const_pointer_cast<StatsSnapshot>(session_->stats()); }
 
   // --- probes and experiment settings (the controller's; any thread but
   // the training one, as the UI calls them) ---
-  py::object probe_status() const { return from_json(controller_->get_probe_status()); }
+  py::object probe_status() const { return to_python(controller_->get_probe_status()); }
   py::object pin_batch(double wait_s) {
     py::gil_scoped_release release;
     return call_json([&] { return controller_->pin_batch(wait(wait_s)); });
@@ -921,26 +729,22 @@ class Engine {
     return call_json([&] { return controller_->clear_perturbations(wait(wait_s)); });
   }
   py::object set_auto_run_experiments(bool enabled) {
-    return from_json(controller_->set_auto_run_experiments(enabled));
+    return to_python(controller_->set_auto_run_experiments(enabled));
   }
-  py::object set_experiment_defaults(const std::string& kind, const std::string& params) {
-    return from_json(controller_->set_experiment_defaults(kind, nlohmann::json::parse(params)));
+  py::object set_experiment_defaults(const std::string& kind, py::dict params) {
+    return to_python(controller_->set_experiment_defaults(kind, json_of(params)));
   }
-  py::object list_experiments() const { return from_json(controller_->list_experiments()); }
+  py::object list_experiments() const { return to_python(controller_->list_experiments()); }
 
   // --- experiments under the reference API's names (any thread but the
   // training one; they run on the training thread in its pause) ---
-  py::dict request_experiment(const std::string& kind, const std::string& layer, const std::string& params) {
-    auto sub = core_->experiments().submit(kind, layer, nlohmann::json::parse(params), /*until_pause=*/true);
-    py::dict d;
-    d["seq"] = sub.seq;
-    d["ignored"] = sub.ignored;
-    d["clamped"] = sub.clamped;
-    return d;
+  experiments::Engine::Submitted request_experiment(const std::string& kind, const std::string& layer,
+                                                    py::dict params) {
+    return core_->experiments().submit(kind, layer, json_of(params), /*until_pause=*/true);
   }
-  py::object experiment_result(uint64_t seq) const {
-    auto r = core_->experiments().result(seq);
-    return r ? py::object(result_dict(*r)) : py::none();
+  // A published result: immutable, held while Python reads it (values.cpp).
+  std::shared_ptr<experiments::Result> experiment_result(uint64_t seq) const {
+    return std::const_pointer_cast<experiments::Result>(core_->experiments().result(seq));
   }
   uint64_t latest_experiment_seq() const { return core_->experiments().latest_seq(); }
   bool experiment_pending() const { return core_->experiments().pending(); }
@@ -961,18 +765,8 @@ class Engine {
   }
   // The probe's last completed run (the reference's probe_result), and a
   // wait for a run newer than `after` (its wait_for_probe).
-  py::object probe_result() const {
-    auto r = shared_probes().result();
-    if (!r) return py::none();
-    py::dict d;
-    d["run"] = r->run;
-    d["position"] = position_dict(r->position);
-    d["diff"] = r->diff;
-    d["perturbations_applied"] = r->perturbations_applied;
-    d["error"] = r->error;
-    d["activations"] = r->view ? py::object(py::cast(clones(r->view->activations))) : py::none();
-    d["inputs"] = r->view ? py::object(py::cast(clones(r->view->inputs))) : py::none();
-    return d;
+  std::shared_ptr<experiments::ProbeResult> probe_result() const {
+    return std::const_pointer_cast<experiments::ProbeResult>(shared_probes().result());
   }
   bool wait_for_probe(uint64_t after, std::optional<double> timeout_s) const {
     py::gil_scoped_release release;
@@ -1011,36 +805,6 @@ class Engine {
     throw error;
   }
 
-  static py::dict result_dict(const experiments::Result& r) {
-    const auto copy = [](const torch::Tensor& t) -> py::object {
-      return t.defined() ? py::cast(t.clone()) : py::none();
-    };
-    py::dict d;
-    d["seq"] = r.seq;
-    d["kind"] = r.kind;
-    d["layer"] = r.layer;
-    d["params"] = from_json(r.params);
-    d["stage"] = std::string(experiments::to_string(r.stage));
-    d["done"] = r.finished();
-    d["step"] = r.step;
-    d["total"] = r.total;
-    d["objective"] = r.objective ? py::object(py::float_(*r.objective)) : py::none();
-    d["objectives"] = r.objectives;
-    d["error"] = r.error;
-    d["stop_reason"] = r.stop_reason;
-    d["notes"] = r.notes;
-    d["seconds"] = r.seconds;
-    d["start"] = copy(r.start);
-    d["images"] = copy(r.images);
-    d["channels"] = r.channels;
-    d["inputs"] = copy(r.inputs);
-    d["attributions"] = copy(r.attributions);
-    d["targets"] = r.targets;
-    d["target_values"] = r.target_values;
-    d["attribution_sums"] = r.attribution_sums;
-    return d;
-  }
-
   static server::Controller::Wait wait(double seconds) {
     return server::Controller::Wait(static_cast<int64_t>(seconds * 1000));
   }
@@ -1050,7 +814,7 @@ class Engine {
   py::object call_json(F&& f) {
     nlohmann::json reply = f();
     py::gil_scoped_acquire gil;
-    return from_json(reply);
+    return to_python(reply);
   }
 
   std::shared_ptr<torch::nn::Module> mirror_;
@@ -1107,6 +871,9 @@ PYBIND11_MODULE(_nansense, m) {
   using nansense::python::ModuleSpec;
   m.doc() = "The native engine of the nansense Python package; use the nansense module.";
   m.attr("TORCH_VERSION") = NANSENSE_TORCH_VERSION;
+  nansense::python::bind_positions(m);
+  nansense::python::bind_stats(m);
+  nansense::python::bind_runs(m);
 
   // The engine's errors as Python exceptions of the matching built-in kinds.
   static py::exception<nansense::ScheduleError> schedule_error(m, "ScheduleError", PyExc_ValueError);
@@ -1172,8 +939,7 @@ PYBIND11_MODULE(_nansense, m) {
 
   using nansense::python::ReplayedCapsule;
   py::class_<ReplayedCapsule>(m, "ReplayedCapsule")
-      .def_property_readonly(
-          "position", [](const ReplayedCapsule& c) { return nansense::python::position_dict(c.capsule.position); })
+      .def_property_readonly("position", [](const ReplayedCapsule& c) { return c.capsule.position; })
       .def_property_readonly("batch",
                              [](const ReplayedCapsule& c) { return nansense::python::clones(c.capsule.batch); })
       .def_property_readonly("gradients",
@@ -1183,7 +949,7 @@ PYBIND11_MODULE(_nansense, m) {
       .def_property_readonly("num_threads", [](const ReplayedCapsule& c) { return c.capsule.num_threads; })
       .def_property_readonly("settings",
                              [](const ReplayedCapsule& c) {
-                               return nansense::python::from_json(nansense::numerics::to_json(c.capsule.settings));
+                               return nansense::python::to_python(nansense::numerics::to_json(c.capsule.settings));
                              })
       .def("gradients_match", &ReplayedCapsule::gradients_match);
   m.def("replay_capsule", &nansense::python::replay, py::arg("path"), py::arg("modules"), py::arg("state_kind"),

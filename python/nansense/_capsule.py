@@ -22,7 +22,7 @@ class Capsule:
 
     def __init__(self, native):
         self._native = native
-        self.position: BatchPosition = BatchPosition._from(native.position)
+        self.position: BatchPosition = BatchPosition._of(native.position)
         self.batch: list[torch.Tensor] = native.batch
         self.gradients: dict[str, torch.Tensor] = native.gradients
         self.reasons: list[str] = native.reasons

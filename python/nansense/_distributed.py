@@ -861,9 +861,9 @@ class Coordinator:
         # The epochs this rank could be rewound to: rank 0 refuses a jump
         # to any other for every rank.
         tt = self.engine.time_travel_status()
-        where = tt["cache_dir"] + ("" if tt["available"] or not tt["reason"] else f" ({tt['reason']})")
-        held = (tuple(tt["cached_epochs"]), where)
-        if held != self._checkpoints_sent and (tt["available"] or tt["cached_epochs"] or tt["total_epochs"]):
+        where = tt.cache_dir + ("" if tt.available or not tt.reason else f" ({tt.reason})")
+        held = (tuple(tt.cached_epochs), where)
+        if held != self._checkpoints_sent and (tt.available or tt.cached_epochs or tt.total_epochs):
             self._checkpoints_sent = held
             extra["checkpoints"] = {"epochs": list(held[0]), "where": held[1]}
         if extra:
@@ -1015,7 +1015,7 @@ def start(session: Any, engine: Any, dist: Any, wrapper: Any = None) -> Coordina
     """The distributed side of nansense.start() on one rank (every rank calls it); `wrapper`: the model
     as passed, its DDP wrapper where it had one."""
     rank = dist.get_rank()
-    engine.set_debug_settings(json.dumps(settings_for_rank(engine.debug_settings(), rank)))
+    engine.set_debug_settings(settings_for_rank(engine.debug_settings(), rank))
     # Its check settings stay the rank's own whatever sets them (rank 0's UI too).
     engine.set_rank(rank)
     if rank != 0:

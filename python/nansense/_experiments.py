@@ -12,13 +12,13 @@ nansense.Session (see _session.py)."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import numbers
 from collections.abc import Mapping
 from typing import Any, Optional
 
 import torch
 
+from . import _nansense
 from ._guards import when_enabled
 from ._types import BatchPosition
 
@@ -65,17 +65,17 @@ class ExperimentResult:
     attribution_sums: tuple[float, ...] = ()
 
     @classmethod
-    def _from(cls, d: dict) -> "ExperimentResult":
-        dream = d["kind"] == "deep_dream"
-        return cls(seq=int(d["seq"]), kind=d["kind"], layer=d["layer"], step=int(d["step"]),
-                   total_steps=int(d["total"]), done=bool(d["done"]), error=d["error"] or None,
-                   image=d["images"] if dream else None, attribution=None if dream else d["attributions"],
-                   reference=d["start"] if dream else d["inputs"], objective=d["objective"],
-                   stage=d["stage"], params=dict(d["params"] or {}), notes=tuple(d["notes"]),
-                   stop_reason=d["stop_reason"] or None, seconds=float(d["seconds"]),
-                   channels=tuple(d["channels"]), objectives=tuple(d["objectives"]),
-                   targets=tuple(d["targets"]), target_values=tuple(d["target_values"]),
-                   attribution_sums=tuple(d["attribution_sums"]))
+    def _of(cls, r: _nansense.ExperimentResult) -> "ExperimentResult":
+        dream = r.kind == "deep_dream"
+        return cls(seq=int(r.seq), kind=r.kind, layer=r.layer, step=int(r.step),
+                   total_steps=int(r.total), done=bool(r.done), error=r.error or None,
+                   image=r.images if dream else None, attribution=None if dream else r.attributions,
+                   reference=r.start if dream else r.inputs, objective=r.objective,
+                   stage=r.stage, params=dict(r.params or {}), notes=tuple(r.notes),
+                   stop_reason=r.stop_reason or None, seconds=float(r.seconds),
+                   channels=tuple(r.channels), objectives=tuple(r.objectives),
+                   targets=tuple(r.targets), target_values=tuple(r.target_values),
+                   attribution_sums=tuple(r.attribution_sums))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,11 +97,11 @@ class ProbeResult:
     error: Optional[str] = None
 
     @classmethod
-    def _from(cls, d: dict) -> "ProbeResult":
-        return cls(run=int(d["run"]), position=BatchPosition._from(d["position"]),
-                   activations=dict(d["activations"] or {}), inputs=tuple(d["inputs"] or ()),
-                   diff=bool(d["diff"]), perturbations_applied=int(d["perturbations_applied"]),
-                   error=d["error"] or None)
+    def _of(cls, r: _nansense.ProbeResult) -> "ProbeResult":
+        return cls(run=int(r.run), position=BatchPosition._of(r.position),
+                   activations=dict(r.activations or {}), inputs=tuple(r.inputs or ()),
+                   diff=bool(r.diff), perturbations_applied=int(r.perturbations_applied),
+                   error=r.error or None)
 
 
 def _json_value(key: str, value: Any) -> Any:
@@ -150,7 +150,7 @@ class _ExperimentMethods:
             values[key] = _json_value(key, value)
         if not self._engine:
             return 0
-        return int(self._engine.request_experiment(kind, layer, json.dumps(values))["seq"])
+        return int(self._engine.request_experiment(kind, layer, values).seq)
 
     def experiment_result_for(self, seq: int) -> Optional[ExperimentResult]:
         """Request `seq`'s progress or outcome as it stands; None for a seq
@@ -160,8 +160,8 @@ class _ExperimentMethods:
             raise TypeError(f"seq must be an int, got {seq!r}")
         if not self._engine or seq < 1:
             return None
-        d = self._engine.experiment_result(int(seq))
-        return ExperimentResult._from(d) if d is not None else None
+        r = self._engine.experiment_result(int(seq))
+        return ExperimentResult._of(r) if r is not None else None
 
     @property
     @when_enabled(None)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import dis
-import json
 import os
 import numbers
 import sys
@@ -119,7 +118,7 @@ class Session(_WatchMethods, _ReferenceMethods, _ExperimentMethods):
     @when_enabled(None)
     def snapshot(self) -> Optional[BatchSnapshot]:
         """The last published snapshot (None before the first capture)."""
-        return BatchSnapshot._from(self._engine.snapshot())
+        return BatchSnapshot._of(self._engine.snapshot())
 
     @property
     @when_enabled(False)
@@ -140,7 +139,7 @@ class Session(_WatchMethods, _ReferenceMethods, _ExperimentMethods):
     @when_enabled(None)
     def live_position(self) -> Optional[BatchPosition]:
         """Position of the batch the training thread is on."""
-        return BatchPosition._from(self._engine.live_position())
+        return BatchPosition._of(self._engine.live_position())
 
     @property
     @when_enabled(Mode.DETACH)
@@ -531,7 +530,7 @@ class Session(_WatchMethods, _ReferenceMethods, _ExperimentMethods):
     @when_enabled(make=lambda: TimeTravelStatus(available=False, reason="nansense is disabled in this session"))
     def time_travel_status(self) -> TimeTravelStatus:
         """Whether and where time travel can jump (what the UI's dialog shows)."""
-        return TimeTravelStatus(**self._engine.time_travel_status())
+        return TimeTravelStatus._of(self._engine.time_travel_status())
 
     def request_time_travel(self, epoch: int) -> None:
         """Ask the loop to jump to the start of cached epoch `epoch` at its
@@ -769,7 +768,7 @@ class Session(_WatchMethods, _ReferenceMethods, _ExperimentMethods):
             values = settings._to_engine()
             if self._coordinator is not None:
                 values = _distributed.settings_for_rank(values, self._coordinator.rank)
-            self._engine.set_debug_settings(json.dumps(values))
+            self._engine.set_debug_settings(values)
 
     @refused_when_locked()
     def disable_debug_check(self, category: str = "") -> None:

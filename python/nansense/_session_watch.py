@@ -5,7 +5,6 @@ empty view, on a disabled session."""
 
 from __future__ import annotations
 
-import json
 import math
 import numbers
 from collections.abc import Iterable
@@ -238,7 +237,7 @@ class _WatchMethods:
         if not self._engine:
             return WatchSnapshot()
         numel = {name: p.numel() for name, p in self._model.named_parameters()}
-        return WatchSnapshot._from(self._engine.stats(), wanted, include_patches, numel)
+        return WatchSnapshot._of(self._engine.stats(), wanted, include_patches, numel)
 
     def log_scalar(self, name: str, value: float) -> None:
         """Record `value` under `name` at the current batch (a GRAPHS plot).
@@ -377,8 +376,8 @@ class _WatchMethods:
     def probe_result(self) -> Optional[ProbeResult]:
         """The probe's last completed run (None before one, or on a disabled
         session)."""
-        d = self._engine.probe_result()
-        return ProbeResult._from(d) if d is not None else None
+        r = self._engine.probe_result()
+        return ProbeResult._of(r) if r is not None else None
 
     @property
     def probe_error(self) -> Optional[str]:
@@ -510,7 +509,7 @@ class _WatchMethods:
         for k in targets:
             mine = {n: v for n, v in defaults.items() if n in kinds[k]}
             if mine or kind is not None:
-                self._engine.set_experiment_defaults(k, json.dumps({**current.get(k, {}), **mine}))
+                self._engine.set_experiment_defaults(k, {**current.get(k, {}), **mine})
 
 
 def _timeout(timeout: Any) -> float:

@@ -12,10 +12,12 @@ import enum
 import math
 import numbers
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Optional, Union
+from types import SimpleNamespace
+from typing import Any, Callable, Iterable, Mapping, Optional, Union, cast
 
 import torch
 
+from . import _nansense
 from ._types import BatchPosition
 
 __all__ = [
@@ -156,19 +158,30 @@ class TensorStatsSnapshot:
         return self._dead_count
 
     @classmethod
-    def _from(cls, d: Optional[dict]) -> Optional["TensorStatsSnapshot"]:
+    def _of(cls, t: Optional[_nansense.TensorStatsSnapshot]) -> Optional["TensorStatsSnapshot"]:
+        if t is None:
+            return None
+        hist = t.hist  # each read converts: read once
+        collapsed = not hist
+        return cls(
+            n=t.n, sum=t.sum, sum_sq=t.sum_sq, min=_nan_if_none(t.min), max=_nan_if_none(t.max),
+            hist=None if collapsed else tuple(hist),
+            nan=t.nan, pos_inf=t.pos_inf, neg_inf=t.neg_inf,
+            channel_hists=tuple(tuple(h) for h in t.channel_hists), channels=t.channels,
+            dead_channels=tuple(t.dead_channels), _median=_nan_if_none(t.median), _dead_count=t.dead_count,
+            collapsed_dead_count=t.dead_count if collapsed else None,
+            collapsed_median=_nan_if_none(t.median) if collapsed else None,
+            binned=t.binned,
+        )
+
+    @classmethod
+    def _from(cls, d: Optional[Mapping[str, Any]]) -> Optional["TensorStatsSnapshot"]:
+        # The same from a dict of the engine's fields, hist None when
+        # collapsed and dead_count spelled dead_channel_count.
         if d is None:
             return None
-        return cls(
-            n=d["n"], sum=d["sum"], sum_sq=d["sum_sq"], min=_nan_if_none(d["min"]), max=_nan_if_none(d["max"]),
-            hist=tuple(d["hist"]) if d["hist"] is not None else None,
-            nan=d["nan"], pos_inf=d["pos_inf"], neg_inf=d["neg_inf"],
-            channel_hists=tuple(tuple(h) for h in d["channel_hists"]), channels=d["channels"],
-            dead_channels=tuple(d["dead_channels"]), _median=_nan_if_none(d["median"]), _dead_count=d["dead_channel_count"],
-            collapsed_dead_count=d["dead_channel_count"] if d["hist"] is None else None,
-            collapsed_median=_nan_if_none(d["median"]) if d["hist"] is None else None,
-            binned=d["binned"],
-        )
+        fields = {**d, "hist": d["hist"] or [], "dead_count": d["dead_channel_count"]}
+        return cls._of(cast(Any, SimpleNamespace(**fields)))
 
 
 def _nan_if_none(x: Optional[float]) -> float:
@@ -194,12 +207,19 @@ class PatchGallery:
     heat: Optional[torch.Tensor]
 
     @classmethod
-    def _from(cls, d: dict) -> "PatchGallery":
-        c = d["channels"]
-        flat = d["slots"]
-        rows = tuple(tuple(flat[s * c:(s + 1) * c]) for s in range(d["samples"])) if c else ()
-        return cls(ranking=d["ranking"], samples=d["samples"], channels=c, slots=rows, crops=d["crops"],
-                   heat=d["heat"])
+    def _of(cls, g: _nansense.PatchGallery) -> "PatchGallery":
+        c = g.channels
+        flat = [_slot(s) for s in g.slots]
+        rows = tuple(tuple(flat[s * c:(s + 1) * c]) for s in range(g.samples)) if c else ()
+        return cls(ranking=g.ranking, samples=g.samples, channels=c, slots=rows, crops=g.crops, heat=g.heat)
+
+
+def _slot(s: _nansense.PatchSlot) -> Optional[dict]:
+    # The public slot is a dict (PatchGallery's docstring); None when empty.
+    if not s.filled:
+        return None
+    return {"score": s.score, "batch": s.batch, "sample": s.sample, "y": s.y, "x": s.x, "top": s.top,
+            "left": s.left}
 
 
 @dataclass(frozen=True)
@@ -298,15 +318,15 @@ class ParameterSample(TensorStatsSnapshot):
     update_ratio: Optional[float] = None
 
     @classmethod
-    def _sample(cls, s: Mapping[str, Any], numel: Optional[int]) -> "ParameterSample":
+    def _sample(cls, s: _nansense.ParameterSample, numel: Optional[int]) -> "ParameterSample":
         # The engine samples mean and population std; the reference's fields
         # are the sums they come from (over numel elements).
         n = numel if numel else 1
-        mean, std = float(s["mean"]), float(s["std"])
-        return cls(n=n, sum=mean * n, sum_sq=n * (std * std + mean * mean), min=float(s["min"]),
-                   max=float(s["max"]), hist=None, epoch=int(s["epoch"]), value_norm=float(s["value_norm"]),
-                   grad_norm=s["grad_norm"], grad_mean=s["grad_mean"], grad_std=s["grad_std"],
-                   grad_min=s["grad_min"], grad_max=s["grad_max"], update_ratio=s["update_ratio"])
+        mean, std = float(s.mean), float(s.std)
+        return cls(n=n, sum=mean * n, sum_sq=n * (std * std + mean * mean), min=float(s.min),
+                   max=float(s.max), hist=None, epoch=int(s.epoch), value_norm=float(s.value_norm),
+                   grad_norm=s.grad_norm, grad_mean=s.grad_mean, grad_std=s.grad_std,
+                   grad_min=s.grad_min, grad_max=s.grad_max, update_ratio=s.update_ratio)
 
 
 @dataclass(frozen=True)
@@ -347,35 +367,35 @@ class WatchSnapshot:
         return out
 
     @classmethod
-    def _from(cls, d: Optional[dict], layers: Optional[set], include_patches: bool,
-              numel: Optional[Mapping[str, int]] = None) -> "WatchSnapshot":
-        if d is None:
+    def _of(cls, view: Optional[_nansense.StatsSnapshot], layers: Optional[set], include_patches: bool,
+            numel: Optional[Mapping[str, int]] = None) -> "WatchSnapshot":
+        if view is None:
             return cls()
         stats = {}
-        for l in d["layers"]:
-            if layers is not None and l["layer"] not in layers:
+        for b in view.buckets:
+            if layers is not None and b.layer not in layers:
                 continue
-            raw = l["patches"] if include_patches else []
-            galleries = tuple(PatchGallery._from(g) for g in raw)
+            raw = b.patches if include_patches else []
+            galleries = tuple(PatchGallery._of(g) for g in raw)
             by_type = {}
             for g, r in zip(galleries, raw):
-                t = TypePatches._from(g, (int(r["input_height"]), int(r["input_width"])))
+                t = TypePatches._from(g, (r.input_height, r.input_width))
                 if t is not None:
                     by_type[g.ranking] = t
-            stats[(l["layer"], l["phase"], l["epoch"])] = LayerStatsSnapshot(
-                layer=l["layer"], phase=l["phase"], epoch=l["epoch"], batches=l["batches"],
-                activations=TensorStatsSnapshot._from(l["activation"]),
-                gradients=TensorStatsSnapshot._from(l["gradient"]),
+            stats[(b.layer, b.phase, b.epoch)] = LayerStatsSnapshot(
+                layer=b.layer, phase=b.phase, epoch=b.epoch, batches=b.batches,
+                activations=TensorStatsSnapshot._of(b.activation),
+                gradients=TensorStatsSnapshot._of(b.gradient),
                 patches=PatchSnapshot(by_type) if by_type else None, galleries=galleries)
         weights: dict[tuple[str, int], dict[str, ParameterSample]] = {}
-        for param, samples in d["parameters"].items():
-            owner = d["owner"].get(param, "")
+        owners = view.owner
+        for param, samples in view.parameters.items():
+            owner = owners.get(param, "")
             if layers is not None and owner not in layers:
                 continue
             for s in samples:
-                weights.setdefault((owner, s["epoch"]), {})[param] = ParameterSample._sample(
-                    s, (numel or {}).get(param))
-        return cls(stats=stats, weights=weights, sequence=d["sequence"], ranks=d["ranks"])
+                weights.setdefault((owner, s.epoch), {})[param] = ParameterSample._sample(s, (numel or {}).get(param))
+        return cls(stats=stats, weights=weights, sequence=view.sequence, ranks=view.ranks)
 
 
 @dataclass(frozen=True)
@@ -455,7 +475,7 @@ class MetricsSnapshot:
         return out
 
 
-# ---- instruments: the adapters the engine calls with a context dict
+# ---- instruments: the adapters the engine calls with a context
 
 
 def _scalar(metric: str, value: Any) -> float:
@@ -472,7 +492,7 @@ def _scalar(metric: str, value: Any) -> float:
 
 class _Instruments:
     """The Python side of a session's instruments: builds each context from
-    the engine's dict (adding the module and optimizer state the engine does
+    the engine's (adding the module and optimizer state the engine does
     not know) and normalises what the user's function returns."""
 
     def __init__(self, model: torch.nn.Module, optimizer: Any):
@@ -492,24 +512,23 @@ class _Instruments:
                 out[name] = dict(state[p])
         return out
 
-    def layer_context(self, d: dict) -> LayerContext:
-        pos = d["position"]
+    def layer_context(self, c: _nansense.LayerContext) -> LayerContext:
+        weights = c.weights
         return LayerContext(
-            layer=d["layer"], phase=d["phase"], epoch=pos["epoch"], batch_idx=pos["batch_idx"],
-            module=self._modules.get(d["layer"]), activation=d["activation"], gradient=d["gradient"],
-            weights=d["weights"], weight_gradients=d["weight_gradients"],
-            optimizer_state=self._optimizer_state(d["weights"].keys()))
+            layer=c.layer, phase=c.phase, epoch=c.position.epoch, batch_idx=c.position.batch_idx,
+            module=self._modules.get(c.layer), activation=c.activation, gradient=c.gradient,
+            weights=weights, weight_gradients=c.weight_gradients,
+            optimizer_state=self._optimizer_state(weights.keys()))
 
-    def weight_context(self, d: dict) -> WeightContext:
-        pos = d["position"]
+    def weight_context(self, c: _nansense.WeightContext) -> WeightContext:
         return WeightContext(
-            layer=d["layer"], param=d["parameter"], phase=d["phase"], epoch=pos["epoch"],
-            batch_idx=pos["batch_idx"], module=self._modules.get(d["layer"]), weight=d["weight"],
-            gradient=d["gradient"], optimizer_state=d["optimizer_state"], hyperparams=d["hyperparams"])
+            layer=c.layer, param=c.parameter, phase=c.phase, epoch=c.position.epoch,
+            batch_idx=c.position.batch_idx, module=self._modules.get(c.layer), weight=c.weight,
+            gradient=c.gradient, optimizer_state=c.optimizer_state, hyperparams=c.hyperparams)
 
-    def metric_adapter(self, name: str, fn: Callable) -> Callable[[dict], Optional[list]]:
-        def adapter(d: dict) -> Optional[list]:
-            out = fn(self.layer_context(d))
+    def metric_adapter(self, name: str, fn: Callable) -> Callable[[_nansense.LayerContext], Optional[list]]:
+        def adapter(c: _nansense.LayerContext) -> Optional[list]:
+            out = fn(self.layer_context(c))
             if out is None:
                 return None
             if isinstance(out, Mapping):
@@ -525,9 +544,9 @@ class _Instruments:
 
         return adapter
 
-    def tensor_adapter(self, name: str, fn: Callable, weight: bool) -> Callable[[dict], Optional[torch.Tensor]]:
-        def adapter(d: dict) -> Optional[torch.Tensor]:
-            out = fn(self.weight_context(d) if weight else self.layer_context(d))
+    def tensor_adapter(self, name: str, fn: Callable, weight: bool) -> Callable[[Any], Optional[torch.Tensor]]:
+        def adapter(c: Any) -> Optional[torch.Tensor]:
+            out = fn(self.weight_context(c) if weight else self.layer_context(c))
             if out is not None and not isinstance(out, torch.Tensor):
                 raise TypeError(f"instrument {name!r} returned {type(out).__name__}; return a tensor or None")
             return out
@@ -544,20 +563,20 @@ class _Instruments:
             return series, ""
         return best, series[len(best) + 1:]
 
-    def metrics_snapshot(self, stats: Optional[dict], layers: Optional[set]) -> MetricsSnapshot:
-        if stats is None:
+    def metrics_snapshot(self, view: Optional[_nansense.StatsSnapshot], layers: Optional[set]) -> MetricsSnapshot:
+        if view is None:
             return MetricsSnapshot()
         out = {}
-        for s in stats["series"]:
-            layer = s["layer"]
+        for s in view.series:
+            layer = s.layer
             if not layer or (layers is not None and layer not in layers):
                 continue  # a logged scalar, or another layer
-            metric, key = self._split(s["name"])
-            pts = s["points"]
-            out[(layer, s["phase"], metric, key)] = MetricSeries(
-                on=self.metric_on.get(metric, "batch"), xs=tuple(p[2] for p in pts),
-                epochs=tuple(p[0] for p in pts), batches=tuple(p[1] for p in pts),
-                values=tuple(p[3] for p in pts))
+            metric, key = self._split(s.name)
+            pts = s.points
+            out[(layer, s.phase, metric, key)] = MetricSeries(
+                on=self.metric_on.get(metric, "batch"), xs=tuple(p.x for p in pts),
+                epochs=tuple(p.epoch for p in pts), batches=tuple(p.batch for p in pts),
+                values=tuple(p.value for p in pts))
         return MetricsSnapshot(series=out)
 
 

@@ -12,6 +12,8 @@ from typing import Any, Optional, overload
 
 import torch
 
+from . import _nansense
+
 
 class Mode(enum.StrEnum):
     """How training proceeds after a resume (Session.mode). Each is named
@@ -74,6 +76,23 @@ class BatchPosition:
 
     @overload
     @classmethod
+    def _of(cls, p: _nansense.BatchPosition) -> "BatchPosition": ...
+
+    @overload
+    @classmethod
+    def _of(cls, p: None) -> None: ...
+
+    @classmethod
+    def _of(cls, p: Optional[_nansense.BatchPosition]) -> Optional["BatchPosition"]:
+        if p is None:
+            return None
+        return cls(phase=p.phase, epoch=p.epoch, batch_idx=p.batch_idx, is_last_in_phase=p.is_last_in_phase,
+                   is_last_in_epoch=p.is_last_in_epoch, is_last_in_run=p.is_last_in_run)
+
+    # From a position in the wire's JSON (a controller reply, the rank
+    # protocol), where batch_idx may be spelled batch.
+    @overload
+    @classmethod
     def _from(cls, d: dict) -> "BatchPosition": ...
 
     @overload
@@ -122,10 +141,14 @@ class BatchSnapshot:
     custom_weight_tensors: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
 
     @classmethod
-    def _from(cls, d: Optional[dict]) -> Optional["BatchSnapshot"]:
-        if d is None:
+    def _of(cls, s: Optional[_nansense.BatchSnapshot]) -> Optional["BatchSnapshot"]:
+        if s is None:
             return None
-        return cls(position=BatchPosition._from(d["position"]), **{k: v for k, v in d.items() if k != "position"})
+        return cls(position=BatchPosition._of(s.position), sequence=s.sequence, layer_names=s.layer_names,
+                   activations=s.activations, activation_gradients=s.activation_gradients, weights=s.weights,
+                   weight_gradients=s.weight_gradients, optimizer_state=s.optimizer_state,
+                   optimizer_hyperparams=s.optimizer_hyperparams, inputs=s.inputs,
+                   custom_activations=s.custom_activations, custom_weight_tensors=s.custom_weight_tensors)
 
 
 @dataclass(frozen=True)
@@ -338,6 +361,12 @@ class TimeTravelStatus:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cached_epochs", tuple(self.cached_epochs))
+
+    @classmethod
+    def _of(cls, s: _nansense.TimeTravelStatus) -> "TimeTravelStatus":
+        return cls(available=s.available, reason=s.reason, cached_epochs=tuple(s.cached_epochs),
+                   total_epochs=s.total_epochs, current_epoch=s.current_epoch, pending_epoch=s.pending_epoch,
+                   cache_dir=s.cache_dir)
 
 
 class Schedule:
