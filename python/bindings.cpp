@@ -854,69 +854,50 @@ ReplayedCapsule replay(const std::string& path, const std::vector<ModuleSpec>& m
   return ReplayedCapsule{std::move(capsule), std::move(mirror)};
 }
 
-}  // namespace
-}  // namespace nansense::python
+// The engine's errors as Python exceptions of the matching built-in kinds,
+// one line each; `throwers` learns how to throw each (for _throw_error).
+using Thrower = void (*)(const std::string&);
+template <class E>
+py::exception<E>& bind_error(py::module_& m, std::map<std::string, Thrower>& throwers, const char* name,
+                             PyObject* base) {
+  throwers[name] = [](const std::string& message) { throw E(message); };
+  return py::register_exception<E>(m, name, base);
+}
 
-namespace {
 // Leaked on purpose: a Python object must not be released after the
 // interpreter is gone.
 py::object* jump_type() {
   static auto* type = new py::object(py::none());
   return type;
 }
-}  // namespace
 
-PYBIND11_MODULE(_nansense, m) {
-  using nansense::python::Engine;
-  using nansense::python::ModuleSpec;
-  m.doc() = "The native engine of the nansense Python package; use the nansense module.";
-  m.attr("TORCH_VERSION") = NANSENSE_TORCH_VERSION;
-  nansense::python::bind_positions(m);
-  nansense::python::bind_stats(m);
-  nansense::python::bind_runs(m);
-
-  // The engine's errors as Python exceptions of the matching built-in kinds.
-  static py::exception<nansense::ScheduleError> schedule_error(m, "ScheduleError", PyExc_ValueError);
-  static py::exception<nansense::ControlError> control_error(m, "ControlError", PyExc_RuntimeError);
-  static py::exception<nansense::UsageError> usage_error(m, "UsageError", PyExc_RuntimeError);
-  static py::exception<nansense::ArgumentError> argument_error(m, "ArgumentError", PyExc_ValueError);
-  static py::exception<nansense::TimeTravelError> time_travel_error(m, "TimeTravelError", PyExc_RuntimeError);
-  static py::exception<nansense::CapsuleError> capsule_error(m, "CapsuleError", PyExc_RuntimeError);
-  static py::exception<nansense::MomentError> moment_error(m, "MomentError", PyExc_RuntimeError);
+void bind_errors(py::module_& m) {
+  static std::map<std::string, Thrower> throwers;
+  bind_error<ScheduleError>(m, throwers, "ScheduleError", PyExc_ValueError);
+  static auto& control_error = bind_error<ControlError>(m, throwers, "ControlError", PyExc_RuntimeError);
+  bind_error<UsageError>(m, throwers, "UsageError", PyExc_RuntimeError);
+  static auto& argument_error = bind_error<ArgumentError>(m, throwers, "ArgumentError", PyExc_ValueError);
+  bind_error<TimeTravelError>(m, throwers, "TimeTravelError", PyExc_RuntimeError);
+  bind_error<CapsuleError>(m, throwers, "CapsuleError", PyExc_RuntimeError);
+  bind_error<MomentError>(m, throwers, "MomentError", PyExc_RuntimeError);
   // Also what the Python package's own coordinator raises (_distributed.py):
   // one type whichever side lost the run.
-  static py::exception<nansense::DistributedError> distributed_error(m, "DistributedError", PyExc_RuntimeError);
-  distributed_error.attr("__doc__") =
+  bind_error<DistributedError>(m, throwers, "DistributedError", PyExc_RuntimeError);
+  m.attr("DistributedError").attr("__doc__") =
       "A distributed run cannot go on together: a rank was lost (died, hung, left its loop) or the ranks "
       "disagree (nansense started on only some ranks). The message names the rank.";
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
-    } catch (const nansense::ScheduleError& e) {
-      py::set_error(schedule_error, e.what());
-    } catch (const nansense::ControlError& e) {
-      py::set_error(control_error, e.what());
-    } catch (const nansense::UsageError& e) {
-      py::set_error(usage_error, e.what());
-    } catch (const nansense::ArgumentError& e) {
-      py::set_error(argument_error, e.what());
-    } catch (const nansense::TimeTravelError& e) {
-      py::set_error(time_travel_error, e.what());
-    } catch (const nansense::CapsuleError& e) {
-      py::set_error(capsule_error, e.what());
-    } catch (const nansense::MomentError& e) {
-      py::set_error(moment_error, e.what());
-    } catch (const nansense::DistributedError& e) {
-      py::set_error(distributed_error, e.what());
-    } catch (const nansense::common::Refusal& e) {
+    } catch (const common::Refusal& e) {
       // A refused request: a wrong or unknown argument is an ArgumentError
       // (a ValueError), the others (not paused, nothing pinned) a ControlError.
-      if (e.kind() == nansense::common::Refusal::Kind::kConflict) {
+      if (e.kind() == common::Refusal::Kind::kConflict) {
         py::set_error(control_error, e.what());
       } else {
         py::set_error(argument_error, e.what());
       }
-    } catch (const nansense::TimeTravelJump& jump) {
+    } catch (const TimeTravelJump& jump) {
       // nansense.TimeTravelJump (a BaseException, defined in Python).
       auto* type = jump_type();
       if (!type->is_none()) {
@@ -927,6 +908,28 @@ PYBIND11_MODULE(_nansense, m) {
     }
   });
   m.def("_set_jump_type", [](py::object type) { *jump_type() = std::move(type); });
+  // The engine's error `name` thrown as the engine throws it, for the test
+  // that every C++ error type arrives as its Python exception
+  // (tests/python/test_errors.py); KeyError for a type with no binding.
+  m.def("_throw_error", [](const std::string& name, const std::string& message) {
+    const auto it = throwers.find(name);
+    if (it == throwers.end()) throw py::key_error(name);
+    it->second(message);
+  });
+}
+
+}  // namespace
+}  // namespace nansense::python
+
+PYBIND11_MODULE(_nansense, m) {
+  using nansense::python::Engine;
+  using nansense::python::ModuleSpec;
+  m.doc() = "The native engine of the nansense Python package; use the nansense module.";
+  m.attr("TORCH_VERSION") = NANSENSE_TORCH_VERSION;
+  nansense::python::bind_errors(m);
+  nansense::python::bind_positions(m);
+  nansense::python::bind_stats(m);
+  nansense::python::bind_runs(m);
 
   py::class_<ModuleSpec>(m, "ModuleSpec")
       .def(py::init([](std::string path, std::string kind, std::string description,
