@@ -918,19 +918,8 @@ void bind_errors(py::module_& m) {
   });
 }
 
-}  // namespace
-}  // namespace nansense::python
-
-PYBIND11_MODULE(_nansense, m) {
-  using nansense::python::Engine;
-  using nansense::python::ModuleSpec;
-  m.doc() = "The native engine of the nansense Python package; use the nansense module.";
-  m.attr("TORCH_VERSION") = NANSENSE_TORCH_VERSION;
-  nansense::python::bind_errors(m);
-  nansense::python::bind_positions(m);
-  nansense::python::bind_stats(m);
-  nansense::python::bind_runs(m);
-
+// NaN capsules replayed into a Python model.
+void bind_capsules(py::module_& m) {
   py::class_<ModuleSpec>(m, "ModuleSpec")
       .def(py::init([](std::string path, std::string kind, std::string description,
                        std::vector<std::pair<std::string, torch::Tensor>> parameters,
@@ -939,31 +928,25 @@ PYBIND11_MODULE(_nansense, m) {
                                std::move(buffers)};
            }),
            py::arg("path"), py::arg("kind"), py::arg("description"), py::arg("parameters"), py::arg("buffers"));
-
-  using nansense::python::ReplayedCapsule;
   py::class_<ReplayedCapsule>(m, "ReplayedCapsule")
       .def_property_readonly("position", [](const ReplayedCapsule& c) { return c.capsule.position; })
-      .def_property_readonly("batch",
-                             [](const ReplayedCapsule& c) { return nansense::python::clones(c.capsule.batch); })
-      .def_property_readonly("gradients",
-                             [](const ReplayedCapsule& c) { return nansense::python::clones(c.capsule.gradients); })
+      .def_property_readonly("batch", [](const ReplayedCapsule& c) { return clones(c.capsule.batch); })
+      .def_property_readonly("gradients", [](const ReplayedCapsule& c) { return clones(c.capsule.gradients); })
       .def_property_readonly("reasons", [](const ReplayedCapsule& c) { return c.capsule.reasons; })
       .def_property_readonly("notes", [](const ReplayedCapsule& c) { return c.capsule.notes; })
       .def_property_readonly("num_threads", [](const ReplayedCapsule& c) { return c.capsule.num_threads; })
       .def_property_readonly("settings",
-                             [](const ReplayedCapsule& c) {
-                               return nansense::python::to_python(nansense::numerics::to_json(c.capsule.settings));
-                             })
+                             [](const ReplayedCapsule& c) { return to_python(numerics::to_json(c.capsule.settings)); })
       .def("gradients_match", &ReplayedCapsule::gradients_match);
-  m.def("replay_capsule", &nansense::python::replay, py::arg("path"), py::arg("modules"), py::arg("state_kind"),
-        py::arg("load_state"));
+  m.def("replay_capsule", &replay, py::arg("path"), py::arg("modules"), py::arg("state_kind"), py::arg("load_state"));
+}
 
-  py::class_<Engine>(m, "Engine")
-      .def(py::init<const std::vector<ModuleSpec>&, std::optional<int64_t>, std::optional<nansense::PhaseCounts>>(),
-           py::arg("modules"), py::arg("epochs"), py::arg("phases"))
-      .def("serve", &Engine::serve, py::arg("port"), py::arg("host"), py::arg("open_browser"), py::arg("mcp"),
-           py::arg("print_banner"), py::arg("input_mean"), py::arg("input_std"), py::arg("input_transform"))
-      .def("set_model", &Engine::set_model)
+// The Python session's engine, its methods by area.
+using EngineClass = py::class_<Engine>;
+
+// The training thread's entry points and what the front end tells the engine about its loop.
+void bind_training(EngineClass& c) {
+  c.def("set_model", &Engine::set_model)
       .def("set_state_adapter", &Engine::set_state_adapter)
       .def("set_optimizer_reader", &Engine::set_optimizer_reader)
       .def("begin_batch", &Engine::begin_batch)
@@ -980,7 +963,17 @@ PYBIND11_MODULE(_nansense, m) {
       .def("clear_trainer_step", &Engine::clear_trainer_step)
       .def("set_micro_batch", &Engine::set_micro_batch)
       .def("set_rerun_note", &Engine::set_rerun_note)
-      .def("hold_at_boundary", &Engine::hold_at_boundary)
+      .def("set_loss_scale_reader", &Engine::set_loss_scale_reader)
+      .def("set_compiled", &Engine::set_compiled)
+      .def("note_backward_roots", &Engine::note_backward_roots)
+      .def("raise_armed_jump", &Engine::raise_armed_jump)
+      .def("rerunning", &Engine::rerunning)
+      .def("model_training", &Engine::model_training);
+}
+
+// Distributed runs (nansense/_distributed.py): the rank protocol's engine side.
+void bind_distributed(EngineClass& c) {
+  c.def("hold_at_boundary", &Engine::hold_at_boundary)
       .def("note_rank_trips", &Engine::note_rank_trips)
       .def("take_stats_shard", &Engine::take_stats_shard)
       .def("add_stats_shard", &Engine::add_stats_shard)
@@ -989,10 +982,6 @@ PYBIND11_MODULE(_nansense, m) {
       .def("checks_can_pause", &Engine::checks_can_pause)
       .def("hold_jumps", &Engine::hold_jumps)
       .def("set_settled_callback", &Engine::set_settled_callback)
-      .def("raise_armed_jump", &Engine::raise_armed_jump)
-      .def("set_loss_scale_reader", &Engine::set_loss_scale_reader)
-      .def("set_compiled", &Engine::set_compiled)
-      .def("note_backward_roots", &Engine::note_backward_roots)
       .def("set_rank", &Engine::set_rank)
       .def("check_after_reduction", &Engine::check_after_reduction)
       .def("check_gradients_first", &Engine::check_gradients_first)
@@ -1004,13 +993,16 @@ PYBIND11_MODULE(_nansense, m) {
       .def("trip_news", &Engine::trip_news)
       .def("stats_settings_version", &Engine::stats_settings_version)
       .def("stats_settings_for_followers", &Engine::stats_settings_for_followers)
-      .def("apply_stats_settings", &Engine::apply_stats_settings)
-      .def("url", &Engine::url)
+      .def("apply_stats_settings", &Engine::apply_stats_settings);
+}
+
+// Run control, the schedule, time travel, moments and what the session reports of them.
+void bind_run_control(EngineClass& c) {
+  c.def("url", &Engine::url)
       .def("state", &Engine::state)
       .def("mode", &Engine::mode)
       .def("wait_until_stopped", &Engine::wait_until_stopped)
       .def("live_position", &Engine::live_position)
-      .def("rerunning", &Engine::rerunning)
       .def("snapshot", &Engine::snapshot)
       .def("layer_names", &Engine::layer_names)
       .def("internal_errors", &Engine::internal_errors)
@@ -1027,7 +1019,6 @@ PYBIND11_MODULE(_nansense, m) {
       .def("locked", &Engine::locked)
       .def("park", &Engine::park)
       .def("begin_moment_replay", &Engine::begin_moment_replay)
-      .def("model_training", &Engine::model_training)
       .def("end_moment_replay", &Engine::end_moment_replay)
       .def("abandon_moment_replay", &Engine::abandon_moment_replay)
       .def("step_batch", &Engine::step_batch)
@@ -1038,13 +1029,23 @@ PYBIND11_MODULE(_nansense, m) {
       .def("detach", &Engine::detach)
       .def("pause", &Engine::pause)
       .def("refresh", &Engine::refresh)
-      .def("debug_error", &Engine::debug_error)
+      .def("pause_count", &Engine::pause_count)
+      .def("wait_until_paused", &Engine::wait_until_paused);
+}
+
+// The numerical checks: their settings, the standing error and the loss scaler.
+void bind_debug(EngineClass& c) {
+  c.def("debug_error", &Engine::debug_error)
       .def("debug_settings", &Engine::debug_settings)
       .def("set_debug_settings", &Engine::set_debug_settings)
       .def("silence_debug_check", &Engine::silence_debug_check)
       .def("clear_debug_error", &Engine::clear_debug_error)
-      .def("loss_scale", &Engine::loss_scale)
-      .def("settings", &Engine::settings)
+      .def("loss_scale", &Engine::loss_scale);
+}
+
+// Statistics settings, the statistics view and the instruments.
+void bind_watching(EngineClass& c) {
+  c.def("settings", &Engine::settings)
       .def("set_update_frequency", &Engine::set_update_frequency)
       .def("set_stats_scope", &Engine::set_stats_scope)
       .def("watch_layers", &Engine::watch_layers)
@@ -1056,8 +1057,12 @@ PYBIND11_MODULE(_nansense, m) {
       .def("watch_layer_tensor", &Engine::watch_layer_tensor)
       .def("watch_weight_tensor", &Engine::watch_weight_tensor)
       .def("failed_metrics", &Engine::failed_metrics)
-      .def("stats", &Engine::stats)
-      .def("probe_status", &Engine::probe_status)
+      .def("stats", &Engine::stats);
+}
+
+// Probes and experiments on the paused model.
+void bind_experiments(EngineClass& c) {
+  c.def("probe_status", &Engine::probe_status)
       .def("pin_batch", &Engine::pin_batch)
       .def("unpin_batch", &Engine::unpin_batch)
       .def("set_probe_mode", &Engine::set_probe_mode)
@@ -1072,9 +1077,36 @@ PYBIND11_MODULE(_nansense, m) {
       .def("experiment_pending", &Engine::experiment_pending)
       .def("cancel_experiment", &Engine::cancel_experiment)
       .def("wait_for_experiment", &Engine::wait_for_experiment)
-      .def("pause_count", &Engine::pause_count)
       .def("probe_result", &Engine::probe_result)
-      .def("wait_for_probe", &Engine::wait_for_probe)
-      .def("wait_until_paused", &Engine::wait_until_paused);
+      .def("wait_for_probe", &Engine::wait_for_probe);
+}
+
+void bind_engine(py::module_& m) {
+  EngineClass c(m, "Engine");
+  c.def(py::init<const std::vector<ModuleSpec>&, std::optional<int64_t>, std::optional<PhaseCounts>>(),
+        py::arg("modules"), py::arg("epochs"), py::arg("phases"))
+      .def("serve", &Engine::serve, py::arg("port"), py::arg("host"), py::arg("open_browser"), py::arg("mcp"),
+           py::arg("print_banner"), py::arg("input_mean"), py::arg("input_std"), py::arg("input_transform"));
+  bind_training(c);
+  bind_distributed(c);
+  bind_run_control(c);
+  bind_debug(c);
+  bind_watching(c);
+  bind_experiments(c);
+}
+
+}  // namespace
+}  // namespace nansense::python
+
+PYBIND11_MODULE(_nansense, m) {
+  namespace python = nansense::python;
+  m.doc() = "The native engine of the nansense Python package; use the nansense module.";
+  m.attr("TORCH_VERSION") = NANSENSE_TORCH_VERSION;
+  python::bind_errors(m);
+  python::bind_positions(m);
+  python::bind_stats(m);
+  python::bind_runs(m);
+  python::bind_capsules(m);
+  python::bind_engine(m);
   m.def("histogram_edges", [] { return nansense::stats::bin_edges(); });
 }
