@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 
+#include "common/dtype.h"
 #include "experiments/engine.h"
 #include "experiments/experiments.h"
 #include "experiments/probe.h"
@@ -130,7 +131,12 @@ void bind_stats(py::module_& m) {
       .def_readonly("binned", &TensorStatsSnapshot::binned)
       .def_readonly("median", &TensorStatsSnapshot::median)
       .def_readonly("dead_count", &TensorStatsSnapshot::dead_count)
-      .def_readonly("dead_channels", &TensorStatsSnapshot::dead_channels);
+      .def_readonly("dead_channels", &TensorStatsSnapshot::dead_channels)
+      // As every reply spells a dtype ("bfloat16"); None before any tensor.
+      .def_property_readonly("dtype", [](const TensorStatsSnapshot& t) -> std::optional<std::string> {
+        if (t.dtype == c10::ScalarType::Undefined) return std::nullopt;
+        return common::dtype_name(t.dtype);
+      });
 
   py::class_<PatchSlot>(m, "PatchSlot")
       .def_readonly("filled", &PatchSlot::filled)
@@ -174,7 +180,8 @@ void bind_stats(py::module_& m) {
       .def_readonly("grad_std", &ParameterSample::grad_std)
       .def_readonly("grad_min", &ParameterSample::grad_min)
       .def_readonly("grad_max", &ParameterSample::grad_max)
-      .def_readonly("update_ratio", &ParameterSample::update_ratio);
+      .def_readonly("update_ratio", &ParameterSample::update_ratio)
+      .def_readonly("median", &ParameterSample::median);
 
   py::class_<ScalarPoint>(m, "ScalarPoint")
       .def_readonly("epoch", &ScalarPoint::epoch)

@@ -192,6 +192,9 @@ struct TensorStatsSnapshot {
   // unknown (no per-channel histograms).
   std::optional<int64_t> dead_count;
   std::vector<int64_t> dead_channels;  // their indices (while bins exist)
+  // The dtype of the tensors folded in (the latest one's: autocast keeps a
+  // layer's dtype from batch to batch); Undefined before any.
+  c10::ScalarType dtype = c10::ScalarType::Undefined;
 
   // Of the finite values; nullopt without any.
   std::optional<double> mean() const;
@@ -256,6 +259,9 @@ struct LayerStatsSnapshot {
 struct ParameterSample {
   int64_t epoch = 0;
   double value_norm = 0, mean = 0, std = 0, min = 0, max = 0;
+  // The values' exact median (the lower of the two middle values for an
+  // even count, as torch.median); nullopt for an empty parameter.
+  std::optional<double> median;
   std::optional<double> grad_norm, grad_mean, grad_std, grad_min, grad_max;
   // ||w after the batch's optimizer step - w before|| / ||w before||: 0.0
   // when the batch changed nothing (eval, a frozen parameter); nullopt only

@@ -236,8 +236,10 @@ class _WatchMethods:
             raise TypeError(f"include_patches must be a bool, got {include_patches!r}")
         if not self._engine:
             return WatchSnapshot()
-        numel = {name: p.numel() for name, p in self._model.named_parameters()}
-        return WatchSnapshot._of(self._engine.stats(), wanted, include_patches, numel)
+        params = dict(self._model.named_parameters())
+        numel = {name: p.numel() for name, p in params.items()}
+        dtypes = {name: p.dtype for name, p in params.items()}
+        return WatchSnapshot._of(self._engine.stats(), wanted, include_patches, numel, dtypes)
 
     def log_scalar(self, name: str, value: float) -> None:
         """Record `value` under `name` at the current batch (a GRAPHS plot).

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Union, cast
 import torch
 
 from . import _nansense
-from ._types import BatchPosition
+from ._types import BatchPosition, _torch_dtype
 
 __all__ = [
     "StatsScope",
@@ -171,7 +171,7 @@ class TensorStatsSnapshot:
             dead_channels=tuple(t.dead_channels), _median=_nan_if_none(t.median), _dead_count=t.dead_count,
             collapsed_dead_count=t.dead_count if collapsed else None,
             collapsed_median=_nan_if_none(t.median) if collapsed else None,
-            binned=t.binned,
+            binned=t.binned, dtype=_torch_dtype(t.dtype),
         )
 
     @classmethod
@@ -180,7 +180,7 @@ class TensorStatsSnapshot:
         # collapsed and dead_count spelled dead_channel_count.
         if d is None:
             return None
-        fields = {**d, "hist": d["hist"] or [], "dead_count": d["dead_channel_count"]}
+        fields = {**d, "hist": d["hist"] or [], "dead_count": d["dead_channel_count"], "dtype": d.get("dtype")}
         return cls._of(cast(Any, SimpleNamespace(**fields)))
 
 
@@ -303,8 +303,9 @@ class LayerStatsSnapshot:
 class ParameterSample(TensorStatsSnapshot):
     """A parameter's statistics sampled at an epoch, a TensorStatsSnapshot
     of its values as the reference's are (n elements, sum, sum_sq, min, max;
-    mean, std and variance from them; no histogram is kept, so hist is None
-    and median nan), plus ours: the epoch, the values' L2 norm, the
+    mean, std and variance from them; the parameter's dtype; no histogram is
+    kept, so hist is None as in a collapsed bucket and median, like
+    collapsed_median, is the values' exact median), plus ours: the epoch, the values' L2 norm, the
     gradient's norm, mean, std, min and max (None without a gradient), and
     the update ratio ||w after the step - w before|| / ||w before||."""
 
@@ -318,13 +319,16 @@ class ParameterSample(TensorStatsSnapshot):
     update_ratio: Optional[float] = None
 
     @classmethod
-    def _sample(cls, s: _nansense.ParameterSample, numel: Optional[int]) -> "ParameterSample":
+    def _sample(cls, s: _nansense.ParameterSample, numel: Optional[int],
+                dtype: Optional[torch.dtype] = None) -> "ParameterSample":
         # The engine samples mean and population std; the reference's fields
         # are the sums they come from (over numel elements).
         n = numel if numel else 1
         mean, std = float(s.mean), float(s.std)
+        median = s.median
         return cls(n=n, sum=mean * n, sum_sq=n * (std * std + mean * mean), min=float(s.min),
-                   max=float(s.max), hist=None, epoch=int(s.epoch), value_norm=float(s.value_norm),
+                   max=float(s.max), hist=None, _median=_nan_if_none(median), collapsed_median=median,
+                   dtype=dtype, epoch=int(s.epoch), value_norm=float(s.value_norm),
                    grad_norm=s.grad_norm, grad_mean=s.grad_mean, grad_std=s.grad_std,
                    grad_min=s.grad_min, grad_max=s.grad_max, update_ratio=s.update_ratio)
 
@@ -368,7 +372,8 @@ class WatchSnapshot:
 
     @classmethod
     def _of(cls, view: Optional[_nansense.StatsSnapshot], layers: Optional[set], include_patches: bool,
-            numel: Optional[Mapping[str, int]] = None) -> "WatchSnapshot":
+            numel: Optional[Mapping[str, int]] = None,
+            dtypes: Optional[Mapping[str, torch.dtype]] = None) -> "WatchSnapshot":
         if view is None:
             return cls()
         stats = {}
@@ -394,7 +399,8 @@ class WatchSnapshot:
             if layers is not None and owner not in layers:
                 continue
             for s in samples:
-                weights.setdefault((owner, s.epoch), {})[param] = ParameterSample._sample(s, (numel or {}).get(param))
+                weights.setdefault((owner, s.epoch), {})[param] = ParameterSample._sample(
+                    s, (numel or {}).get(param), (dtypes or {}).get(param))
         return cls(stats=stats, weights=weights, sequence=view.sequence, ranks=view.ranks)
 
 

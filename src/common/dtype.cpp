@@ -45,4 +45,13 @@ std::string dtype_name(c10::ScalarType dtype) {
   }
 }
 
+std::optional<c10::ScalarType> dtype_of_name(const std::string& name) {
+  using c10::ScalarType;
+  for (auto dtype : {ScalarType::Half, ScalarType::BFloat16, ScalarType::Float, ScalarType::Double, ScalarType::Byte,
+                     ScalarType::Char, ScalarType::Short, ScalarType::Int, ScalarType::Long, ScalarType::Bool}) {
+    if (dtype_name(dtype) == name) return dtype;
+  }
+  return std::nullopt;
+}
+
 }  // namespace nansense::common

@@ -6,11 +6,15 @@
 #include <c10/core/ScalarType.h>
 #include <c10/util/ArrayRef.h>
 
+#include <optional>
 #include <string>
 
 namespace nansense::common {
 
 std::string dtype_name(c10::ScalarType dtype);
+// The inverse for the floating-point, integer and bool dtypes dtype_name
+// spells ("float32" -> Float); nullopt for any other name.
+std::optional<c10::ScalarType> dtype_of_name(const std::string& name);
 std::string shape_text(c10::IntArrayRef shape);
 
 }  // namespace nansense::common

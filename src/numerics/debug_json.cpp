@@ -2,24 +2,13 @@
 
 #include <set>
 
+#include "common/dtype.h"
 #include "common/json_read.h"
 #include "common/json_values.h"
 #include "common/tensor_stats.h"
 #include "numerics/bands.h"
 
 namespace nansense::numerics {
-
-namespace {
-
-std::optional<c10::ScalarType> dtype_from_name(const std::string& name) {
-  if (name == "float16") return c10::ScalarType::Half;
-  if (name == "bfloat16") return c10::ScalarType::BFloat16;
-  if (name == "float32") return c10::ScalarType::Float;
-  if (name == "float64") return c10::ScalarType::Double;
-  return std::nullopt;
-}
-
-}  // namespace
 
 json to_json(const DebugSettings& s) {
   return {{"enabled", s.enabled()},
@@ -107,8 +96,8 @@ json bands_json(const DebugError& error) {
   json out = json::array();
   for (const auto& row : error.layers) {
     if (!row.dtype || !seen.insert(*row.dtype).second) continue;
-    auto dtype = dtype_from_name(*row.dtype);
-    if (!dtype) continue;
+    auto dtype = common::dtype_of_name(*row.dtype);
+    if (!dtype || !c10::isFloatingType(*dtype)) continue;
     auto band = band_of(*dtype);
     out.push_back({{"dtype", *row.dtype}, {"tiny", band->tiny}, {"overflow", band->overflow}});
   }

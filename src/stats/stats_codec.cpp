@@ -1,5 +1,6 @@
 #include "stats/stats_codec.h"
 
+#include "common/dtype.h"
 #include "nansense/errors.h"
 #include "stats/shards.h"
 
@@ -54,7 +55,8 @@ json to_json(const TensorStatsSnapshot& t) {
           {"binned", t.binned},
           {"median", opt(t.median)},
           {"dead_count", t.dead_count ? json(*t.dead_count) : json()},
-          {"dead_channels", t.dead_channels}};
+          {"dead_channels", t.dead_channels},
+          {"dtype", t.dtype == c10::ScalarType::Undefined ? json() : json(common::dtype_name(t.dtype))}};
 }
 TensorStatsSnapshot tensor_stats_of(const json& j) {
   TensorStatsSnapshot t;
@@ -73,6 +75,10 @@ TensorStatsSnapshot tensor_stats_of(const json& j) {
   t.median = finite_of(j.at("median"));
   if (!j.at("dead_count").is_null()) t.dead_count = j.at("dead_count").get<int64_t>();
   t.dead_channels = j.at("dead_channels").get<std::vector<int64_t>>();
+  // Files written before the dtype was kept have none.
+  if (j.contains("dtype") && !j.at("dtype").is_null()) {
+    t.dtype = common::dtype_of_name(j.at("dtype").get<std::string>()).value_or(c10::ScalarType::Undefined);
+  }
   return t;
 }
 
@@ -88,7 +94,8 @@ json to_json(const ParameterSample& p) {
           {"grad_std", opt(p.grad_std)},
           {"grad_min", opt(p.grad_min)},
           {"grad_max", opt(p.grad_max)},
-          {"update_ratio", opt(p.update_ratio)}};
+          {"update_ratio", opt(p.update_ratio)},
+          {"median", opt(p.median)}};
 }
 ParameterSample parameter_sample_of(const json& j) {
   ParameterSample p;
@@ -104,6 +111,7 @@ ParameterSample parameter_sample_of(const json& j) {
   p.grad_min = opt_of(j.at("grad_min"));
   p.grad_max = opt_of(j.at("grad_max"));
   p.update_ratio = opt_of(j.at("update_ratio"));
+  if (j.contains("median")) p.median = opt_of(j.at("median"));  // absent in older files
   return p;
 }
 

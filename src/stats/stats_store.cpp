@@ -70,6 +70,7 @@ struct TensorAccumulator::State {
   std::optional<ExactFold> exact;
   std::vector<ChannelRange> ranges;
   int64_t adds = 0;  // tensors folded in: seeds the histogram's sample
+  c10::ScalarType dtype = c10::ScalarType::Undefined;  // the latest tensor's
 
   // Fixes the device and the channels (dim 1 when `channels` > 0).
   void start(const torch::Device& device, int64_t dim1) {
@@ -164,9 +165,12 @@ void TensorAccumulator::add(const torch::Tensor& t) {
   // (bench/stats): an exact pass over every value and a histogram of at most
   // histogram_sample of them; the CPU has no kernel launches to batch.
   if (x.is_cpu() && x.scalar_type() == torch::kFloat) {
-    add(fold_on_cpu(x.contiguous(), s.detail, static_cast<uint64_t>(s.adds++)));
+    auto fold = fold_on_cpu(x.contiguous(), s.detail, static_cast<uint64_t>(s.adds++));
+    fold.dtype = t.scalar_type();
+    add(fold);
     return;
   }
+  s.dtype = t.scalar_type();
 
   // Counts. torch::bincount would count the slots too, but on CUDA it reads
   // the index range back to size its result (a sync); index_add_ into the
@@ -242,6 +246,7 @@ void TensorAccumulator::add(const CpuFold& f) {
   c10::InferenceMode no_autograd;
   if (!s.started) s.start(torch::kCPU, f.channels);
   if (!s.scalars.is_cpu()) s.move_to_cpu();
+  s.dtype = f.dtype;
   // What the op path counted so far (every value) becomes exact counts.
   if (!s.exact) s.absorb_counts(s.slots);
   const int64_t fold_rows = static_cast<int64_t>(f.slots.size()) / kSlots;
@@ -308,6 +313,7 @@ TensorStatsSnapshot TensorAccumulator::describe(const std::vector<torch::Tensor>
   const auto& s = *state_;
   if (s.collapsed) return s.cached;
   TensorStatsSnapshot v;
+  v.dtype = s.dtype;
   if (cpu_buffers.size() < 2) return v;
   const auto scalars = doubles(cpu_buffers[0]);
   const auto counts = cpu_buffers[1].contiguous();
@@ -572,6 +578,7 @@ void StatsStore::finish_parameter_sample(const std::map<std::string, std::string
     }
     parts.push_back(torch::linalg_vector_norm(w - before, 2));
     parts.push_back(torch::linalg_vector_norm(before, 2));
+    parts.push_back(w.numel() > 0 ? w.flatten().median() : torch::full({}, std::nan(""), w.options()));
     rows.push_back(torch::stack(parts));
   }
   pending->before.clear();  // the clones are freed before the copy back
@@ -593,6 +600,7 @@ void StatsStore::finish_parameter_sample(const std::map<std::string, std::string
       sample.grad_max = r[9];
     }
     if (r[11] != 0) sample.update_ratio = r[10] / r[11];
+    if (!std::isnan(r[12])) sample.median = r[12];
     auto& samples = parameters_[pending->names[i]];
     auto at = std::lower_bound(samples.begin(), samples.end(), sample.epoch,
                                [](const ParameterSample& s, int64_t e) { return s.epoch < e; });

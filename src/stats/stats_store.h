@@ -41,6 +41,8 @@ struct CpuFold {
   // kSlots counts per row: the tracked channels', then (when some are not
   // tracked) one row for all the others; one row without channels.
   std::vector<int64_t> slots;
+  // The folded tensor's dtype before it was widened to float32.
+  c10::ScalarType dtype = c10::ScalarType::Float;
 };
 // Folds x (float32, on the CPU, contiguous) as a TensorAccumulator with
 // `detail` folds it: every value exactly, the histogram from at most

@@ -93,6 +93,7 @@ void add_shard(TensorStatsSnapshot& into, const TensorStatsSnapshot& shard) {
   into.nan += shard.nan;
   into.pos_inf += shard.pos_inf;
   into.neg_inf += shard.neg_inf;
+  if (into.dtype == c10::ScalarType::Undefined) into.dtype = shard.dtype;
   auto combine = [](std::optional<double>& mine, const std::optional<double>& theirs, const auto& pick) {
     if (theirs) mine = mine ? pick(*mine, *theirs) : *theirs;
   };

@@ -567,6 +567,36 @@ def test_watch_snapshot_weights_are_tensor_stats_snapshots():
     assert math.isfinite(last.std) and last.value_norm > 0
 
 
+def test_watch_snapshot_keeps_each_tensors_dtype_and_each_weights_median():
+    # Under bf16 autocast the Linear layers' outputs (and their gradients)
+    # are bfloat16, the ReLU's too, while the parameters stay float32.
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.ReLU(), torch.nn.Linear(5, 3))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    session = nansense.start(model, optimizer=optimizer)
+    session.set_stats_scope(nansense.StatsScope.ALL)
+    session.detach()
+    sampled = {}
+    for epoch in session.epochs(2):
+        for i, x in enumerate(session.batches([torch.randn(4, 6) for _ in range(2)], phase="train")):
+            optimizer.zero_grad()
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                out = model(x)
+            out.float().sum().backward()
+            optimizer.step()
+            if i == 0:  # an epoch's sample is taken at its first batch, after the step
+                sampled[epoch] = {n: p.detach().clone() for n, p in model.named_parameters()}
+    session.close()
+    snap = session.watch_snapshot()
+    stats = snap.latest_per_phase("0")["train"]
+    assert stats.activations.dtype == torch.bfloat16 and stats.gradients.dtype == torch.bfloat16
+    for (layer, epoch), params in snap.weights.items():
+        for name, sample in params.items():
+            assert sample.dtype == torch.float32 and sample.hist is None
+            expected = sampled[epoch][name].flatten().median().item()
+            assert sample.median == expected == sample.collapsed_median, (name, epoch)
+
+
 def test_layer_stats_patches_have_the_reference_layout():
     session, model = watched_run()
     stats = session.watch_snapshot().latest_per_phase("features.0")["train"]
