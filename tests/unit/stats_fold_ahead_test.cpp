@@ -268,7 +268,8 @@ void expect_direct(const std::optional<TensorStatsSnapshot>& got, const std::vec
 
 TEST(StatsFoldAhead, ASessionsStatisticsEqualTheTensorsTheModelProduced) {
   // Galleries off: both the activation and the gradient are folded ahead.
-  // Galleries on: the activation is held for them, the gradient folded ahead.
+  // Galleries on: the same, and the activation stays held for the galleries
+  // (it is not folded a second time at the batch's end).
   for (const int64_t patches : {0, 2}) {
     torch::manual_seed(4);
     RecordingNet model;
@@ -296,7 +297,7 @@ TEST(StatsFoldAhead, ASessionsStatisticsEqualTheTensorsTheModelProduced) {
     EXPECT_EQ(bucket.batches, 3);
     ASSERT_EQ(model->activations.size(), 3u);
     ASSERT_EQ(model->gradients.size(), 3u);
-    expect_direct(bucket.activation, model->activations, patches ? "activation (held)" : "activation (ahead)");
+    expect_direct(bucket.activation, model->activations, patches ? "activation (ahead, held)" : "activation (ahead)");
     expect_direct(bucket.gradient, model->gradients, "gradient (ahead)");
     EXPECT_EQ(bucket.activation->channels, 4);
     EXPECT_EQ(bucket.patches.empty(), patches == 0);
