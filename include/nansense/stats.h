@@ -29,9 +29,9 @@ namespace nansense {
 // Cost while collecting (bench/stats, demo CNN): every batch is traced (the
 // ops observed, tensors referenced on their device, no copy: about 1.07x) and
 // each collected layer's activation and gradient folded on its device, which
-// costs by the number of values: 3 watched layers every batch measured 1.10x a
-// plain batch without Min/Max patches (1.5x with them, the default), every
-// layer 1.22x (docs/benchmarks.md).
+// costs by the number of values: 3 watched layers every batch measured 1.11 to
+// 1.13x a plain batch without Min/Max patches (1.18 to 1.21x with them, the
+// default), every layer 1.22 to 1.24x (docs/benchmarks.md, issue 58).
 enum class StatsScope { kNone, kWatched, kAll };
 std::string_view to_string(StatsScope scope);  // "none", "watched", "all"
 

@@ -2,6 +2,7 @@
 
 #include <unordered_map>
 
+#include "capture/host_buffers.h"
 #include "common/torch_compat.h"
 
 namespace nansense::capture {
@@ -11,21 +12,32 @@ namespace {
 using State = std::map<std::string, torch::Tensor>;
 using Hyper = std::map<std::string, double>;
 
-torch::Tensor cpu(const torch::Tensor& t) { return t.detach().to(torch::kCPU, false, true); }
 torch::Tensor scalar(int64_t v) { return torch::tensor(v, torch::kInt64); }
 
-void put(State& s, const char* key, const torch::Tensor& t, bool copy) {
-  if (t.defined()) s[key] = copy ? cpu(t) : t;
+// How a state tensor is read: live, or copied to the CPU (into recycled
+// memory when the snapshot has a pool).
+struct Reading {
+  bool copy = true;
+  HostBuffers* buffers = nullptr;
+};
+
+void put(State& s, const char* key, const torch::Tensor& t, const Reading& how) {
+  if (!t.defined()) return;
+  if (!how.copy) {
+    s[key] = t;
+  } else {
+    s[key] = how.buffers ? how.buffers->copy(t) : t.detach().to(torch::kCPU, false, true);
+  }
 }
 
 // Adam and AdamW keep the same state and hyperparameters under different types.
 template <class ParamState>
-State adam_state(const ParamState& st, bool copy) {
+State adam_state(const ParamState& st, const Reading& how) {
   State s;
   s["step"] = scalar(st.step());
-  put(s, "exp_avg", st.exp_avg(), copy);
-  put(s, "exp_avg_sq", st.exp_avg_sq(), copy);
-  put(s, "max_exp_avg_sq", st.max_exp_avg_sq(), copy);
+  put(s, "exp_avg", st.exp_avg(), how);
+  put(s, "exp_avg_sq", st.exp_avg_sq(), how);
+  put(s, "max_exp_avg_sq", st.max_exp_avg_sq(), how);
   return s;
 }
 
@@ -35,22 +47,22 @@ Hyper adam_hyper(const Options& o) {
           {"eps", o.eps()}, {"weight_decay", o.weight_decay()}, {"amsgrad", o.amsgrad() ? 1.0 : 0.0}};
 }
 
-State read_state(const torch::optim::OptimizerParamState& base, bool copy) {
+State read_state(const torch::optim::OptimizerParamState& base, const Reading& how) {
   State s;
   if (auto* st = dynamic_cast<const torch::optim::SGDParamState*>(&base)) {
-    put(s, "momentum_buffer", st->momentum_buffer(), copy);
+    put(s, "momentum_buffer", st->momentum_buffer(), how);
   } else if (auto* st = dynamic_cast<const torch::optim::AdamParamState*>(&base)) {
-    s = adam_state(*st, copy);
+    s = adam_state(*st, how);
   } else if (auto* st = dynamic_cast<const torch::optim::AdamWParamState*>(&base)) {
-    s = adam_state(*st, copy);
+    s = adam_state(*st, how);
   } else if (auto* st = dynamic_cast<const torch::optim::RMSpropParamState*>(&base)) {
     s["step"] = scalar(st->step());
-    put(s, "square_avg", st->square_avg(), copy);
-    put(s, "momentum_buffer", st->momentum_buffer(), copy);
-    put(s, "grad_avg", st->grad_avg(), copy);
+    put(s, "square_avg", st->square_avg(), how);
+    put(s, "momentum_buffer", st->momentum_buffer(), how);
+    put(s, "grad_avg", st->grad_avg(), how);
   } else if (auto* st = dynamic_cast<const torch::optim::AdagradParamState*>(&base)) {
     s["step"] = scalar(st->step());
-    put(s, "sum", st->sum(), copy);
+    put(s, "sum", st->sum(), how);
   }
   return s;
 }
@@ -88,7 +100,8 @@ Hyper read_hyper(const torch::optim::OptimizerOptions& base) {
 
 }  // namespace
 
-OptimizerView read_optimizer(torch::optim::Optimizer& optimizer, const torch::nn::Module& model, bool copy_to_cpu) {
+OptimizerView read_optimizer(torch::optim::Optimizer& optimizer, const torch::nn::Module& model, bool copy_to_cpu,
+                             HostBuffers* buffers) {
   torch::NoGradGuard no_grad;
   std::unordered_map<const c10::TensorImpl*, std::string> names;
   for (const auto& p : model.named_parameters()) names[p.value().unsafeGetTensorImpl()] = p.key();
@@ -101,7 +114,7 @@ OptimizerView read_optimizer(torch::optim::Optimizer& optimizer, const torch::nn
       if (name == names.end()) continue;  // a parameter outside the debugged model
       view.hyperparams[name->second] = hyper;
       if (const auto* state = compat::optimizer_state(optimizer, p))
-        view.state[name->second] = read_state(*state, copy_to_cpu);
+        view.state[name->second] = read_state(*state, Reading{copy_to_cpu, buffers});
     }
   }
   return view;

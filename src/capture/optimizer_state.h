@@ -11,6 +11,8 @@
 
 namespace nansense::capture {
 
+class HostBuffers;
+
 struct OptimizerView {
   // parameter name -> state key -> tensor, a CPU copy unless read live
   // (scalars as 0-dim tensors)
@@ -22,9 +24,10 @@ struct OptimizerView {
 // Reads SGD, Adam, AdamW, RMSprop and Adagrad; for another optimizer the
 // state is empty and only the learning rate is reported. `copy_to_cpu`
 // false hands out the optimizer's own (live, on-device) state tensors, for
-// the training thread's instruments only.
+// the training thread's instruments only. The copies go into `buffers`'
+// recycled memory where given.
 OptimizerView read_optimizer(torch::optim::Optimizer& optimizer, const torch::nn::Module& model,
-                             bool copy_to_cpu = true);
+                             bool copy_to_cpu = true, HostBuffers* buffers = nullptr);
 
 // The state of an optimizer that is not a torch::optim::Optimizer (a Python
 // one, read by the Python package), keyed by the model's parameter names as

@@ -117,7 +117,8 @@ void hold(TraceResult& trace, std::map<std::string, torch::Tensor>& held, std::m
     stats[name] = common::tensor_stats(live);
     live = live.narrow(0, 0, budget.kept);
   }
-  auto& copy = held[name] = live.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
+  auto& copy = held[name] =
+      trace.buffers ? trace.buffers->copy(live) : live.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
   if (!batch) return;
   budget.batch_copies.insert(copy.unsafeGetTensorImpl());
   if (!gradient) {

@@ -30,12 +30,14 @@ std::shared_ptr<BatchSnapshot> build_snapshot(const BatchPosition& position, uin
     snap->full_bytes = full_bytes(trace);
   }
   auto bytes = [](const torch::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); };
+  HostBuffers* buffers = trace.buffers.get();
+  auto cpu = [&](const torch::Tensor& t) {
+    return buffers ? buffers->copy(t) : t.detach().to(torch::kCPU, false, true);
+  };
   for (const auto& p : model.named_parameters()) {
     const auto& w = p.value();
-    snap->parameter_bytes += bytes(snap->weights[p.key()] = w.detach().to(torch::kCPU, false, true));
-    if (w.grad().defined()) {
-      snap->parameter_bytes += bytes(snap->weight_gradients[p.key()] = w.grad().detach().to(torch::kCPU, false, true));
-    }
+    snap->parameter_bytes += bytes(snap->weights[p.key()] = cpu(w));
+    if (w.grad().defined()) snap->parameter_bytes += bytes(snap->weight_gradients[p.key()] = cpu(w.grad()));
   }
   // Each parameter shows the optimizer that holds it (several: a GAN's two).
   auto add = [&](OptimizerView view) {
@@ -45,7 +47,7 @@ std::shared_ptr<BatchSnapshot> build_snapshot(const BatchPosition& position, uin
     snap->optimizer_state.merge(view.state);
     snap->optimizer_hyperparams.merge(view.hyperparams);
   };
-  for (auto* optimizer : optimizers) add(read_optimizer(*optimizer, model));
+  for (auto* optimizer : optimizers) add(read_optimizer(*optimizer, model, /*copy_to_cpu=*/true, buffers));
   if (other_optimizers) add(other_optimizers());
   return snap;
 }

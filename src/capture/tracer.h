@@ -14,6 +14,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "capture/host_buffers.h"
 #include "capture/sample_budget.h"
 #include "nansense/architecture.h"
 #include "nansense/tensor_stats.h"
@@ -48,6 +49,8 @@ struct TraceResult {
   std::vector<int64_t> final_op;
   // Set when tracing failed part-way: the result must not be published.
   std::string error;
+  // Where the CPU copies are written (Tracer::copy_into); fresh memory when null.
+  std::shared_ptr<HostBuffers> buffers;
 };
 
 // One capture batch's tracer: a consumer of the batch's observer, on the
@@ -147,6 +150,9 @@ class Tracer : public observer::Consumer {
   // The snapshot budget's share of the step's memory (SampleBudget::share)
   // and the memory the step began with (SampleBudget::base).
   void share_budget(double share, int64_t base_bytes);
+  // The CPU copies (activations, gradients, then the snapshot's weights and
+  // optimizer state) go into `buffers`' recycled memory.
+  void copy_into(std::shared_ptr<HostBuffers> buffers) { result_->buffers = std::move(buffers); }
   ~Tracer();
   Tracer(const Tracer&) = delete;
   Tracer& operator=(const Tracer&) = delete;

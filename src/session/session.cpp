@@ -200,6 +200,7 @@ bool SessionCore::open_batch(const std::string& phase, std::optional<int64_t> ep
       model_index_ = capture::ModelIndex::of(*model_, capture ? nullptr : model_index_);
       tracer_ = std::make_unique<capture::Tracer>(*model_, *observer_, std::move(keep), snapshot_budget_,
                                                   samples_that_fit_, model_index_);
+      if (capture) tracer_->copy_into(host_buffers_);
       if (capture && snapshot_share_ > 0) {
         // The step's own memory: what the process holds now, less the
         // copies nansense holds of the snapshot shown.
@@ -246,7 +247,10 @@ void SessionCore::publish_capture() {
     report_internal_error(std::string(capture ? "snapshot failed: " : "statistics tracing failed: ") + e.what());
     return;
   }
-  if (capture) publish_snapshot(*trace);
+  if (capture) {
+    publish_snapshot(*trace);
+    host_buffers_->end_capture();
+  }
   // A batch only collected (a detached run with statistics on) names the
   // layers too.
   if (!capture && decision_.collect && !architecture_.load()) adopt_architecture(trace->architecture);

@@ -370,6 +370,9 @@ class SessionCore {
   int64_t snapshot_budget_ = 0;
   double snapshot_share_ = 0;  // StartOptions::snapshot_share
   int64_t samples_that_fit_ = 0;
+  // The memory captures copy into, recycled once the snapshots that held it
+  // are gone (capture/host_buffers.h).
+  std::shared_ptr<capture::HostBuffers> host_buffers_ = std::make_shared<capture::HostBuffers>();
   bool capture_disabled_ = false;
   bool warned_no_ui_ = false;
   // What the warning of a pause with no UI suggests, in the caller's

@@ -397,9 +397,11 @@ bool StatsCollector::Staged::take(int layer, int64_t op_seq, const std::string& 
       t.numel() == 0) {
     return false;
   }
-  if (!gradient && std::find(patched_layers.begin(), patched_layers.end(), name) != patched_layers.end()) {
-    return false;
-  }
+  // A patched layer's activation is folded now too, while it is in the
+  // cache, but stays held: its patches read the maps of the samples that
+  // enter the galleries at the batch's end.
+  const bool patched =
+      !gradient && std::find(patched_layers.begin(), patched_layers.end(), name) != patched_layers.end();
   try {
     // Called where no op is observed (the observer skips its consumers' own
     // ops; gradient hooks run unobserved), so no DisableRecordFunctionGuard.
@@ -418,11 +420,11 @@ bool StatsCollector::Staged::take(int layer, int64_t op_seq, const std::string& 
       if (e.layer == layer && e.kind == kind) {
         e.op_seq = op_seq;
         e.fold = std::move(fold);
-        return true;
+        return !patched;
       }
     }
     entries.push_back({layer, op_seq, kind, std::move(fold)});
-    return true;
+    return !patched;
   } catch (const std::exception&) {
     return false;  // held instead, and folded at the batch's end
   }
@@ -478,12 +480,16 @@ void StatsCollector::fold(const BatchPosition& pos, capture::TraceResult& trace)
         }
       }
     }
+    // Folded ahead, the tensor may still be held (a patched layer's
+    // activation): the fold ahead is of that same tensor, it is not folded again.
     auto add = [&](const std::map<std::string, torch::Tensor>& tensors, const std::string& layer, stats::Kind kind) {
+      if (auto f = ahead.find({layer, kind}); f != ahead.end()) {
+        store_.add(layer, pos.phase, pos.epoch, kind, *f->second);
+        return;
+      }
       auto it = tensors.find(layer);
       if (it != tensors.end() && it->second.defined() && it->second.is_floating_point()) {
         store_.add(layer, pos.phase, pos.epoch, kind, it->second);
-      } else if (auto f = ahead.find({layer, kind}); f != ahead.end()) {
-        store_.add(layer, pos.phase, pos.epoch, kind, *f->second);
       }
     };
     // Min/Max patches rank the samples of the batch's first image-like

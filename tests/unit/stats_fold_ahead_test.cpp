@@ -234,17 +234,21 @@ TEST(StatsFoldAhead, TheTracerOffersEachLayersFinalOutputBeforeAnInPlaceOp) {
 }
 
 // conv -> relu -> flatten -> fc, keeping copies of the conv's output and
-// its gradient as the model itself produced them.
+// its gradient as the model itself produced them. With `inplace` the ReLU
+// overwrites the conv's output (relu_).
 struct RecordingNetImpl : torch::nn::Module {
-  RecordingNetImpl()
+  explicit RecordingNetImpl(bool inplace = false)
       : conv(register_module("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 4, 3).padding(1)))),
-        fc(register_module("fc", torch::nn::Linear(4 * 6 * 6, 3))) {}
+        fc(register_module("fc", torch::nn::Linear(4 * 6 * 6, 3))),
+        inplace(inplace) {}
   torch::Tensor forward(const torch::Tensor& x) {
     auto h = conv(x);
     activations.push_back(h.detach().clone().to(torch::kDouble));
     h.register_hook([this](torch::Tensor g) { gradients.push_back(g.detach().clone().to(torch::kDouble)); });
+    if (inplace) return fc(torch::relu_(h).flatten(1));
     return fc(torch::relu(h).flatten(1));
   }
+  bool inplace = false;
   torch::nn::Conv2d conv;
   torch::nn::Linear fc;
   std::vector<torch::Tensor> activations, gradients;
@@ -268,10 +272,15 @@ void expect_direct(const std::optional<TensorStatsSnapshot>& got, const std::vec
 
 TEST(StatsFoldAhead, ASessionsStatisticsEqualTheTensorsTheModelProduced) {
   // Galleries off: both the activation and the gradient are folded ahead.
-  // Galleries on: the activation is held for them, the gradient folded ahead.
-  for (const int64_t patches : {0, 2}) {
+  // Galleries on: the same, and the activation stays held for the galleries
+  // (it is not folded a second time at the batch's end). An in-place ReLU
+  // after the conv changes neither: the statistics are of the conv's output
+  // as it produced it, with galleries or without.
+  for (const auto& [patches, inplace] :
+       std::vector<std::pair<int64_t, bool>>{{0, false}, {2, false}, {0, true}, {2, true}}) {
+    SCOPED_TRACE(std::string("patches ") + std::to_string(patches) + (inplace ? ", relu_" : ", relu"));
     torch::manual_seed(4);
-    RecordingNet model;
+    RecordingNet model(inplace);
     torch::optim::SGD optimizer(model->parameters(), 0.05);
     std::vector<std::pair<torch::Tensor, torch::Tensor>> data;
     for (int i = 0; i < 3; ++i) data.emplace_back(torch::randn({5, 1, 6, 6}), torch::randint(3, {5}));
@@ -296,7 +305,7 @@ TEST(StatsFoldAhead, ASessionsStatisticsEqualTheTensorsTheModelProduced) {
     EXPECT_EQ(bucket.batches, 3);
     ASSERT_EQ(model->activations.size(), 3u);
     ASSERT_EQ(model->gradients.size(), 3u);
-    expect_direct(bucket.activation, model->activations, patches ? "activation (held)" : "activation (ahead)");
+    expect_direct(bucket.activation, model->activations, patches ? "activation (ahead, held)" : "activation (ahead)");
     expect_direct(bucket.gradient, model->gradients, "gradient (ahead)");
     EXPECT_EQ(bucket.activation->channels, 4);
     EXPECT_EQ(bucket.patches.empty(), patches == 0);
