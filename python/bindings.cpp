@@ -171,7 +171,7 @@ py::dict gallery_dict(const PatchGallery& g) {
 
 py::object optional_number(const std::optional<double>& v) { return v ? py::object(py::float_(*v)) : py::none(); }
 
-py::dict stats_dict(const StatsSnapshot& s) {
+py::dict stats_dict(const WatchSnapshot& s) {
   py::dict d;
   d["sequence"] = s.sequence;
   d["ranks"] = s.ranks;
@@ -803,7 +803,7 @@ class Engine {
     merged.update(nlohmann::json::parse(json));
     session_->set_debug_settings(numerics::settings_from_json(merged));
   }
-  void silence_debug_check(const std::string& category) { session_->silence_debug_check(category); }
+  void disable_debug_check(const std::string& category) { session_->disable_debug_check(category); }
   void clear_debug_error() { session_->clear_debug_error(); }
   py::object loss_scale() const { return from_json(numerics::to_json(session_->loss_scale())); }
 
@@ -886,13 +886,13 @@ class Engine {
       });
     });
   }
-  std::vector<std::pair<std::string, std::string>> failed_metrics() const {
+  std::vector<std::pair<std::string, std::string>> instrument_errors() const {
     std::vector<std::pair<std::string, std::string>> out;
-    for (const auto& f : session_->failed_metrics()) out.emplace_back(f.name, f.error);
+    for (const auto& f : session_->instrument_errors()) out.emplace_back(f.name, f.error);
     return out;
   }
-  py::object stats() const {
-    auto s = session_->stats();
+  py::object watch_snapshot() const {
+    auto s = session_->watch_snapshot();
     return s ? py::object(stats_dict(*s)) : py::none();
   }
 
@@ -1272,7 +1272,7 @@ PYBIND11_MODULE(_nansense, m) {
       .def("debug_error", &Engine::debug_error)
       .def("debug_settings", &Engine::debug_settings)
       .def("set_debug_settings", &Engine::set_debug_settings)
-      .def("silence_debug_check", &Engine::silence_debug_check)
+      .def("disable_debug_check", &Engine::disable_debug_check)
       .def("clear_debug_error", &Engine::clear_debug_error)
       .def("loss_scale", &Engine::loss_scale)
       .def("settings", &Engine::settings)
@@ -1286,8 +1286,8 @@ PYBIND11_MODULE(_nansense, m) {
       .def("watch_metric", &Engine::watch_metric)
       .def("watch_layer_tensor", &Engine::watch_layer_tensor)
       .def("watch_weight_tensor", &Engine::watch_weight_tensor)
-      .def("failed_metrics", &Engine::failed_metrics)
-      .def("stats", &Engine::stats)
+      .def("instrument_errors", &Engine::instrument_errors)
+      .def("watch_snapshot", &Engine::watch_snapshot)
       .def("probe_status", &Engine::probe_status)
       .def("pin_batch", &Engine::pin_batch)
       .def("unpin_batch", &Engine::unpin_batch)

@@ -73,7 +73,7 @@ TEST_F(StatsApiTest, DefaultsCollectNothingUntilALayerIsWatched) {
   EXPECT_EQ(settings["patch_layers"], nullptr);
   step("batch");
   EXPECT_TRUE(stats_layers().empty());
-  EXPECT_EQ(session_->stats(), nullptr);
+  EXPECT_EQ(session_->watch_snapshot(), nullptr);
   // The Stats page is the same page, routed by its path.
   Reply page = http_request(port_, "GET", "/stats");
   EXPECT_EQ(page.status, 200u);
@@ -183,11 +183,12 @@ TEST_F(StatsApiTest, ARunningLoopPublishesWithoutPausing) {
   auto& port = core->port();
   uint64_t seen = 0;
   const auto deadline = std::chrono::steady_clock::now() + 20s;
-  while (!(session_->stats() && session_->stats()->sequence >= 2) && std::chrono::steady_clock::now() < deadline) {
+  while (!(session_->watch_snapshot() && session_->watch_snapshot()->sequence >= 2) &&
+         std::chrono::steady_clock::now() < deadline) {
     seen = port.wait_for_change(seen, 1s);
   }
-  ASSERT_TRUE(session_->stats());
-  EXPECT_GE(session_->stats()->sequence, 2u);
+  ASSERT_TRUE(session_->watch_snapshot());
+  EXPECT_GE(session_->watch_snapshot()->sequence, 2u);
   json status = get("/api/status").json();
   EXPECT_EQ(status["state"], "running");
   EXPECT_GT(status["snapshot_sequence"].get<uint64_t>(), seq + 1);

@@ -115,7 +115,7 @@ json Controller::configure_debug_checks(const DebugChecksUpdate& u) {
 
 json Controller::silence_debug_check(const std::optional<std::string>& category) {
   try {
-    session_.silence_debug_check(category.value_or(""));
+    session_.disable_debug_check(category.value_or(""));
   } catch (const ArgumentError& e) {
     throw Refusal(Refusal::Kind::kInvalidArgument, e.what());
   }
