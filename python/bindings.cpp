@@ -457,9 +457,9 @@ class Engine {
   void clear_trainer_step() { core_->set_trainer_step(std::nullopt); }
   void set_micro_batch(int64_t index) { core_->set_micro_batch(index); }
   // What a traced re-run repeats, in the front end's words (NansenseCallback's).
-  void set_rerun_note(std::string ran_twice, std::vector<std::string> restored, std::vector<std::string> runs_twice,
+  void set_rerun_note(std::string ran_twice, std::vector<std::string> restored, std::vector<std::string> seen_twice,
                       std::string detect) {
-    core_->set_rerun_note({std::move(ran_twice), std::move(restored), std::move(runs_twice), std::move(detect)});
+    core_->set_rerun_note({std::move(ran_twice), std::move(restored), std::move(seen_twice), std::move(detect)});
   }
 
   // --- distributed runs (nansense/_distributed.py), training thread ---

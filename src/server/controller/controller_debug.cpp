@@ -76,7 +76,7 @@ json Controller::get_debug_report() const {
   json rerun = {{"enabled", settings.rerun_to_trace()},
                 {"ran_twice", note.ran_twice},
                 {"restored", note.restored},
-                {"runs_twice", note.runs_twice},
+                {"seen_twice", note.seen_twice},
                 {"detect", note.detect}};
   return {{"settings", numerics::to_json(settings)},       {"error", error ? numerics::to_json(*error) : json(nullptr)},
           {"checked_batches", session_.checked_batches()}, {"loss_scale", numerics::to_json(session_.loss_scale())},

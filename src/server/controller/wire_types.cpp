@@ -499,7 +499,7 @@ void debug_types(json& d, const Words& w) {
   d["DebugRerun"] = object({{"enabled", boolean()},
                             {"ran_twice", str()},
                             {"restored", array(str())},
-                            {"runs_twice", array(str())},
+                            {"seen_twice", array(str())},
                             {"detect", str()}});
   d["DebugReport"] = object({{"settings", ref("DebugSettings")},
                              {"error", nullable(ref("DebugError"))},
