@@ -398,7 +398,7 @@ int main(int argc, char** argv) {
       bool served = false;
       const std::vector<std::string> targets = {"/api/status",
                                                 "/api/snapshot",
-                                                "/api/layer_stats?layers=features.0,classifier.1",
+                                                "/api/stats/layers?layers=features.0,classifier.1",
                                                 "/api/render/strip?layer=features.3&sample=" + std::to_string(i % 64),
                                                 "/api/architecture",
                                                 "/"};

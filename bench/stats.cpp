@@ -194,7 +194,7 @@ double measure(Variant variant, std::vector<Batch>& batches, Window& window, siz
   for (auto& batch : session.batches(loop, "train")) step(batch);
   stop_clock();
   if (seen) {
-    if (const auto stats = session.stats()) *seen += stats->layers.size();
+    if (const auto stats = session.watch_snapshot()) *seen += stats->layers.size();
   }
   session.close();
   return per_batch();
@@ -426,7 +426,7 @@ void run_memory(int64_t epochs, int64_t width) {
   }
   session.close();
   const double ms = thread_cpu_ms() - begin;
-  const auto stats = session.stats();
+  const auto stats = session.watch_snapshot();
   if (!stats) {
     std::printf("\nmemory: nothing was collected (statistics disabled?)\n");
     return;

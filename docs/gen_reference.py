@@ -6,9 +6,15 @@ route, MCP exposure, arguments, reply type) and every reply shape once as a
 JSON Schema (src/server/controller/wire_types.cpp). The program
 build/tests/nansense_wire_description prints both as one JSON document:
 
-    {"commands": [{"name", "rest": {"method", "path"} | null, "mcp", "read_only", "runs_when_locked",
-                   "input_schema", "reply", ["title", "description"]}, ...],
+    {"commands": [{"name", "rest": {"method", "path"} | null, "old_routes": [{"method", "path"}],
+                   "mcp", "read_only", "runs_when_locked", "input_schema", "reply",
+                   ["title", "description"]}, ...],
+     "old_routes_until": "0.2",
      "$defs": {"Status": {...JSON Schema...}, ...}}
+
+A command's old_routes are where it was served before it was renamed to its
+concept's one name (docs/guide/differences.md, "One name per concept"): they
+answer as the route does, through the release old_routes_until names.
 
 This script turns that document into docs/reference/http.md, mcp.md and
 types.md, so the reference cannot drift from what the server accepts and
@@ -84,6 +90,10 @@ def check(doc, source):
         if c["name"] in names:
             raise DescriptionError(f"{source}: command \"{c['name']}\" is declared twice")
         names.add(c["name"])
+        for r in c.get("old_routes", []):
+            if not c.get("rest") or r.get("method") != c["rest"]["method"]:
+                raise DescriptionError(f"{source}: command \"{c['name']}\" has an old route "
+                                       f"{json.dumps(r)} unlike its route {json.dumps(c.get('rest'))}")
         if c.get("reply") and c["reply"] not in defs:
             raise DescriptionError(f"{source}: command \"{c['name']}\" replies with undeclared type \"{c['reply']}\"")
     for name, schema in defs.items():
@@ -257,8 +267,18 @@ def is_picture(c):
 
 # --- the pages -------------------------------------------------------------
 
+def old_routes_text(c, until):
+    olds = c.get("old_routes", [])
+    if not olds:
+        return ""
+    listed = ", ".join(f"`{r['method']} {r['path']}`" for r in olds)
+    return (f"Renamed: also answers at the old route {listed}, as here, through release {until} "
+            "([one name per concept](../guide/differences.md#one-name-per-concept)).")
+
+
 def http_page(doc):
     types = "types.md"
+    until = doc.get("old_routes_until", "the next")
     routed = [c for c in doc["commands"] if c.get("rest")]
     out = ["# HTTP reference", "", GENERATED,
            f"Every route below is one command of the server's command table; {len(routed)} commands are "
@@ -277,6 +297,19 @@ def http_page(doc):
         mcp = f"[yes](mcp.md#{anchor('tool', c['name'])})" if c["mcp"] else "no"
         out.append(f"| [`{r['method']} {r['path']}`](#{anchor('route', c['name'])}) | `{c['name']}` | {reply} | {mcp} |")
     out.append("")
+    renamed = [c for c in routed if c.get("old_routes")]
+    if renamed:
+        out += ["## Old routes {#old-routes}", "",
+                "Routes renamed to their concept's one name "
+                "([differences](../guide/differences.md#one-name-per-concept)). Each old route answers as the "
+                f"new one does, arguments, replies and refusals alike, through release {until}; use the new one.",
+                "", "| Old route | Now | Until |", "|---|---|---|"]
+        for c in renamed:
+            r = c["rest"]
+            for old in c["old_routes"]:
+                out.append(f"| `{old['method']} {old['path']}` | [`{r['method']} {r['path']}`]"
+                           f"(#{anchor('route', c['name'])}) | {until} |")
+        out.append("")
     for c in routed:
         r = c["rest"]
         out += [f"## {r['method']} {r['path']} {{#{anchor('route', c['name'])}}}", ""]
@@ -289,6 +322,9 @@ def http_page(doc):
         text = command_text(c)
         if text:
             out += [text, ""]
+        renamed_text = old_routes_text(c, until)
+        if renamed_text:
+            out += [renamed_text, ""]
         how = ("Query string arguments:" if r["method"] == "GET" else "JSON body arguments:")
         out.append(arguments_table(c["input_schema"], how))
         if c.get("reply"):

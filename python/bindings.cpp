@@ -293,9 +293,9 @@ class Engine {
   void clear_trainer_step() { core_->set_trainer_step(std::nullopt); }
   void set_micro_batch(int64_t index) { core_->set_micro_batch(index); }
   // What a traced re-run repeats, in the front end's words (NansenseCallback's).
-  void set_rerun_note(std::string ran_twice, std::vector<std::string> restored, std::vector<std::string> runs_twice,
+  void set_rerun_note(std::string ran_twice, std::vector<std::string> restored, std::vector<std::string> seen_twice,
                       std::string detect) {
-    core_->set_rerun_note({std::move(ran_twice), std::move(restored), std::move(runs_twice), std::move(detect)});
+    core_->set_rerun_note({std::move(ran_twice), std::move(restored), std::move(seen_twice), std::move(detect)});
   }
 
   // --- distributed runs (nansense/_distributed.py), training thread ---
@@ -612,7 +612,7 @@ class Engine {
     merged.update(json_of(update));
     session_->set_debug_settings(numerics::settings_from_json(merged));
   }
-  void silence_debug_check(const std::string& category) { session_->silence_debug_check(category); }
+  void disable_debug_check(const std::string& category) { session_->disable_debug_check(category); }
   void clear_debug_error() { session_->clear_debug_error(); }
   py::object loss_scale() const { return to_python(numerics::to_json(session_->loss_scale())); }
 
@@ -696,13 +696,15 @@ class Engine {
       });
     });
   }
-  std::vector<std::pair<std::string, std::string>> failed_metrics() const {
+  std::vector<std::pair<std::string, std::string>> instrument_errors() const {
     std::vector<std::pair<std::string, std::string>> out;
-    for (const auto& f : session_->failed_metrics()) out.emplace_back(f.name, f.error);
+    for (const auto& f : session_->instrument_errors()) out.emplace_back(f.name, f.error);
     return out;
   }
   // The published view itself (immutable; values.cpp hands out clones).
-  std::shared_ptr<StatsSnapshot> stats() const { return std::const_pointer_cast<StatsSnapshot>(session_->stats()); }
+  std::shared_ptr<WatchSnapshot> watch_snapshot() const {
+    return std::const_pointer_cast<WatchSnapshot>(session_->watch_snapshot());
+  }
 
   // --- probes and experiment settings (the controller's; any thread but
   // the training one, as the UI calls them) ---
@@ -1038,7 +1040,7 @@ void bind_debug(EngineClass& c) {
   c.def("debug_error", &Engine::debug_error)
       .def("debug_settings", &Engine::debug_settings)
       .def("set_debug_settings", &Engine::set_debug_settings)
-      .def("silence_debug_check", &Engine::silence_debug_check)
+      .def("disable_debug_check", &Engine::disable_debug_check)
       .def("clear_debug_error", &Engine::clear_debug_error)
       .def("loss_scale", &Engine::loss_scale);
 }
@@ -1056,8 +1058,8 @@ void bind_watching(EngineClass& c) {
       .def("watch_metric", &Engine::watch_metric)
       .def("watch_layer_tensor", &Engine::watch_layer_tensor)
       .def("watch_weight_tensor", &Engine::watch_weight_tensor)
-      .def("failed_metrics", &Engine::failed_metrics)
-      .def("stats", &Engine::stats);
+      .def("instrument_errors", &Engine::instrument_errors)
+      .def("watch_snapshot", &Engine::watch_snapshot);
 }
 
 // Probes and experiments on the paused model.

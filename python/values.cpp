@@ -196,13 +196,13 @@ void bind_stats(py::module_& m) {
 
   // The published view itself, held (not copied) while Python reads it: it
   // is immutable, and its tensors leave only as clones (PatchGallery).
-  py::class_<StatsSnapshot, std::shared_ptr<StatsSnapshot>>(m, "StatsSnapshot")
-      .def_readonly("sequence", &StatsSnapshot::sequence)
-      .def_readonly("ranks", &StatsSnapshot::ranks)
+  py::class_<WatchSnapshot, std::shared_ptr<WatchSnapshot>>(m, "WatchSnapshot")
+      .def_readonly("sequence", &WatchSnapshot::sequence)
+      .def_readonly("ranks", &WatchSnapshot::ranks)
       // Every (layer, phase, epoch) bucket, by layer and phase, then epoch.
       .def_property_readonly(
           "buckets",
-          [](const StatsSnapshot& s) {
+          [](const WatchSnapshot& s) {
             std::vector<const LayerStatsSnapshot*> out;
             for (const auto& [key, buckets] : s.layers) {
               for (const auto& b : buckets) out.push_back(&b);
@@ -210,9 +210,9 @@ void bind_stats(py::module_& m) {
             return out;
           },
           py::return_value_policy::reference_internal)
-      .def_readonly("parameters", &StatsSnapshot::parameters)
-      .def_readonly("owner", &StatsSnapshot::owner)
-      .def_readonly("series", &StatsSnapshot::series);
+      .def_readonly("parameters", &WatchSnapshot::parameters)
+      .def_readonly("owner", &WatchSnapshot::owner)
+      .def_readonly("series", &WatchSnapshot::series);
 
   // An instrument's context: a copy of the struct, whose tensors are the
   // live ones (the instrument reads them on the training thread). The

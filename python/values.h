@@ -26,7 +26,7 @@ namespace py = pybind11;
 
 // BatchPosition, TrainerStep.
 void bind_positions(py::module_& m);
-// The statistics view (StatsSnapshot and its parts) and the instruments'
+// The statistics view (WatchSnapshot and its parts) and the instruments'
 // contexts.
 void bind_stats(py::module_& m);
 // What run control, time travel, probes and experiments report:

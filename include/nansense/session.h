@@ -267,20 +267,24 @@ class Session {
   // Takes effect at the next batch. Throws ArgumentError for a bad value.
   void set_debug_settings(const DebugSettings& settings);
   // Turns off a check category ("nan_inf" or "under_over"; "" = every category
-  // of the standing error) and removes it from the standing error.
-  void silence_debug_check(const std::string& category = "");
+  // of the standing error) and removes it from the standing error. The
+  // reference API's name; the UI's button and the MCP tool say "silence"
+  // (silence_debug_check), as the original's did.
+  void disable_debug_check(const std::string& category = "");
   // Dismisses the standing error; the checks stay on.
   void clear_debug_error();
 
   // Watching training evolve (nansense/stats.h, docs/guide/stats.md). Settings are callable from any thread and take
   // effect at the next batch boundary; on a disabled session every call does nothing.
   //
-  // Watch layers by name (get_architecture's names). Once a batch has been
-  // captured, a name the architecture lacks throws UsageError naming it and
-  // nothing changes; before that, names are kept and checked at the first
-  // capture (unknown ones are then dropped and reported in the status).
-  void watch_layers(const std::vector<std::string>& layers);
-  void unwatch_layers(const std::vector<std::string>& layers);
+  // Watch layers by name (get_architecture's names): the reference API's
+  // watch/unwatch (Python's take one layer), MCP's watch_layers and
+  // unwatch_layers. Once a batch has been captured, a name the architecture
+  // lacks throws UsageError naming it and nothing changes; before that, names
+  // are kept and checked at the first capture (unknown ones are then dropped
+  // and reported in the status).
+  void watch(const std::vector<std::string>& layers);
+  void unwatch(const std::vector<std::string>& layers);
   std::vector<std::string> watched_layers() const;
   // Narrowing to kWatched drops what the other layers collected.
   void set_stats_scope(StatsScope scope);
@@ -312,7 +316,7 @@ class Session {
   // NoGradGuard). on = kBatch keeps a point per batch; kEpoch reduces the
   // epoch's values into one point (batch null, x = epoch) when the epoch
   // ends. An instrument that throws is disabled and reported
-  // (failed_metrics(), the status' internal errors); training goes on.
+  // (instrument_errors(), the status' internal errors); training goes on.
   // UsageError for an empty or taken name or an empty function.
   void watch_metric(const std::string& name, MetricFn fn, MetricOn on = MetricOn::kBatch,
                     MetricReduce reduce = MetricReduce::kMean);
@@ -331,11 +335,13 @@ class Session {
   // name or an empty function.
   void watch_layer_tensor(const std::string& name, LayerTensorFn fn);
   void watch_weight_tensor(const std::string& name, WeightTensorFn fn);
-  // The metric and tensor instruments that failed, with their errors.
-  std::vector<FailedMetric> failed_metrics() const;
+  // The metric and tensor instruments that failed, with their errors (the
+  // reference API's instrument_errors).
+  std::vector<FailedInstrument> instrument_errors() const;
   // Everything collected as of the last publish (a captured batch, an epoch
-  // boundary, a pause); null before the first. Any thread.
-  std::shared_ptr<const StatsSnapshot> stats() const;
+  // boundary, a pause); null before the first. Any thread. The reference
+  // API's WatchSnapshot (Python's watch_snapshot() filters and converts it).
+  std::shared_ptr<const WatchSnapshot> watch_snapshot() const;
 
   // The UI's address once served ("http://127.0.0.1:8080/"), else empty.
   std::string url() const;
@@ -385,6 +391,21 @@ class Session {
   // reason. The function runs on the training thread, between batches.
   using ForwardFn = std::function<torch::Tensor(const std::vector<torch::Tensor>& inputs)>;
   void set_forward(ForwardFn forward);
+
+  // Our earlier names, renamed to the reference API's (docs/guide/
+  // differences.md, "One name per concept"). Each calls the new name; they
+  // go in the next release.
+  [[deprecated("renamed disable_debug_check")]] void silence_debug_check(const std::string& category = "") {
+    disable_debug_check(category);
+  }
+  [[deprecated("renamed watch")]] void watch_layers(const std::vector<std::string>& layers) { watch(layers); }
+  [[deprecated("renamed unwatch")]] void unwatch_layers(const std::vector<std::string>& layers) { unwatch(layers); }
+  [[deprecated("renamed instrument_errors")]] std::vector<FailedInstrument> failed_metrics() const {
+    return instrument_errors();
+  }
+  [[deprecated("renamed watch_snapshot")]] std::shared_ptr<const WatchSnapshot> stats() const {
+    return watch_snapshot();
+  }
 
  private:
   friend Session start(std::shared_ptr<torch::nn::Module>, StartOptions);

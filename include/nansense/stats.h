@@ -1,6 +1,6 @@
 // Statistics over time: which layers collect, how often the UI is updated
 // while training runs, and the immutable views of what was collected
-// (Session::stats()). See docs/guide/stats.md.
+// (Session::watch_snapshot()). See docs/guide/stats.md.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -22,7 +22,7 @@ namespace nansense {
 
 // Which layers fold their batches into the running statistics.
 // kNone: nothing is collected (what was collected stays, frozen).
-// kWatched: the watched layers (Session::watch_layers, the eye on a card).
+// kWatched: the watched layers (Session::watch, the eye on a card).
 // kAll: every layer of the architecture.
 // Default kWatched: with no layer watched nothing is collected and a batch
 // costs nothing extra; watching a layer turns collection on.
@@ -285,7 +285,7 @@ struct SeriesView {
 };
 
 // Everything collected as of one publish: immutable, any thread.
-struct StatsSnapshot {
+struct WatchSnapshot {
   uint64_t sequence = 0;
   // (layer, phase) -> buckets by ascending epoch; the newest keeps its bins.
   std::map<std::pair<std::string, std::string>, std::vector<LayerStatsSnapshot>> layers;
@@ -303,10 +303,16 @@ struct StatsSnapshot {
   size_t host_bytes() const;
 };
 
-// The metric instruments that failed and were disabled, with their error.
-struct FailedMetric {
+// An instrument (metric or tensor) that failed and was disabled, with its
+// error: Session::instrument_errors().
+struct FailedInstrument {
   std::string name;
   std::string error;
 };
+
+// Our earlier names, renamed to the reference API's (docs/guide/
+// differences.md, "One name per concept"); they go in the next release.
+using StatsSnapshot [[deprecated("renamed WatchSnapshot")]] = WatchSnapshot;
+using FailedMetric [[deprecated("renamed FailedInstrument")]] = FailedInstrument;
 
 }  // namespace nansense

@@ -777,7 +777,7 @@ class Session(_WatchMethods, _ReferenceMethods, _ExperimentMethods):
         if category not in ("", "nan_inf", "under_over"):
             raise ValueError(f'category must be "nan_inf", "under_over" or "" (all), got {category!r}')
         if self._engine:
-            self._engine.silence_debug_check(category)
+            self._engine.disable_debug_check(category)
 
     @property
     @when_enabled(make=LossScaleStatus)

@@ -239,7 +239,7 @@ class _WatchMethods:
         params = dict(self._model.named_parameters())
         numel = {name: p.numel() for name, p in params.items()}
         dtypes = {name: p.dtype for name, p in params.items()}
-        return WatchSnapshot._of(self._engine.stats(), wanted, include_patches, numel, dtypes)
+        return WatchSnapshot._of(self._engine.watch_snapshot(), wanted, include_patches, numel, dtypes)
 
     def log_scalar(self, name: str, value: float) -> None:
         """Record `value` under `name` at the current batch (a GRAPHS plot).
@@ -340,7 +340,7 @@ class _WatchMethods:
     @when_enabled(make=dict)
     def instrument_errors(self) -> dict[str, str]:
         """Instrument name -> error, for instruments disabled by a failure."""
-        return dict(self._engine.failed_metrics())
+        return dict(self._engine.instrument_errors())
 
     def watch_metrics_snapshot(self, *, layers: Optional[Iterable[str]] = None) -> MetricsSnapshot:
         """The custom metrics' series as of the last publish (every layer's,
@@ -348,7 +348,7 @@ class _WatchMethods:
         wanted = None if layers is None else set(_layer_list("watch_metrics_snapshot", layers))
         if not self._engine:
             return MetricsSnapshot()
-        return self._instruments().metrics_snapshot(self._engine.stats(), wanted)
+        return self._instruments().metrics_snapshot(self._engine.watch_snapshot(), wanted)
 
     # ---- probes on the paused model (shared state every UI visitor sees)
 

@@ -371,7 +371,7 @@ class WatchSnapshot:
         return out
 
     @classmethod
-    def _of(cls, view: Optional[_nansense.StatsSnapshot], layers: Optional[set], include_patches: bool,
+    def _of(cls, view: Optional[_nansense.WatchSnapshot], layers: Optional[set], include_patches: bool,
             numel: Optional[Mapping[str, int]] = None,
             dtypes: Optional[Mapping[str, torch.dtype]] = None) -> "WatchSnapshot":
         if view is None:
@@ -569,7 +569,7 @@ class _Instruments:
             return series, ""
         return best, series[len(best) + 1:]
 
-    def metrics_snapshot(self, view: Optional[_nansense.StatsSnapshot], layers: Optional[set]) -> MetricsSnapshot:
+    def metrics_snapshot(self, view: Optional[_nansense.WatchSnapshot], layers: Optional[set]) -> MetricsSnapshot:
         if view is None:
             return MetricsSnapshot()
         out = {}

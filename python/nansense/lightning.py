@@ -66,7 +66,7 @@ _RERUN_NOTE = dict(
               "the LR scheduler configure_optimizers returned (the first one; its step of this batch is made "
               "again after the second run's optimizer step, so it steps once per batch)",
               "torch's RNG states (CPU and every CUDA device)"],
-    runs_twice=["training_step for that batch: its counters, prints and metric accumulators see it twice, and its "
+    seen_twice=["training_step for that batch: its counters, prints and metric accumulators see it twice, and its "
                 "self.log() calls run twice (an on_epoch aggregate counts the batch twice)",
                 "the backward pass and gradient clipping",
                 "the first run's optimizer step runs with cleared gradients, so it changes nothing (it is the one "
@@ -274,7 +274,7 @@ class NansenseCallback(Callback):
                     f"rank {coordinator.rank} follows rank 0: served, it stops every rank in one batch, before its "
                     "optimizer step; "
                     "unserved, NansenseCallback stops every rank's trainer together a few batches on")
-            engine.set_rerun_note(_RERUN_NOTE["ran_twice"], _RERUN_NOTE["restored"], _RERUN_NOTE["runs_twice"],
+            engine.set_rerun_note(_RERUN_NOTE["ran_twice"], _RERUN_NOTE["restored"], _RERUN_NOTE["seen_twice"],
                                   _RERUN_NOTE["detect"])
             # The engine (native) holds what it is given: through weak
             # references to this callback, which holds the session, so that

@@ -81,7 +81,7 @@ _RERUN_NOTE = dict(
               "optimizer step, the LR scheduler's step and global_step count it once)",
     restored=["weights and buffers", "the optimizer's state", "the Trainer's LR scheduler",
               "the GradScaler's scale (fp16)", "torch's, Python's and NumPy's RNG states"],
-    runs_twice=["training_step and compute_loss for each micro-batch of that step (a compute_loss override's "
+    seen_twice=["training_step and compute_loss for each micro-batch of that step (a compute_loss override's "
                 "counters and prints see it twice)",
                 "the backward pass and gradient clipping (max_grad_norm)",
                 "the first run's optimizer step runs with its gradients dropped, so it changes nothing (it is the "
@@ -261,7 +261,7 @@ class NansenseCallback(TrainerCallback):
                               **self._serve)
         engine = self._session._engine
         engine.set_unserved_nan_note("NansenseCallback stops the Trainer after this optimizer step")
-        engine.set_rerun_note(_RERUN_NOTE["ran_twice"], _RERUN_NOTE["restored"], _RERUN_NOTE["runs_twice"],
+        engine.set_rerun_note(_RERUN_NOTE["ran_twice"], _RERUN_NOTE["restored"], _RERUN_NOTE["seen_twice"],
                               _RERUN_NOTE["detect"])
         # The engine holds what it is handed: weakly here, so the Trainer and
         # this callback stay collectable (and a script's server thread ends).

@@ -17,7 +17,9 @@ struct RerunNote {
                                        "the LR scheduler given to start()",
                                        "torch's RNG states (CPU and every CUDA device)",
                                        "scalars the first run logged with log_scalar (replaced by the second run's)"};
-  std::vector<std::string> runs_twice = {
+  // What the batch's second run repeats, with its effects (the page's "Seen
+  // twice").
+  std::vector<std::string> seen_twice = {
       "your loop body for that batch: its counters, prints, logs and metric accumulators see it twice",
       "a scheduler or optimizer not given to start()",
       "the first run's optimizer.step() runs with cleared gradients, so it changes nothing"};

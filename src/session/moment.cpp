@@ -167,7 +167,7 @@ void SessionCore::finish_moment() {
     state::save_state(restorer_->live(), *file);
     write_optimizer_view(*snap, *file);
     auto stats = stats_->snapshot();
-    stats::write_stats(stats ? *stats : StatsSnapshot{}, *file);
+    stats::write_stats(stats ? *stats : WatchSnapshot{}, *file);
     json order = json::array(), counts = json::object();
     for (const auto& phase : schedule_.phase_order()) {
       order.push_back(phase);
@@ -239,7 +239,7 @@ std::vector<torch::Tensor> SessionCore::begin_moment_replay(const std::string& p
   BatchPosition at;
   std::vector<torch::Tensor> item, inputs;
   bool stacked = false;
-  std::shared_ptr<const StatsSnapshot> stats;
+  std::shared_ptr<const WatchSnapshot> stats;
   capture::OptimizerView optimizer;
   std::vector<std::string> order, frozen_layers, watched;
   std::map<std::string, int64_t> counts;

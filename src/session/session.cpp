@@ -584,7 +584,7 @@ DebugSettings Session::debug_settings() const { return core_ ? core_->debug().se
 void Session::set_debug_settings(const DebugSettings& settings) {
   if (core_ && !core_->locked()) core_->debug().set_settings(core_->settings_for_rank(settings));
 }
-void Session::silence_debug_check(const std::string& category) {
+void Session::disable_debug_check(const std::string& category) {
   if (core_ && !core_->locked()) core_->debug().silence(category);
 }
 void Session::clear_debug_error() {

@@ -62,16 +62,16 @@ class CorePort final : public SessionPort {
   bool skip_update_chosen() const override { return core_.debug().skip_chosen(); }
   std::string skip_refused() const override { return core_.debug().skip_refused(); }
   void choose_update(bool skip) override { core_.debug().choose_update(skip); }
-  void silence_debug_check(const std::string& category) override { core_.debug().silence(category); }
+  void disable_debug_check(const std::string& category) override { core_.debug().silence(category); }
   void clear_debug_error() override { core_.debug().clear(); }
 
   StatsScope stats_scope() const override { return core_.stats().scope(); }
   void set_stats_scope(StatsScope scope) override { core_.stats().set_scope(scope); }
   std::vector<std::string> watched_layers() const override { return core_.stats().watched(); }
-  void watch_layers(const std::vector<std::string>& layers) override {
+  void watch(const std::vector<std::string>& layers) override {
     core_.stats().watch(layers, core_.architecture().get());
   }
-  void unwatch_layers(const std::vector<std::string>& layers) override {
+  void unwatch(const std::vector<std::string>& layers) override {
     core_.stats().unwatch(layers, core_.architecture().get());
   }
   bool stats_collecting() const override { return core_.stats().collecting(); }
@@ -87,8 +87,8 @@ class CorePort final : public SessionPort {
   void set_patch_layers(const std::optional<std::vector<std::string>>& layers) override {
     core_.stats().set_patch_layers(layers, core_.architecture().get());
   }
-  std::shared_ptr<const StatsSnapshot> stats() const override { return core_.stats().snapshot(); }
-  std::vector<FailedMetric> failed_metrics() const override { return core_.stats().failed_metrics(); }
+  std::shared_ptr<const WatchSnapshot> watch_snapshot() const override { return core_.stats().snapshot(); }
+  std::vector<FailedInstrument> instrument_errors() const override { return core_.stats().instrument_errors(); }
 
   TimeTravelStatus time_travel_status() const override { return core_.restorer().status(); }
   std::map<int64_t, uint64_t> checkpoint_sizes() const override { return core_.restorer().checkpoint_sizes(); }

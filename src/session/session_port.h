@@ -126,7 +126,7 @@ class NumericsPort {
   // Throws std::logic_error when no update is held.
   virtual void choose_update(bool skip) = 0;
   // Throws ArgumentError for an unknown category.
-  virtual void silence_debug_check(const std::string& category) = 0;
+  virtual void disable_debug_check(const std::string& category) = 0;
   virtual void clear_debug_error() = 0;
 };
 
@@ -139,8 +139,8 @@ class StatsPort {
   virtual StatsScope stats_scope() const = 0;
   virtual void set_stats_scope(StatsScope scope) = 0;
   virtual std::vector<std::string> watched_layers() const = 0;
-  virtual void watch_layers(const std::vector<std::string>& layers) = 0;
-  virtual void unwatch_layers(const std::vector<std::string>& layers) = 0;
+  virtual void watch(const std::vector<std::string>& layers) = 0;
+  virtual void unwatch(const std::vector<std::string>& layers) = 0;
   // Whether batches are collected now (scope all, or watched with a layer).
   virtual bool stats_collecting() const = 0;
   virtual UpdateFrequency update_frequency() const = 0;
@@ -149,8 +149,8 @@ class StatsPort {
   virtual bool set_watch_performance(const WatchPerformance& performance) = 0;
   virtual std::optional<std::vector<std::string>> patch_layers() const = 0;
   virtual void set_patch_layers(const std::optional<std::vector<std::string>>& layers) = 0;
-  virtual std::shared_ptr<const StatsSnapshot> stats() const = 0;
-  virtual std::vector<FailedMetric> failed_metrics() const = 0;
+  virtual std::shared_ptr<const WatchSnapshot> watch_snapshot() const = 0;
+  virtual std::vector<FailedInstrument> instrument_errors() const = 0;
 };
 
 // Time travel: the checkpoint cache and jumps.

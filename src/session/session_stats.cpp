@@ -6,10 +6,10 @@
 
 namespace nansense {
 
-void Session::watch_layers(const std::vector<std::string>& layers) {
+void Session::watch(const std::vector<std::string>& layers) {
   if (core_ && !core_->locked()) core_->stats().watch(layers, core_->architecture().get());
 }
-void Session::unwatch_layers(const std::vector<std::string>& layers) {
+void Session::unwatch(const std::vector<std::string>& layers) {
   if (core_ && !core_->locked()) core_->stats().unwatch(layers, core_->architecture().get());
 }
 std::vector<std::string> Session::watched_layers() const {
@@ -65,9 +65,11 @@ void Session::watch_weight_tensor(const std::string& name, WeightTensorFn fn) {
   if (!fn) throw UsageError("watch_weight_tensor(\"" + name + "\") needs a function, got an empty one");
   core_->stats().add_tensor_instrument(name, nullptr, std::move(fn));
 }
-std::vector<FailedMetric> Session::failed_metrics() const {
-  return core_ ? core_->stats().failed_metrics() : std::vector<FailedMetric>{};
+std::vector<FailedInstrument> Session::instrument_errors() const {
+  return core_ ? core_->stats().instrument_errors() : std::vector<FailedInstrument>{};
 }
-std::shared_ptr<const StatsSnapshot> Session::stats() const { return core_ ? core_->stats().snapshot() : nullptr; }
+std::shared_ptr<const WatchSnapshot> Session::watch_snapshot() const {
+  return core_ ? core_->stats().snapshot() : nullptr;
+}
 
 }  // namespace nansense

@@ -287,7 +287,7 @@ void StatsCollector::add_tensor_instrument(const std::string& name, LayerTensorF
   tensor_instruments_.push_back(std::move(instrument));
 }
 
-std::vector<FailedMetric> StatsCollector::failed_metrics() const {
+std::vector<FailedInstrument> StatsCollector::instrument_errors() const {
   std::lock_guard lock(mu_);
   return failed_;
 }
@@ -780,7 +780,7 @@ void StatsCollector::rewind(int64_t epoch) {
   });
 }
 
-void StatsCollector::adopt_frozen(std::shared_ptr<const StatsSnapshot> view) {
+void StatsCollector::adopt_frozen(std::shared_ptr<const WatchSnapshot> view) {
   frozen_ = true;
   dirty_ = false;
   published_.store(std::move(view));
@@ -794,7 +794,7 @@ void StatsCollector::publish() {
   host_.changed();
 }
 
-void StatsCollector::store_published(std::shared_ptr<const StatsSnapshot> own) {
+void StatsCollector::store_published(std::shared_ptr<const WatchSnapshot> own) {
   std::lock_guard lock(shards_mu_);
   own_ = own;
   sequence_ = std::max(sequence_ + 1, own->sequence);

@@ -82,8 +82,8 @@ class StatsCollector {
   // Tensor instruments (Session::watch_layer_tensor / watch_weight_tensor):
   // exactly one function is set. UsageError for an empty or taken name.
   void add_tensor_instrument(const std::string& name, LayerTensorFn layer_fn, WeightTensorFn weight_fn);
-  std::vector<FailedMetric> failed_metrics() const;
-  std::shared_ptr<const StatsSnapshot> snapshot() const { return published_.load(); }
+  std::vector<FailedInstrument> instrument_errors() const;
+  std::shared_ptr<const WatchSnapshot> snapshot() const { return published_.load(); }
 
   // --- training thread ---
   // At a batch boundary: applies changed settings, closes a finished epoch
@@ -125,7 +125,7 @@ class StatsCollector {
   void rewind(int64_t epoch);
   // A frozen moment's view (load_moment): published as it is, and kept; this
   // collector publishes nothing of its own from now on.
-  void adopt_frozen(std::shared_ptr<const StatsSnapshot> view);
+  void adopt_frozen(std::shared_ptr<const WatchSnapshot> view);
   // Publishes a new view when something changed since the last one.
   void publish();
 
@@ -222,7 +222,7 @@ class StatsCollector {
   bool disabled_ = false;  // a failure turned collection off
   std::vector<std::shared_ptr<Metric>> metrics_;
   std::vector<std::shared_ptr<TensorInstrument>> tensor_instruments_;
-  std::vector<FailedMetric> failed_;
+  std::vector<FailedInstrument> failed_;
 
   // Training thread only.
   stats::StatsStore store_;
@@ -239,17 +239,17 @@ class StatsCollector {
   std::shared_ptr<Staged> staged_;  // this batch's, from trace_keep()
   uint64_t staged_batches_ = 0;     // seeds each batch's histogram samples
 
-  common::AtomicSharedPtr<const StatsSnapshot> published_;
+  common::AtomicSharedPtr<const WatchSnapshot> published_;
 
   // Distributed runs: the other ranks' latest shards and the last own view
   // they are added to, under shards_mu_ (add_shard runs on any thread).
-  void store_published(std::shared_ptr<const StatsSnapshot> own);
+  void store_published(std::shared_ptr<const WatchSnapshot> own);
   void drop_shards(std::optional<int64_t> from_epoch);
   std::mutex shards_mu_;
   std::map<int, stats::Shard> shards_;
   stats::MergeMemo memo_;
   int64_t ranks_ = 1;
-  std::shared_ptr<const StatsSnapshot> own_;
+  std::shared_ptr<const WatchSnapshot> own_;
   uint64_t sequence_ = 0;       // of the views published (own and merged alike)
   bool shard_pending_ = false;  // a follower collected since take_shard()
 };

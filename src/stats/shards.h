@@ -24,7 +24,7 @@ using Shard = std::map<BucketKey, LayerStatsSnapshot>;
 // A follower's message (stats_codec.cpp): the newest epoch's bucket of every
 // (layer, phase) in `view`, activation and gradient statistics only (no
 // patches), as JSON text.
-std::string encode_shard(const StatsSnapshot& view);
+std::string encode_shard(const WatchSnapshot& view);
 // The buckets of such a message. Throws ArgumentError saying what is
 // malformed.
 std::vector<LayerStatsSnapshot> decode_shard(const std::string& text);
@@ -44,7 +44,7 @@ using MergeMemo = std::map<std::pair<BucketKey, int>, std::pair<std::optional<do
 // `own` (rank 0's view) with every shard's matching buckets added, `ranks` in
 // its `ranks`, and `sequence`. Buckets `own` lacks are left out (the layer was
 // unwatched or the statistics flushed on rank 0).
-std::shared_ptr<const StatsSnapshot> with_shards(const StatsSnapshot& own, const std::map<int, Shard>& shards,
+std::shared_ptr<const WatchSnapshot> with_shards(const WatchSnapshot& own, const std::map<int, Shard>& shards,
                                                  int64_t ranks, uint64_t sequence, MergeMemo& memo);
 
 }  // namespace nansense::stats

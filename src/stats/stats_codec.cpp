@@ -121,7 +121,7 @@ std::string tensor_key(size_t bucket, size_t gallery, const char* what) {
 
 }  // namespace
 
-void write_stats(const StatsSnapshot& view, state::StateFile& file) {
+void write_stats(const WatchSnapshot& view, state::StateFile& file) {
   json buckets = json::array();
   torch::serialize::OutputArchive archive;
   size_t index = 0;
@@ -183,8 +183,8 @@ void write_stats(const StatsSnapshot& view, state::StateFile& file) {
   });
 }
 
-std::shared_ptr<const StatsSnapshot> read_stats(const state::StateFile& file) {
-  auto view = std::make_shared<StatsSnapshot>();
+std::shared_ptr<const WatchSnapshot> read_stats(const state::StateFile& file) {
+  auto view = std::make_shared<WatchSnapshot>();
   try {
     const json in = json::parse(file.at("stats"));
     view->sequence = in.at("sequence").get<uint64_t>();
@@ -264,7 +264,7 @@ std::shared_ptr<const StatsSnapshot> read_stats(const state::StateFile& file) {
   return view;
 }
 
-std::string encode_shard(const StatsSnapshot& view) {
+std::string encode_shard(const WatchSnapshot& view) {
   json buckets = json::array();
   for (const auto& [key, epochs] : view.layers) {
     if (epochs.empty()) continue;

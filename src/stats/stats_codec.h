@@ -1,4 +1,4 @@
-// A published statistics view (StatsSnapshot) in a state file, for frozen
+// A published statistics view (WatchSnapshot) in a state file, for frozen
 // moments: the histograms, Min/Max patches, parameter samples and series
 // exactly as the view held them, so a moment loaded later shows the numbers
 // it was frozen with. Section "stats" is the view as JSON (non-finite numbers
@@ -14,10 +14,10 @@
 namespace nansense::stats {
 
 // Adds the two sections to `file`. Throws state::StateError.
-void write_stats(const StatsSnapshot& view, state::StateFile& file);
+void write_stats(const WatchSnapshot& view, state::StateFile& file);
 
 // The view `file` holds, its sequence as frozen. Throws state::StateError naming the
 // file and what is malformed.
-std::shared_ptr<const StatsSnapshot> read_stats(const state::StateFile& file);
+std::shared_ptr<const WatchSnapshot> read_stats(const state::StateFile& file);
 
 }  // namespace nansense::stats

@@ -701,7 +701,7 @@ void StatsStore::forget_dropped() {
   collapse_queue_.erase(std::remove_if(collapse_queue_.begin(), collapse_queue_.end(), dropped), collapse_queue_.end());
 }
 
-std::shared_ptr<const StatsSnapshot> StatsStore::publish() {
+std::shared_ptr<const WatchSnapshot> StatsStore::publish() {
   at::DisableRecordFunctionGuard no_record;
   c10::InferenceMode no_autograd;
   std::vector<std::pair<size_t, size_t>> ranges;
@@ -720,7 +720,7 @@ std::shared_ptr<const StatsSnapshot> StatsStore::publish() {
     }
   }
   const auto cpu = common::copy_to_host(all);
-  auto snapshot = std::make_shared<StatsSnapshot>();
+  auto snapshot = std::make_shared<WatchSnapshot>();
   snapshot->sequence = ++sequence_;
   size_t next = 0;
   for (auto& [key, b] : buckets_) {

@@ -139,7 +139,7 @@ class StatsStore {
   void clear();
 
   // One batched device->host copy of every accumulator.
-  std::shared_ptr<const StatsSnapshot> publish();
+  std::shared_ptr<const WatchSnapshot> publish();
   size_t device_bytes() const;
 
  private:

@@ -49,8 +49,8 @@ std::optional<double> TensorStatsSnapshot::std() const {
   return std::sqrt(*variance());
 }
 
-size_t StatsSnapshot::host_bytes() const {
-  size_t bytes = sizeof(StatsSnapshot);
+size_t WatchSnapshot::host_bytes() const {
+  size_t bytes = sizeof(WatchSnapshot);
   for (const auto& [key, buckets] : layers) {
     bytes += kNode<std::pair<const std::pair<std::string, std::string>, std::vector<LayerStatsSnapshot>>>;
     bytes += heap(key.first) + heap(key.second) + heap(buckets);
@@ -132,9 +132,9 @@ void add_shard(TensorStatsSnapshot& into, const TensorStatsSnapshot& shard) {
   into.dead_channels = std::move(dead);
 }
 
-std::shared_ptr<const StatsSnapshot> with_shards(const StatsSnapshot& own, const std::map<int, Shard>& shards,
+std::shared_ptr<const WatchSnapshot> with_shards(const WatchSnapshot& own, const std::map<int, Shard>& shards,
                                                  int64_t ranks, uint64_t sequence, MergeMemo& memo) {
-  auto out = std::make_shared<StatsSnapshot>(own);
+  auto out = std::make_shared<WatchSnapshot>(own);
   out->sequence = sequence;
   out->ranks = ranks;
   for (auto& [key, buckets] : out->layers) {

@@ -60,7 +60,7 @@ async function main() {
   const page = (h.page = await h.newPage({ width: 1440, height: 1000 }));
   const consoleErrors = collectConsoleErrors(page, {
     // The refused update frequency below is a 400 on purpose.
-    ignore: (m) => m.location().url.endsWith('/api/settings/update_frequency') && m.text().includes('status of 400'),
+    ignore: (m) => m.location().url.endsWith('/api/stats/update_frequency') && m.text().includes('status of 400'),
   });
   await page.goto(base);
   await expectText('connection', 'live');

@@ -257,6 +257,39 @@ TEST_F(ApiTest, BadRequestsGetClearErrorsAndTrainingGoesOn) {
   EXPECT_EQ(status["live_position"]["batch_idx"], 1);
 }
 
+// A route renamed to its concept's one name (docs/guide/differences.md, "One
+// name per concept") answers at its old path through the next release exactly
+// as at the new one: the same status and body for the same request, a
+// refusal included. No old path is any command's current route.
+TEST_F(ApiTest, EveryOldRouteAnswersAsTheRouteThatReplacedIt) {
+  start();
+  wait_paused();
+  size_t old_routes = 0;
+  for (const auto& c : nansense::server::commands()) {
+    for (const auto& old : c.old_routes) {
+      ++old_routes;
+      ASSERT_TRUE(c.rest) << c.name << ": an old route without a route";
+      EXPECT_EQ(old.method, c.rest->method) << old.path;
+      for (const auto& other : nansense::server::commands()) {
+        EXPECT_FALSE(other.rest && other.rest->path == old.path) << old.path << " is also " << other.name << "'s route";
+      }
+      const bool get_args = old.method == "GET";
+      for (const std::string args : {"", "nonsense"}) {
+        const std::string query = get_args && !args.empty() ? "?" + args + "=1" : "";
+        const std::string body = get_args ? "" : args.empty() ? "{}" : json{{args, 1}}.dump();
+        const Reply now = http_request(port_, old.method, c.rest->path + query, body);
+        const Reply then = http_request(port_, old.method, old.path + query, body);
+        EXPECT_EQ(then.status, now.status) << old.path << query << body;
+        EXPECT_EQ(then.body, now.body) << old.path << query << body;
+        EXPECT_EQ(then.status, args.empty() ? 200u : 400u) << old.path << query << body << ": " << then.body;
+      }
+    }
+  }
+  EXPECT_GE(old_routes, 1u);
+  // Beside the old route, its other methods are refused as the new route's are.
+  EXPECT_EQ(http_request(port_, "GET", "/api/settings/update_frequency").status, 405u);
+}
+
 TEST_F(ApiTest, OversizedBodyIsRefusedWith413) {
   start();
   wait_paused();

@@ -24,6 +24,12 @@ TEST_F(DebugApiTest, ReportsSettingsAndNoErrorAtFirst) {
   EXPECT_EQ(report["settings"]["threshold_fraction"], 0.1);
   EXPECT_EQ(report["settings"]["rerun_to_trace"], true);
   EXPECT_GE(report["checked_batches"].get<int64_t>(), 1);  // batch 0 was checked
+  // What a traced re-run would restore and what sees the batch twice, in a
+  // plain loop's words.
+  EXPECT_EQ(report["rerun"]["ran_twice"], "your loop body ran this batch twice");
+  ASSERT_FALSE(report["rerun"]["seen_twice"].empty());
+  EXPECT_NE(report["rerun"]["seen_twice"][0].get<std::string>().find("your loop body"), std::string::npos);
+  EXPECT_FALSE(report["rerun"].contains("runs_twice"));
 }
 
 TEST_F(DebugApiTest, SettingsArePartialUpdates) {

@@ -170,14 +170,14 @@ TEST_F(McpToolsTest, RestStatsRoutesServeTheSameQueries) {
   client.initialize();
   json tool = client.tool_json("get_layer_stats",
                                {{"layers", {"fc1", "relu"}}, {"include_histogram", true}, {"bins", 6}, {"channel", 2}});
-  auto rest = get("/api/layer_stats?layers=fc1,relu&include_histogram=true&bins=6&channel=2");
+  auto rest = get("/api/stats/layers?layers=fc1,relu&include_histogram=true&bins=6&channel=2");
   ASSERT_EQ(rest.status, 200u) << rest.body;
   EXPECT_EQ(rest.json(), tool);
-  EXPECT_EQ(get("/api/layer_stats").json()["layers"].size(), 5u);
-  EXPECT_EQ(get("/api/layer_stats?layers=nope").status, 404u);
-  EXPECT_EQ(get("/api/layer_stats?bins=1").status, 400u);
-  EXPECT_EQ(get("/api/layer_stats?channel=x").status, 400u);
-  EXPECT_EQ(get("/api/layer_stats?colour=red").status, 400u);
+  EXPECT_EQ(get("/api/stats/layers").json()["layers"].size(), 5u);
+  EXPECT_EQ(get("/api/stats/layers?layers=nope").status, 404u);
+  EXPECT_EQ(get("/api/stats/layers?bins=1").status, 400u);
+  EXPECT_EQ(get("/api/stats/layers?channel=x").status, 400u);
+  EXPECT_EQ(get("/api/stats/layers?colour=red").status, 400u);
 
   json weights = client.tool_json("get_weight_stats", {{"layer", "fc2"}, {"parameters", {"bias"}}});
   auto rest_weights = get("/api/weight_stats?layer=fc2&parameters=bias");

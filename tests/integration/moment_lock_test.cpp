@@ -179,7 +179,7 @@ TEST_F(MomentTest, LockedParkedSessionRefusesChangesOverRestAndMcpAndRunsExperim
       {"/api/stats/scope", {{"scope", "watched"}}},
       {"/api/stats/watch", {{"layers", {"fc2"}}}},
       {"/api/stats/unwatch", {{"layers", {"fc1"}}}},
-      {"/api/settings/update_frequency", {{"unit", "batch"}, {"n", 1}}},
+      {"/api/stats/update_frequency", {{"unit", "batch"}, {"n", 1}}},
       {"/api/debug/settings", {{"enabled", false}}},
       {"/api/experiments/auto_run", {{"enabled", true}}},
       {"/api/experiments/cancel", json::object()},

@@ -273,7 +273,7 @@ TEST_F(RecordingsApiTest, WhileHistogramsRecordTheSettingsTheyDrawAreFrozen) {
   expect_frozen(post("/api/stats/scope", scope), "watch_histogram", "scope");
   expect_frozen(post("/api/stats/unwatch", unwatch), "watch_histogram", "layers");
   expect_frozen(post("/api/stats/performance", performance), "watch_histogram", "");
-  expect_frozen(post("/api/settings/update_frequency", frequency), "watch_histogram", "unit");
+  expect_frozen(post("/api/stats/update_frequency", frequency), "watch_histogram", "unit");
   json settings = get("/api/settings").json();
   EXPECT_EQ(settings["stats_scope"], "watched") << "a refused change changes nothing";
   EXPECT_EQ(settings["watched_layers"], json::array({"conv", "fc"}));
@@ -284,7 +284,7 @@ TEST_F(RecordingsApiTest, WhileHistogramsRecordTheSettingsTheyDrawAreFrozen) {
   // a layer the video does not show.
   EXPECT_EQ(post("/api/stats/scope", {{"scope", "watched"}}).status, 200);
   EXPECT_EQ(post("/api/stats/performance", {{"channel_limit", 16}}).status, 200);
-  EXPECT_EQ(post("/api/settings/update_frequency", {{"unit", "seconds"}, {"n", 2}}).status, 200);
+  EXPECT_EQ(post("/api/stats/update_frequency", {{"unit", "seconds"}, {"n", 2}}).status, 200);
   EXPECT_EQ(post("/api/stats/unwatch", {{"layers", {"fc"}}}).status, 200);
 
   ASSERT_EQ(post("/api/recordings/stop", {{"key", "watch_histogram"}}).status, 200);
@@ -292,7 +292,7 @@ TEST_F(RecordingsApiTest, WhileHistogramsRecordTheSettingsTheyDrawAreFrozen) {
   EXPECT_EQ(post("/api/stats/scope", scope).status, 200);
   EXPECT_EQ(post("/api/stats/unwatch", unwatch).status, 200);
   EXPECT_EQ(post("/api/stats/performance", performance).status, 200);
-  EXPECT_EQ(post("/api/settings/update_frequency", frequency).status, 200);
+  EXPECT_EQ(post("/api/stats/update_frequency", frequency).status, 200);
   settings = get("/api/settings").json();
   EXPECT_EQ(settings["stats_scope"], "all");
   EXPECT_EQ(settings["watched_layers"], json::array());
@@ -323,7 +323,7 @@ TEST_F(RecordingsApiTest, WhileTheMainViewRecordsOnlyTheCadenceIsFrozen) {
   wait_paused();
   ASSERT_EQ(post("/api/recordings/start", {{"view", "layers"}, {"layers", {"conv"}}}).status, 200);
   EXPECT_EQ(get("/api/status").json()["frozen"].size(), 1u);
-  expect_frozen(post("/api/settings/update_frequency", {{"unit", "epoch"}, {"n", 1}}), "main", "unit");
+  expect_frozen(post("/api/stats/update_frequency", {{"unit", "epoch"}, {"n", 1}}), "main", "unit");
   // The strips come from every captured batch, watched or not.
   EXPECT_EQ(post("/api/stats/unwatch", {{"layers", {"conv"}}}).status, 200);
   EXPECT_EQ(post("/api/stats/scope", {{"scope", "none"}}).status, 200);
@@ -354,7 +354,7 @@ TEST_F(RecordingsApiTest, TheExperimentViewRecordsItsOwnRunAtEveryLiveUpdate) {
   start_cnn();
   wait_paused();
   // Every batch a live update (frozen once the recording starts).
-  ASSERT_EQ(post("/api/settings/update_frequency", {{"unit", "batch"}, {"n", 1}}).status, 200);
+  ASSERT_EQ(post("/api/stats/update_frequency", {{"unit", "batch"}, {"n", 1}}).status, 200);
   EXPECT_FALSE(get("/api/experiments").json()["auto_run"]) << "the recording runs its experiment without auto-run";
   auto r = post("/api/recordings/start", {{"view", "experiment"}, {"layer", "conv"}, {"kind", "gradcam"}});
   ASSERT_EQ(r.status, 200) << r.body;

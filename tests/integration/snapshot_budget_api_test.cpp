@@ -65,7 +65,7 @@ TEST_F(SnapshotBudgetApiTest, ATrimmedSnapshotSaysWhatItKeptAndRefusesTheRest) {
   EXPECT_EQ(get("/api/render/input?sample=4").status, 400u);
   EXPECT_EQ(get("/api/render/strip?layer=fc1&sample=5").status, 400u) << "past the batch: the usual refusal";
 
-  json stats = get("/api/layer_stats?layers=fc1").json();
+  json stats = get("/api/stats/layers?layers=fc1").json();
   ASSERT_TRUE(stats.contains("samples")) << stats;
   EXPECT_EQ(stats["samples"]["kept"], kept);
   EXPECT_EQ(stats["layers"][0]["activation"]["shape"], json::array({5, 8}));
@@ -79,7 +79,7 @@ TEST_F(SnapshotBudgetApiTest, ASnapshotThatFitsSaysNothingWasLeftOut) {
   EXPECT_EQ(summary["budget"]["trimmed"], false);
   EXPECT_FALSE(summary["budget"].contains("note"));
   EXPECT_EQ(get("/api/render/strip?layer=fc1&sample=4").status, 200u);
-  EXPECT_FALSE(get("/api/layer_stats?layers=fc1").json().contains("samples"));
+  EXPECT_FALSE(get("/api/stats/layers?layers=fc1").json().contains("samples"));
 }
 
 }  // namespace

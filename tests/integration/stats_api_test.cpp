@@ -73,7 +73,7 @@ TEST_F(StatsApiTest, DefaultsCollectNothingUntilALayerIsWatched) {
   EXPECT_EQ(settings["patch_layers"], nullptr);
   step("batch");
   EXPECT_TRUE(stats_layers().empty());
-  EXPECT_EQ(session_->stats(), nullptr);
+  EXPECT_EQ(session_->watch_snapshot(), nullptr);
   // The Stats page is the same page, routed by its path.
   Reply page = http_request(port_, "GET", "/stats");
   EXPECT_EQ(page.status, 200u);
@@ -143,7 +143,7 @@ TEST_F(StatsApiTest, UpdateFrequencyRefusesBadValuesClearly) {
   start();
   wait_paused();
   auto refusal = [&](const json& body) {
-    Reply r = post("/api/settings/update_frequency", body);
+    Reply r = post("/api/stats/update_frequency", body);
     EXPECT_EQ(r.status, 400u) << body.dump();
     return r.json();
   };
@@ -161,7 +161,7 @@ TEST_F(StatsApiTest, UpdateFrequencyRefusesBadValuesClearly) {
   EXPECT_NE(e["error"].get<std::string>().find("whole number"), std::string::npos) << e.dump();
   // Nothing changed; then a good value takes.
   EXPECT_EQ(get("/api/settings").json()["update_frequency"]["unit"], "seconds");
-  json settings = post("/api/settings/update_frequency", {{"unit", "batch"}, {"n", 2}, {"phase", "train"}}).json();
+  json settings = post("/api/stats/update_frequency", {{"unit", "batch"}, {"n", 2}, {"phase", "train"}}).json();
   EXPECT_EQ(settings["update_frequency"], json({{"unit", "batch"}, {"n", 2}, {"phase", "train"}}));
   EXPECT_EQ(session_->update_frequency(), nansense::UpdateFrequency::batches(2, "train"));
   EXPECT_THROW(session_->set_update_frequency(nansense::UpdateFrequency::seconds(0)), nansense::UsageError);
@@ -171,7 +171,7 @@ TEST_F(StatsApiTest, ARunningLoopPublishesWithoutPausing) {
   start(/*epochs=*/1000, /*train_batches=*/4, /*val_batches=*/2);
   wait_paused();
   post("/api/stats/watch", {{"layers", {"fc1"}}});
-  post("/api/settings/update_frequency", {{"unit", "batch"}, {"n", 1}});
+  post("/api/stats/update_frequency", {{"unit", "batch"}, {"n", 1}});
   auto* core = detail::core_of(*session_);
   const uint64_t seq = get("/api/status").json()["snapshot_sequence"];
   post("/api/run", {{"detach", false}, {"timeout_seconds", 0}});
@@ -183,11 +183,12 @@ TEST_F(StatsApiTest, ARunningLoopPublishesWithoutPausing) {
   auto& port = core->port();
   uint64_t seen = 0;
   const auto deadline = std::chrono::steady_clock::now() + 20s;
-  while (!(session_->stats() && session_->stats()->sequence >= 2) && std::chrono::steady_clock::now() < deadline) {
+  while (!(session_->watch_snapshot() && session_->watch_snapshot()->sequence >= 2) &&
+         std::chrono::steady_clock::now() < deadline) {
     seen = port.wait_for_change(seen, 1s);
   }
-  ASSERT_TRUE(session_->stats());
-  EXPECT_GE(session_->stats()->sequence, 2u);
+  ASSERT_TRUE(session_->watch_snapshot());
+  EXPECT_GE(session_->watch_snapshot()->sequence, 2u);
   json status = get("/api/status").json();
   EXPECT_EQ(status["state"], "running");
   EXPECT_GT(status["snapshot_sequence"].get<uint64_t>(), seq + 1);

@@ -81,7 +81,7 @@ class Visitor {
     for (const std::string target :
          {"/api/status", "/api/probe", "/api/snapshot", "/api/render/strip?layer=fc1&kind=activation",
           "/api/render/strip?layer=fc2&kind=activation&sample=1", "/api/render/input?sample=1",
-          "/api/layer_stats?layers=fc2"}) {
+          "/api/stats/layers?layers=fc2"}) {
       Reply r = request("GET", target);
       EXPECT_EQ(r.status, 200u) << target << ": " << r.body;
       // The status's paused_at and such do not change while parked.
@@ -96,7 +96,7 @@ class Visitor {
     std::map<std::string, std::string> out;
     for (const std::string target : {"/api/snapshot", "/api/render/strip?layer=fc1&kind=activation",
                                      "/api/render/strip?layer=fc2&kind=activation&sample=1",
-                                     "/api/render/input?sample=1", "/api/layer_stats?layers=fc2"}) {
+                                     "/api/render/input?sample=1", "/api/stats/layers?layers=fc2"}) {
       Reply r = request("GET", target);
       EXPECT_EQ(r.status, 200u) << target << ": " << r.body;
       if (r.headers["Content-Type"].rfind("application/json", 0) == 0) {

@@ -232,7 +232,7 @@ TEST_F(WeightsApiTest, TensorInstrumentsMatchADirectComputationAndAFailingOneIsD
 
   // Disabled and reported, once each.
   std::map<std::string, std::string> failed;
-  for (const auto& f : session_->failed_metrics()) failed[f.name] += f.error;
+  for (const auto& f : session_->instrument_errors()) failed[f.name] += f.error;
   ASSERT_EQ(failed.size(), 2u);
   EXPECT_NE(failed["boom"].find("instrument bug"), std::string::npos) << failed["boom"];
   EXPECT_NE(failed["misshapen"].find("must have its shape"), std::string::npos) << failed["misshapen"];

@@ -235,7 +235,7 @@ def test_a_rerun_restores_the_optimizer_and_the_scheduler_and_tells_the_loop(tmp
         report = api.get("/api/debug")
         assert report["error"]["rerun"] is True
         assert "the LR scheduler given to start()" in report["rerun"]["restored"]
-        assert any("loop body" in s for s in report["rerun"]["runs_twice"])
+        assert any("loop body" in s for s in report["rerun"]["seen_twice"])
         api.post("/api/debug/choose_update", {"action": "skip"})
     finally:
         session.detach()

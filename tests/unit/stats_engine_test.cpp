@@ -592,7 +592,7 @@ TEST(StatsAccumulator, CollapseKeepsScalarsMedianAndDeadCountAndFreesTheDevice) 
 
 // --- the store ---------------------------------------------------------
 
-const LayerStatsSnapshot& bucket(const StatsSnapshot& s, const std::string& layer, const std::string& phase,
+const LayerStatsSnapshot& bucket(const WatchSnapshot& s, const std::string& layer, const std::string& phase,
                                  int64_t epoch) {
   for (const auto& b : s.layers.at({layer, phase})) {
     if (b.epoch == epoch) return b;

@@ -296,7 +296,7 @@ TEST(StatsFoldAhead, ASessionsStatisticsEqualTheTensorsTheModelProduced) {
       optimizer.step();
     }
     session.close();
-    const auto stats = session.stats();
+    const auto stats = session.watch_snapshot();
     ASSERT_TRUE(stats);
     const auto it = stats->layers.find({"conv", "train"});
     ASSERT_NE(it, stats->layers.end());
@@ -353,7 +353,7 @@ TEST(StatsFoldAhead, TheModelIndexIsReusedUntilAModuleIsReplaced) {
     }
   }
   session.close();
-  const auto stats = session.stats();
+  const auto stats = session.watch_snapshot();
   ASSERT_TRUE(stats);
   const auto it = stats->layers.find({"fc", "train"});
   ASSERT_NE(it, stats->layers.end());

@@ -385,7 +385,7 @@ TEST(TracerModels, AGansCallAfterABackwardPassIsCollectedOnEveryBatch) {
   session.detach();
   for (auto& x : session.batches(real, "train")) gan_step(gan, d_opt, g_opt, x);
   session.close();
-  const auto stats = session.stats();
+  const auto stats = session.watch_snapshot();
   ASSERT_TRUE(stats);
   for (const std::string name : {"D.0", "D.0#2", "D.0#3", "D.3#3", "G.3"}) {
     const auto it = stats->layers.find({name, "train"});

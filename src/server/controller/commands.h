@@ -72,14 +72,22 @@ struct Command {
   std::string description;  // what an agent reads to choose and call it
   std::vector<Arg> args;
   std::optional<Route> rest;  // nullopt: not served over REST
-  bool mcp = true;            // false: not an MCP tool
-  bool read_only = true;      // changes nothing in the run or its settings
+  // Routes this command was served at before it was renamed to its one name
+  // (docs/guide/differences.md, "One name per concept"). Each answers exactly
+  // as `rest` does, through the next release (kOldRoutesUntil), and the HTTP
+  // reference lists it under the route that replaced it.
+  std::vector<Route> old_routes = {};
+  bool mcp = true;        // false: not an MCP tool
+  bool read_only = true;  // changes nothing in the run or its settings
   WhenLocked locked = WhenLocked::kByReadOnly;
   // The reply's type in wire_types() ("Status"); for pictures, the type of
   // the info that comes with the PNG; "" for MCP's own picture replies.
   std::string reply;
   std::function<Reply(Controller&, const Args&)> run;
 };
+
+// The release after which the old routes (Command::old_routes) stop answering.
+inline constexpr const char* kOldRoutesUntil = "0.2";
 
 // Whether a locked session runs `command`.
 bool runs_when_locked(const Command& command);

@@ -125,7 +125,8 @@ std::vector<Command> run_commands() {
                            "feature); its histogram uses the layer's range. Refused for layers without dim 1 or with "
                            "fewer channels.")
                    .at_least(0)},
-      .rest = Route{"GET", "/api/layer_stats"},
+      .rest = Route{"GET", "/api/stats/layers"},
+      .old_routes = {Route{"GET", "/api/layer_stats"}},
       .mcp = true,
       .read_only = true,
       .reply = "LayerStats",

@@ -67,7 +67,8 @@ std::vector<Command> stats_commands() {
                    .at_most(1e6)
                    .or_else(1),
                string_arg("phase", "Unit batch only: count only this phase's batches, e.g. \"train\".").not_empty()},
-      .rest = Route{"POST", "/api/settings/update_frequency"},
+      .rest = Route{"POST", "/api/stats/update_frequency"},
+      .old_routes = {Route{"POST", "/api/settings/update_frequency"}},
       .mcp = true,
       .read_only = false,
       .reply = "Settings",

@@ -409,7 +409,7 @@ class Controller {
                                                    const std::string& tensor,
                                                    const render::WeightLayoutRequest& layout) const;
   // The published statistics; an empty view before the first.
-  std::shared_ptr<const StatsSnapshot> require_stats() const;
+  std::shared_ptr<const WatchSnapshot> require_stats() const;
   // The last published snapshot; kNotFound before the first capture.
   std::shared_ptr<const BatchSnapshot> require_snapshot() const;
   // render_strip's and render_input's pictures of `snap`.

@@ -76,7 +76,7 @@ json Controller::get_debug_report() const {
   json rerun = {{"enabled", settings.rerun_to_trace()},
                 {"ran_twice", note.ran_twice},
                 {"restored", note.restored},
-                {"runs_twice", note.runs_twice},
+                {"seen_twice", note.seen_twice},
                 {"detect", note.detect}};
   return {{"settings", numerics::to_json(settings)},       {"error", error ? numerics::to_json(*error) : json(nullptr)},
           {"checked_batches", session_.checked_batches()}, {"loss_scale", numerics::to_json(session_.loss_scale())},
@@ -115,7 +115,7 @@ json Controller::configure_debug_checks(const DebugChecksUpdate& u) {
 
 json Controller::silence_debug_check(const std::optional<std::string>& category) {
   try {
-    session_.silence_debug_check(category.value_or(""));
+    session_.disable_debug_check(category.value_or(""));
   } catch (const ArgumentError& e) {
     throw Refusal(Refusal::Kind::kInvalidArgument, e.what());
   }

@@ -131,7 +131,7 @@ render::Rgba series_color(size_t i) {
 
 std::string join(const std::vector<std::string>& names) { return common::join(names, "(none)"); }
 
-std::vector<std::string> phases_of(const StatsSnapshot& s, const std::string& layer, const Schedule& schedule) {
+std::vector<std::string> phases_of(const WatchSnapshot& s, const std::string& layer, const Schedule& schedule) {
   std::vector<std::string> phases;
   for (const auto& [key, _] : s.layers) {
     if (key.first == layer) phases.push_back(key.second);
@@ -145,7 +145,7 @@ std::vector<std::string> phases_of(const StatsSnapshot& s, const std::string& la
   return phases;
 }
 
-std::vector<std::string> layers_of(const StatsSnapshot& s, const Architecture* architecture) {
+std::vector<std::string> layers_of(const WatchSnapshot& s, const Architecture* architecture) {
   std::set<std::string> with;
   for (const auto& [key, _] : s.layers) with.insert(key.first);
   std::vector<std::string> out;
@@ -158,14 +158,14 @@ std::vector<std::string> layers_of(const StatsSnapshot& s, const Architecture* a
   return out;
 }
 
-std::shared_ptr<const StatsSnapshot> Controller::require_stats() const {
-  if (auto s = session_.stats()) return s;
-  static const auto kEmpty = std::make_shared<const StatsSnapshot>();
+std::shared_ptr<const WatchSnapshot> Controller::require_stats() const {
+  if (auto s = session_.watch_snapshot()) return s;
+  static const auto kEmpty = std::make_shared<const WatchSnapshot>();
   return kEmpty;
 }
 
 json Controller::stats_summary() const {
-  const auto s = session_.stats();
+  const auto s = session_.watch_snapshot();
   return {{"scope", std::string(to_string(session_.stats_scope()))},
           {"watched_layers", session_.watched_layers()},
           {"sequence", s ? s->sequence : 0},
@@ -212,7 +212,7 @@ json Controller::set_stats_scope(const std::string& scope) {
 
 json Controller::watch_layers(const std::vector<std::string>& layers) {
   try {
-    session_.watch_layers(layers);
+    session_.watch(layers);
   } catch (const UsageError& e) {
     refuse(Refusal::Kind::kInvalidArgument, e, "layers");
   }
@@ -227,7 +227,7 @@ json Controller::unwatch_layers(const std::vector<std::string>& layers) {
     }
   }
   try {
-    session_.unwatch_layers(layers);
+    session_.unwatch(layers);
   } catch (const UsageError& e) {
     refuse(Refusal::Kind::kInvalidArgument, e, "layers");
   }
@@ -403,7 +403,7 @@ json Controller::get_metrics(const std::vector<std::string>& layers) const {
     series.push_back({{"name", v.name}, {"phase", v.phase}, {"layer", v.layer}, {"points", std::move(points)}});
   }
   json failed = json::array();
-  for (const auto& f : session_.failed_metrics()) failed.push_back({{"name", f.name}, {"error", f.error}});
+  for (const auto& f : session_.instrument_errors()) failed.push_back({{"name", f.name}, {"error", f.error}});
   return {{"series", std::move(series)}, {"failed", std::move(failed)}};
 }
 

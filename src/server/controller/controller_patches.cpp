@@ -60,7 +60,7 @@ struct Gallery {
 
 bool has_patches(const LayerStatsSnapshot& v) { return !v.patches.empty() || v.patches_note.has_value(); }
 
-Gallery find_gallery(const StatsSnapshot& s, const detail::RunPort& session, const std::string& layer,
+Gallery find_gallery(const WatchSnapshot& s, const detail::RunPort& session, const std::string& layer,
                      const std::optional<std::string>& phase) {
   const auto all = phases_of(s, layer, session.schedule());
   if (all.empty()) {
@@ -212,7 +212,7 @@ render::Image cell_image(const PatchGallery& g, int64_t slot, int64_t channel, b
 
 json Controller::get_patches(const PatchOptions& o) const {
   // Either an epoch's collected gallery or the last captured batch's.
-  std::shared_ptr<const StatsSnapshot> s;
+  std::shared_ptr<const WatchSnapshot> s;
   std::optional<CurrentGallery> current;
   Gallery g;
   if (o.current_batch) {
@@ -281,7 +281,7 @@ json Controller::get_patches(const PatchOptions& o) const {
 }
 
 std::shared_ptr<const Picture> Controller::render_extreme_patches(const PatchOptions& o) const {
-  std::shared_ptr<const StatsSnapshot> s;
+  std::shared_ptr<const WatchSnapshot> s;
   std::optional<CurrentGallery> current;
   Gallery g;
   if (o.current_batch) {

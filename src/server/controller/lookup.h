@@ -16,9 +16,9 @@ std::string join(const std::vector<std::string>& names);
 
 // The phases a layer has statistics for, in the schedule's order (others
 // after, by name).
-std::vector<std::string> phases_of(const StatsSnapshot& s, const std::string& layer, const Schedule& schedule);
+std::vector<std::string> phases_of(const WatchSnapshot& s, const std::string& layer, const Schedule& schedule);
 
 // Layers with statistics, in the architecture's order (others after).
-std::vector<std::string> layers_of(const StatsSnapshot& s, const Architecture* architecture);
+std::vector<std::string> layers_of(const WatchSnapshot& s, const Architecture* architecture);
 
 }  // namespace nansense::server

@@ -435,8 +435,8 @@ void stats_history_types(json& d, const Words& w) {
                               {"note?", str()}});
   d["ScalarPoint"] = object({{"epoch", integer()}, {"batch", nullable(integer())}, {"x", num()}, {"value", num()}});
   d["Series"] = extend(d["SeriesInfo"], {{"points", array(ref("ScalarPoint"))}});
-  d["FailedMetric"] = object({{"name", str()}, {"error", str()}});
-  d["Metrics"] = object({{"series", array(ref("Series"))}, {"failed", array(ref("FailedMetric"))}});
+  d["FailedInstrument"] = object({{"name", str()}, {"error", str()}});
+  d["Metrics"] = object({{"series", array(ref("Series"))}, {"failed", array(ref("FailedInstrument"))}});
 }
 
 // Numerical debugging.
@@ -499,7 +499,7 @@ void debug_types(json& d, const Words& w) {
   d["DebugRerun"] = object({{"enabled", boolean()},
                             {"ran_twice", str()},
                             {"restored", array(str())},
-                            {"runs_twice", array(str())},
+                            {"seen_twice", array(str())},
                             {"detect", str()}});
   d["DebugReport"] = object({{"settings", ref("DebugSettings")},
                              {"error", nullable(ref("DebugError"))},

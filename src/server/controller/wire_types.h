@@ -18,8 +18,9 @@ using common::json;
 // references between them are {"$ref": "#/$defs/Name"}.
 const json& wire_types();
 
-// The whole contract as one document: {"commands": [{name, rest, mcp,
-// input_schema, reply}], "$defs": wire_types()}.
+// The whole contract as one document: {"commands": [{name, rest,
+// old_routes, mcp, input_schema, reply}], "old_routes_until": the release
+// after which old routes go, "$defs": wire_types()}.
 json wire_description();
 
 }  // namespace nansense::server

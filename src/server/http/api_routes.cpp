@@ -93,10 +93,15 @@ HttpResponse error_response(unsigned status, const std::string& message, const s
 HttpResponse handle_api(Controller& controller, const HttpRequest& request, const std::string& visitor) {
   const Command* route = nullptr;
   std::string allowed;
+  auto offer = [&](const Command& command, const Route& r) {
+    if (r.path != request.path) return;
+    if (r.method == request.method) route = &command;
+    allowed += (allowed.empty() ? "" : ", ") + r.method;
+  };
   for (const auto& command : commands()) {
-    if (!command.rest || command.rest->path != request.path) continue;
-    if (command.rest->method == request.method) route = &command;
-    allowed += (allowed.empty() ? "" : ", ") + command.rest->method;
+    if (!command.rest) continue;
+    offer(command, *command.rest);
+    for (const auto& old : command.old_routes) offer(command, old);
   }
   if (allowed.empty())
     return error_response(404,

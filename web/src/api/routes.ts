@@ -28,7 +28,7 @@ export const routes = {
   render_instrument_strip: { method: 'GET', path: '/api/render/instrument_strip' },
   refresh: { method: 'POST', path: '/api/refresh' },
   get_settings: { method: 'GET', path: '/api/settings' },
-  set_update_frequency: { method: 'POST', path: '/api/settings/update_frequency' },
+  set_update_frequency: { method: 'POST', path: '/api/stats/update_frequency' },
   set_stats_scope: { method: 'POST', path: '/api/stats/scope' },
   watch_layers: { method: 'POST', path: '/api/stats/watch' },
   unwatch_layers: { method: 'POST', path: '/api/stats/unwatch' },

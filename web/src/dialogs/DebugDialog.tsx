@@ -189,7 +189,7 @@ function RerunNote() {
       {rerun && (
         <>
           {' '}
-          Restored before the second run: {rerun.restored.join('; ')}. Seen twice: {rerun.runs_twice.join('; ')}.{' '}
+          Restored before the second run: {rerun.restored.join('; ')}. Seen twice: {rerun.seen_twice.join('; ')}.{' '}
           {rerun.detect}.
         </>
       )}
