@@ -30,7 +30,7 @@ def test_a_watch_snapshot_is_read_from_the_typed_view_and_its_patches_are_copies
     train(session, model, optimizer)
     session.close()
 
-    view = session._engine.stats()
+    view = session._engine.watch_snapshot()
     assert isinstance(view, _nansense.StatsSnapshot)
     bucket = next(b for b in view.buckets if b.layer == "features.0" and b.phase == "train")
     assert isinstance(bucket.activation, _nansense.TensorStatsSnapshot) and bucket.activation.n > 0
