@@ -78,13 +78,20 @@ def _is_scaler(obj: Any) -> bool:
 
 
 def _multiplier(root: torch.Tensor) -> Optional[int]:
-    """The storage of the tensor root was multiplied by (a scaler's scale),
-    or None."""
+    """The storage of the one-element tensor root was multiplied by (what
+    scaler.scale(loss) makes: loss * scale), or None. A loss divided by a
+    tensor (the Hugging Face losses divide by the batch's token count) or
+    multiplied by a larger one is no scaler's."""
+    grad_fn = root.grad_fn
+    if type(grad_fn).__name__ != "MulBackward0":
+        return None
     try:
-        saved = getattr(root.grad_fn, "_saved_other", None)
+        saved = getattr(grad_fn, "_saved_other", None)
     except RuntimeError:  # freed already
         return None
-    return saved.data_ptr() if isinstance(saved, torch.Tensor) else None
+    if not isinstance(saved, torch.Tensor) or saved.numel() != 1:
+        return None
+    return saved.data_ptr()
 
 
 def _scaled_by(scaler: Any) -> bool:

@@ -131,6 +131,36 @@ def test_a_nan_loss_with_finite_gradients_is_an_error(tmp_path):
     session.close()
 
 
+@pytest.mark.parametrize("scaled", [True, False])
+def test_only_a_loss_multiplied_by_a_scale_is_taken_for_an_unknown_scalers(tmp_path, capfd, scaled):
+    # A hand-rolled scale (loss * a one-element tensor) may be a loss scaler
+    # nansense does not know, and a trip says how to pass it; a loss divided
+    # by a tensor, as the Hugging Face losses divide by the token count, is
+    # not, and the trip says nothing of scalers.
+    gc.collect()  # no other test's GradScaler left to find
+    torch.manual_seed(0)
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    session = nansense.start(model, optimizer=optimizer)
+    session.set_debug_settings(nansense.DebugSettings(capsule_dir=str(tmp_path)))
+    factor = torch.tensor(8.0)
+    step = -1
+    for x, y in session.batches(loader(3), phase="train"):
+        if not session.rerunning:
+            step += 1
+        optimizer.zero_grad()
+        out = model(x)
+        if step == 1:
+            out = out * float("nan")
+        loss = F.cross_entropy(out, y)
+        (loss * factor if scaled else loss / factor).backward()
+        optimizer.step()
+    session.close()
+    assert session.debug_error is not None and session.debug_error.position.batch_idx == 1
+    said = "was multiplied by a tensor, as a loss scaler does" in capfd.readouterr().err
+    assert said == scaled
+
+
 def test_a_nan_forward_under_the_scaler_is_an_error_not_an_overflow(tmp_path):
     model, optimizer, scaler, session = setup(tmp_path, init_scale=2.0**8)
 
