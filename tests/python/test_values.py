@@ -31,7 +31,7 @@ def test_a_watch_snapshot_is_read_from_the_typed_view_and_its_patches_are_copies
     session.close()
 
     view = session._engine.watch_snapshot()
-    assert isinstance(view, _nansense.StatsSnapshot)
+    assert isinstance(view, _nansense.WatchSnapshot)
     bucket = next(b for b in view.buckets if b.layer == "features.0" and b.phase == "train")
     assert isinstance(bucket.activation, _nansense.TensorStatsSnapshot) and bucket.activation.n > 0
     assert bucket.batches >= 1 and len(bucket.activation.hist) == len(nansense.histogram_edges()) - 1
