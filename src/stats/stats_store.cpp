@@ -70,7 +70,8 @@ struct TensorAccumulator::State {
   std::optional<ExactFold> exact;
   std::vector<ChannelRange> ranges;
   int64_t adds = 0;  // tensors folded in: seeds the histogram's sample
-  c10::ScalarType dtype = c10::ScalarType::Undefined;  // the latest tensor's
+  // The dtype of the latest tensor folded in, before any widening.
+  c10::ScalarType dtype = c10::ScalarType::Undefined;
 
   // Fixes the device and the channels (dim 1 when `channels` > 0).
   void start(const torch::Device& device, int64_t dim1) {
