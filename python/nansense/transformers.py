@@ -552,7 +552,8 @@ class NansenseCallback(TrainerCallback):
         where = f"{error.position.phase} epoch {error.position.epoch} step {error.position.batch_idx}"
         micro = ""
         if self._tripped_micro is not None:
-            micro = f", micro-batch {self._tripped_micro} of {len(self._micro)} (0-based)"
+            # Counted from 1, as the engine's text and the page say it.
+            micro = f", micro-batch {self._tripped_micro + 1} of {len(self._micro)}"
         print(f"[nansense] the Trainer stops at the NaN of {where} (global_step {self._trainer.state.global_step})"
               f"{micro} (no UI is served); replay it with nansense.transformers.replay_capsule({error.capsule!r}, "
               "trainer)", file=sys.stderr)

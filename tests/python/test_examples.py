@@ -147,7 +147,7 @@ def test_the_hf_trainer_example_stops_the_trainer_at_its_nan_without_a_ui(tmp_pa
                stderr=subprocess.PIPE)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 1, out + err
-    assert "the Trainer stops at the NaN of train epoch 0 step 2 (global_step 3), micro-batch 0 of 2" in err, err
+    assert "the Trainer stops at the NaN of train epoch 0 step 2 (global_step 3), micro-batch 1 of 2 " in err, err
     assert "aten::div in the forward" in err, err
     assert list((tmp_path / "nansense_capsules").glob("*.capsule")), err
     assert "trained 3 optimizer steps" in out

@@ -127,7 +127,7 @@ def test_without_a_ui_a_nan_stops_the_trainer_names_its_micro_batch_and_replays(
     # The Trainer stopped after the tripping step.
     assert trainer.state.global_step == 2
     err = capfd.readouterr().err
-    assert "the Trainer stops at the NaN of train epoch 0 step 1 (global_step 2), micro-batch 1 of 2" in err
+    assert "the Trainer stops at the NaN of train epoch 0 step 1 (global_step 2), micro-batch 2 of 2 " in err
     assert "re-run traced: the Trainer's training_step (forward and backward) ran this optimizer step's " \
            "micro-batches twice" in err
     assert session.state == nansense.RunState.FINISHED
