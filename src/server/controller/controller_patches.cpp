@@ -167,6 +167,39 @@ std::string missing_reason(const LayerStatsSnapshot& v, const detail::StatsPort&
          " yet: the layer's next collected batch starts one";
 }
 
+// Where a patch request's gallery comes from: the last captured batch's
+// (current_batch) or an epoch's collected one. The view is read from
+// whichever it holds.
+struct PatchSource {
+  std::shared_ptr<const WatchSnapshot> stats;  // an epoch's: what `epoch` points into
+  Gallery epoch;
+  std::optional<CurrentGallery> current;  // the captured batch's
+
+  const LayerStatsSnapshot& view() const { return current ? current->view : *epoch.view; }
+  const std::string& phase() const { return current ? current->view.phase : epoch.phase; }
+  uint64_t sequence() const { return current ? current->snap->sequence : stats->sequence; }
+  // Why view() has no patches.
+  std::string missing(const detail::StatsPort& session) const {
+    return current ? view().patches_note.value_or("no Min/Max gallery for this batch")
+                   : missing_reason(view(), session);
+  }
+};
+
+PatchSource batch_source(std::shared_ptr<const BatchSnapshot> snap, const std::string& layer,
+                         const WatchPerformance& detail) {
+  PatchSource source;
+  source.current = current_gallery(std::move(snap), layer, detail);
+  return source;
+}
+
+PatchSource epoch_source(std::shared_ptr<const WatchSnapshot> stats, const detail::RunPort& session,
+                         const std::string& layer, const std::optional<std::string>& phase) {
+  PatchSource source;
+  source.epoch = find_gallery(*stats, session, layer, phase);
+  source.stats = std::move(stats);
+  return source;
+}
+
 const PatchGallery* find_ranking(const LayerStatsSnapshot& v, PatchRanking ranking) {
   for (const auto& g : v.patches) {
     if (g.ranking == ranking) return &g;
@@ -211,24 +244,15 @@ render::Image cell_image(const PatchGallery& g, int64_t slot, int64_t channel, b
 }  // namespace
 
 json Controller::get_patches(const PatchOptions& o) const {
-  // Either an epoch's collected gallery or the last captured batch's.
-  std::shared_ptr<const WatchSnapshot> s;
-  std::optional<CurrentGallery> current;
-  Gallery g;
-  if (o.current_batch) {
-    current = current_gallery(require_snapshot(), o.layer, session_.watch_performance());
-    g.view = &current->view;
-    g.phase = current->view.phase;
-  } else {
-    s = require_stats();
-    g = find_gallery(*s, session_, o.layer, o.phase);
-  }
-  const LayerStatsSnapshot& v = *g.view;
+  const auto source = o.current_batch ? batch_source(require_snapshot(), o.layer, session_.watch_performance())
+                                      : epoch_source(require_stats(), session_, o.layer, o.phase);
+  const auto& current = source.current;
+  const LayerStatsSnapshot& v = source.view();
   const std::string ranking = o.grids.empty() ? "max_pixel" : o.grids.front();
   json out = {{"layer", o.layer},
-              {"phase", g.phase},
+              {"phase", source.phase()},
               {"epoch", v.epoch},
-              {"phases", g.phases},
+              {"phases", source.epoch.phases},
               {"current_batch", o.current_batch},
               {"position", current ? json(current->snap->position.to_string()) : json(nullptr)},
               {"ranking", ranking},
@@ -237,11 +261,11 @@ json Controller::get_patches(const PatchOptions& o) const {
               {"samples", 0},
               {"channels", 0},
               {"crop", {{"height", 0}, {"width", 0}}},
-              {"sequence", current ? current->snap->sequence : s->sequence},
+              {"sequence", source.sequence()},
               {"note", nullptr},
               {"cells", json::array()}};
   if (v.patches.empty()) {
-    out["note"] = current ? v.patches_note.value_or("no Min/Max gallery for this batch") : missing_reason(v, session_);
+    out["note"] = source.missing(session_);
     return out;
   }
   const PatchGallery& gallery = require_ranking(v, ranking, "ranking");
@@ -281,21 +305,12 @@ json Controller::get_patches(const PatchOptions& o) const {
 }
 
 std::shared_ptr<const Picture> Controller::render_extreme_patches(const PatchOptions& o) const {
-  std::shared_ptr<const WatchSnapshot> s;
-  std::optional<CurrentGallery> current;
-  Gallery g;
-  if (o.current_batch) {
-    current = current_gallery(require_snapshot(), o.layer, session_.watch_performance());
-    g.view = &current->view;
-    g.phase = current->view.phase;
-  } else {
-    s = require_stats();
-    g = find_gallery(*s, session_, o.layer, o.phase);
-  }
-  const LayerStatsSnapshot& v = *g.view;
+  const auto source = o.current_batch ? batch_source(require_snapshot(), o.layer, session_.watch_performance())
+                                      : epoch_source(require_stats(), session_, o.layer, o.phase);
+  const auto& current = source.current;
+  const LayerStatsSnapshot& v = source.view();
   if (v.patches.empty()) {
-    throw Refusal(Refusal::Kind::kConflict,
-                  current ? v.patches_note.value_or("no Min/Max gallery for this batch") : missing_reason(v, session_));
+    throw Refusal(Refusal::Kind::kConflict, source.missing(session_));
   }
   std::vector<std::string> grids = o.grids;
   // Every ranking collected, as the original NaNsense 0.4.0 (Python, on PyPI)
@@ -352,15 +367,14 @@ std::shared_ptr<const Picture> Controller::render_extreme_patches(const PatchOpt
   }
   auto out = std::make_shared<Picture>();
   out->png = render::encode_png(image);
-  out->info = {{"layer", o.layer},     {"phase", g.phase},
-               {"epoch", v.epoch},     {"grids", grids},
-               {"heatmap", o.heatmap}, {"samples", samples},
-               {"channels", channels}, {"sequence", current ? current->snap->sequence : s->sequence},
-               {"width", image.width}, {"height", image.height}};
+  out->info = {{"layer", o.layer},      {"phase", source.phase()},       {"epoch", v.epoch},
+               {"grids", grids},        {"heatmap", o.heatmap},          {"samples", samples},
+               {"channels", channels},  {"sequence", source.sequence()}, {"width", image.width},
+               {"height", image.height}};
   out->info["current_batch"] = o.current_batch;
   out->caption = "Min/Max patches of layer \"" + o.layer + "\", " +
                  (current ? "the last captured batch (" + current->snap->position.to_string() + ")"
-                          : g.phase + " epoch " + std::to_string(v.epoch)) +
+                          : source.phase() + " epoch " + std::to_string(v.epoch)) +
                  ": " + join(grids) + ". Each block has a column per channel (the first " + std::to_string(channels) +
                  ") and a row per kept input, best first; *_pixel cells are input crops around where the channel "
                  "was highest (max) or lowest (min), *_average cells whole inputs ranked by the channel's mean." +
