@@ -1,5 +1,6 @@
 """What the trainer adapters (Lightning's and the Hugging Face Trainer's
-callbacks) share: their options and the network they watch, and what they
+callbacks) share: the batch they open on the session (OpenBatch), their
+options and the network they watch, and what they
 save with checkpoints and capsules beside the session's own state (every
 RNG, the batch in flight as bytes). That state loads with
 torch.load(weights_only=True), as a plain loop's session state does: the
@@ -21,6 +22,42 @@ try:
     import numpy
 except ImportError:  # pragma: no cover - numpy comes with torch's usual installs
     numpy = None  # type: ignore[assignment]
+
+
+class OpenBatch:
+    """The batch a trainer callback opened on its session and has not ended
+    yet: the callbacks open one in a batch-start hook, end it in the matching
+    end hook, and drop it when the trainer leaves it by an exception, a
+    time-travel jump or the end of training. `_open` is (phase, the module
+    hooks the session put on the model), None between batches."""
+
+    _session: Any
+    _open: Optional[tuple]
+
+    @property
+    def _engine(self) -> Any:
+        """The session's engine while it is open (each callback's own)."""
+        raise NotImplementedError
+
+    def _take_hooks_off(self) -> Optional[str]:
+        """Removes the open batch's module hooks and forgets it; returns its
+        phase, None when no batch was open."""
+        if self._open is None:
+            return None
+        phase, hooks = self._open
+        self._open = None
+        self._session._remove_hooks(hooks)
+        return phase
+
+    def _drop_open_batch(self, lost: bool = True) -> bool:
+        """Drops the open batch without ending it (no statistics, no checks
+        for it): `lost` when an exception or a jump unwinds the trainer's
+        loop, False when training ended with the batch under way. False when
+        none was open."""
+        if self._take_hooks_off() is None:
+            return False
+        self._engine.abandon_batch(lost)
+        return True
 
 
 def serve_options(*, port: Optional[int], host: str, open_browser: bool, model: Optional[str], input_mean: Any,

@@ -29,7 +29,7 @@ except ImportError:  # pragma: no cover - the older package name
         raise ImportError("nansense.lightning needs PyTorch Lightning: pip install lightning") from None
 
 from . import _nansense
-from ._adapters import network_at, pickled, rng_state, serve_options, set_rng_state, unpickled
+from ._adapters import OpenBatch, network_at, pickled, rng_state, serve_options, set_rng_state, unpickled
 from ._arguments import check_cache_dir
 from ._capsule import Capsule
 from ._errors import TimeTravelJump
@@ -123,7 +123,7 @@ class _OneBatch:
 # ---------------------------------------------------------------- the callback
 
 
-class NansenseCallback(Callback):
+class NansenseCallback(OpenBatch, Callback):
     """Drive a nansense session from a Lightning Trainer.
 
     The session is created when fit starts (the optimizers exist by then)
@@ -417,12 +417,10 @@ class NansenseCallback(Callback):
                       f"{here.batch_idx}, {self._halt_note}", file=sys.stderr)
 
     def _finish(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
-        if self._open is None:
+        phase = self._take_hooks_off()
+        if phase is None:
             return
-        phase, hooks = self._open
-        session, engine = self._session, self._engine
-        session._remove_hooks(hooks)
-        self._open = None
+        session = self._session
         # Lightning steps a step-interval scheduler (and an epoch one on the
         # epoch's last batch) before on_train_batch_end: the restore below
         # takes that step back, so the re-run makes it again.
@@ -437,12 +435,9 @@ class NansenseCallback(Callback):
                 else:
                     _rerun_validation_step(trainer, pl_module, batch, batch_idx)
             except BaseException:
-                session._remove_hooks(self._open[1])
-                self._open = None
-                engine.abandon_batch(True)
+                self._drop_open_batch()
                 raise
-            session._remove_hooks(self._open[1])
-            self._open = None
+            self._take_hooks_off()
         self._phase[1] += 1
         if phase == "train":
             self._batch = None
@@ -507,11 +502,8 @@ class NansenseCallback(Callback):
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
         if self._engine is None:
             return
-        if self._open is not None:
-            self._session._remove_hooks(self._open[1])
-            self._open = None
-            # A jump unwinding is no loss; any other exception loses the loop.
-            self._engine.abandon_batch(True)
+        # A jump unwinding is no loss; any other exception loses the loop.
+        self._drop_open_batch()
         self._phase = None
         self._batch = None
         self._settled = False

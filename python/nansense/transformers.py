@@ -28,7 +28,7 @@ except ImportError:
     raise ImportError("nansense.transformers needs transformers: pip install transformers accelerate") from None
 
 from . import _nansense, _setups
-from ._adapters import network_at, pickled, rng_state, serve_options, set_rng_state, unpickled
+from ._adapters import OpenBatch, network_at, pickled, rng_state, serve_options, set_rng_state, unpickled
 from ._arguments import check_cache_dir
 from ._capsule import Capsule
 from ._errors import TimeTravelJump
@@ -95,7 +95,7 @@ _RERUN_NOTE = dict(
 # ---------------------------------------------------------------- the callback
 
 
-class NansenseCallback(TrainerCallback):
+class NansenseCallback(OpenBatch, TrainerCallback):
     """Drive a nansense session from a Hugging Face Trainer.
 
     One debugger batch is one optimizer step: its position is
@@ -408,10 +408,7 @@ class NansenseCallback(TrainerCallback):
         self._open = (phase, session._open_batch(phase, self._epoch, item))
 
     def _abandon(self, e: BaseException) -> None:
-        if self._open is not None:
-            self._session._remove_hooks(self._open[1])
-            self._open = None
-            self._engine.abandon_batch(True)
+        if self._drop_open_batch():
             self._session._left_by(e)
         self._micro_idx = None
 
@@ -426,10 +423,8 @@ class NansenseCallback(TrainerCallback):
     def _finish(self, rerun) -> None:
         """End the batch under way; while the engine asks, run it again
         (traced: the root cause of a NaN the untraced run found)."""
-        phase, hooks = self._open
+        phase = self._take_hooks_off()
         session = self._session
-        session._remove_hooks(hooks)
-        self._open = None
         while session._end_batch():
             self._open = (phase, session._open_batch(phase, self._epoch, self._micro if phase == "train" else None))
             self._rerunning = True
@@ -440,8 +435,7 @@ class NansenseCallback(TrainerCallback):
                 self._abandon(e)
                 raise
             self._rerunning = False
-            session._remove_hooks(self._open[1])
-            self._open = None
+            self._take_hooks_off()
         self._phase[1] += 1
 
     def on_step_begin(self, args, state, control, **kwargs):
@@ -562,10 +556,7 @@ class NansenseCallback(TrainerCallback):
 
     def on_train_end(self, args, state, control, **kwargs):
         if self._engine is not None:
-            if self._open is not None:
-                self._session._remove_hooks(self._open[1])
-                self._open = None
-                self._engine.abandon_batch(False)
+            self._drop_open_batch(lost=False)
             self._end_phase()
             if self._travel is not None:
                 self._travel.epoch_end(self)
@@ -579,10 +570,7 @@ class NansenseCallback(TrainerCallback):
         """A time-travel jump unwound trainer.train(): the batch under way is
         dropped, and the Trainer's methods are its own again until the next
         attempt patches them."""
-        if self._open is not None:
-            self._session._remove_hooks(self._open[1])
-            self._open = None
-            self._engine.abandon_batch(True)
+        self._drop_open_batch()
         self._phase = None
         self._micro_idx = None
         self._evaluating = False

@@ -57,26 +57,26 @@ async function main() {
     await expectText('recording-frames', /^\s*1 frame\s*$/);
   });
 
-  await check("while the view records, the controls that would change it are frozen and say why", async () => {
-    await byTestId('update-frequency-frozen').waitFor({ timeout: h.uiTimeoutMs });
-    // The server's words (status.frozen): the recording's key and how to release it.
-    await expectText('update-frequency-frozen', /the update frequency is frozen while "main" records.*stop_recording key "main"/i);
+  await check("while the view records, the controls that would change it are fixed and say why", async () => {
+    await byTestId('update-frequency-fixed').waitFor({ timeout: h.uiTimeoutMs });
+    // The server's words (status.fixed): the recording's key and how to release it.
+    await expectText('update-frequency-fixed', /the update frequency is fixed while "main" records.*stop_recording key "main"/i);
     // Disabled through its fieldset: :disabled, not the element's own attribute.
     await page.locator('[data-testid="update-n"]:disabled').waitFor({ timeout: h.uiTimeoutMs });
     // It looks held too: the controls dimmed, the reason at full strength.
     const look = await page.evaluate(() => {
-      const note = document.querySelector('[data-testid="update-frequency-frozen"]');
+      const note = document.querySelector('[data-testid="update-frequency-fixed"]');
       const section = note.closest('.settings-section');
       const control = section.querySelector('[data-testid="update-n"]');
       let opacity = 1;
       for (let e = control; e && e !== section; e = e.parentElement) opacity *= Number(getComputedStyle(e).opacity);
       return { control: opacity, note: Number(getComputedStyle(note).opacity) };
     });
-    if (!(look.control < 0.75 && look.note === 1)) throw new Error(`frozen section's look: ${JSON.stringify(look)}`);
+    if (!(look.control < 0.75 && look.note === 1)) throw new Error(`fixed section's look: ${JSON.stringify(look)}`);
     await h.expectEnabled('average-toggle', false);
     await h.expectEnabled('values-select', false);
     const why = await page.locator('.render-options label').first().getAttribute('title');
-    if (!/Frozen while this view records/.test(why)) throw new Error(`the average toggle says "${why}"`);
+    if (!/Fixed while this view records/.test(why)) throw new Error(`the average toggle says "${why}"`);
   });
 
   await check('each step is a live update: the frame count grows while the dialog is open', async () => {
@@ -92,7 +92,7 @@ async function main() {
     await h.gone('recording-item');
     await byTestId('recording-start').waitFor({ timeout: h.uiTimeoutMs });
     await h.gone('settings-gear-recordings');
-    await h.gone('update-frequency-frozen');
+    await h.gone('update-frequency-fixed');
     await h.expectEnabled('average-toggle', true);
     const after = await h.demo.api('/api/recordings');
     if (after.recordings.length !== 0) throw new Error(`still recording: ${JSON.stringify(after.recordings)}`);

@@ -250,7 +250,7 @@ async function main() {
     // "Current batch" (picked above) stays picked in this view too: back to the epoch's gallery.
     await byTestId('phase-train').check();
     await page.locator('[data-testid="stats-main"][data-phase="train"]').waitFor({ timeout: UI_TIMEOUT_MS });
-    const gallery = page.locator(`[data-testid="gallery-${LAYER}"][data-ranking="max_pixel"]`);
+    const gallery = page.locator(`[data-testid="gallery-${LAYER}"][data-grid="max_pixel"]`);
     await gallery.waitFor({ timeout: UI_TIMEOUT_MS });
     const phase = await page.getAttribute('[data-testid="stats-main"]', 'data-phase');
     const api_gallery = await api(`/api/stats/patches?layer=${encodeURIComponent(LAYER)}&phase=${phase}`);
@@ -264,7 +264,7 @@ async function main() {
     if (scores.some((v, i) => i > 0 && v > scores[i - 1])) throw new Error(`channel 0's scores are not best first: ${scores}`);
     await screenshot('minmax');
     await byTestId('grid-min_pixel').check();
-    await page.locator(`[data-testid="gallery-${LAYER}"][data-ranking="min_pixel"]`).waitFor({ timeout: UI_TIMEOUT_MS });
+    await page.locator(`[data-testid="gallery-${LAYER}"][data-grid="min_pixel"]`).waitFor({ timeout: UI_TIMEOUT_MS });
     const before = await page.locator(`[data-testid="gallery-${LAYER}"] [data-testid="gallery-cell"] img`).first().getAttribute('src');
     await byTestId('heatmap').check();
     await page.waitForFunction(

@@ -121,7 +121,7 @@ async function main() {
 
   await check('Min/Max: Current batch draws the last captured batch\'s extremes of an unwatched layer, and follows a step', async () => {
     await byTestId('view-minmax').check();
-    const gallery = page.locator(`[data-testid="gallery-${UNWATCHED}"][data-ranking="max_pixel"]`);
+    const gallery = page.locator(`[data-testid="gallery-${UNWATCHED}"][data-grid="max_pixel"]`);
     await gallery.waitFor({ timeout: h.uiTimeoutMs });
     const r = await api(`/api/stats/patches?layer=${encodeURIComponent(UNWATCHED)}&current_batch=true`);
     const filled = r.cells.filter((c) => c.filled).length;
@@ -170,16 +170,16 @@ async function main() {
     const probeEnabled = () => page.locator('[data-testid="probe"] :is(input, select, button):enabled').count();
     if ((await probeEnabled()) === 0) throw new Error('no probe control is enabled before recording');
     await api('/api/recordings/start', { view: 'layers', layers: [WATCHED] });
-    await byTestId('input-frozen').waitFor({ timeout: h.uiTimeoutMs });
+    await byTestId('input-fixed').waitFor({ timeout: h.uiTimeoutMs });
     await expectHeld('sample-input', true);
     await h.expectEnabled(`hide-${WATCHED}`, false);
     if ((await probeEnabled()) !== 0) throw new Error('a probe control is enabled while the page records');
     await byTestId('layer-menu').click();
     await h.expectEnabled('show-all', false);
     await page.keyboard.press('Escape');
-    await screenshot('main-frozen');
+    await screenshot('main-fixed');
     await api('/api/recordings/discard', { key: 'main' });
-    await h.gone('input-frozen');
+    await h.gone('input-fixed');
     await expectHeld('sample-input', false);
     await h.expectEnabled(`hide-${WATCHED}`, true);
 
@@ -196,14 +196,14 @@ async function main() {
     );
     const mine = await strip.getAttribute('data-layout');
     await api('/api/recordings/start', { view: 'weights', layer: WATCHED });
-    await byTestId('weights-frozen').waitFor({ timeout: h.uiTimeoutMs });
+    await byTestId('weights-fixed').waitFor({ timeout: h.uiTimeoutMs });
     await h.expectEnabled(`weights-role-${WATCHED}.weight-0`, false);
     await h.expectEnabled(`weights-index-${WATCHED}.weight-0`, false);
     // The page draws what the video does: the default layout.
     await page.locator(`[data-testid="weights-strip-${WATCHED}.weight-weight"][data-layout="${defaultLayout}"]`).waitFor({ timeout: h.uiTimeoutMs });
-    await screenshot('weights-frozen');
+    await screenshot('weights-fixed');
     await api('/api/recordings/discard', { key: `weights:${WATCHED}` });
-    await h.gone('weights-frozen');
+    await h.gone('weights-fixed');
     await h.expectEnabled(`weights-role-${WATCHED}.weight-0`, true);
     await page.locator(`[data-testid="weights-strip-${WATCHED}.weight-weight"][data-layout="${mine}"]`).waitFor({ timeout: h.uiTimeoutMs });
   });

@@ -37,7 +37,8 @@ TEST_F(PatchesApiTest, CellsRankTheBatchesSeenAndDrawTheirCrops) {
   EXPECT_EQ(g["phase"], "train");
   EXPECT_EQ(g["epoch"], 0);
   EXPECT_EQ(g["note"], nullptr);
-  EXPECT_EQ(g["rankings"], json::array({"max_pixel", "min_pixel"}));
+  EXPECT_EQ(g["grid"], "max_pixel");
+  EXPECT_EQ(g["grids"], json::array({"max_pixel", "min_pixel"}));
   EXPECT_EQ(g["samples"], 5);
   EXPECT_EQ(g["channels"], 4);
   // conv's 6x6 map over an 8x8 input: a crop of ceil(8/6) * 4 = 8 (the image).
@@ -63,7 +64,13 @@ TEST_F(PatchesApiTest, CellsRankTheBatchesSeenAndDrawTheirCrops) {
     }
   }
   // The min gallery ranks the other way.
-  json low = get("/api/stats/patches?layer=conv&ranking=min_pixel").json();
+  json low = get("/api/stats/patches?layer=conv&grid=min_pixel").json();
+  EXPECT_EQ(low["grid"], "min_pixel");
+  // The argument's old name answers the same through 0.2; both at once is refused.
+  EXPECT_EQ(get("/api/stats/patches?layer=conv&ranking=min_pixel").json(), low);
+  auto both = get("/api/stats/patches?layer=conv&grid=min_pixel&ranking=max_pixel");
+  EXPECT_EQ(both.status, 400);
+  EXPECT_NE(both.body.find("old name of \"grid\""), std::string::npos) << both.body;
   for (size_t i = 4; i < low["cells"].size(); ++i) {
     EXPECT_GE(value(low["cells"][i]["score"]), value(low["cells"][i - 4]["score"]));
   }
@@ -89,24 +96,24 @@ TEST_F(PatchesApiTest, CellsRankTheBatchesSeenAndDrawTheirCrops) {
   auto phase = get("/api/stats/patches?layer=conv&phase=val");
   EXPECT_EQ(phase.status, 404);
   EXPECT_NE(phase.body.find("its phases: train"), std::string::npos) << phase.body;
-  auto average = get("/api/stats/patches?layer=conv&ranking=max_average");
+  auto average = get("/api/stats/patches?layer=conv&grid=max_average");
   EXPECT_EQ(average.status, 400);
   EXPECT_NE(average.body.find("average_patches"), std::string::npos) << average.body;
-  auto ranking = get("/api/stats/patches?layer=conv&ranking=max");
-  EXPECT_EQ(ranking.status, 400);
-  EXPECT_NE(ranking.body.find("max_pixel"), std::string::npos) << ranking.body;
+  auto grid = get("/api/stats/patches?layer=conv&grid=max");
+  EXPECT_EQ(grid.status, 400);
+  EXPECT_NE(grid.body.find("max_pixel"), std::string::npos) << grid.body;
   auto grids = get("/api/render/patches?layer=conv&grids=max_pixel,best");
   EXPECT_EQ(grids.status, 400);
   EXPECT_NE(grids.json()["error"].get<std::string>().find("got \"best\""), std::string::npos) << grids.body;
 
-  // Average patches on: the statistics start over, with four rankings.
+  // Average patches on: the statistics start over, with four grids.
   json settings = post("/api/stats/performance", {{"average_patches", true}, {"samples_per_channel", 3}}).json();
   EXPECT_EQ(settings["statistics_flushed"], true);
   EXPECT_EQ(settings["watch_performance"]["average_patches"], true);
   EXPECT_EQ(settings["watch_performance"]["samples_per_channel"], 3);
   step();
-  json avg = get("/api/stats/patches?layer=conv&ranking=max_average").json();
-  EXPECT_EQ(avg["rankings"].size(), 4u);
+  json avg = get("/api/stats/patches?layer=conv&grid=max_average").json();
+  EXPECT_EQ(avg["grids"].size(), 4u);
   EXPECT_EQ(avg["samples"], 3);
   auto too_many = post("/api/stats/performance", {{"samples_per_channel", 65}});
   EXPECT_EQ(too_many.status, 400);

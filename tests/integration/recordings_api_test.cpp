@@ -244,36 +244,36 @@ TEST_F(RecordingsApiTest, BadViewsAndKeysAreRefused) {
 }
 
 // A 409 naming the recording's key and how to release it.
-void expect_frozen(const nansense::testing::Reply& r, const std::string& key, const std::string& argument) {
+void expect_fixed(const nansense::testing::Reply& r, const std::string& key, const std::string& argument) {
   EXPECT_EQ(r.status, 409) << r.body;
   const json body = json::parse(r.body, nullptr, false);
   const std::string error = body.value("error", "");
-  EXPECT_NE(error.find("is frozen while \"" + key + "\" records"), std::string::npos) << error;
+  EXPECT_NE(error.find("is fixed while \"" + key + "\" records"), std::string::npos) << error;
   EXPECT_NE(error.find("Save & Finish (stop_recording key \"" + key + "\") or Delete (discard_recording)"),
             std::string::npos)
       << error;
   EXPECT_EQ(body.value("argument", ""), argument) << error;
 }
 
-TEST_F(RecordingsApiTest, WhileHistogramsRecordTheSettingsTheyDrawAreFrozen) {
+TEST_F(RecordingsApiTest, WhileHistogramsRecordTheSettingsTheyDrawAreFixed) {
   start_cnn();
   wait_paused();
   ASSERT_EQ(post("/api/recordings/start", {{"view", "histograms"}, {"layers", {"conv"}}}).status, 200);
-  const json frozen = get("/api/status").json()["frozen"];
+  const json fixed = get("/api/status").json()["fixed"];
   for (const char* setting : {"update_frequency", "stats_scope", "watch_performance", "watched:conv"}) {
-    ASSERT_TRUE(frozen.contains(setting)) << setting << " " << frozen.dump();
-    EXPECT_NE(frozen[setting].get<std::string>().find("\"watch_histogram\""), std::string::npos) << frozen.dump();
+    ASSERT_TRUE(fixed.contains(setting)) << setting << " " << fixed.dump();
+    EXPECT_NE(fixed[setting].get<std::string>().find("\"watch_histogram\""), std::string::npos) << fixed.dump();
   }
-  EXPECT_FALSE(frozen.contains("watched:fc")) << "fc is not in the video";
+  EXPECT_FALSE(fixed.contains("watched:fc")) << "fc is not in the video";
 
   const json scope = {{"scope", "all"}};
   const json unwatch = {{"layers", {"conv"}}};
   const json performance = {{"channel_limit", 8}};
   const json frequency = {{"unit", "batch"}, {"n", 1}};
-  expect_frozen(post("/api/stats/scope", scope), "watch_histogram", "scope");
-  expect_frozen(post("/api/stats/unwatch", unwatch), "watch_histogram", "layers");
-  expect_frozen(post("/api/stats/performance", performance), "watch_histogram", "");
-  expect_frozen(post("/api/stats/update_frequency", frequency), "watch_histogram", "unit");
+  expect_fixed(post("/api/stats/scope", scope), "watch_histogram", "scope");
+  expect_fixed(post("/api/stats/unwatch", unwatch), "watch_histogram", "layers");
+  expect_fixed(post("/api/stats/performance", performance), "watch_histogram", "");
+  expect_fixed(post("/api/stats/update_frequency", frequency), "watch_histogram", "unit");
   json settings = get("/api/settings").json();
   EXPECT_EQ(settings["stats_scope"], "watched") << "a refused change changes nothing";
   EXPECT_EQ(settings["watched_layers"], json::array({"conv", "fc"}));
@@ -288,7 +288,7 @@ TEST_F(RecordingsApiTest, WhileHistogramsRecordTheSettingsTheyDrawAreFrozen) {
   EXPECT_EQ(post("/api/stats/unwatch", {{"layers", {"fc"}}}).status, 200);
 
   ASSERT_EQ(post("/api/recordings/stop", {{"key", "watch_histogram"}}).status, 200);
-  EXPECT_TRUE(get("/api/status").json()["frozen"].empty());
+  EXPECT_TRUE(get("/api/status").json()["fixed"].empty());
   EXPECT_EQ(post("/api/stats/scope", scope).status, 200);
   EXPECT_EQ(post("/api/stats/unwatch", unwatch).status, 200);
   EXPECT_EQ(post("/api/stats/performance", performance).status, 200);
@@ -305,9 +305,9 @@ TEST_F(RecordingsApiTest, WhilePatchesRecordTheirLayerKeepsItsPatches) {
   wait_paused();
   step();  // a collected batch: the patches exist
   ASSERT_EQ(post("/api/recordings/start", {{"view", "patches"}, {"layer", "conv"}}).status, 200);
-  expect_frozen(post("/api/stats/patch_layers", {{"layers", {"fc"}}}), "watch_minmax", "layers");
-  expect_frozen(post("/api/stats/performance", {{"samples_per_channel", 0}}), "watch_minmax", "");
-  expect_frozen(post("/api/stats/unwatch", {{"layers", {"conv"}}}), "watch_minmax", "layers");
+  expect_fixed(post("/api/stats/patch_layers", {{"layers", {"fc"}}}), "watch_minmax", "layers");
+  expect_fixed(post("/api/stats/performance", {{"samples_per_channel", 0}}), "watch_minmax", "");
+  expect_fixed(post("/api/stats/unwatch", {{"layers", {"conv"}}}), "watch_minmax", "layers");
   EXPECT_EQ(get("/api/settings").json()["patch_layers"], nullptr);
   // A list that keeps conv, and back to the watched layers (conv among them).
   EXPECT_EQ(post("/api/stats/patch_layers", {{"layers", {"conv", "fc"}}}).status, 200);
@@ -318,12 +318,12 @@ TEST_F(RecordingsApiTest, WhilePatchesRecordTheirLayerKeepsItsPatches) {
   EXPECT_EQ(post("/api/stats/performance", {{"samples_per_channel", 0}}).status, 200);
 }
 
-TEST_F(RecordingsApiTest, WhileTheMainViewRecordsOnlyTheCadenceIsFrozen) {
+TEST_F(RecordingsApiTest, WhileTheMainViewRecordsOnlyTheCadenceIsFixed) {
   start_cnn();
   wait_paused();
   ASSERT_EQ(post("/api/recordings/start", {{"view", "layers"}, {"layers", {"conv"}}}).status, 200);
-  EXPECT_EQ(get("/api/status").json()["frozen"].size(), 1u);
-  expect_frozen(post("/api/stats/update_frequency", {{"unit", "epoch"}, {"n", 1}}), "main", "unit");
+  EXPECT_EQ(get("/api/status").json()["fixed"].size(), 1u);
+  expect_fixed(post("/api/stats/update_frequency", {{"unit", "epoch"}, {"n", 1}}), "main", "unit");
   // The strips come from every captured batch, watched or not.
   EXPECT_EQ(post("/api/stats/unwatch", {{"layers", {"conv"}}}).status, 200);
   EXPECT_EQ(post("/api/stats/scope", {{"scope", "none"}}).status, 200);
@@ -333,7 +333,7 @@ TEST_F(RecordingsApiTest, WhileTheMainViewRecordsOnlyTheCadenceIsFrozen) {
   json refused = mcp.tool("set_update_frequency", {{"unit", "epoch"}, {"n", 1}});
   EXPECT_TRUE(refused.value("isError", false)) << refused.dump();
   const std::string text = refused["content"][0]["text"];
-  EXPECT_NE(text.find("set_update_frequency refused: the update frequency is frozen while \"main\" records"),
+  EXPECT_NE(text.find("set_update_frequency refused: the update frequency is fixed while \"main\" records"),
             std::string::npos)
       << text;
   EXPECT_NE(text.find("stop_recording key \"main\""), std::string::npos) << text;
@@ -353,7 +353,7 @@ std::vector<std::string> auto_tabs(const json& experiments) {
 TEST_F(RecordingsApiTest, TheExperimentViewRecordsItsOwnRunAtEveryLiveUpdate) {
   start_cnn();
   wait_paused();
-  // Every batch a live update (frozen once the recording starts).
+  // Every batch a live update (fixed once the recording starts).
   ASSERT_EQ(post("/api/stats/update_frequency", {{"unit", "batch"}, {"n", 1}}).status, 200);
   EXPECT_FALSE(get("/api/experiments").json()["auto_run"]) << "the recording runs its experiment without auto-run";
   auto r = post("/api/recordings/start", {{"view", "experiment"}, {"layer", "conv"}, {"kind", "gradcam"}});
@@ -362,7 +362,7 @@ TEST_F(RecordingsApiTest, TheExperimentViewRecordsItsOwnRunAtEveryLiveUpdate) {
   EXPECT_EQ(r.json()["label"], "Experiment: gradcam of conv");
   EXPECT_EQ(r.json()["files"].size(), 1u) << "paused, its first run was drawn at once: " << r.body;
   EXPECT_EQ(auto_tabs(get("/api/experiments").json()), std::vector<std::string>{"recording:experiment:conv"});
-  EXPECT_TRUE(get("/api/status").json()["frozen"].contains("update_frequency"));
+  EXPECT_TRUE(get("/api/status").json()["fixed"].contains("update_frequency"));
 
   step();
   step();

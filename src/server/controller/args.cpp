@@ -232,6 +232,11 @@ Arg Arg::described(std::string text) const {
   a.description = std::move(text);
   return a;
 }
+Arg Arg::formerly(std::string old) const {
+  Arg a = *this;
+  a.old_name = std::move(old);
+  return a;
+}
 
 Arg string_arg(std::string name, std::string description) {
   return make(std::move(name), Arg::Type::kString, std::move(description));
@@ -263,7 +268,9 @@ json input_schema(const std::vector<Arg>& args) {
   json properties = json::object();
   json required = json::array();
   for (const auto& a : args) {
-    json p = {{"description", a.description}};
+    json p = {{"description", a.old_name.empty() ? a.description
+                                                 : a.description + " Formerly \"" + a.old_name +
+                                                       "\", still accepted through " + kOldNamesUntil + "."}};
     switch (a.type) {
       case Arg::Type::kString:
         p["type"] = "string";
@@ -331,7 +338,13 @@ Args::Args(const std::vector<Arg>& declared, const json& given) : declared_(decl
   }
   if (given.is_object()) {
     for (const auto& [key, v] : given.items()) {
-      auto a = std::find_if(declared.begin(), declared.end(), [&key = key](const Arg& d) { return d.name == key; });
+      auto a = std::find_if(declared.begin(), declared.end(), [&key = key](const Arg& d) {
+        return d.name == key || (!d.old_name.empty() && d.old_name == key);
+      });
+      if (a != declared.end() && a->name != key && given.contains(a->name)) {
+        throw Refusal(Refusal::Kind::kInvalidArgument,
+                      "\"" + key + "\" is the old name of \"" + a->name + "\"; give one of them, not both", key);
+      }
       if (a == declared.end()) {
         std::string names;
         for (const auto& d : declared) names += (names.empty() ? "" : ", ") + d.name;
@@ -340,7 +353,7 @@ Args::Args(const std::vector<Arg>& declared, const json& given) : declared_(decl
                           (names.empty() ? std::string("this command takes no arguments") : "accepted: " + names),
                       key);
       }
-      if (!v.is_null()) values_[key] = checked(*a, v);
+      if (!v.is_null()) values_[a->name] = checked(*a, v);
     }
   }
   for (const auto& a : declared) {
@@ -392,7 +405,10 @@ json from_query(const std::vector<Arg>& declared, const std::map<std::string, st
                 const std::vector<std::string>& ignored) {
   json out = json::object();
   for (const auto& [key, text] : query) {
-    auto a = std::find_if(declared.begin(), declared.end(), [&key = key](const Arg& d) { return d.name == key; });
+    // Parsed under the name given; Args maps an old name to its new one.
+    auto a = std::find_if(declared.begin(), declared.end(), [&key = key](const Arg& d) {
+      return d.name == key || (!d.old_name.empty() && d.old_name == key);
+    });
     // A transport's key that the command declares itself is the command's.
     if (a == declared.end() && std::find(ignored.begin(), ignored.end(), key) != ignored.end()) continue;
     if (a == declared.end()) {

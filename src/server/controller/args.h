@@ -42,6 +42,10 @@ struct Arg {
   // The value a command sees when the argument is absent; null for none (an
   // optional setting the command leaves alone).
   json fallback;
+  // The name it had before it was renamed to its one name
+  // (docs/guide/differences.md, "One name per concept"): still accepted
+  // through release kOldNamesUntil, and said so in its description.
+  std::string old_name;
 
   // Copies with one more constraint, so that one declaration can be shared
   // with a different default or bound.
@@ -55,7 +59,12 @@ struct Arg {
   Arg or_single() const;
   Arg or_else(json value) const;
   Arg described(std::string text) const;
+  Arg formerly(std::string old) const;
 };
+
+// The release after which renamed arguments (Arg::old_name) and routes
+// (Command::old_routes) stop answering to their old names.
+inline constexpr const char* kOldNamesUntil = "0.2";
 
 Arg string_arg(std::string name, std::string description);
 Arg integer_arg(std::string name, std::string description);

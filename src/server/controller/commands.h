@@ -87,7 +87,7 @@ struct Command {
 };
 
 // The release after which the old routes (Command::old_routes) stop answering.
-inline constexpr const char* kOldRoutesUntil = "0.2";
+inline constexpr const char* kOldRoutesUntil = kOldNamesUntil;
 
 // Whether a locked session runs `command`.
 bool runs_when_locked(const Command& command);

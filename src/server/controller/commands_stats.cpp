@@ -300,16 +300,17 @@ std::vector<Command> patch_commands() {
       .name = "get_patches",
       .title = "A Min/Max gallery's cells",
       .description =
-          "One ranking of a layer's Min/Max gallery in the newest epoch of a phase: per channel (the first "
+          "One grid of a layer's Min/Max gallery in the newest epoch of a phase: per channel (the first "
           "channel_limit) and slot, the input that drove the channel highest (max_*) or lowest (min_*), where "
           "it came from (batch, sample, the position in the activation, the crop's origin), its score and the "
           "crop as a base64 PNG.",
       .args = {kLayer.mandatory(), patch_phase,
-               string_arg("ranking",
+               string_arg("grid",
                           "max_pixel / min_pixel (input crops around the extreme position), or "
                           "max_average / min_average (whole inputs, with average_patches on).")
                    .one_of({"max_pixel", "min_pixel", "max_average", "min_average"})
-                   .or_else("max_pixel"),
+                   .or_else("max_pixel")
+                   .formerly("ranking"),
                heatmap, current_batch},
       .rest = Route{"GET", "/api/stats/patches"},
       .mcp = false,
@@ -318,7 +319,7 @@ std::vector<Command> patch_commands() {
       .run =
           [=](Controller& c, const Args& a) {
             auto o = patch_options(a);
-            o.grids = {a.string("ranking")};
+            o.grids = {a.string("grid")};
             return json_reply(c.get_patches(o));
           },
   });

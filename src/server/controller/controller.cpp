@@ -115,7 +115,7 @@ Status Controller::get_status() const {
   status.locked = session_.locked();
   status.front_end = session_.front_end();
   status.recordings = recording_keys();
-  status.frozen = frozen_settings();
+  status.fixed = fixed_settings();
   return status;
 }
 

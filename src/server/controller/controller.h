@@ -364,16 +364,16 @@ class Controller {
   void settle_experiment(const RecordView& view);
   // The active recordings' keys (the status's `recordings`).
   std::vector<std::string> recording_keys() const;
-  // What the active recordings freeze (recorder.h's Freeze): setting ->
-  // what the page shows on its disabled control (the status's `frozen`).
-  std::map<std::string, std::string> frozen_settings() const;
+  // What the active recordings fix (recorder.h's FixedSetting): setting ->
+  // what the page shows on its disabled control (the status's `fixed`).
+  std::map<std::string, std::string> fixed_settings() const;
 
  private:
   template <class F>
   Status command(F&& apply, Wait wait);
-  // Throws FrozenByRecording (409) when an active recording freezes
-  // `setting` (recorder.h's Freeze): `command` would change what it shows.
-  void refuse_if_frozen(const std::string& command, const std::string& setting, const std::string& argument = "") const;
+  // Throws FixedByRecording (409) when an active recording fixes
+  // `setting` (recorder.h's FixedSetting): `command` would change what it shows.
+  void refuse_if_fixed(const std::string& command, const std::string& setting, const std::string& argument = "") const;
   // get_probe_status() once a run of `probes` with their current settings
   // finished (or `wait` passed).
   json probe_reply(const experiments::Probes& probes, Wait wait) const;

@@ -194,7 +194,7 @@ json Controller::get_settings() const {
 
 json Controller::set_update_frequency(const std::string& unit, double n, const std::optional<std::string>& phase) {
   const auto frequency = UpdateFrequency().unit(parse_unit(unit)).n(n).phase(phase);
-  if (!(frequency == session_.update_frequency())) refuse_if_frozen("set_update_frequency", "update_frequency", "unit");
+  if (!(frequency == session_.update_frequency())) refuse_if_fixed("set_update_frequency", "update_frequency", "unit");
   try {
     session_.set_update_frequency(frequency);
   } catch (const UsageError& e) {
@@ -205,7 +205,7 @@ json Controller::set_update_frequency(const std::string& unit, double n, const s
 
 json Controller::set_stats_scope(const std::string& scope) {
   const StatsScope next = parse_scope(scope);
-  if (next != session_.stats_scope()) refuse_if_frozen("set_stats_scope", "stats_scope", "scope");
+  if (next != session_.stats_scope()) refuse_if_fixed("set_stats_scope", "stats_scope", "scope");
   session_.set_stats_scope(next);
   return get_settings();
 }
@@ -223,7 +223,7 @@ json Controller::unwatch_layers(const std::vector<std::string>& layers) {
   const auto watched = session_.watched_layers();
   for (const auto& layer : layers) {
     if (std::find(watched.begin(), watched.end(), layer) != watched.end()) {
-      refuse_if_frozen("unwatch_layers", "watched:" + layer, "layers");
+      refuse_if_fixed("unwatch_layers", "watched:" + layer, "layers");
     }
   }
   try {
@@ -246,7 +246,7 @@ json Controller::set_watch_performance(const PerformanceChange& change) {
       performance.channel_limit() != now.channel_limit() || performance.histogram_sample() != now.histogram_sample() ||
       performance.samples_per_channel() != now.samples_per_channel() ||
       performance.average_patches() != now.average_patches()) {
-    refuse_if_frozen("set_watch_performance", "watch_performance");
+    refuse_if_fixed("set_watch_performance", "watch_performance");
   }
   bool flushed = false;
   try {
@@ -267,12 +267,12 @@ json Controller::set_patch_layers(const std::optional<std::vector<std::string>>&
   // A recorded layer must keep its patches: in the new list, or watched
   // when the list goes back to the watched layers.
   const auto kept = layers ? *layers : session_.watched_layers();
-  for (const auto& [setting, why] : frozen_settings()) {
+  for (const auto& [setting, why] : fixed_settings()) {
     const std::string prefix = "patch_layers:";
     if (setting.rfind(prefix, 0) != 0) continue;
     const std::string layer = setting.substr(prefix.size());
     if (std::find(kept.begin(), kept.end(), layer) == kept.end())
-      refuse_if_frozen("set_patch_layers", setting, "layers");
+      refuse_if_fixed("set_patch_layers", setting, "layers");
   }
   try {
     session_.set_patch_layers(layers);

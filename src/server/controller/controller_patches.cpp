@@ -248,15 +248,15 @@ json Controller::get_patches(const PatchOptions& o) const {
                                       : epoch_source(require_stats(), session_, o.layer, o.phase);
   const auto& current = source.current;
   const LayerStatsSnapshot& v = source.view();
-  const std::string ranking = o.grids.empty() ? "max_pixel" : o.grids.front();
+  const std::string grid = o.grids.empty() ? "max_pixel" : o.grids.front();
   json out = {{"layer", o.layer},
               {"phase", source.phase()},
               {"epoch", v.epoch},
               {"phases", source.epoch.phases},
               {"current_batch", o.current_batch},
               {"position", current ? json(current->snap->position.to_string()) : json(nullptr)},
-              {"ranking", ranking},
-              {"rankings", ranking_names(v)},
+              {"grid", grid},
+              {"grids", ranking_names(v)},
               {"heatmap", o.heatmap},
               {"samples", 0},
               {"channels", 0},
@@ -268,7 +268,7 @@ json Controller::get_patches(const PatchOptions& o) const {
     out["note"] = source.missing(session_);
     return out;
   }
-  const PatchGallery& gallery = require_ranking(v, ranking, "ranking");
+  const PatchGallery& gallery = require_ranking(v, grid, "grid");
   if (current && current->snap->probe) {
     out["note"] = std::string("these are the probe's re-run") +
                   (current->snap->probe->diff ? " (perturbed - original)" : "") +

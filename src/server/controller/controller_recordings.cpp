@@ -72,12 +72,12 @@ std::string RecordView::label() const {
   throw unknown_view(view);
 }
 
-// --- what a recording freezes ---
+// --- what a recording fixes ---
 
-std::string Freeze::message() const { return FrozenByRecording::message(what, key, label, why); }
+std::string FixedSetting::message() const { return FixedByRecording::message(what, key, label, why); }
 
-std::vector<Freeze> freezes_of(const RecordView& v) {
-  std::vector<Freeze> out;
+std::vector<FixedSetting> fixed_by(const RecordView& v) {
+  std::vector<FixedSetting> out;
   auto add = [&](const std::string& setting, const std::string& what, const std::string& why) {
     out.push_back({setting, what, why, v.key(), v.label()});
   };
@@ -290,18 +290,18 @@ json Controller::save_snapshot(const RecordView& view) {
 void Controller::finish_recordings() { recorder_->finish_all(); }
 std::vector<std::string> Controller::recording_keys() const { return recorder_->keys(); }
 
-std::map<std::string, std::string> Controller::frozen_settings() const {
+std::map<std::string, std::string> Controller::fixed_settings() const {
   std::map<std::string, std::string> out;
-  for (const auto& [setting, f] : recorder_->freezes()) out[setting] = f.message();
+  for (const auto& [setting, f] : recorder_->fixed()) out[setting] = f.message();
   return out;
 }
 
-void Controller::refuse_if_frozen(const std::string& command, const std::string& setting,
-                                  const std::string& argument) const {
-  const auto frozen = recorder_->freezes();
-  if (auto it = frozen.find(setting); it != frozen.end()) {
-    const Freeze& f = it->second;
-    throw FrozenByRecording(command, f.what, f.key, f.label, f.why, argument);
+void Controller::refuse_if_fixed(const std::string& command, const std::string& setting,
+                                 const std::string& argument) const {
+  const auto fixed = recorder_->fixed();
+  if (auto it = fixed.find(setting); it != fixed.end()) {
+    const FixedSetting& f = it->second;
+    throw FixedByRecording(command, f.what, f.key, f.label, f.why, argument);
   }
 }
 
@@ -387,11 +387,11 @@ std::vector<std::string> Recorder::keys() const {
   return out;
 }
 
-std::map<std::string, Freeze> Recorder::freezes() const {
+std::map<std::string, FixedSetting> Recorder::fixed() const {
   std::lock_guard lock(mu_);
-  std::map<std::string, Freeze> out;
+  std::map<std::string, FixedSetting> out;
   for (const auto& [key, a] : active_) {
-    for (auto& f : freezes_of(a->view)) out.emplace(f.setting, std::move(f));
+    for (auto& f : fixed_by(a->view)) out.emplace(f.setting, std::move(f));
   }
   return out;
 }

@@ -60,12 +60,12 @@ struct RecordView {
   std::string label() const;
 };
 
-// A setting an active recording freezes: a command that would change it is
-// refused (FrozenByRecording, refusal.h) until the recording is saved or
+// A setting an active recording fixes: a command that would change it is
+// refused (FixedByRecording, refusal.h) until the recording is saved or
 // deleted, and the page disables its control with the same words (the
-// status's `frozen`). Which view freezes what is freezes_of's table
+// status's `fixed`). Which view fixes what is fixed_by's table
 // (controller_recordings.cpp).
-struct Freeze {
+struct FixedSetting {
   // "update_frequency", "stats_scope", "watch_performance",
   // "watched:<layer>" (unwatching it), "patch_layers:<layer>" (leaving it out
   // of set_patch_layers' list).
@@ -76,9 +76,9 @@ struct Freeze {
   std::string label;
   std::string message() const;
 };
-// What a recording of `view` freezes: the update cadence for every view (each
+// What a recording of `view` fixes: the update cadence for every view (each
 // update is a frame), the statistics it draws for histograms and patches.
-std::vector<Freeze> freezes_of(const RecordView& view);
+std::vector<FixedSetting> fixed_by(const RecordView& view);
 
 // One drawn state of a view: a page per file (patches: "pixel" and
 // "average"; the others one, named ""), where training was, and what could
@@ -114,9 +114,9 @@ class Recorder {
   // Every recording finished (the session's close(), the server going away).
   void finish_all();
   std::vector<std::string> keys() const;
-  // What the active recordings freeze, by setting (the first recording by
-  // key where several freeze one).
-  std::map<std::string, Freeze> freezes() const;
+  // What the active recordings fix, by setting (the first recording by
+  // key where several fix one).
+  std::map<std::string, FixedSetting> fixed() const;
   // nansense_recordings/<run timestamp> (or under NANSENSE_RECORDINGS_DIR).
   std::string folder() const;
 

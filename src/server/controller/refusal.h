@@ -1,6 +1,6 @@
 // The server's refusals: common::Refusal (common/refusal.h), what every
 // controller call and argument check throws, SnapshotReplaced and
-// FrozenByRecording.
+// FixedByRecording.
 #pragma once
 
 #include <cstdint>
@@ -27,23 +27,23 @@ class SnapshotReplaced : public Refusal {
                 "sequence") {}
 };
 
-// A change to what an active recording shows (recorder.h's freezes): the
+// A change to what an active recording shows (recorder.h's FixedSetting): the
 // statistics scope under a recording of histograms, a recorded layer
 // unwatched, the update cadence under any recording. A conflict (HTTP 409, an
 // MCP error) naming the recording's key and how to release it; `what` says
-// what is frozen ("the statistics scope"), `why` what the change would do to
+// what is fixed ("the statistics scope"), `why` what the change would do to
 // the video.
-class FrozenByRecording : public Refusal {
+class FixedByRecording : public Refusal {
  public:
-  FrozenByRecording(const std::string& command, const std::string& what, const std::string& key,
-                    const std::string& label, const std::string& why, const std::string& argument = "")
+  FixedByRecording(const std::string& command, const std::string& what, const std::string& key,
+                   const std::string& label, const std::string& why, const std::string& argument = "")
       : Refusal(Kind::kConflict, command + " refused: " + message(what, key, label, why), argument) {}
 
-  // What the status's `frozen` says of a frozen setting, and the refusal
+  // What the status's `fixed` says of a fixed setting, and the refusal
   // after its command's name.
   static std::string message(const std::string& what, const std::string& key, const std::string& label,
                              const std::string& why) {
-    return what + " is frozen while \"" + key + "\" records (" + label + "): " + why +
+    return what + " is fixed while \"" + key + "\" records (" + label + "): " + why +
            ". Save & Finish (stop_recording key \"" + key + "\") or Delete (discard_recording) the recording first";
   }
 };

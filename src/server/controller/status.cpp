@@ -38,7 +38,7 @@ json to_json(const Status& s) {
               {"locked", s.locked},
               {"front_end", s.front_end},
               {"recordings", s.recordings},
-              {"frozen", s.frozen}};
+              {"fixed", s.fixed}};
   if (s.paused_at_ms) out["paused_at_ms"] = *s.paused_at_ms;
   if (s.state == RunState::kLost) out["lost_reason"] = s.lost_reason;
   if (!s.internal_errors.empty()) out["internal_errors"] = s.internal_errors;

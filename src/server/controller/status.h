@@ -40,8 +40,8 @@ struct Status {
   bool locked = false;                       // Session::lock(): a shared, read-only session
   std::string front_end = "cpp";             // "cpp" (LibTorch) or "python" (PyTorch)
   std::vector<std::string> recordings;       // the keys of the active recordings
-  // What they freeze: setting -> why (Controller::frozen_settings).
-  std::map<std::string, std::string> frozen;
+  // What they fix: setting -> why (Controller::fixed_settings).
+  std::map<std::string, std::string> fixed;
   // Only from refresh: whether a newer snapshot arrived within the wait.
   std::optional<bool> refreshed;
 };

@@ -93,7 +93,7 @@ struct Words {
   json values;
   json scope;
   json stage;
-  json ranking;
+  json grid;
   json time_travel_summary;
   json strip_view;
 };
@@ -121,7 +121,7 @@ Words words(json& d) {
   w.values = define("Values", one_of({"unchanged", "abs", "square"}));
   w.scope = define("StatsScope", one_of({"none", "watched", "all"}));
   w.stage = define("ExperimentStage", one_of({"queued", "running", "done", "stopped", "failed", "absent"}));
-  w.ranking = define("PatchRanking", one_of({"max_pixel", "min_pixel", "max_average", "min_average"}));
+  w.grid = define("PatchGrid", one_of({"max_pixel", "min_pixel", "max_average", "min_average"}));
   w.time_travel_summary = object({{"available", boolean()},
                                   {"reason?", str()},
                                   {"cached_epochs", array(integer())},
@@ -222,10 +222,10 @@ void status_types(json& d, const Words& w) {
                         // What runs the loop: a LibTorch (C++) program or PyTorch from Python.
                         {"front_end", one_of({"cpp", "python"})},
                         {"recordings", array(str())},
-                        // What they freeze, setting -> why: update_frequency,
+                        // What they fix, setting -> why: update_frequency,
                         // stats_scope, watch_performance, watched:<layer>,
-                        // patch_layers:<layer> (recorder.h's Freeze).
-                        {"frozen", map(str())},
+                        // patch_layers:<layer> (recorder.h's FixedSetting).
+                        {"fixed", map(str())},
                         {"paused_at_ms?", integer()},
                         {"lost_reason?", str()},
                         {"internal_errors?", array(str())},
@@ -628,8 +628,8 @@ void patch_types(json& d, const Words& w) {
                          // at `position`; null for an epoch's.
                          {"current_batch", boolean()},
                          {"position", nullable(str())},
-                         {"ranking", w.ranking},
-                         {"rankings", array(w.ranking)},  // those collected
+                         {"grid", w.grid},
+                         {"grids", array(w.grid)},  // those collected
                          {"heatmap", boolean()},
                          {"samples", integer()},
                          {"channels", integer()},
@@ -641,7 +641,7 @@ void patch_types(json& d, const Words& w) {
   d["PatchesPicture"] = object({{"layer", str()},
                                 {"phase", str()},
                                 {"epoch", integer()},
-                                {"grids", array(w.ranking)},
+                                {"grids", array(w.grid)},
                                 {"heatmap", boolean()},
                                 {"samples", integer()},
                                 {"channels", integer()},

@@ -20,7 +20,7 @@ import type {
   ExperimentPictureInfo,
   ExperimentResult,
   Patches,
-  PatchRanking,
+  PatchGrid,
   InputInfo,
   InstrumentStripInfo,
   Metrics,
@@ -113,7 +113,7 @@ export interface CommandArgs {
   set_watch_performance: Partial<WatchPerformance>;
   set_patch_layers: { layers?: string[] };
   get_recording_file: { path: string; download?: boolean };
-  get_patches: { layer: string; phase?: string; ranking?: PatchRanking; heatmap?: boolean; current_batch?: boolean };
+  get_patches: { layer: string; phase?: string; grid?: PatchGrid; heatmap?: boolean; current_batch?: boolean };
   get_bin_samples: { layer: string; kind?: StripKind; channel?: number; bin: number; count?: number };
   get_stats_history: { layer: string; phase?: string };
   get_current_stats: { layer: string };

@@ -5,7 +5,7 @@ import { memo } from 'preact/compat';
 import { useContext, useEffect, useRef, useState } from 'preact/hooks';
 import type { Layer, SnapshotLayer, StripKind, TensorStats } from '../api/types';
 import { formatNum } from '../format';
-import { FROZEN_BY_RECORDING, hideLayer, mainRecording, requestFocus, sampleExists, setHovered, snapshotLayer, store } from '../state/app';
+import { FIXED_BY_RECORDING, hideLayer, mainRecording, requestFocus, sampleExists, setHovered, snapshotLayer, store } from '../state/app';
 import { debugMarkOf, MARK_TEXT } from '../state/debug';
 import { isWatched } from '../state/stats';
 import { useSelector } from '../state/store';
@@ -135,7 +135,7 @@ export const LayerCard = memo(function LayerCard({ layer }: { layer: Layer }) {
           class="icon-button card-hide"
           data-testid={`hide-${name}`}
           disabled={recording}
-          title={recording ? FROZEN_BY_RECORDING : 'Hide this card'}
+          title={recording ? FIXED_BY_RECORDING : 'Hide this card'}
           aria-label={`Hide ${name}`}
           onClick={(e) => {
             e.stopPropagation();

@@ -8,7 +8,7 @@ import { useCallback, useEffect, useMemo, useRef, useState } from 'preact/hooks'
 import * as api from '../api/client';
 import type { Layer, StatsScope } from '../api/types';
 import { pageHref } from '../links';
-import { FROZEN_BY_RECORDING, hideAll, mainRecording, showAll, store, toast, toggleShown, visibleLayers } from '../state/app';
+import { FIXED_BY_RECORDING, hideAll, mainRecording, showAll, store, toast, toggleShown, visibleLayers } from '../state/app';
 import { isLocked } from '../state/locked';
 import { applyStatus } from '../state/sync';
 import { shallowArrayEqual, useSelector } from '../state/store';
@@ -83,10 +83,10 @@ export function LayerMenu() {
       {open && (
         <div class="popover layer-menu" role="menu">
           <div class="layer-menu-actions">
-            <button class="menu-item" role="menuitem" data-testid="show-all" disabled={recording} title={recording ? FROZEN_BY_RECORDING : undefined} onClick={showAll}>
+            <button class="menu-item" role="menuitem" data-testid="show-all" disabled={recording} title={recording ? FIXED_BY_RECORDING : undefined} onClick={showAll}>
               Show all layers
             </button>
-            <button class="menu-item" role="menuitem" data-testid="hide-all" disabled={recording} title={recording ? FROZEN_BY_RECORDING : undefined} onClick={hideAll}>
+            <button class="menu-item" role="menuitem" data-testid="hide-all" disabled={recording} title={recording ? FIXED_BY_RECORDING : undefined} onClick={hideAll}>
               Hide all layers
             </button>
           </div>

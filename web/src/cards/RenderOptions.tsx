@@ -1,7 +1,7 @@
 // How strips are drawn: every channel or their average, and the values as
 // they are or as magnitudes (abs / square, on a sequential scale).
 import type { Values } from '../api/types';
-import { FROZEN_BY_RECORDING, mainRecording, setRenderOptions, store } from '../state/app';
+import { FIXED_BY_RECORDING, mainRecording, setRenderOptions, store } from '../state/app';
 import { useSelector } from '../state/store';
 
 export function RenderOptions() {
@@ -9,10 +9,10 @@ export function RenderOptions() {
   const values = useSelector(store, (s) => s.values);
   // The main page's recording draws its frames with these options.
   const recording = useSelector(store, mainRecording);
-  const frozen = recording ? FROZEN_BY_RECORDING : null;
+  const fixed = recording ? FIXED_BY_RECORDING : null;
   return (
-    <div class="render-options" data-testid="render-options" data-frozen={recording}>
-      <label class="switch" title={frozen ?? 'Collapse each strip to the mean over its channels'}>
+    <div class="render-options" data-testid="render-options" data-fixed={recording}>
+      <label class="switch" title={fixed ?? 'Collapse each strip to the mean over its channels'}>
         <input
           type="checkbox"
           disabled={recording}
@@ -23,7 +23,7 @@ export function RenderOptions() {
         <span class="switch-track" aria-hidden="true" />
         Channel average
       </label>
-      <label class="field-inline" title={frozen ?? 'Transform values before drawing (and before averaging)'}>
+      <label class="field-inline" title={fixed ?? 'Transform values before drawing (and before averaging)'}>
         Values
         <select
           disabled={recording}

@@ -95,9 +95,9 @@ function useStatsSettings(): StatsSettingsState {
 
 export function StatsSettings() {
   const phases = useSelector(store, (s) => s.status?.schedule.phases.map((p) => p.name) ?? []);
-  // What the active recordings freeze, with the server's reason (it refuses
+  // What the active recordings fix, with the server's reason (it refuses
   // the same changes with the same words).
-  const frozen = useSelector(store, (s) => s.status?.frozen ?? {});
+  const fixed = useSelector(store, (s) => s.status?.fixed ?? {});
   const state = useStatsSettings();
   const { settings, loadError } = state;
 
@@ -106,28 +106,28 @@ export function StatsSettings() {
   const sections = { ...state, settings };
   return (
     <div class="settings-sections" data-testid="stats-settings">
-      <ScopeSection {...sections} frozen={frozen.stats_scope ?? null} />
-      <PerformanceSection {...sections} frozen={frozen.watch_performance ?? null} />
-      <FrequencySection {...sections} phases={phases} frozen={frozen.update_frequency ?? null} />
+      <ScopeSection {...sections} fixed={fixed.stats_scope ?? null} />
+      <PerformanceSection {...sections} fixed={fixed.watch_performance ?? null} />
+      <FrequencySection {...sections} phases={phases} fixed={fixed.update_frequency ?? null} />
     </div>
   );
 }
 
-// `frozen`: why an active recording holds the section's setting (null when
+// `fixed`: why an active recording holds the section's setting (null when
 // none does); its controls are disabled with that title.
-type SectionProps = StatsSettingsState & { settings: Settings; frozen: string | null };
+type SectionProps = StatsSettingsState & { settings: Settings; fixed: string | null };
 
-function ScopeSection({ settings, errors, saved, apply, frozen }: SectionProps) {
+function ScopeSection({ settings, errors, saved, apply, fixed }: SectionProps) {
   return (
-    <section class="settings-section" data-frozen={frozen != null ? "true" : undefined}>
+    <section class="settings-section" data-fixed={fixed != null ? "true" : undefined}>
       <h3>Statistics collection</h3>
-      <Frozen reason={frozen} testid="stats-scope-frozen" />
-      <label class="settings-row" title={frozen ?? undefined}>
+      <Fixed reason={fixed} testid="stats-scope-fixed" />
+      <label class="settings-row" title={fixed ?? undefined}>
         <span>Collect for</span>
         <select
           data-testid="stats-scope"
           class="settings-wide"
-          disabled={frozen != null}
+          disabled={fixed != null}
           value={settings.stats_scope}
           onChange={(e) => void apply('scope', () => api.setStatsScope(e.currentTarget.value as StatsScope))}
         >
@@ -147,14 +147,14 @@ function ScopeSection({ settings, errors, saved, apply, frozen }: SectionProps) 
   );
 }
 
-function PerformanceSection({ settings, errors, saved, apply, typed, frozen }: SectionProps) {
+function PerformanceSection({ settings, errors, saved, apply, typed, fixed }: SectionProps) {
   const perf = settings.watch_performance;
   const { limit, setLimit, sample, setSample, perChannel, setPerChannel } = typed;
   return (
-    <section class="settings-section" data-frozen={frozen != null ? "true" : undefined}>
+    <section class="settings-section" data-fixed={fixed != null ? "true" : undefined}>
       <h3>Performance</h3>
-      <Frozen reason={frozen} testid="performance-frozen" />
-      <fieldset class="settings-group" disabled={frozen != null} title={frozen ?? undefined}>
+      <Fixed reason={fixed} testid="performance-fixed" />
+      <fieldset class="settings-group" disabled={fixed != null} title={fixed ?? undefined}>
       <label class="switch-row">
         <input
           type="checkbox"
@@ -243,7 +243,7 @@ function FrequencySection({
   apply,
   typed,
   phases,
-  frozen,
+  fixed,
 }: SectionProps & { phases: string[] }) {
   const f = settings.update_frequency;
   const { n, setN } = typed;
@@ -254,11 +254,11 @@ function FrequencySection({
     void apply('frequency', () => api.setUpdateFrequency({ unit, n: value, phase }));
   };
   return (
-    <section class="settings-section" data-frozen={frozen != null ? "true" : undefined}>
+    <section class="settings-section" data-fixed={fixed != null ? "true" : undefined}>
       <h3>Update frequency</h3>
       <p class="form-hint">While training runs, a batch is captured and published at this cadence, without pausing.</p>
-      <Frozen reason={frozen} testid="update-frequency-frozen" />
-      <fieldset class="settings-group" disabled={frozen != null} title={frozen ?? undefined}>
+      <Fixed reason={fixed} testid="update-frequency-fixed" />
+      <fieldset class="settings-group" disabled={fixed != null} title={fixed ?? undefined}>
         <label class="settings-row">
           <span>Update</span>
           <select data-testid="update-unit" class="settings-wide" value={f.unit} onChange={(e) => setFrequency({ unit: e.currentTarget.value as UpdateFrequency['unit'] })}>
@@ -303,10 +303,10 @@ function FrequencySection({
 
 // Why a section's controls are disabled: an active recording shows what
 // they would change (the Recording section below has Save & Finish and Delete).
-function Frozen({ reason, testid }: { reason: string | null; testid: string }) {
+function Fixed({ reason, testid }: { reason: string | null; testid: string }) {
   if (!reason) return null;
   return (
-    <p class="form-note settings-frozen" data-testid={testid}>
+    <p class="form-note settings-fixed" data-testid={testid}>
       {reason.charAt(0).toUpperCase() + reason.slice(1)}.
     </p>
   );

@@ -4,7 +4,7 @@
 import { useEffect, useState } from 'preact/hooks';
 import { addPerturbation, pngUrl, renderInput, SnapshotReplaced } from '../api/client';
 import type { InputInfo, Snapshot } from '../api/types';
-import { batchSize, FROZEN_BY_RECORDING, mainRecording, sampleExists, setSample, store } from '../state/app';
+import { batchSize, FIXED_BY_RECORDING, mainRecording, sampleExists, setSample, store } from '../state/app';
 import { snapshotMicroBatches } from '../state/position';
 import { useSelector } from '../state/store';
 import { NO_PERTURB, perturbIndex, perturbValues, ProbeControls, valueControl } from './ProbeControls';
@@ -87,11 +87,11 @@ export function InputPane() {
       </div>
       <div class="input-body" data-tour="input">
         {recording && (
-          <div class="hint-amber" data-testid="input-frozen">
-            {FROZEN_BY_RECORDING}
+          <div class="hint-amber" data-testid="input-fixed">
+            {FIXED_BY_RECORDING}
           </div>
         )}
-        <fieldset class="input-controls" disabled={recording} data-testid="input-controls" title={recording ? FROZEN_BY_RECORDING : undefined}>
+        <fieldset class="input-controls" disabled={recording} data-testid="input-controls" title={recording ? FIXED_BY_RECORDING : undefined}>
           {inputs.length > 1 && <InputSelect inputs={inputs} input={input} />}
         </fieldset>
         <div
@@ -118,7 +118,7 @@ export function InputPane() {
             {info.hint}
           </div>
         )}
-        <fieldset class="input-controls" disabled={recording} title={recording ? FROZEN_BY_RECORDING : undefined}>
+        <fieldset class="input-controls" disabled={recording} title={recording ? FIXED_BY_RECORDING : undefined}>
           <SampleField snapshot={snapshot} n={n} sample={sample} />
           <ProbeControls
             shape={shape}

@@ -271,21 +271,21 @@ export function setHovered(layer: string | null): void {
 // What a recording of the main page holds (its layers, sample and render
 // options: start_recording took them as the page had them): the controls
 // that change them are disabled with these words until it is saved or deleted.
-export const FROZEN_BY_RECORDING = 'Frozen while this view records (Settings → Recording: Save & Finish or Delete)';
+export const FIXED_BY_RECORDING = 'Fixed while this view records (Settings → Recording: Save & Finish or Delete)';
 
 export const mainRecording = (s: Pick<AppState, 'status'>): boolean => s.status?.recordings.includes('main') ?? false;
 
 // A change to the cards while the page records (a diagram click, which has
 // no disabled state): refused, with a note saying why.
-function shownFrozen(): boolean {
+function shownFixed(): boolean {
   if (!mainRecording(store.get())) return false;
-  toast('The cards are frozen while this view records: Settings → Recording, Save & Finish or Delete', 'info');
+  toast('The cards are fixed while this view records: Settings → Recording, Save & Finish or Delete', 'info');
   return true;
 }
 
 // Click on a diagram node: show (and scroll to) or hide its card.
 export function toggleShown(layer: string): void {
-  if (shownFrozen()) return;
+  if (shownFixed()) return;
   const { shown } = store.get();
   if (shown.includes(layer)) {
     store.set({ shown: shown.filter((l) => l !== layer) });
@@ -296,14 +296,14 @@ export function toggleShown(layer: string): void {
 }
 
 export function hideLayer(layer: string): void {
-  if (shownFrozen()) return;
+  if (shownFixed()) return;
   store.set((s) => ({ shown: s.shown.filter((l) => l !== layer) }));
 }
 
 // Every layer the page shows; a folded shape op keeps its card if it had one,
 // for when shape ops are shown again.
 export function showAll(): void {
-  if (shownFrozen()) return;
+  if (shownFixed()) return;
   const s = store.get();
   const names = visibleLayers(s).map((l) => l.name);
   const set = new Set(names);
@@ -311,7 +311,7 @@ export function showAll(): void {
 }
 
 export function hideAll(): void {
-  if (shownFrozen()) return;
+  if (shownFixed()) return;
   store.set({ shown: [] });
 }
 

@@ -4,7 +4,7 @@
 // when a newer snapshot is (snapshot_sequence): one request at a time, at
 // most ~5 a second, so a fast-running loop cannot flood the server.
 import * as api from '../api/client';
-import type { CurrentStats, PatchRanking, Metrics, StatsHistory, StatsList } from '../api/types';
+import type { CurrentStats, PatchGrid, Metrics, StatsHistory, StatsList } from '../api/types';
 import { store, toast } from './app';
 import { createStore } from './store';
 import { applyStatus } from './sync';
@@ -26,11 +26,11 @@ export interface StatsPageState {
   logX: boolean;
   logY: boolean;
   // Min/Max view: which gallery, and the channel's activation over the inputs.
-  grid: PatchRanking;
+  grid: PatchGrid;
   heatmap: boolean;
-  // The rankings the shown patches hold (the average ones only with
+  // The grids the shown patches hold (the average ones only with
   // average patches on).
-  rankings: PatchRanking[];
+  grids: PatchGrid[];
   retain: boolean;
   // null: on while the under/overflow check has tripped.
   band: boolean | null;
@@ -54,7 +54,7 @@ function initial(): StatsPageState {
     logY: false,
     grid: 'max_pixel',
     heatmap: false,
-    rankings: ['max_pixel', 'min_pixel'],
+    grids: ['max_pixel', 'min_pixel'],
     retain: false,
     band: null,
     list: null,

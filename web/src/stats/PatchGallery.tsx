@@ -6,13 +6,13 @@
 // publish (the current batch's: every captured batch).
 import { useEffect, useState } from 'preact/hooks';
 import * as api from '../api/client';
-import type { PatchCell, Patches, PatchRanking } from '../api/types';
+import type { PatchCell, Patches, PatchGrid } from '../api/types';
 import { formatNum } from '../format';
 import { store } from '../state/app';
 import { statsStore } from '../state/stats';
 import { useSelector } from '../state/store';
 
-const RANKING_TITLE: Record<PatchRanking, string> = {
+const GRID_TITLE: Record<PatchGrid, string> = {
   max_pixel: 'max pixel',
   min_pixel: 'min pixel',
   max_average: 'max average',
@@ -34,20 +34,20 @@ export function PatchGalleryBody({ layer, phase }: { layer: string; phase: strin
   useEffect(() => {
     if (current ? snapshotSequence === 0 : !hasStats) return;
     const abort = new AbortController();
-    const args = current ? { layer, current_batch: true, ranking: grid, heatmap } : { layer, phase, ranking: grid, heatmap };
+    const args = current ? { layer, current_batch: true, grid, heatmap } : { layer, phase, grid, heatmap };
     api.getPatches(args, abort.signal).then(
       (d) => {
         setData(d);
         setError(null);
         // The sidebar offers what this layer holds (the average grids only with them on).
-        const known = statsStore.get().rankings;
-        if (d.rankings.length && d.rankings.join() !== known.join()) statsStore.set({ rankings: d.rankings });
+        const known = statsStore.get().grids;
+        if (d.grids.length && d.grids.join() !== known.join()) statsStore.set({ grids: d.grids });
       },
       (e: Error) => {
         if (e.name === 'AbortError') return;
         // An average grid after average patches were turned off: back to max pixel.
         if (e instanceof api.ApiError && e.status === 400 && grid !== 'max_pixel') {
-          statsStore.set({ grid: 'max_pixel', rankings: ['max_pixel', 'min_pixel'] });
+          statsStore.set({ grid: 'max_pixel', grids: ['max_pixel', 'min_pixel'] });
           return;
         }
         setData(null);
@@ -78,13 +78,13 @@ export function PatchGalleryBody({ layer, phase }: { layer: string; phase: strin
   }
   const rows = Array.from({ length: data.samples }, (_, a) => data.cells.filter((c) => c.slot === a));
   const filled = data.cells.filter((c) => c.filled).length;
-  const average = data.ranking === 'max_average' || data.ranking === 'min_average';
+  const average = data.grid === 'max_average' || data.grid === 'min_average';
   return (
     <>
       <p class="stats-note" data-testid={`gallery-caption-${layer}`}>
         {data.current_batch ? `current batch (${data.position ?? data.phase})` : `${data.phase} epoch ${data.epoch}`} ·{' '}
-        {RANKING_TITLE[data.ranking]} ·{' '}
-        {average ? 'whole inputs ranked by the channel mean' : `${data.crop.height}×${data.crop.width} input crops around the channel's ${data.ranking === 'max_pixel' ? 'highest' : 'lowest'} value`}
+        {GRID_TITLE[data.grid]} ·{' '}
+        {average ? 'whole inputs ranked by the channel mean' : `${data.crop.height}×${data.crop.width} input crops around the channel's ${data.grid === 'max_pixel' ? 'highest' : 'lowest'} value`}
         {heatmap && ' · activation over the input (red +, blue −)'}
       </p>
       {data.note && <p class="stats-note">{data.note}</p>}
@@ -92,7 +92,7 @@ export function PatchGalleryBody({ layer, phase }: { layer: string; phase: strin
         <table
           class="gallery"
           data-testid={`gallery-${layer}`}
-          data-ranking={data.ranking}
+          data-grid={data.grid}
           data-filled={filled}
           data-channels={data.channels}
           data-samples={data.samples}

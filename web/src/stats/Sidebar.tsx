@@ -1,7 +1,7 @@
 // The Stats page's choices: view, phase (with "Current batch" for the
 // histograms and the Min/Max galleries), layer (in graph order, "All watched
 // layers" while few carry statistics) and how the axes are drawn.
-import type { PatchRanking } from '../api/types';
+import type { PatchGrid } from '../api/types';
 import { pageHref } from '../links';
 import { store } from '../state/app';
 import { ALL_LAYERS, choose, offersAll, phasesOf, statsLayers, statsStore, type StatsView } from '../state/stats';
@@ -10,7 +10,7 @@ import { phaseColor } from './colors';
 
 const VIEW_TITLE: Record<StatsView, string> = { histogram: 'Histogram', minmax: 'Min/Max', graphs: 'Graphs' };
 
-const GRIDS: { value: PatchRanking; label: string; title: string }[] = [
+const GRIDS: { value: PatchGrid; label: string; title: string }[] = [
   { value: 'max_pixel', label: 'Max pixel', title: 'Input crops around where each channel was highest' },
   { value: 'min_pixel', label: 'Min pixel', title: 'Input crops around where each channel was lowest' },
   { value: 'max_average', label: 'Max average', title: "Whole inputs with the highest channel mean" },
@@ -18,7 +18,7 @@ const GRIDS: { value: PatchRanking; label: string; title: string }[] = [
 ];
 
 export function Sidebar({ layers, phase }: { layers: string[]; phase: string | null }) {
-  const s = useFields(statsStore, 'view', 'layer', 'list', 'grid', 'heatmap', 'rankings', 'logX', 'logY', 'retain');
+  const s = useFields(statsStore, 'view', 'layer', 'list', 'grid', 'heatmap', 'grids', 'logX', 'logY', 'retain');
   const architecture = useSelector(store, (x) => x.architecture);
   const withStats = statsLayers(s.list);
   const phases = phasesOf(s.list, withStats);
@@ -89,7 +89,7 @@ export function Sidebar({ layers, phase }: { layers: string[]; phase: string | n
       {s.view === 'minmax' && (
         <fieldset class="side-group" data-testid="gallery-group">
           <legend>Gallery</legend>
-          {GRIDS.filter((g) => s.rankings.includes(g.value) || g.value === s.grid).map((g) => (
+          {GRIDS.filter((g) => s.grids.includes(g.value) || g.value === s.grid).map((g) => (
             <label class="radio-row" key={g.value} title={g.title}>
               <input type="radio" name="grid" data-testid={`grid-${g.value}`} checked={s.grid === g.value} onChange={() => statsStore.set({ grid: g.value })} />
               {g.label}

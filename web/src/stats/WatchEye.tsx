@@ -9,13 +9,13 @@ export function WatchEye({ layer, watched }: { layer: string; watched: boolean }
   const scope = useSelector(store, (s) => s.status?.stats?.scope ?? null);
   const locked = useSelector(store, (s) => s.status?.locked ?? false);
   // A recording that shows this layer's statistics keeps it watched.
-  const frozen = useSelector(store, (s) => s.status?.frozen?.[`watched:${layer}`] ?? null);
+  const fixed = useSelector(store, (s) => s.status?.fixed?.[`watched:${layer}`] ?? null);
   // A locked session collects every layer; watching is shared state, refused.
   if (locked) return null;
   const note = scope === 'none' ? ' (collection is off: Settings → Statistics collection)' : scope === 'all' ? ' (every layer is collected now: scope "all")' : '';
-  const held = watched && frozen != null;
+  const held = watched && fixed != null;
   const title = held
-    ? `Watching ${layer}; ${frozen}`
+    ? `Watching ${layer}; ${fixed}`
     : `${watched ? 'Stop watching' : 'Watch'} ${layer}: ${watched ? 'no more statistics for it' : 'collect its statistics while training runs'}${note}`;
   return (
     <button
@@ -24,7 +24,7 @@ export function WatchEye({ layer, watched }: { layer: string; watched: boolean }
       data-watched={watched ? 'true' : 'false'}
       aria-pressed={watched}
       disabled={held}
-      data-frozen={held ? 'true' : undefined}
+      data-fixed={held ? 'true' : undefined}
       title={title}
       aria-label={title}
       onClick={(e) => {

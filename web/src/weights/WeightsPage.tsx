@@ -11,7 +11,7 @@ import { ApiError, getWeightStats, pngUrl, renderWeightStrip, SnapshotReplaced }
 import type { Num, ParameterStats, TensorStats, WeightLayout, WeightStats, WeightStripInfo } from '../api/types';
 import { formatNum } from '../format';
 import { pageHref } from '../links';
-import { FROZEN_BY_RECORDING, store } from '../state/app';
+import { FIXED_BY_RECORDING, store } from '../state/app';
 import { useSelector } from '../state/store';
 import { Banners } from '../topbar/Banners';
 import { TopBar } from '../topbar/TopBar';
@@ -116,7 +116,7 @@ export function WeightsPage() {
           </div>
         )}
         {recording && (
-          <div class="hint-amber" data-testid="weights-frozen">
+          <div class="hint-amber" data-testid="weights-fixed">
             This view records: its frames draw each tensor the default way, so the axis controls are held there until the
             recording is saved or deleted (Settings → Recording).
           </div>
@@ -207,7 +207,7 @@ function ParameterCard(props: { layer: string; parameter: ParameterStats; sequen
                   data-testid={`weights-role-${p.name}-${d}`}
                   value={role}
                   disabled={recording}
-                  title={recording ? FROZEN_BY_RECORDING : 'X: across a tile · Y: down a tile · Tile: one tile per index · Index: held at one index'}
+                  title={recording ? FIXED_BY_RECORDING : 'X: across a tile · Y: down a tile · Tile: one tile per index · Index: held at one index'}
                   onChange={(e) => setLayout(withRole(layout, d, (e.target as HTMLSelectElement).value as Role))}
                 >
                   {roles.map((r) => (
