@@ -18,7 +18,9 @@ json skip_refused(const detail::SessionPort& session) {
 
 }  // namespace
 
-json Controller::debug_summary() const {
+DebugArea::DebugArea(detail::SessionPort& session) : session_(session) {}
+
+json DebugArea::summary() const {
   const auto settings = session_.debug_settings();
   json checks = json::array();
   if (settings.enabled() && settings.check_nan_inf()) checks.push_back(numerics::kNanInf);
@@ -57,7 +59,7 @@ json Controller::debug_summary() const {
   return summary;
 }
 
-json Controller::get_debug_report() const {
+json DebugArea::get_debug_report() const {
   auto error = session_.debug_error();
   const auto settings = session_.debug_settings();
   json unchecked = json::array();
@@ -84,7 +86,7 @@ json Controller::get_debug_report() const {
           {"unchecked_tensors", std::move(unchecked)},     {"rerun", std::move(rerun)}};
 }
 
-json Controller::choose_update(const std::string& action) {
+json DebugArea::choose_update(const std::string& action) {
   // The declaration admits no other action.
   if (action != "skip" && action != "apply") throw std::logic_error("choose_update: undeclared action " + action);
   try {
@@ -95,7 +97,7 @@ json Controller::choose_update(const std::string& action) {
   return get_debug_report();
 }
 
-json Controller::configure_debug_checks(const DebugChecksUpdate& u) {
+json DebugArea::configure_debug_checks(const DebugChecksUpdate& u) {
   auto s = session_.debug_settings();
   if (u.enabled) s.enabled(*u.enabled);
   if (u.interval_batches) s.interval_batches(*u.interval_batches);
@@ -113,7 +115,7 @@ json Controller::configure_debug_checks(const DebugChecksUpdate& u) {
   return get_debug_report();
 }
 
-json Controller::silence_debug_check(const std::optional<std::string>& category) {
+json DebugArea::silence_debug_check(const std::optional<std::string>& category) {
   try {
     session_.disable_debug_check(category.value_or(""));
   } catch (const ArgumentError& e) {
@@ -122,7 +124,7 @@ json Controller::silence_debug_check(const std::optional<std::string>& category)
   return get_debug_report();
 }
 
-json Controller::clear_debug_error() {
+json DebugArea::clear_debug_error() {
   session_.clear_debug_error();
   return get_debug_report();
 }

@@ -78,7 +78,9 @@ torch::Tensor as_map(torch::Tensor a) {
 
 }  // namespace
 
-json Controller::list_experiments() const {
+ExperimentArea::ExperimentArea(Controller& owner, detail::SessionPort& session) : owner_(owner), session_(session) {}
+
+json ExperimentArea::list_experiments() const {
   auto& engine = session_.experiments();
   const auto arch = session_.architecture();
   json kinds = json::array();
@@ -137,7 +139,7 @@ json Controller::list_experiments() const {
           {"kept_results", engine.kept()}, {"auto_experiments", std::move(autos)}};
 }
 
-json Controller::run_experiment(const std::string& kind, const std::string& layer, const json& params, Wait wait) {
+json ExperimentArea::run_experiment(const std::string& kind, const std::string& layer, const json& params, Wait wait) {
   auto& engine = session_.experiments();
   auto sub = engine.submit(kind, layer, params);
   auto result = wait.count() > 0 ? engine.wait(sub.seq, wait) : engine.result(sub.seq);
@@ -158,7 +160,7 @@ json Controller::run_experiment(const std::string& kind, const std::string& laye
   return out;
 }
 
-json Controller::get_experiment_result(uint64_t seq) const {
+json ExperimentArea::get_experiment_result(uint64_t seq) const {
   auto& engine = session_.experiments();
   auto result = engine.result(seq);
   if (!result) {
@@ -173,26 +175,26 @@ json Controller::get_experiment_result(uint64_t seq) const {
   return result_json(*result, engine.queued_ahead(seq));
 }
 
-json Controller::cancel_experiment(std::optional<uint64_t> seq) {
+json ExperimentArea::cancel_experiment(std::optional<uint64_t> seq) {
   const int stopped = session_.experiments().cancel(seq);
   return {{"cancelled", stopped}};
 }
 
-json Controller::set_auto_run_experiments(bool enabled) {
+json ExperimentArea::set_auto_run_experiments(bool enabled) {
   session_.experiments().set_auto_run(enabled);
   return {{"auto_run_experiments", enabled}};
 }
 
-json Controller::set_experiment_defaults(const std::string& kind, const json& params) {
+json ExperimentArea::set_experiment_defaults(const std::string& kind, const json& params) {
   std::vector<std::string> ignored;
   ignored = session_.experiments().set_defaults(kind, params);
-  json out = get_settings();
+  json out = owner_.stats().get_settings();
   out["ignored_params"] = ignored;
   return out;
 }
 
-json Controller::set_auto_experiment(const std::string& tab, const std::string& kind, const std::string& layer,
-                                     const json& params) {
+json ExperimentArea::set_auto_experiment(const std::string& tab, const std::string& kind, const std::string& layer,
+                                         const json& params) {
   auto& engine = session_.experiments();
   auto sub = engine.set_auto(tab, kind, layer, params, experiments::Engine::Clock::now());
   return {{"tab", tab},
@@ -203,11 +205,11 @@ json Controller::set_auto_experiment(const std::string& tab, const std::string& 
           {"expires_after_seconds", experiments::AutoRuns::kTtl.count()}};
 }
 
-json Controller::clear_auto_experiment(const std::string& tab) {
+json ExperimentArea::clear_auto_experiment(const std::string& tab) {
   return {{"tab", tab}, {"removed", session_.experiments().clear_auto(tab)}};
 }
 
-std::vector<json> Controller::experiment_changes(uint64_t& version) const {
+std::vector<json> ExperimentArea::experiment_changes(uint64_t& version) const {
   auto& engine = session_.experiments();
   auto changes = engine.changes_since(version);
   version = changes.version;
@@ -216,7 +218,7 @@ std::vector<json> Controller::experiment_changes(uint64_t& version) const {
   return out;
 }
 
-std::shared_ptr<const ExperimentPicture> Controller::render_experiment(uint64_t seq, bool overlay_input) const {
+std::shared_ptr<const ExperimentPicture> ExperimentArea::render_experiment(uint64_t seq, bool overlay_input) const {
   auto result = session_.experiments().result(seq);
   if (!result) {
     throw Refusal(Refusal::Kind::kNotFound, "no experiment " + std::to_string(seq), "seq");

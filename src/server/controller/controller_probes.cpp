@@ -30,7 +30,9 @@ std::string input_name(const std::vector<std::string>& names, int64_t index) {
 
 }  // namespace
 
-std::shared_ptr<Probes> Controller::caller_probes() const {
+ProbeArea::ProbeArea(detail::SessionPort& session) : session_(session) {}
+
+std::shared_ptr<Probes> ProbeArea::caller_probes() const {
   if (!session_.locked()) {
     // Aliasing: the session owns its one shared probe state.
     return std::shared_ptr<Probes>(std::shared_ptr<Probes>{}, &session_.probes());
@@ -39,8 +41,8 @@ std::shared_ptr<Probes> Controller::caller_probes() const {
   return visitor.empty() ? nullptr : session_.visitor_probes().find(visitor);
 }
 
-std::shared_ptr<Probes> Controller::change_probes(const std::function<bool(const ProbeSettings&)>& starts_run,
-                                                  const std::function<void(Probes&)>& change) {
+std::shared_ptr<Probes> ProbeArea::change_probes(const std::function<bool(const ProbeSettings&)>& starts_run,
+                                                 const std::function<void(Probes&)>& change) {
   if (!session_.locked()) {
     change(session_.probes());
     return caller_probes();
@@ -54,7 +56,7 @@ std::shared_ptr<Probes> Controller::change_probes(const std::function<bool(const
   return session_.visitor_probes().change(visitor, starts_run, change);
 }
 
-json Controller::get_probe_status() const {
+json ProbeArea::get_probe_status() const {
   auto own = caller_probes();
   const Probes& probes = own ? *own : session_.visitor_probes().idle();
   const auto settings = probes.settings();
@@ -114,18 +116,18 @@ json Controller::get_probe_status() const {
   return out;
 }
 
-json Controller::probe_reply(const Probes& probes, Wait wait) const {
+json ProbeArea::probe_reply(const Probes& probes, Wait wait) const {
   // A run already under way when the change came does not answer it.
   if (wait.count() > 0) probes.wait_for_settings(probes.settings_generation(), wait);
   return get_probe_status();
 }
 
-json Controller::pin_batch(Wait wait) {
+json ProbeArea::pin_batch(Wait wait) {
   auto probes = change_probes([](const ProbeSettings&) { return true; }, [](Probes& p) { p.pin(); });
   return probe_reply(*probes, wait);
 }
 
-json Controller::unpin_batch(Wait wait) {
+json ProbeArea::unpin_batch(Wait wait) {
   const auto refuse = [] { return Refusal(Refusal::Kind::kConflict, "no batch is pinned"); };
   // A visitor with no probe state has nothing pinned (and gets no slot for it).
   if (session_.locked() && !caller_probes()) throw refuse();
@@ -135,7 +137,7 @@ json Controller::unpin_batch(Wait wait) {
   return probe_reply(*probes, wait);
 }
 
-json Controller::set_probe_mode(const std::string& mode, Wait wait) {
+json ProbeArea::set_probe_mode(const std::string& mode, Wait wait) {
   auto parsed = experiments::parse_probe_mode(mode);
   if (!parsed)
     throw std::logic_error("set_probe_mode: undeclared mode \"" + mode + "\"");  // the declaration admits no other
@@ -155,8 +157,8 @@ json Controller::set_probe_mode(const std::string& mode, Wait wait) {
   return probe_reply(*probes, wait);
 }
 
-json Controller::add_perturbation(const std::vector<int64_t>& index, const std::vector<double>& values, int64_t sample,
-                                  const std::optional<std::string>& input, Wait wait) {
+json ProbeArea::add_perturbation(const std::vector<int64_t>& index, const std::vector<double>& values, int64_t sample,
+                                 const std::optional<std::string>& input, Wait wait) {
   experiments::Perturbation p;
   p.index = index;
   p.values = values;
@@ -179,7 +181,7 @@ json Controller::add_perturbation(const std::vector<int64_t>& index, const std::
   return probe_reply(*probes, wait);
 }
 
-json Controller::clear_perturbations(Wait wait) {
+json ProbeArea::clear_perturbations(Wait wait) {
   int64_t cleared = 0;
   json out;
   if (session_.locked() && !caller_probes()) {

@@ -10,7 +10,7 @@ json optional_number(const std::optional<int64_t>& v) { return v ? json(*v) : js
 
 }  // namespace
 
-json Controller::time_travel_summary() const {
+json RunArea::time_travel_summary() const {
   const auto s = session_.time_travel_status();
   json out = {{"available", s.available},
               {"cached_epochs", s.cached_epochs},
@@ -21,7 +21,7 @@ json Controller::time_travel_summary() const {
   return out;
 }
 
-json Controller::get_time_travel_status() const {
+json RunArea::get_time_travel_status() const {
   const auto s = session_.time_travel_status();
   json out = time_travel_summary();
   json uncached = json::array();
