@@ -789,8 +789,7 @@ class Engine {
   // The probe state the Python API reads: the session's one shared state
   // (a locked session's belongs to its visitors: a script sees none).
   const experiments::Probes& shared_probes() const {
-    auto* port = detail::port_of(*session_);
-    return port->locked() ? port->visitor_probes().idle() : port->probes();
+    return core_->locked() ? core_->visitor_probes().idle() : core_->probes();
   }
   int64_t pause_count() const { return session_->pause_count(); }
   bool wait_until_paused(int64_t after, std::optional<double> timeout_s) const {

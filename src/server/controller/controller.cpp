@@ -4,7 +4,6 @@
 
 #include "common/dtype.h"
 #include "common/tensor_stats.h"
-#include "experiments/visitor_probes.h"
 #include "nansense/errors.h"
 #include "render/input_image.h"
 #include "session/session_port.h"
@@ -96,7 +95,7 @@ std::shared_ptr<const BatchSnapshot> Controller::shown_snapshot() const {
     const std::string& visitor = VisitorScope::current();
     if (!visitor.empty()) {
       auto live = session_.snapshot();
-      if (auto own = session_.visitor_probes().shown(visitor, live)) return own;
+      if (auto own = session_.visitor_snapshot(visitor, live)) return own;
       return live;
     }
   }
@@ -104,7 +103,7 @@ std::shared_ptr<const BatchSnapshot> Controller::shown_snapshot() const {
 }
 
 bool Controller::has_own_view(const std::string& visitor) const {
-  return !visitor.empty() && session_.locked() && session_.visitor_probes().find(visitor) != nullptr;
+  return !visitor.empty() && session_.locked() && session_.probe_view(visitor).has_value();
 }
 
 Status RunArea::get_status() const {

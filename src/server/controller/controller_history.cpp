@@ -189,9 +189,9 @@ json StatsArea::get_settings() const {
             {"average_patches", performance.average_patches()}}},
           {"patch_layers", session_.patch_layers() ? json(*session_.patch_layers()) : json(nullptr)},
           {"stats_collecting", session_.stats_collecting()},
-          {"auto_run_experiments", session_.experiments().auto_run()},
-          {"experiment_defaults", session_.experiments().defaults()},
-          {"experiment_time_limit_seconds", session_.experiments().time_limit_seconds()}};
+          {"auto_run_experiments", session_.auto_run_experiments()},
+          {"experiment_defaults", session_.experiment_defaults()},
+          {"experiment_time_limit_seconds", session_.experiment_time_limit_seconds()}};
 }
 
 json StatsArea::set_update_frequency(const std::string& unit, double n, const std::optional<std::string>& phase) {

@@ -6,7 +6,6 @@
 
 #include <chrono>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -16,12 +15,11 @@
 
 namespace nansense::detail {
 class SessionPort;
-}
-
-namespace nansense::experiments {
-class Probes;
-struct ProbeSettings;
-}  // namespace nansense::experiments
+struct ProbeChange;
+struct ProbeChanged;
+struct ProbeView;
+using ProbeOwner = std::optional<std::string>;
+}  // namespace nansense::detail
 
 namespace nansense::server {
 
@@ -50,19 +48,19 @@ class ProbeArea {
   json clear_perturbations(Wait wait);
 
  private:
-  // get_probe_status() once a run of `probes` with their current settings
+  // get_probe_status() once the run answering settings `generation`
   // finished (or `wait` passed).
-  json probe_reply(const experiments::Probes& probes, Wait wait) const;
-  // The probes the calling visitor's probe commands and status use: on a
-  // locked session the visitor's own (null when it has none yet), else the
-  // session's one shared state.
-  std::shared_ptr<experiments::Probes> caller_probes() const;
+  json probe_reply(uint64_t generation, Wait wait) const;
+  // Whose probes the calling visitor's probe commands and status use: on a
+  // locked session the visitor's own, else the session's one shared state.
+  detail::ProbeOwner caller() const;
+  // The caller's probe state; nullopt when it has none (a locked session's
+  // visitor before its first change, or a call naming no visitor).
+  std::optional<detail::ProbeView> caller_view() const;
   // Applies `change` to the caller's probes (made on first use on a locked
-  // session) and returns them; `starts_run` as VisitorProbes::change says.
-  // Refused on a locked session without a visitor (VisitorScope).
-  std::shared_ptr<experiments::Probes> change_probes(
-      const std::function<bool(const experiments::ProbeSettings&)>& starts_run,
-      const std::function<void(experiments::Probes&)>& change);
+  // session) and returns their settings generation; what it did goes to
+  // `changed`. Refused on a locked session without a visitor (VisitorScope).
+  uint64_t change(const detail::ProbeChange& change, detail::ProbeChanged* changed = nullptr);
 
   detail::SessionPort& session_;
 };

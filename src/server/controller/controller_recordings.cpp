@@ -26,13 +26,14 @@ constexpr std::chrono::seconds kFirstExperimentWait{30};
 // A run stopped before it ran (a newer update replaced it) has no picture.
 bool drawable(const experiments::Result& r) { return r.stage != experiments::Result::Stage::kStopped || r.step > 0; }
 
-std::shared_ptr<const experiments::Result> recorded_result(const experiments::Engine& engine, const RecordView& v) {
-  if (v.seq) return engine.result(*v.seq);
+std::shared_ptr<const experiments::Result> recorded_result(const detail::LabPort& lab, const RecordView& v) {
+  if (v.seq) return lab.experiment_result(*v.seq);
   const std::string tab = v.tab();
-  if (auto own = engine.latest_finished([&](const experiments::Result& r) { return r.tab == tab && drawable(r); })) {
+  if (auto own =
+          lab.latest_finished_experiment([&](const experiments::Result& r) { return r.tab == tab && drawable(r); })) {
     return own;
   }
-  return engine.latest_finished(
+  return lab.latest_finished_experiment(
       [&](const experiments::Result& r) { return r.kind == v.kind && r.layer == v.layer && drawable(r); });
 }
 
@@ -184,7 +185,7 @@ ViewPages RecordingArea::draw_view(const RecordView& v) const {
     } catch (const Refusal&) {
     }
   } else if (v.view == "experiment") {
-    const auto result = recorded_result(session_.experiments(), v);
+    const auto result = recorded_result(session_, v);
     if (!result) {
       throw Refusal(Refusal::Kind::kConflict,
                     "no " + v.kind + " of \"" + v.layer +
@@ -202,31 +203,31 @@ ViewPages RecordingArea::draw_view(const RecordView& v) const {
 
 uint64_t RecordingArea::view_sequence(const RecordView& v) const {
   if (v.view != "experiment") return owner_.snapshot_sequence();
-  const auto result = recorded_result(session_.experiments(), v);
+  const auto result = recorded_result(session_, v);
   return result ? result->seq : 0;
 }
 
 void RecordingArea::pin_experiment(const RecordView& v) {
-  auto& engine = session_.experiments();
-  const auto sub = engine.set_auto(v.tab(), v.kind, v.layer, v.params, experiments::Engine::Clock::now(), true);
+  detail::LabPort& lab = session_;
+  const auto sub = lab.set_auto_experiment(v.tab(), v.kind, v.layer, v.params, true);
   // Paused, it runs at once: its result is the first frame.
-  if (sub.seq != 0) engine.wait(sub.seq, kFirstExperimentWait);
+  if (sub.seq != 0) lab.wait_for_experiment(sub.seq, kFirstExperimentWait);
 }
 
-void RecordingArea::release_experiment(const RecordView& v) { session_.experiments().clear_auto(v.tab()); }
+void RecordingArea::release_experiment(const RecordView& v) { session_.clear_auto_experiment(v.tab()); }
 
 void RecordingArea::settle_experiment(const RecordView& v) {
   // Only a pause runs it now: a running loop's next update, or a loop that
   // ended, would keep Save & Finish waiting.
   if (session_.state() != RunState::kPaused) return;
-  auto& engine = session_.experiments();
+  detail::LabPort& lab = session_;
   const std::string tab = v.tab();
   std::shared_ptr<const experiments::Result> newest;
-  for (const auto seq : engine.kept()) {
-    const auto r = engine.result(seq);
+  for (const auto seq : lab.kept_experiments()) {
+    const auto r = lab.experiment_result(seq);
     if (r && r->tab == tab && (!newest || r->seq > newest->seq)) newest = r;
   }
-  if (newest && !newest->finished()) engine.wait(newest->seq, kFirstExperimentWait);
+  if (newest && !newest->finished()) lab.wait_for_experiment(newest->seq, kFirstExperimentWait);
 }
 
 // --- the controller's commands ---
@@ -265,13 +266,13 @@ json RecordingArea::save_snapshot(const RecordView& view) {
   if (view.view != "experiment" || (!view.seq && !view.kind.empty())) return recorder_->snapshot(view);
   // The form of the original NaNsense 0.4.0 (Python, on PyPI): an already
   // published result, by seq or the newest.
-  auto& engine = session_.experiments();
+  detail::LabPort& lab = session_;
   std::shared_ptr<const experiments::Result> result;
   if (view.seq) {
-    result = engine.result(*view.seq);
+    result = lab.experiment_result(*view.seq);
   } else {
-    for (const auto seq : engine.kept()) {
-      const auto r = engine.result(seq);
+    for (const auto seq : lab.kept_experiments()) {
+      const auto r = lab.experiment_result(seq);
       if (r && drawable(*r) && (!result || r->seq > result->seq)) result = r;
     }
   }
@@ -317,8 +318,8 @@ json RecordingArea::run_experiment_video(const std::string& kind, const std::str
     throw Refusal(Refusal::Kind::kInvalidArgument,
                   "video needs timeout_seconds > 0: its frames are drawn while the dream runs", "timeout_seconds");
   }
-  auto& engine = session_.experiments();
-  const auto sub = engine.submit(kind, layer, params);
+  detail::LabPort& lab = session_;
+  const auto sub = lab.submit_experiment(kind, layer, params);
   const auto deadline = std::chrono::steady_clock::now() + wait;
   // A clip keeps every step it is given: a queue as long as the dream's
   // published steps (about 20) rather than a live recording's 8.
@@ -327,7 +328,7 @@ json RecordingArea::run_experiment_video(const std::string& kind, const std::str
   uint64_t seen = 0;
   std::string draw_error;
   while (true) {
-    const auto r = engine.result(sub.seq);
+    const auto r = lab.experiment_result(sub.seq);
     if (!r) break;
     const bool over = r->stage == experiments::Result::Stage::kDone ||
                       r->stage == experiments::Result::Stage::kStopped ||
