@@ -620,18 +620,18 @@ class Engine {
   // training thread). Settings go through the controller, the one
   // vocabulary the UI and MCP use, its replies as their JSON; the package
   // checks arguments first.
-  py::object settings() const { return to_python(controller_->stats().get_settings()); }
+  py::object settings() const { return to_python(server::to_json(controller_->stats().get_settings())); }
   py::object set_update_frequency(const std::string& unit, double n, std::optional<std::string> phase) {
-    return to_python(controller_->stats().set_update_frequency(unit, n, phase));
+    return to_python(server::to_json(controller_->stats().set_update_frequency(unit, n, phase)));
   }
   py::object set_stats_scope(const std::string& scope) {
-    return to_python(controller_->stats().set_stats_scope(scope));
+    return to_python(server::to_json(controller_->stats().set_stats_scope(scope)));
   }
   py::object watch_layers(const std::vector<std::string>& layers) {
-    return to_python(controller_->stats().watch_layers(layers));
+    return to_python(server::to_json(controller_->stats().watch_layers(layers)));
   }
   py::object unwatch_layers(const std::vector<std::string>& layers) {
-    return to_python(controller_->stats().unwatch_layers(layers));
+    return to_python(server::to_json(controller_->stats().unwatch_layers(layers)));
   }
   py::object set_watch_performance(std::optional<bool> channel_limit_enabled, std::optional<int64_t> channel_limit,
                                    std::optional<int64_t> histogram_sample, std::optional<int64_t> samples_per_channel,
@@ -642,10 +642,10 @@ class Engine {
     change.histogram_sample = histogram_sample;
     change.samples_per_channel = samples_per_channel;
     change.average_patches = average_patches;
-    return to_python(controller_->stats().set_watch_performance(change));
+    return to_python(server::to_json(controller_->stats().set_watch_performance(change)));
   }
   py::object set_patch_layers(const std::optional<std::vector<std::string>>& layers) {
-    return to_python(controller_->stats().set_patch_layers(layers));
+    return to_python(server::to_json(controller_->stats().set_patch_layers(layers)));
   }
   void log_scalar(const std::string& name, double value) { session_->log_scalar(name, value); }
 
@@ -710,7 +710,7 @@ class Engine {
 
   // --- probes and experiment settings (the controller's; any thread but
   // the training one, as the UI calls them) ---
-  py::object probe_status() const { return to_python(controller_->probes().get_probe_status()); }
+  py::object probe_status() const { return to_python(server::to_json(controller_->probes().get_probe_status())); }
   py::object pin_batch(double wait_s) {
     py::gil_scoped_release release;
     return call_json([&] { return controller_->probes().pin_batch(wait(wait_s)); });
@@ -734,10 +734,10 @@ class Engine {
     return call_json([&] { return controller_->probes().clear_perturbations(wait(wait_s)); });
   }
   py::object set_auto_run_experiments(bool enabled) {
-    return to_python(controller_->experiments().set_auto_run_experiments(enabled));
+    return to_python(server::to_json(controller_->experiments().set_auto_run_experiments(enabled)));
   }
   py::object set_experiment_defaults(const std::string& kind, py::dict params) {
-    return to_python(controller_->experiments().set_experiment_defaults(kind, json_of(params)));
+    return to_python(server::to_json(controller_->experiments().set_experiment_defaults(kind, json_of(params))));
   }
   py::object list_experiments() const { return to_python(controller_->experiments().list_experiments()); }
 
@@ -816,7 +816,13 @@ class Engine {
   // once the GIL is back (its refusal passes through as a Refusal).
   template <class F>
   py::object call_json(F&& f) {
-    nlohmann::json reply = f();
+    auto value = f();
+    nlohmann::json reply;
+    if constexpr (server::is_reply<decltype(value)>::value) {
+      reply = server::to_json(value);
+    } else {
+      reply = std::move(value);
+    }
     py::gil_scoped_acquire gil;
     return to_python(reply);
   }

@@ -100,6 +100,12 @@ inline Reply json_reply(json body) {
   return r;
 }
 
+// A typed reply (reply.h) as its JSON.
+template <class T, std::enable_if_t<is_reply<T>::value, int> = 0>
+Reply json_reply(const T& reply) {
+  return json_reply(to_json(reply));
+}
+
 // A command's status, with where the loop was after waiting up to timeout_seconds.
 inline Reply status_reply(const Status& status, const Args& args) {
   Reply r = json_reply(to_json(status));

@@ -88,7 +88,7 @@ std::vector<std::string> first(std::vector<std::string> names, size_t n) {
 void default_layers(Controller& c, RecordView& v) {
   if (v.view == "layers" && v.layers.empty()) {
     // The main page's cards: the layers watched, else every layer.
-    const json watched = c.stats().get_settings().value("watched_layers", json::array());
+    const json watched = c.stats().get_settings().watched_layers;
     v.layers = first(in_graph_order(c, watched.empty() ? json() : watched), kMaxDefaultStrips);
     if (v.layers.empty()) {
       throw Refusal(Refusal::Kind::kInvalidArgument,
@@ -115,9 +115,8 @@ void default_layers(Controller& c, RecordView& v) {
       v.layer = v.layers.front();
     } else {
       // The layers that collect patches: patch_layers, else the watched ones.
-      const json settings = c.stats().get_settings();
-      json patched = settings.value("patch_layers", json());
-      if (patched.is_null()) patched = settings.value("watched_layers", json::array());
+      const Settings settings = c.stats().get_settings();
+      const json patched = settings.patch_layers ? *settings.patch_layers : settings.watched_layers;
       const auto layers = in_graph_order(c, patched);
       if (layers.empty()) {
         throw Refusal(Refusal::Kind::kInvalidArgument,

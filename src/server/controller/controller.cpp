@@ -123,12 +123,12 @@ Status RunArea::get_status() const {
   if (auto since = session_.paused_since()) {
     status.paused_at_ms = std::chrono::duration_cast<std::chrono::milliseconds>(since->time_since_epoch()).count();
   }
-  status.time_travel = time_travel_summary();
+  status.time_travel = to_json(time_travel_summary());
   if (status.state == RunState::kLost) status.lost_reason = session_.lost_reason();
   status.internal_errors = session_.internal_errors();
   status.debug = owner_.debug().summary();
-  status.stats = owner_.stats().summary();
-  status.probe = owner_.probes().get_probe_status();
+  status.stats = to_json(owner_.stats().summary());
+  status.probe = to_json(owner_.probes().get_probe_status());
   status.locked = session_.locked();
   status.front_end = session_.front_end();
   status.recordings = owner_.recordings().recording_keys();

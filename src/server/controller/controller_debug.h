@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "server/controller/json_views.h"
+#include "server/controller/replies.h"
 
 namespace nansense::detail {
 class SessionPort;
@@ -23,7 +24,7 @@ class DebugArea {
   // The checks' settings, the standing error (null when none: reasons,
   // position, per-layer fractions, band edges, root cause, capsule) and how
   // many batches were checked.
-  json get_debug_report() const;
+  DebugReport get_debug_report() const;
   // A partial update of the checks (DebugSettings' fields, same names);
   // absent fields keep their value. Returns get_debug_report().
   struct DebugChecksUpdate {
@@ -36,17 +37,17 @@ class DebugArea {
     std::optional<bool> rerun_to_trace;
     std::optional<std::vector<std::string>> allow;
   };
-  json configure_debug_checks(const DebugChecksUpdate& update);
+  DebugReport configure_debug_checks(const DebugChecksUpdate& update);
   // Turns a check category off ("nan_inf" or "under_over"; none = every
   // category of the standing error) and clears it from the standing error.
-  json silence_debug_check(const std::optional<std::string>& category);
+  DebugReport silence_debug_check(const std::optional<std::string>& category);
   // Dismisses the standing error, leaving the checks on.
-  json clear_debug_error();
+  DebugReport clear_debug_error();
   // While the loop is paused before the optimizer step of a batch that
   // tripped: "skip" clears every parameter's gradient when the loop resumes
   // (its optimizer.step() then changes nothing), "apply" lets the update
   // through (the default). Conflict when no update is held.
-  json choose_update(const std::string& action);
+  DebugReport choose_update(const std::string& action);
   // The `debug` field of the status: what a banner shows.
   json summary() const;
 

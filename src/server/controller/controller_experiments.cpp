@@ -178,38 +178,36 @@ json ExperimentArea::get_experiment_result(uint64_t seq) const {
   return result_json(*result, lab.experiment_queued_ahead(seq));
 }
 
-json ExperimentArea::cancel_experiment(std::optional<uint64_t> seq) {
-  const int stopped = session_.cancel_experiments(seq);
-  return {{"cancelled", stopped}};
+ExperimentCancel ExperimentArea::cancel_experiment(std::optional<uint64_t> seq) {
+  return {session_.cancel_experiments(seq)};
 }
 
-json ExperimentArea::set_auto_run_experiments(bool enabled) {
+ExperimentAutoRun ExperimentArea::set_auto_run_experiments(bool enabled) {
   session_.set_auto_run_experiments(enabled);
-  return {{"auto_run_experiments", enabled}};
+  return {enabled};
 }
 
-json ExperimentArea::set_experiment_defaults(const std::string& kind, const json& params) {
-  std::vector<std::string> ignored;
-  ignored = session_.set_experiment_defaults(kind, params);
-  json out = owner_.stats().get_settings();
-  out["ignored_params"] = ignored;
+ExperimentDefaults ExperimentArea::set_experiment_defaults(const std::string& kind, const json& params) {
+  auto ignored = session_.set_experiment_defaults(kind, params);
+  ExperimentDefaults out{owner_.stats().get_settings()};
+  out.ignored_params = std::move(ignored);
   return out;
 }
 
-json ExperimentArea::set_auto_experiment(const std::string& tab, const std::string& kind, const std::string& layer,
-                                         const json& params) {
+AutoExperiment ExperimentArea::set_auto_experiment(const std::string& tab, const std::string& kind,
+                                                   const std::string& layer, const json& params) {
   detail::LabPort& lab = session_;
   auto sub = lab.set_auto_experiment(tab, kind, layer, params, false);
-  return {{"tab", tab},
-          {"seq", sub.seq},
-          {"params", sub.params},
-          {"ignored_params", sub.ignored},
-          {"auto_run", lab.auto_run_experiments()},
-          {"expires_after_seconds", experiments::AutoRuns::kTtl.count()}};
+  return {tab,
+          sub.seq,
+          sub.params,
+          sub.ignored,
+          lab.auto_run_experiments(),
+          static_cast<int64_t>(experiments::AutoRuns::kTtl.count())};
 }
 
-json ExperimentArea::clear_auto_experiment(const std::string& tab) {
-  return {{"tab", tab}, {"removed", session_.clear_auto_experiment(tab)}};
+AutoExperimentCleared ExperimentArea::clear_auto_experiment(const std::string& tab) {
+  return {tab, session_.clear_auto_experiment(tab)};
 }
 
 std::vector<json> ExperimentArea::experiment_changes(uint64_t& version) const {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "server/controller/json_views.h"
+#include "server/controller/replies.h"
 #include "server/controller/pictures.h"
 
 namespace nansense::detail {
@@ -39,18 +40,18 @@ class ExperimentArea {
   // Progress or outcome; kNotFound once it left the 8 kept.
   json get_experiment_result(uint64_t seq) const;
   // One request, or every one (nullopt); {"cancelled": how many}.
-  json cancel_experiment(std::optional<uint64_t> seq);
-  json set_auto_run_experiments(bool enabled);
+  ExperimentCancel cancel_experiment(std::optional<uint64_t> seq);
+  ExperimentAutoRun set_auto_run_experiments(bool enabled);
   // Replaces one kind's session defaults (layered between the kind's own and
   // a caller's params); returns get_settings() with ignored_params (the
   // unknown keys, not kept). Bad values are kInvalidArgument naming them.
-  json set_experiment_defaults(const std::string& kind, const json& params);
+  ExperimentDefaults set_experiment_defaults(const std::string& kind, const json& params);
   // A page's auto experiment, re-run at every snapshot while auto-run is on:
   // registered or renewed (its heartbeat) under the page's tab name, and
   // forgotten by clear_auto_experiment or 5 s after its last renewal.
-  json set_auto_experiment(const std::string& tab, const std::string& kind, const std::string& layer,
-                           const json& params);
-  json clear_auto_experiment(const std::string& tab);
+  AutoExperiment set_auto_experiment(const std::string& tab, const std::string& kind, const std::string& layer,
+                                     const json& params);
+  AutoExperimentCleared clear_auto_experiment(const std::string& tab);
   // The push channel's experiment events: each result changed since
   // `version` (as get_experiment_result shows it, less the objective
   // history); `version` becomes the current one.

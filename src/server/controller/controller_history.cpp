@@ -166,35 +166,34 @@ std::shared_ptr<const WatchSnapshot> Controller::require_stats() const {
   return kEmpty;
 }
 
-json StatsArea::summary() const {
+StatsSummary StatsArea::summary() const {
   const auto s = session_.watch_snapshot();
-  return {{"scope", std::string(to_string(session_.stats_scope()))},
-          {"watched_layers", session_.watched_layers()},
-          {"sequence", s ? s->sequence : 0},
-          {"ranks", s ? s->ranks : 1},
-          {"collecting", session_.stats_collecting()},
-          {"update_frequency", frequency_json(session_.update_frequency())}};
+  return {std::string(to_string(session_.stats_scope())),
+          session_.watched_layers(),
+          s ? s->sequence : 0,
+          s ? s->ranks : 1,
+          session_.stats_collecting(),
+          frequency_json(session_.update_frequency())};
 }
 
-json StatsArea::get_settings() const {
+Settings StatsArea::get_settings() const {
   const auto performance = session_.watch_performance();
-  return {{"update_frequency", frequency_json(session_.update_frequency())},
-          {"stats_scope", std::string(to_string(session_.stats_scope()))},
-          {"watched_layers", session_.watched_layers()},
-          {"watch_performance",
-           {{"channel_limit_enabled", performance.channel_limit_enabled()},
-            {"channel_limit", performance.channel_limit()},
-            {"histogram_sample", performance.histogram_sample()},
-            {"samples_per_channel", performance.samples_per_channel()},
-            {"average_patches", performance.average_patches()}}},
-          {"patch_layers", session_.patch_layers() ? json(*session_.patch_layers()) : json(nullptr)},
-          {"stats_collecting", session_.stats_collecting()},
-          {"auto_run_experiments", session_.auto_run_experiments()},
-          {"experiment_defaults", session_.experiment_defaults()},
-          {"experiment_time_limit_seconds", session_.experiment_time_limit_seconds()}};
+  Settings out;
+  out.update_frequency = frequency_json(session_.update_frequency());
+  out.stats_scope = std::string(to_string(session_.stats_scope()));
+  out.watched_layers = session_.watched_layers();
+  out.watch_performance = {performance.channel_limit_enabled(), performance.channel_limit(),
+                           performance.histogram_sample(), performance.samples_per_channel(),
+                           performance.average_patches()};
+  out.patch_layers = session_.patch_layers();
+  out.stats_collecting = session_.stats_collecting();
+  out.auto_run_experiments = session_.auto_run_experiments();
+  out.experiment_defaults = session_.experiment_defaults();
+  out.experiment_time_limit_seconds = session_.experiment_time_limit_seconds();
+  return out;
 }
 
-json StatsArea::set_update_frequency(const std::string& unit, double n, const std::optional<std::string>& phase) {
+Settings StatsArea::set_update_frequency(const std::string& unit, double n, const std::optional<std::string>& phase) {
   const auto frequency = UpdateFrequency().unit(parse_unit(unit)).n(n).phase(phase);
   if (!(frequency == session_.update_frequency()))
     owner_.recordings().refuse_if_frozen("set_update_frequency", "update_frequency", "unit");
@@ -206,14 +205,14 @@ json StatsArea::set_update_frequency(const std::string& unit, double n, const st
   return get_settings();
 }
 
-json StatsArea::set_stats_scope(const std::string& scope) {
+Settings StatsArea::set_stats_scope(const std::string& scope) {
   const StatsScope next = parse_scope(scope);
   if (next != session_.stats_scope()) owner_.recordings().refuse_if_frozen("set_stats_scope", "stats_scope", "scope");
   session_.set_stats_scope(next);
   return get_settings();
 }
 
-json StatsArea::watch_layers(const std::vector<std::string>& layers) {
+Settings StatsArea::watch_layers(const std::vector<std::string>& layers) {
   try {
     session_.watch(layers);
   } catch (const UsageError& e) {
@@ -222,7 +221,7 @@ json StatsArea::watch_layers(const std::vector<std::string>& layers) {
   return get_settings();
 }
 
-json StatsArea::unwatch_layers(const std::vector<std::string>& layers) {
+Settings StatsArea::unwatch_layers(const std::vector<std::string>& layers) {
   const auto watched = session_.watched_layers();
   for (const auto& layer : layers) {
     if (std::find(watched.begin(), watched.end(), layer) != watched.end()) {
@@ -237,7 +236,7 @@ json StatsArea::unwatch_layers(const std::vector<std::string>& layers) {
   return get_settings();
 }
 
-json StatsArea::set_watch_performance(const PerformanceChange& change) {
+Settings StatsArea::set_watch_performance(const PerformanceChange& change) {
   auto performance = session_.watch_performance();
   if (change.channel_limit_enabled) performance.channel_limit_enabled(*change.channel_limit_enabled);
   if (change.channel_limit) performance.channel_limit(*change.channel_limit);
@@ -261,12 +260,12 @@ json StatsArea::set_watch_performance(const PerformanceChange& change) {
                                                                                  : "channel_limit";
     refuse(Refusal::Kind::kInvalidArgument, e, argument);
   }
-  json out = get_settings();
-  out["statistics_flushed"] = flushed;
+  Settings out = get_settings();
+  out.statistics_flushed = flushed;
   return out;
 }
 
-json StatsArea::set_patch_layers(const std::optional<std::vector<std::string>>& layers) {
+Settings StatsArea::set_patch_layers(const std::optional<std::vector<std::string>>& layers) {
   // A recorded layer must keep its patches: in the new list, or watched
   // when the list goes back to the watched layers.
   const auto kept = layers ? *layers : session_.watched_layers();
@@ -389,25 +388,22 @@ json StatsArea::get_current_stats(const std::string& layer) const {
   return out;
 }
 
-json StatsArea::get_metrics(const std::vector<std::string>& layers) const {
+Metrics StatsArea::get_metrics(const std::vector<std::string>& layers) const {
   const auto s = owner_.require_stats();
-  json series = json::array();
+  Metrics out;
   for (const auto& v : s->series) {
     if (!layers.empty() && !v.layer.empty() && std::find(layers.begin(), layers.end(), v.layer) == layers.end()) {
       continue;
     }
-    json points = json::array();
-    for (const auto& p : v.points) {
-      points.push_back({{"epoch", p.epoch},
-                        {"batch", p.batch ? json(*p.batch) : json(nullptr)},
-                        {"x", number(p.x)},
-                        {"value", number(p.value)}});
-    }
-    series.push_back({{"name", v.name}, {"phase", v.phase}, {"layer", v.layer}, {"points", std::move(points)}});
+    MetricSeries series;
+    series.name = v.name;
+    series.phase = v.phase;
+    series.layer = v.layer;
+    for (const auto& p : v.points) series.points.push_back({p.epoch, p.batch, number(p.x), number(p.value)});
+    out.series.push_back(std::move(series));
   }
-  json failed = json::array();
-  for (const auto& f : session_.instrument_errors()) failed.push_back({{"name", f.name}, {"error", f.error}});
-  return {{"series", std::move(series)}, {"failed", std::move(failed)}};
+  for (const auto& f : session_.instrument_errors()) out.failed.push_back({f.name, f.error});
+  return out;
 }
 
 std::shared_ptr<const HistogramPicture> StatsArea::render_histogram(const HistogramOptions& options) const {

@@ -13,6 +13,7 @@
 #include "render/render_cache.h"
 #include "server/controller/json_views.h"
 #include "server/controller/pictures.h"
+#include "server/controller/replies.h"
 
 namespace nansense::detail {
 class SessionPort;
@@ -29,13 +30,13 @@ class StatsArea {
   // Settings = {update_frequency, stats_scope, watched_layers,
   // watch_performance, stats_collecting, auto_run_experiments,
   // experiment_defaults, experiment_time_limit_seconds}.
-  json get_settings() const;
+  Settings get_settings() const;
   // Each setter returns get_settings(); a refused value is kInvalidArgument
   // saying why, and nothing changes.
-  json set_update_frequency(const std::string& unit, double n, const std::optional<std::string>& phase);
-  json set_stats_scope(const std::string& scope);
-  json watch_layers(const std::vector<std::string>& layers);
-  json unwatch_layers(const std::vector<std::string>& layers);
+  Settings set_update_frequency(const std::string& unit, double n, const std::optional<std::string>& phase);
+  Settings set_stats_scope(const std::string& scope);
+  Settings watch_layers(const std::vector<std::string>& layers);
+  Settings unwatch_layers(const std::vector<std::string>& layers);
   // Absent fields keep their value; the reply adds statistics_flushed.
   struct PerformanceChange {
     std::optional<bool> channel_limit_enabled;
@@ -44,9 +45,9 @@ class StatsArea {
     std::optional<int64_t> samples_per_channel;
     std::optional<bool> average_patches;
   };
-  json set_watch_performance(const PerformanceChange& change);
+  Settings set_watch_performance(const PerformanceChange& change);
   // Min/Max patches for these layers (nullopt: the watched ones).
-  json set_patch_layers(const std::optional<std::vector<std::string>>& layers);
+  Settings set_patch_layers(const std::optional<std::vector<std::string>>& layers);
   // What was collected: layers (graph order) with their phases and epochs,
   // parameters per layer, the scalar series, the bin edges.
   json list_stats() const;
@@ -58,7 +59,7 @@ class StatsArea {
   json get_current_stats(const std::string& layer) const;
   // Logged scalars and metric series (those of `layers` and every logged
   // scalar when layers are given) and the instruments that failed.
-  json get_metrics(const std::vector<std::string>& layers) const;
+  Metrics get_metrics(const std::vector<std::string>& layers) const;
   struct HistogramOptions {
     std::vector<std::string> layers;
     std::optional<std::string> phase;
@@ -69,7 +70,7 @@ class StatsArea {
   // The newest epoch's histograms of each layer as a chart (PNG).
   std::shared_ptr<const HistogramPicture> render_histogram(const HistogramOptions& options) const;
   // The `stats` field of the status: settings and the view's sequence.
-  json summary() const;
+  StatsSummary summary() const;
 
  private:
   Controller& owner_;

@@ -47,38 +47,34 @@ uint64_t ProbeArea::change(const detail::ProbeChange& change, detail::ProbeChang
   return out.settings_generation;
 }
 
-json ProbeArea::get_probe_status() const {
+ProbeStatus ProbeArea::get_probe_status() const {
   // A visitor without a probe state of its own sees an idle probe.
   const auto probes = caller_view().value_or(detail::ProbeView{});
   const auto& settings = probes.settings;
   const auto names = input_names(session_);
-  json perturbations = json::array();
+  ProbeStatus out;
   for (const auto& p : settings.perturbations) {
-    json values = json::array();
+    std::vector<json> values;
     for (double v : p.values) values.push_back(common::number(v));
-    perturbations.push_back(
-        {{"input", input_name(names, p.input)}, {"sample", p.sample}, {"index", p.index}, {"values", values}});
+    out.perturbations.push_back({input_name(names, p.input), p.sample, p.index, std::move(values)});
   }
-  json out = {{"active", settings.active()},
-              {"pinned", settings.pinned},
-              {"pinned_position", settings.pinned_position ? to_json(*settings.pinned_position) : json(nullptr)},
-              {"mode", experiments::probe_mode_name(settings.mode)},
-              {"perturbations", perturbations},
-              {"runs_completed", probes.runs_completed},
-              {"pending", probes.pending},
-              {"result", nullptr}};
+  out.active = settings.active();
+  out.pinned = settings.pinned;
+  out.pinned_position = settings.pinned_position ? to_json(*settings.pinned_position) : json(nullptr);
+  out.mode = experiments::probe_mode_name(settings.mode);
+  out.runs_completed = probes.runs_completed;
+  out.pending = probes.pending;
   const auto& result = probes.result;
   if (result) {
-    json r = {{"run", result->run},
-              {"position", to_json(result->position)},
-              {"diff", result->diff},
-              {"perturbations_applied", result->perturbations_applied},
-              {"snapshot_sequence", result->view ? result->view->sequence : 0}};
-    if (result->view) {
-      r["layers"] = static_cast<int64_t>(result->view->activations.size());
-    }
-    out["result"] = std::move(r);
-    if (!result->error.empty()) out["error"] = result->error;
+    ProbeResultSummary r;
+    r.run = result->run;
+    r.position = to_json(result->position);
+    r.diff = result->diff;
+    r.perturbations_applied = result->perturbations_applied;
+    r.snapshot_sequence = result->view ? result->view->sequence : 0;
+    if (result->view) r.layers = static_cast<int64_t>(result->view->activations.size());
+    out.result = std::move(r);
+    if (!result->error.empty()) out.error = result->error;
   }
   std::string hint;
   if (!settings.active()) {
@@ -103,19 +99,19 @@ json ProbeArea::get_probe_status() const {
             std::to_string(session_.probe_runs_in_flight_limit()) +
             " visitors' probe runs are in flight at once, and a probe runs on this paused moment only.";
   }
-  out["hint"] = hint;
+  out.hint = hint;
   return out;
 }
 
-json ProbeArea::probe_reply(uint64_t generation, Wait wait) const {
+ProbeStatus ProbeArea::probe_reply(uint64_t generation, Wait wait) const {
   // A run already under way when the change came does not answer it.
   if (wait.count() > 0) session_.wait_for_probe(caller(), generation, wait);
   return get_probe_status();
 }
 
-json ProbeArea::pin_batch(Wait wait) { return probe_reply(change({detail::ProbeChange::Kind::kPin}), wait); }
+ProbeStatus ProbeArea::pin_batch(Wait wait) { return probe_reply(change({detail::ProbeChange::Kind::kPin}), wait); }
 
-json ProbeArea::unpin_batch(Wait wait) {
+ProbeStatus ProbeArea::unpin_batch(Wait wait) {
   const auto refuse = [] { return Refusal(Refusal::Kind::kConflict, "no batch is pinned"); };
   // A visitor with no probe state has nothing pinned (and gets no slot for it).
   if (session_.locked() && !caller_view()) throw refuse();
@@ -125,7 +121,7 @@ json ProbeArea::unpin_batch(Wait wait) {
   return probe_reply(generation, wait);
 }
 
-json ProbeArea::set_probe_mode(const std::string& mode, Wait wait) {
+ProbeStatus ProbeArea::set_probe_mode(const std::string& mode, Wait wait) {
   auto parsed = experiments::parse_probe_mode(mode);
   if (!parsed)
     throw std::logic_error("set_probe_mode: undeclared mode \"" + mode + "\"");  // the declaration admits no other
@@ -141,8 +137,8 @@ json ProbeArea::set_probe_mode(const std::string& mode, Wait wait) {
   return probe_reply(generation, wait);
 }
 
-json ProbeArea::add_perturbation(const std::vector<int64_t>& index, const std::vector<double>& values, int64_t sample,
-                                 const std::optional<std::string>& input, Wait wait) {
+ProbeStatus ProbeArea::add_perturbation(const std::vector<int64_t>& index, const std::vector<double>& values,
+                                        int64_t sample, const std::optional<std::string>& input, Wait wait) {
   experiments::Perturbation p;
   p.index = index;
   p.values = values;
@@ -165,15 +161,15 @@ json ProbeArea::add_perturbation(const std::vector<int64_t>& index, const std::v
   return probe_reply(change(add), wait);
 }
 
-json ProbeArea::clear_perturbations(Wait wait) {
+ProbeStatus ProbeArea::clear_perturbations(Wait wait) {
   detail::ProbeChanged changed;
-  json out;
+  ProbeStatus out;
   if (session_.locked() && !caller_view()) {
     out = get_probe_status();  // nothing of its own to clear
   } else {
     out = probe_reply(change({detail::ProbeChange::Kind::kClearPerturbations}, &changed), wait);
   }
-  out["cleared"] = changed.cleared;
+  out.cleared = changed.cleared;
   return out;
 }
 

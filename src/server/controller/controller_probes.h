@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "server/controller/json_views.h"
+#include "server/controller/replies.h"
 
 namespace nansense::detail {
 class SessionPort;
@@ -32,25 +33,25 @@ class ProbeArea {
   // runs completed, whether one is pending, the newest result (run, the
   // batch re-run, diff, layers) or its error, and a hint. While a probe is
   // active the snapshot every query and picture reads is the probe's result.
-  json get_probe_status() const;
+  ProbeStatus get_probe_status() const;
   // Each change returns get_probe_status() once the probe's next run
   // finished or `wait` passed (then "pending": true). Refusals: kConflict
   // while the loop runs or after it ended, with nothing captured, or (unpin)
   // with nothing pinned; kInvalidArgument for a perturbation that does not
   // fit the input, saying what does.
-  json pin_batch(Wait wait);
-  json unpin_batch(Wait wait);
-  json set_probe_mode(const std::string& mode, Wait wait);
+  ProbeStatus pin_batch(Wait wait);
+  ProbeStatus unpin_batch(Wait wait);
+  ProbeStatus set_probe_mode(const std::string& mode, Wait wait);
   // `input`: a model input's name (the first when nullopt).
-  json add_perturbation(const std::vector<int64_t>& index, const std::vector<double>& values, int64_t sample,
-                        const std::optional<std::string>& input, Wait wait);
+  ProbeStatus add_perturbation(const std::vector<int64_t>& index, const std::vector<double>& values, int64_t sample,
+                               const std::optional<std::string>& input, Wait wait);
   // Adds "cleared": how many.
-  json clear_perturbations(Wait wait);
+  ProbeStatus clear_perturbations(Wait wait);
 
  private:
   // get_probe_status() once the run answering settings `generation`
   // finished (or `wait` passed).
-  json probe_reply(uint64_t generation, Wait wait) const;
+  ProbeStatus probe_reply(uint64_t generation, Wait wait) const;
   // Whose probes the calling visitor's probe commands and status use: on a
   // locked session the visitor's own, else the session's one shared state.
   detail::ProbeOwner caller() const;

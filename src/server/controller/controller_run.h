@@ -7,9 +7,12 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "server/controller/json_views.h"
+#include "server/controller/replies.h"
 #include "server/controller/status.h"
 
 namespace nansense::detail {
@@ -42,7 +45,7 @@ class RunArea {
   // The Time Travel dialog's data: availability and reason, cached epochs,
   // the epoch count, the current and pending epochs, the cache folder with
   // its budget and use, per-checkpoint sizes, jumps done and the last problem.
-  json get_time_travel_status() const;
+  TimeTravelReport get_time_travel_status() const;
   // Jumps to the start of a cached epoch, paused or running; waits like the
   // other commands for the pause on the target's first batch. Refused:
   // kConflict when no jump is possible now (no running epochs() loop, a
@@ -61,7 +64,7 @@ class RunArea {
   template <class F>
   Status command(F&& apply, Wait wait);
   // The `time_travel` field of the status: what the button needs.
-  json time_travel_summary() const;
+  TimeTravelSummary time_travel_summary() const;
 
   Controller& owner_;
   detail::SessionPort& session_;
