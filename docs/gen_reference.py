@@ -417,7 +417,11 @@ def types_page(doc):
             required = set(schema.get("required", []))
             out += ["| Field | Type | |", "|---|---|---|"]
             for field, fs in schema["properties"].items():
-                out.append(f"| `{field}` | {cell(schema_type(fs, ''))} | {'' if field in required else 'optional'} |")
+                # A reply declared with its struct (reply.h) says what each field means.
+                note = "" if field in required else "optional"
+                if fs.get("description"):
+                    note = (note + ": " if note else "") + fs["description"]
+                out.append(f"| `{field}` | {cell(schema_type(fs, ''))} | {cell(note)} |")
             out.append("")
         elif isinstance(schema.get("anyOf"), list):
             out += ["One of:", ""] + [f"- {schema_type(v, '')}" for v in schema["anyOf"]] + [""]

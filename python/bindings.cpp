@@ -620,30 +620,32 @@ class Engine {
   // training thread). Settings go through the controller, the one
   // vocabulary the UI and MCP use, its replies as their JSON; the package
   // checks arguments first.
-  py::object settings() const { return to_python(controller_->get_settings()); }
+  py::object settings() const { return to_python(server::to_json(controller_->stats().get_settings())); }
   py::object set_update_frequency(const std::string& unit, double n, std::optional<std::string> phase) {
-    return to_python(controller_->set_update_frequency(unit, n, phase));
+    return to_python(server::to_json(controller_->stats().set_update_frequency(unit, n, phase)));
   }
-  py::object set_stats_scope(const std::string& scope) { return to_python(controller_->set_stats_scope(scope)); }
+  py::object set_stats_scope(const std::string& scope) {
+    return to_python(server::to_json(controller_->stats().set_stats_scope(scope)));
+  }
   py::object watch_layers(const std::vector<std::string>& layers) {
-    return to_python(controller_->watch_layers(layers));
+    return to_python(server::to_json(controller_->stats().watch_layers(layers)));
   }
   py::object unwatch_layers(const std::vector<std::string>& layers) {
-    return to_python(controller_->unwatch_layers(layers));
+    return to_python(server::to_json(controller_->stats().unwatch_layers(layers)));
   }
   py::object set_watch_performance(std::optional<bool> channel_limit_enabled, std::optional<int64_t> channel_limit,
                                    std::optional<int64_t> histogram_sample, std::optional<int64_t> samples_per_channel,
                                    std::optional<bool> average_patches) {
-    server::Controller::PerformanceChange change;
+    server::StatsArea::PerformanceChange change;
     change.channel_limit_enabled = channel_limit_enabled;
     change.channel_limit = channel_limit;
     change.histogram_sample = histogram_sample;
     change.samples_per_channel = samples_per_channel;
     change.average_patches = average_patches;
-    return to_python(controller_->set_watch_performance(change));
+    return to_python(server::to_json(controller_->stats().set_watch_performance(change)));
   }
   py::object set_patch_layers(const std::optional<std::vector<std::string>>& layers) {
-    return to_python(controller_->set_patch_layers(layers));
+    return to_python(server::to_json(controller_->stats().set_patch_layers(layers)));
   }
   void log_scalar(const std::string& name, double value) { session_->log_scalar(name, value); }
 
@@ -708,35 +710,36 @@ class Engine {
 
   // --- probes and experiment settings (the controller's; any thread but
   // the training one, as the UI calls them) ---
-  py::object probe_status() const { return to_python(controller_->get_probe_status()); }
+  py::object probe_status() const { return to_python(server::to_json(controller_->probes().get_probe_status())); }
   py::object pin_batch(double wait_s) {
     py::gil_scoped_release release;
-    return call_json([&] { return controller_->pin_batch(wait(wait_s)); });
+    return call_json([&] { return controller_->probes().pin_batch(wait(wait_s)); });
   }
   py::object unpin_batch(double wait_s) {
     py::gil_scoped_release release;
-    return call_json([&] { return controller_->unpin_batch(wait(wait_s)); });
+    return call_json([&] { return controller_->probes().unpin_batch(wait(wait_s)); });
   }
   py::object set_probe_mode(const std::string& mode, double wait_s) {
     py::gil_scoped_release release;
-    return call_json([&] { return controller_->set_probe_mode(mode, wait(wait_s)); });
+    return call_json([&] { return controller_->probes().set_probe_mode(mode, wait(wait_s)); });
   }
   py::object add_perturbation(const std::vector<int64_t>& index, const std::vector<double>& values, int64_t sample,
                               std::optional<std::string> input, double wait_s) {
     py::gil_scoped_release release;
-    return call_json([&] { return controller_->add_perturbation(index, values, sample, input, wait(wait_s)); });
+    return call_json(
+        [&] { return controller_->probes().add_perturbation(index, values, sample, input, wait(wait_s)); });
   }
   py::object clear_perturbations(double wait_s) {
     py::gil_scoped_release release;
-    return call_json([&] { return controller_->clear_perturbations(wait(wait_s)); });
+    return call_json([&] { return controller_->probes().clear_perturbations(wait(wait_s)); });
   }
   py::object set_auto_run_experiments(bool enabled) {
-    return to_python(controller_->set_auto_run_experiments(enabled));
+    return to_python(server::to_json(controller_->experiments().set_auto_run_experiments(enabled)));
   }
   py::object set_experiment_defaults(const std::string& kind, py::dict params) {
-    return to_python(controller_->set_experiment_defaults(kind, json_of(params)));
+    return to_python(server::to_json(controller_->experiments().set_experiment_defaults(kind, json_of(params))));
   }
-  py::object list_experiments() const { return to_python(controller_->list_experiments()); }
+  py::object list_experiments() const { return to_python(controller_->experiments().list_experiments()); }
 
   // --- experiments under the reference API's names (any thread but the
   // training one; they run on the training thread in its pause) ---
@@ -786,8 +789,7 @@ class Engine {
   // The probe state the Python API reads: the session's one shared state
   // (a locked session's belongs to its visitors: a script sees none).
   const experiments::Probes& shared_probes() const {
-    auto* port = detail::port_of(*session_);
-    return port->locked() ? port->visitor_probes().idle() : port->probes();
+    return core_->locked() ? core_->visitor_probes().idle() : core_->probes();
   }
   int64_t pause_count() const { return session_->pause_count(); }
   bool wait_until_paused(int64_t after, std::optional<double> timeout_s) const {
@@ -814,7 +816,13 @@ class Engine {
   // once the GIL is back (its refusal passes through as a Refusal).
   template <class F>
   py::object call_json(F&& f) {
-    nlohmann::json reply = f();
+    auto value = f();
+    nlohmann::json reply;
+    if constexpr (server::is_reply<decltype(value)>::value) {
+      reply = server::to_json(value);
+    } else {
+      reply = std::move(value);
+    }
     py::gil_scoped_acquire gil;
     return to_python(reply);
   }

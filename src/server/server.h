@@ -26,7 +26,7 @@ class Server final : public detail::Attachment {
   // "http://127.0.0.1:8080/" (with ?token=... on a non-loopback bind).
   std::string url() const override;
   // Saves every recording (the session's close()).
-  void session_closed() override { controller_.finish_recordings(); }
+  void session_closed() override { controller_.recordings().finish_recordings(); }
   // The command that adds this session's /mcp endpoint to Claude Code.
   std::string mcp_install_line() const;
   Controller& controller() { return controller_; }

@@ -46,9 +46,90 @@ class CorePort final : public SessionPort {
   }
   void notify_changed() override { core_.control().notify_changed(); }
 
-  experiments::Engine& experiments() override { return core_.experiments(); }
-  experiments::Probes& probes() override { return core_.probes(); }
-  experiments::VisitorProbes& visitor_probes() override { return core_.visitor_probes(); }
+  Submitted submit_experiment(const std::string& kind, const std::string& layer, const common::json& params) override {
+    return core_.experiments().submit(kind, layer, params);
+  }
+  std::shared_ptr<const experiments::Result> experiment_result(uint64_t seq) const override {
+    return core_.experiments().result(seq);
+  }
+  std::shared_ptr<const experiments::Result> wait_for_experiment(uint64_t seq,
+                                                                 std::chrono::milliseconds timeout) const override {
+    return core_.experiments().wait(seq, timeout);
+  }
+  std::optional<int64_t> experiment_queued_ahead(uint64_t seq) const override {
+    return core_.experiments().queued_ahead(seq);
+  }
+  std::vector<uint64_t> kept_experiments() const override { return core_.experiments().kept(); }
+  std::shared_ptr<const experiments::Result> latest_finished_experiment(
+      const std::function<bool(const experiments::Result&)>& which) const override {
+    return core_.experiments().latest_finished(which);
+  }
+  int cancel_experiments(std::optional<uint64_t> seq) override { return core_.experiments().cancel(seq); }
+  bool auto_run_experiments() const override { return core_.experiments().auto_run(); }
+  void set_auto_run_experiments(bool on) override { core_.experiments().set_auto_run(on); }
+  common::json experiment_defaults() const override { return core_.experiments().defaults(); }
+  std::vector<std::string> set_experiment_defaults(const std::string& kind, const common::json& params) override {
+    return core_.experiments().set_defaults(kind, params);
+  }
+  double experiment_time_limit_seconds() const override { return core_.experiments().time_limit_seconds(); }
+  bool experiment_forward_known() const override { return core_.experiments().has_forward(); }
+  Submitted set_auto_experiment(const std::string& tab, const std::string& kind, const std::string& layer,
+                                const common::json& params, bool pinned) override {
+    return core_.experiments().set_auto(tab, kind, layer, params, experiments::Engine::Clock::now(), pinned);
+  }
+  bool clear_auto_experiment(const std::string& tab) override { return core_.experiments().clear_auto(tab); }
+  std::vector<experiments::AutoRuns::Entry> auto_experiments() override {
+    return core_.experiments().auto_entries(experiments::Engine::Clock::now());
+  }
+  experiments::Engine::Changes experiment_changes_since(uint64_t version) const override {
+    return core_.experiments().changes_since(version);
+  }
+
+  std::optional<ProbeView> probe_view(const ProbeOwner& owner) const override {
+    auto probes = owned_probes(owner);
+    if (!probes) return std::nullopt;
+    return ProbeView{probes->settings(), probes->runs_completed(), probes->pending(), probes->result()};
+  }
+  ProbeChanged change_probe(const ProbeOwner& owner, const ProbeChange& change) override {
+    ProbeChanged out;
+    const auto apply = [&](experiments::Probes& p) {
+      switch (change.kind) {
+        case ProbeChange::Kind::kPin:
+          p.pin();
+          break;
+        case ProbeChange::Kind::kUnpin:
+          out.unpinned = p.unpin();
+          break;
+        case ProbeChange::Kind::kSetMode:
+          p.set_mode(change.mode);
+          break;
+        case ProbeChange::Kind::kAddPerturbation:
+          p.add_perturbation(change.perturbation);
+          break;
+        case ProbeChange::Kind::kClearPerturbations:
+          out.cleared = p.clear_perturbations();
+          break;
+      }
+    };
+    std::shared_ptr<experiments::Probes> probes;
+    if (!owner) {
+      apply(core_.probes());
+      out.settings_generation = core_.probes().settings_generation();
+      return out;
+    }
+    probes = core_.visitor_probes().change(
+        *owner, [&](const experiments::ProbeSettings& s) { return starts_run(change, s); }, apply);
+    out.settings_generation = probes->settings_generation();
+    return out;
+  }
+  void wait_for_probe(const ProbeOwner& owner, uint64_t generation, std::chrono::milliseconds timeout) const override {
+    if (auto probes = owned_probes(owner)) probes->wait_for_settings(generation, timeout);
+  }
+  std::shared_ptr<const BatchSnapshot> visitor_snapshot(const std::string& visitor,
+                                                        const std::shared_ptr<const BatchSnapshot>& live) override {
+    return core_.visitor_probes().shown(visitor, live);
+  }
+  size_t probe_runs_in_flight_limit() const override { return core_.visitor_probes().limits().runs_in_flight; }
 
   DebugSettings debug_settings() const override { return core_.debug().settings(); }
   void set_debug_settings(const DebugSettings& settings) override {
@@ -102,6 +183,31 @@ class CorePort final : public SessionPort {
   std::string unserved_reason() const override { return core_.unserved_reason(); }
 
  private:
+  // `owner`'s probes: the session's shared ones, or a visitor's (null when
+  // it has none).
+  std::shared_ptr<experiments::Probes> owned_probes(const ProbeOwner& owner) const {
+    // Aliasing: the session owns its one shared probe state.
+    if (!owner) return std::shared_ptr<experiments::Probes>(std::shared_ptr<experiments::Probes>{}, &core_.probes());
+    return core_.visitor_probes().find(*owner);
+  }
+  // Whether `change`, given a visitor's settings before it, can start a run
+  // (VisitorProbes::change bounds those); changes that end a probe cannot.
+  static bool starts_run(const ProbeChange& change, const experiments::ProbeSettings& s) {
+    using experiments::ProbeMode;
+    switch (change.kind) {
+      case ProbeChange::Kind::kPin:
+      case ProbeChange::Kind::kAddPerturbation:
+        return true;
+      case ProbeChange::Kind::kUnpin:
+        return s.mode != ProbeMode::kUnchanged || !s.perturbations.empty();
+      case ProbeChange::Kind::kSetMode:
+        return s.mode != change.mode && (change.mode != ProbeMode::kUnchanged || s.pinned || !s.perturbations.empty());
+      case ProbeChange::Kind::kClearPerturbations:
+        return s.pinned || s.mode != ProbeMode::kUnchanged;
+    }
+    return true;
+  }
+
   SessionCore& core_;
 };
 

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "experiments/engine.h"
+#include "experiments/probe.h"
 #include "nansense/architecture.h"
 #include "nansense/debug.h"
 #include "numerics/debug_state.h"
@@ -25,12 +27,6 @@
 #include "nansense/snapshot.h"
 #include "nansense/stats.h"
 #include "nansense/time_travel.h"
-
-namespace nansense::experiments {
-class Engine;
-class Probes;
-class VisitorProbes;
-}  // namespace nansense::experiments
 
 namespace nansense::detail {
 
@@ -166,18 +162,88 @@ class TimeTravelPort {
   virtual void request_time_travel(int64_t epoch) = 0;
 };
 
-// Experiments and probes on the paused model.
+// Whose probes a probe call is about: nullopt, the session's one shared
+// probe state (an unlocked session); a visitor's own on a locked session
+// (experiments/visitor_probes.h).
+using ProbeOwner = std::optional<std::string>;
+
+// What a probe state shows, copied out of it.
+struct ProbeView {
+  experiments::ProbeSettings settings;
+  uint64_t runs_completed = 0;
+  bool pending = false;                                    // a run is queued or running
+  std::shared_ptr<const experiments::ProbeResult> result;  // the newest run's; null before the first
+};
+
+// One probe command (experiments/probe.h's Probes has what each does).
+struct ProbeChange {
+  enum class Kind { kPin, kUnpin, kSetMode, kAddPerturbation, kClearPerturbations };
+  Kind kind = Kind::kPin;
+  experiments::ProbeMode mode = experiments::ProbeMode::kUnchanged;  // kSetMode
+  experiments::Perturbation perturbation;                            // kAddPerturbation
+};
+
+// What a probe command did.
+struct ProbeChanged {
+  bool unpinned = false;  // kUnpin: a batch was pinned
+  int64_t cleared = 0;    // kClearPerturbations: how many
+  // The probes' settings generation after the change: wait_for_probe waits
+  // for the run that answers it.
+  uint64_t settings_generation = 0;
+};
+
+// Experiments and probes on the paused model, as commands and the plain
+// values they return: the engine's parts stay the session's.
 class LabPort {
  public:
   virtual ~LabPort() = default;
 
-  // --- experiments on the paused model (src/experiments/engine.h) ---
-  virtual experiments::Engine& experiments() = 0;
+  // --- experiments on the paused model: as experiments::Engine's methods (src/experiments/engine.h) ---
+  using Submitted = experiments::Engine::Submitted;
+  virtual Submitted submit_experiment(const std::string& kind, const std::string& layer,
+                                      const common::json& params) = 0;
+  // Null when `seq` is not kept.
+  virtual std::shared_ptr<const experiments::Result> experiment_result(uint64_t seq) const = 0;
+  virtual std::shared_ptr<const experiments::Result> wait_for_experiment(uint64_t seq,
+                                                                         std::chrono::milliseconds timeout) const = 0;
+  virtual std::optional<int64_t> experiment_queued_ahead(uint64_t seq) const = 0;
+  virtual std::vector<uint64_t> kept_experiments() const = 0;
+  virtual std::shared_ptr<const experiments::Result> latest_finished_experiment(
+      const std::function<bool(const experiments::Result&)>& which) const = 0;
+  virtual int cancel_experiments(std::optional<uint64_t> seq) = 0;
+  virtual bool auto_run_experiments() const = 0;
+  virtual void set_auto_run_experiments(bool on) = 0;
+  virtual common::json experiment_defaults() const = 0;
+  virtual std::vector<std::string> set_experiment_defaults(const std::string& kind, const common::json& params) = 0;
+  virtual double experiment_time_limit_seconds() const = 0;
+  virtual bool experiment_forward_known() const = 0;
+  // A tab's auto experiment, registered or renewed now.
+  virtual Submitted set_auto_experiment(const std::string& tab, const std::string& kind, const std::string& layer,
+                                        const common::json& params, bool pinned) = 0;
+  virtual bool clear_auto_experiment(const std::string& tab) = 0;
+  // The auto experiments still renewed now.
+  virtual std::vector<experiments::AutoRuns::Entry> auto_experiments() = 0;
+  virtual experiments::Engine::Changes experiment_changes_since(uint64_t version) const = 0;
 
   // --- probes: the paused model re-run on pinned or perturbed inputs (src/experiments/probe.h) ---
-  virtual experiments::Probes& probes() = 0;
-  // Each visitor's own probes on a locked session (src/experiments/visitor_probes.h).
-  virtual experiments::VisitorProbes& visitor_probes() = 0;
+  // `owner`'s probe state; nullopt for a visitor that has none (an idle
+  // probe: reading makes no slot).
+  virtual std::optional<ProbeView> probe_view(const ProbeOwner& owner) const = 0;
+  // Applies `change` to `owner`'s probes (a visitor's made on first use).
+  // Refusal(kConflict) for a change that would start a run while the other
+  // visitors hold the bound of runs in flight; the probes' own refusals pass
+  // through.
+  virtual ProbeChanged change_probe(const ProbeOwner& owner, const ProbeChange& change) = 0;
+  // Waits until the run answering settings `generation` finished or the
+  // timeout passes.
+  virtual void wait_for_probe(const ProbeOwner& owner, uint64_t generation,
+                              std::chrono::milliseconds timeout) const = 0;
+  // The snapshot a visitor is shown in place of `live` (VisitorProbes::shown);
+  // null when it has nothing of its own.
+  virtual std::shared_ptr<const BatchSnapshot> visitor_snapshot(const std::string& visitor,
+                                                                const std::shared_ptr<const BatchSnapshot>& live) = 0;
+  // At most this many visitors' probe runs are in flight at once.
+  virtual size_t probe_runs_in_flight_limit() const = 0;
 };
 
 // The attached transport and how it shows inputs.

@@ -37,12 +37,14 @@ export function fields(schema) {
   return Object.entries(schema.properties).map(([key, value]) => `${key}${required.has(key) ? '' : '?'}: ${ts(value)};`);
 }
 
-// One named type as a declaration: an interface for an object with keys,
-// a type alias otherwise.
+// One named type as a declaration: an interface for an object with keys
+// (each field's declared description, if any, as its doc comment), a type
+// alias otherwise.
 export function declaration(name, schema) {
   if (schema.type === 'object' && schema.properties) {
+    const described = Object.values(schema.properties).map((s) => s.description);
     return `export interface ${name} {\n${fields(schema)
-      .map((f) => `  ${f}`)
+      .map((f, i) => (described[i] ? `  /** ${described[i].replaceAll('*/', '* /')} */\n  ${f}` : `  ${f}`))
       .join('\n')}\n}`;
   }
   return `export type ${name} = ${ts(schema)};`;

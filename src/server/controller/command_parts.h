@@ -100,6 +100,12 @@ inline Reply json_reply(json body) {
   return r;
 }
 
+// A typed reply (reply.h) as its JSON.
+template <class T, std::enable_if_t<is_reply<T>::value, int> = 0>
+Reply json_reply(const T& reply) {
+  return json_reply(to_json(reply));
+}
+
 // A command's status, with where the loop was after waiting up to timeout_seconds.
 inline Reply status_reply(const Status& status, const Args& args) {
   Reply r = json_reply(to_json(status));
@@ -133,7 +139,7 @@ inline Reply render_layer(Controller& c, const Args& a) {
   for (const auto& layer : a.strings("layers")) {
     for (const auto& k : kinds) {
       try {
-        r.strips.push_back(c.render_strip(layer, k, options));
+        r.strips.push_back(c.views().render_strip(layer, k, options));
       } catch (const Refusal& e) {
         r.missing.push_back({layer, k, e.what()});
         reasons += (reasons.empty() ? "" : "; ") + std::string(e.what());
@@ -145,7 +151,7 @@ inline Reply render_layer(Controller& c, const Args& a) {
   // first model input's sample above the strips.
   if (a.boolean("include_input")) {
     try {
-      r.input = c.render_input(0, options.sample);
+      r.input = c.views().render_input(0, options.sample);
     } catch (const Refusal& e) {
       r.input_missing = e.what();
     }
@@ -156,7 +162,7 @@ inline Reply render_layer(Controller& c, const Args& a) {
 // The index of the model input named `name` (get_architecture's inputs),
 // refused naming the inputs there are; `argument` is the caller's name for it.
 inline int64_t input_index(Controller& c, const std::string& name, const std::string& argument) {
-  const json inputs = c.get_architecture().value("inputs", json::array());
+  const json inputs = c.views().get_architecture().value("inputs", json::array());
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (inputs[i] == name) return static_cast<int64_t>(i);
   }

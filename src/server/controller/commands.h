@@ -41,13 +41,13 @@ struct Reply {
   std::shared_ptr<const Picture> picture;
   // get_recording_file: a saved recording's bytes (REST only), inline to
   // play or, with `download`, as an attachment.
-  std::shared_ptr<const Controller::RecordedFile> file;
+  std::shared_ptr<const RecordingArea::RecordedFile> file;
   bool download = false;
   // render_weights, render_weight_strip: parameter tensors drawn, and (for
   // render_weights) those that could not be, with body = {"parameters": per
   // parameter its shape, layout, scalar state and hyperparameters}.
   std::vector<std::shared_ptr<const WeightPicture>> weights;
-  std::vector<Controller::WeightPictures::Missing> weights_missing;
+  std::vector<WeightArea::WeightPictures::Missing> weights_missing;
   // render_layer: the strips that could not be drawn, and why.
   struct Missing {
     std::string layer;

@@ -22,7 +22,7 @@ std::vector<Command> experiment_commands() {
       .mcp = true,
       .read_only = true,
       .reply = "ExperimentList",
-      .run = [](Controller& c, const Args&) { return json_reply(c.list_experiments()); },
+      .run = [](Controller& c, const Args&) { return json_reply(c.experiments().list_experiments()); },
   });
   t.push_back({
       .name = "run_experiment",
@@ -64,10 +64,11 @@ std::vector<Command> experiment_commands() {
       .run =
           [](Controller& c, const Args& a) {
             if (a.boolean("video")) {
-              return json_reply(
-                  c.run_experiment_video(a.string("kind"), a.string("layer"), a.object("params"), wait_of(a)));
+              return json_reply(c.recordings().run_experiment_video(a.string("kind"), a.string("layer"),
+                                                                    a.object("params"), wait_of(a)));
             }
-            return json_reply(c.run_experiment(a.string("kind"), a.string("layer"), a.object("params"), wait_of(a)));
+            return json_reply(
+                c.experiments().run_experiment(a.string("kind"), a.string("layer"), a.object("params"), wait_of(a)));
           },
   });
   t.push_back({
@@ -83,8 +84,10 @@ std::vector<Command> experiment_commands() {
       .mcp = true,
       .read_only = true,
       .reply = "ExperimentResult",
-      .run = [](Controller& c,
-                const Args& a) { return json_reply(c.get_experiment_result(static_cast<uint64_t>(a.integer("seq")))); },
+      .run =
+          [](Controller& c, const Args& a) {
+            return json_reply(c.experiments().get_experiment_result(static_cast<uint64_t>(a.integer("seq"))));
+          },
   });
   t.push_back({
       .name = "cancel_experiment",
@@ -99,8 +102,8 @@ std::vector<Command> experiment_commands() {
       .run =
           [](Controller& c, const Args& a) {
             auto s = a.optional_integer("seq");
-            return json_reply(
-                c.cancel_experiment(s ? std::optional<uint64_t>(static_cast<uint64_t>(*s)) : std::nullopt));
+            return json_reply(c.experiments().cancel_experiment(s ? std::optional<uint64_t>(static_cast<uint64_t>(*s))
+                                                                  : std::nullopt));
           },
   });
   t.push_back({
@@ -119,7 +122,8 @@ std::vector<Command> experiment_commands() {
       .run =
           [](Controller& c, const Args& a) {
             Reply r;
-            r.experiment = c.render_experiment(static_cast<uint64_t>(a.integer("seq")), a.boolean("overlay"));
+            r.experiment =
+                c.experiments().render_experiment(static_cast<uint64_t>(a.integer("seq")), a.boolean("overlay"));
             return r;
           },
   });
@@ -134,7 +138,8 @@ std::vector<Command> experiment_commands() {
       .mcp = true,
       .read_only = false,
       .reply = "ExperimentAutoRun",
-      .run = [](Controller& c, const Args& a) { return json_reply(c.set_auto_run_experiments(a.boolean("enabled"))); },
+      .run = [](Controller& c,
+                const Args& a) { return json_reply(c.experiments().set_auto_run_experiments(a.boolean("enabled"))); },
   });
   t.push_back({
       .name = "set_experiment_defaults",
@@ -156,8 +161,10 @@ std::vector<Command> experiment_commands() {
       .mcp = true,
       .read_only = false,
       .reply = "ExperimentDefaults",
-      .run = [](Controller& c,
-                const Args& a) { return json_reply(c.set_experiment_defaults(a.string("kind"), a.object("params"))); },
+      .run =
+          [](Controller& c, const Args& a) {
+            return json_reply(c.experiments().set_experiment_defaults(a.string("kind"), a.object("params")));
+          },
   });
   // A page's registration lives only while the page renews it (a heartbeat
   // every second); an agent has no page to renew it, so these are not MCP tools.
@@ -183,8 +190,8 @@ std::vector<Command> experiment_commands() {
       .reply = "AutoExperiment",
       .run =
           [](Controller& c, const Args& a) {
-            return json_reply(
-                c.set_auto_experiment(a.string("tab"), a.string("kind"), a.string("layer"), a.object("params")));
+            return json_reply(c.experiments().set_auto_experiment(a.string("tab"), a.string("kind"), a.string("layer"),
+                                                                  a.object("params")));
           },
   });
   t.push_back({
@@ -197,7 +204,8 @@ std::vector<Command> experiment_commands() {
       .mcp = false,
       .read_only = false,
       .reply = "AutoExperimentCleared",
-      .run = [](Controller& c, const Args& a) { return json_reply(c.clear_auto_experiment(a.string("tab"))); },
+      .run = [](Controller& c,
+                const Args& a) { return json_reply(c.experiments().clear_auto_experiment(a.string("tab"))); },
   });
   return t;
 }

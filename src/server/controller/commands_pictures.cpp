@@ -20,7 +20,8 @@ std::vector<Command> picture_commands() {
       .run =
           [](Controller& c, const Args& a) {
             Reply r;
-            r.strips.push_back(c.render_strip(a.string("layer"), a.string("kind"), strip_options(a), shown_of(a)));
+            r.strips.push_back(
+                c.views().render_strip(a.string("layer"), a.string("kind"), strip_options(a), shown_of(a)));
             return r;
           },
   });
@@ -43,8 +44,8 @@ std::vector<Command> picture_commands() {
       .run =
           [](Controller& c, const Args& a) {
             Reply r;
-            r.strips.push_back(c.render_strip(a.string("layer"), "instrument:" + a.string("instrument"),
-                                              strip_options(a), shown_of(a)));
+            r.strips.push_back(c.views().render_strip(a.string("layer"), "instrument:" + a.string("instrument"),
+                                                      strip_options(a), shown_of(a)));
             return r;
           },
   });
@@ -73,8 +74,8 @@ std::vector<Command> picture_commands() {
       .run =
           [](Controller& c, const Args& a) {
             Reply r;
-            r.weights.push_back(c.render_weight(a.string("layer"), a.string("parameter"), a.string("tensor"),
-                                                layout_of(a), shown_of(a)));
+            r.weights.push_back(c.weights().render_weight(a.string("layer"), a.string("parameter"), a.string("tensor"),
+                                                          layout_of(a), shown_of(a)));
             return r;
           },
   });
@@ -108,7 +109,7 @@ std::vector<Command> picture_commands() {
       .reply = "",
       .run =
           [](Controller& c, const Args& a) {
-            auto drawn = c.render_weights(a.string("layer"), a.strings("parameters"), layout_of(a));
+            auto drawn = c.weights().render_weights(a.string("layer"), a.strings("parameters"), layout_of(a));
             Reply r;
             r.weights = std::move(drawn.pictures);
             r.weights_missing = std::move(drawn.missing);
@@ -182,7 +183,7 @@ std::vector<Command> picture_commands() {
               input = named;
             }
             Reply r;
-            r.input = c.render_input(input, a.integer("sample"), shown_of(a));
+            r.input = c.views().render_input(input, a.integer("sample"), shown_of(a));
             return r;
           },
   });

@@ -32,7 +32,7 @@ std::vector<Command> probe_commands() {
       .mcp = true,
       .read_only = true,
       .reply = "ProbeStatus",
-      .run = [](Controller& c, const Args&) { return json_reply(c.get_probe_status()); },
+      .run = [](Controller& c, const Args&) { return json_reply(c.probes().get_probe_status()); },
   });
   t.push_back({
       .name = "pin_batch",
@@ -49,7 +49,7 @@ std::vector<Command> probe_commands() {
       // Each visitor of a locked session changes its own probes only.
       .locked = WhenLocked::kAllowed,
       .reply = "ProbeStatus",
-      .run = [](Controller& c, const Args& a) { return json_reply(c.pin_batch(wait_of(a))); },
+      .run = [](Controller& c, const Args& a) { return json_reply(c.probes().pin_batch(wait_of(a))); },
   });
   t.push_back({
       .name = "unpin_batch",
@@ -65,7 +65,7 @@ std::vector<Command> probe_commands() {
       // Each visitor of a locked session changes its own probes only.
       .locked = WhenLocked::kAllowed,
       .reply = "ProbeStatus",
-      .run = [](Controller& c, const Args& a) { return json_reply(c.unpin_batch(wait_of(a))); },
+      .run = [](Controller& c, const Args& a) { return json_reply(c.probes().unpin_batch(wait_of(a))); },
   });
   t.push_back({
       .name = "set_probe_mode",
@@ -83,7 +83,8 @@ std::vector<Command> probe_commands() {
       // Each visitor of a locked session changes its own probes only.
       .locked = WhenLocked::kAllowed,
       .reply = "ProbeStatus",
-      .run = [](Controller& c, const Args& a) { return json_reply(c.set_probe_mode(a.string("mode"), wait_of(a))); },
+      .run = [](Controller& c,
+                const Args& a) { return json_reply(c.probes().set_probe_mode(a.string("mode"), wait_of(a))); },
   });
   t.push_back({
       .name = "add_perturbation",
@@ -115,8 +116,8 @@ std::vector<Command> probe_commands() {
       .reply = "ProbeStatus",
       .run =
           [](Controller& c, const Args& a) {
-            return json_reply(c.add_perturbation(a.integers("index"), a.numbers("values"), a.integer("sample"),
-                                                 a.optional_string("input_name"), wait_of(a)));
+            return json_reply(c.probes().add_perturbation(a.integers("index"), a.numbers("values"), a.integer("sample"),
+                                                          a.optional_string("input_name"), wait_of(a)));
           },
   });
   t.push_back({
@@ -131,7 +132,7 @@ std::vector<Command> probe_commands() {
       // Each visitor of a locked session changes its own probes only.
       .locked = WhenLocked::kAllowed,
       .reply = "ProbeStatus",
-      .run = [](Controller& c, const Args& a) { return json_reply(c.clear_perturbations(wait_of(a))); },
+      .run = [](Controller& c, const Args& a) { return json_reply(c.probes().clear_perturbations(wait_of(a))); },
   });
   return t;
 }

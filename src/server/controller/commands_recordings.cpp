@@ -69,7 +69,7 @@ std::vector<Arg> snapshot_args() {
 // (every one but shape ops when `wanted` is null).
 std::vector<std::string> in_graph_order(Controller& c, const json& wanted) {
   std::vector<std::string> out;
-  for (const auto& layer : c.get_architecture().value("layers", json::array())) {
+  for (const auto& layer : c.views().get_architecture().value("layers", json::array())) {
     const std::string name = layer.value("name", "");
     const bool keep = wanted.is_null() ? !layer.value("shape_op", false)
                                        : std::find(wanted.begin(), wanted.end(), json(name)) != wanted.end();
@@ -88,7 +88,7 @@ std::vector<std::string> first(std::vector<std::string> names, size_t n) {
 void default_layers(Controller& c, RecordView& v) {
   if (v.view == "layers" && v.layers.empty()) {
     // The main page's cards: the layers watched, else every layer.
-    const json watched = c.get_settings().value("watched_layers", json::array());
+    const json watched = c.stats().get_settings().watched_layers;
     v.layers = first(in_graph_order(c, watched.empty() ? json() : watched), kMaxDefaultStrips);
     if (v.layers.empty()) {
       throw Refusal(Refusal::Kind::kInvalidArgument,
@@ -97,7 +97,8 @@ void default_layers(Controller& c, RecordView& v) {
   } else if (v.view == "histograms" && v.layers.empty()) {
     // The Stats page: the layers with collected statistics.
     json collected = json::array();
-    for (const auto& l : c.list_stats().value("layers", json::array())) collected.push_back(l.value("layer", ""));
+    for (const auto& l : c.stats().list_stats().value("layers", json::array()))
+      collected.push_back(l.value("layer", ""));
     v.layers = first(in_graph_order(c, collected), kMaxDefaultHistograms);
     if (v.layers.empty()) {
       throw Refusal(Refusal::Kind::kInvalidArgument,
@@ -114,9 +115,8 @@ void default_layers(Controller& c, RecordView& v) {
       v.layer = v.layers.front();
     } else {
       // The layers that collect patches: patch_layers, else the watched ones.
-      const json settings = c.get_settings();
-      json patched = settings.value("patch_layers", json());
-      if (patched.is_null()) patched = settings.value("watched_layers", json::array());
+      const Settings settings = c.stats().get_settings();
+      const json patched = settings.patch_layers ? *settings.patch_layers : settings.watched_layers;
       const auto layers = in_graph_order(c, patched);
       if (layers.empty()) {
         throw Refusal(Refusal::Kind::kInvalidArgument,
@@ -187,7 +187,7 @@ std::vector<Command> recording_commands() {
       .mcp = true,
       .read_only = true,
       .reply = "Recordings",
-      .run = [](Controller& c, const Args&) { return json_reply(c.list_recordings()); },
+      .run = [](Controller& c, const Args&) { return json_reply(c.recordings().list_recordings()); },
   });
   t.push_back({
       .name = "get_recording_file",
@@ -204,7 +204,7 @@ std::vector<Command> recording_commands() {
       .run =
           [](Controller& c, const Args& a) {
             Reply r;
-            r.file = c.get_recording_file(a.string("path"));
+            r.file = c.recordings().get_recording_file(a.string("path"));
             r.download = a.boolean("download");
             return r;
           },
@@ -225,7 +225,7 @@ std::vector<Command> recording_commands() {
       .mcp = true,
       .read_only = false,
       .reply = "Recording",
-      .run = [](Controller& c, const Args& a) { return json_reply(c.start_recording(view_of(c, a))); },
+      .run = [](Controller& c, const Args& a) { return json_reply(c.recordings().start_recording(view_of(c, a))); },
   });
   t.push_back({
       .name = "stop_recording",
@@ -238,7 +238,8 @@ std::vector<Command> recording_commands() {
       .mcp = true,
       .read_only = false,
       .reply = "RecordingsStopped",
-      .run = [](Controller& c, const Args& a) { return json_reply(c.stop_recording(a.optional_string("key"))); },
+      .run = [](Controller& c,
+                const Args& a) { return json_reply(c.recordings().stop_recording(a.optional_string("key"))); },
   });
   t.push_back({
       .name = "discard_recording",
@@ -249,7 +250,8 @@ std::vector<Command> recording_commands() {
       .mcp = true,
       .read_only = false,
       .reply = "RecordingsDiscarded",
-      .run = [](Controller& c, const Args& a) { return json_reply(c.discard_recording(a.optional_string("key"))); },
+      .run = [](Controller& c,
+                const Args& a) { return json_reply(c.recordings().discard_recording(a.optional_string("key"))); },
   });
   t.push_back({
       .name = "save_snapshot",
@@ -263,7 +265,7 @@ std::vector<Command> recording_commands() {
       .mcp = true,
       .read_only = false,
       .reply = "SnapshotSaved",
-      .run = [](Controller& c, const Args& a) { return json_reply(c.save_snapshot(view_of(c, a, true))); },
+      .run = [](Controller& c, const Args& a) { return json_reply(c.recordings().save_snapshot(view_of(c, a, true))); },
   });
   return t;
 }

@@ -55,7 +55,7 @@ std::vector<Command> run_commands() {
       .mcp = true,
       .read_only = true,
       .reply = "Status",
-      .run = [](Controller& c, const Args&) { return json_reply(to_json(c.get_status())); },
+      .run = [](Controller& c, const Args&) { return json_reply(to_json(c.run_control().get_status())); },
   });
   t.push_back({
       .name = "get_architecture",
@@ -76,7 +76,7 @@ std::vector<Command> run_commands() {
       .reply = "Architecture",
       .run =
           [](Controller& c, const Args& a) {
-            json architecture = c.get_architecture();
+            json architecture = c.views().get_architecture();
             if (!a.boolean("include_graph")) {
               architecture.erase("edges");
             } else {
@@ -98,7 +98,7 @@ std::vector<Command> run_commands() {
       .mcp = false,
       .read_only = true,
       .reply = "Snapshot",
-      .run = [](Controller& c, const Args&) { return json_reply(c.get_snapshot()); },
+      .run = [](Controller& c, const Args&) { return json_reply(c.views().get_snapshot()); },
   });
   t.push_back({
       .name = "get_layer_stats",
@@ -132,11 +132,11 @@ std::vector<Command> run_commands() {
       .reply = "LayerStats",
       .run =
           [](Controller& c, const Args& a) {
-            Controller::LayerStatsOptions o;
+            ViewArea::LayerStatsOptions o;
             o.include_histogram = a.boolean("include_histogram");
             o.bins = a.integer("bins");
             o.channel = a.optional_integer("channel");
-            return json_reply(c.get_layer_stats(a.strings("layers"), o));
+            return json_reply(c.views().get_layer_stats(a.strings("layers"), o));
           },
   });
   t.push_back({
@@ -159,8 +159,10 @@ std::vector<Command> run_commands() {
       .mcp = true,
       .read_only = true,
       .reply = "WeightStats",
-      .run = [](Controller& c,
-                const Args& a) { return json_reply(c.get_weight_stats(a.string("layer"), a.strings("parameters"))); },
+      .run =
+          [](Controller& c, const Args& a) {
+            return json_reply(c.weights().get_weight_stats(a.string("layer"), a.strings("parameters")));
+          },
   });
   return t;
 }
@@ -180,7 +182,8 @@ std::vector<Command> run_control_commands() {
       .mcp = true,
       .read_only = false,
       .reply = "Status",
-      .run = [](Controller& c, const Args& a) { return status_reply(c.step(a.string("unit"), wait_of(a)), a); },
+      .run = [](Controller& c,
+                const Args& a) { return status_reply(c.run_control().step(a.string("unit"), wait_of(a)), a); },
   });
   t.push_back({
       .name = "run",
@@ -197,7 +200,7 @@ std::vector<Command> run_control_commands() {
       .run =
           [](Controller& c, const Args& a) {
             const bool detach = a.boolean("detach");
-            Reply r = status_reply(c.run(detach, wait_of(a)), a);
+            Reply r = status_reply(c.run_control().run(detach, wait_of(a)), a);
             if (detach) r.state.reset();  // nothing was waited for
             return r;
           },
@@ -218,7 +221,8 @@ std::vector<Command> run_control_commands() {
       .reply = "Status",
       .run =
           [](Controller& c, const Args& a) {
-            return status_reply(c.run_until(a.string("phase"), a.integer("epoch"), a.integer("batch"), wait_of(a)), a);
+            return status_reply(
+                c.run_control().run_until(a.string("phase"), a.integer("epoch"), a.integer("batch"), wait_of(a)), a);
           },
   });
   t.push_back({
@@ -232,7 +236,7 @@ std::vector<Command> run_control_commands() {
       .mcp = true,
       .read_only = false,
       .reply = "Status",
-      .run = [](Controller& c, const Args& a) { return status_reply(c.pause(wait_of(a)), a); },
+      .run = [](Controller& c, const Args& a) { return status_reply(c.run_control().pause(wait_of(a)), a); },
   });
   t.push_back({
       .name = "refresh",
@@ -246,7 +250,7 @@ std::vector<Command> run_control_commands() {
       .mcp = true,
       .read_only = false,
       .reply = "Status",
-      .run = [](Controller& c, const Args& a) { return json_reply(to_json(c.refresh(wait_of(a)))); },
+      .run = [](Controller& c, const Args& a) { return json_reply(to_json(c.run_control().refresh(wait_of(a)))); },
   });
   return t;
 }
@@ -272,7 +276,7 @@ std::vector<Command> debug_commands() {
       .mcp = true,
       .read_only = true,
       .reply = "DebugReport",
-      .run = [](Controller& c, const Args&) { return json_reply(c.get_debug_report()); },
+      .run = [](Controller& c, const Args&) { return json_reply(c.debug().get_debug_report()); },
   });
   t.push_back({
       .name = "configure_debug_checks",
@@ -312,7 +316,7 @@ std::vector<Command> debug_commands() {
       .reply = "DebugReport",
       .run =
           [](Controller& c, const Args& a) {
-            Controller::DebugChecksUpdate u;
+            DebugArea::DebugChecksUpdate u;
             u.enabled = a.optional_boolean("enabled");
             u.interval_batches = a.optional_integer("interval_batches");
             u.check_nan_inf = a.optional_boolean("check_nan_inf");
@@ -321,7 +325,7 @@ std::vector<Command> debug_commands() {
             u.trace_interval_batches = a.optional_integer("trace_interval_batches");
             u.rerun_to_trace = a.optional_boolean("rerun_to_trace");
             u.allow = a.optional_strings("allow");
-            return json_reply(c.configure_debug_checks(u));
+            return json_reply(c.debug().configure_debug_checks(u));
           },
   });
   t.push_back({
@@ -337,7 +341,7 @@ std::vector<Command> debug_commands() {
       .read_only = false,
       .reply = "DebugReport",
       .run = [](Controller& c,
-                const Args& a) { return json_reply(c.silence_debug_check(a.optional_string("category"))); },
+                const Args& a) { return json_reply(c.debug().silence_debug_check(a.optional_string("category"))); },
   });
   t.push_back({
       .name = "clear_debug_error",
@@ -349,7 +353,7 @@ std::vector<Command> debug_commands() {
       .mcp = false,
       .read_only = false,
       .reply = "DebugReport",
-      .run = [](Controller& c, const Args&) { return json_reply(c.clear_debug_error()); },
+      .run = [](Controller& c, const Args&) { return json_reply(c.debug().clear_debug_error()); },
   });
   t.push_back({
       .name = "choose_update",
@@ -364,7 +368,7 @@ std::vector<Command> debug_commands() {
       .mcp = true,
       .read_only = false,
       .reply = "DebugReport",
-      .run = [](Controller& c, const Args& a) { return json_reply(c.choose_update(a.string("action"))); },
+      .run = [](Controller& c, const Args& a) { return json_reply(c.debug().choose_update(a.string("action"))); },
   });
   return t;
 }
@@ -386,7 +390,7 @@ std::vector<Command> time_travel_commands() {
       .mcp = true,
       .read_only = true,
       .reply = "TimeTravelReport",
-      .run = [](Controller& c, const Args&) { return json_reply(c.get_time_travel_status()); },
+      .run = [](Controller& c, const Args&) { return json_reply(c.run_control().get_time_travel_status()); },
   });
   t.push_back({
       .name = "time_travel",
@@ -403,7 +407,7 @@ std::vector<Command> time_travel_commands() {
       .read_only = false,
       .reply = "Status",
       .run = [](Controller& c,
-                const Args& a) { return status_reply(c.time_travel(a.integer("epoch"), wait_of(a)), a); },
+                const Args& a) { return status_reply(c.run_control().time_travel(a.integer("epoch"), wait_of(a)), a); },
   });
   return t;
 }

@@ -47,7 +47,7 @@ std::vector<Command> stats_commands() {
       .mcp = true,
       .read_only = true,
       .reply = "Settings",
-      .run = [](Controller& c, const Args&) { return json_reply(c.get_settings()); },
+      .run = [](Controller& c, const Args&) { return json_reply(c.stats().get_settings()); },
   });
   t.push_back({
       .name = "set_update_frequency",
@@ -74,7 +74,8 @@ std::vector<Command> stats_commands() {
       .reply = "Settings",
       .run =
           [](Controller& c, const Args& a) {
-            return json_reply(c.set_update_frequency(a.string("unit"), a.number("n"), a.optional_string("phase")));
+            return json_reply(
+                c.stats().set_update_frequency(a.string("unit"), a.number("n"), a.optional_string("phase")));
           },
   });
   t.push_back({
@@ -91,7 +92,7 @@ std::vector<Command> stats_commands() {
       .mcp = true,
       .read_only = false,
       .reply = "Settings",
-      .run = [](Controller& c, const Args& a) { return json_reply(c.set_stats_scope(a.string("scope"))); },
+      .run = [](Controller& c, const Args& a) { return json_reply(c.stats().set_stats_scope(a.string("scope"))); },
   });
   t.push_back({
       .name = "watch_layers",
@@ -105,7 +106,7 @@ std::vector<Command> stats_commands() {
       .mcp = true,
       .read_only = false,
       .reply = "Settings",
-      .run = [](Controller& c, const Args& a) { return json_reply(c.watch_layers(a.strings("layers"))); },
+      .run = [](Controller& c, const Args& a) { return json_reply(c.stats().watch_layers(a.strings("layers"))); },
   });
   t.push_back({
       .name = "unwatch_layers",
@@ -118,7 +119,7 @@ std::vector<Command> stats_commands() {
       .mcp = true,
       .read_only = false,
       .reply = "Settings",
-      .run = [](Controller& c, const Args& a) { return json_reply(c.unwatch_layers(a.strings("layers"))); },
+      .run = [](Controller& c, const Args& a) { return json_reply(c.stats().unwatch_layers(a.strings("layers"))); },
   });
   t.push_back({
       .name = "set_watch_performance",
@@ -152,13 +153,13 @@ std::vector<Command> stats_commands() {
       .reply = "Settings",
       .run =
           [](Controller& c, const Args& a) {
-            Controller::PerformanceChange change;
+            StatsArea::PerformanceChange change;
             change.channel_limit_enabled = a.optional_boolean("channel_limit_enabled");
             change.channel_limit = a.optional_integer("channel_limit");
             change.histogram_sample = a.optional_integer("histogram_sample");
             change.samples_per_channel = a.optional_integer("samples_per_channel");
             change.average_patches = a.optional_boolean("average_patches");
-            return json_reply(c.set_watch_performance(change));
+            return json_reply(c.stats().set_watch_performance(change));
           },
   });
   t.push_back({
@@ -176,7 +177,8 @@ std::vector<Command> stats_commands() {
       .mcp = true,
       .read_only = false,
       .reply = "Settings",
-      .run = [](Controller& c, const Args& a) { return json_reply(c.set_patch_layers(a.optional_strings("layers"))); },
+      .run = [](Controller& c,
+                const Args& a) { return json_reply(c.stats().set_patch_layers(a.optional_strings("layers"))); },
   });
   t.push_back({
       .name = "list_stats",
@@ -189,7 +191,7 @@ std::vector<Command> stats_commands() {
       .mcp = true,
       .read_only = true,
       .reply = "StatsList",
-      .run = [](Controller& c, const Args&) { return json_reply(c.list_stats()); },
+      .run = [](Controller& c, const Args&) { return json_reply(c.stats().list_stats()); },
   });
   t.push_back({
       .name = "get_stats_history",
@@ -208,7 +210,7 @@ std::vector<Command> stats_commands() {
       .reply = "StatsHistory",
       .run =
           [](Controller& c, const Args& a) {
-            return json_reply(c.get_stats_history(a.string("layer"), a.optional_string("phase")));
+            return json_reply(c.stats().get_stats_history(a.string("layer"), a.optional_string("phase")));
           },
   });
   t.push_back({
@@ -221,7 +223,7 @@ std::vector<Command> stats_commands() {
       .mcp = true,
       .read_only = true,
       .reply = "CurrentStats",
-      .run = [](Controller& c, const Args& a) { return json_reply(c.get_current_stats(a.string("layer"))); },
+      .run = [](Controller& c, const Args& a) { return json_reply(c.stats().get_current_stats(a.string("layer"))); },
   });
   t.push_back({
       .name = "get_metrics",
@@ -236,7 +238,7 @@ std::vector<Command> stats_commands() {
       .mcp = true,
       .read_only = true,
       .reply = "Metrics",
-      .run = [](Controller& c, const Args& a) { return json_reply(c.get_metrics(a.strings("layers"))); },
+      .run = [](Controller& c, const Args& a) { return json_reply(c.stats().get_metrics(a.strings("layers"))); },
   });
   t.push_back({
       .name = "render_histogram",
@@ -260,14 +262,14 @@ std::vector<Command> stats_commands() {
       .reply = "HistogramInfo",
       .run =
           [](Controller& c, const Args& a) {
-            Controller::HistogramOptions o;
+            StatsArea::HistogramOptions o;
             o.layers = a.strings("layers");
             o.phase = a.optional_string("phase");
             o.log_x = a.boolean("log_x");
             o.log_y = a.boolean("log_y");
             o.channel = a.optional_integer("channel");
             Reply r;
-            r.histogram = c.render_histogram(o);
+            r.histogram = c.stats().render_histogram(o);
             return r;
           },
   });
@@ -289,7 +291,7 @@ std::vector<Command> patch_commands() {
                                         "an epoch's collected gallery; phase is then not used (default false).")
                                 .or_else(false);
   auto patch_options = [](const Args& a) {
-    Controller::PatchOptions o;
+    PatchArea::PatchOptions o;
     o.layer = a.string("layer");
     o.phase = a.optional_string("phase");
     o.heatmap = a.boolean("heatmap");
@@ -320,7 +322,7 @@ std::vector<Command> patch_commands() {
           [=](Controller& c, const Args& a) {
             auto o = patch_options(a);
             o.grids = {a.string("grid")};
-            return json_reply(c.get_patches(o));
+            return json_reply(c.patches().get_patches(o));
           },
   });
   t.push_back({
@@ -348,12 +350,12 @@ std::vector<Command> patch_commands() {
             auto o = patch_options(a);
             o.grids = a.strings("grids");
             Reply r;
-            r.picture = c.render_extreme_patches(o);
+            r.picture = c.patches().render_extreme_patches(o);
             return r;
           },
   });
   auto bin_options = [](const Args& a) {
-    Controller::BinSampleOptions o;
+    PatchArea::BinSampleOptions o;
     o.layer = a.string("layer");
     o.kind = a.string("kind");
     o.channel = a.optional_integer("channel");
@@ -384,7 +386,7 @@ std::vector<Command> patch_commands() {
       .mcp = false,
       .read_only = true,
       .reply = "BinSamples",
-      .run = [=](Controller& c, const Args& a) { return json_reply(c.get_bin_samples(bin_options(a))); },
+      .run = [=](Controller& c, const Args& a) { return json_reply(c.patches().get_bin_samples(bin_options(a))); },
   });
   t.push_back({
       .name = "render_bin_samples",
@@ -409,7 +411,7 @@ std::vector<Command> patch_commands() {
       .reply = "BinSamplesPicture",
       .run =
           [=](Controller& c, const Args& a) {
-            Controller::BinSampleOptions o;
+            PatchArea::BinSampleOptions o;
             o.layer = a.string("layer");
             o.kind = a.string("kind");
             o.channel = a.optional_integer("channel");
@@ -423,7 +425,7 @@ std::vector<Command> patch_commands() {
             }
             o.bin = bin ? *bin : bin_of(*value);
             Reply r;
-            r.picture = c.render_bin_samples(o);
+            r.picture = c.patches().render_bin_samples(o);
             return r;
           },
   });

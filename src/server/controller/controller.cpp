@@ -4,7 +4,6 @@
 
 #include "common/dtype.h"
 #include "common/tensor_stats.h"
-#include "experiments/visitor_probes.h"
 #include "nansense/errors.h"
 #include "render/input_image.h"
 #include "session/session_port.h"
@@ -71,6 +70,24 @@ VisitorScope::~VisitorScope() { current_visitor = previous_; }
 
 const std::string& VisitorScope::current() { return current_visitor ? *current_visitor : kNoVisitor; }
 
+Controller::Controller(detail::SessionPort& session)
+    : session_(session),
+      run_(*this, session),
+      views_(*this, session),
+      weights_(*this),
+      stats_(*this, session),
+      patches_(*this, session),
+      experiments_(*this, session),
+      probes_(session),
+      debug_(session),
+      recordings_(*this, session) {}
+
+Controller::~Controller() = default;
+
+RunArea::RunArea(Controller& owner, detail::SessionPort& session) : owner_(owner), session_(session) {}
+
+ViewArea::ViewArea(Controller& owner, detail::SessionPort& session) : owner_(owner), session_(session) {}
+
 bool Controller::locked() const { return session_.locked(); }
 
 std::shared_ptr<const BatchSnapshot> Controller::shown_snapshot() const {
@@ -78,7 +95,7 @@ std::shared_ptr<const BatchSnapshot> Controller::shown_snapshot() const {
     const std::string& visitor = VisitorScope::current();
     if (!visitor.empty()) {
       auto live = session_.snapshot();
-      if (auto own = session_.visitor_probes().shown(visitor, live)) return own;
+      if (auto own = session_.visitor_snapshot(visitor, live)) return own;
       return live;
     }
   }
@@ -86,16 +103,16 @@ std::shared_ptr<const BatchSnapshot> Controller::shown_snapshot() const {
 }
 
 bool Controller::has_own_view(const std::string& visitor) const {
-  return !visitor.empty() && session_.locked() && session_.visitor_probes().find(visitor) != nullptr;
+  return !visitor.empty() && session_.locked() && session_.probe_view(visitor).has_value();
 }
 
-Status Controller::get_status() const {
+Status RunArea::get_status() const {
   Status status;
   status.state = session_.state();
   status.mode = session_.mode();
   status.live_position = session_.live_position();
   status.live_trainer_step = session_.trainer_step();
-  if (auto snap = shown_snapshot()) {
+  if (auto snap = owner_.shown_snapshot()) {
     status.snapshot_trainer_step = snap->trainer_step;
     status.snapshot_position = snap->position;
     status.snapshot_sequence = snap->sequence;
@@ -106,20 +123,20 @@ Status Controller::get_status() const {
   if (auto since = session_.paused_since()) {
     status.paused_at_ms = std::chrono::duration_cast<std::chrono::milliseconds>(since->time_since_epoch()).count();
   }
-  status.time_travel = time_travel_summary();
+  status.time_travel = to_json(time_travel_summary());
   if (status.state == RunState::kLost) status.lost_reason = session_.lost_reason();
   status.internal_errors = session_.internal_errors();
-  status.debug = debug_summary();
-  status.stats = stats_summary();
-  status.probe = get_probe_status();
+  status.debug = owner_.debug().summary();
+  status.stats = to_json(owner_.stats().summary());
+  status.probe = to_json(owner_.probes().get_probe_status());
   status.locked = session_.locked();
   status.front_end = session_.front_end();
-  status.recordings = recording_keys();
-  status.fixed = fixed_settings();
+  status.recordings = owner_.recordings().recording_keys();
+  status.fixed = owner_.recordings().fixed_settings();
   return status;
 }
 
-json Controller::get_architecture() const {
+json ViewArea::get_architecture() const {
   auto arch = session_.architecture();
   if (!arch) {
     return {{"captured", false},
@@ -142,8 +159,8 @@ std::shared_ptr<const BatchSnapshot> Controller::require_snapshot() const {
   return snap;
 }
 
-json Controller::get_snapshot() const {
-  auto snap = require_snapshot();
+json ViewArea::get_snapshot() const {
+  auto snap = owner_.require_snapshot();
   {
     std::lock_guard lock(cache_mu_);
     if (cached_snapshot_ && cached_sequence_ == snap->sequence) return *cached_snapshot_;
@@ -212,16 +229,16 @@ json Controller::get_snapshot() const {
   return *out;
 }
 
-std::shared_ptr<const StripPicture> Controller::render_strip(const std::string& layer, const std::string& kind,
-                                                             const render::StripOptions& options,
-                                                             std::optional<uint64_t> shown) const {
-  auto snap = require_snapshot();
+std::shared_ptr<const StripPicture> ViewArea::render_strip(const std::string& layer, const std::string& kind,
+                                                           const render::StripOptions& options,
+                                                           std::optional<uint64_t> shown) const {
+  auto snap = owner_.require_snapshot();
   return drawn_for(*snap, shown, [&] { return draw_strip(snap, layer, kind, options); });
 }
 
-std::shared_ptr<const StripPicture> Controller::draw_strip(const std::shared_ptr<const BatchSnapshot>& snap,
-                                                           const std::string& layer, const std::string& kind,
-                                                           const render::StripOptions& options) const {
+std::shared_ptr<const StripPicture> ViewArea::draw_strip(const std::shared_ptr<const BatchSnapshot>& snap,
+                                                         const std::string& layer, const std::string& kind,
+                                                         const render::StripOptions& options) const {
   if (!snap->architecture->find(layer)) {
     std::string known;
     for (const auto& l : snap->architecture->layers) known += (known.empty() ? "" : ", ") + l.name;
@@ -289,14 +306,14 @@ uint64_t Controller::snapshot_sequence() const {
   return snap ? snap->sequence : 0;
 }
 
-std::shared_ptr<const InputPicture> Controller::render_input(int64_t input, int64_t sample,
-                                                             std::optional<uint64_t> shown) const {
-  auto snap = require_snapshot();
+std::shared_ptr<const InputPicture> ViewArea::render_input(int64_t input, int64_t sample,
+                                                           std::optional<uint64_t> shown) const {
+  auto snap = owner_.require_snapshot();
   return drawn_for(*snap, shown, [&] { return draw_input(snap, input, sample); });
 }
 
-std::shared_ptr<const InputPicture> Controller::draw_input(const std::shared_ptr<const BatchSnapshot>& snap,
-                                                           int64_t input, int64_t sample) const {
+std::shared_ptr<const InputPicture> ViewArea::draw_input(const std::shared_ptr<const BatchSnapshot>& snap,
+                                                         int64_t input, int64_t sample) const {
   const auto count = static_cast<int64_t>(snap->inputs.size());
   if (count == 0) {
     throw Refusal(Refusal::Kind::kNotFound, "the batch at " + snap->position.to_string() + " recorded no tensor input");
@@ -351,14 +368,14 @@ std::shared_ptr<const InputPicture> Controller::draw_input(const std::shared_ptr
   return out;
 }
 
-uint64_t Controller::wait_for_change(uint64_t seen, std::chrono::milliseconds timeout) const {
+uint64_t RunArea::wait_for_change(uint64_t seen, std::chrono::milliseconds timeout) const {
   return session_.wait_for_change(seen, timeout);
 }
 
-void Controller::wake_watchers() { session_.notify_changed(); }
+void RunArea::wake_watchers() { session_.notify_changed(); }
 
 template <class F>
-Status Controller::command(F&& apply, Wait wait) {
+Status RunArea::command(F&& apply, Wait wait) {
   const auto state = session_.state();
   if (state == RunState::kFinished || state == RunState::kLost) {
     throw Refusal(Refusal::Kind::kConflict,
@@ -375,24 +392,24 @@ Status Controller::command(F&& apply, Wait wait) {
   return get_status();
 }
 
-Status Controller::step(const std::string& unit, Wait wait) {
+Status RunArea::step(const std::string& unit, Wait wait) {
   if (unit == "batch") return command([&] { session_.step_batch(); }, wait);
   if (unit == "phase") return command([&] { session_.step_phase(); }, wait);
   if (unit == "epoch") return command([&] { session_.step_epoch(); }, wait);
   throw std::logic_error("step: undeclared unit \"" + unit + "\"");  // the declaration admits no other
 }
 
-Status Controller::run(bool detach, Wait wait) {
+Status RunArea::run(bool detach, Wait wait) {
   // A detached run never pauses again: there is nothing to wait for.
   if (detach) return command([&] { session_.detach(); }, Wait(0));
   return command([&] { session_.run(); }, wait);
 }
 
-Status Controller::pause(Wait wait) {
+Status RunArea::pause(Wait wait) {
   return command([&] { session_.pause(); }, wait);
 }
 
-Status Controller::run_until(const std::string& phase, int64_t epoch, int64_t batch, Wait wait) {
+Status RunArea::run_until(const std::string& phase, int64_t epoch, int64_t batch, Wait wait) {
   BatchPosition target;
   target.phase = phase;
   target.epoch = epoch;
@@ -400,7 +417,7 @@ Status Controller::run_until(const std::string& phase, int64_t epoch, int64_t ba
   return command([&] { session_.run_until(target); }, wait);
 }
 
-Status Controller::time_travel(int64_t epoch, Wait wait) {
+Status RunArea::time_travel(int64_t epoch, Wait wait) {
   return command(
       [&] {
         if (const auto status = session_.time_travel_status(); !status.available) {
@@ -415,8 +432,8 @@ Status Controller::time_travel(int64_t epoch, Wait wait) {
       wait);
 }
 
-Status Controller::refresh(Wait wait) {
-  const uint64_t seq = snapshot_sequence();
+Status RunArea::refresh(Wait wait) {
+  const uint64_t seq = owner_.snapshot_sequence();
   Status status = command([&] { session_.refresh(); }, Wait(0));
   if (wait.count() > 0 && status.state == RunState::kRunning) {
     const bool refreshed = session_.wait_for_snapshot_after(seq, wait);

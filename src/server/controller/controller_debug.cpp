@@ -18,7 +18,9 @@ json skip_refused(const detail::SessionPort& session) {
 
 }  // namespace
 
-json Controller::debug_summary() const {
+DebugArea::DebugArea(detail::SessionPort& session) : session_(session) {}
+
+json DebugArea::summary() const {
   const auto settings = session_.debug_settings();
   json checks = json::array();
   if (settings.enabled() && settings.check_nan_inf()) checks.push_back(numerics::kNanInf);
@@ -57,34 +59,28 @@ json Controller::debug_summary() const {
   return summary;
 }
 
-json Controller::get_debug_report() const {
+DebugReport DebugArea::get_debug_report() const {
   auto error = session_.debug_error();
   const auto settings = session_.debug_settings();
-  json unchecked = json::array();
+  DebugReport out;
+  out.settings = numerics::to_json(settings);
+  out.error = error ? numerics::to_json(*error) : json(nullptr);
+  out.checked_batches = session_.checked_batches();
+  out.loss_scale = numerics::to_json(session_.loss_scale());
+  out.skip_update = session_.skip_update_chosen();
+  if (auto why = session_.skip_refused(); !why.empty()) out.skip_refused = std::move(why);
   for (const auto& u : session_.unchecked_tensors()) {
-    unchecked.push_back({{"source", u.source},
-                         {"tensor", u.tensor},
-                         {"layer", u.layer},
-                         {"checks", u.checks},
-                         {"error", u.error},
-                         {"position", to_json(u.position)}});
+    out.unchecked_tensors.push_back({u.source, u.tensor, u.layer, u.checks, u.error, to_json(u.position)});
   }
   // The traced re-run's contract (docs/guide/nans.md), for whoever reads a
-  // "not reproduced" root cause.
-  // The front end's words: a plain loop's, or the Lightning callback's.
+  // "not reproduced" root cause, in the front end's words: a plain loop's,
+  // or the Lightning callback's.
   const auto note = session_.rerun_note();
-  json rerun = {{"enabled", settings.rerun_to_trace()},
-                {"ran_twice", note.ran_twice},
-                {"restored", note.restored},
-                {"seen_twice", note.seen_twice},
-                {"detect", note.detect}};
-  return {{"settings", numerics::to_json(settings)},       {"error", error ? numerics::to_json(*error) : json(nullptr)},
-          {"checked_batches", session_.checked_batches()}, {"loss_scale", numerics::to_json(session_.loss_scale())},
-          {"skip_update", session_.skip_update_chosen()},  {"skip_refused", skip_refused(session_)},
-          {"unchecked_tensors", std::move(unchecked)},     {"rerun", std::move(rerun)}};
+  out.rerun = {settings.rerun_to_trace(), note.ran_twice, note.restored, note.seen_twice, note.detect};
+  return out;
 }
 
-json Controller::choose_update(const std::string& action) {
+DebugReport DebugArea::choose_update(const std::string& action) {
   // The declaration admits no other action.
   if (action != "skip" && action != "apply") throw std::logic_error("choose_update: undeclared action " + action);
   try {
@@ -95,7 +91,7 @@ json Controller::choose_update(const std::string& action) {
   return get_debug_report();
 }
 
-json Controller::configure_debug_checks(const DebugChecksUpdate& u) {
+DebugReport DebugArea::configure_debug_checks(const DebugChecksUpdate& u) {
   auto s = session_.debug_settings();
   if (u.enabled) s.enabled(*u.enabled);
   if (u.interval_batches) s.interval_batches(*u.interval_batches);
@@ -113,7 +109,7 @@ json Controller::configure_debug_checks(const DebugChecksUpdate& u) {
   return get_debug_report();
 }
 
-json Controller::silence_debug_check(const std::optional<std::string>& category) {
+DebugReport DebugArea::silence_debug_check(const std::optional<std::string>& category) {
   try {
     session_.disable_debug_check(category.value_or(""));
   } catch (const ArgumentError& e) {
@@ -122,7 +118,7 @@ json Controller::silence_debug_check(const std::optional<std::string>& category)
   return get_debug_report();
 }
 
-json Controller::clear_debug_error() {
+DebugReport DebugArea::clear_debug_error() {
   session_.clear_debug_error();
   return get_debug_report();
 }

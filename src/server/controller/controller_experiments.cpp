@@ -78,11 +78,13 @@ torch::Tensor as_map(torch::Tensor a) {
 
 }  // namespace
 
-json Controller::list_experiments() const {
-  auto& engine = session_.experiments();
+ExperimentArea::ExperimentArea(Controller& owner, detail::SessionPort& session) : owner_(owner), session_(session) {}
+
+json ExperimentArea::list_experiments() const {
+  detail::LabPort& lab = session_;
   const auto arch = session_.architecture();
   json kinds = json::array();
-  const json defaults = engine.defaults();
+  const json defaults = lab.experiment_defaults();
   for (const auto& k : experiments::kinds()) {
     json params = json::array();
     for (const auto& p : k.params) {
@@ -129,21 +131,24 @@ json Controller::list_experiments() const {
                      {"params", std::move(params)}});
   }
   json autos = json::array();
-  for (const auto& e : engine.auto_entries(experiments::Engine::Clock::now())) {
+  for (const auto& e : lab.auto_experiments()) {
     autos.push_back({{"tab", e.tab}, {"kind", e.kind}, {"layer", e.layer}, {"params", e.params}});
   }
-  return {{"kinds", std::move(kinds)},     {"time_limit_seconds", engine.time_limit_seconds()},
-          {"auto_run", engine.auto_run()}, {"forward_known", engine.has_forward()},
-          {"kept_results", engine.kept()}, {"auto_experiments", std::move(autos)}};
+  return {{"kinds", std::move(kinds)},
+          {"time_limit_seconds", lab.experiment_time_limit_seconds()},
+          {"auto_run", lab.auto_run_experiments()},
+          {"forward_known", lab.experiment_forward_known()},
+          {"kept_results", lab.kept_experiments()},
+          {"auto_experiments", std::move(autos)}};
 }
 
-json Controller::run_experiment(const std::string& kind, const std::string& layer, const json& params, Wait wait) {
-  auto& engine = session_.experiments();
-  auto sub = engine.submit(kind, layer, params);
-  auto result = wait.count() > 0 ? engine.wait(sub.seq, wait) : engine.result(sub.seq);
+json ExperimentArea::run_experiment(const std::string& kind, const std::string& layer, const json& params, Wait wait) {
+  detail::LabPort& lab = session_;
+  auto sub = lab.submit_experiment(kind, layer, params);
+  auto result = wait.count() > 0 ? lab.wait_for_experiment(sub.seq, wait) : lab.experiment_result(sub.seq);
   json out;
   if (result) {
-    out = result_json(*result, engine.queued_ahead(sub.seq));
+    out = result_json(*result, lab.experiment_queued_ahead(sub.seq));
   } else {
     Result gone;  // already dropped from the 8 kept (a burst of newer requests)
     gone.seq = sub.seq;
@@ -158,11 +163,11 @@ json Controller::run_experiment(const std::string& kind, const std::string& laye
   return out;
 }
 
-json Controller::get_experiment_result(uint64_t seq) const {
-  auto& engine = session_.experiments();
-  auto result = engine.result(seq);
+json ExperimentArea::get_experiment_result(uint64_t seq) const {
+  detail::LabPort& lab = session_;
+  auto result = lab.experiment_result(seq);
   if (!result) {
-    auto kept = engine.kept();
+    auto kept = lab.kept_experiments();
     std::string list;
     for (auto s : kept) list += (list.empty() ? "" : ", ") + std::to_string(s);
     throw Refusal(Refusal::Kind::kNotFound,
@@ -170,54 +175,52 @@ json Controller::get_experiment_result(uint64_t seq) const {
                       " (only the 8 most recent results are kept; kept: " + (list.empty() ? "none" : list) + ")",
                   "seq");
   }
-  return result_json(*result, engine.queued_ahead(seq));
+  return result_json(*result, lab.experiment_queued_ahead(seq));
 }
 
-json Controller::cancel_experiment(std::optional<uint64_t> seq) {
-  const int stopped = session_.experiments().cancel(seq);
-  return {{"cancelled", stopped}};
+ExperimentCancel ExperimentArea::cancel_experiment(std::optional<uint64_t> seq) {
+  return {session_.cancel_experiments(seq)};
 }
 
-json Controller::set_auto_run_experiments(bool enabled) {
-  session_.experiments().set_auto_run(enabled);
-  return {{"auto_run_experiments", enabled}};
+ExperimentAutoRun ExperimentArea::set_auto_run_experiments(bool enabled) {
+  session_.set_auto_run_experiments(enabled);
+  return {enabled};
 }
 
-json Controller::set_experiment_defaults(const std::string& kind, const json& params) {
-  std::vector<std::string> ignored;
-  ignored = session_.experiments().set_defaults(kind, params);
-  json out = get_settings();
-  out["ignored_params"] = ignored;
+ExperimentDefaults ExperimentArea::set_experiment_defaults(const std::string& kind, const json& params) {
+  auto ignored = session_.set_experiment_defaults(kind, params);
+  ExperimentDefaults out{owner_.stats().get_settings()};
+  out.ignored_params = std::move(ignored);
   return out;
 }
 
-json Controller::set_auto_experiment(const std::string& tab, const std::string& kind, const std::string& layer,
-                                     const json& params) {
-  auto& engine = session_.experiments();
-  auto sub = engine.set_auto(tab, kind, layer, params, experiments::Engine::Clock::now());
-  return {{"tab", tab},
-          {"seq", sub.seq},
-          {"params", sub.params},
-          {"ignored_params", sub.ignored},
-          {"auto_run", engine.auto_run()},
-          {"expires_after_seconds", experiments::AutoRuns::kTtl.count()}};
+AutoExperiment ExperimentArea::set_auto_experiment(const std::string& tab, const std::string& kind,
+                                                   const std::string& layer, const json& params) {
+  detail::LabPort& lab = session_;
+  auto sub = lab.set_auto_experiment(tab, kind, layer, params, false);
+  return {tab,
+          sub.seq,
+          sub.params,
+          sub.ignored,
+          lab.auto_run_experiments(),
+          static_cast<int64_t>(experiments::AutoRuns::kTtl.count())};
 }
 
-json Controller::clear_auto_experiment(const std::string& tab) {
-  return {{"tab", tab}, {"removed", session_.experiments().clear_auto(tab)}};
+AutoExperimentCleared ExperimentArea::clear_auto_experiment(const std::string& tab) {
+  return {tab, session_.clear_auto_experiment(tab)};
 }
 
-std::vector<json> Controller::experiment_changes(uint64_t& version) const {
-  auto& engine = session_.experiments();
-  auto changes = engine.changes_since(version);
+std::vector<json> ExperimentArea::experiment_changes(uint64_t& version) const {
+  detail::LabPort& lab = session_;
+  auto changes = lab.experiment_changes_since(version);
   version = changes.version;
   std::vector<json> out;
-  for (const auto& r : changes.results) out.push_back(result_json(*r, engine.queued_ahead(r->seq), false));
+  for (const auto& r : changes.results) out.push_back(result_json(*r, lab.experiment_queued_ahead(r->seq), false));
   return out;
 }
 
-std::shared_ptr<const ExperimentPicture> Controller::render_experiment(uint64_t seq, bool overlay_input) const {
-  auto result = session_.experiments().result(seq);
+std::shared_ptr<const ExperimentPicture> ExperimentArea::render_experiment(uint64_t seq, bool overlay_input) const {
+  auto result = session_.experiment_result(seq);
   if (!result) {
     throw Refusal(Refusal::Kind::kNotFound, "no experiment " + std::to_string(seq), "seq");
   }

@@ -158,43 +158,45 @@ std::vector<std::string> layers_of(const WatchSnapshot& s, const Architecture* a
   return out;
 }
 
+StatsArea::StatsArea(Controller& owner, detail::SessionPort& session) : owner_(owner), session_(session) {}
+
 std::shared_ptr<const WatchSnapshot> Controller::require_stats() const {
   if (auto s = session_.watch_snapshot()) return s;
   static const auto kEmpty = std::make_shared<const WatchSnapshot>();
   return kEmpty;
 }
 
-json Controller::stats_summary() const {
+StatsSummary StatsArea::summary() const {
   const auto s = session_.watch_snapshot();
-  return {{"scope", std::string(to_string(session_.stats_scope()))},
-          {"watched_layers", session_.watched_layers()},
-          {"sequence", s ? s->sequence : 0},
-          {"ranks", s ? s->ranks : 1},
-          {"collecting", session_.stats_collecting()},
-          {"update_frequency", frequency_json(session_.update_frequency())}};
+  return {std::string(to_string(session_.stats_scope())),
+          session_.watched_layers(),
+          s ? s->sequence : 0,
+          s ? s->ranks : 1,
+          session_.stats_collecting(),
+          frequency_json(session_.update_frequency())};
 }
 
-json Controller::get_settings() const {
+Settings StatsArea::get_settings() const {
   const auto performance = session_.watch_performance();
-  return {{"update_frequency", frequency_json(session_.update_frequency())},
-          {"stats_scope", std::string(to_string(session_.stats_scope()))},
-          {"watched_layers", session_.watched_layers()},
-          {"watch_performance",
-           {{"channel_limit_enabled", performance.channel_limit_enabled()},
-            {"channel_limit", performance.channel_limit()},
-            {"histogram_sample", performance.histogram_sample()},
-            {"samples_per_channel", performance.samples_per_channel()},
-            {"average_patches", performance.average_patches()}}},
-          {"patch_layers", session_.patch_layers() ? json(*session_.patch_layers()) : json(nullptr)},
-          {"stats_collecting", session_.stats_collecting()},
-          {"auto_run_experiments", session_.experiments().auto_run()},
-          {"experiment_defaults", session_.experiments().defaults()},
-          {"experiment_time_limit_seconds", session_.experiments().time_limit_seconds()}};
+  Settings out;
+  out.update_frequency = frequency_json(session_.update_frequency());
+  out.stats_scope = std::string(to_string(session_.stats_scope()));
+  out.watched_layers = session_.watched_layers();
+  out.watch_performance = {performance.channel_limit_enabled(), performance.channel_limit(),
+                           performance.histogram_sample(), performance.samples_per_channel(),
+                           performance.average_patches()};
+  out.patch_layers = session_.patch_layers();
+  out.stats_collecting = session_.stats_collecting();
+  out.auto_run_experiments = session_.auto_run_experiments();
+  out.experiment_defaults = session_.experiment_defaults();
+  out.experiment_time_limit_seconds = session_.experiment_time_limit_seconds();
+  return out;
 }
 
-json Controller::set_update_frequency(const std::string& unit, double n, const std::optional<std::string>& phase) {
+Settings StatsArea::set_update_frequency(const std::string& unit, double n, const std::optional<std::string>& phase) {
   const auto frequency = UpdateFrequency().unit(parse_unit(unit)).n(n).phase(phase);
-  if (!(frequency == session_.update_frequency())) refuse_if_fixed("set_update_frequency", "update_frequency", "unit");
+  if (!(frequency == session_.update_frequency()))
+    owner_.recordings().refuse_if_fixed("set_update_frequency", "update_frequency", "unit");
   try {
     session_.set_update_frequency(frequency);
   } catch (const UsageError& e) {
@@ -203,14 +205,14 @@ json Controller::set_update_frequency(const std::string& unit, double n, const s
   return get_settings();
 }
 
-json Controller::set_stats_scope(const std::string& scope) {
+Settings StatsArea::set_stats_scope(const std::string& scope) {
   const StatsScope next = parse_scope(scope);
-  if (next != session_.stats_scope()) refuse_if_fixed("set_stats_scope", "stats_scope", "scope");
+  if (next != session_.stats_scope()) owner_.recordings().refuse_if_fixed("set_stats_scope", "stats_scope", "scope");
   session_.set_stats_scope(next);
   return get_settings();
 }
 
-json Controller::watch_layers(const std::vector<std::string>& layers) {
+Settings StatsArea::watch_layers(const std::vector<std::string>& layers) {
   try {
     session_.watch(layers);
   } catch (const UsageError& e) {
@@ -219,11 +221,11 @@ json Controller::watch_layers(const std::vector<std::string>& layers) {
   return get_settings();
 }
 
-json Controller::unwatch_layers(const std::vector<std::string>& layers) {
+Settings StatsArea::unwatch_layers(const std::vector<std::string>& layers) {
   const auto watched = session_.watched_layers();
   for (const auto& layer : layers) {
     if (std::find(watched.begin(), watched.end(), layer) != watched.end()) {
-      refuse_if_fixed("unwatch_layers", "watched:" + layer, "layers");
+      owner_.recordings().refuse_if_fixed("unwatch_layers", "watched:" + layer, "layers");
     }
   }
   try {
@@ -234,7 +236,7 @@ json Controller::unwatch_layers(const std::vector<std::string>& layers) {
   return get_settings();
 }
 
-json Controller::set_watch_performance(const PerformanceChange& change) {
+Settings StatsArea::set_watch_performance(const PerformanceChange& change) {
   auto performance = session_.watch_performance();
   if (change.channel_limit_enabled) performance.channel_limit_enabled(*change.channel_limit_enabled);
   if (change.channel_limit) performance.channel_limit(*change.channel_limit);
@@ -246,7 +248,7 @@ json Controller::set_watch_performance(const PerformanceChange& change) {
       performance.channel_limit() != now.channel_limit() || performance.histogram_sample() != now.histogram_sample() ||
       performance.samples_per_channel() != now.samples_per_channel() ||
       performance.average_patches() != now.average_patches()) {
-    refuse_if_fixed("set_watch_performance", "watch_performance");
+    owner_.recordings().refuse_if_fixed("set_watch_performance", "watch_performance");
   }
   bool flushed = false;
   try {
@@ -258,21 +260,21 @@ json Controller::set_watch_performance(const PerformanceChange& change) {
                                                                                  : "channel_limit";
     refuse(Refusal::Kind::kInvalidArgument, e, argument);
   }
-  json out = get_settings();
-  out["statistics_flushed"] = flushed;
+  Settings out = get_settings();
+  out.statistics_flushed = flushed;
   return out;
 }
 
-json Controller::set_patch_layers(const std::optional<std::vector<std::string>>& layers) {
+Settings StatsArea::set_patch_layers(const std::optional<std::vector<std::string>>& layers) {
   // A recorded layer must keep its patches: in the new list, or watched
   // when the list goes back to the watched layers.
   const auto kept = layers ? *layers : session_.watched_layers();
-  for (const auto& [setting, why] : fixed_settings()) {
+  for (const auto& [setting, why] : owner_.recordings().fixed_settings()) {
     const std::string prefix = "patch_layers:";
     if (setting.rfind(prefix, 0) != 0) continue;
     const std::string layer = setting.substr(prefix.size());
     if (std::find(kept.begin(), kept.end(), layer) == kept.end())
-      refuse_if_fixed("set_patch_layers", setting, "layers");
+      owner_.recordings().refuse_if_fixed("set_patch_layers", setting, "layers");
   }
   try {
     session_.set_patch_layers(layers);
@@ -282,8 +284,8 @@ json Controller::set_patch_layers(const std::optional<std::vector<std::string>>&
   return get_settings();
 }
 
-json Controller::list_stats() const {
-  const auto s = require_stats();
+json StatsArea::list_stats() const {
+  const auto s = owner_.require_stats();
   const auto architecture = session_.architecture();
   json layers = json::array();
   for (const auto& layer : layers_of(*s, architecture.get())) {
@@ -306,8 +308,8 @@ json Controller::list_stats() const {
           {"series", std::move(series)}, {"device_bytes", s->device_bytes}};
 }
 
-json Controller::get_stats_history(const std::string& layer, const std::optional<std::string>& phase) const {
-  const auto s = require_stats();
+json StatsArea::get_stats_history(const std::string& layer, const std::optional<std::string>& phase) const {
+  const auto s = owner_.require_stats();
   const auto phases = phases_of(*s, layer, session_.schedule());
   const auto architecture = session_.architecture();
   const LayerInfo* info = architecture ? architecture->find(layer) : nullptr;
@@ -353,8 +355,8 @@ json Controller::get_stats_history(const std::string& layer, const std::optional
           {"parameters", std::move(parameters)}};
 }
 
-json Controller::get_current_stats(const std::string& layer) const {
-  auto snap = require_snapshot();
+json StatsArea::get_current_stats(const std::string& layer) const {
+  auto snap = owner_.require_snapshot();
   if (!snap->architecture->find(layer)) {
     std::vector<std::string> known;
     for (const auto& l : snap->architecture->layers) known.push_back(l.name);
@@ -386,29 +388,26 @@ json Controller::get_current_stats(const std::string& layer) const {
   return out;
 }
 
-json Controller::get_metrics(const std::vector<std::string>& layers) const {
-  const auto s = require_stats();
-  json series = json::array();
+Metrics StatsArea::get_metrics(const std::vector<std::string>& layers) const {
+  const auto s = owner_.require_stats();
+  Metrics out;
   for (const auto& v : s->series) {
     if (!layers.empty() && !v.layer.empty() && std::find(layers.begin(), layers.end(), v.layer) == layers.end()) {
       continue;
     }
-    json points = json::array();
-    for (const auto& p : v.points) {
-      points.push_back({{"epoch", p.epoch},
-                        {"batch", p.batch ? json(*p.batch) : json(nullptr)},
-                        {"x", number(p.x)},
-                        {"value", number(p.value)}});
-    }
-    series.push_back({{"name", v.name}, {"phase", v.phase}, {"layer", v.layer}, {"points", std::move(points)}});
+    MetricSeries series;
+    series.name = v.name;
+    series.phase = v.phase;
+    series.layer = v.layer;
+    for (const auto& p : v.points) series.points.push_back({p.epoch, p.batch, number(p.x), number(p.value)});
+    out.series.push_back(std::move(series));
   }
-  json failed = json::array();
-  for (const auto& f : session_.instrument_errors()) failed.push_back({{"name", f.name}, {"error", f.error}});
-  return {{"series", std::move(series)}, {"failed", std::move(failed)}};
+  for (const auto& f : session_.instrument_errors()) out.failed.push_back({f.name, f.error});
+  return out;
 }
 
-std::shared_ptr<const HistogramPicture> Controller::render_histogram(const HistogramOptions& options) const {
-  const auto s = require_stats();
+std::shared_ptr<const HistogramPicture> StatsArea::render_histogram(const HistogramOptions& options) const {
+  const auto s = owner_.require_stats();
   std::string key = std::to_string(s->sequence) + "|" + (options.phase ? *options.phase : "*") + "|" +
                     (options.log_x ? "lx" : "") + (options.log_y ? "ly" : "") + "|" +
                     (options.channel ? std::to_string(*options.channel) : "all");

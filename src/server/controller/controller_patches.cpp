@@ -243,9 +243,11 @@ render::Image cell_image(const PatchGallery& g, int64_t slot, int64_t channel, b
 
 }  // namespace
 
-json Controller::get_patches(const PatchOptions& o) const {
-  const auto source = o.current_batch ? batch_source(require_snapshot(), o.layer, session_.watch_performance())
-                                      : epoch_source(require_stats(), session_, o.layer, o.phase);
+PatchArea::PatchArea(Controller& owner, detail::SessionPort& session) : owner_(owner), session_(session) {}
+
+json PatchArea::get_patches(const PatchOptions& o) const {
+  const auto source = o.current_batch ? batch_source(owner_.require_snapshot(), o.layer, session_.watch_performance())
+                                      : epoch_source(owner_.require_stats(), session_, o.layer, o.phase);
   const auto& current = source.current;
   const LayerStatsSnapshot& v = source.view();
   const std::string grid = o.grids.empty() ? "max_pixel" : o.grids.front();
@@ -304,9 +306,9 @@ json Controller::get_patches(const PatchOptions& o) const {
   return out;
 }
 
-std::shared_ptr<const Picture> Controller::render_extreme_patches(const PatchOptions& o) const {
-  const auto source = o.current_batch ? batch_source(require_snapshot(), o.layer, session_.watch_performance())
-                                      : epoch_source(require_stats(), session_, o.layer, o.phase);
+std::shared_ptr<const Picture> PatchArea::render_extreme_patches(const PatchOptions& o) const {
+  const auto source = o.current_batch ? batch_source(owner_.require_snapshot(), o.layer, session_.watch_performance())
+                                      : epoch_source(owner_.require_stats(), session_, o.layer, o.phase);
   const auto& current = source.current;
   const LayerStatsSnapshot& v = source.view();
   if (v.patches.empty()) {
@@ -403,7 +405,7 @@ struct BinResult {
 
 // Shared by get_bin_samples and render_bin_samples.
 static BinResult pick_bin_samples(const detail::SessionPort& session, const std::shared_ptr<const BatchSnapshot>& snap,
-                                  const Controller::BinSampleOptions& o) {
+                                  const PatchArea::BinSampleOptions& o) {
   const bool activation = o.kind == "activation";
   if (!snap->architecture->find(o.layer)) {
     std::vector<std::string> known;
@@ -521,8 +523,8 @@ static BinResult pick_bin_samples(const detail::SessionPort& session, const std:
   return r;
 }
 
-json Controller::get_bin_samples(const BinSampleOptions& o) const {
-  const auto snap = require_snapshot();
+json PatchArea::get_bin_samples(const BinSampleOptions& o) const {
+  const auto snap = owner_.require_snapshot();
   const auto r = pick_bin_samples(session_, snap, o);
   const auto& edges = stats::bin_edges();
   json samples = json::array();
@@ -546,8 +548,8 @@ json Controller::get_bin_samples(const BinSampleOptions& o) const {
           {"samples", std::move(samples)}};
 }
 
-std::shared_ptr<const Picture> Controller::render_bin_samples(const BinSampleOptions& o) const {
-  const auto snap = require_snapshot();
+std::shared_ptr<const Picture> PatchArea::render_bin_samples(const BinSampleOptions& o) const {
+  const auto snap = owner_.require_snapshot();
   const auto r = pick_bin_samples(session_, snap, o);
   const auto& edges = stats::bin_edges();
   const std::string range = "[" + short_number(edges[static_cast<size_t>(o.bin)]) + ", " +

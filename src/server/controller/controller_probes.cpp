@@ -2,20 +2,12 @@
 // (validation is the probes'; its refusals pass through; this file
 // names inputs and shows the state as JSON).
 #include "experiments/probe.h"
-#include "experiments/visitor_probes.h"
 #include "server/controller/controller.h"
 #include "session/session_port.h"
 
 namespace nansense::server {
 
 namespace {
-
-using experiments::Probes;
-using experiments::ProbeSettings;
-
-bool active_without_pin(const ProbeSettings& s) {
-  return s.mode != experiments::ProbeMode::kUnchanged || !s.perturbations.empty();
-}
 
 // The model's input names, in input-layer order.
 std::vector<std::string> input_names(const detail::RunPort& session) {
@@ -30,62 +22,59 @@ std::string input_name(const std::vector<std::string>& names, int64_t index) {
 
 }  // namespace
 
-std::shared_ptr<Probes> Controller::caller_probes() const {
-  if (!session_.locked()) {
-    // Aliasing: the session owns its one shared probe state.
-    return std::shared_ptr<Probes>(std::shared_ptr<Probes>{}, &session_.probes());
-  }
-  const std::string& visitor = VisitorScope::current();
-  return visitor.empty() ? nullptr : session_.visitor_probes().find(visitor);
+ProbeArea::ProbeArea(detail::SessionPort& session) : session_(session) {}
+
+detail::ProbeOwner ProbeArea::caller() const {
+  if (!session_.locked()) return std::nullopt;
+  return VisitorScope::current();
 }
 
-std::shared_ptr<Probes> Controller::change_probes(const std::function<bool(const ProbeSettings&)>& starts_run,
-                                                  const std::function<void(Probes&)>& change) {
-  if (!session_.locked()) {
-    change(session_.probes());
-    return caller_probes();
-  }
-  const std::string& visitor = VisitorScope::current();
-  if (visitor.empty()) {
+std::optional<detail::ProbeView> ProbeArea::caller_view() const {
+  const auto owner = caller();
+  if (owner && owner->empty()) return std::nullopt;
+  return session_.probe_view(owner);
+}
+
+uint64_t ProbeArea::change(const detail::ProbeChange& change, detail::ProbeChanged* changed) {
+  const auto owner = caller();
+  if (owner && owner->empty()) {
     throw Refusal(Refusal::Kind::kConflict,
                   "this session is locked (a shared demo): probes belong to a visitor, and this call names none "
                   "(the web server's nansense_visitor cookie or an MCP session does)");
   }
-  return session_.visitor_probes().change(visitor, starts_run, change);
+  const auto out = session_.change_probe(owner, change);
+  if (changed) *changed = out;
+  return out.settings_generation;
 }
 
-json Controller::get_probe_status() const {
-  auto own = caller_probes();
-  const Probes& probes = own ? *own : session_.visitor_probes().idle();
-  const auto settings = probes.settings();
+ProbeStatus ProbeArea::get_probe_status() const {
+  // A visitor without a probe state of its own sees an idle probe.
+  const auto probes = caller_view().value_or(detail::ProbeView{});
+  const auto& settings = probes.settings;
   const auto names = input_names(session_);
-  json perturbations = json::array();
+  ProbeStatus out;
   for (const auto& p : settings.perturbations) {
-    json values = json::array();
+    std::vector<json> values;
     for (double v : p.values) values.push_back(common::number(v));
-    perturbations.push_back(
-        {{"input", input_name(names, p.input)}, {"sample", p.sample}, {"index", p.index}, {"values", values}});
+    out.perturbations.push_back({input_name(names, p.input), p.sample, p.index, std::move(values)});
   }
-  json out = {{"active", settings.active()},
-              {"pinned", settings.pinned},
-              {"pinned_position", settings.pinned_position ? to_json(*settings.pinned_position) : json(nullptr)},
-              {"mode", experiments::probe_mode_name(settings.mode)},
-              {"perturbations", perturbations},
-              {"runs_completed", probes.runs_completed()},
-              {"pending", probes.pending()},
-              {"result", nullptr}};
-  auto result = probes.result();
+  out.active = settings.active();
+  out.pinned = settings.pinned;
+  out.pinned_position = settings.pinned_position ? to_json(*settings.pinned_position) : json(nullptr);
+  out.mode = experiments::probe_mode_name(settings.mode);
+  out.runs_completed = probes.runs_completed;
+  out.pending = probes.pending;
+  const auto& result = probes.result;
   if (result) {
-    json r = {{"run", result->run},
-              {"position", to_json(result->position)},
-              {"diff", result->diff},
-              {"perturbations_applied", result->perturbations_applied},
-              {"snapshot_sequence", result->view ? result->view->sequence : 0}};
-    if (result->view) {
-      r["layers"] = static_cast<int64_t>(result->view->activations.size());
-    }
-    out["result"] = std::move(r);
-    if (!result->error.empty()) out["error"] = result->error;
+    ProbeResultSummary r;
+    r.run = result->run;
+    r.position = to_json(result->position);
+    r.diff = result->diff;
+    r.perturbations_applied = result->perturbations_applied;
+    r.snapshot_sequence = result->view ? result->view->sequence : 0;
+    if (result->view) r.layers = static_cast<int64_t>(result->view->activations.size());
+    out.result = std::move(r);
+    if (!result->error.empty()) out.error = result->error;
   }
   std::string hint;
   if (!settings.active()) {
@@ -107,56 +96,49 @@ json Controller::get_probe_status() const {
   }
   if (session_.locked()) {
     hint += " This session is locked: the probe is yours alone (other visitors never see it), at most " +
-            std::to_string(session_.visitor_probes().limits().runs_in_flight) +
+            std::to_string(session_.probe_runs_in_flight_limit()) +
             " visitors' probe runs are in flight at once, and a probe runs on this paused moment only.";
   }
-  out["hint"] = hint;
+  out.hint = hint;
   return out;
 }
 
-json Controller::probe_reply(const Probes& probes, Wait wait) const {
+ProbeStatus ProbeArea::probe_reply(uint64_t generation, Wait wait) const {
   // A run already under way when the change came does not answer it.
-  if (wait.count() > 0) probes.wait_for_settings(probes.settings_generation(), wait);
+  if (wait.count() > 0) session_.wait_for_probe(caller(), generation, wait);
   return get_probe_status();
 }
 
-json Controller::pin_batch(Wait wait) {
-  auto probes = change_probes([](const ProbeSettings&) { return true; }, [](Probes& p) { p.pin(); });
-  return probe_reply(*probes, wait);
-}
+ProbeStatus ProbeArea::pin_batch(Wait wait) { return probe_reply(change({detail::ProbeChange::Kind::kPin}), wait); }
 
-json Controller::unpin_batch(Wait wait) {
+ProbeStatus ProbeArea::unpin_batch(Wait wait) {
   const auto refuse = [] { return Refusal(Refusal::Kind::kConflict, "no batch is pinned"); };
   // A visitor with no probe state has nothing pinned (and gets no slot for it).
-  if (session_.locked() && !caller_probes()) throw refuse();
-  bool unpinned = false;
-  auto probes = change_probes(active_without_pin, [&](Probes& p) { unpinned = p.unpin(); });
-  if (!unpinned) throw refuse();
-  return probe_reply(*probes, wait);
+  if (session_.locked() && !caller_view()) throw refuse();
+  detail::ProbeChanged changed;
+  const uint64_t generation = change({detail::ProbeChange::Kind::kUnpin}, &changed);
+  if (!changed.unpinned) throw refuse();
+  return probe_reply(generation, wait);
 }
 
-json Controller::set_probe_mode(const std::string& mode, Wait wait) {
+ProbeStatus ProbeArea::set_probe_mode(const std::string& mode, Wait wait) {
   auto parsed = experiments::parse_probe_mode(mode);
   if (!parsed)
     throw std::logic_error("set_probe_mode: undeclared mode \"" + mode + "\"");  // the declaration admits no other
   const experiments::ProbeMode to = *parsed;
   // Back to unchanged without a probe state of its own: nothing to change.
-  if (to == experiments::ProbeMode::kUnchanged && session_.locked() && !caller_probes()) return get_probe_status();
-  std::shared_ptr<Probes> probes;
+  if (to == experiments::ProbeMode::kUnchanged && session_.locked() && !caller_view()) return get_probe_status();
+  uint64_t generation = 0;
   try {
-    probes = change_probes(
-        [to](const ProbeSettings& s) {
-          return s.mode != to && (to != experiments::ProbeMode::kUnchanged || s.pinned || !s.perturbations.empty());
-        },
-        [to](Probes& p) { p.set_mode(to); });
+    generation = change({detail::ProbeChange::Kind::kSetMode, to});
   } catch (const Refusal& e) {
     throw e.about("mode");
   }
-  return probe_reply(*probes, wait);
+  return probe_reply(generation, wait);
 }
 
-json Controller::add_perturbation(const std::vector<int64_t>& index, const std::vector<double>& values, int64_t sample,
-                                  const std::optional<std::string>& input, Wait wait) {
+ProbeStatus ProbeArea::add_perturbation(const std::vector<int64_t>& index, const std::vector<double>& values,
+                                        int64_t sample, const std::optional<std::string>& input, Wait wait) {
   experiments::Perturbation p;
   p.index = index;
   p.values = values;
@@ -174,23 +156,20 @@ json Controller::add_perturbation(const std::vector<int64_t>& index, const std::
     }
     p.input = it - names.begin();
   }
-  auto probes =
-      change_probes([](const ProbeSettings&) { return true; }, [&](Probes& probe) { probe.add_perturbation(p); });
-  return probe_reply(*probes, wait);
+  detail::ProbeChange add{detail::ProbeChange::Kind::kAddPerturbation};
+  add.perturbation = std::move(p);
+  return probe_reply(change(add), wait);
 }
 
-json Controller::clear_perturbations(Wait wait) {
-  int64_t cleared = 0;
-  json out;
-  if (session_.locked() && !caller_probes()) {
+ProbeStatus ProbeArea::clear_perturbations(Wait wait) {
+  detail::ProbeChanged changed;
+  ProbeStatus out;
+  if (session_.locked() && !caller_view()) {
     out = get_probe_status();  // nothing of its own to clear
   } else {
-    auto probes =
-        change_probes([](const ProbeSettings& s) { return s.pinned || s.mode != experiments::ProbeMode::kUnchanged; },
-                      [&](Probes& p) { cleared = p.clear_perturbations(); });
-    out = probe_reply(*probes, wait);
+    out = probe_reply(change({detail::ProbeChange::Kind::kClearPerturbations}, &changed), wait);
   }
-  out["cleared"] = cleared;
+  out.cleared = changed.cleared;
   return out;
 }
 

@@ -26,13 +26,14 @@ constexpr std::chrono::seconds kFirstExperimentWait{30};
 // A run stopped before it ran (a newer update replaced it) has no picture.
 bool drawable(const experiments::Result& r) { return r.stage != experiments::Result::Stage::kStopped || r.step > 0; }
 
-std::shared_ptr<const experiments::Result> recorded_result(const experiments::Engine& engine, const RecordView& v) {
-  if (v.seq) return engine.result(*v.seq);
+std::shared_ptr<const experiments::Result> recorded_result(const detail::LabPort& lab, const RecordView& v) {
+  if (v.seq) return lab.experiment_result(*v.seq);
   const std::string tab = v.tab();
-  if (auto own = engine.latest_finished([&](const experiments::Result& r) { return r.tab == tab && drawable(r); })) {
+  if (auto own =
+          lab.latest_finished_experiment([&](const experiments::Result& r) { return r.tab == tab && drawable(r); })) {
     return own;
   }
-  return engine.latest_finished(
+  return lab.latest_finished_experiment(
       [&](const experiments::Result& r) { return r.kind == v.kind && r.layer == v.layer && drawable(r); });
 }
 
@@ -108,7 +109,7 @@ std::vector<FixedSetting> fixed_by(const RecordView& v) {
 
 // --- drawing a view ---
 
-ViewPages Controller::draw_view(const RecordView& v) const {
+ViewPages RecordingArea::draw_view(const RecordView& v) const {
   ViewPages out;
   const auto snap = session_.snapshot();
   if (snap) {
@@ -131,7 +132,7 @@ ViewPages Controller::draw_view(const RecordView& v) const {
     for (const auto& layer : v.layers) {
       for (const auto& k : kinds) {
         try {
-          const auto strip = render_strip(layer, k, v.strip);
+          const auto strip = owner_.views().render_strip(layer, k, v.strip);
           panels.push_back({layer + " " + k, render::decode_png(strip->png)});
           out.position = strip->position;
           out.sequence = strip->sequence;
@@ -145,7 +146,7 @@ ViewPages Controller::draw_view(const RecordView& v) const {
     if (!any) throw Refusal(Refusal::Kind::kInvalidArgument, "nothing to record: " + reasons, "layers");
     page("", panels);
   } else if (v.view == "weights") {
-    const auto drawn = render_weights(v.layer, {}, {});
+    const auto drawn = owner_.weights().render_weights(v.layer, {}, {});
     for (const auto& w : drawn.pictures) {
       panels.push_back({w->parameter + " " + w->tensor, render::decode_png(w->png)});
       out.position = w->position;
@@ -159,39 +160,39 @@ ViewPages Controller::draw_view(const RecordView& v) const {
     page("", panels);
   } else if (v.view == "histograms") {
     if (v.layers.empty()) throw Refusal(Refusal::Kind::kInvalidArgument, "view histograms needs layers", "layers");
-    HistogramOptions o;
+    StatsArea::HistogramOptions o;
     o.layers = v.layers;
     o.phase = v.phase;
     o.log_x = v.log_x;
     o.log_y = v.log_y;
     o.channel = v.channel;
-    const auto chart = render_histogram(o);
+    const auto chart = owner_.stats().render_histogram(o);
     page("", {{joined(chart->series), render::decode_png(chart->png)}});
   } else if (v.view == "patches") {
     if (v.layer.empty()) throw Refusal(Refusal::Kind::kInvalidArgument, "view patches needs a layer", "layer");
-    PatchOptions o;
+    PatchArea::PatchOptions o;
     o.layer = v.layer;
     o.phase = v.phase;
     o.heatmap = v.heatmap;
     o.grids = {"max_pixel", "min_pixel"};
-    const auto pixel = render_extreme_patches(o);
+    const auto pixel = owner_.patches().render_extreme_patches(o);
     page("pixel", {{pixel->caption, render::decode_png(pixel->png)}});
     // The average rankings exist only with average_patches on.
     o.grids = {"max_average", "min_average"};
     try {
-      const auto average = render_extreme_patches(o);
+      const auto average = owner_.patches().render_extreme_patches(o);
       page("average", {{average->caption, render::decode_png(average->png)}});
     } catch (const Refusal&) {
     }
   } else if (v.view == "experiment") {
-    const auto result = recorded_result(session_.experiments(), v);
+    const auto result = recorded_result(session_, v);
     if (!result) {
       throw Refusal(Refusal::Kind::kConflict,
                     "no " + v.kind + " of \"" + v.layer +
                         "\" has finished yet: a recording runs it at every live update (at once when paused)",
                     "layer");
     }
-    const auto picture = render_experiment(result->seq, v.overlay);
+    const auto picture = owner_.experiments().render_experiment(result->seq, v.overlay);
     page("", {{picture->caption, render::decode_png(picture->png)}});
     out.sequence = result->seq;
   } else {
@@ -200,45 +201,45 @@ ViewPages Controller::draw_view(const RecordView& v) const {
   return out;
 }
 
-uint64_t Controller::view_sequence(const RecordView& v) const {
-  if (v.view != "experiment") return snapshot_sequence();
-  const auto result = recorded_result(session_.experiments(), v);
+uint64_t RecordingArea::view_sequence(const RecordView& v) const {
+  if (v.view != "experiment") return owner_.snapshot_sequence();
+  const auto result = recorded_result(session_, v);
   return result ? result->seq : 0;
 }
 
-void Controller::pin_experiment(const RecordView& v) {
-  auto& engine = session_.experiments();
-  const auto sub = engine.set_auto(v.tab(), v.kind, v.layer, v.params, experiments::Engine::Clock::now(), true);
+void RecordingArea::pin_experiment(const RecordView& v) {
+  detail::LabPort& lab = session_;
+  const auto sub = lab.set_auto_experiment(v.tab(), v.kind, v.layer, v.params, true);
   // Paused, it runs at once: its result is the first frame.
-  if (sub.seq != 0) engine.wait(sub.seq, kFirstExperimentWait);
+  if (sub.seq != 0) lab.wait_for_experiment(sub.seq, kFirstExperimentWait);
 }
 
-void Controller::release_experiment(const RecordView& v) { session_.experiments().clear_auto(v.tab()); }
+void RecordingArea::release_experiment(const RecordView& v) { session_.clear_auto_experiment(v.tab()); }
 
-void Controller::settle_experiment(const RecordView& v) {
+void RecordingArea::settle_experiment(const RecordView& v) {
   // Only a pause runs it now: a running loop's next update, or a loop that
   // ended, would keep Save & Finish waiting.
   if (session_.state() != RunState::kPaused) return;
-  auto& engine = session_.experiments();
+  detail::LabPort& lab = session_;
   const std::string tab = v.tab();
   std::shared_ptr<const experiments::Result> newest;
-  for (const auto seq : engine.kept()) {
-    const auto r = engine.result(seq);
+  for (const auto seq : lab.kept_experiments()) {
+    const auto r = lab.experiment_result(seq);
     if (r && r->tab == tab && (!newest || r->seq > newest->seq)) newest = r;
   }
-  if (newest && !newest->finished()) engine.wait(newest->seq, kFirstExperimentWait);
+  if (newest && !newest->finished()) lab.wait_for_experiment(newest->seq, kFirstExperimentWait);
 }
 
 // --- the controller's commands ---
 
-Controller::Controller(detail::SessionPort& session)
-    : session_(session), recorder_(std::make_unique<Recorder>(*this)) {}
+RecordingArea::RecordingArea(Controller& owner, detail::SessionPort& session)
+    : owner_(owner), session_(session), recorder_(std::make_unique<Recorder>(owner)) {}
 
-Controller::~Controller() { recorder_->finish_all(); }
+RecordingArea::~RecordingArea() { recorder_->finish_all(); }
 
-json Controller::list_recordings() const { return recorder_->list(); }
+json RecordingArea::list_recordings() const { return recorder_->list(); }
 
-std::shared_ptr<const Controller::RecordedFile> Controller::get_recording_file(const std::string& path) const {
+std::shared_ptr<const RecordingArea::RecordedFile> RecordingArea::get_recording_file(const std::string& path) const {
   const auto saved = recorder_->saved_file(path);
   if (!saved) {
     throw Refusal(Refusal::Kind::kNotFound,
@@ -258,20 +259,20 @@ std::shared_ptr<const Controller::RecordedFile> Controller::get_recording_file(c
   out->bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   return out;
 }
-json Controller::start_recording(const RecordView& view) { return recorder_->start(view); }
-json Controller::stop_recording(const std::optional<std::string>& key) { return recorder_->stop(key); }
-json Controller::discard_recording(const std::optional<std::string>& key) { return recorder_->discard(key); }
-json Controller::save_snapshot(const RecordView& view) {
+json RecordingArea::start_recording(const RecordView& view) { return recorder_->start(view); }
+json RecordingArea::stop_recording(const std::optional<std::string>& key) { return recorder_->stop(key); }
+json RecordingArea::discard_recording(const std::optional<std::string>& key) { return recorder_->discard(key); }
+json RecordingArea::save_snapshot(const RecordView& view) {
   if (view.view != "experiment" || (!view.seq && !view.kind.empty())) return recorder_->snapshot(view);
   // The form of the original NaNsense 0.4.0 (Python, on PyPI): an already
   // published result, by seq or the newest.
-  auto& engine = session_.experiments();
+  detail::LabPort& lab = session_;
   std::shared_ptr<const experiments::Result> result;
   if (view.seq) {
-    result = engine.result(*view.seq);
+    result = lab.experiment_result(*view.seq);
   } else {
-    for (const auto seq : engine.kept()) {
-      const auto r = engine.result(seq);
+    for (const auto seq : lab.kept_experiments()) {
+      const auto r = lab.experiment_result(seq);
       if (r && drawable(*r) && (!result || r->seq > result->seq)) result = r;
     }
   }
@@ -287,17 +288,17 @@ json Controller::save_snapshot(const RecordView& view) {
   resolved.kind = result->kind;
   return recorder_->snapshot(resolved);
 }
-void Controller::finish_recordings() { recorder_->finish_all(); }
-std::vector<std::string> Controller::recording_keys() const { return recorder_->keys(); }
+void RecordingArea::finish_recordings() { recorder_->finish_all(); }
+std::vector<std::string> RecordingArea::recording_keys() const { return recorder_->keys(); }
 
-std::map<std::string, std::string> Controller::fixed_settings() const {
+std::map<std::string, std::string> RecordingArea::fixed_settings() const {
   std::map<std::string, std::string> out;
   for (const auto& [setting, f] : recorder_->fixed()) out[setting] = f.message();
   return out;
 }
 
-void Controller::refuse_if_fixed(const std::string& command, const std::string& setting,
-                                 const std::string& argument) const {
+void RecordingArea::refuse_if_fixed(const std::string& command, const std::string& setting,
+                                     const std::string& argument) const {
   const auto fixed = recorder_->fixed();
   if (auto it = fixed.find(setting); it != fixed.end()) {
     const FixedSetting& f = it->second;
@@ -307,8 +308,8 @@ void Controller::refuse_if_fixed(const std::string& command, const std::string& 
 
 // --- Deep Dream clips ---
 
-json Controller::run_experiment_video(const std::string& kind, const std::string& layer, const json& params,
-                                      Wait wait) {
+json RecordingArea::run_experiment_video(const std::string& kind, const std::string& layer, const json& params,
+                                         Wait wait) {
   if (kind != "deep_dream") {
     throw Refusal(Refusal::Kind::kInvalidArgument,
                   "video is for deep_dream only: " + kind + " draws one picture, not a sequence", "video");
@@ -317,8 +318,8 @@ json Controller::run_experiment_video(const std::string& kind, const std::string
     throw Refusal(Refusal::Kind::kInvalidArgument,
                   "video needs timeout_seconds > 0: its frames are drawn while the dream runs", "timeout_seconds");
   }
-  auto& engine = session_.experiments();
-  const auto sub = engine.submit(kind, layer, params);
+  detail::LabPort& lab = session_;
+  const auto sub = lab.submit_experiment(kind, layer, params);
   const auto deadline = std::chrono::steady_clock::now() + wait;
   // A clip keeps every step it is given: a queue as long as the dream's
   // published steps (about 20) rather than a live recording's 8.
@@ -327,14 +328,14 @@ json Controller::run_experiment_video(const std::string& kind, const std::string
   uint64_t seen = 0;
   std::string draw_error;
   while (true) {
-    const auto r = engine.result(sub.seq);
+    const auto r = lab.experiment_result(sub.seq);
     if (!r) break;
     const bool over = r->stage == experiments::Result::Stage::kDone ||
                       r->stage == experiments::Result::Stage::kStopped ||
                       r->stage == experiments::Result::Stage::kFailed;
     if (r->stage != experiments::Result::Stage::kQueued && r->step != drawn_step) {
       try {
-        const auto picture = render_experiment(sub.seq, false);
+        const auto picture = owner_.experiments().render_experiment(sub.seq, false);
         if (!clip) {
           const std::string stem = "deep_dream_" + record::file_part(layer) + "_seq" + std::to_string(sub.seq);
           clip = std::make_unique<record::Recording>(record::free_path(recorder_->folder(), stem, "mp4"),
@@ -354,11 +355,11 @@ json Controller::run_experiment_video(const std::string& kind, const std::string
     if (over || std::chrono::steady_clock::now() >= deadline) break;
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    seen = wait_for_change(seen, std::min(left, std::chrono::milliseconds(200)));
+    seen = owner_.run_control().wait_for_change(seen, std::min(left, std::chrono::milliseconds(200)));
   }
   json out;
   try {
-    out = get_experiment_result(sub.seq);
+    out = owner_.experiments().get_experiment_result(sub.seq);
   } catch (const Refusal&) {
     out = {{"seq", sub.seq}, {"stage", "absent"}};
   }
@@ -476,7 +477,7 @@ json Recorder::start(const RecordView& view) {
   const bool experiment = view.view == "experiment";
   // Its own auto experiment, pinned (not drawn under draw_mu_: paused, the
   // first run is waited for).
-  if (experiment) controller_.pin_experiment(view);
+  if (experiment) controller_.recordings().pin_experiment(view);
   auto a = std::make_shared<Active>();
   a->view = view;
   a->key = key;
@@ -484,7 +485,7 @@ json Recorder::start(const RecordView& view) {
     std::lock_guard draw(draw_mu_);
     std::optional<ViewPages> pages;
     try {
-      pages = controller_.draw_view(view);
+      pages = controller_.recordings().draw_view(view);
     } catch (const Refusal& e) {
       // An experiment not run yet (a running loop runs it at the next live
       // update): the files start with its first result.
@@ -509,10 +510,10 @@ json Recorder::start(const RecordView& view) {
       thread_ = std::thread([this] { pump(); });
     }
   } catch (...) {
-    if (experiment) controller_.release_experiment(view);
+    if (experiment) controller_.recordings().release_experiment(view);
     throw;
   }
-  controller_.wake_watchers();  // the status's recordings changed
+  controller_.run_control().wake_watchers();  // the status's recordings changed
   return describe(*a);
 }
 
@@ -546,19 +547,19 @@ json Recorder::stop(const std::optional<std::string>& key, bool settle) {
         if (a->view.view == "experiment" && (!key || *key == k)) experiments.push_back(a->view);
       }
     }
-    for (const auto& v : experiments) controller_.settle_experiment(v);
+    for (const auto& v : experiments) controller_.recordings().settle_experiment(v);
   }
   std::lock_guard draw(draw_mu_);
   const auto taken = take(key);
   json stopped = json::array();
   json all_paths = json::array();
   for (const auto& a : taken) {
-    if (a->view.view == "experiment") controller_.release_experiment(a->view);
+    if (a->view.view == "experiment") controller_.recordings().release_experiment(a->view);
     // Save & Finish keeps the view as it is now: an update the pump had not
     // drawn yet becomes the last frame.
-    if (controller_.view_sequence(a->view) != a->last_sequence) {
+    if (controller_.recordings().view_sequence(a->view) != a->last_sequence) {
       try {
-        add_frame(*a, controller_.draw_view(a->view));
+        add_frame(*a, controller_.recordings().draw_view(a->view));
       } catch (const std::exception& e) {
         a->draw_error = std::string("last frame not drawn: ") + e.what();
       }
@@ -583,7 +584,7 @@ json Recorder::stop(const std::optional<std::string>& key, bool settle) {
     }
     stopped.push_back(std::move(entry));
   }
-  if (!taken.empty()) controller_.wake_watchers();
+  if (!taken.empty()) controller_.run_control().wake_watchers();
   // files: every saved file's path, as the original NaNsense 0.4.0's
   // stop_recording lists them.
   json out = {{"stopped", stopped}, {"files", all_paths}, {"directory", folder()}};
@@ -596,7 +597,7 @@ json Recorder::discard(const std::optional<std::string>& key) {
   const auto taken = take(key);
   json discarded = json::array();
   for (const auto& a : taken) {
-    if (a->view.view == "experiment") controller_.release_experiment(a->view);
+    if (a->view.view == "experiment") controller_.recordings().release_experiment(a->view);
     json removed = json::array();
     for (auto& [suffix, recording] : a->files) {
       recording->discard();
@@ -604,7 +605,7 @@ json Recorder::discard(const std::optional<std::string>& key) {
     }
     discarded.push_back({{"key", a->key}, {"removed", removed}});
   }
-  if (!taken.empty()) controller_.wake_watchers();
+  if (!taken.empty()) controller_.run_control().wake_watchers();
   json out = {{"discarded", discarded}};
   if (taken.empty()) out["note"] = "nothing was recording";
   return out;
@@ -612,7 +613,7 @@ json Recorder::discard(const std::optional<std::string>& key) {
 
 json Recorder::snapshot(const RecordView& view) {
   const std::string key = view.key();
-  const ViewPages pages = controller_.draw_view(view);
+  const ViewPages pages = controller_.recordings().draw_view(view);
   const std::string stem =
       record::snapshot_stem(key, pages.position.epoch, pages.position.phase, pages.position.batch_idx);
   json files = json::array();
@@ -643,7 +644,7 @@ void Recorder::pump() {
       std::lock_guard lock(mu_);
       if (stopping_) return;
     }
-    seen = controller_.wait_for_change(seen, kPumpInterval);
+    seen = controller_.run_control().wait_for_change(seen, kPumpInterval);
     std::lock_guard draw(draw_mu_);
     std::vector<std::shared_ptr<Active>> active;
     {
@@ -652,10 +653,10 @@ void Recorder::pump() {
       for (const auto& [key, a] : active_) active.push_back(a);
     }
     for (const auto& a : active) {
-      const uint64_t sequence = controller_.view_sequence(a->view);
+      const uint64_t sequence = controller_.recordings().view_sequence(a->view);
       if (sequence == a->last_sequence) continue;
       try {
-        add_frame(*a, controller_.draw_view(a->view));
+        add_frame(*a, controller_.recordings().draw_view(a->view));
         a->draw_error.clear();
       } catch (const std::exception& e) {
         // Shown in the dialog; the next update tries again.
@@ -673,7 +674,7 @@ void Recorder::finish_all() {
     std::lock_guard lock(mu_);
     stopping_ = true;
   }
-  controller_.wake_watchers();
+  controller_.run_control().wake_watchers();
   if (thread_.joinable()) thread_.join();
   stop(std::nullopt, false);
   std::lock_guard lock(mu_);

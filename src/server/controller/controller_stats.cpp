@@ -110,8 +110,8 @@ const LayerInfo& find_layer(const Architecture& arch, const std::string& name) {
 
 }  // namespace
 
-json Controller::get_layer_stats(const std::vector<std::string>& names, const LayerStatsOptions& options) const {
-  auto snap = require_snapshot();
+json ViewArea::get_layer_stats(const std::vector<std::string>& names, const LayerStatsOptions& options) const {
+  auto snap = owner_.require_snapshot();
   const Architecture& arch = *snap->architecture;
   std::vector<const LayerInfo*> layers;
   if (names.empty()) {
@@ -180,8 +180,8 @@ json Controller::get_layer_stats(const std::vector<std::string>& names, const La
   return out;
 }
 
-json Controller::get_weight_stats(const std::string& layer_name, const std::vector<std::string>& wanted) const {
-  auto snap = require_snapshot();
+json WeightArea::get_weight_stats(const std::string& layer_name, const std::vector<std::string>& wanted) const {
+  auto snap = owner_.require_snapshot();
   auto [found, chosen] = layer_parameters(*snap, layer_name, wanted);
   const LayerInfo& layer = *found;
 

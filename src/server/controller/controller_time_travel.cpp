@@ -4,47 +4,38 @@
 
 namespace nansense::server {
 
-namespace {
-
-json optional_number(const std::optional<int64_t>& v) { return v ? json(*v) : json(nullptr); }
-
-}  // namespace
-
-json Controller::time_travel_summary() const {
+TimeTravelSummary RunArea::time_travel_summary() const {
   const auto s = session_.time_travel_status();
-  json out = {{"available", s.available},
-              {"cached_epochs", s.cached_epochs},
-              {"total_epochs", s.total_epochs},
-              {"current_epoch", optional_number(s.current_epoch)},
-              {"pending_epoch", optional_number(s.pending_epoch)}};
-  if (!s.available) out["reason"] = s.reason;
+  TimeTravelSummary out;
+  out.available = s.available;
+  if (!s.available) out.reason = s.reason;
+  out.cached_epochs = s.cached_epochs;
+  out.total_epochs = s.total_epochs;
+  out.current_epoch = s.current_epoch;
+  out.pending_epoch = s.pending_epoch;
   return out;
 }
 
-json Controller::get_time_travel_status() const {
+TimeTravelReport RunArea::get_time_travel_status() const {
   const auto s = session_.time_travel_status();
-  json out = time_travel_summary();
-  json uncached = json::array();
+  TimeTravelReport out{time_travel_summary()};
   for (int64_t e = 0, i = 0; e < s.total_epochs; ++e) {
     while (i < static_cast<int64_t>(s.cached_epochs.size()) && s.cached_epochs[static_cast<size_t>(i)] < e) ++i;
     if (i >= static_cast<int64_t>(s.cached_epochs.size()) || s.cached_epochs[static_cast<size_t>(i)] != e) {
-      uncached.push_back(e);
+      out.uncached_epochs.push_back(e);
     }
   }
-  json checkpoints = json::array();
   for (const auto& [epoch, bytes] : session_.checkpoint_sizes()) {
-    if (epoch < s.total_epochs) checkpoints.push_back({{"epoch", epoch}, {"bytes", bytes}});
+    if (epoch < s.total_epochs) out.checkpoints.push_back({epoch, bytes});
   }
-  out["uncached_epochs"] = uncached;
-  out["checkpoints"] = checkpoints;
-  out["cache_dir"] = s.cache_dir.empty() ? json(nullptr) : json(s.cache_dir);
-  out["budget_bytes"] = s.budget_bytes ? json(*s.budget_bytes) : json(nullptr);
-  out["bytes_used"] = s.bytes_used;
-  out["jumps"] = s.jumps;
-  out["last_error"] = s.last_error.empty() ? json(nullptr) : json(s.last_error);
-  out["hint"] = s.available ? "an epoch becomes a jump target once training has passed its start; a jump pauses on "
-                              "the target epoch's first batch"
-                            : s.reason;
+  if (!s.cache_dir.empty()) out.cache_dir = s.cache_dir;
+  out.budget_bytes = s.budget_bytes;
+  out.bytes_used = s.bytes_used;
+  out.jumps = s.jumps;
+  if (!s.last_error.empty()) out.last_error = s.last_error;
+  out.hint = s.available ? "an epoch becomes a jump target once training has passed its start; a jump pauses on "
+                           "the target epoch's first batch"
+                         : s.reason;
   return out;
 }
 

@@ -91,7 +91,9 @@ std::string request_key(const render::WeightLayoutRequest& r) {
 
 }  // namespace
 
-std::pair<const LayerInfo*, std::vector<std::string>> Controller::layer_parameters(
+WeightArea::WeightArea(Controller& owner) : owner_(owner) {}
+
+std::pair<const LayerInfo*, std::vector<std::string>> WeightArea::layer_parameters(
     const BatchSnapshot& snap, const std::string& layer_name, const std::vector<std::string>& wanted,
     const std::string& argument) const {
   const Architecture& arch = *snap.architecture;
@@ -130,11 +132,11 @@ std::pair<const LayerInfo*, std::vector<std::string>> Controller::layer_paramete
   return {layer, chosen};
 }
 
-std::shared_ptr<const WeightPicture> Controller::render_weight(const std::string& layer, const std::string& parameter,
+std::shared_ptr<const WeightPicture> WeightArea::render_weight(const std::string& layer, const std::string& parameter,
                                                                const std::string& tensor,
                                                                const render::WeightLayoutRequest& layout,
                                                                std::optional<uint64_t> shown) const {
-  auto snap = require_snapshot();
+  auto snap = owner_.require_snapshot();
   // An unknown layer or parameter is the caller's mistake whichever snapshot it shows.
   layer_parameters(*snap, layer, {parameter}, "parameter");
   try {
@@ -149,7 +151,7 @@ std::shared_ptr<const WeightPicture> Controller::render_weight(const std::string
   }
 }
 
-std::shared_ptr<const WeightPicture> Controller::draw_weight(const std::shared_ptr<const BatchSnapshot>& snap,
+std::shared_ptr<const WeightPicture> WeightArea::draw_weight(const std::shared_ptr<const BatchSnapshot>& snap,
                                                              const std::string& layer, const std::string& parameter,
                                                              const std::string& tensor,
                                                              const render::WeightLayoutRequest& request) const {
@@ -186,10 +188,10 @@ std::shared_ptr<const WeightPicture> Controller::draw_weight(const std::shared_p
   });
 }
 
-Controller::WeightPictures Controller::render_weights(const std::string& layer,
+WeightArea::WeightPictures WeightArea::render_weights(const std::string& layer,
                                                       const std::vector<std::string>& parameters,
                                                       const render::WeightLayoutRequest& layout) const {
-  auto snap = require_snapshot();
+  auto snap = owner_.require_snapshot();
   auto [info, chosen] = layer_parameters(*snap, layer, parameters);
   WeightPictures out;
   for (const auto& name : chosen) {

@@ -1,5 +1,6 @@
 #include "server/controller/wire_types.h"
 
+#include "server/controller/replies.h"
 #include "stats/bins.h"
 
 namespace nansense::server {
@@ -94,7 +95,6 @@ struct Words {
   json scope;
   json stage;
   json grid;
-  json time_travel_summary;
   json strip_view;
 };
 
@@ -122,12 +122,6 @@ Words words(json& d) {
   w.scope = define("StatsScope", one_of({"none", "watched", "all"}));
   w.stage = define("ExperimentStage", one_of({"queued", "running", "done", "stopped", "failed", "absent"}));
   w.grid = define("PatchGrid", one_of({"max_pixel", "min_pixel", "max_average", "min_average"}));
-  w.time_travel_summary = object({{"available", boolean()},
-                                  {"reason?", str()},
-                                  {"cached_epochs", array(integer())},
-                                  {"total_epochs", integer()},
-                                  {"current_epoch", nullable(integer())},
-                                  {"pending_epoch", nullable(integer())}});
   w.strip_view = object(
       {{"layer", str()}, {"kind", w.strip_kind}, {"sample", integer()}, {"average", boolean()}, {"values", w.values}});
 
@@ -151,7 +145,6 @@ void basic_types(json& d) {
 
 // The status.
 void status_types(json& d, const Words& w) {
-  d["TimeTravelStatus"] = w.time_travel_summary;
   d["ProducerBrief"] = object({{"op", str()}, {"pass", str()}, {"layer", nullable(str())}});
   d["DebugErrorSummary"] = object({{"reasons", array(w.reason)},
                                    {"reason_labels", array(str())},
@@ -187,13 +180,6 @@ void status_types(json& d, const Words& w) {
                               {"error", nullable(ref("DebugErrorSummary"))}});
   d["UpdateFrequency"] =
       object({{"unit", one_of({"batch", "epoch", "seconds"})}, {"n", number()}, {"phase", nullable(str())}});
-  d["StatsSummary"] = object({{"scope", w.scope},
-                              {"watched_layers", array(str())},
-                              {"sequence", integer()},
-                              // Distributed runs: the ranks the layer statistics add up.
-                              {"ranks", integer()},
-                              {"collecting", boolean()},
-                              {"update_frequency", ref("UpdateFrequency")}});
   // A batch in a trainer's words (the Hugging Face Trainer's callback): one
   // debugger batch is one optimizer step of micro_batches micro-batches
   // (gradient accumulation); micro_batch (0-based) is the one running, null
@@ -286,29 +272,6 @@ void snapshot_types(json& d, const Words& w) {
       object({{"run", integer()}, {"position", ref("Position")}, {"mode", w.probe_mode}, {"diff", boolean()}});
 }
 
-// Probes.
-void probe_types(json& d, const Words& w) {
-  d["Perturbation"] =
-      object({{"input", str()}, {"sample", integer()}, {"index", array(integer())}, {"values", array(num())}});
-  d["ProbeResultSummary"] = object({{"run", integer()},
-                                    {"position", ref("Position")},
-                                    {"diff", boolean()},
-                                    {"perturbations_applied", integer()},
-                                    {"snapshot_sequence", integer()},
-                                    {"layers?", integer()}});
-  d["ProbeStatus"] = object({{"active", boolean()},
-                             {"pinned", boolean()},
-                             {"pinned_position", nullable(ref("Position"))},
-                             {"mode", w.probe_mode},
-                             {"perturbations", array(ref("Perturbation"))},
-                             {"runs_completed", integer()},
-                             {"pending", boolean()},
-                             {"result", nullable(ref("ProbeResultSummary"))},
-                             {"error?", str()},
-                             {"hint", str()},
-                             {"cleared?", integer()}});
-}
-
 // Statistics queries.
 void stats_query_types(json& d) {
   d["Histogram"] = histogram();
@@ -355,23 +318,6 @@ void stats_query_types(json& d) {
 
 // Statistics over time.
 void stats_history_types(json& d, const Words& w) {
-  d["WatchPerformance"] = object({{"channel_limit_enabled", boolean()},
-                                  {"channel_limit", integer()},
-                                  {"histogram_sample", integer()},
-                                  {"samples_per_channel", integer()},
-                                  {"average_patches", boolean()}});
-  d["Settings"] = object({{"update_frequency", ref("UpdateFrequency")},
-                          {"stats_scope", w.scope},
-                          {"watched_layers", array(str())},
-                          {"watch_performance", ref("WatchPerformance")},
-                          {"patch_layers", nullable(array(str()))},
-                          {"stats_collecting", boolean()},
-                          {"auto_run_experiments", boolean()},
-                          // {kind: {param: value}}: the session's experiment defaults.
-                          {"experiment_defaults", map(map(json::object()))},
-                          {"experiment_time_limit_seconds", number()},
-                          // Only from set_watch_performance.
-                          {"statistics_flushed?", boolean()}});
   d["TensorStatsSnapshot"] = object({{"n", integer()},
                                      {"sum", num()},
                                      {"sum_sq", num()},
@@ -405,7 +351,6 @@ void stats_history_types(json& d, const Words& w) {
                                  {"grad_min", nullable(num())},
                                  {"grad_max", nullable(num())},
                                  {"update_ratio", nullable(num())}});
-  d["SeriesInfo"] = object({{"name", str()}, {"phase", str()}, {"layer", str()}});
   d["StatsList"] = object(
       {{"sequence", integer()},
        {"edges", array(number())},
@@ -433,10 +378,6 @@ void stats_history_types(json& d, const Words& w) {
                               // A bool or integer layer: its values counted (activation is null).
                               {"values?", ref("ValueCounts")},
                               {"note?", str()}});
-  d["ScalarPoint"] = object({{"epoch", integer()}, {"batch", nullable(integer())}, {"x", num()}, {"value", num()}});
-  d["Series"] = extend(d["SeriesInfo"], {{"points", array(ref("ScalarPoint"))}});
-  d["FailedInstrument"] = object({{"name", str()}, {"error", str()}});
-  d["Metrics"] = object({{"series", array(ref("Series"))}, {"failed", array(ref("FailedInstrument"))}});
 }
 
 // Numerical debugging.
@@ -488,40 +429,6 @@ void debug_types(json& d, const Words& w) {
                                {"rerun_to_trace", boolean()},
                                {"allow", array(str())},
                                {"capsule_dir", str()}});
-  // A tensor whose check failed: that check is off for it, the rest run.
-  d["UncheckedTensor"] = object({{"source", w.debug_source},
-                                 {"tensor", str()},
-                                 {"layer", str()},
-                                 {"checks", array(w.check)},
-                                 {"error", str()},
-                                 {"position", ref("Position")}});
-  // What a traced re-run of a tripped batch restores and what it repeats.
-  d["DebugRerun"] = object({{"enabled", boolean()},
-                            {"ran_twice", str()},
-                            {"restored", array(str())},
-                            {"seen_twice", array(str())},
-                            {"detect", str()}});
-  d["DebugReport"] = object({{"settings", ref("DebugSettings")},
-                             {"error", nullable(ref("DebugError"))},
-                             {"checked_batches", integer()},
-                             {"loss_scale", ref("LossScale")},
-                             {"skip_update", boolean()},
-                             {"skip_refused", nullable(str())},
-                             {"unchecked_tensors", array(ref("UncheckedTensor"))},
-                             {"rerun", ref("DebugRerun")}});
-}
-
-// Time travel.
-void time_travel_types(json& d, const Words& w) {
-  d["Checkpoint"] = object({{"epoch", integer()}, {"bytes", integer()}});
-  d["TimeTravelReport"] = extend(w.time_travel_summary, {{"uncached_epochs", array(integer())},
-                                                         {"checkpoints", array(ref("Checkpoint"))},
-                                                         {"cache_dir", nullable(str())},
-                                                         {"budget_bytes", nullable(integer())},
-                                                         {"bytes_used", integer()},
-                                                         {"jumps", integer()},
-                                                         {"last_error", nullable(str())},
-                                                         {"hint", str()}});
 }
 
 // Pictures: the JSON beside each PNG.
@@ -755,16 +662,6 @@ void experiment_types(json& d, const Words& w) {
               {"clamped_params?", array(str())},
               // run_experiment with video: the clip.
               {"video?", object({{"path", nullable(str())}, {"frames", integer()}, {"error", str()}})}});
-  d["ExperimentCancel"] = object({{"cancelled", integer()}});
-  d["ExperimentAutoRun"] = object({{"auto_run_experiments", boolean()}});
-  d["ExperimentDefaults"] = extend(d["Settings"], {{"ignored_params", array(str())}});
-  d["AutoExperiment"] = object({{"tab", str()},
-                                {"seq", integer()},
-                                {"params", map(any_value)},
-                                {"ignored_params", array(str())},
-                                {"auto_run", boolean()},
-                                {"expires_after_seconds", integer()}});
-  d["AutoExperimentCleared"] = object({{"tab", str()}, {"removed", boolean()}});
   d["ExperimentPictureInfo"] = object({{"seq", integer()},
                                        {"kind", str()},
                                        {"stage", str()},
@@ -854,18 +751,43 @@ void constant_types(json& d) {
   d["HistogramBins"] = std::move(bins);
 }
 
+// The replies declared with their structs (reply.h).
+void declared_replies(json& d) {
+  declare_reply<WatchPerformanceSettings>(d);
+  declare_reply<Settings>(d);
+  declare_reply<ExperimentDefaults>(d);
+  declare_reply<StatsSummary>(d);
+  declare_reply<SeriesInfo>(d);
+  declare_reply<MetricPoint>(d);
+  declare_reply<MetricSeries>(d);
+  declare_reply<FailedInstrumentReply>(d);
+  declare_reply<Metrics>(d);
+  declare_reply<ExperimentCancel>(d);
+  declare_reply<ExperimentAutoRun>(d);
+  declare_reply<AutoExperiment>(d);
+  declare_reply<AutoExperimentCleared>(d);
+  declare_reply<ProbePerturbation>(d);
+  declare_reply<ProbeResultSummary>(d);
+  declare_reply<ProbeStatus>(d);
+  declare_reply<TimeTravelSummary>(d);
+  declare_reply<TimeTravelCheckpoint>(d);
+  declare_reply<TimeTravelReport>(d);
+  declare_reply<UncheckedTensorReport>(d);
+  declare_reply<DebugRerun>(d);
+  declare_reply<DebugReport>(d);
+}
+
 json build() {
   json d = json::object();
+  declared_replies(d);
   constant_types(d);
   const Words w = words(d);
   basic_types(d);
   status_types(d, w);
   snapshot_types(d, w);
-  probe_types(d, w);
   stats_query_types(d);
   stats_history_types(d, w);
   debug_types(d, w);
-  time_travel_types(d, w);
   picture_types(d, w);
   patch_types(d, w);
   refusal_types(d, w);

@@ -25,7 +25,7 @@ PushChannel::PushChannel(Controller& controller) : controller_(controller) {
 
 PushChannel::~PushChannel() {
   stop_ = true;
-  controller_.wake_watchers();
+  controller_.run_control().wake_watchers();
   {
     std::lock_guard lock(mu_);
     strips_cv_.notify_all();
@@ -38,7 +38,7 @@ WebSocketMessageHandler PushChannel::add(std::shared_ptr<WebSocketPeer> peer, st
   Status status;
   {
     VisitorScope scope(visitor);
-    status = controller_.get_status();
+    status = controller_.run_control().get_status();
   }
   std::string text = dump({{"type", "status"}, {"status", to_json(status)}});
   peer->send(text);
@@ -147,7 +147,7 @@ bool PushChannel::push_strips(WebSocketPeer& peer, const std::string& visitor, c
     try {
       // render_strip draws the newest snapshot the visitor is shown: a newer
       // sequence means this one was overtaken while we rendered.
-      auto picture = controller_.render_strip(strip.layer, strip.kind, strip.options, sequence);
+      auto picture = controller_.views().render_strip(strip.layer, strip.kind, strip.options, sequence);
       if (picture->sequence != sequence) {
         overtaken = true;
         break;
@@ -197,15 +197,15 @@ void PushChannel::loop() {
     return v;
   };
   while (!stop_) {
-    seen = controller_.wait_for_change(seen, running ? kRunningInterval : kIdleInterval);
+    seen = controller_.run_control().wait_for_change(seen, running ? kRunningInterval : kIdleInterval);
     if (stop_) break;
     try {
-      const Status status = controller_.get_status();
+      const Status status = controller_.run_control().get_status();
       running = status.state == RunState::kRunning;
       const View shared = view_of(status);
       if (shared.sequence != last_sequence) {
         last_sequence = shared.sequence;
-        std::string architecture = dump(controller_.get_architecture());
+        std::string architecture = dump(controller_.views().get_architecture());
         if (architecture != last_architecture) {
           last_architecture = std::move(architecture);
           std::lock_guard lock(mu_);
@@ -226,7 +226,7 @@ void PushChannel::loop() {
       for (const auto& visitor : visitors) {
         if (!controller_.has_own_view(visitor)) continue;
         VisitorScope scope(visitor);
-        own.emplace(visitor, view_of(controller_.get_status()));
+        own.emplace(visitor, view_of(controller_.run_control().get_status()));
       }
       bool strips = false;
       {
@@ -254,7 +254,7 @@ void PushChannel::loop() {
         if (strips) strips_cv_.notify_all();
       }
       // Experiments' progress and outcomes, each result as it changed.
-      for (auto& result : controller_.experiment_changes(experiments_seen)) {
+      for (auto& result : controller_.experiments().experiment_changes(experiments_seen)) {
         const std::string text = dump({{"type", "experiment"}, {"result", std::move(result)}});
         std::lock_guard lock(mu_);
         for (const auto& p : peers_) p.socket->send(text);

@@ -281,7 +281,8 @@ json Tools::call(const std::string& name, const json& arguments, const std::stri
     r = ToolResult{};
     r.is_error = true;
     r.content.push_back(text(e.what()));
-    r.structured = {{"error", e.what()}, {"state", std::string(to_string(controller_.get_status().state))}};
+    r.structured = {{"error", e.what()},
+                    {"state", std::string(to_string(controller_.run_control().get_status().state))}};
     if (!e.argument().empty()) r.structured["argument"] = e.argument();
   } catch (const std::exception& e) {
     r = ToolResult{};

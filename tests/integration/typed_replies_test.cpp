@@ -1,0 +1,96 @@
+// Typed replies (src/server/controller/reply.h): a reply's JSON and its JSON
+// Schema in wire_types() come from one field list, so the two cannot
+// disagree, and the schema carries what each field means.
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "integration/wire_check.h"
+#include "server/controller/controller.h"
+#include "server/controller/reply.h"
+#include "server/controller/wire_types.h"
+
+namespace nansense::testing {
+namespace {
+
+using server::json;
+
+struct Sample {
+  static constexpr const char* kWireName = "Sample";
+  int64_t count = 0;
+  std::string name;
+  std::optional<double> ratio;
+  std::vector<std::string> tags;
+  std::optional<bool> note;
+  template <class Fields>
+  static void fields(Fields& f) {
+    f.field("count", &Sample::count, "How many.");
+    f.field("name", &Sample::name, "Its name.");
+    f.field("ratio", &Sample::ratio, "A ratio; null when unknown.");
+    f.field("tags", &Sample::tags, "Its tags.");
+    f.optional_field("note", &Sample::note, "Only sometimes.");
+  }
+};
+
+TEST(TypedReplies, JsonAndSchemaComeFromOneFieldList) {
+  json defs = json::object();
+  server::declare_reply<Sample>(defs);
+  const json& schema = defs.at("Sample");
+  EXPECT_EQ(schema["required"], json({"count", "name", "ratio", "tags"}));
+  EXPECT_EQ(schema["additionalProperties"], false);
+  EXPECT_EQ(schema["properties"]["count"]["type"], "integer");
+  EXPECT_EQ(schema["properties"]["ratio"]["anyOf"][0]["type"], "number");
+  EXPECT_EQ(schema["properties"]["ratio"]["anyOf"][1]["type"], "null");
+  EXPECT_EQ(schema["properties"]["tags"]["items"]["type"], "string");
+  EXPECT_EQ(schema["properties"]["note"]["type"], "boolean");
+  EXPECT_EQ(schema["properties"]["note"]["description"], "Only sometimes.");
+
+  Sample sample{3, "a", std::nullopt, {"x"}, std::nullopt};
+  // An optional field without a value is absent; a nullable one is null.
+  EXPECT_EQ(server::to_json(sample), json({{"count", 3}, {"name", "a"}, {"ratio", nullptr}, {"tags", {"x"}}}));
+  sample.ratio = 0.5;
+  sample.note = true;
+  const json full = server::to_json(sample);
+  EXPECT_EQ(full["ratio"], 0.5);
+  EXPECT_EQ(full["note"], true);
+  EXPECT_EQ(full.size(), schema["properties"].size());
+  for (const auto& [key, value] : full.items()) EXPECT_TRUE(schema["properties"].contains(key)) << key;
+}
+
+TEST(TypedReplies, DeclaredRepliesAreWireTypesThatSayWhatEachFieldMeans) {
+  for (const char* name :
+       {"Settings", "WatchPerformance", "ExperimentDefaults", "ExperimentCancel", "ExperimentAutoRun", "AutoExperiment",
+        "AutoExperimentCleared", "ProbeStatus", "Perturbation", "ProbeResultSummary", "StatsSummary",
+        "TimeTravelStatus", "TimeTravelReport", "Checkpoint", "DebugReport", "DebugRerun", "UncheckedTensor"}) {
+    ASSERT_TRUE(server::wire_types().contains(name)) << name;
+    for (const auto& [key, field] : server::wire_types().at(name)["properties"].items()) {
+      EXPECT_FALSE(field.value("description", "").empty()) << name << "." << key << " says nothing";
+    }
+  }
+  // A reply that extends another lists the other's fields and its own.
+  const json& defaults = server::wire_types().at("ExperimentDefaults")["properties"];
+  EXPECT_TRUE(defaults.contains("watched_layers"));
+  EXPECT_TRUE(defaults.contains("ignored_params"));
+}
+
+TEST(TypedReplies, ARepliesJsonMatchesItsDeclaration) {
+  server::TimeTravelReport report;
+  report.reason = "no epochs() loop";
+  report.checkpoints.push_back({0, 1024});
+  report.budget_bytes = 1 << 20;
+  expect_wire(server::to_json(report), "TimeTravelReport");
+  server::ProbeStatus probe;
+  probe.mode = "eval";
+  probe.perturbations.push_back({"x", 0, {1, 2}, {1.5, "nan"}});
+  probe.cleared = 2;
+  expect_wire(server::to_json(probe), "ProbeStatus");
+  // A key the declaration does not list would fail the check.
+  json extra = server::to_json(probe);
+  extra["undeclared"] = 1;
+  EXPECT_NE(wire_mismatch(extra, server::wire_types().at("ProbeStatus"), "ProbeStatus"), "");
+}
+
+}  // namespace
+}  // namespace nansense::testing
