@@ -15,6 +15,7 @@
 #include <ctime>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -26,7 +27,7 @@ namespace {
 
 using namespace nansense::bench;
 
-enum class Variant { kPlain, kDisabled, kDetach, kCaptureEveryBatch, kCaptureFresh };
+enum class Variant { kPlain, kDisabled, kDetach, kCaptureEveryBatch, kCaptureFresh, kCaptureUnchecked };
 
 // A model the benchmark trains: how to build it and one plain step.
 struct CnnBench {
@@ -80,10 +81,13 @@ double measure(Variant variant, std::vector<Batch>& batches, double* faults = nu
   } else {
     auto options = nansense::StartOptions().optimizer(&optimizer);
     if (variant == Variant::kDisabled) options.enabled(false);
+    // The capture alone: no guard, no root-cause op tracing of the batch.
+    if (variant == Variant::kCaptureUnchecked) options.debug(nansense::DebugSettings().enabled(false));
     auto session = nansense::start(model, options);
     // No server runs, so nothing could release a pause.
     if (variant != Variant::kDisabled) session.detach();
-    const bool capture = variant == Variant::kCaptureEveryBatch || variant == Variant::kCaptureFresh;
+    const bool capture = variant == Variant::kCaptureEveryBatch || variant == Variant::kCaptureFresh ||
+                         variant == Variant::kCaptureUnchecked;
     // Every capture's copies in fresh memory, as before they were recycled.
     nansense::capture::HostBuffers::set_recycling(variant != Variant::kCaptureFresh);
 
@@ -120,14 +124,35 @@ struct Row {
   std::vector<double> faults;  // per round, minor page faults a batch
 };
 
+// With `only` set (a profile of one variant), runs that variant alone for
+// `rounds` passes and prints its time a batch; no ratios.
 template <class Bench>
-void run(const char* title, std::vector<Batch> batches, int rounds, const char* capture_target, double capture_max) {
+bool profile_only(const std::string& only, std::vector<Batch>& batches, int rounds) {
+  static const std::map<std::string, Variant> kByName = {{"plain", Variant::kPlain},
+                                                         {"disabled", Variant::kDisabled},
+                                                         {"detach", Variant::kDetach},
+                                                         {"capture", Variant::kCaptureEveryBatch},
+                                                         {"capture-fresh", Variant::kCaptureFresh},
+                                                         {"capture-unchecked", Variant::kCaptureUnchecked}};
+  if (only.empty()) return false;
+  const Variant variant = kByName.at(only);
+  std::vector<double> ms;
+  for (int r = 0; r < rounds; ++r) ms.push_back(measure<Bench>(variant, batches));
+  std::printf("%s alone: %.3f ms/batch (median of %d passes)\n", only.c_str(), median(ms), rounds);
+  return true;
+}
+
+template <class Bench>
+void run(const char* title, std::vector<Batch> batches, int rounds, const char* capture_target, double capture_max,
+         const std::string& only) {
+  if (profile_only<Bench>(only, batches, rounds)) return;
   std::vector<Row> rows = {
       {Variant::kPlain, "plain loop", nullptr, 0, {}, {}, {}},
       {Variant::kDisabled, "enabled(false)", "<= 1.01", 1.01, {}, {}, {}},
       {Variant::kDetach, "DETACH", "<= 1.02", 1.02, {}, {}, {}},
       {Variant::kCaptureEveryBatch, "capture every batch", capture_target, capture_max, {}, {}, {}},
       {Variant::kCaptureFresh, "capture, fresh copies", nullptr, 0, {}, {}, {}},
+      {Variant::kCaptureUnchecked, "capture, checks off", nullptr, 0, {}, {}, {}},
   };
   std::printf("\n%s: %d rounds of %zu synthetic batches\n", title, rounds, batches.size());
   std::fflush(stdout);
@@ -162,6 +187,8 @@ void run(const char* title, std::vector<Batch> batches, int rounds, const char* 
       verdict = std::string(row.target) + (ratio <= row.max_ratio ? "  met" : "  MISSED");
     } else if (row.variant == Variant::kCaptureFresh) {
       verdict = "before (issue 58)";
+    } else if (row.variant == Variant::kCaptureUnchecked) {
+      verdict = "the capture without the numerical checks";
     }
     std::printf("%-22s %10.3f %8.3f   [%5.3f, %5.3f] %7.0f  %s\n", row.name, median(row.ms), ratio, q1, q3,
                 median(row.faults), verdict.c_str());
@@ -175,6 +202,7 @@ int main(int argc, char** argv) {
   int64_t batch_count = 30;
   int rounds = 15;
   std::string model = "both";
+  std::string only;
   CLI::App app{"nansense overhead on the demos' models (synthetic data)."};
   app.add_option("--batches", batch_count, "Batches per timed pass")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--rounds", rounds, "Rounds; each times every variant once, in rotating order")
@@ -183,6 +211,10 @@ int main(int argc, char** argv) {
   app.add_option("--model", model, "cnn, transformer or both")
       ->capture_default_str()
       ->check(CLI::IsMember({"cnn", "transformer", "both"}));
+  app.add_option("--only", only,
+                 "Run one variant alone, no ratios (for a profiler): plain, disabled, detach, capture, capture-fresh, "
+                 "capture-unchecked")
+      ->check(CLI::IsMember({"plain", "disabled", "detach", "capture", "capture-fresh", "capture-unchecked"}));
   CLI11_PARSE(app, argc, argv);
 
   torch::set_num_threads(1);
@@ -193,11 +225,12 @@ int main(int argc, char** argv) {
       "times are the training thread's CPU time; ratio = median over rounds of (variant / plain loop of the same "
       "round)\n");
   if (model != "transformer") {
-    run<CnnBench>("demo CNN, batches of 64 [1x28x28]", synthetic_batches(batch_count, 64), rounds, "<= 1.10", 1.10);
+    run<CnnBench>("demo CNN, batches of 64 [1x28x28]", synthetic_batches(batch_count, 64), rounds, "<= 1.10", 1.10,
+                  only);
   }
   if (model != "cnn") {
     run<TransformerBench>("transformer demo's classifier, batches of 32 x 24 tokens with padding",
-                          token_batches(batch_count, 32), rounds, "<= 1.20", 1.20);
+                          token_batches(batch_count, 32), rounds, "<= 1.20", 1.20, only);
   }
   return 0;
 }
