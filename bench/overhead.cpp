@@ -16,18 +16,82 @@
 #include <cstdio>
 #include <functional>
 #include <map>
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench_common.h"
 #include "capture/host_buffers.h"
+#include "observer/observer.h"
 #include "transformer/model.h"
 
 namespace {
 
 using namespace nansense::bench;
 
-enum class Variant { kPlain, kDisabled, kDetach, kCaptureEveryBatch, kCaptureFresh, kCaptureUnchecked };
+enum class Variant {
+  kPlain,
+  kDisabled,
+  kDetach,
+  kCaptureEveryBatch,
+  kCaptureFresh,
+  kCaptureUnchecked,
+  kFloorCopies,  // the plain step, then the bytes a capture copies, into recycled memory
+  kFloorSeeOps,  // the plain step under the dispatcher callback, every forward op's tensors handed to nobody
+};
+
+// Every tensor a snapshot holds a copy of: what a capture copies.
+std::vector<torch::Tensor> copied_by_a_capture(const nansense::BatchSnapshot& s) {
+  std::vector<torch::Tensor> out;
+  for (const auto* group : {&s.activations, &s.activation_gradients, &s.weights, &s.weight_gradients}) {
+    for (const auto& [_, t] : *group) out.push_back(t);
+  }
+  for (const auto& [_, state] : s.optimizer_state) {
+    for (const auto& [_, t] : state) out.push_back(t);
+  }
+  return out;
+}
+
+// Sees every op (the observer boxes each forward op's inputs and outputs)
+// and does nothing with them.
+struct SeesNothing : nansense::observer::Consumer {
+  bool wants_backward() const override { return false; }
+  void op_ended(const nansense::observer::Frame&, const std::vector<torch::Tensor>&,
+                const std::vector<nansense::observer::Frame>&) override {}
+};
+
+// The copies of one capture of this model: one captured batch, outside any timing.
+template <class Bench>
+std::vector<torch::Tensor> one_capture(std::vector<Batch>& batches) {
+  torch::manual_seed(0);
+  auto model = Bench::make();
+  torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(1e-3));
+  auto session = nansense::start(model, nansense::StartOptions().optimizer(&optimizer));
+  session.detach();
+  session.refresh();
+  for (auto& batch : session.batches(batches, "train")) {
+    Bench::step(model, optimizer, batch);
+    break;
+  }
+  const auto snapshot = session.snapshot();
+  session.close();
+  if (!snapshot) throw std::runtime_error("no capture to measure the copies of");
+  std::vector<torch::Tensor> sources;
+  int64_t bytes = 0;
+  for (const auto& t : copied_by_a_capture(*snapshot)) {
+    sources.push_back(t.clone());
+    bytes += t.numel() * static_cast<int64_t>(t.element_size());
+  }
+  static bool said = false;
+  if (!std::exchange(said, true)) {
+    std::printf(
+        "a capture copies %zu tensors, %.2f MB (activations, their gradients, weights, their gradients, "
+        "optimizer state)\n",
+        sources.size(), static_cast<double>(bytes) / 1e6);
+  }
+  return sources;
+}
 
 // A model the benchmark trains: how to build it and one plain step.
 struct CnnBench {
@@ -77,6 +141,39 @@ double measure(Variant variant, std::vector<Batch>& batches, double* faults = nu
     usage_begin = ThreadUsage::now();
     begin = Clock::now();
     for (auto& batch : batches) Bench::step(model, optimizer, batch);
+    end = Clock::now();
+  } else if (variant == Variant::kFloorCopies) {
+    // What copying alone costs: as many bytes as a capture of this model
+    // copies, from tensors of the same shapes, into the recycled pool, the
+    // last batch's copies held (as the published snapshot is) while the next
+    // are written.
+    const auto sources = one_capture<Bench>(batches);
+    nansense::capture::HostBuffers buffers;
+    std::vector<torch::Tensor> held, copies;
+    usage_begin = ThreadUsage::now();
+    begin = Clock::now();
+    for (auto& batch : batches) {
+      Bench::step(model, optimizer, batch);
+      copies.clear();
+      for (const auto& t : sources) copies.push_back(buffers.copy(t));
+      buffers.end_capture();
+      std::swap(held, copies);
+    }
+    end = Clock::now();
+  } else if (variant == Variant::kFloorSeeOps) {
+    // What seeing the ops alone costs: the observer installed for each batch
+    // as a capture installs it, every forward op's inputs and outputs handed
+    // to a consumer that does nothing (backward unobserved, as the capture
+    // tracer alone leaves it).
+    SeesNothing nobody;
+    usage_begin = ThreadUsage::now();
+    begin = Clock::now();
+    for (auto& batch : batches) {
+      nansense::observer::Observer observer;
+      observer.attach(&nobody);
+      Bench::step(model, optimizer, batch);
+      observer.detach(&nobody);
+    }
     end = Clock::now();
   } else {
     auto options = nansense::StartOptions().optimizer(&optimizer);
@@ -133,7 +230,9 @@ bool profile_only(const std::string& only, std::vector<Batch>& batches, int roun
                                                          {"detach", Variant::kDetach},
                                                          {"capture", Variant::kCaptureEveryBatch},
                                                          {"capture-fresh", Variant::kCaptureFresh},
-                                                         {"capture-unchecked", Variant::kCaptureUnchecked}};
+                                                         {"capture-unchecked", Variant::kCaptureUnchecked},
+                                                         {"floor-copies", Variant::kFloorCopies},
+                                                         {"floor-see-ops", Variant::kFloorSeeOps}};
   if (only.empty()) return false;
   const Variant variant = kByName.at(only);
   std::vector<double> ms;
@@ -153,6 +252,8 @@ void run(const char* title, std::vector<Batch> batches, int rounds, const char* 
       {Variant::kCaptureEveryBatch, "capture every batch", capture_target, capture_max, {}, {}, {}},
       {Variant::kCaptureFresh, "capture, fresh copies", nullptr, 0, {}, {}, {}},
       {Variant::kCaptureUnchecked, "capture, checks off", nullptr, 0, {}, {}, {}},
+      {Variant::kFloorCopies, "floor: copies alone", nullptr, 0, {}, {}, {}},
+      {Variant::kFloorSeeOps, "floor: seeing the ops", nullptr, 0, {}, {}, {}},
   };
   std::printf("\n%s: %d rounds of %zu synthetic batches\n", title, rounds, batches.size());
   std::fflush(stdout);
@@ -189,6 +290,10 @@ void run(const char* title, std::vector<Batch> batches, int rounds, const char* 
       verdict = "before (issue 58)";
     } else if (row.variant == Variant::kCaptureUnchecked) {
       verdict = "the capture without the numerical checks";
+    } else if (row.variant == Variant::kFloorCopies) {
+      verdict = "a capture's bytes copied, nothing else";
+    } else if (row.variant == Variant::kFloorSeeOps) {
+      verdict = "every forward op seen, nothing done";
     }
     std::printf("%-22s %10.3f %8.3f   [%5.3f, %5.3f] %7.0f  %s\n", row.name, median(row.ms), ratio, q1, q3,
                 median(row.faults), verdict.c_str());
@@ -213,8 +318,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"cnn", "transformer", "both"}));
   app.add_option("--only", only,
                  "Run one variant alone, no ratios (for a profiler): plain, disabled, detach, capture, capture-fresh, "
-                 "capture-unchecked")
-      ->check(CLI::IsMember({"plain", "disabled", "detach", "capture", "capture-fresh", "capture-unchecked"}));
+                 "capture-unchecked, floor-copies, floor-see-ops")
+      ->check(CLI::IsMember({"plain", "disabled", "detach", "capture", "capture-fresh", "capture-unchecked",
+                             "floor-copies", "floor-see-ops"}));
   CLI11_PARSE(app, argc, argv);
 
   torch::set_num_threads(1);
