@@ -308,6 +308,7 @@ int main(int argc, char** argv) {
   int rounds = 15;
   std::string model = "both";
   std::string only;
+  bool default_malloc = false;
   CLI::App app{"nansense overhead on the demos' models (synthetic data)."};
   app.add_option("--batches", batch_count, "Batches per timed pass")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--rounds", rounds, "Rounds; each times every variant once, in rotating order")
@@ -321,12 +322,21 @@ int main(int argc, char** argv) {
                  "capture-unchecked, floor-copies, floor-see-ops")
       ->check(CLI::IsMember({"plain", "disabled", "detach", "capture", "capture-fresh", "capture-unchecked",
                              "floor-copies", "floor-see-ops"}));
+  app.add_flag("--default-malloc", default_malloc,
+               "Leave glibc's malloc thresholds dynamic (by default they are fixed: bench_common.h settle_allocator)");
   CLI11_PARSE(app, argc, argv);
+  // Every pass runs in this one process: with glibc's dynamic thresholds the
+  // large blocks one variant frees (a capture's copies) decide how often the
+  // next variant's heap is trimmed and regrown (the plain loop took 0 or 1,500
+  // page faults a batch depending on what ran before it).
+  if (!default_malloc) settle_allocator();
 
   torch::set_num_threads(1);
   torch::manual_seed(0);
   std::printf("nansense overhead\n");
   std::printf("torch threads: 1 (torch::set_num_threads(1), for stable timings)\n");
+  std::printf("glibc malloc thresholds: %s\n",
+              default_malloc ? "dynamic (--default-malloc)" : "fixed (mmap 32 MiB, trim 128 MiB)");
   std::printf(
       "times are the training thread's CPU time; ratio = median over rounds of (variant / plain loop of the same "
       "round)\n");
