@@ -63,7 +63,12 @@ bool checkable(const torch::Tensor& t) { return t.defined() && t.is_floating_poi
 // values can also give.
 bool finite(const torch::Tensor& t) {
   if (!checkable(t)) return true;
-  if (const auto in_place = all_finite_in_place(t)) return *in_place;
+  try {
+    if (const auto in_place = all_finite_in_place(t)) return *in_place;
+  } catch (const std::exception&) {
+    // A tensor whose memory cannot be read directly (a wrapper subclass on
+    // the CPU): the tensor ops below read it as before.
+  }
   if (std::isfinite(t.sum().item<double>())) return true;
   return torch::isfinite(t).all().item<bool>();
 }
