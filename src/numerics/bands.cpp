@@ -5,7 +5,9 @@
 #include <c10/util/Half.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <map>
 #include <optional>
@@ -91,6 +93,47 @@ std::vector<BandStats> band_stats(const std::vector<torch::Tensor>& tensors) {
   return out;
 }
 
+namespace {
+
+// Whether `n` values of `Bits` width, as raw bits, all have an exponent short
+// of all ones (a finite value). An OR over the comparison vectorizes.
+template <class Bits>
+bool exponents_finite(const void* data, int64_t n, Bits exponent) {
+  const Bits* v = static_cast<const Bits*>(data);
+  constexpr int64_t kBlock = 4096;
+  for (int64_t k = 0; k < n; k += kBlock) {
+    const int64_t end = std::min(n, k + kBlock);
+    Bits bad = 0;
+    for (int64_t i = k; i < end; ++i) bad |= static_cast<Bits>((v[i] & exponent) == exponent);
+    if (bad) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::optional<bool> all_finite_in_place(const torch::Tensor& t) {
+  if (!t.defined() || !t.is_cpu() || t.layout() != torch::kStrided || !t.has_storage() ||
+      !t.is_non_overlapping_and_dense()) {
+    return std::nullopt;
+  }
+  const int64_t n = t.numel();
+  if (n == 0) return true;
+  const void* data = t.data_ptr();
+  switch (t.scalar_type()) {
+    case torch::kFloat:
+      return exponents_finite<uint32_t>(data, n, 0x7f800000u);
+    case torch::kDouble:
+      return exponents_finite<uint64_t>(data, n, 0x7ff0000000000000ull);
+    case torch::kHalf:
+      return exponents_finite<uint16_t>(data, n, static_cast<uint16_t>(0x7c00));
+    case torch::kBFloat16:
+      return exponents_finite<uint16_t>(data, n, static_cast<uint16_t>(0x7f80));
+    default:
+      return std::nullopt;
+  }
+}
+
 std::vector<double> abs_sums(const std::vector<torch::Tensor>& tensors) {
   at::DisableRecordFunctionGuard no_record;
   torch::NoGradGuard no_grad;
@@ -105,10 +148,14 @@ std::vector<double> abs_sums(const std::vector<torch::Tensor>& tensors) {
   std::vector<std::optional<double>> direct(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
     const auto& t = tensors[i];
-    if (t.is_cpu() && t.scalar_type() == torch::kFloat && t.is_contiguous() && t.layout() == torch::kStrided) {
+    // Dense in any order (a transposed copy) holds the same values in one
+    // block of memory from its data pointer on (torch strides are never
+    // negative), which is all a sum of |x| needs.
+    if (t.is_cpu() && t.scalar_type() == torch::kFloat && t.layout() == torch::kStrided && t.has_storage() &&
+        t.is_non_overlapping_and_dense()) {
       constexpr int kLanes = 16;
       constexpr int64_t kBlock = 256;
-      const float* v = t.data_ptr<float>();
+      const float* v = static_cast<const float*>(t.data_ptr());
       const int64_t n = t.numel();
       double total = 0;
       int64_t k = 0;

@@ -46,6 +46,13 @@ std::vector<BandStats> band_stats(const std::vector<torch::Tensor>& tensors);
 // tensor in float64, in place, without a copy), read back with one copy. Used to decide whether band_stats() is needed.
 std::vector<double> abs_sums(const std::vector<torch::Tensor>& tensors);
 
+// Whether every value of a CPU tensor whose values fill one block of memory
+// (strided, non-overlapping and dense: contiguous, or a transpose of such)
+// of a float32, float64, float16 or bfloat16 dtype is finite, read in place
+// by its exponent bits: no op, no allocation. nullopt for any other tensor
+// (the caller tests it with tensor ops).
+std::optional<bool> all_finite_in_place(const torch::Tensor& t);
+
 // Whether a tensor whose summed |x| is `abs_sum` can trip a check: it holds a
 // non-finite value (or its sum overflowed), or enough of it may lie in the
 // subnormal or overflow band to reach `threshold`.

@@ -56,10 +56,19 @@ bool infinite_literal(const observer::Frame& frame) {
 
 bool checkable(const torch::Tensor& t) { return t.defined() && t.is_floating_point() && t.numel() > 0; }
 
-// One pass (a sum) in the common case; an exact test only when the sum is not
-// finite, which a finite tensor of huge values can also give.
+// Every op of a traced batch, forward and backward, comes through here. A CPU
+// tensor of a float dtype laid out densely is read in place (its exponent
+// bits: no op, no allocation); any other takes one pass (a sum), and an
+// exact test only when the sum is not finite, which a finite tensor of huge
+// values can also give.
 bool finite(const torch::Tensor& t) {
   if (!checkable(t)) return true;
+  try {
+    if (const auto in_place = all_finite_in_place(t)) return *in_place;
+  } catch (const std::exception&) {
+    // A tensor whose memory cannot be read directly (a wrapper subclass on
+    // the CPU): the tensor ops below read it as before.
+  }
   if (std::isfinite(t.sum().item<double>())) return true;
   return torch::isfinite(t).all().item<bool>();
 }

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "common/dtype.h"
 #include "numerics/bands.h"
@@ -210,6 +211,53 @@ TEST(Checks, TheFastGradientSumSeesEveryValue) {
   EXPECT_GE(abs_sums({one})[0], 3.0e38);
   EXPECT_FALSE(std::isfinite(abs_sums({torch::full({512}, 3.0e38f)})[0]));
   EXPECT_TRUE(suspicious(abs_sums({torch::full({512}, 3.0e38f)})[0], 512, torch::kFloat, false, 0.01));
+}
+
+TEST(Checks, TheFastGradientSumReadsATransposedTensorInPlace) {
+  // A dense tensor in another order (a transposed copy of an activation) is
+  // summed in place too, and its sum is that of the same values.
+  torch::manual_seed(0);
+  auto t = torch::randn({40, 30}).t();
+  ASSERT_FALSE(t.is_contiguous());
+  const double exact = t.to(torch::kDouble).abs().sum().item<double>();
+  EXPECT_NEAR(abs_sums({t})[0], exact, exact * 1e-6);
+  auto poisoned = t.clone(at::MemoryFormat::Preserve);
+  ASSERT_FALSE(poisoned.is_contiguous());
+  poisoned[29][39] = NAN;
+  EXPECT_FALSE(std::isfinite(abs_sums({poisoned})[0]));
+  // A strided slice (not dense) takes the tensor ops and sees only its own values.
+  auto base = torch::ones({10});
+  base[1] = NAN;
+  EXPECT_DOUBLE_EQ(abs_sums({base.slice(0, 0, 10, 2)})[0], 5.0);
+}
+
+// The root-cause tracer's test of every traced op's outputs.
+TEST(Checks, AllFiniteInPlaceReadsEveryValueOfEachFloatDtype) {
+  for (auto dtype : {torch::kFloat, torch::kDouble, torch::kHalf, torch::kBFloat16}) {
+    // The largest finite value and a subnormal are finite; a length that is
+    // no multiple of the block or of a vector.
+    auto t = torch::randn({4099}).to(dtype);
+    t[0] = std::numeric_limits<float>::min() / 4;
+    t[1] = dtype == torch::kDouble ? 1.0e300 : dtype == torch::kHalf ? 65504.0 : 3.0e38;
+    ASSERT_TRUE(all_finite_in_place(t).has_value()) << dtype;
+    EXPECT_TRUE(*all_finite_in_place(t)) << dtype;
+    for (int64_t at : {0, 1, 4095, 4096, 4098}) {
+      for (double bad : {static_cast<double>(NAN), static_cast<double>(INFINITY), -static_cast<double>(INFINITY)}) {
+        auto poisoned = t.clone();
+        poisoned[at] = bad;
+        EXPECT_EQ(all_finite_in_place(poisoned), std::optional<bool>(false)) << dtype << " " << at << " " << bad;
+        // Transposed: the same values in another order, read in place.
+        auto square = poisoned.narrow(0, 0, 4096).reshape({64, 64}).t();
+        EXPECT_EQ(all_finite_in_place(square), std::optional<bool>(at >= 4096)) << dtype << " " << at;
+      }
+    }
+  }
+  EXPECT_EQ(all_finite_in_place(torch::empty({0})), std::optional<bool>(true));
+  // Not one dense block, or not a float: left to tensor ops.
+  EXPECT_FALSE(all_finite_in_place(torch::ones({10}).slice(0, 0, 10, 2)).has_value());
+  EXPECT_FALSE(all_finite_in_place(torch::ones({3}).expand({4, 3})).has_value());
+  EXPECT_FALSE(all_finite_in_place(torch::ones({10}, torch::kInt)).has_value());
+  EXPECT_FALSE(all_finite_in_place(torch::Tensor()).has_value());
 }
 
 TEST(DebugStateTest, UncheckedTensorsAreListed) {
