@@ -144,7 +144,7 @@ Coordinator::Coordinator(Options options, Host host)
       world_(options.world),
       timeout_(options.timeout),
       options_(std::move(options)),
-      prefix_("nansense/" + std::to_string(g_sessions++) + "/"),
+      prefix_("nansense/" + std::to_string(options_.session >= 0 ? options_.session : g_sessions++) + "/"),
       host_(std::move(host)) {
   main_ = client();
   side_ = client();

@@ -131,6 +131,9 @@ class Coordinator {
     // make it on every rank, in the front end's words.
     std::string start_call = "nansense::start()";
     std::string start_advice;
+    // The run's keys live under nansense/<session>/; -1: this process's next
+    // session (every rank starts its sessions in the same order).
+    int session = -1;
   };
 
   // Connects to the store (one client per thread) and meets every rank's
