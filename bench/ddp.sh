@@ -9,9 +9,9 @@
 #   detached  rank 0 served and detached, checks off
 #   guard     the same with the numerical checks on
 #
-# The engine's coordinator meets the ranks at every batch boundary (each
-# follower's news, then rank 0's decision, or the decision sent a batch
-# ahead: docs/guide/distributed.md), so this is its cost, against a step
+# The engine's coordinator makes the full exchange at every batch boundary
+# of a C++ program (each follower's news, then rank 0's decision:
+# docs/guide/distributed.md), so this is its cost, against a step
 # whose own store all-reduce is four more round trips (a set, two gets, a
 # delete).
 #

@@ -505,7 +505,7 @@ std::string Coordinator::decision(int64_t n) {
   json out = json::object();
   // The followers report clean batches while rank 0's checks can pause
   // one and its own check does not speak for theirs.
-  const bool clean = host_.checks_can_pause() && !averaged_;
+  const bool clean = options_.batch_ahead && host_.checks_can_pause() && !averaged_;
   const uint64_t version = host_.stats_settings_version();
   bool settings_changed = false;
   {
@@ -626,7 +626,7 @@ void Coordinator::settled() {
       }
       return;
     }
-    if (closed_) return;
+    if (closed_ || !options_.batch_ahead) return;
     bool ahead;
     {
       // Sent already as the batch began (nothing could stop it).
@@ -872,7 +872,7 @@ void Coordinator::release_ahead() {
     std::lock_guard lock(mu_);
     ahead = !hold_wanted_ && !lost_;
   }
-  ahead = ahead && host_.runs_through_next_boundary();
+  ahead = ahead && options_.batch_ahead && host_.runs_through_next_boundary();
   // Held while the followers may pass the next boundary: a jump armed
   // meanwhile is raised a batch later, where every rank waits.
   host_.hold_jumps(ahead);

@@ -127,6 +127,12 @@ class Coordinator {
     // Every rank checks its gradients once averaged too, inside backward
     // (DDP), so the ranks hold the update before the optimizer step.
     bool hold_before_step = false;
+    // Rank 0 lets the followers past a boundary nothing can stop it before
+    // (the batch ahead). Off, every rank waits at every boundary (the full
+    // exchange): a C++ program's loop averages the gradients through a
+    // collective of its own, where a follower let into the next batch would
+    // wait for a rank 0 that paused after this one.
+    bool batch_ahead = false;
     // For the refusal when some rank did not start: the call and how to
     // make it on every rank, in the front end's words.
     std::string start_call = "nansense::start()";

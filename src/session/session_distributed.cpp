@@ -276,6 +276,10 @@ void SessionCore::start_coordinator(const std::string& host_name, int port, int 
   // checks them once averaged too and holds a tripped batch's update before
   // its optimizer step. A C++ program averages them after backward.
   options.hold_before_step = python;
+  // The batch ahead for Python runs, whose collectives are DDP's inside
+  // backward; a C++ program's own collective after backward would hold a
+  // follower let into the next batch while rank 0 pauses after this one.
+  options.batch_ahead = python;
   options.start_call = python ? "nansense.start()" : "nansense::start()";
   options.start_advice = python ? "call nansense.start() on every rank of the process group (enabled=False on every "
                                   "rank turns it off)"

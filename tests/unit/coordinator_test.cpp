@@ -86,6 +86,7 @@ class CoordinatorTest : public ::testing::Test {
       o.world = 2;
       o.timeout = std::chrono::seconds(10);
       o.hold_before_step = true;
+      o.batch_ahead = true;
       o.session = 0;  // both ranks in this process: the same prefix
       return o;
     };
