@@ -9,10 +9,11 @@
 #   detached  rank 0 served and detached, checks off
 #   guard     the same with the numerical checks on
 #
-# The C++ coordinator makes the full exchange at every batch boundary (each
-# follower's news, then rank 0's decision: docs/guide/distributed.md), so
-# this is its cost, against a step whose own store all-reduce is four more
-# round trips (a set, two gets, a delete).
+# The engine's coordinator makes the full exchange at every batch boundary
+# of a C++ program (each follower's news, then rank 0's decision:
+# docs/guide/distributed.md), so this is its cost, against a step
+# whose own store all-reduce is four more round trips (a set, two gets, a
+# delete).
 #
 # Figures (docs/guide/distributed.md): what one boundary costs is the store's
 # round trips (a follower's set and get, rank 0's multiGet and set), about

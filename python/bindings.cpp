@@ -9,6 +9,7 @@
 #include <pybind11/stl.h>
 #include <torch/extension.h>
 
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -240,13 +241,15 @@ class Engine {
   }
 
   // --- the training thread ---
-  bool begin_batch(const std::string& phase, std::optional<int64_t> epoch, bool training) {
+  // `settled`: the ranks of a distributed run met when the last batch
+  // ended (meet_after_batch).
+  bool begin_batch(const std::string& phase, std::optional<int64_t> epoch, bool training, bool settled) {
     // The engine saves and restores the train/eval flag with the weights.
     if (mirror_->is_training() != training) mirror_->train(training);
     bool capture;
     {
       py::gil_scoped_release release;
-      capture = core_->begin_batch(phase, epoch);
+      capture = core_->begin_batch(phase, epoch, settled);
       if (pending_) core_->abandon_batch(/*by_exception=*/true);
     }
     raise_pending();
@@ -298,57 +301,34 @@ class Engine {
     core_->set_rerun_note({std::move(ran_twice), std::move(restored), std::move(seen_twice), std::move(detect)});
   }
 
-  // --- distributed runs (nansense/_distributed.py), training thread ---
-  // A follower: its layer statistics since the last call (b"" when none).
-  py::bytes take_stats_shard() {
-    std::string shard;
+  // --- distributed runs (nansense/_distributed.py): the engine's
+  // coordinator (src/distributed/coordinator.h) speaks the rank protocol ---
+  // Joins the process group's run over its TCPStore at host:port
+  // (SessionCore::join_python_run; DistributedError when a rank did not start).
+  void join_run(const std::string& host, int port, int rank, int world) {
+    py::gil_scoped_release release;
+    core_->join_python_run(host, port, rank, world);
+  }
+  bool in_run() const { return core_->in_run(); }
+  // Lightning: the ranks meet right after a batch ended (may pause rank 0;
+  // may raise TimeTravelJump or DistributedError).
+  void meet_after_batch() {
     {
       py::gil_scoped_release release;
-      shard = core_->stats().take_shard();
+      core_->meet_after_batch();
     }
-    return py::bytes(shard);
+    raise_pending();
   }
-  // Rank 0, any thread: the epochs a follower has checkpoints of; a jump
-  // to another is refused for all ranks.
-  void set_peer_checkpoints(int rank, std::vector<int64_t> epochs, std::string where) {
+  // The loop left by an exception: the other ranks stop at their next boundary.
+  void leave_run(const std::string& why) {
     py::gil_scoped_release release;
-    core_->set_peer_checkpoints(rank, std::move(epochs), std::move(where));
+    core_->leave_run(why);
   }
-  // Rank 0, training thread: whether the followers may pass the next
-  // boundary now (nothing can stop rank 0 before it), and the jumps held
-  // meanwhile (session_core.h).
-  bool runs_through_next_boundary() { return core_->runs_through_next_boundary(); }
-  bool checks_can_pause() { return core_->checks_can_pause(); }
-  uint64_t stats_settings_version() { return core_->stats().settings_version(); }
-  // Rank 0: the statistics settings the followers mirror (a dict); a
-  // follower: applies them, given as JSON (SessionCore::apply_stats_settings).
-  py::object stats_settings_for_followers() { return to_python(core_->stats_settings_for_followers()); }
-  void apply_stats_settings(const std::string& settings) {
-    const auto parsed = nlohmann::json::parse(settings, nullptr, /*allow_exceptions=*/false);
-    py::gil_scoped_release release;
-    core_->apply_stats_settings(parsed);
-  }
-  void hold_jumps(bool held) { core_->hold_jumps(held); }
-  // Every rank: `settled()` runs when the batch under way can no longer
-  // pause for its checks (SessionCore::set_on_settled), from the backward's
-  // final callback (GIL released there); None clears it. What it raises is
-  // printed, never passed to autograd.
-  void set_settled_callback(py::object settled) {
-    if (settled.is_none()) {
-      core_->set_on_settled(nullptr);
-      return;
-    }
-    auto held = hold(std::move(settled));
-    core_->set_on_settled([held] {
-      if (python_finalizing()) return;
-      py::gil_scoped_acquire gil;
-      try {
-        (*held)();
-      } catch (py::error_already_set& e) {
-        e.discard_as_unraisable("nansense's settled-batch callback");
-      }
-    });
-  }
+  void request_halt() { core_->request_halt(); }
+  bool halted() const { return core_->halted(); }
+  void set_gradients_averaged(bool averaged) { core_->set_gradients_averaged(averaged); }
+  // (boundaries, waited, cleans, sent_clean): SessionCore::run_counts.
+  std::array<int64_t, 4> run_counts() const { return core_->run_counts(); }
   // Mixed precision: `read()` returns the loss scaler's scale (a float), or
   // None when no enabled scaler is in use (SessionCore::set_loss_scale_reader);
   // called with the GIL released around it. What it raises turns scaler
@@ -377,7 +357,6 @@ class Engine {
   void set_compiled(bool compiled) { core_->set_compiled(compiled); }
   // The tensors a backward of the batch under way starts from (the loss).
   void note_backward_roots(std::vector<torch::Tensor> roots) { core_->note_backward_roots(std::move(roots)); }
-  void raise_armed_jump() { core_->raise_armed_jump(); }
   void set_rank(int rank) { core_->set_rank(rank); }
   // Every rank of a DDP run: the gradients are checked once averaged too
   // (SessionCore::check_after_reduction).
@@ -385,32 +364,10 @@ class Engine {
   // From a tensor hook that runs in a backward ahead of every parameter's
   // (SessionCore::check_gradients_first): True when the check was queued.
   bool check_gradients_first() { return core_->check_gradients_first(); }
-  // A follower: `await_leader()` runs where its batch tripped before the
-  // optimizer step (GIL released there) and returns True to skip the
-  // update, False to apply it, None when the run is lost; None clears it.
-  void set_await_leader_callback(py::object await) {
-    if (await.is_none()) {
-      core_->set_on_await_leader(nullptr);
-      return;
-    }
-    auto held = hold(std::move(await));
-    core_->set_on_await_leader([held]() -> std::optional<bool> {
-      if (python_finalizing()) return std::nullopt;
-      py::gil_scoped_acquire gil;
-      try {
-        py::object skip = (*held)();
-        if (skip.is_none()) return std::nullopt;
-        return skip.cast<bool>();
-      } catch (py::error_already_set& e) {
-        e.discard_as_unraisable("nansense's wait for rank 0's choice of the held update");
-      } catch (const py::cast_error&) {
-      }
-      return std::nullopt;
-    });
-  }
-  // Rank 0: `decided(skipped)` runs once its batch's update is decided
-  // before the optimizer step (SessionCore::set_on_update_decided; GIL
-  // released there); None clears it.
+  // `decided(skipped)` runs once the batch's update is decided before the
+  // optimizer step (SessionCore::set_on_update_decided; GIL released
+  // there); None clears it. It replaces the coordinator's (a distributed
+  // rank 0's answer to the followers holding their update).
   void set_update_decided_callback(py::object decided) {
     if (decided.is_none()) {
       core_->set_on_update_decided(nullptr);
@@ -426,50 +383,6 @@ class Engine {
         e.discard_as_unraisable("nansense's update-decided callback");
       }
     });
-  }
-  // Why skipping a held update is refused ("" allows it again).
-  void refuse_skip(std::string why) {
-    py::gil_scoped_release release;  // pushes a fresh status
-    core_->debug().refuse_skip(std::move(why));
-  }
-  bool standing_found_in_average() const { return core_->standing_found_in_average(); }
-  // This rank's standing trip (a dict of the rank protocol, None when none),
-  // and (training thread) the same when not told before, marking it told
-  // (SessionCore::standing_trip, trip_news).
-  py::object standing_trip() const { return to_python(core_->standing_trip()); }
-  py::object trip_news() { return to_python(core_->trip_news()); }
-  // Rank 0, any thread: a follower's shard, added to the published view.
-  void add_stats_shard(int rank, int64_t ranks, const std::string& shard) {
-    py::gil_scoped_release release;
-    core_->stats().add_shard(rank, ranks, shard);
-  }
-  // Pauses between two batches, at the boundary of the batch that just
-  // ended (a peer rank's NaN): the loop stands where the UI shows it until a
-  // command resumes it, as at a batch's own pause.
-  void hold_at_boundary() {
-    {
-      py::gil_scoped_release release;
-      core_->hold_at_boundary();
-    }
-    raise_pending();
-  }
-  // Names the ranks whose checks tripped in the standing error's root cause
-  // (`note` replaces an earlier such note); with no standing error (only a
-  // peer tripped), records one at `at` (phase, epoch, batch_idx: the peer's
-  // tripped batch; None: the live position) carrying the peer's reasons and
-  // capsule.
-  // Rank 0, any thread: names the ranks that tripped in its debug report
-  // (SessionCore::note_rank_trips), given as JSON objects {"<rank>": trip}.
-  void note_rank_trips(const std::string& trips, const std::string& fresh, int world) {
-    auto by_rank = [](const std::string& text) {
-      const auto parsed = nlohmann::json::parse(text);
-      std::map<int, nlohmann::json> out;
-      for (const auto& [r, trip] : parsed.items()) out[std::stoi(r)] = trip;
-      return out;
-    };
-    auto all = by_rank(trips), just = by_rank(fresh);
-    py::gil_scoped_release release;
-    core_->note_rank_trips(all, just, world);
   }
 
   // --- any thread ---
@@ -890,8 +803,7 @@ void bind_errors(py::module_& m) {
   bind_error<TimeTravelError>(m, throwers, "TimeTravelError", PyExc_RuntimeError);
   bind_error<CapsuleError>(m, throwers, "CapsuleError", PyExc_RuntimeError);
   bind_error<MomentError>(m, throwers, "MomentError", PyExc_RuntimeError);
-  // Also what the Python package's own coordinator raises (_distributed.py):
-  // one type whichever side lost the run.
+  // What the engine's coordinator raises when a distributed run is lost.
   bind_error<DistributedError>(m, throwers, "DistributedError", PyExc_RuntimeError);
   m.attr("DistributedError").attr("__doc__") =
       "A distributed run cannot go on together: a rank was lost (died, hung, left its loop) or the ranks "
@@ -959,7 +871,8 @@ void bind_training(EngineClass& c) {
   c.def("set_model", &Engine::set_model)
       .def("set_state_adapter", &Engine::set_state_adapter)
       .def("set_optimizer_reader", &Engine::set_optimizer_reader)
-      .def("begin_batch", &Engine::begin_batch)
+      .def("begin_batch", &Engine::begin_batch, py::arg("phase"), py::arg("epoch"), py::arg("training"),
+           py::arg("settled") = false)
       .def("set_inputs", &Engine::set_inputs)
       .def("set_module_scope", &Engine::set_module_scope)
       .def("record_item", &Engine::record_item)
@@ -976,34 +889,24 @@ void bind_training(EngineClass& c) {
       .def("set_loss_scale_reader", &Engine::set_loss_scale_reader)
       .def("set_compiled", &Engine::set_compiled)
       .def("note_backward_roots", &Engine::note_backward_roots)
-      .def("raise_armed_jump", &Engine::raise_armed_jump)
       .def("rerunning", &Engine::rerunning)
       .def("model_training", &Engine::model_training);
 }
 
-// Distributed runs (nansense/_distributed.py): the rank protocol's engine side.
+// Distributed runs (nansense/_distributed.py): the engine's coordinator.
 void bind_distributed(EngineClass& c) {
-  c.def("hold_at_boundary", &Engine::hold_at_boundary)
-      .def("note_rank_trips", &Engine::note_rank_trips)
-      .def("take_stats_shard", &Engine::take_stats_shard)
-      .def("add_stats_shard", &Engine::add_stats_shard)
-      .def("set_peer_checkpoints", &Engine::set_peer_checkpoints)
-      .def("runs_through_next_boundary", &Engine::runs_through_next_boundary)
-      .def("checks_can_pause", &Engine::checks_can_pause)
-      .def("hold_jumps", &Engine::hold_jumps)
-      .def("set_settled_callback", &Engine::set_settled_callback)
+  c.def("join_run", &Engine::join_run, py::arg("host"), py::arg("port"), py::arg("rank"), py::arg("world"))
+      .def("in_run", &Engine::in_run)
+      .def("meet_after_batch", &Engine::meet_after_batch)
+      .def("leave_run", &Engine::leave_run)
+      .def("request_halt", &Engine::request_halt)
+      .def("halted", &Engine::halted)
+      .def("set_gradients_averaged", &Engine::set_gradients_averaged)
+      .def("run_counts", &Engine::run_counts)
       .def("set_rank", &Engine::set_rank)
       .def("check_after_reduction", &Engine::check_after_reduction)
       .def("check_gradients_first", &Engine::check_gradients_first)
-      .def("set_await_leader_callback", &Engine::set_await_leader_callback)
-      .def("set_update_decided_callback", &Engine::set_update_decided_callback)
-      .def("refuse_skip", &Engine::refuse_skip)
-      .def("standing_found_in_average", &Engine::standing_found_in_average)
-      .def("standing_trip", &Engine::standing_trip)
-      .def("trip_news", &Engine::trip_news)
-      .def("stats_settings_version", &Engine::stats_settings_version)
-      .def("stats_settings_for_followers", &Engine::stats_settings_for_followers)
-      .def("apply_stats_settings", &Engine::apply_stats_settings);
+      .def("set_update_decided_callback", &Engine::set_update_decided_callback);
 }
 
 // Run control, the schedule, time travel, moments and what the session reports of them.

@@ -322,29 +322,17 @@ class Session(_WatchMethods, _ReferenceMethods, _ExperimentMethods):
 
     def _begin(self, engine: Any, coordinator: Any, phase: str, epoch: Optional[int], settled: bool) -> bool:
         if coordinator is None:
-            capture = engine.begin_batch(phase, epoch, self._model.training)
-        elif settled:
-            try:
-                capture = engine.begin_batch(phase, epoch, self._model.training)
-            except BaseException as e:
-                self._left_by(e)
-                raise
-            coordinator.release_ahead()
-        else:
-            # Every rank meets here before the batch: rank 0's decision
-            # (go on, a pause held, a jump) applies to all. Rank 0 sends it
-            # once its own batch has begun (or raised a jump).
-            coordinator.boundary()
-            try:
-                capture = engine.begin_batch(phase, epoch, self._model.training)
-            except TimeTravelJump as jump:
-                coordinator.release(jump=jump.epoch)
-                raise
-            except BaseException as e:
-                self._left_by(e)
-                raise
-            coordinator.release()
-        return capture
+            return engine.begin_batch(phase, epoch, self._model.training)
+        # Every rank meets at the boundary before the batch (unless they met
+        # as the last one ended: `settled`): rank 0's decision (go on, a
+        # pause held, a jump) applies to all (the engine's coordinator).
+        try:
+            return engine.begin_batch(phase, epoch, self._model.training, settled)
+        except _nansense.DistributedError:
+            raise  # the run is lost: the coordinator told the other ranks
+        except BaseException as e:
+            self._left_by(e)
+            raise
 
     def _remove_hooks(self, hooks: list) -> None:
         """The batch's body is done (or left): its hooks go, the eager
@@ -391,18 +379,14 @@ class Session(_WatchMethods, _ReferenceMethods, _ExperimentMethods):
         """End the batch under way (may pause; may raise TimeTravelJump):
         True when the engine restored its starting state to run it again
         (never when can_repeat is False: the loop cannot deliver the item
-        again)."""
+        again). Rank 0's jump, requested in its pause, unwinds from here in
+        a distributed run on every rank (the engine's coordinator)."""
         if self._compiled:
             self._eager.hold()  # a pause here runs probes and experiments eagerly
         try:
             return self._engine.end_batch(can_repeat)
         except KeyboardInterrupt as e:
             self._release_on_interrupt(e)
-            raise
-        except TimeTravelJump as jump:
-            # Rank 0's jump, requested in its pause: every rank makes it.
-            if self._coordinator is not None:
-                self._coordinator.boundary(jump=jump.epoch)
             raise
         finally:
             self._eager.release()
@@ -552,12 +536,12 @@ class Session(_WatchMethods, _ReferenceMethods, _ExperimentMethods):
         """Mark training finished once the loop completes. The UI keeps
         serving the last captured state for as long as the session lives."""
         if self._coordinator is not None and not self._closed:
-            # The ranks finish together (rank 0 may still be paused on the last batch).
+            # The ranks finish together (rank 0 may still be paused on the
+            # last batch): the engine's close meets them.
             try:
-                self._coordinator.boundary(close=True)
+                self._engine.close()
             finally:
                 self._closed = True
-                self._engine.close()
                 # A distributed job ends with its processes (torchrun waits
                 # for every rank): rank 0's UI serves on while its process
                 # lives, but does not keep it up past the script's end.
@@ -766,8 +750,6 @@ class Session(_WatchMethods, _ReferenceMethods, _ExperimentMethods):
             settings = dataclasses.replace(self.debug_settings, **given)
         if self._engine:
             values = settings._to_engine()
-            if self._coordinator is not None:
-                values = _distributed.settings_for_rank(values, self._coordinator.rank)
             self._engine.set_debug_settings(values)
 
     @refused_when_locked()

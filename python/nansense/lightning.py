@@ -378,7 +378,7 @@ class NansenseCallback(OpenBatch, Callback):
             # saving ran since the last batch): a jump asked for meanwhile is
             # carried out here by every rank, not at the epoch's end by rank
             # 0 alone.
-            coordinator.boundary(settled=True)
+            coordinator.meet_after_batch()
             self._settled = True
             self._apply_halt()
         if self._travel is not None:
@@ -450,7 +450,7 @@ class NansenseCallback(OpenBatch, Callback):
             # next batch's start: Lightning's loop makes a collective before
             # each train batch (its SIGTERM broadcast), where a rank waiting
             # for rank 0's pause would block until the process group's timeout.
-            coordinator.boundary(settled=True)
+            coordinator.meet_after_batch()
             self._settled = True
             self._apply_halt()
 

@@ -5,6 +5,7 @@
 #include <nlohmann/json_fwd.hpp>
 #include <torch/torch.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -45,7 +46,9 @@ class SessionCore {
   ~SessionCore();
 
   // --- training thread ---
-  bool begin_batch(const std::string& phase, std::optional<int64_t> epoch);
+  // `settled`: in a distributed run, the ranks met when the last batch
+  // ended (meet_after_batch), not here.
+  bool begin_batch(const std::string& phase, std::optional<int64_t> epoch, bool settled = false);
   void set_batch_inputs(std::vector<torch::Tensor> inputs, bool stacked);
   void record_item(std::vector<torch::Tensor> tensors);
   // True: deliver the same item again (see detail::end_batch).
@@ -149,10 +152,34 @@ class SessionCore {
   void join_run(const DistributedRun& run);
   // This process's rank in a coordinated run; nullopt outside one.
   std::optional<int> rank() const { return rank_; }
-  // A run coordinated outside the engine (the Python package's coordinator):
-  // this process is rank `rank`, so its check settings, from any source (the
+  // The Python package's nansense.start() in a torch.distributed process
+  // group of 2+ ranks: joins it over the group's TCPStore at host:port as
+  // join_run does. Every rank checks its gradients once averaged too (DDP
+  // averages them inside backward), so the ranks hold a tripped batch's
+  // update before the optimizer step.
+  void join_python_run(const std::string& host, int port, int rank, int world);
+  // This process is rank `rank`, so its check settings, from any source (the
   // UI and MCP too), and its checkpoints are the rank's own.
   void set_rank(int rank);
+  // Whether this session coordinates a distributed run (joined, not ended).
+  bool in_run() const { return coordinator_ != nullptr; }
+  // The loop left by an exception: the other ranks stop at their next
+  // boundary instead of waiting for this one.
+  void leave_run(const std::string& why);
+  // A driver whose loop runs collectives of its own between batches
+  // (Lightning): the ranks meet right after each batch ends (may throw
+  // TimeTravelJump, DistributedError); the next begin_batch is `settled`.
+  void meet_after_batch();
+  // Rank 0: every rank's halted() turns true at one boundary, the next
+  // whose decision is sent (Lightning stops every rank's trainer there).
+  void request_halt();
+  bool halted() const;
+  // The run's gradients are averaged inside backward (a DDP wrapper), so
+  // rank 0's own clean check speaks for every rank.
+  void set_gradients_averaged(bool averaged);
+  // What the distributed tests count (distributed::Coordinator::Counts):
+  // boundaries, waited, cleans, sent_clean; zeros outside a run.
+  std::array<int64_t, 4> run_counts() const;
   // Why this session serves no UI (a follower's), empty when it can.
   const std::string& unserved_reason() const { return unserved_reason_; }
   // A rank's own numerical-check settings: its rank_<r> capsule folder, and
@@ -330,14 +357,13 @@ class SessionCore {
   void finish_moment();
   std::unique_ptr<numerics::Monitor> make_monitor(const DebugSettings& settings);
   std::unique_ptr<time_travel::TrainingRestorer> make_restorer(torch::optim::LRScheduler* scheduler);
-  // The loop left by an exception: the other ranks stop at their next
-  // boundary instead of waiting for this one.
-  void leave_run(const std::string& why);
   // close(): every rank meets the last boundary (DistributedError when a
   // rank was lost).
   void close_run();
   // ~SessionCore: the exchange ends (a rank not closed says it left).
   void end_run();
+  // join_run, join_python_run: the coordinator over the store at host:port.
+  void start_coordinator(const std::string& host, int port, int rank, int world, bool python);
   // begin_batch's work once the ranks have met at the boundary.
   bool open_batch(const std::string& phase, std::optional<int64_t> epoch);
   // Pauses the loop at `pos`; queued experiments run first in the pause.

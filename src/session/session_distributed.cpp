@@ -254,23 +254,58 @@ void SessionCore::join_run(const DistributedRun& run) {
   }
   if (run.world_size == 1) return;  // a run of one: a plain session
   const auto address = distributed::address_of(run.store);
-  const auto timeout = distributed::timeout_from_env();
-  const int rank = run.rank;
+  start_coordinator(address.host, address.port, run.rank, run.world_size, /*python=*/false);
+}
+
+void SessionCore::join_python_run(const std::string& host, int port, int rank, int world) {
+  if (world < 2 || rank < 0 || rank >= world) {
+    throw UsageError("join_python_run: rank " + std::to_string(rank) + " of " + std::to_string(world) +
+                     " is no rank of a run of 2+ ranks");
+  }
+  start_coordinator(host, port, rank, world, /*python=*/true);
+}
+
+void SessionCore::start_coordinator(const std::string& host_name, int port, int rank, int world, bool python) {
+  if (coordinator_) throw UsageError("this session joined a distributed run already");
+  distributed::Coordinator::Options options;
+  options.store = {host_name, port};
+  options.rank = rank;
+  options.world = world;
+  options.timeout = distributed::timeout_from_env();
+  // A Python run averages the gradients inside backward (DDP): every rank
+  // checks them once averaged too and holds a tripped batch's update before
+  // its optimizer step. A C++ program averages them after backward.
+  options.hold_before_step = python;
+  // The batch ahead for Python runs, whose collectives are DDP's inside
+  // backward; a C++ program's own collective after backward would hold a
+  // follower let into the next batch while rank 0 pauses after this one.
+  options.batch_ahead = python;
+  options.start_call = python ? "nansense.start()" : "nansense::start()";
+  options.start_advice = python ? "call nansense.start() on every rank of the process group (enabled=False on every "
+                                  "rank turns it off)"
+                                : "call nansense::start() with StartOptions().distributed(store, rank, world_size) on "
+                                  "every rank of the run (enabled(false) on every rank turns it off)";
   set_rank(rank);
   if (rank != 0) {
     // Followers never pause on their own: rank 0 decides at every boundary.
     control_.detach();
-    unserved_reason_ = "rank " + std::to_string(rank) + " follows rank 0, which serves the UI for every rank";
-    set_unserved_nan_note("rank " + std::to_string(rank) +
-                          " follows rank 0, which pauses every rank at this batch's boundary");
+    if (python) {
+      set_unserved_nan_note("rank " + std::to_string(rank) +
+                            " follows rank 0, which stops every rank in this batch: before its optimizer step where "
+                            "the averaged gradients are checked, else at its boundary");
+    } else {
+      unserved_reason_ = "rank " + std::to_string(rank) + " follows rank 0, which serves the UI for every rank";
+      set_unserved_nan_note("rank " + std::to_string(rank) +
+                            " follows rank 0, which pauses every rank at this batch's boundary");
+    }
   }
   distributed::Coordinator::Host host;
   host.standing_trip = [this] { return standing_trip(); };
   host.trip_news = [this] { return trip_news(); };
   host.mark_lost = [this](const std::string& why) { mark_lost(why); };
   host.hold_at_boundary = [this] { hold_at_boundary(); };
-  host.note_rank_trips = [this, world = run.world_size](const std::map<int, nlohmann::json>& trips,
-                                                        const std::map<int, nlohmann::json>& fresh) {
+  host.note_rank_trips = [this, world](const std::map<int, nlohmann::json>& trips,
+                                       const std::map<int, nlohmann::json>& fresh) {
     note_rank_trips(trips, fresh, world);
   };
   host.take_stats_shard = [this] { return stats_->take_shard(); };
@@ -280,16 +315,46 @@ void SessionCore::join_run(const DistributedRun& run) {
   };
   host.time_travel_status = [this] { return restorer_->status(); };
   host.request_time_travel = [this](int64_t epoch) { request_time_travel(epoch); };
+  host.raise_armed_jump = [this] { raise_armed_jump(); };
   host.detach = [this] { control_.detach(); };
   host.served = [this] { return attachment_ != nullptr; };
+  host.runs_through_next_boundary = [this] { return runs_through_next_boundary(); };
+  host.hold_jumps = [this](bool held) { hold_jumps(held); };
+  host.checks_can_pause = [this] { return checks_can_pause(); };
+  host.refuse_skip = [this](const std::string& why) { debug().refuse_skip(why); };
+  host.stats_settings_version = [this] { return static_cast<uint64_t>(stats_->settings_version()); };
   host.stats_settings = [this] { return stats_settings_for_followers(); };
   host.apply_stats_settings = [this](const nlohmann::json& settings) { apply_stats_settings(settings); };
-  coordinator_ = std::make_unique<distributed::Coordinator>(address, rank, run.world_size, timeout, std::move(host));
+  auto coordinator = std::make_shared<distributed::Coordinator>(std::move(options), std::move(host));
+  // The engine's callbacks from the backward's final callback; never throw.
+  auto* c = coordinator.get();
+  set_on_settled([c] { c->settled(); });
+  if (python) {
+    check_after_reduction(true);
+    if (rank == 0) {
+      set_on_update_decided([c](bool skipped) { c->update_decided(skipped); });
+    } else {
+      set_on_await_leader([c] { return c->await_leader(); });
+    }
+  }
+  coordinator_ = std::move(coordinator);
 }
 
-bool SessionCore::begin_batch(const std::string& phase, std::optional<int64_t> epoch) {
+bool SessionCore::begin_batch(const std::string& phase, std::optional<int64_t> epoch, bool settled) {
   if (closed_) throw UsageError("batches() was used after session.close()");
   if (!coordinator_) return open_batch(phase, epoch);
+  if (settled) {
+    // The ranks met when the last batch ended (meet_after_batch).
+    bool capture;
+    try {
+      capture = open_batch(phase, epoch);
+    } catch (const std::exception& e) {
+      coordinator_->abandon(std::string("its batch could not begin: ") + e.what());
+      throw;
+    }
+    coordinator_->release_ahead();
+    return capture;
+  }
   // Every rank meets here before the batch: rank 0's decision (go on, a
   // pause held, a jump) applies to all. Rank 0 sends it once its own batch
   // has begun (or raised a jump requested meanwhile).
@@ -306,6 +371,26 @@ bool SessionCore::begin_batch(const std::string& phase, std::optional<int64_t> e
   }
   coordinator_->release();
   return capture;
+}
+
+void SessionCore::meet_after_batch() {
+  if (coordinator_) coordinator_->boundary(std::nullopt, false, /*settled=*/true);
+}
+
+void SessionCore::request_halt() {
+  if (coordinator_) coordinator_->request_halt();
+}
+
+bool SessionCore::halted() const { return coordinator_ && coordinator_->halted(); }
+
+void SessionCore::set_gradients_averaged(bool averaged) {
+  if (coordinator_) coordinator_->set_averaged(averaged);
+}
+
+std::array<int64_t, 4> SessionCore::run_counts() const {
+  if (!coordinator_) return {0, 0, 0, 0};
+  const auto c = coordinator_->counts();
+  return {c.boundaries, c.waited, c.cleans, c.sent_clean};
 }
 
 bool SessionCore::end_batch(bool can_repeat) {
@@ -328,14 +413,31 @@ void SessionCore::close_run() {
   if (coordinator_ && !closed_) coordinator_->boundary(std::nullopt, /*close=*/true);
 }
 
-void SessionCore::end_run() { coordinator_.reset(); }
+void SessionCore::end_run() {
+  // The callbacks go first: they call into the coordinator.
+  set_on_settled(nullptr);
+  set_on_await_leader(nullptr);
+  set_on_update_decided(nullptr);
+  coordinator_.reset();
+}
 
 #else
 
 void SessionCore::join_run(const DistributedRun&) {
   throw UsageError("StartOptions().distributed(): this nansense was built without c10d");
 }
-bool SessionCore::begin_batch(const std::string& phase, std::optional<int64_t> epoch) {
+void SessionCore::join_python_run(const std::string&, int, int, int) {
+  throw UsageError(
+      "nansense.start() in a torch.distributed process group: this nansense was built without c10d, so it cannot "
+      "coordinate ranks");
+}
+void SessionCore::start_coordinator(const std::string&, int, int, int, bool) {}
+void SessionCore::meet_after_batch() {}
+void SessionCore::request_halt() {}
+bool SessionCore::halted() const { return false; }
+void SessionCore::set_gradients_averaged(bool) {}
+std::array<int64_t, 4> SessionCore::run_counts() const { return {0, 0, 0, 0}; }
+bool SessionCore::begin_batch(const std::string& phase, std::optional<int64_t> epoch, bool) {
   if (closed_) throw UsageError("batches() was used after session.close()");
   return open_batch(phase, epoch);
 }
