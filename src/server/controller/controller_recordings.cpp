@@ -298,7 +298,7 @@ std::map<std::string, std::string> RecordingArea::fixed_settings() const {
 }
 
 void RecordingArea::refuse_if_fixed(const std::string& command, const std::string& setting,
-                                     const std::string& argument) const {
+                                    const std::string& argument) const {
   const auto fixed = recorder_->fixed();
   if (auto it = fixed.find(setting); it != fixed.end()) {
     const FixedSetting& f = it->second;
