@@ -70,7 +70,7 @@ TEST_F(PatchesApiTest, CellsRankTheBatchesSeenAndDrawTheirCrops) {
   EXPECT_EQ(get("/api/stats/patches?layer=conv&ranking=min_pixel").json(), low);
   auto both = get("/api/stats/patches?layer=conv&grid=min_pixel&ranking=max_pixel");
   EXPECT_EQ(both.status, 400);
-  EXPECT_NE(both.body.find("old name of \"grid\""), std::string::npos) << both.body;
+  EXPECT_NE(both.json()["error"].get<std::string>().find("old name of \"grid\""), std::string::npos) << both.body;
   for (size_t i = 4; i < low["cells"].size(); ++i) {
     EXPECT_GE(value(low["cells"][i]["score"]), value(low["cells"][i - 4]["score"]));
   }
