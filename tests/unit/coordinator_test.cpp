@@ -15,19 +15,12 @@
 #include <vector>
 
 #include "distributed/coordinator.h"
+#include "local_store.h"
 
 namespace {
 
 using nansense::distributed::Coordinator;
 using json = nlohmann::json;
-
-c10::intrusive_ptr<c10d::TCPStore> serve_store() {
-  c10d::TCPStoreOptions options;
-  options.port = 0;  // a free one
-  options.isServer = true;
-  options.waitWorkers = false;
-  return c10::make_intrusive<c10d::TCPStore>("127.0.0.1", options);
-}
 
 // What a rank's session tells its coordinator, and what it was told.
 struct FakeSession {
@@ -78,7 +71,7 @@ struct FakeSession {
 class CoordinatorTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    store_ = serve_store();
+    store_ = nansense::testing::local_store();
     auto options = [&](int rank) {
       Coordinator::Options o;
       o.store = {"127.0.0.1", static_cast<int>(store_->getPort())};

@@ -10,17 +10,10 @@
 #include <cstdlib>
 #include <string>
 
+#include "local_store.h"
 #include "nansense/nansense.h"
 
 namespace {
-
-c10::intrusive_ptr<c10d::TCPStore> local_store() {
-  c10d::TCPStoreOptions options;
-  options.port = 0;  // a free one
-  options.isServer = true;
-  options.waitWorkers = false;
-  return c10::make_intrusive<c10d::TCPStore>("127.0.0.1", options);
-}
 
 // start()'s UsageError for `options`, or "" when it started.
 std::string refusal(nansense::StartOptions options) {
@@ -35,7 +28,7 @@ std::string refusal(nansense::StartOptions options) {
 }
 
 TEST(DistributedOptions, BadValuesAreRefusedNamingThem) {
-  auto store = local_store();
+  auto store = nansense::testing::local_store();
   EXPECT_NE(refusal(nansense::StartOptions().distributed(nullptr, 0, 2)).find("the store is null"), std::string::npos);
   const std::string rank = refusal(nansense::StartOptions().distributed(store, 2, 2));
   EXPECT_NE(rank.find("distributed(store, 2, 2): rank must be in [0, world_size)"), std::string::npos) << rank;
@@ -47,7 +40,7 @@ TEST(DistributedOptions, BadValuesAreRefusedNamingThem) {
 }
 
 TEST(DistributedOptions, BadTimeoutIsRefused) {
-  auto store = local_store();
+  auto store = nansense::testing::local_store();
   ::setenv("NANSENSE_DDP_TIMEOUT", "soon", 1);
   const std::string why = refusal(nansense::StartOptions().distributed(store, 0, 2));
   ::unsetenv("NANSENSE_DDP_TIMEOUT");
@@ -55,7 +48,7 @@ TEST(DistributedOptions, BadTimeoutIsRefused) {
 }
 
 TEST(DistributedOptions, ARunOfOneIsAPlainSessionThatServes) {
-  auto store = local_store();
+  auto store = nansense::testing::local_store();
   torch::nn::Linear model(2, 2);
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>("job/", store);
   auto session = nansense::start(model, nansense::StartOptions()

@@ -18,6 +18,12 @@ namespace {
   throw Refusal(Refusal::Kind::kInvalidArgument, message, arg.name);
 }
 
+// Whether `key` names the argument: its name, or the name it had before
+// (Arg::old_name), which Args maps to the new one.
+bool answers_to(const Arg& d, const std::string& key) {
+  return d.name == key || (!d.old_name.empty() && d.old_name == key);
+}
+
 // A value as a client sent it, cut short: a client may send anything.
 std::string shown(const json& v) {
   std::string text = v.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -338,9 +344,8 @@ Args::Args(const std::vector<Arg>& declared, const json& given) : declared_(decl
   }
   if (given.is_object()) {
     for (const auto& [key, v] : given.items()) {
-      auto a = std::find_if(declared.begin(), declared.end(), [&key = key](const Arg& d) {
-        return d.name == key || (!d.old_name.empty() && d.old_name == key);
-      });
+      auto a =
+          std::find_if(declared.begin(), declared.end(), [&key = key](const Arg& d) { return answers_to(d, key); });
       if (a != declared.end() && a->name != key && given.contains(a->name)) {
         throw Refusal(Refusal::Kind::kInvalidArgument,
                       "\"" + key + "\" is the old name of \"" + a->name + "\"; give one of them, not both", key);
@@ -406,9 +411,7 @@ json from_query(const std::vector<Arg>& declared, const std::map<std::string, st
   json out = json::object();
   for (const auto& [key, text] : query) {
     // Parsed under the name given; Args maps an old name to its new one.
-    auto a = std::find_if(declared.begin(), declared.end(), [&key = key](const Arg& d) {
-      return d.name == key || (!d.old_name.empty() && d.old_name == key);
-    });
+    auto a = std::find_if(declared.begin(), declared.end(), [&key = key](const Arg& d) { return answers_to(d, key); });
     // A transport's key that the command declares itself is the command's.
     if (a == declared.end() && std::find(ignored.begin(), ignored.end(), key) != ignored.end()) continue;
     if (a == declared.end()) {
