@@ -5,6 +5,7 @@ through the reference API."""
 
 import argparse
 import json
+import sys
 
 import torch
 from torch import nn
@@ -32,4 +33,8 @@ def loaders(train=48, val=16, batch_size=8, seed=0):
 
 
 def report(script, **values):
-    print("RESULT " + json.dumps({"script": script, **values}), flush=True)
+    # One write for the whole line: print() under PYTHONUNBUFFERED writes the
+    # text and its newline apart, so two ranks sharing torchrun's stdout could
+    # interleave their lines ("RESULT {..}RESULT {..}\n\n").
+    sys.stdout.write("RESULT " + json.dumps({"script": script, **values}) + "\n")
+    sys.stdout.flush()
