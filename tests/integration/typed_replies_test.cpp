@@ -59,6 +59,41 @@ TEST(TypedReplies, JsonAndSchemaComeFromOneFieldList) {
   for (const auto& [key, value] : full.items()) EXPECT_TRUE(schema["properties"].contains(key)) << key;
 }
 
+// A part with no wire name of its own is written out where it is used.
+struct Range {
+  static constexpr bool kInline = true;
+  int64_t low = 0;
+  std::optional<int64_t> high;
+  template <class Fields>
+  static void fields(Fields& f) {
+    f.field("low", &Range::low, "From.");
+    f.optional_field("high", &Range::high, "To, when bounded.");
+  }
+};
+
+struct Ranges {
+  static constexpr const char* kWireName = "Ranges";
+  std::vector<Range> ranges;
+  template <class Fields>
+  static void fields(Fields& f) {
+    f.field("ranges", &Ranges::ranges, "The ranges.");
+  }
+};
+
+TEST(TypedReplies, AnInlinePartIsWrittenOutWhereItIsUsed) {
+  json defs = json::object();
+  server::declare_reply<Ranges>(defs);
+  EXPECT_FALSE(defs.contains("Range"));  // no def of its own
+  const json& items = defs.at("Ranges")["properties"]["ranges"]["items"];
+  EXPECT_EQ(items["type"], "object");
+  EXPECT_EQ(items["required"], json({"low"}));
+  EXPECT_EQ(items["additionalProperties"], false);
+  EXPECT_EQ(items["properties"]["high"]["description"], "To, when bounded.");
+  Ranges reply{{{1, std::nullopt}, {2, 5}}};
+  EXPECT_EQ(server::to_json(reply), json({{"ranges", {{{"low", 1}}, {{"low", 2}, {"high", 5}}}}}));
+  EXPECT_EQ(wire_mismatch(server::to_json(reply), defs.at("Ranges"), "Ranges"), "");
+}
+
 TEST(TypedReplies, DeclaredRepliesAreWireTypesThatSayWhatEachFieldMeans) {
   for (const char* name :
        {"Settings", "WatchPerformance", "ExperimentDefaults", "ExperimentCancel", "ExperimentAutoRun", "AutoExperiment",
