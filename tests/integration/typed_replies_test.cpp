@@ -9,6 +9,7 @@
 
 #include "integration/wire_check.h"
 #include "server/controller/controller.h"
+#include "server/controller/replies_views.h"
 #include "server/controller/reply.h"
 #include "server/controller/wire_types.h"
 
@@ -95,10 +96,44 @@ TEST(TypedReplies, AnInlinePartIsWrittenOutWhereItIsUsed) {
 }
 
 TEST(TypedReplies, DeclaredRepliesAreWireTypesThatSayWhatEachFieldMeans) {
-  for (const char* name :
-       {"Settings", "WatchPerformance", "ExperimentDefaults", "ExperimentCancel", "ExperimentAutoRun", "AutoExperiment",
-        "AutoExperimentCleared", "ProbeStatus", "Perturbation", "ProbeResultSummary", "StatsSummary",
-        "TimeTravelStatus", "TimeTravelReport", "Checkpoint", "DebugReport", "DebugRerun", "UncheckedTensor"}) {
+  for (const char* name : {"Settings",
+                           "WatchPerformance",
+                           "ExperimentDefaults",
+                           "ExperimentCancel",
+                           "ExperimentAutoRun",
+                           "AutoExperiment",
+                           "AutoExperimentCleared",
+                           "ProbeStatus",
+                           "Perturbation",
+                           "ProbeResultSummary",
+                           "StatsSummary",
+                           "TimeTravelStatus",
+                           "TimeTravelReport",
+                           "Checkpoint",
+                           "DebugReport",
+                           "DebugRerun",
+                           "UncheckedTensor",
+                           "Architecture",
+                           "Layer",
+                           "Edge",
+                           "Snapshot",
+                           "SnapshotBudget",
+                           "SnapshotInput",
+                           "SnapshotLayer",
+                           "SnapshotParameter",
+                           "SnapshotProbe",
+                           "LayerStats",
+                           "LayerStatsEntry",
+                           "SamplesKept",
+                           "WeightStats",
+                           "ParameterStats",
+                           "StatsList",
+                           "StatsHistory",
+                           "EpochStats",
+                           "TensorStatsSnapshot",
+                           "ParameterSample",
+                           "CurrentStats",
+                           "ValueCounts"}) {
     ASSERT_TRUE(server::wire_types().contains(name)) << name;
     for (const auto& [key, field] : server::wire_types().at(name)["properties"].items()) {
       EXPECT_FALSE(field.value("description", "").empty()) << name << "." << key << " says nothing";
@@ -121,6 +156,30 @@ TEST(TypedReplies, ARepliesJsonMatchesItsDeclaration) {
   probe.perturbations.push_back({"x", 0, {1, 2}, {1.5, "nan"}});
   probe.cleared = 2;
   expect_wire(server::to_json(probe), "ProbeStatus");
+  // Inline parts (list_stats' layers and phases) and optional keys.
+  server::StatsList list;
+  list.edges = {-1.0, 0.0, 1.0};
+  list.layers.push_back({"fc1", {{"train", {0, 1}}}});
+  list.parameters["fc1"] = {"fc1.weight"};
+  list.series.push_back({"loss", "train", ""});
+  const json list_json = server::to_json(list);
+  EXPECT_EQ(list_json["layers"][0]["phases"][0]["epochs"], json({0, 1}));
+  expect_wire(list_json, "StatsList");
+  server::CurrentStats current;
+  current.layer = "mask";
+  current.position = {{"phase", "train"},
+                      {"epoch", 0},
+                      {"batch_idx", 0},
+                      {"is_last_in_phase", false},
+                      {"is_last_in_epoch", false},
+                      {"is_last_in_run", false},
+                      {"text", "train e0 b0"}};
+  current.values = server::ValueCounts{"bool", 4, 0, 1, 2, 3, 0.75};
+  current.note = "counted";
+  const json current_json = server::to_json(current);
+  EXPECT_TRUE(current_json["activation"].is_null());
+  EXPECT_FALSE(current_json.contains("samples"));
+  expect_wire(current_json, "CurrentStats");
   // A key the declaration does not list would fail the check.
   json extra = server::to_json(probe);
   extra["undeclared"] = 1;
