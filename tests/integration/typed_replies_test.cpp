@@ -9,6 +9,7 @@
 
 #include "integration/wire_check.h"
 #include "server/controller/controller.h"
+#include "server/controller/replies_views.h"
 #include "server/controller/reply.h"
 #include "server/controller/wire_types.h"
 
@@ -59,11 +60,80 @@ TEST(TypedReplies, JsonAndSchemaComeFromOneFieldList) {
   for (const auto& [key, value] : full.items()) EXPECT_TRUE(schema["properties"].contains(key)) << key;
 }
 
+// A part with no wire name of its own is written out where it is used.
+struct Range {
+  static constexpr bool kInline = true;
+  int64_t low = 0;
+  std::optional<int64_t> high;
+  template <class Fields>
+  static void fields(Fields& f) {
+    f.field("low", &Range::low, "From.");
+    f.optional_field("high", &Range::high, "To, when bounded.");
+  }
+};
+
+struct Ranges {
+  static constexpr const char* kWireName = "Ranges";
+  std::vector<Range> ranges;
+  template <class Fields>
+  static void fields(Fields& f) {
+    f.field("ranges", &Ranges::ranges, "The ranges.");
+  }
+};
+
+TEST(TypedReplies, AnInlinePartIsWrittenOutWhereItIsUsed) {
+  json defs = json::object();
+  server::declare_reply<Ranges>(defs);
+  EXPECT_FALSE(defs.contains("Range"));  // no def of its own
+  const json& items = defs.at("Ranges")["properties"]["ranges"]["items"];
+  EXPECT_EQ(items["type"], "object");
+  EXPECT_EQ(items["required"], json({"low"}));
+  EXPECT_EQ(items["additionalProperties"], false);
+  EXPECT_EQ(items["properties"]["high"]["description"], "To, when bounded.");
+  Ranges reply{{{1, std::nullopt}, {2, 5}}};
+  EXPECT_EQ(server::to_json(reply), json({{"ranges", {{{"low", 1}}, {{"low", 2}, {"high", 5}}}}}));
+  EXPECT_EQ(wire_mismatch(server::to_json(reply), defs.at("Ranges"), "Ranges"), "");
+}
+
 TEST(TypedReplies, DeclaredRepliesAreWireTypesThatSayWhatEachFieldMeans) {
-  for (const char* name :
-       {"Settings", "WatchPerformance", "ExperimentDefaults", "ExperimentCancel", "ExperimentAutoRun", "AutoExperiment",
-        "AutoExperimentCleared", "ProbeStatus", "Perturbation", "ProbeResultSummary", "StatsSummary",
-        "TimeTravelStatus", "TimeTravelReport", "Checkpoint", "DebugReport", "DebugRerun", "UncheckedTensor"}) {
+  for (const char* name : {"Settings",
+                           "WatchPerformance",
+                           "ExperimentDefaults",
+                           "ExperimentCancel",
+                           "ExperimentAutoRun",
+                           "AutoExperiment",
+                           "AutoExperimentCleared",
+                           "ProbeStatus",
+                           "Perturbation",
+                           "ProbeResultSummary",
+                           "StatsSummary",
+                           "TimeTravelStatus",
+                           "TimeTravelReport",
+                           "Checkpoint",
+                           "DebugReport",
+                           "DebugRerun",
+                           "UncheckedTensor",
+                           "Architecture",
+                           "Layer",
+                           "Edge",
+                           "Snapshot",
+                           "SnapshotBudget",
+                           "SnapshotInput",
+                           "SnapshotLayer",
+                           "SnapshotParameter",
+                           "SnapshotProbe",
+                           "LayerStats",
+                           "LayerStatsEntry",
+                           "SamplesKept",
+                           "WeightStats",
+                           "ParameterStats",
+                           "StatsList",
+                           "StatsHistory",
+                           "EpochStats",
+                           "TensorStatsSnapshot",
+                           "ParameterSample",
+                           "CurrentStats",
+                           "ValueCounts"}) {
     ASSERT_TRUE(server::wire_types().contains(name)) << name;
     for (const auto& [key, field] : server::wire_types().at(name)["properties"].items()) {
       EXPECT_FALSE(field.value("description", "").empty()) << name << "." << key << " says nothing";
@@ -86,6 +156,30 @@ TEST(TypedReplies, ARepliesJsonMatchesItsDeclaration) {
   probe.perturbations.push_back({"x", 0, {1, 2}, {1.5, "nan"}});
   probe.cleared = 2;
   expect_wire(server::to_json(probe), "ProbeStatus");
+  // Inline parts (list_stats' layers and phases) and optional keys.
+  server::StatsList list;
+  list.edges = {-1.0, 0.0, 1.0};
+  list.layers.push_back({"fc1", {{"train", {0, 1}}}});
+  list.parameters["fc1"] = {"fc1.weight"};
+  list.series.push_back({"loss", "train", ""});
+  const json list_json = server::to_json(list);
+  EXPECT_EQ(list_json["layers"][0]["phases"][0]["epochs"], json({0, 1}));
+  expect_wire(list_json, "StatsList");
+  server::CurrentStats current;
+  current.layer = "mask";
+  current.position = {{"phase", "train"},
+                      {"epoch", 0},
+                      {"batch_idx", 0},
+                      {"is_last_in_phase", false},
+                      {"is_last_in_epoch", false},
+                      {"is_last_in_run", false},
+                      {"text", "train e0 b0"}};
+  current.values = server::ValueCounts{"bool", 4, 0, 1, 2, 3, 0.75};
+  current.note = "counted";
+  const json current_json = server::to_json(current);
+  EXPECT_TRUE(current_json["activation"].is_null());
+  EXPECT_FALSE(current_json.contains("samples"));
+  expect_wire(current_json, "CurrentStats");
   // A key the declaration does not list would fail the check.
   json extra = server::to_json(probe);
   extra["undeclared"] = 1;

@@ -162,13 +162,13 @@ inline Reply render_layer(Controller& c, const Args& a) {
 // The index of the model input named `name` (get_architecture's inputs),
 // refused naming the inputs there are; `argument` is the caller's name for it.
 inline int64_t input_index(Controller& c, const std::string& name, const std::string& argument) {
-  const json inputs = c.views().get_architecture().value("inputs", json::array());
+  const std::vector<std::string> inputs = c.views().get_architecture().inputs;
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (inputs[i] == name) return static_cast<int64_t>(i);
   }
   throw Refusal(Refusal::Kind::kInvalidArgument,
                 "no model input named \"" + name + "\"; the inputs are " +
-                    (inputs.empty() ? std::string("none yet (no batch captured)") : inputs.dump()),
+                    (inputs.empty() ? std::string("none yet (no batch captured)") : json(inputs).dump()),
                 argument);
 }
 

@@ -69,11 +69,10 @@ std::vector<Arg> snapshot_args() {
 // (every one but shape ops when `wanted` is null).
 std::vector<std::string> in_graph_order(Controller& c, const json& wanted) {
   std::vector<std::string> out;
-  for (const auto& layer : c.views().get_architecture().value("layers", json::array())) {
-    const std::string name = layer.value("name", "");
-    const bool keep = wanted.is_null() ? !layer.value("shape_op", false)
-                                       : std::find(wanted.begin(), wanted.end(), json(name)) != wanted.end();
-    if (keep) out.push_back(name);
+  for (const auto& layer : c.views().get_architecture().layers) {
+    const bool keep =
+        wanted.is_null() ? !layer.shape_op : std::find(wanted.begin(), wanted.end(), json(layer.name)) != wanted.end();
+    if (keep) out.push_back(layer.name);
   }
   return out;
 }
@@ -97,8 +96,7 @@ void default_layers(Controller& c, RecordView& v) {
   } else if (v.view == "histograms" && v.layers.empty()) {
     // The Stats page: the layers with collected statistics.
     json collected = json::array();
-    for (const auto& l : c.stats().list_stats().value("layers", json::array()))
-      collected.push_back(l.value("layer", ""));
+    for (const auto& l : c.stats().list_stats().layers) collected.push_back(l.layer);
     v.layers = first(in_graph_order(c, collected), kMaxDefaultHistograms);
     if (v.layers.empty()) {
       throw Refusal(Refusal::Kind::kInvalidArgument,

@@ -14,22 +14,20 @@ namespace {
 // The architecture's graph as Mermaid flowchart source (the get_architecture
 // of the original NaNsense 0.4.0, Python on PyPI, returns one): a node per layer labelled with its name and
 // kind, an arrow per edge.
-std::string mermaid(const json& architecture) {
+std::string mermaid(const ArchitectureView& architecture) {
   std::map<std::string, std::string> ids;
   std::string out = "flowchart TD\n";
-  for (const auto& layer : architecture.value("layers", json::array())) {
-    const std::string name = layer.value("name", "");
+  for (const auto& layer : architecture.layers) {
     const std::string id = "n" + std::to_string(ids.size());
-    ids[name] = id;
-    std::string label = name;
-    const std::string kind = layer.value("kind", "");
-    if (!kind.empty() && kind != name) label += " (" + kind + ")";
+    ids[layer.name] = id;
+    std::string label = layer.name;
+    if (!layer.kind.empty() && layer.kind != layer.name) label += " (" + layer.kind + ")";
     std::string escaped;
     for (char ch : label) escaped += ch == '"' ? std::string("#quot;") : std::string(1, ch);
     out += "  " + id + "[\"" + escaped + "\"]\n";
   }
-  for (const auto& edge : architecture.value("edges", json::array())) {
-    const auto from = ids.find(edge.value("from", "")), to = ids.find(edge.value("to", ""));
+  for (const auto& edge : architecture.edges ? *architecture.edges : std::vector<ArchitectureEdge>()) {
+    const auto from = ids.find(edge.from), to = ids.find(edge.to);
     if (from != ids.end() && to != ids.end()) out += "  " + from->second + " --> " + to->second + "\n";
   }
   return out;
@@ -76,13 +74,13 @@ std::vector<Command> run_commands() {
       .reply = "Architecture",
       .run =
           [](Controller& c, const Args& a) {
-            json architecture = c.views().get_architecture();
+            ArchitectureView architecture = c.views().get_architecture();
             if (!a.boolean("include_graph")) {
-              architecture.erase("edges");
+              architecture.edges.reset();
             } else {
-              architecture["mermaid"] = mermaid(architecture);
+              architecture.mermaid = mermaid(architecture);
             }
-            return json_reply(std::move(architecture));
+            return json_reply(architecture);
           },
   });
   t.push_back({

@@ -136,18 +136,15 @@ Status RunArea::get_status() const {
   return status;
 }
 
-json ViewArea::get_architecture() const {
+ArchitectureView ViewArea::get_architecture() const {
   auto arch = session_.architecture();
   if (!arch) {
-    return {{"captured", false},
-            {"reason", "no batch has been captured yet: the graph appears once the first batch pauses"},
-            {"layers", json::array()},
-            {"edges", json::array()},
-            {"inputs", json::array()}};
+    ArchitectureView none;
+    none.reason = "no batch has been captured yet: the graph appears once the first batch pauses";
+    none.edges.emplace();
+    return none;
   }
-  json out = to_json(*arch);
-  out["captured"] = true;
-  return out;
+  return architecture_view(*arch);
 }
 
 std::shared_ptr<const BatchSnapshot> Controller::require_snapshot() const {
@@ -159,70 +156,53 @@ std::shared_ptr<const BatchSnapshot> Controller::require_snapshot() const {
   return snap;
 }
 
-json ViewArea::get_snapshot() const {
+SnapshotSummary ViewArea::get_snapshot() const {
   auto snap = owner_.require_snapshot();
   {
     std::lock_guard lock(cache_mu_);
     if (cached_snapshot_ && cached_sequence_ == snap->sequence) return *cached_snapshot_;
   }
-  json layers = json::array();
+  auto out = std::make_shared<SnapshotSummary>();
   for (const auto& layer : snap->architecture->layers) {
-    json entry = {{"name", layer.name}, {"kind", layer.kind}};
-    entry["activation"] = summary(snap->activations, snap->activation_stats, layer.name);
-    entry["gradient"] = summary(snap->activation_gradients, snap->activation_gradient_stats, layer.name);
+    SnapshotLayer& entry = out->layers.emplace_back();
+    entry.name = layer.name;
+    entry.kind = layer.kind;
+    entry.activation = summary(snap->activations, snap->activation_stats, layer.name);
+    entry.gradient = summary(snap->activation_gradients, snap->activation_gradient_stats, layer.name);
     if (auto in = snap->custom_activations.find(layer.name); in != snap->custom_activations.end()) {
-      json instruments = json::object();
+      auto& instruments = entry.instruments.emplace();
       for (const auto& [name, t] : in->second) instruments[name] = summary(t);
-      entry["instruments"] = std::move(instruments);
     }
-    layers.push_back(std::move(entry));
   }
-  json params = json::array();
   for (const auto& [name, w] : snap->weights) {
-    auto g = snap->weight_gradients.find(name);
-    json entry = {{"name", name},
-                  {"weight", summary(w)},
-                  {"gradient", g != snap->weight_gradients.end() ? summary(g->second) : json(nullptr)}};
+    SnapshotParameter& entry = out->parameters.emplace_back();
+    entry.name = name;
+    entry.weight = summary(w);
+    if (auto g = snap->weight_gradients.find(name); g != snap->weight_gradients.end())
+      entry.gradient = summary(g->second);
     if (auto st = snap->optimizer_state.find(name); st != snap->optimizer_state.end()) {
-      json state = json::object();
-      for (const auto& [key, t] : st->second) {
-        state[key] = t.dim() == 0 ? number(t.item<double>()) : summary(t);
-      }
-      entry["optimizer_state"] = state;
+      auto& state = entry.optimizer_state.emplace();
+      for (const auto& [key, t] : st->second) state[key] = t.dim() == 0 ? number(t.item<double>()) : summary(t);
     }
     if (auto hp = snap->optimizer_hyperparams.find(name); hp != snap->optimizer_hyperparams.end()) {
-      json hyper = json::object();
+      auto& hyper = entry.hyperparameters.emplace();
       for (const auto& [key, v] : hp->second) hyper[key] = number(v);
-      entry["hyperparameters"] = hyper;
     }
-    params.push_back(std::move(entry));
   }
-  json inputs = json::array();
+  const auto& names = snap->architecture->inputs;
   for (size_t i = 0; i < snap->inputs.size(); ++i) {
     const auto& t = snap->inputs[i];
-    const auto& names = snap->architecture->inputs;
-    inputs.push_back({{"index", i},
-                      {"name", i < names.size() ? names[i] : "input_" + std::to_string(i)},
-                      {"shape", t.sizes().vec()},
-                      {"dtype", common::dtype_name(t.scalar_type())}});
+    out->inputs.push_back({static_cast<int64_t>(i), i < names.size() ? names[i] : "input_" + std::to_string(i),
+                           t.sizes().vec(), common::dtype_name(t.scalar_type())});
   }
-  const int64_t batch_size = batch_size_of(*snap);
-  json body{{"position", to_json(snap->position)},
-            {"sequence", snap->sequence},
-            {"batch_size", batch_size},
-            {"samples_kept", snap->trimmed() ? snap->samples_kept : batch_size},
-            {"budget", budget_json(*snap)},
-            {"inputs", inputs},
-            {"layers", layers},
-            {"parameters", params},
-            {"probe", nullptr}};
+  out->position = to_json(snap->position);
+  out->sequence = snap->sequence;
+  out->batch_size = batch_size_of(*snap);
+  out->samples_kept = snap->trimmed() ? snap->samples_kept : out->batch_size;
+  out->budget = budget_of(*snap);
   if (snap->probe) {
-    body["probe"] = {{"run", snap->probe->run},
-                     {"position", to_json(snap->probe->position)},
-                     {"mode", snap->probe->mode},
-                     {"diff", snap->probe->diff}};
+    out->probe = SnapshotProbe{snap->probe->run, to_json(snap->probe->position), snap->probe->mode, snap->probe->diff};
   }
-  auto out = std::make_shared<const json>(std::move(body));
   std::lock_guard lock(cache_mu_);
   cached_sequence_ = snap->sequence;
   cached_snapshot_ = out;

@@ -28,23 +28,21 @@ bool is_value_dtype(const std::string& dtype) {
 
 // What a bool or integer tensor holds, in counts: no moment of an id or a
 // mask means anything.
-json value_counts(const torch::Tensor& t) {
+ValueCounts value_counts(const torch::Tensor& t) {
   torch::NoGradGuard no_grad;
   auto v = t.detach().to(torch::kCPU, torch::kLong).reshape({-1});
-  json out = {{"dtype", common::dtype_name(t.scalar_type())},
-              {"numel", v.numel()},
-              {"min", nullptr},
-              {"max", nullptr},
-              {"distinct", 0}};
+  ValueCounts out;
+  out.dtype = common::dtype_name(t.scalar_type());
+  out.numel = v.numel();
   if (v.numel() == 0) return out;
   auto [lo, hi] = torch::aminmax(v);
-  out["min"] = lo.item<int64_t>();
-  out["max"] = hi.item<int64_t>();
-  out["distinct"] = std::get<0>(torch::_unique(v, /*sorted=*/false)).numel();
+  out.min = lo.item<int64_t>();
+  out.max = hi.item<int64_t>();
+  out.distinct = std::get<0>(torch::_unique(v, /*sorted=*/false)).numel();
   if (t.scalar_type() == torch::kBool) {
     const auto count = v.sum().item<int64_t>();
-    out["true_count"] = count;
-    out["true_fraction"] = static_cast<double>(count) / static_cast<double>(v.numel());
+    out.true_count = count;
+    out.true_fraction = static_cast<double>(count) / static_cast<double>(v.numel());
   }
   return out;
 }
@@ -56,49 +54,50 @@ json frequency_json(const UpdateFrequency& f) {
           {"phase", f.phase() ? json(*f.phase()) : json(nullptr)}};
 }
 
-json tensor_stats_json(const TensorStatsSnapshot& v) {
-  auto if_any = [](const std::optional<double>& x) { return x ? number(*x) : json(nullptr); };
-  return {{"n", v.n},
-          {"sum", number(v.sum)},
-          {"sum_sq", number(v.sum_sq)},
-          {"mean", if_any(v.mean())},
-          {"std", if_any(v.std())},
-          {"median", if_any(v.median)},
-          {"min", if_any(v.min)},
-          {"max", if_any(v.max)},
-          {"nan", v.nan},
-          {"pos_inf", v.pos_inf},
-          {"neg_inf", v.neg_inf},
-          {"hist", v.hist.empty() ? json(nullptr) : json(v.hist)},
-          {"channel_hists", v.channel_hists.empty() ? json(nullptr) : json(v.channel_hists)},
-          {"channels", v.channels},
-          {"binned", v.binned},
-          {"dead_count", v.dead_count ? json(*v.dead_count) : json(nullptr)},
-          {"dead_channels", v.dead_channels}};
+CollectedStats collected_stats(const TensorStatsSnapshot& v) {
+  CollectedStats out;
+  out.n = v.n;
+  out.sum = number(v.sum);
+  out.sum_sq = number(v.sum_sq);
+  out.mean = number(v.mean());
+  out.std = number(v.std());
+  out.median = number(v.median);
+  out.min = number(v.min);
+  out.max = number(v.max);
+  out.nan = v.nan;
+  out.pos_inf = v.pos_inf;
+  out.neg_inf = v.neg_inf;
+  if (!v.hist.empty()) out.hist = v.hist;
+  if (!v.channel_hists.empty()) out.channel_hists = v.channel_hists;
+  out.channels = v.channels;
+  out.binned = v.binned;
+  out.dead_count = v.dead_count;
+  out.dead_channels = v.dead_channels;
+  return out;
 }
 
-json optional_stats(const std::optional<TensorStatsSnapshot>& v) { return v ? tensor_stats_json(*v) : json(nullptr); }
-
-json layer_stats(const LayerStatsSnapshot& v) {
-  return {{"epoch", v.epoch},
-          {"batches", v.batches},
-          {"activation", optional_stats(v.activation)},
-          {"gradient", optional_stats(v.gradient)}};
+std::optional<CollectedStats> optional_stats(const std::optional<TensorStatsSnapshot>& v) {
+  if (!v) return std::nullopt;
+  return collected_stats(*v);
 }
 
-json parameter_sample(const ParameterSample& p) {
-  return {{"epoch", p.epoch},
-          {"value_norm", number(p.value_norm)},
-          {"mean", number(p.mean)},
-          {"std", number(p.std)},
-          {"min", number(p.min)},
-          {"max", number(p.max)},
-          {"grad_norm", number(p.grad_norm)},
-          {"grad_mean", number(p.grad_mean)},
-          {"grad_std", number(p.grad_std)},
-          {"grad_min", number(p.grad_min)},
-          {"grad_max", number(p.grad_max)},
-          {"update_ratio", number(p.update_ratio)}};
+EpochStats epoch_stats(const LayerStatsSnapshot& v) {
+  return {v.epoch, v.batches, optional_stats(v.activation), optional_stats(v.gradient)};
+}
+
+ParameterSampleReply parameter_sample(const ParameterSample& p) {
+  return {p.epoch,
+          number(p.value_norm),
+          number(p.mean),
+          number(p.std),
+          number(p.min),
+          number(p.max),
+          number(p.grad_norm),
+          number(p.grad_mean),
+          number(p.grad_std),
+          number(p.grad_min),
+          number(p.grad_max),
+          number(p.update_ratio)};
 }
 
 StatsScope parse_scope(const std::string& scope) {
@@ -284,31 +283,30 @@ Settings StatsArea::set_patch_layers(const std::optional<std::vector<std::string
   return get_settings();
 }
 
-json StatsArea::list_stats() const {
+StatsList StatsArea::list_stats() const {
   const auto s = owner_.require_stats();
   const auto architecture = session_.architecture();
-  json layers = json::array();
+  StatsList out;
+  out.sequence = s->sequence;
+  out.edges = stats::bin_edges();
   for (const auto& layer : layers_of(*s, architecture.get())) {
-    json phases = json::array();
+    CollectedLayer& collected = out.layers.emplace_back();
+    collected.layer = layer;
     for (const auto& phase : phases_of(*s, layer, session_.schedule())) {
-      json epochs = json::array();
-      for (const auto& bucket : s->layers.at({layer, phase})) epochs.push_back(bucket.epoch);
-      phases.push_back({{"phase", phase}, {"epochs", std::move(epochs)}});
+      CollectedPhase& epochs = collected.phases.emplace_back();
+      epochs.phase = phase;
+      for (const auto& bucket : s->layers.at({layer, phase})) epochs.epochs.push_back(bucket.epoch);
     }
-    layers.push_back({{"layer", layer}, {"phases", std::move(phases)}});
   }
-  json parameters = json::object();
   for (const auto& [param, owner] : s->owner) {
-    if (s->parameters.count(param)) parameters[owner].push_back(param);
+    if (s->parameters.count(param)) out.parameters[owner].push_back(param);
   }
-  json series = json::array();
-  for (const auto& v : s->series) series.push_back({{"name", v.name}, {"phase", v.phase}, {"layer", v.layer}});
-  return {{"sequence", s->sequence},     {"edges", stats::bin_edges()},
-          {"layers", std::move(layers)}, {"parameters", std::move(parameters)},
-          {"series", std::move(series)}, {"device_bytes", s->device_bytes}};
+  for (const auto& v : s->series) out.series.push_back({v.name, v.phase, v.layer});
+  out.device_bytes = static_cast<int64_t>(s->device_bytes);
+  return out;
 }
 
-json StatsArea::get_stats_history(const std::string& layer, const std::optional<std::string>& phase) const {
+StatsHistory StatsArea::get_stats_history(const std::string& layer, const std::optional<std::string>& phase) const {
   const auto s = owner_.require_stats();
   const auto phases = phases_of(*s, layer, session_.schedule());
   const auto architecture = session_.architecture();
@@ -334,28 +332,24 @@ json StatsArea::get_stats_history(const std::string& layer, const std::optional<
                   "layer \"" + layer + "\" has no statistics for phase \"" + *phase + "\"; its phases: " + join(phases),
                   "phase");
   }
-  json by_phase = json::object();
+  StatsHistory out;
+  out.layer = layer;
+  out.edges = stats::bin_edges();
   for (const auto& p : phases) {
     if (phase && p != *phase) continue;
-    json epochs = json::array();
-    for (const auto& bucket : s->layers.at({layer, p})) epochs.push_back(layer_stats(bucket));
-    by_phase[p] = std::move(epochs);
+    auto& epochs = out.phases[p];
+    for (const auto& bucket : s->layers.at({layer, p})) epochs.push_back(epoch_stats(bucket));
   }
-  json parameters = json::object();
   for (const auto& [param, owner] : s->owner) {
     auto samples = s->parameters.find(param);
     if (owner != layer || samples == s->parameters.end()) continue;
-    json list = json::array();
+    auto& list = out.parameters[param];
     for (const auto& sample : samples->second) list.push_back(parameter_sample(sample));
-    parameters[param] = std::move(list);
   }
-  return {{"layer", layer},
-          {"edges", stats::bin_edges()},
-          {"phases", std::move(by_phase)},
-          {"parameters", std::move(parameters)}};
+  return out;
 }
 
-json StatsArea::get_current_stats(const std::string& layer) const {
+CurrentStats StatsArea::get_current_stats(const std::string& layer) const {
   auto snap = owner_.require_snapshot();
   if (!snap->architecture->find(layer)) {
     std::vector<std::string> known;
@@ -365,26 +359,27 @@ json StatsArea::get_current_stats(const std::string& layer) const {
   const auto detail = session_.watch_performance();
   // The same accumulator the training thread folds with, on this thread's
   // CPU copy: the bins and channel cap match the collected statistics.
-  auto binned = [&](const std::map<std::string, torch::Tensor>& tensors) -> json {
+  auto binned = [&](const std::map<std::string, torch::Tensor>& tensors) -> std::optional<CollectedStats> {
     auto it = tensors.find(layer);
-    if (it == tensors.end() || !it->second.is_floating_point()) return nullptr;
+    if (it == tensors.end() || !it->second.is_floating_point()) return std::nullopt;
     stats::TensorAccumulator accumulator(detail);
     accumulator.add(it->second);
-    return tensor_stats_json(accumulator.view(accumulator.buffers()));
+    return collected_stats(accumulator.view(accumulator.buffers()));
   };
-  json out = {{"layer", layer},
-              {"position", to_json(snap->position)},
-              {"activation", binned(snap->activations)},
-              {"gradient", binned(snap->activation_gradients)}};
+  CurrentStats out;
+  out.layer = layer;
+  out.position = to_json(snap->position);
+  out.activation = binned(snap->activations);
+  out.gradient = binned(snap->activation_gradients);
   // A mask, ids or labels: counted, not binned.
   if (auto it = snap->activations.find(layer); it != snap->activations.end() && it->second.defined() &&
                                                !it->second.is_floating_point() && !it->second.is_complex()) {
-    out["values"] = value_counts(it->second);
-    out["note"] = "layer \"" + layer + "\" outputs " + common::dtype_name(it->second.scalar_type()) +
-                  " values: the binned statistics are for floating-point tensors, so activation is null and "
-                  "values counts them";
+    out.values = value_counts(it->second);
+    out.note = "layer \"" + layer + "\" outputs " + common::dtype_name(it->second.scalar_type()) +
+               " values: the binned statistics are for floating-point tensors, so activation is null and "
+               "values counts them";
   }
-  if (snap->trimmed()) out["samples"] = samples_kept(*snap, "these bins count the kept samples");
+  if (snap->trimmed()) out.samples = samples_kept(*snap, "these bins count the kept samples");
   return out;
 }
 

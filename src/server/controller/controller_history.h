@@ -14,6 +14,7 @@
 #include "server/controller/json_views.h"
 #include "server/controller/pictures.h"
 #include "server/controller/replies.h"
+#include "server/controller/replies_views.h"
 
 namespace nansense::detail {
 class SessionPort;
@@ -50,13 +51,13 @@ class StatsArea {
   Settings set_patch_layers(const std::optional<std::vector<std::string>>& layers);
   // What was collected: layers (graph order) with their phases and epochs,
   // parameters per layer, the scalar series, the bin edges.
-  json list_stats() const;
+  StatsList list_stats() const;
   // A layer's per-epoch statistics per phase (one phase when given) and its
   // parameters' samples. kNotFound naming the known layers or phases.
-  json get_stats_history(const std::string& layer, const std::optional<std::string>& phase) const;
+  StatsHistory get_stats_history(const std::string& layer, const std::optional<std::string>& phase) const;
   // The last captured batch's statistics of any layer, binned like the
   // collected ones (the Stats page's "current batch").
-  json get_current_stats(const std::string& layer) const;
+  CurrentStats get_current_stats(const std::string& layer) const;
   // Logged scalars and metric series (those of `layers` and every logged
   // scalar when layers are given) and the instruments that failed.
   Metrics get_metrics(const std::vector<std::string>& layers) const;

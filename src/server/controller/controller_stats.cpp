@@ -110,7 +110,7 @@ const LayerInfo& find_layer(const Architecture& arch, const std::string& name) {
 
 }  // namespace
 
-json ViewArea::get_layer_stats(const std::vector<std::string>& names, const LayerStatsOptions& options) const {
+LayerStats ViewArea::get_layer_stats(const std::vector<std::string>& names, const LayerStatsOptions& options) const {
   auto snap = owner_.require_snapshot();
   const Architecture& arch = *snap->architecture;
   std::vector<const LayerInfo*> layers;
@@ -123,9 +123,13 @@ json ViewArea::get_layer_stats(const std::vector<std::string>& names, const Laye
   Describe how;
   how.channels = true;
   how.bins = options.include_histogram ? options.bins : 0;
-  json out_layers = json::array();
+  LayerStats out;
+  out.position = to_json(snap->position);
+  out.sequence = snap->sequence;
   for (const LayerInfo* layer : layers) {
-    json entry = {{"name", layer->name}, {"kind", layer->kind}};
+    LayerStatsEntry entry;
+    entry.name = layer->name;
+    entry.kind = layer->kind;
     auto act = snap->activations.find(layer->name);
     auto grad = snap->activation_gradients.find(layer->name);
     if (options.channel) {
@@ -157,30 +161,28 @@ json ViewArea::get_layer_stats(const std::vector<std::string>& names, const Laye
       }
       return s;
     };
-    entry["activation"] = act != snap->activations.end()
-                              ? with_whole_batch(summarise(act->second), snap->activation_stats, layer->name)
-                              : json(nullptr);
-    if (grad != snap->activation_gradients.end()) {
-      entry["gradient"] = with_whole_batch(summarise(grad->second), snap->activation_gradient_stats, layer->name);
-    } else {
-      entry["gradient"] = nullptr;
-      entry["gradient_note"] = layer->role == LayerInfo::Role::kInput
-                                   ? "inputs get no gradient"
-                                   : "no backward ran through this layer in this batch (an eval phase, or it "
-                                     "does not reach the loss)";
+    if (act != snap->activations.end()) {
+      entry.activation = with_whole_batch(summarise(act->second), snap->activation_stats, layer->name);
     }
-    out_layers.push_back(std::move(entry));
+    if (grad != snap->activation_gradients.end()) {
+      entry.gradient = with_whole_batch(summarise(grad->second), snap->activation_gradient_stats, layer->name);
+    } else {
+      entry.gradient_note = layer->role == LayerInfo::Role::kInput
+                                ? "inputs get no gradient"
+                                : "no backward ran through this layer in this batch (an eval phase, or it "
+                                  "does not reach the loss)";
+    }
+    out.layers.push_back(std::move(entry));
   }
-  json out = {{"position", to_json(snap->position)}, {"sequence", snap->sequence}, {"layers", std::move(out_layers)}};
   if (snap->trimmed()) {
-    out["samples"] = samples_kept(*snap,
-                                  "counts, min, max and mean cover the whole batch; std, median, zero_fraction, "
-                                  "norm, dead channels, histograms and channel figures cover the kept samples");
+    out.samples = samples_kept(*snap,
+                               "counts, min, max and mean cover the whole batch; std, median, zero_fraction, "
+                               "norm, dead channels, histograms and channel figures cover the kept samples");
   }
   return out;
 }
 
-json WeightArea::get_weight_stats(const std::string& layer_name, const std::vector<std::string>& wanted) const {
+WeightStats WeightArea::get_weight_stats(const std::string& layer_name, const std::vector<std::string>& wanted) const {
   auto snap = owner_.require_snapshot();
   auto [found, chosen] = layer_parameters(*snap, layer_name, wanted);
   const LayerInfo& layer = *found;
@@ -188,58 +190,47 @@ json WeightArea::get_weight_stats(const std::string& layer_name, const std::vect
   Describe how;
   how.norm = true;
   const bool has_optimizer = !snap->optimizer_hyperparams.empty() || !snap->optimizer_state.empty();
-  json params = json::array();
+  WeightStats out{layer.name, layer.kind, to_json(snap->position), snap->sequence, {}};
   for (const auto& name : chosen) {
-    json entry = {{"name", name}};
+    ParameterStats& entry = out.parameters.emplace_back();
+    entry.name = name;
     auto w = snap->weights.find(name);
     if (w == snap->weights.end()) {
-      entry["value"] = nullptr;
-      entry["note"] = "this parameter was not captured in this batch";
-      params.push_back(std::move(entry));
+      entry.note = "this parameter was not captured in this batch";
       continue;
     }
-    entry["value"] = describe(w->second, how);
-    entry["default_layout"] = weight_layout_json(render::default_weight_layout(w->second.sizes()));
+    entry.value = describe(w->second, how);
+    entry.default_layout = weight_layout_json(render::default_weight_layout(w->second.sizes()));
     auto g = snap->weight_gradients.find(name);
-    entry["gradient"] = g != snap->weight_gradients.end() ? describe(g->second, how) : json(nullptr);
+    entry.gradient = g != snap->weight_gradients.end() ? describe(g->second, how) : json(nullptr);
     if (g == snap->weight_gradients.end()) {
-      entry["gradient_note"] =
+      entry.gradient_note =
           "no gradient: an eval phase, a frozen parameter, or zero_grad(set_to_none) before "
           "the capture";
     }
     if (auto st = snap->optimizer_state.find(name); st != snap->optimizer_state.end()) {
-      json state = json::object();
-      for (const auto& [key, t] : st->second) {
-        state[key] = t.dim() == 0 ? number(t.item<double>()) : describe(t, how);
-      }
-      entry["optimizer_state"] = std::move(state);
+      auto& state = entry.optimizer_state.emplace();
+      for (const auto& [key, t] : st->second) state[key] = t.dim() == 0 ? number(t.item<double>()) : describe(t, how);
     }
     auto hp = snap->optimizer_hyperparams.find(name);
     if (hp != snap->optimizer_hyperparams.end()) {
-      json hyper = json::object();
+      auto& hyper = entry.hyperparameters.emplace();
       for (const auto& [key, v] : hp->second) hyper[key] = number(v);
-      entry["hyperparameters"] = std::move(hyper);
     }
     if (auto in = snap->custom_weight_tensors.find(name); in != snap->custom_weight_tensors.end()) {
-      json instruments = json::object();
+      auto& instruments = entry.instruments.emplace();
       for (const auto& [key, t] : in->second) instruments[key] = describe(t, how);
-      entry["instruments"] = std::move(instruments);
     }
-    if (!entry.contains("optimizer_state")) {
-      entry["optimizer_state_note"] =
+    if (!entry.optimizer_state) {
+      entry.optimizer_state_note =
           !has_optimizer ? "no optimizer state: the session was started without StartOptions().optimizer(&optimizer)"
           : hp == snap->optimizer_hyperparams.end()
               ? "the optimizer does not hold this parameter (it is in no param group)"
               : "the optimizer holds no state for it yet: state appears after its first step (plain SGD without "
                 "momentum keeps none)";
     }
-    params.push_back(std::move(entry));
   }
-  return {{"layer", layer.name},
-          {"kind", layer.kind},
-          {"position", to_json(snap->position)},
-          {"sequence", snap->sequence},
-          {"parameters", std::move(params)}};
+  return out;
 }
 
 }  // namespace nansense::server

@@ -17,6 +17,7 @@
 #include "render/strip.h"
 #include "server/controller/json_views.h"
 #include "server/controller/pictures.h"
+#include "server/controller/replies_views.h"
 
 namespace nansense::detail {
 class SessionPort;
@@ -30,9 +31,11 @@ class ViewArea {
  public:
   ViewArea(Controller& owner, detail::SessionPort& session);
 
-  json get_architecture() const;
+  // The traced graph: layers in execution order, edges, model inputs;
+  // captured false with a reason before the first captured batch.
+  ArchitectureView get_architecture() const;
   // Per-layer summary of the last captured batch.
-  json get_snapshot() const;
+  SnapshotSummary get_snapshot() const;
 
   // Statistics of layers in the last captured batch (controller_stats.cpp):
   // per activation and gradient the shared tensor statistics with spread
@@ -44,7 +47,7 @@ class ViewArea {
     int64_t bins = 32;
     std::optional<int64_t> channel;  // an index along dim 1
   };
-  json get_layer_stats(const std::vector<std::string>& layers, const LayerStatsOptions& options) const;
+  LayerStats get_layer_stats(const std::vector<std::string>& layers, const LayerStatsOptions& options) const;
 
   // A layer's activation or gradient strip for one sample of the last captured
   // batch, as PNG, with what it shows (scale, layout, non-finite counts).
@@ -73,7 +76,7 @@ class ViewArea {
   detail::SessionPort& session_;
   mutable std::mutex cache_mu_;
   mutable uint64_t cached_sequence_ = 0;
-  mutable std::shared_ptr<const json> cached_snapshot_;
+  mutable std::shared_ptr<const SnapshotSummary> cached_snapshot_;
   mutable render::RenderCache<StripPicture> strip_cache_{256};
   mutable render::RenderCache<InputPicture> input_cache_{32};
 };

@@ -14,6 +14,7 @@
 #include "render/weight_strip.h"
 #include "server/controller/json_views.h"
 #include "server/controller/pictures.h"
+#include "server/controller/replies_views.h"
 
 namespace nansense::server {
 
@@ -27,7 +28,7 @@ class WeightArea {
   // statistics (with L2 norms), optimizer state and the param group's
   // hyperparameters, with a note where optimizer state is missing and why.
   // An empty `parameters` means all; names are qualified or short ("weight").
-  json get_weight_stats(const std::string& layer, const std::vector<std::string>& parameters) const;
+  WeightStats get_weight_stats(const std::string& layer, const std::vector<std::string>& parameters) const;
 
   // One tensor of a layer's parameter in the last captured batch, laid out
   // by dimension roles (render/weight_strip.h): `tensor` is "weight",

@@ -14,23 +14,17 @@ json to_json(const Schedule& schedule) {
   return {{"epochs", epochs ? json(*epochs) : json(nullptr)}, {"declared", schedule.declared()}, {"phases", phases}};
 }
 
-json to_json(const Architecture& arch) {
-  json layers = json::array();
+ArchitectureView architecture_view(const Architecture& arch) {
+  ArchitectureView out;
+  out.captured = true;
   for (const auto& l : arch.layers) {
-    layers.push_back({{"name", l.name},
-                      {"role", std::string(to_string(l.role))},
-                      {"kind", l.kind},
-                      {"module", l.module},
-                      {"ops", l.ops},
-                      {"output_shape", l.output_shape},
-                      {"dtype", l.dtype},
-                      {"parameters", l.parameters},
-                      {"description", l.description},
-                      {"shape_op", l.shape_op}});
+    out.layers.push_back({l.name, std::string(to_string(l.role)), l.kind, l.module, l.ops, l.output_shape, l.dtype,
+                          l.parameters, l.description, l.shape_op});
   }
-  json edges = json::array();
-  for (const auto& [from, to] : arch.edges) edges.push_back({{"from", from}, {"to", to}});
-  return {{"layers", layers}, {"edges", edges}, {"inputs", arch.inputs}};
+  out.edges.emplace();
+  for (const auto& [from, to] : arch.edges) out.edges->push_back({from, to});
+  out.inputs = arch.inputs;
+  return out;
 }
 
 std::string mib(int64_t bytes) {
@@ -40,26 +34,20 @@ std::string mib(int64_t bytes) {
   return text;
 }
 
-json budget_json(const BatchSnapshot& snap) {
-  json out = {{"budget_bytes", snap.budget_bytes},
-              {"held_bytes", snap.held_bytes},
-              {"full_bytes", snap.full_bytes},
-              {"parameter_bytes", snap.parameter_bytes},
-              {"trimmed", snap.trimmed()}};
+SnapshotBudget budget_of(const BatchSnapshot& snap) {
+  SnapshotBudget out{snap.budget_bytes, snap.held_bytes, snap.full_bytes, snap.parameter_bytes, snap.trimmed(), {}};
   if (snap.trimmed()) {
-    out["note"] = "showing " + std::to_string(snap.samples_kept) + " of " + std::to_string(snap.batch_size) +
-                  " samples (snapshot budget " + mib(snap.budget_bytes) + "; all " + std::to_string(snap.batch_size) +
-                  " would take " + mib(snap.full_bytes) + "); statistics cover all " + std::to_string(snap.batch_size);
+    out.note = "showing " + std::to_string(snap.samples_kept) + " of " + std::to_string(snap.batch_size) +
+               " samples (snapshot budget " + mib(snap.budget_bytes) + "; all " + std::to_string(snap.batch_size) +
+               " would take " + mib(snap.full_bytes) + "); statistics cover all " + std::to_string(snap.batch_size);
   }
   return out;
 }
 
-json samples_kept(const BatchSnapshot& snap, const std::string& covers) {
-  return {
-      {"kept", snap.samples_kept},
-      {"of", snap.batch_size},
-      {"note", "the snapshot budget (" + mib(snap.budget_bytes) + ") kept samples 0.." +
-                   std::to_string(snap.samples_kept - 1) + " of " + std::to_string(snap.batch_size) + ": " + covers}};
+SamplesKept samples_kept(const BatchSnapshot& snap, const std::string& covers) {
+  return {snap.samples_kept, snap.batch_size,
+          "the snapshot budget (" + mib(snap.budget_bytes) + ") kept samples 0.." +
+              std::to_string(snap.samples_kept - 1) + " of " + std::to_string(snap.batch_size) + ": " + covers};
 }
 
 }  // namespace nansense::server

@@ -6,6 +6,7 @@
 #include "nansense/architecture.h"
 #include "nansense/schedule.h"
 #include "nansense/snapshot.h"
+#include "server/controller/replies_views.h"
 
 namespace nansense::server {
 
@@ -14,14 +15,15 @@ using common::number;
 using common::to_json;
 
 json to_json(const Schedule& schedule);
-json to_json(const Architecture& arch);
+// get_architecture's reply for a traced graph (captured, with its edges).
+ArchitectureView architecture_view(const Architecture& arch);
 
 // "1.5 MiB", "512 MiB".
 std::string mib(int64_t bytes);
 // What the snapshot budget left out of `snap` (get_snapshot's "budget").
-json budget_json(const BatchSnapshot& snap);
+SnapshotBudget budget_of(const BatchSnapshot& snap);
 // A reply's "samples" where the budget trimmed `snap`: kept, of, and a note
 // saying what `covers` the kept samples.
-json samples_kept(const BatchSnapshot& snap, const std::string& covers);
+SamplesKept samples_kept(const BatchSnapshot& snap, const std::string& covers);
 
 }  // namespace nansense::server

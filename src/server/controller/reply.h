@@ -17,7 +17,9 @@
 // C++ type (bool, integers, double, std::string, std::vector, std::optional
 // as nullable, std::map<std::string, T>, another reply as a reference);
 // where the type says too little (a json value, a string that is one of a
-// few words) the field names its schema.
+// few words) the field names its schema. A part of a reply with no name of
+// its own (`static constexpr bool kInline = true;` in place of kWireName)
+// lists its fields the same way; its schema is written out where it is used.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +41,13 @@ struct is_reply : std::false_type {};
 template <class T>
 struct is_reply<T, std::void_t<decltype(T::kWireName)>> : std::true_type {};
 
+template <class T, class = void>
+struct is_inline_reply : std::false_type {};
+template <class T>
+struct is_inline_reply<T, std::void_t<decltype(T::kInline)>> : std::true_type {};
+template <class T>
+struct has_fields : std::bool_constant<is_reply<T>::value || is_inline_reply<T>::value> {};
+
 template <class T>
 struct is_optional : std::false_type {};
 template <class T>
@@ -53,12 +62,15 @@ template <class T>
 struct is_string_map<std::map<std::string, T>> : std::true_type {};
 
 template <class T>
-std::enable_if_t<is_reply<T>::value, json> to_json(const T& reply);
+std::enable_if_t<has_fields<T>::value, json> to_json(const T& reply);
+// The object schema of a struct's fields (an inline part's, where it is used).
+template <class T>
+json fields_schema();
 
 // A field's value on the wire.
 template <class T>
 json wire_value(const T& value) {
-  if constexpr (is_reply<T>::value) {
+  if constexpr (has_fields<T>::value) {
     return to_json(value);
   } else if constexpr (is_optional<T>::value) {
     return value ? wire_value(*value) : json(nullptr);
@@ -80,6 +92,8 @@ template <class T>
 json schema_of() {
   if constexpr (is_reply<T>::value) {
     return {{"$ref", std::string("#/$defs/") + T::kWireName}};
+  } else if constexpr (is_inline_reply<T>::value) {
+    return fields_schema<T>();
   } else if constexpr (is_optional<T>::value) {
     return {{"anyOf", {schema_of<typename T::value_type>(), {{"type", "null"}}}}};
   } else if constexpr (is_vector<T>::value) {
@@ -151,19 +165,24 @@ class SchemaFields {
 }  // namespace reply_detail
 
 template <class T>
-std::enable_if_t<is_reply<T>::value, json> to_json(const T& reply) {
+std::enable_if_t<has_fields<T>::value, json> to_json(const T& reply) {
   json out = json::object();
   reply_detail::JsonFields<T> fields(reply, out);
   T::fields(fields);
   return out;
 }
 
+template <class T>
+json fields_schema() {
+  reply_detail::SchemaFields fields;
+  T::fields(fields);
+  return fields.schema();
+}
+
 // Adds `T`'s JSON Schema to `defs` under its wire name.
 template <class T>
 void declare_reply(json& defs) {
-  reply_detail::SchemaFields fields;
-  T::fields(fields);
-  defs[T::kWireName] = fields.schema();
+  defs[T::kWireName] = fields_schema<T>();
 }
 
 }  // namespace nansense::server

@@ -1,6 +1,7 @@
 #include "server/controller/wire_types.h"
 
 #include "server/controller/replies.h"
+#include "server/controller/replies_views.h"
 #include "stats/bins.h"
 
 namespace nansense::server {
@@ -218,62 +219,10 @@ void status_types(json& d, const Words& w) {
                         {"refreshed?", boolean()}});
 }
 
-// The architecture and the snapshot.
-void snapshot_types(json& d, const Words& w) {
-  d["Layer"] = object({{"name", str()},
-                       {"role", w.layer_role},
-                       {"kind", str()},
-                       {"module", str()},
-                       {"ops", array(str())},
-                       {"output_shape", array(integer())},
-                       {"dtype", str()},
-                       {"parameters", array(str())},
-                       {"description", str()},
-                       {"shape_op", boolean()}});
-  d["Edge"] = object({{"from", str()}, {"to", str()}});
-  d["Architecture"] = object({{"captured", boolean()},
-                              {"reason?", str()},
-                              {"layers", array(ref("Layer"))},
-                              // get_architecture's include_graph (default true): the graph, as edges
-                              // and as Mermaid flowchart source; false leaves both out.
-                              {"edges?", array(ref("Edge"))},
-                              {"mermaid?", str()},
-                              {"inputs", array(str())}});
-  d["TensorStats"] = tensor_stats();
-  d["SnapshotLayer"] = object({{"name", str()},
-                               {"kind", str()},
-                               {"activation", nullable(ref("TensorStats"))},
-                               {"gradient", nullable(ref("TensorStats"))},
-                               // watch_layer_tensor instruments' outputs by name.
-                               {"instruments?", map(ref("TensorStats"))}});
-  d["SnapshotInput"] = object({{"index", integer()}, {"name", str()}, {"shape", array(integer())}, {"dtype", str()}});
-  d["SnapshotParameter"] = object({{"name", str()},
-                                   {"weight", ref("TensorStats")},
-                                   {"gradient", nullable(ref("TensorStats"))},
-                                   {"optimizer_state?", map(any_of({num(), ref("TensorStats")}))},
-                                   {"hyperparameters?", map(num())}});
-  d["SnapshotBudget"] = object({{"budget_bytes", integer()},
-                                {"held_bytes", integer()},
-                                {"full_bytes", integer()},
-                                {"parameter_bytes", integer()},
-                                {"trimmed", boolean()},
-                                {"note?", str()}});
-  d["Snapshot"] = object({{"position", ref("Position")},
-                          {"sequence", integer()},
-                          {"batch_size", integer()},
-                          {"samples_kept", integer()},
-                          {"budget", ref("SnapshotBudget")},
-                          {"inputs", array(ref("SnapshotInput"))},
-                          {"layers", array(ref("SnapshotLayer"))},
-                          {"parameters", array(ref("SnapshotParameter"))},
-                          // Set while a probe's result is shown in the snapshot's place.
-                          {"probe", nullable(ref("SnapshotProbe"))}});
-  d["SnapshotProbe"] =
-      object({{"run", integer()}, {"position", ref("Position")}, {"mode", w.probe_mode}, {"diff", boolean()}});
-}
-
-// Statistics queries.
+// Statistics of the last captured batch: one tensor's (common/tensor_stats.h)
+// and the figures controller_stats.cpp adds to them.
 void stats_query_types(json& d) {
+  d["TensorStats"] = tensor_stats();
   d["Histogram"] = histogram();
   d["ChannelStats"] = extend(tensor_stats(), {{"index", integer()}, {"histogram?", ref("Histogram")}});
   d["DeadChannels"] = object(
@@ -281,103 +230,11 @@ void stats_query_types(json& d) {
   d["LayerTensorStats"] = extend(
       tensor_stats(),
       {{"dead_channels?", ref("DeadChannels")}, {"histogram?", ref("Histogram")}, {"channel?", ref("ChannelStats")}});
-  d["LayerStatsEntry"] = object({{"name", str()},
-                                 {"kind", str()},
-                                 {"activation", nullable(ref("LayerTensorStats"))},
-                                 {"gradient", nullable(ref("LayerTensorStats"))},
-                                 {"gradient_note?", str()}});
-  // Where the snapshot budget left samples out: what a reply's figures cover.
-  d["SamplesKept"] = object({{"kept", integer()}, {"of", integer()}, {"note", str()}});
-  d["LayerStats"] = object({{"position", ref("Position")},
-                            {"sequence", integer()},
-                            {"layers", array(ref("LayerStatsEntry"))},
-                            {"samples?", ref("SamplesKept")}});
-  d["ParameterStats"] = object({{"name", str()},
-                                {"value", nullable(ref("TensorStats"))},
-                                {"note?", str()},
-                                {"gradient?", nullable(ref("TensorStats"))},
-                                {"gradient_note?", str()},
-                                {"optimizer_state?", map(any_of({num(), ref("TensorStats")}))},
-                                {"optimizer_state_note?", str()},
-                                {"hyperparameters?", map(num())},
-                                // Where the Weights page starts: the layout of the value's shape.
-                                {"default_layout?", ref("WeightLayout")},
-                                // watch_weight_tensor instruments' outputs by name.
-                                {"instruments?", map(ref("TensorStats"))}});
   // Each dimension's role in a weight strip (null: no dimension holds it).
   d["WeightLayout"] = object({{"x_dim", nullable(integer())},
                               {"y_dim", nullable(integer())},
                               {"tile_dim", nullable(integer())},
                               {"index", array(integer())}});
-  d["WeightStats"] = object({{"layer", str()},
-                             {"kind", str()},
-                             {"position", ref("Position")},
-                             {"sequence", integer()},
-                             {"parameters", array(ref("ParameterStats"))}});
-}
-
-// Statistics over time.
-void stats_history_types(json& d, const Words& w) {
-  d["TensorStatsSnapshot"] = object({{"n", integer()},
-                                     {"sum", num()},
-                                     {"sum_sq", num()},
-                                     {"mean", nullable(num())},
-                                     {"std", nullable(num())},
-                                     {"median", nullable(num())},
-                                     {"min", nullable(num())},
-                                     {"max", nullable(num())},
-                                     {"nan", integer()},
-                                     {"pos_inf", integer()},
-                                     {"neg_inf", integer()},
-                                     {"hist", nullable(array(integer()))},
-                                     {"channel_hists", nullable(array(array(integer())))},
-                                     {"channels", integer()},
-                                     {"binned", integer()},
-                                     {"dead_count", nullable(integer())},
-                                     {"dead_channels", array(integer())}});
-  d["EpochStats"] = object({{"epoch", integer()},
-                            {"batches", integer()},
-                            {"activation", nullable(ref("TensorStatsSnapshot"))},
-                            {"gradient", nullable(ref("TensorStatsSnapshot"))}});
-  d["ParameterSample"] = object({{"epoch", integer()},
-                                 {"value_norm", num()},
-                                 {"mean", num()},
-                                 {"std", num()},
-                                 {"min", num()},
-                                 {"max", num()},
-                                 {"grad_norm", nullable(num())},
-                                 {"grad_mean", nullable(num())},
-                                 {"grad_std", nullable(num())},
-                                 {"grad_min", nullable(num())},
-                                 {"grad_max", nullable(num())},
-                                 {"update_ratio", nullable(num())}});
-  d["StatsList"] = object(
-      {{"sequence", integer()},
-       {"edges", array(number())},
-       {"layers",
-        array(object({{"layer", str()}, {"phases", array(object({{"phase", str()}, {"epochs", array(integer())}}))}}))},
-       {"parameters", map(array(str()))},
-       {"series", array(ref("SeriesInfo"))},
-       {"device_bytes", integer()}});
-  d["StatsHistory"] = object({{"layer", str()},
-                              {"edges", array(number())},
-                              {"phases", map(array(ref("EpochStats")))},
-                              {"parameters", map(array(ref("ParameterSample")))}});
-  d["ValueCounts"] = object({{"dtype", str()},
-                             {"numel", integer()},
-                             {"min", nullable(integer())},
-                             {"max", nullable(integer())},
-                             {"distinct", integer()},
-                             {"true_count?", integer()},
-                             {"true_fraction?", number()}});
-  d["CurrentStats"] = object({{"layer", str()},
-                              {"position", ref("Position")},
-                              {"activation", nullable(ref("TensorStatsSnapshot"))},
-                              {"gradient", nullable(ref("TensorStatsSnapshot"))},
-                              {"samples?", ref("SamplesKept")},
-                              // A bool or integer layer: its values counted (activation is null).
-                              {"values?", ref("ValueCounts")},
-                              {"note?", str()}});
 }
 
 // Numerical debugging.
@@ -775,6 +632,28 @@ void declared_replies(json& d) {
   declare_reply<UncheckedTensorReport>(d);
   declare_reply<DebugRerun>(d);
   declare_reply<DebugReport>(d);
+  // The views, weights and statistics over time (replies_views.h).
+  declare_reply<ArchitectureLayer>(d);
+  declare_reply<ArchitectureEdge>(d);
+  declare_reply<ArchitectureView>(d);
+  declare_reply<SnapshotBudget>(d);
+  declare_reply<SnapshotInput>(d);
+  declare_reply<SnapshotLayer>(d);
+  declare_reply<SnapshotParameter>(d);
+  declare_reply<SnapshotProbe>(d);
+  declare_reply<SnapshotSummary>(d);
+  declare_reply<SamplesKept>(d);
+  declare_reply<LayerStatsEntry>(d);
+  declare_reply<LayerStats>(d);
+  declare_reply<ParameterStats>(d);
+  declare_reply<WeightStats>(d);
+  declare_reply<StatsList>(d);
+  declare_reply<CollectedStats>(d);
+  declare_reply<EpochStats>(d);
+  declare_reply<ParameterSampleReply>(d);
+  declare_reply<StatsHistory>(d);
+  declare_reply<ValueCounts>(d);
+  declare_reply<CurrentStats>(d);
 }
 
 json build() {
@@ -784,9 +663,7 @@ json build() {
   const Words w = words(d);
   basic_types(d);
   status_types(d, w);
-  snapshot_types(d, w);
   stats_query_types(d);
-  stats_history_types(d, w);
   debug_types(d, w);
   picture_types(d, w);
   patch_types(d, w);

@@ -205,7 +205,7 @@ void PushChannel::loop() {
       const View shared = view_of(status);
       if (shared.sequence != last_sequence) {
         last_sequence = shared.sequence;
-        std::string architecture = dump(controller_.views().get_architecture());
+        std::string architecture = dump(to_json(controller_.views().get_architecture()));
         if (architecture != last_architecture) {
           last_architecture = std::move(architecture);
           std::lock_guard lock(mu_);
