@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -59,15 +60,72 @@ TEST(TypedReplies, JsonAndSchemaComeFromOneFieldList) {
   for (const auto& [key, value] : full.items()) EXPECT_TRUE(schema["properties"].contains(key)) << key;
 }
 
+// The engine's own values a reply may hold: an enum (as its word), a
+// position and a trainer step (as json_values.h writes them).
+struct EngineValues {
+  static constexpr const char* kWireName = "EngineValues";
+  RunState state{};
+  BatchPosition position;
+  std::optional<TrainerStep> step;
+  template <class Fields>
+  static void fields(Fields& f) {
+    f.field("state", &EngineValues::state, "The run state.", {{"$ref", "#/$defs/RunState"}});
+    f.field("position", &EngineValues::position, "A batch.");
+    f.field("step", &EngineValues::step, "A trainer step; null when none.");
+  }
+};
+
+// An enum field that does not name its words.
+struct UnnamedEnum {
+  static constexpr const char* kWireName = "UnnamedEnum";
+  RunState state{};
+  template <class Fields>
+  static void fields(Fields& f) {
+    f.field("state", &UnnamedEnum::state, "The run state.");
+  }
+};
+
+TEST(TypedReplies, EnumsPositionsAndTrainerStepsAreWrittenAsTheirOwnWireTypes) {
+  json defs = json::object();
+  server::declare_reply<EngineValues>(defs);
+  const json& properties = defs.at("EngineValues")["properties"];
+  EXPECT_EQ(properties["state"]["$ref"], "#/$defs/RunState");
+  EXPECT_EQ(properties["position"]["$ref"], "#/$defs/Position");
+  EXPECT_EQ(properties["step"]["anyOf"][0]["$ref"], "#/$defs/TrainerStep");
+  EXPECT_EQ(properties["step"]["anyOf"][1]["type"], "null");
+
+  EngineValues values;
+  values.state = RunState::kPaused;
+  values.position.phase = "train";
+  values.position.batch_idx = 3;
+  json out = server::to_json(values);
+  EXPECT_EQ(out["state"], "paused");
+  EXPECT_EQ(out["position"], common::to_json(values.position));
+  EXPECT_EQ(out["position"]["batch_idx"], 3);
+  EXPECT_EQ(out["step"], nullptr);
+  values.step = TrainerStep{7, 4, -1};
+  out = server::to_json(values);
+  EXPECT_EQ(out["step"], json({{"global_step", 7}, {"micro_batches", 4}, {"micro_batch", nullptr}}));
+  expect_wire(out["position"], "Position");
+  expect_wire(out["step"], "TrainerStep");
+
+  // Which words an enum is written as, only the field can say.
+  json more = json::object();
+  EXPECT_THROW(server::declare_reply<UnnamedEnum>(more), std::logic_error);
+}
+
 TEST(TypedReplies, DeclaredRepliesAreWireTypesThatSayWhatEachFieldMeans) {
-  for (const char* name :
-       {"Settings", "WatchPerformance", "ExperimentDefaults", "ExperimentCancel", "ExperimentAutoRun", "AutoExperiment",
-        "AutoExperimentCleared", "ProbeStatus", "Perturbation", "ProbeResultSummary", "StatsSummary",
-        "TimeTravelStatus", "TimeTravelReport", "Checkpoint", "DebugReport", "DebugRerun", "UncheckedTensor"}) {
+  const auto expect_described = [](const char* name) {
     ASSERT_TRUE(server::wire_types().contains(name)) << name;
     for (const auto& [key, field] : server::wire_types().at(name)["properties"].items()) {
       EXPECT_FALSE(field.value("description", "").empty()) << name << "." << key << " says nothing";
     }
+  };
+  for (const char* name :
+       {"Settings", "WatchPerformance", "ExperimentDefaults", "ExperimentCancel", "ExperimentAutoRun", "AutoExperiment",
+        "AutoExperimentCleared", "ProbeStatus", "Perturbation", "ProbeResultSummary", "StatsSummary",
+        "TimeTravelStatus", "TimeTravelReport", "Checkpoint", "DebugReport", "DebugRerun", "UncheckedTensor"}) {
+    expect_described(name);
   }
   // A reply that extends another lists the other's fields and its own.
   const json& defaults = server::wire_types().at("ExperimentDefaults")["properties"];
