@@ -127,6 +127,8 @@ TEST(TypedReplies, DeclaredRepliesAreWireTypesThatSayWhatEachFieldMeans) {
         "TimeTravelStatus", "TimeTravelReport", "Checkpoint", "DebugReport", "DebugRerun", "UncheckedTensor"}) {
     expect_described(name);
   }
+  // replies_status.h
+  for (const char* name : {"Patches", "PatchCell", "PatchCrop", "BinSamples", "BinSample"}) expect_described(name);
   // A reply that extends another lists the other's fields and its own.
   const json& defaults = server::wire_types().at("ExperimentDefaults")["properties"];
   EXPECT_TRUE(defaults.contains("watched_layers"));

@@ -1,6 +1,7 @@
 #include "server/controller/wire_types.h"
 
 #include "server/controller/replies.h"
+#include "server/controller/replies_status.h"
 #include "stats/bins.h"
 
 namespace nansense::server {
@@ -515,36 +516,6 @@ void picture_types(json& d, const Words& w) {
 
 // Min/Max patches and bin samples.
 void patch_types(json& d, const Words& w) {
-  d["PatchCell"] = object({{"slot", integer()},
-                           {"channel", integer()},
-                           {"filled", boolean()},
-                           {"score", nullable(num())},
-                           {"batch", integer()},
-                           {"sample", integer()},
-                           {"y", integer()},
-                           {"x", integer()},
-                           {"top", integer()},
-                           {"left", integer()},
-                           // base64 PNG of the crop (null for an empty slot).
-                           {"png", nullable(str())}});
-  d["Patches"] = object({{"layer", str()},
-                         {"phase", str()},
-                         {"epoch", integer()},
-                         {"phases", array(str())},  // the phases that have patches for the layer
-                         // The last captured batch's gallery (phase and epoch are the batch's),
-                         // at `position`; null for an epoch's.
-                         {"current_batch", boolean()},
-                         {"position", nullable(str())},
-                         {"grid", w.grid},
-                         {"grids", array(w.grid)},  // those collected
-                         {"heatmap", boolean()},
-                         {"samples", integer()},
-                         {"channels", integer()},
-                         {"crop", object({{"height", integer()}, {"width", integer()}})},
-                         {"sequence", integer()},
-                         // Why there are no cells, or what the cells leave out.
-                         {"note", nullable(str())},
-                         {"cells", array(ref("PatchCell"))}});
   d["PatchesPicture"] = object({{"layer", str()},
                                 {"phase", str()},
                                 {"epoch", integer()},
@@ -556,22 +527,6 @@ void patch_types(json& d, const Words& w) {
                                 {"current_batch", boolean()},
                                 {"width", integer()},
                                 {"height", integer()}});
-  d["BinSample"] = object({{"sample", integer()},
-                           {"index", array(integer())},  // the element's coordinates after the batch dimension
-                           {"value", num()},
-                           {"top", integer()},
-                           {"left", integer()},
-                           {"png", nullable(str())}});  // base64 PNG of the input crop; null without an image input
-  d["BinSamples"] = object({{"layer", str()},
-                            {"kind", w.strip_kind},
-                            {"channel", nullable(integer())},
-                            {"bin", integer()},
-                            {"range", array(num())},  // the bin's edges [low, high]
-                            {"matches", integer()},   // elements in the bin among the kept samples
-                            {"sequence", integer()},
-                            {"position", ref("Position")},
-                            {"note", nullable(str())},
-                            {"samples", array(ref("BinSample"))}});
   d["BinSamplesPicture"] = object({{"layer", str()},
                                    {"kind", w.strip_kind},
                                    {"channel", nullable(integer())},
@@ -775,6 +730,12 @@ void declared_replies(json& d) {
   declare_reply<UncheckedTensorReport>(d);
   declare_reply<DebugRerun>(d);
   declare_reply<DebugReport>(d);
+  // replies_status.h
+  declare_reply<PatchCell>(d);
+  declare_reply<PatchCrop>(d);
+  declare_reply<Patches>(d);
+  declare_reply<BinSample>(d);
+  declare_reply<BinSamples>(d);
 }
 
 json build() {
