@@ -128,7 +128,10 @@ TEST(TypedReplies, DeclaredRepliesAreWireTypesThatSayWhatEachFieldMeans) {
     expect_described(name);
   }
   // replies_status.h
-  for (const char* name : {"Patches", "PatchCell", "PatchCrop", "BinSamples", "BinSample"}) expect_described(name);
+  for (const char* name : {"Status", "Schedule", "PhaseSchedule", "DebugSummary", "DebugErrorSummary", "ProducerBrief",
+                           "Patches", "PatchCell", "PatchCrop", "BinSamples", "BinSample"}) {
+    expect_described(name);
+  }
   // A reply that extends another lists the other's fields and its own.
   const json& defaults = server::wire_types().at("ExperimentDefaults")["properties"];
   EXPECT_TRUE(defaults.contains("watched_layers"));
@@ -150,6 +153,46 @@ TEST(TypedReplies, ARepliesJsonMatchesItsDeclaration) {
   json extra = server::to_json(probe);
   extra["undeclared"] = 1;
   EXPECT_NE(wire_mismatch(extra, server::wire_types().at("ProbeStatus"), "ProbeStatus"), "");
+}
+
+TEST(TypedReplies, TheStatusKeysThatComeOnlyWithAValue) {
+  server::Status status;
+  status.state = RunState::kLost;
+  status.hint = server::status_hint(status.state, false);
+  status.debug.loss_scale = {{"in_use", false},   {"scale", nullptr},        {"skipped_steps", 0},
+                             {"skips_in_row", 0}, {"last_skipped", nullptr}, {"collapse_skips", 0},
+                             {"floor", 1.0}};
+  status.stats.update_frequency = {{"unit", "batch"}, {"n", 1}, {"phase", nullptr}};
+  status.stats.scope = "watched";
+  status.probe.mode = "unchanged";
+  json quiet = server::to_json(status);
+  expect_wire(quiet, "Status");
+  for (const char* key : {"paused_at_ms", "lost_reason", "internal_errors", "refreshed"}) {
+    EXPECT_FALSE(quiet.contains(key)) << key;
+  }
+  EXPECT_EQ(quiet["state"], "lost");
+  EXPECT_EQ(quiet["mode"], "step_batch");
+  EXPECT_EQ(quiet["live_position"], nullptr);
+  EXPECT_EQ(quiet["debug"]["error"], nullptr);
+
+  status.lost_reason = "the loop threw";
+  status.internal_errors = std::vector<std::string>{"strips: out of memory"};
+  status.paused_at_ms = 5;
+  status.refreshed = false;
+  status.schedule.phases.push_back({"train", std::nullopt});
+  status.debug.error.emplace();
+  status.debug.error->reasons = {"nan"};
+  status.debug.error->update = "held";
+  status.debug.error->producer = server::ProducerBrief{"aten::div", "forward", std::nullopt};
+  const json loud = server::to_json(status);
+  expect_wire(loud, "Status");
+  EXPECT_EQ(loud["lost_reason"], "the loop threw");
+  EXPECT_EQ(loud["internal_errors"], json({"strips: out of memory"}));
+  EXPECT_EQ(loud["refreshed"], false);
+  EXPECT_EQ(loud["schedule"]["phases"][0], json({{"name", "train"}, {"batches", nullptr}}));
+  EXPECT_EQ(loud["debug"]["error"]["update"], "held");
+  EXPECT_EQ(loud["debug"]["error"]["producer"]["layer"], nullptr);
+  EXPECT_EQ(loud["debug"]["error"]["capsule"], nullptr);
 }
 
 }  // namespace

@@ -13,7 +13,6 @@ using common::json;
 using common::number;
 using common::to_json;
 
-json to_json(const Schedule& schedule);
 json to_json(const Architecture& arch);
 
 // "1.5 MiB", "512 MiB".
