@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -95,25 +96,75 @@ TEST(TypedReplies, AnInlinePartIsWrittenOutWhereItIsUsed) {
   EXPECT_EQ(wire_mismatch(server::to_json(reply), defs.at("Ranges"), "Ranges"), "");
 }
 
+// The engine's own values a reply may hold: an enum (as its word), a
+// position and a trainer step (as json_values.h writes them).
+struct EngineValues {
+  static constexpr const char* kWireName = "EngineValues";
+  RunState state{};
+  BatchPosition position;
+  std::optional<TrainerStep> step;
+  template <class Fields>
+  static void fields(Fields& f) {
+    f.field("state", &EngineValues::state, "The run state.", {{"$ref", "#/$defs/RunState"}});
+    f.field("position", &EngineValues::position, "A batch.");
+    f.field("step", &EngineValues::step, "A trainer step; null when none.");
+  }
+};
+
+// An enum field that does not name its words.
+struct UnnamedEnum {
+  static constexpr const char* kWireName = "UnnamedEnum";
+  RunState state{};
+  template <class Fields>
+  static void fields(Fields& f) {
+    f.field("state", &UnnamedEnum::state, "The run state.");
+  }
+};
+
+TEST(TypedReplies, EnumsPositionsAndTrainerStepsAreWrittenAsTheirOwnWireTypes) {
+  json defs = json::object();
+  server::declare_reply<EngineValues>(defs);
+  const json& properties = defs.at("EngineValues")["properties"];
+  EXPECT_EQ(properties["state"]["$ref"], "#/$defs/RunState");
+  EXPECT_EQ(properties["position"]["$ref"], "#/$defs/Position");
+  EXPECT_EQ(properties["step"]["anyOf"][0]["$ref"], "#/$defs/TrainerStep");
+  EXPECT_EQ(properties["step"]["anyOf"][1]["type"], "null");
+
+  EngineValues values;
+  values.state = RunState::kPaused;
+  values.position.phase = "train";
+  values.position.batch_idx = 3;
+  json out = server::to_json(values);
+  EXPECT_EQ(out["state"], "paused");
+  EXPECT_EQ(out["position"], common::to_json(values.position));
+  EXPECT_EQ(out["position"]["batch_idx"], 3);
+  EXPECT_EQ(out["step"], nullptr);
+  values.step = TrainerStep{7, 4, -1};
+  out = server::to_json(values);
+  EXPECT_EQ(out["step"], json({{"global_step", 7}, {"micro_batches", 4}, {"micro_batch", nullptr}}));
+  expect_wire(out["position"], "Position");
+  expect_wire(out["step"], "TrainerStep");
+
+  // Which words an enum is written as, only the field can say.
+  json more = json::object();
+  EXPECT_THROW(server::declare_reply<UnnamedEnum>(more), std::logic_error);
+}
+
 TEST(TypedReplies, DeclaredRepliesAreWireTypesThatSayWhatEachFieldMeans) {
-  for (const char* name : {"Settings",
-                           "WatchPerformance",
-                           "ExperimentDefaults",
-                           "ExperimentCancel",
-                           "ExperimentAutoRun",
-                           "AutoExperiment",
-                           "AutoExperimentCleared",
-                           "ProbeStatus",
-                           "Perturbation",
-                           "ProbeResultSummary",
-                           "StatsSummary",
-                           "TimeTravelStatus",
-                           "TimeTravelReport",
-                           "Checkpoint",
-                           "DebugReport",
-                           "DebugRerun",
-                           "UncheckedTensor",
-                           "Architecture",
+  const auto expect_described = [](const char* name) {
+    ASSERT_TRUE(server::wire_types().contains(name)) << name;
+    for (const auto& [key, field] : server::wire_types().at(name)["properties"].items()) {
+      EXPECT_FALSE(field.value("description", "").empty()) << name << "." << key << " says nothing";
+    }
+  };
+  for (const char* name :
+       {"Settings", "WatchPerformance", "ExperimentDefaults", "ExperimentCancel", "ExperimentAutoRun", "AutoExperiment",
+        "AutoExperimentCleared", "ProbeStatus", "Perturbation", "ProbeResultSummary", "StatsSummary",
+        "TimeTravelStatus", "TimeTravelReport", "Checkpoint", "DebugReport", "DebugRerun", "UncheckedTensor"}) {
+    expect_described(name);
+  }
+  // replies_views.h
+  for (const char* name : {"Architecture",
                            "Layer",
                            "Edge",
                            "Snapshot",
@@ -134,10 +185,12 @@ TEST(TypedReplies, DeclaredRepliesAreWireTypesThatSayWhatEachFieldMeans) {
                            "ParameterSample",
                            "CurrentStats",
                            "ValueCounts"}) {
-    ASSERT_TRUE(server::wire_types().contains(name)) << name;
-    for (const auto& [key, field] : server::wire_types().at(name)["properties"].items()) {
-      EXPECT_FALSE(field.value("description", "").empty()) << name << "." << key << " says nothing";
-    }
+    expect_described(name);
+  }
+  // replies_status.h
+  for (const char* name : {"Status", "Schedule", "PhaseSchedule", "DebugSummary", "DebugErrorSummary", "ProducerBrief",
+                           "Patches", "PatchCell", "PatchCrop", "BinSamples", "BinSample"}) {
+    expect_described(name);
   }
   // A reply that extends another lists the other's fields and its own.
   const json& defaults = server::wire_types().at("ExperimentDefaults")["properties"];
@@ -184,6 +237,46 @@ TEST(TypedReplies, ARepliesJsonMatchesItsDeclaration) {
   json extra = server::to_json(probe);
   extra["undeclared"] = 1;
   EXPECT_NE(wire_mismatch(extra, server::wire_types().at("ProbeStatus"), "ProbeStatus"), "");
+}
+
+TEST(TypedReplies, TheStatusKeysThatComeOnlyWithAValue) {
+  server::Status status;
+  status.state = RunState::kLost;
+  status.hint = server::status_hint(status.state, false);
+  status.debug.loss_scale = {{"in_use", false},   {"scale", nullptr},        {"skipped_steps", 0},
+                             {"skips_in_row", 0}, {"last_skipped", nullptr}, {"collapse_skips", 0},
+                             {"floor", 1.0}};
+  status.stats.update_frequency = {{"unit", "batch"}, {"n", 1}, {"phase", nullptr}};
+  status.stats.scope = "watched";
+  status.probe.mode = "unchanged";
+  json quiet = server::to_json(status);
+  expect_wire(quiet, "Status");
+  for (const char* key : {"paused_at_ms", "lost_reason", "internal_errors", "refreshed"}) {
+    EXPECT_FALSE(quiet.contains(key)) << key;
+  }
+  EXPECT_EQ(quiet["state"], "lost");
+  EXPECT_EQ(quiet["mode"], "step_batch");
+  EXPECT_EQ(quiet["live_position"], nullptr);
+  EXPECT_EQ(quiet["debug"]["error"], nullptr);
+
+  status.lost_reason = "the loop threw";
+  status.internal_errors = std::vector<std::string>{"strips: out of memory"};
+  status.paused_at_ms = 5;
+  status.refreshed = false;
+  status.schedule.phases.push_back({"train", std::nullopt});
+  status.debug.error.emplace();
+  status.debug.error->reasons = {"nan"};
+  status.debug.error->update = "held";
+  status.debug.error->producer = server::ProducerBrief{"aten::div", "forward", std::nullopt};
+  const json loud = server::to_json(status);
+  expect_wire(loud, "Status");
+  EXPECT_EQ(loud["lost_reason"], "the loop threw");
+  EXPECT_EQ(loud["internal_errors"], json({"strips: out of memory"}));
+  EXPECT_EQ(loud["refreshed"], false);
+  EXPECT_EQ(loud["schedule"]["phases"][0], json({{"name", "train"}, {"batches", nullptr}}));
+  EXPECT_EQ(loud["debug"]["error"]["update"], "held");
+  EXPECT_EQ(loud["debug"]["error"]["producer"]["layer"], nullptr);
+  EXPECT_EQ(loud["debug"]["error"]["capsule"], nullptr);
 }
 
 }  // namespace

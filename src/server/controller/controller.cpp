@@ -119,17 +119,18 @@ Status RunArea::get_status() const {
     status.snapshot_batch_size = batch_size_of(*snap);
     status.snapshot_samples_kept = snap->trimmed() ? snap->samples_kept : status.snapshot_batch_size;
   }
-  status.schedule = to_json(session_.schedule());
+  status.schedule = schedule_summary(session_.schedule());
   if (auto since = session_.paused_since()) {
     status.paused_at_ms = std::chrono::duration_cast<std::chrono::milliseconds>(since->time_since_epoch()).count();
   }
-  status.time_travel = to_json(time_travel_summary());
+  status.time_travel = time_travel_summary();
   if (status.state == RunState::kLost) status.lost_reason = session_.lost_reason();
-  status.internal_errors = session_.internal_errors();
+  if (auto errors = session_.internal_errors(); !errors.empty()) status.internal_errors = std::move(errors);
   status.debug = owner_.debug().summary();
-  status.stats = to_json(owner_.stats().summary());
-  status.probe = to_json(owner_.probes().get_probe_status());
+  status.stats = owner_.stats().summary();
+  status.probe = owner_.probes().get_probe_status();
   status.locked = session_.locked();
+  status.hint = status_hint(status.state, status.locked);
   status.front_end = session_.front_end();
   status.recordings = owner_.recordings().recording_keys();
   status.fixed = owner_.recordings().fixed_settings();

@@ -9,54 +9,37 @@
 
 namespace nansense::server {
 
-namespace {
-
-json skip_refused(const detail::SessionPort& session) {
-  auto why = session.skip_refused();
-  return why.empty() ? json(nullptr) : json(std::move(why));
-}
-
-}  // namespace
-
 DebugArea::DebugArea(detail::SessionPort& session) : session_(session) {}
 
-json DebugArea::summary() const {
+DebugSummary DebugArea::summary() const {
   const auto settings = session_.debug_settings();
-  json checks = json::array();
-  if (settings.enabled() && settings.check_nan_inf()) checks.push_back(numerics::kNanInf);
-  if (settings.enabled() && settings.check_under_over()) checks.push_back(numerics::kUnderOver);
-  json summary = {{"enabled", settings.enabled()},
-                  {"checks", checks},
-                  {"loss_scale", numerics::to_json(session_.loss_scale())},
-                  {"error", nullptr}};
-  if (auto error = session_.debug_error()) {
-    json producer = nullptr;
-    if (error->root_cause && error->root_cause->producer) {
-      const auto& p = *error->root_cause->producer;
-      producer = {{"op", p.op}, {"pass", p.pass}, {"layer", p.layer ? json(*p.layer) : json(nullptr)}};
-    }
-    json layers = json::array();
-    for (const auto& row : error->layers) layers.push_back(row.layer);
-    json labels = json::array();
-    for (const auto& r : error->reasons) labels.push_back(numerics::reason_label(r));
-    summary["error"] = {{"reasons", error->reasons},
-                        {"reason_labels", labels},
-                        {"position", to_json(error->position)},
-                        {"text", numerics::headline(*error)},
-                        {"layers", layers},
-                        {"root_cause_status",
-                         error->root_cause ? json(std::string(to_string(error->root_cause->status))) : json(nullptr)},
-                        {"producer", producer},
-                        {"capsule", error->capsule.empty() ? json(nullptr) : json(error->capsule)},
-                        {"hits", error->hits},
-                        {"update", error->update.empty() ? json(nullptr) : json(error->update)},
-                        {"rerun", error->rerun},
-                        {"ran_twice", error->rerun ? json(session_.rerun_note().ran_twice) : json(nullptr)},
-                        {"skip_update", session_.skip_update_chosen()},
-                        {"trainer_step", to_json(error->trainer_step)},
-                        {"skip_refused", skip_refused(session_)}};
+  DebugSummary out;
+  out.enabled = settings.enabled();
+  if (settings.enabled() && settings.check_nan_inf()) out.checks.push_back(numerics::kNanInf);
+  if (settings.enabled() && settings.check_under_over()) out.checks.push_back(numerics::kUnderOver);
+  out.loss_scale = numerics::to_json(session_.loss_scale());
+  auto error = session_.debug_error();
+  if (!error) return out;
+  DebugErrorSummary e;
+  e.reasons = error->reasons;
+  for (const auto& r : error->reasons) e.reason_labels.push_back(numerics::reason_label(r));
+  e.position = error->position;
+  e.text = numerics::headline(*error);
+  for (const auto& row : error->layers) e.layers.push_back(row.layer);
+  if (error->root_cause) {
+    e.root_cause_status = std::string(to_string(error->root_cause->status));
+    if (const auto& p = error->root_cause->producer) e.producer = ProducerBrief{p->op, p->pass, p->layer};
   }
-  return summary;
+  if (!error->capsule.empty()) e.capsule = error->capsule;
+  e.hits = error->hits;
+  if (!error->update.empty()) e.update = error->update;
+  e.rerun = error->rerun;
+  if (error->rerun) e.ran_twice = session_.rerun_note().ran_twice;
+  e.skip_update = session_.skip_update_chosen();
+  e.trainer_step = error->trainer_step;
+  if (auto why = session_.skip_refused(); !why.empty()) e.skip_refused = std::move(why);
+  out.error = std::move(e);
+  return out;
 }
 
 DebugReport DebugArea::get_debug_report() const {

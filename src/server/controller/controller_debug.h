@@ -10,6 +10,7 @@
 
 #include "server/controller/json_views.h"
 #include "server/controller/replies.h"
+#include "server/controller/replies_status.h"
 
 namespace nansense::detail {
 class SessionPort;
@@ -49,7 +50,7 @@ class DebugArea {
   // through (the default). Conflict when no update is held.
   DebugReport choose_update(const std::string& action);
   // The `debug` field of the status: what a banner shows.
-  json summary() const;
+  DebugSummary summary() const;
 
  private:
   detail::SessionPort& session_;

@@ -245,64 +245,49 @@ render::Image cell_image(const PatchGallery& g, int64_t slot, int64_t channel, b
 
 PatchArea::PatchArea(Controller& owner, detail::SessionPort& session) : owner_(owner), session_(session) {}
 
-json PatchArea::get_patches(const PatchOptions& o) const {
+Patches PatchArea::get_patches(const PatchOptions& o) const {
   const auto source = o.current_batch ? batch_source(owner_.require_snapshot(), o.layer, session_.watch_performance())
                                       : epoch_source(owner_.require_stats(), session_, o.layer, o.phase);
   const auto& current = source.current;
   const LayerStatsSnapshot& v = source.view();
-  const std::string grid = o.grids.empty() ? "max_pixel" : o.grids.front();
-  json out = {{"layer", o.layer},
-              {"phase", source.phase()},
-              {"epoch", v.epoch},
-              {"phases", source.epoch.phases},
-              {"current_batch", o.current_batch},
-              {"position", current ? json(current->snap->position.to_string()) : json(nullptr)},
-              {"grid", grid},
-              {"grids", ranking_names(v)},
-              {"heatmap", o.heatmap},
-              {"samples", 0},
-              {"channels", 0},
-              {"crop", {{"height", 0}, {"width", 0}}},
-              {"sequence", source.sequence()},
-              {"note", nullptr},
-              {"cells", json::array()}};
+  Patches out;
+  out.layer = o.layer;
+  out.phase = source.phase();
+  out.epoch = v.epoch;
+  out.phases = source.epoch.phases;
+  out.current_batch = o.current_batch;
+  if (current) out.position = current->snap->position.to_string();
+  out.grid = o.grids.empty() ? "max_pixel" : o.grids.front();
+  out.grids = ranking_names(v);
+  out.heatmap = o.heatmap;
+  out.sequence = source.sequence();
   if (v.patches.empty()) {
-    out["note"] = source.missing(session_);
+    out.note = source.missing(session_);
     return out;
   }
-  const PatchGallery& gallery = require_ranking(v, grid, "grid");
+  const PatchGallery& gallery = require_ranking(v, out.grid, "grid");
   if (current && current->snap->probe) {
-    out["note"] = std::string("these are the probe's re-run") +
-                  (current->snap->probe->diff ? " (perturbed - original)" : "") +
-                  ", shown in the captured batch's place";
+    out.note = std::string("these are the probe's re-run") +
+               (current->snap->probe->diff ? " (perturbed - original)" : "") + ", shown in the captured batch's place";
   } else if (v.patches_skipped > 0) {
-    out["note"] = std::to_string(v.patches_skipped) + " batch" + (v.patches_skipped == 1 ? " was" : "es were") +
-                  " left out: the activation or the input had another shape than this epoch's first batch";
+    out.note = std::to_string(v.patches_skipped) + " batch" + (v.patches_skipped == 1 ? " was" : "es were") +
+               " left out: the activation or the input had another shape than this epoch's first batch";
   }
   const auto options = input_options(session_);
-  out["samples"] = gallery.samples;
-  out["channels"] = gallery.channels;
-  out["crop"] = {{"height", gallery.crops.size(3)}, {"width", gallery.crops.size(4)}};
-  json cells = json::array();
+  out.samples = gallery.samples;
+  out.channels = gallery.channels;
+  out.crop = {gallery.crops.size(3), gallery.crops.size(4)};
   for (int64_t a = 0; a < gallery.samples; ++a) {
     for (int64_t c = 0; c < gallery.channels; ++c) {
       const auto& slot = gallery.slot(a, c);
-      json png = nullptr;
-      if (slot.filled) png = common::base64(render::encode_png(cell_image(gallery, a, c, o.heatmap, options)));
-      cells.push_back({{"slot", a},
-                       {"channel", c},
-                       {"filled", slot.filled},
-                       {"score", slot.filled ? number(slot.score) : json(nullptr)},
-                       {"batch", slot.batch},
-                       {"sample", slot.sample},
-                       {"y", slot.y},
-                       {"x", slot.x},
-                       {"top", slot.top},
-                       {"left", slot.left},
-                       {"png", std::move(png)}});
+      PatchCell cell{a, c, slot.filled, nullptr, slot.batch, slot.sample, slot.y, slot.x, slot.top, slot.left, {}};
+      if (slot.filled) {
+        cell.score = number(slot.score);
+        cell.png = common::base64(render::encode_png(cell_image(gallery, a, c, o.heatmap, options)));
+      }
+      out.cells.push_back(std::move(cell));
     }
   }
-  out["cells"] = std::move(cells);
   return out;
 }
 
@@ -523,29 +508,26 @@ static BinResult pick_bin_samples(const detail::SessionPort& session, const std:
   return r;
 }
 
-json PatchArea::get_bin_samples(const BinSampleOptions& o) const {
+BinSamples PatchArea::get_bin_samples(const BinSampleOptions& o) const {
   const auto snap = owner_.require_snapshot();
-  const auto r = pick_bin_samples(session_, snap, o);
+  auto r = pick_bin_samples(session_, snap, o);
   const auto& edges = stats::bin_edges();
-  json samples = json::array();
+  BinSamples out;
+  out.layer = o.layer;
+  out.kind = o.kind;
+  out.channel = o.channel;
+  out.bin = o.bin;
+  out.range = {number(edges[static_cast<size_t>(o.bin)]), number(edges[static_cast<size_t>(o.bin) + 1])};
+  out.matches = r.matches;
+  out.sequence = snap->sequence;
+  out.position = snap->position;
+  out.note = std::move(r.note);
   for (const auto& p : r.picks) {
-    samples.push_back({{"sample", p.sample},
-                       {"index", p.index},
-                       {"value", number(p.value)},
-                       {"top", p.top},
-                       {"left", p.left},
-                       {"png", p.image ? json(common::base64(render::encode_png(*p.image))) : json(nullptr)}});
+    BinSample sample{p.sample, p.index, number(p.value), p.top, p.left, std::nullopt};
+    if (p.image) sample.png = common::base64(render::encode_png(*p.image));
+    out.samples.push_back(std::move(sample));
   }
-  return {{"layer", o.layer},
-          {"kind", o.kind},
-          {"channel", o.channel ? json(*o.channel) : json(nullptr)},
-          {"bin", o.bin},
-          {"range", {number(edges[static_cast<size_t>(o.bin)]), number(edges[static_cast<size_t>(o.bin) + 1])}},
-          {"matches", r.matches},
-          {"sequence", snap->sequence},
-          {"position", to_json(snap->position)},
-          {"note", r.note ? json(*r.note) : json(nullptr)},
-          {"samples", std::move(samples)}};
+  return out;
 }
 
 std::shared_ptr<const Picture> PatchArea::render_bin_samples(const BinSampleOptions& o) const {

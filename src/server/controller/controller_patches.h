@@ -11,6 +11,7 @@
 
 #include "server/controller/json_views.h"
 #include "server/controller/pictures.h"
+#include "server/controller/replies_status.h"
 
 namespace nansense::detail {
 class SessionPort;
@@ -35,7 +36,7 @@ class PatchArea {
   };
   // One ranking's grid: per (sample, channel) where the input came from, its
   // score and the crop as a PNG (base64), for the Stats page.
-  json get_patches(const PatchOptions& options) const;
+  Patches get_patches(const PatchOptions& options) const;
   // The grids as one labelled picture (MCP render_extreme_patches).
   std::shared_ptr<const Picture> render_extreme_patches(const PatchOptions& options) const;
   struct BinSampleOptions {
@@ -47,7 +48,7 @@ class PatchArea {
   };
   // A few elements of the last captured batch in that bin (and channel),
   // with the input crop around each.
-  json get_bin_samples(const BinSampleOptions& options) const;
+  BinSamples get_bin_samples(const BinSampleOptions& options) const;
   std::shared_ptr<const Picture> render_bin_samples(const BinSampleOptions& options) const;
 
  private:

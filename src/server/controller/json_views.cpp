@@ -4,16 +4,6 @@
 
 namespace nansense::server {
 
-json to_json(const Schedule& schedule) {
-  json phases = json::array();
-  for (const auto& name : schedule.phase_order()) {
-    auto count = schedule.phase_count(name);
-    phases.push_back({{"name", name}, {"batches", count ? json(*count) : json(nullptr)}});
-  }
-  auto epochs = schedule.epochs();
-  return {{"epochs", epochs ? json(*epochs) : json(nullptr)}, {"declared", schedule.declared()}, {"phases", phases}};
-}
-
 ArchitectureView architecture_view(const Architecture& arch) {
   ArchitectureView out;
   out.captured = true;

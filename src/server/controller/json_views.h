@@ -14,7 +14,6 @@ using common::json;
 using common::number;
 using common::to_json;
 
-json to_json(const Schedule& schedule);
 // get_architecture's reply for a traced graph (captured, with its edges).
 ArchitectureView architecture_view(const Architecture& arch);
 

@@ -15,16 +15,19 @@
 // and the HTTP/MCP reference are generated, and against which the
 // integration tests check real replies. A field's schema follows from its
 // C++ type (bool, integers, double, std::string, std::vector, std::optional
-// as nullable, std::map<std::string, T>, another reply as a reference);
+// as nullable, std::map<std::string, T>, another reply as a reference, a
+// BatchPosition or TrainerStep as json_values.h writes them);
 // where the type says too little (a json value, a string that is one of a
-// few words) the field names its schema. A part of a reply with no name of
-// its own (`static constexpr bool kInline = true;` in place of kWireName)
-// lists its fields the same way; its schema is written out where it is used.
+// few words, an enum, written as its to_string word) the field names its
+// schema. A part of a reply with no name of its own (`static constexpr bool
+// kInline = true;` in place of kWireName) lists its fields the same way; its
+// schema is written out where it is used.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -82,6 +85,12 @@ json wire_value(const T& value) {
     json out = json::object();
     for (const auto& [key, item] : value) out[key] = wire_value(item);
     return out;
+  } else if constexpr (std::is_same_v<T, BatchPosition>) {
+    return common::to_json(value);
+  } else if constexpr (std::is_same_v<T, TrainerStep>) {
+    return common::to_json(std::optional<TrainerStep>(value));
+  } else if constexpr (std::is_enum_v<T>) {
+    return json(std::string(to_string(value)));  // the enum's word, declared beside it
   } else {
     return json(value);
   }
@@ -100,6 +109,10 @@ json schema_of() {
     return {{"type", "array"}, {"items", schema_of<typename T::value_type>()}};
   } else if constexpr (is_string_map<T>::value) {
     return {{"type", "object"}, {"additionalProperties", schema_of<typename T::mapped_type>()}};
+  } else if constexpr (std::is_same_v<T, BatchPosition>) {
+    return {{"$ref", "#/$defs/Position"}};
+  } else if constexpr (std::is_same_v<T, TrainerStep>) {
+    return {{"$ref", "#/$defs/TrainerStep"}};
   } else if constexpr (std::is_same_v<T, bool>) {
     return {{"type", "boolean"}};
   } else if constexpr (std::is_integral_v<T>) {
@@ -142,7 +155,15 @@ class SchemaFields {
  public:
   template <class C, class M>
   void field(const char* key, M C::*, const char* description, const json& schema = nullptr) {
-    add(key, schema.is_null() ? schema_of<M>() : schema, description);
+    if constexpr (std::is_enum_v<M>) {
+      // Which words an enum is written as only the field can say.
+      if (schema.is_null()) {
+        throw std::logic_error(std::string("reply field \"") + key + "\" names no schema for its enum");
+      }
+      add(key, schema, description);
+    } else {
+      add(key, schema.is_null() ? schema_of<M>() : schema, description);
+    }
     required_.push_back(key);
   }
   template <class C, class M>

@@ -16,33 +16,18 @@ const char* hint(RunState state) {
   return "";
 }
 
-json to_json(const Status& s) {
-  json out = {{"state", std::string(to_string(s.state))},
-              {"mode", std::string(to_string(s.mode))},
-              {"live_position", to_json(s.live_position)},
-              {"snapshot_position", to_json(s.snapshot_position)},
-              {"snapshot_sequence", s.snapshot_sequence},
-              {"snapshot_batch_size", s.snapshot_batch_size},
-              {"snapshot_samples_kept", s.snapshot_samples_kept},
-              {"live_trainer_step", to_json(s.live_trainer_step)},
-              {"snapshot_trainer_step", to_json(s.snapshot_trainer_step)},
-              {"schedule", s.schedule},
-              {"hint", s.locked && s.state == RunState::kPaused
-                           ? "locked: a shared, read-only view; inspect the layers, statistics and weights, or run "
-                             "an experiment"
-                           : hint(s.state)},
-              {"time_travel", s.time_travel},
-              {"debug", s.debug},
-              {"stats", s.stats},
-              {"probe", s.probe},
-              {"locked", s.locked},
-              {"front_end", s.front_end},
-              {"recordings", s.recordings},
-              {"fixed", s.fixed}};
-  if (s.paused_at_ms) out["paused_at_ms"] = *s.paused_at_ms;
-  if (s.state == RunState::kLost) out["lost_reason"] = s.lost_reason;
-  if (!s.internal_errors.empty()) out["internal_errors"] = s.internal_errors;
-  if (s.refreshed) out["refreshed"] = *s.refreshed;
+std::string status_hint(RunState state, bool locked) {
+  if (locked && state == RunState::kPaused) {
+    return "locked: a shared, read-only view; inspect the layers, statistics and weights, or run an experiment";
+  }
+  return hint(state);
+}
+
+ScheduleSummary schedule_summary(const Schedule& schedule) {
+  ScheduleSummary out;
+  out.epochs = schedule.epochs();
+  out.declared = schedule.declared();
+  for (const auto& name : schedule.phase_order()) out.phases.push_back({name, schedule.phase_count(name)});
   return out;
 }
 

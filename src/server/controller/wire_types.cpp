@@ -2,6 +2,7 @@
 
 #include "server/controller/replies.h"
 #include "server/controller/replies_views.h"
+#include "server/controller/replies_status.h"
 #include "stats/bins.h"
 
 namespace nansense::server {
@@ -129,7 +130,7 @@ Words words(json& d) {
   return w;
 }
 
-// Positions and the schedule.
+// Numbers and positions.
 void basic_types(json& d) {
   d["Num"] = any_of({number(), one_of({"nan", "inf", "-inf"})});
   d["Position"] = object({{"phase", str()},
@@ -139,33 +140,11 @@ void basic_types(json& d) {
                           {"is_last_in_epoch", boolean()},
                           {"is_last_in_run", boolean()},
                           {"text", str()}});
-  d["PhaseSchedule"] = object({{"name", str()}, {"batches", nullable(integer())}});
-  d["Schedule"] =
-      object({{"epochs", nullable(integer())}, {"declared", boolean()}, {"phases", array(ref("PhaseSchedule"))}});
 }
 
-// The status.
-void status_types(json& d, const Words& w) {
-  d["ProducerBrief"] = object({{"op", str()}, {"pass", str()}, {"layer", nullable(str())}});
-  d["DebugErrorSummary"] = object({{"reasons", array(w.reason)},
-                                   {"reason_labels", array(str())},
-                                   {"position", ref("Position")},
-                                   {"text", str()},
-                                   {"layers", array(str())},
-                                   {"root_cause_status", nullable(w.root_cause_status)},
-                                   {"producer", nullable(ref("ProducerBrief"))},
-                                   {"capsule", nullable(str())},
-                                   {"hits", integer()},
-                                   {"update", w.update},
-                                   // The batch ran again, traced: the loop body saw it twice.
-                                   {"rerun", boolean()},
-                                   // With rerun: what ran twice, in the front end's words (the banner's clause).
-                                   {"ran_twice", nullable(str())},
-                                   {"skip_update", boolean()},
-                                   // Under a trainer adapter: the step and the micro-batch it tripped in.
-                                   {"trainer_step", nullable(ref("TrainerStep"))},
-                                   // Why skipping the held update is refused (a distributed run), else null.
-                                   {"skip_refused", nullable(str())}});
+// The parts of the status that keep a codec of their own (the status itself
+// is declared in replies_status.h).
+void status_types(json& d) {
   // A mixed-precision loss scaler as the guard counts it: its overflows
   // skip steps and are no error; a collapse is (N in a row, or below the floor).
   d["LossScale"] = object({{"in_use", boolean()},
@@ -175,10 +154,6 @@ void status_types(json& d, const Words& w) {
                            {"last_skipped", nullable(ref("Position"))},
                            {"collapse_skips", integer()},
                            {"floor", number()}});
-  d["DebugSummary"] = object({{"enabled", boolean()},
-                              {"checks", array(w.check)},
-                              {"loss_scale", ref("LossScale")},
-                              {"error", nullable(ref("DebugErrorSummary"))}});
   d["UpdateFrequency"] =
       object({{"unit", one_of({"batch", "epoch", "seconds"})}, {"n", number()}, {"phase", nullable(str())}});
   // A batch in a trainer's words (the Hugging Face Trainer's callback): one
@@ -187,36 +162,6 @@ void status_types(json& d, const Words& w) {
   // between them.
   d["TrainerStep"] =
       object({{"global_step", integer()}, {"micro_batches", integer()}, {"micro_batch", nullable(integer())}});
-  d["Status"] = object({{"state", w.run_state},
-                        {"mode", w.mode},
-                        {"live_position", nullable(ref("Position"))},
-                        {"snapshot_position", nullable(ref("Position"))},
-                        {"snapshot_sequence", integer()},
-                        {"snapshot_batch_size", integer()},
-                        {"snapshot_samples_kept", integer()},
-                        // Under a trainer adapter (null for a plain loop): the step the loop
-                        // is in, and the one the snapshot shows (micro_batch: the one it was
-                        // taken in; null: the step's end, every micro-batch shown).
-                        {"live_trainer_step", nullable(ref("TrainerStep"))},
-                        {"snapshot_trainer_step", nullable(ref("TrainerStep"))},
-                        {"schedule", ref("Schedule")},
-                        {"hint", str()},
-                        {"time_travel", ref("TimeTravelStatus")},
-                        {"debug", ref("DebugSummary")},
-                        {"stats", ref("StatsSummary")},
-                        {"probe", ref("ProbeStatus")},
-                        {"locked", boolean()},
-                        // What runs the loop: a LibTorch (C++) program or PyTorch from Python.
-                        {"front_end", one_of({"cpp", "python"})},
-                        {"recordings", array(str())},
-                        // What they fix, setting -> why: update_frequency,
-                        // stats_scope, watch_performance, watched:<layer>,
-                        // patch_layers:<layer> (recorder.h's FixedSetting).
-                        {"fixed", map(str())},
-                        {"paused_at_ms?", integer()},
-                        {"lost_reason?", str()},
-                        {"internal_errors?", array(str())},
-                        {"refreshed?", boolean()}});
 }
 
 // Statistics of the last captured batch: one tensor's (common/tensor_stats.h)
@@ -372,36 +317,6 @@ void picture_types(json& d, const Words& w) {
 
 // Min/Max patches and bin samples.
 void patch_types(json& d, const Words& w) {
-  d["PatchCell"] = object({{"slot", integer()},
-                           {"channel", integer()},
-                           {"filled", boolean()},
-                           {"score", nullable(num())},
-                           {"batch", integer()},
-                           {"sample", integer()},
-                           {"y", integer()},
-                           {"x", integer()},
-                           {"top", integer()},
-                           {"left", integer()},
-                           // base64 PNG of the crop (null for an empty slot).
-                           {"png", nullable(str())}});
-  d["Patches"] = object({{"layer", str()},
-                         {"phase", str()},
-                         {"epoch", integer()},
-                         {"phases", array(str())},  // the phases that have patches for the layer
-                         // The last captured batch's gallery (phase and epoch are the batch's),
-                         // at `position`; null for an epoch's.
-                         {"current_batch", boolean()},
-                         {"position", nullable(str())},
-                         {"grid", w.grid},
-                         {"grids", array(w.grid)},  // those collected
-                         {"heatmap", boolean()},
-                         {"samples", integer()},
-                         {"channels", integer()},
-                         {"crop", object({{"height", integer()}, {"width", integer()}})},
-                         {"sequence", integer()},
-                         // Why there are no cells, or what the cells leave out.
-                         {"note", nullable(str())},
-                         {"cells", array(ref("PatchCell"))}});
   d["PatchesPicture"] = object({{"layer", str()},
                                 {"phase", str()},
                                 {"epoch", integer()},
@@ -413,22 +328,6 @@ void patch_types(json& d, const Words& w) {
                                 {"current_batch", boolean()},
                                 {"width", integer()},
                                 {"height", integer()}});
-  d["BinSample"] = object({{"sample", integer()},
-                           {"index", array(integer())},  // the element's coordinates after the batch dimension
-                           {"value", num()},
-                           {"top", integer()},
-                           {"left", integer()},
-                           {"png", nullable(str())}});  // base64 PNG of the input crop; null without an image input
-  d["BinSamples"] = object({{"layer", str()},
-                            {"kind", w.strip_kind},
-                            {"channel", nullable(integer())},
-                            {"bin", integer()},
-                            {"range", array(num())},  // the bin's edges [low, high]
-                            {"matches", integer()},   // elements in the bin among the kept samples
-                            {"sequence", integer()},
-                            {"position", ref("Position")},
-                            {"note", nullable(str())},
-                            {"samples", array(ref("BinSample"))}});
   d["BinSamplesPicture"] = object({{"layer", str()},
                                    {"kind", w.strip_kind},
                                    {"channel", nullable(integer())},
@@ -654,6 +553,18 @@ void declared_replies(json& d) {
   declare_reply<StatsHistory>(d);
   declare_reply<ValueCounts>(d);
   declare_reply<CurrentStats>(d);
+  // replies_status.h
+  declare_reply<PatchCell>(d);
+  declare_reply<PatchCrop>(d);
+  declare_reply<Patches>(d);
+  declare_reply<BinSample>(d);
+  declare_reply<BinSamples>(d);
+  declare_reply<ProducerBrief>(d);
+  declare_reply<DebugErrorSummary>(d);
+  declare_reply<DebugSummary>(d);
+  declare_reply<PhaseSchedule>(d);
+  declare_reply<ScheduleSummary>(d);
+  declare_reply<Status>(d);
 }
 
 json build() {
@@ -663,6 +574,8 @@ json build() {
   const Words w = words(d);
   basic_types(d);
   status_types(d, w);
+  status_types(d);
+  snapshot_types(d, w);
   stats_query_types(d);
   debug_types(d, w);
   picture_types(d, w);
