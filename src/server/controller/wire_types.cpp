@@ -573,9 +573,7 @@ json build() {
   constant_types(d);
   const Words w = words(d);
   basic_types(d);
-  status_types(d, w);
   status_types(d);
-  snapshot_types(d, w);
   stats_query_types(d);
   debug_types(d, w);
   picture_types(d, w);
