@@ -652,7 +652,9 @@ class Engine {
   py::object set_experiment_defaults(const std::string& kind, py::dict params) {
     return to_python(server::to_json(controller_->experiments().set_experiment_defaults(kind, json_of(params))));
   }
-  py::object list_experiments() const { return to_python(controller_->experiments().list_experiments()); }
+  py::object list_experiments() const {
+    return to_python(server::to_json(controller_->experiments().list_experiments()));
+  }
 
   // --- experiments under the reference API's names (any thread but the
   // training one; they run on the training thread in its pause) ---

@@ -1,6 +1,6 @@
 // Experiments on the paused model: the controller's side of
 // experiments::Engine (validation is the engine's; this file maps refusals to
-// Refusals, results to JSON and draws them).
+// Refusals, results to their replies (replies_lab.h) and draws them).
 #include <algorithm>
 #include <cmath>
 
@@ -18,51 +18,51 @@ namespace {
 
 using experiments::Result;
 
-json numbers(const std::vector<double>& v) {
-  json out = json::array();
+std::vector<json> numbers(const std::vector<double>& v) {
+  std::vector<json> out;
   for (double d : v) out.push_back(common::number(d));
   return out;
 }
 
 // Per sample: the attribution's range and mean magnitude.
-json attribution_summary(const torch::Tensor& attr) {
-  json out = json::array();
+std::vector<AttributionRange> attribution_summary(const torch::Tensor& attr) {
+  std::vector<AttributionRange> out;
   if (!attr.defined()) return out;
   auto flat = attr.reshape({attr.size(0), -1}).to(torch::kDouble);
   for (int64_t i = 0; i < flat.size(0); ++i) {
-    out.push_back({{"min", common::number(flat[i].min().item<double>())},
-                   {"max", common::number(flat[i].max().item<double>())},
-                   {"mean_abs", common::number(flat[i].abs().mean().item<double>())}});
+    out.push_back({common::number(flat[i].min().item<double>()), common::number(flat[i].max().item<double>()),
+                   common::number(flat[i].abs().mean().item<double>())});
   }
   return out;
 }
 
-json result_json(const Result& r, std::optional<int64_t> ahead, bool history = true) {
-  json out = {{"seq", r.seq},
-              {"kind", r.kind},
-              {"layer", r.layer},
-              {"params", r.params},
-              {"stage", std::string(experiments::to_string(r.stage))},
-              {"done", r.finished()},
-              {"step", r.step},
-              {"total", r.total},
-              {"objective", common::number(r.objective)},
-              {"seconds", common::number(r.seconds)},
-              {"notes", r.notes}};
-  if (r.stage == Result::Stage::kQueued) out["queued_ahead"] = ahead.value_or(0);
-  if (!r.tab.empty()) out["tab"] = r.tab;
-  if (!r.error.empty()) out["error"] = r.error;
-  if (!r.stop_reason.empty()) out["stop_reason"] = r.stop_reason;
+ExperimentResult result_reply(const Result& r, std::optional<int64_t> ahead, bool history = true) {
+  ExperimentResult out;
+  out.seq = r.seq;
+  out.kind = r.kind;
+  out.layer = r.layer;
+  out.params = r.params;
+  out.stage = std::string(experiments::to_string(r.stage));
+  out.done = r.finished();
+  out.step = r.step;
+  out.total = r.total;
+  out.objective = common::number(r.objective);
+  out.seconds = common::number(r.seconds);
+  out.notes = r.notes;
+  if (r.stage == Result::Stage::kQueued) out.queued_ahead = ahead.value_or(0);
+  if (!r.tab.empty()) out.tab = r.tab;
+  if (!r.error.empty()) out.error = r.error;
+  if (!r.stop_reason.empty()) out.stop_reason = r.stop_reason;
   if (r.kind == "deep_dream") {
-    if (history) out["objectives"] = numbers(r.objectives);
-    out["channels"] = r.channels;
-    out["produced_images"] = r.images.defined() ? r.images.size(0) : 0;
+    if (history) out.objectives = numbers(r.objectives);
+    out.channels = r.channels;
+    out.produced_images = r.images.defined() ? r.images.size(0) : 0;
   } else {
-    out["targets"] = r.targets;
-    out["target_values"] = numbers(r.target_values);
-    out["attribution_sums"] = numbers(r.attribution_sums);
-    out["attributions"] = attribution_summary(r.attributions);
-    if (r.attributions.defined()) out["attribution_shape"] = r.attributions.sizes().vec();
+    out.targets = r.targets;
+    out.target_values = numbers(r.target_values);
+    out.attribution_sums = numbers(r.attribution_sums);
+    out.attributions = attribution_summary(r.attributions);
+    if (r.attributions.defined()) out.attribution_shape = r.attributions.sizes().vec();
   }
   return out;
 }
@@ -80,91 +80,87 @@ torch::Tensor as_map(torch::Tensor a) {
 
 ExperimentArea::ExperimentArea(Controller& owner, detail::SessionPort& session) : owner_(owner), session_(session) {}
 
-json ExperimentArea::list_experiments() const {
+ExperimentList ExperimentArea::list_experiments() const {
   detail::LabPort& lab = session_;
   const auto arch = session_.architecture();
-  json kinds = json::array();
+  ExperimentList out;
   const json defaults = lab.experiment_defaults();
   for (const auto& k : experiments::kinds()) {
-    json params = json::array();
+    ExperimentKind kind{k.kind, k.title, k.summary, k.description, k.attribution, {}, {}, {}};
     for (const auto& p : k.params) {
-      json spec = {{"key", p.key}, {"label", p.label}, {"description", p.description}};
+      ExperimentParamSpec spec;
+      spec.key = p.key;
+      spec.label = p.label;
+      spec.description = p.description;
       switch (p.type) {
         case experiments::ParamSpec::Type::kInteger:
-          spec["type"] = "integer";
+          spec.type = "integer";
           break;
         case experiments::ParamSpec::Type::kNumber:
-          spec["type"] = "number";
+          spec.type = "number";
           break;
         case experiments::ParamSpec::Type::kBoolean:
-          spec["type"] = "boolean";
+          spec.type = "boolean";
           break;
         case experiments::ParamSpec::Type::kChoice:
-          spec["type"] = "choice";
+          spec.type = "choice";
           break;
       }
-      spec["default"] =
+      spec.fallback =
           defaults.contains(k.kind) && defaults[k.kind].contains(p.key) ? defaults[k.kind][p.key] : p.fallback;
-      if (p.minimum) spec["minimum"] = *p.minimum;
-      if (p.maximum) spec["maximum"] = *p.maximum;
-      if (!p.options.empty()) spec["options"] = p.options;
-      params.push_back(std::move(spec));
+      spec.minimum = p.minimum;
+      spec.maximum = p.maximum;
+      if (!p.options.empty()) spec.options = p.options;
+      kind.params.push_back(std::move(spec));
     }
-    json layers = json::array(), unusable = json::array();
     if (arch) {
       for (const auto& l : arch->layers) {
         if (l.role == LayerInfo::Role::kInput) continue;
         if (auto why = experiments::why_unusable(k, l)) {
-          unusable.push_back({{"layer", l.name}, {"reason", *why}});
+          kind.unusable_layers.push_back({l.name, *why});
         } else {
-          layers.push_back(l.name);
+          kind.layers.push_back(l.name);
         }
       }
     }
-    kinds.push_back({{"kind", k.kind},
-                     {"title", k.title},
-                     {"summary", k.summary},
-                     {"description", k.description},
-                     {"attribution", k.attribution},
-                     {"layers", std::move(layers)},
-                     {"unusable_layers", std::move(unusable)},
-                     {"params", std::move(params)}});
+    out.kinds.push_back(std::move(kind));
   }
-  json autos = json::array();
-  for (const auto& e : lab.auto_experiments()) {
-    autos.push_back({{"tab", e.tab}, {"kind", e.kind}, {"layer", e.layer}, {"params", e.params}});
-  }
-  return {{"kinds", std::move(kinds)},
-          {"time_limit_seconds", lab.experiment_time_limit_seconds()},
-          {"auto_run", lab.auto_run_experiments()},
-          {"forward_known", lab.experiment_forward_known()},
-          {"kept_results", lab.kept_experiments()},
-          {"auto_experiments", std::move(autos)}};
-}
-
-json ExperimentArea::run_experiment(const std::string& kind, const std::string& layer, const json& params, Wait wait) {
-  detail::LabPort& lab = session_;
-  auto sub = lab.submit_experiment(kind, layer, params);
-  auto result = wait.count() > 0 ? lab.wait_for_experiment(sub.seq, wait) : lab.experiment_result(sub.seq);
-  json out;
-  if (result) {
-    out = result_json(*result, lab.experiment_queued_ahead(sub.seq));
-  } else {
-    Result gone;  // already dropped from the 8 kept (a burst of newer requests)
-    gone.seq = sub.seq;
-    gone.kind = kind;
-    gone.layer = layer;
-    gone.params = sub.params;
-    out = result_json(gone, std::nullopt);
-    out["stage"] = "absent";
-  }
-  out["ignored_params"] = sub.ignored;
-  if (!sub.clamped.empty()) out["clamped_params"] = sub.clamped;
+  for (const auto& e : lab.auto_experiments()) out.auto_experiments.push_back({e.tab, e.kind, e.layer, e.params});
+  out.time_limit_seconds = lab.experiment_time_limit_seconds();
+  out.auto_run = lab.auto_run_experiments();
+  out.forward_known = lab.experiment_forward_known();
+  out.kept_results = lab.kept_experiments();
   return out;
 }
 
-json ExperimentArea::get_experiment_result(uint64_t seq) const {
+ExperimentResult ExperimentArea::run_experiment(const std::string& kind, const std::string& layer, const json& params,
+                                                Wait wait) {
   detail::LabPort& lab = session_;
+  const auto sub = lab.submit_experiment(kind, layer, params);
+  ExperimentResult out = request_result(sub.seq, kind, layer, sub.params, wait);
+  out.ignored_params = sub.ignored;
+  if (!sub.clamped.empty()) out.clamped_params = sub.clamped;
+  return out;
+}
+
+ExperimentResult ExperimentArea::request_result(uint64_t seq, const std::string& kind, const std::string& layer,
+                                                const json& params, Wait wait) const {
+  const detail::LabPort& lab = session_;
+  const auto result = wait.count() > 0 ? lab.wait_for_experiment(seq, wait) : lab.experiment_result(seq);
+  if (result) return result_reply(*result, lab.experiment_queued_ahead(seq));
+  Result gone;  // already dropped from the 8 kept (a burst of newer requests)
+  gone.seq = seq;
+  gone.kind = kind;
+  gone.layer = layer;
+  gone.params = params;
+  ExperimentResult out = result_reply(gone, std::nullopt);
+  out.stage = "absent";
+  out.queued_ahead.reset();
+  return out;
+}
+
+ExperimentResult ExperimentArea::get_experiment_result(uint64_t seq) const {
+  const detail::LabPort& lab = session_;
   auto result = lab.experiment_result(seq);
   if (!result) {
     auto kept = lab.kept_experiments();
@@ -175,7 +171,7 @@ json ExperimentArea::get_experiment_result(uint64_t seq) const {
                       " (only the 8 most recent results are kept; kept: " + (list.empty() ? "none" : list) + ")",
                   "seq");
   }
-  return result_json(*result, lab.experiment_queued_ahead(seq));
+  return result_reply(*result, lab.experiment_queued_ahead(seq));
 }
 
 ExperimentCancel ExperimentArea::cancel_experiment(std::optional<uint64_t> seq) {
@@ -210,12 +206,12 @@ AutoExperimentCleared ExperimentArea::clear_auto_experiment(const std::string& t
   return {tab, session_.clear_auto_experiment(tab)};
 }
 
-std::vector<json> ExperimentArea::experiment_changes(uint64_t& version) const {
+std::vector<ExperimentResult> ExperimentArea::experiment_changes(uint64_t& version) const {
   detail::LabPort& lab = session_;
   auto changes = lab.experiment_changes_since(version);
   version = changes.version;
-  std::vector<json> out;
-  for (const auto& r : changes.results) out.push_back(result_json(*r, lab.experiment_queued_ahead(r->seq), false));
+  std::vector<ExperimentResult> out;
+  for (const auto& r : changes.results) out.push_back(result_reply(*r, lab.experiment_queued_ahead(r->seq), false));
   return out;
 }
 

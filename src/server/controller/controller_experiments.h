@@ -11,8 +11,9 @@
 #include <vector>
 
 #include "server/controller/json_views.h"
-#include "server/controller/replies.h"
 #include "server/controller/pictures.h"
+#include "server/controller/replies.h"
+#include "server/controller/replies_lab.h"
 
 namespace nansense::detail {
 class SessionPort;
@@ -30,15 +31,20 @@ class ExperimentArea {
   // Every kind with its summary, description, accepted layers (and the others
   // with the reason), parameter specs with effective defaults and ranges, and
   // the time limit.
-  json list_experiments() const;
+  ExperimentList list_experiments() const;
   // Queues an experiment (params layered: the kind's defaults, the session's,
   // the caller's; unknown keys come back in ignored_params) and waits up to
   // `wait` for it to finish. Refusals name the unknown kind or layer, the bad
   // parameter, or say to pause first. (With video: RecordingArea's
   // run_experiment_video.)
-  json run_experiment(const std::string& kind, const std::string& layer, const json& params, Wait wait);
+  ExperimentResult run_experiment(const std::string& kind, const std::string& layer, const json& params, Wait wait);
+  // Request `seq` after waiting up to `wait` for it (0: as it stands): its
+  // result, or once it left the 8 kept, stage "absent" with what was asked
+  // (`kind`, `layer`, the resolved `params`).
+  ExperimentResult request_result(uint64_t seq, const std::string& kind, const std::string& layer, const json& params,
+                                  Wait wait) const;
   // Progress or outcome; kNotFound once it left the 8 kept.
-  json get_experiment_result(uint64_t seq) const;
+  ExperimentResult get_experiment_result(uint64_t seq) const;
   // One request, or every one (nullopt); {"cancelled": how many}.
   ExperimentCancel cancel_experiment(std::optional<uint64_t> seq);
   ExperimentAutoRun set_auto_run_experiments(bool enabled);
@@ -55,7 +61,7 @@ class ExperimentArea {
   // The push channel's experiment events: each result changed since
   // `version` (as get_experiment_result shows it, less the objective
   // history); `version` becomes the current one.
-  std::vector<json> experiment_changes(uint64_t& version) const;
+  std::vector<ExperimentResult> experiment_changes(uint64_t& version) const;
   std::shared_ptr<const ExperimentPicture> render_experiment(uint64_t seq, bool overlay) const;
 
  private:

@@ -1,6 +1,7 @@
 // Recordings and snapshots of the pages' views (recorder.h): each view drawn
 // as one page of the pictures the pages and MCP show, with the training
 // position stamped over it.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -48,9 +49,8 @@ Refusal unknown_view(const std::string& view) {
                  "unknown view \"" + view + "\": one of layers, weights, histograms, patches, experiment", "view");
 }
 
-json file_json(const record::RecordingInfo& info) {
-  return {{"path", info.path},     {"frames", info.frames}, {"dropped", info.dropped},  {"width", info.width},
-          {"height", info.height}, {"error", info.error},   {"finished", info.finished}};
+RecordingFile file_reply(const record::RecordingInfo& info) {
+  return {info.path, info.frames, info.dropped, info.width, info.height, info.error, info.finished};
 }
 
 }  // namespace
@@ -237,7 +237,7 @@ RecordingArea::RecordingArea(Controller& owner, detail::SessionPort& session)
 
 RecordingArea::~RecordingArea() { recorder_->finish_all(); }
 
-json RecordingArea::list_recordings() const { return recorder_->list(); }
+Recordings RecordingArea::list_recordings() const { return recorder_->list(); }
 
 std::shared_ptr<const RecordingArea::RecordedFile> RecordingArea::get_recording_file(const std::string& path) const {
   const auto saved = recorder_->saved_file(path);
@@ -259,10 +259,12 @@ std::shared_ptr<const RecordingArea::RecordedFile> RecordingArea::get_recording_
   out->bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   return out;
 }
-json RecordingArea::start_recording(const RecordView& view) { return recorder_->start(view); }
-json RecordingArea::stop_recording(const std::optional<std::string>& key) { return recorder_->stop(key); }
-json RecordingArea::discard_recording(const std::optional<std::string>& key) { return recorder_->discard(key); }
-json RecordingArea::save_snapshot(const RecordView& view) {
+Recording RecordingArea::start_recording(const RecordView& view) { return recorder_->start(view); }
+RecordingsStopped RecordingArea::stop_recording(const std::optional<std::string>& key) { return recorder_->stop(key); }
+RecordingsDiscarded RecordingArea::discard_recording(const std::optional<std::string>& key) {
+  return recorder_->discard(key);
+}
+SnapshotSaved RecordingArea::save_snapshot(const RecordView& view) {
   if (view.view != "experiment" || (!view.seq && !view.kind.empty())) return recorder_->snapshot(view);
   // The form of the original NaNsense 0.4.0 (Python, on PyPI): an already
   // published result, by seq or the newest.
@@ -308,8 +310,8 @@ void RecordingArea::refuse_if_fixed(const std::string& command, const std::strin
 
 // --- Deep Dream clips ---
 
-json RecordingArea::run_experiment_video(const std::string& kind, const std::string& layer, const json& params,
-                                         Wait wait) {
+ExperimentResult RecordingArea::run_experiment_video(const std::string& kind, const std::string& layer,
+                                                     const json& params, Wait wait) {
   if (kind != "deep_dream") {
     throw Refusal(Refusal::Kind::kInvalidArgument,
                   "video is for deep_dream only: " + kind + " draws one picture, not a sequence", "video");
@@ -357,18 +359,14 @@ json RecordingArea::run_experiment_video(const std::string& kind, const std::str
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     seen = owner_.run_control().wait_for_change(seen, std::min(left, std::chrono::milliseconds(200)));
   }
-  json out;
-  try {
-    out = owner_.experiments().get_experiment_result(sub.seq);
-  } catch (const Refusal&) {
-    out = {{"seq", sub.seq}, {"stage", "absent"}};
-  }
-  out["ignored_params"] = sub.ignored;
+  ExperimentResult out = owner_.experiments().request_result(sub.seq, kind, layer, sub.params, Wait{0});
+  out.ignored_params = sub.ignored;
+  if (!sub.clamped.empty()) out.clamped_params = sub.clamped;
   if (clip) {
     const auto info = clip->finish();
-    out["video"] = {{"path", info.path}, {"frames", info.frames}, {"error", info.error}};
+    out.video = ExperimentVideo{info.path, info.frames, info.error};
   } else {
-    out["video"] = {{"path", nullptr}, {"frames", 0}, {"error", draw_error.empty() ? "no step was drawn" : draw_error}};
+    out.video = ExperimentVideo{std::nullopt, 0, draw_error.empty() ? "no step was drawn" : draw_error};
   }
   return out;
 }
@@ -397,19 +395,16 @@ std::map<std::string, FixedSetting> Recorder::fixed() const {
   return out;
 }
 
-json Recorder::describe(const Active& a) const {
-  json files = json::array();
-  int64_t frames = 0, dropped = 0;
-  std::string error = a.draw_error;
+Recording Recorder::describe(const Active& a) const {
+  Recording out{a.key, a.view.label(), a.view.view, 0, 0, {}, a.draw_error};
   for (size_t i = 0; i < a.files.size(); ++i) {
     const auto info = a.files[i].second->info();
-    files.push_back(file_json(info));
-    if (i == 0) frames = info.frames;
-    dropped += info.dropped;
-    if (error.empty()) error = info.error;
+    out.files.push_back(file_reply(info));
+    if (i == 0) out.frames = info.frames;
+    out.dropped += info.dropped;
+    if (out.error.empty()) out.error = info.error;
   }
-  return {{"key", a.key},       {"label", a.view.label()}, {"view", a.view.view}, {"frames", frames},
-          {"dropped", dropped}, {"files", files},          {"error", error}};
+  return out;
 }
 
 std::optional<bool> Recorder::saved_file(const std::string& path) const {
@@ -417,9 +412,7 @@ std::optional<bool> Recorder::saved_file(const std::string& path) const {
   {
     std::lock_guard lock(mu_);
     for (const auto& entry : saved_) {
-      for (const auto& file : entry.value("files", json::array())) {
-        if (file.is_string() && file.get<std::string>() == path) return true;
-      }
+      if (std::find(entry.files.begin(), entry.files.end(), path) != entry.files.end()) return true;
     }
     for (const auto& [key, a] : active_) active.push_back(a);
   }
@@ -431,20 +424,16 @@ std::optional<bool> Recorder::saved_file(const std::string& path) const {
   return std::nullopt;
 }
 
-json Recorder::list() const {
+Recordings Recorder::list() const {
   std::vector<std::shared_ptr<Active>> active;
-  json saved;
+  Recordings out{folder(), record::Recording::kFps, {}, {}};
   {
     std::lock_guard lock(mu_);
     for (const auto& [key, a] : active_) active.push_back(a);
-    saved = saved_;
+    out.saved = saved_;
   }
-  json recordings = json::array();
-  for (const auto& a : active) recordings.push_back(describe(*a));
-  return {{"directory", folder()},
-          {"frame_rate", record::Recording::kFps},
-          {"recordings", recordings},
-          {"saved", saved.is_null() ? json::array() : saved}};
+  for (const auto& a : active) out.recordings.push_back(describe(*a));
+  return out;
 }
 
 void Recorder::add_frame(Active& a, const ViewPages& pages) {
@@ -465,7 +454,7 @@ void Recorder::add_frame(Active& a, const ViewPages& pages) {
   }
 }
 
-json Recorder::start(const RecordView& view) {
+Recording Recorder::start(const RecordView& view) {
   const std::string key = view.key();
   {
     std::lock_guard lock(mu_);
@@ -537,7 +526,7 @@ std::vector<std::shared_ptr<Recorder::Active>> Recorder::take(const std::optiona
   return out;
 }
 
-json Recorder::stop(const std::optional<std::string>& key, bool settle) {
+RecordingsStopped Recorder::stop(const std::optional<std::string>& key, bool settle) {
   if (settle) {
     // An experiment's run still going (a step's) is the view as it is now.
     std::vector<RecordView> experiments;
@@ -551,8 +540,9 @@ json Recorder::stop(const std::optional<std::string>& key, bool settle) {
   }
   std::lock_guard draw(draw_mu_);
   const auto taken = take(key);
-  json stopped = json::array();
-  json all_paths = json::array();
+  // files: every saved file's path, as the original NaNsense 0.4.0's
+  // stop_recording lists them.
+  RecordingsStopped out{{}, {}, folder(), std::nullopt};
   for (const auto& a : taken) {
     if (a->view.view == "experiment") controller_.recordings().release_experiment(a->view);
     // Save & Finish keeps the view as it is now: an update the pump had not
@@ -564,59 +554,53 @@ json Recorder::stop(const std::optional<std::string>& key, bool settle) {
         a->draw_error = std::string("last frame not drawn: ") + e.what();
       }
     }
-    json files = json::array();
-    json paths = json::array();
+    std::vector<std::string> paths;
     std::string error = a->draw_error;
     for (auto& [suffix, recording] : a->files) {
       const auto info = recording->finish();
-      files.push_back(file_json(info));
       if (info.frames > 0) {
         paths.push_back(info.path);
-        all_paths.push_back(info.path);
+        out.files.push_back(info.path);
       }
       if (error.empty()) error = info.error;
     }
-    json entry = describe(*a);
-    entry["error"] = error;
+    Recording entry = describe(*a);
+    entry.error = error;
     {
       std::lock_guard lock(mu_);
-      saved_.push_back({{"key", a->key}, {"label", a->view.label()}, {"files", paths}});
+      saved_.push_back({a->key, a->view.label(), paths});
     }
-    stopped.push_back(std::move(entry));
+    out.stopped.push_back(std::move(entry));
   }
   if (!taken.empty()) controller_.run_control().wake_watchers();
-  // files: every saved file's path, as the original NaNsense 0.4.0's
-  // stop_recording lists them.
-  json out = {{"stopped", stopped}, {"files", all_paths}, {"directory", folder()}};
-  if (taken.empty()) out["note"] = "nothing was recording";
+  if (taken.empty()) out.note = "nothing was recording";
   return out;
 }
 
-json Recorder::discard(const std::optional<std::string>& key) {
+RecordingsDiscarded Recorder::discard(const std::optional<std::string>& key) {
   std::lock_guard draw(draw_mu_);
   const auto taken = take(key);
-  json discarded = json::array();
+  RecordingsDiscarded out;
   for (const auto& a : taken) {
     if (a->view.view == "experiment") controller_.recordings().release_experiment(a->view);
-    json removed = json::array();
+    DiscardedRecording entry{a->key, {}};
     for (auto& [suffix, recording] : a->files) {
       recording->discard();
-      removed.push_back(recording->info().path);
+      entry.removed.push_back(recording->info().path);
     }
-    discarded.push_back({{"key", a->key}, {"removed", removed}});
+    out.discarded.push_back(std::move(entry));
   }
   if (!taken.empty()) controller_.run_control().wake_watchers();
-  json out = {{"discarded", discarded}};
-  if (taken.empty()) out["note"] = "nothing was recording";
+  if (taken.empty()) out.note = "nothing was recording";
   return out;
 }
 
-json Recorder::snapshot(const RecordView& view) {
+SnapshotSaved Recorder::snapshot(const RecordView& view) {
   const std::string key = view.key();
   const ViewPages pages = controller_.recordings().draw_view(view);
+  SnapshotSaved out{{}, key, to_json(pages.position), pages.sequence};
   const std::string stem =
       record::snapshot_stem(key, pages.position.epoch, pages.position.phase, pages.position.batch_idx);
-  json files = json::array();
   for (const auto& [suffix, image] : pages.pages) {
     try {
       const std::string path = record::free_path(folder(), stem + (suffix.empty() ? "" : "_" + suffix), "png");
@@ -628,12 +612,12 @@ json Recorder::snapshot(const RecordView& view) {
         std::filesystem::remove(path, ec);
         throw std::runtime_error(e.what());
       }
-      files.push_back(path);
+      out.files.push_back(path);
     } catch (const std::runtime_error& e) {
       throw Refusal(Refusal::Kind::kConflict, e.what());
     }
   }
-  return {{"files", files}, {"key", key}, {"position", to_json(pages.position)}, {"sequence", pages.sequence}};
+  return out;
 }
 
 void Recorder::pump() {

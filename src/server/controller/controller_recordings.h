@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "server/controller/json_views.h"
+#include "server/controller/replies_lab.h"
 
 namespace nansense::detail {
 class SessionPort;
@@ -34,11 +35,11 @@ class RecordingArea {
   // The view drawn now as the page(s) a recording frame or snapshot holds.
   // Refusals name the unknown view, layer or what is missing.
   ViewPages draw_view(const RecordView& view) const;
-  json list_recordings() const;
-  json start_recording(const RecordView& view);
-  json stop_recording(const std::optional<std::string>& key);
-  json discard_recording(const std::optional<std::string>& key);
-  json save_snapshot(const RecordView& view);
+  Recordings list_recordings() const;
+  Recording start_recording(const RecordView& view);
+  RecordingsStopped stop_recording(const std::optional<std::string>& key);
+  RecordingsDiscarded discard_recording(const std::optional<std::string>& key);
+  SnapshotSaved save_snapshot(const RecordView& view);
   // A saved recording's file (a path list_recordings names under saved), to
   // play or download: refused for a file still being written or one this
   // run did not save.
@@ -74,7 +75,8 @@ class RecordingArea {
   // evenly spaced; every step with all_steps) drawn as an MP4 in the
   // recordings folder while it runs; the reply adds video {path, frames,
   // error}. Refused for other kinds and without a wait.
-  json run_experiment_video(const std::string& kind, const std::string& layer, const json& params, Wait wait);
+  ExperimentResult run_experiment_video(const std::string& kind, const std::string& layer, const json& params,
+                                        Wait wait);
 
  private:
   Controller& owner_;

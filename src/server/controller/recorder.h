@@ -23,6 +23,7 @@
 #include "record/recording.h"
 #include "render/strip.h"
 #include "server/controller/json_views.h"
+#include "server/controller/replies_lab.h"
 
 namespace nansense::server {
 
@@ -94,23 +95,22 @@ class Recorder {
   explicit Recorder(Controller& controller);
   ~Recorder();  // finish_all()
 
-  // {directory, frame_rate, recordings: [{key, label, view, frames, dropped,
-  // files, error, width, height}], saved: [{key, files}]}.
-  json list() const;
+  // The active recordings, and those saved in this run.
+  Recordings list() const;
   // Whether `path` is a file of a saved recording (true) or of one still
   // recording (false); nullopt for neither.
   std::optional<bool> saved_file(const std::string& path) const;
   // Draws the view now (refused when it cannot be drawn, or its key already
   // records) and starts its recording with that first frame.
-  json start(const RecordView& view);
+  Recording start(const RecordView& view);
   // Finishes one recording (nullopt: every one) so its files play; refused
   // naming the active keys when none matches. `settle`: paused, an
   // experiment view's run still going finishes first and is the last frame.
-  json stop(const std::optional<std::string>& key, bool settle = true);
+  RecordingsStopped stop(const std::optional<std::string>& key, bool settle = true);
   // Stops without saving and removes the files.
-  json discard(const std::optional<std::string>& key);
-  // The view drawn once as PNG(s): {files: [...], position, sequence}.
-  json snapshot(const RecordView& view);
+  RecordingsDiscarded discard(const std::optional<std::string>& key);
+  // The view drawn once as PNG(s).
+  SnapshotSaved snapshot(const RecordView& view);
   // Every recording finished (the session's close(), the server going away).
   void finish_all();
   std::vector<std::string> keys() const;
@@ -130,7 +130,7 @@ class Recorder {
   };
   void pump();
   void add_frame(Active& a, const ViewPages& pages);
-  json describe(const Active& a) const;
+  Recording describe(const Active& a) const;
   // Removes the matching recordings from the table; refuses when none.
   std::vector<std::shared_ptr<Active>> take(const std::optional<std::string>& key);
 
@@ -139,7 +139,7 @@ class Recorder {
   mutable std::mutex mu_;  // the table below
   std::mutex draw_mu_;     // one frame drawn, or one recording finished, at a time
   std::map<std::string, std::shared_ptr<Active>> active_;
-  std::vector<json> saved_;
+  std::vector<SavedRecording> saved_;
   bool stopping_ = false;
   std::thread thread_;
 };

@@ -3,6 +3,7 @@
 #include "server/controller/replies.h"
 #include "server/controller/replies_views.h"
 #include "server/controller/replies_status.h"
+#include "server/controller/replies_lab.h"
 #include "stats/bins.h"
 
 namespace nansense::server {
@@ -95,7 +96,6 @@ struct Words {
   json strip_kind;
   json values;
   json scope;
-  json stage;
   json grid;
   json strip_view;
 };
@@ -122,7 +122,8 @@ Words words(json& d) {
   w.strip_kind = define("StripKind", one_of({"activation", "gradient"}));
   w.values = define("Values", one_of({"unchanged", "abs", "square"}));
   w.scope = define("StatsScope", one_of({"none", "watched", "all"}));
-  w.stage = define("ExperimentStage", one_of({"queued", "running", "done", "stopped", "failed", "absent"}));
+  // ExperimentResult's stage (replies_lab.h).
+  define("ExperimentStage", one_of({"queued", "running", "done", "stopped", "failed", "absent"}));
   w.grid = define("PatchGrid", one_of({"max_pixel", "min_pixel", "max_average", "min_average"}));
   w.strip_view = object(
       {{"layer", str()}, {"kind", w.strip_kind}, {"sample", integer()}, {"average", boolean()}, {"values", w.values}});
@@ -363,61 +364,8 @@ void mcp_picture_types(json& d, const Words& w) {
 }
 
 // Experiments (controller_experiments.cpp).
-void experiment_types(json& d, const Words& w) {
+void experiment_types(json& d, const Words&) {
   const auto sent = sent_fields();
-  const json any_value = json::object();
-  d["ExperimentParamSpec"] = object({{"key", str()},
-                                     {"label", str()},
-                                     {"description", str()},
-                                     {"type", one_of({"integer", "number", "boolean", "choice"})},
-                                     {"default", any_value},
-                                     {"minimum?", number()},
-                                     {"maximum?", number()},
-                                     {"options?", array(str())}});
-  d["ExperimentKind"] = object({{"kind", str()},
-                                {"title", str()},
-                                {"summary", str()},
-                                {"description", str()},
-                                {"attribution", boolean()},
-                                {"layers", array(str())},
-                                {"unusable_layers", array(object({{"layer", str()}, {"reason", str()}}))},
-                                {"params", array(ref("ExperimentParamSpec"))}});
-  d["ExperimentList"] =
-      object({{"kinds", array(ref("ExperimentKind"))},
-              {"time_limit_seconds", number()},
-              {"auto_run", boolean()},
-              {"forward_known", boolean()},
-              {"kept_results", array(integer())},
-              {"auto_experiments",
-               array(object({{"tab", str()}, {"kind", str()}, {"layer", str()}, {"params", map(any_value)}}))}});
-  d["ExperimentResult"] =
-      object({{"seq", integer()},
-              {"kind", str()},
-              {"layer", str()},
-              {"params", map(any_value)},
-              {"stage", w.stage},
-              {"done", boolean()},
-              {"step", integer()},
-              {"total", integer()},
-              {"objective", nullable(num())},
-              {"seconds", num()},
-              {"notes", array(str())},
-              {"queued_ahead?", integer()},
-              {"tab?", str()},
-              {"error?", str()},
-              {"stop_reason?", str()},
-              {"objectives?", array(num())},
-              {"channels?", array(integer())},
-              {"produced_images?", integer()},
-              {"targets?", array(integer())},
-              {"target_values?", array(num())},
-              {"attribution_sums?", array(num())},
-              {"attributions?", array(object({{"min", num()}, {"max", num()}, {"mean_abs", num()}}))},
-              {"attribution_shape?", array(integer())},
-              {"ignored_params?", array(str())},
-              {"clamped_params?", array(str())},
-              // run_experiment with video: the clip.
-              {"video?", object({{"path", nullable(str())}, {"frames", integer()}, {"error", str()}})}});
   d["ExperimentPictureInfo"] = object({{"seq", integer()},
                                        {"kind", str()},
                                        {"stage", str()},
@@ -444,35 +392,6 @@ void experiment_types(json& d, const Words& w) {
 }
 
 // The push channel (/ws).
-// Recordings and snapshots (recorder.h).
-void recording_types(json& d) {
-  d["RecordingFile"] = object({{"path", str()},
-                               {"frames", integer()},
-                               {"dropped", integer()},
-                               {"width", integer()},
-                               {"height", integer()},
-                               {"error", str()},
-                               {"finished", boolean()}});
-  d["Recording"] = object({{"key", str()},
-                           {"label", str()},
-                           {"view", one_of({"layers", "weights", "histograms", "patches", "experiment"})},
-                           {"frames", integer()},
-                           {"dropped", integer()},
-                           {"files", array(ref("RecordingFile"))},
-                           {"error", str()}});
-  d["SavedRecording"] = object({{"key", str()}, {"label", str()}, {"files", array(str())}});
-  d["Recordings"] = object({{"directory", str()},
-                            {"frame_rate", integer()},
-                            {"recordings", array(ref("Recording"))},
-                            {"saved", array(ref("SavedRecording"))}});
-  d["RecordingsStopped"] =
-      object({{"stopped", array(ref("Recording"))}, {"files", array(str())}, {"directory", str()}, {"note?", str()}});
-  d["RecordingsDiscarded"] =
-      object({{"discarded", array(object({{"key", str()}, {"removed", array(str())}}))}, {"note?", str()}});
-  d["SnapshotSaved"] =
-      object({{"files", array(str())}, {"key", str()}, {"position", ref("Position")}, {"sequence", integer()}});
-}
-
 void push_types(json& d, const Words& w) {
   d["StripView"] = w.strip_view;
   d["FailedStrip"] = extend(w.strip_view, {{"error", str()}});
@@ -565,6 +484,23 @@ void declared_replies(json& d) {
   declare_reply<PhaseSchedule>(d);
   declare_reply<ScheduleSummary>(d);
   declare_reply<Status>(d);
+  // Experiments and recordings (replies_lab.h).
+  declare_reply<ExperimentParamSpec>(d);
+  declare_reply<UnusableLayer>(d);
+  declare_reply<ExperimentKind>(d);
+  declare_reply<RegisteredAutoExperiment>(d);
+  declare_reply<ExperimentList>(d);
+  declare_reply<AttributionRange>(d);
+  declare_reply<ExperimentVideo>(d);
+  declare_reply<ExperimentResult>(d);
+  declare_reply<RecordingFile>(d);
+  declare_reply<Recording>(d);
+  declare_reply<SavedRecording>(d);
+  declare_reply<Recordings>(d);
+  declare_reply<RecordingsStopped>(d);
+  declare_reply<DiscardedRecording>(d);
+  declare_reply<RecordingsDiscarded>(d);
+  declare_reply<SnapshotSaved>(d);
 }
 
 json build() {
@@ -581,7 +517,6 @@ json build() {
   refusal_types(d, w);
   mcp_picture_types(d, w);
   experiment_types(d, w);
-  recording_types(d);
   push_types(d, w);
   return d;
 }

@@ -254,8 +254,8 @@ void PushChannel::loop() {
         if (strips) strips_cv_.notify_all();
       }
       // Experiments' progress and outcomes, each result as it changed.
-      for (auto& result : controller_.experiments().experiment_changes(experiments_seen)) {
-        const std::string text = dump({{"type", "experiment"}, {"result", std::move(result)}});
+      for (const auto& result : controller_.experiments().experiment_changes(experiments_seen)) {
+        const std::string text = dump({{"type", "experiment"}, {"result", to_json(result)}});
         std::lock_guard lock(mu_);
         for (const auto& p : peers_) p.socket->send(text);
       }
