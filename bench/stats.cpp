@@ -388,6 +388,39 @@ void run_fold_parts() {
       "Min/Max patches of it (max and min pixel, 5 inputs x 16 channels, a fresh activation each call): "
       "PatchCollector::add %.2f ms (%.2f ms by the tensor ops); they hold %.1f KiB (%.1f KiB per channel)\n",
       loops_ms, ops_ms, gallery.bytes() / 1024.0, gallery.bytes() / 1024.0 / 16);
+  // The maps' extremes taken by the statistics' fold as it passes (what a
+  // session does for a patched layer's activation): the fold with and
+  // without them, and add() given them.
+  const nansense::WatchPerformance detail;
+  std::vector<nansense::stats::MapExtremesTable> tables(fresh.size());
+  // Both over the same fresh activations in turn (the same tensor again
+  // would stay in the cache).
+  int64_t folded = 0;
+  const double fold_ms = time_ms([&] {
+    nansense::stats::fold_on_cpu(fresh[static_cast<size_t>(folded % 11)], detail, 0);
+    ++folded;
+  });
+  const double fold_maps_ms = time_ms([&] {
+    auto& table = tables[static_cast<size_t>(folded % 11)];
+    table.channels = 16;
+    nansense::stats::fold_on_cpu(fresh[static_cast<size_t>(folded % 11)], detail, 0, &table);
+    ++folded;
+  });
+  for (size_t i = 0; i < fresh.size(); ++i) {
+    tables[i].channels = 16;
+    nansense::stats::fold_on_cpu(fresh[i], detail, 0, &tables[i]);
+  }
+  nansense::stats::PatchCollector ahead{nansense::stats::PatchSettings{}};
+  int64_t batch = 0;
+  const double ahead_ms = time_ms([&] {
+    const auto i = static_cast<size_t>(batch % 11);
+    ahead.add(fresh[i], input, batch, &tables[i]);
+    ++batch;
+  });
+  std::printf(
+      "the same with the maps' extremes taken by the statistics' fold as it passes: the fold %.2f ms "
+      "(%.2f ms without them), then PatchCollector::add %.2f ms\n",
+      fold_maps_ms, fold_ms, ahead_ms);
 }
 
 // 100 Linear + ReLU pairs: 200 layers (plus the input and the loss-side ops).

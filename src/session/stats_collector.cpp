@@ -411,19 +411,28 @@ bool StatsCollector::Staged::take(int layer, int64_t op_seq, const std::string& 
       std::lock_guard lock(mu);
       draw = seed++;
     }
-    auto fold = stats::fold_on_cpu(t.contiguous(), detail, draw);
+    // The pixel rankings' extremes of each map ride on the same pass (the
+    // average rankings read every value again at the batch's end anyway).
+    std::shared_ptr<stats::MapExtremesTable> maps;
+    if (patched && t.dim() == 4 && !detail.average_patches() && !t.is_inference()) {
+      maps = std::make_shared<stats::MapExtremesTable>();
+      maps->channels = stats::PatchSettings::from(detail).tracked(t.size(1));
+    }
+    auto fold = stats::fold_on_cpu(t.contiguous(), detail, draw, maps.get());
+    if (maps && !maps->filled()) maps.reset();
     const auto kind = gradient ? stats::Kind::kGradient : stats::Kind::kActivation;
+    Entry entry{layer, op_seq, kind, std::move(fold), std::move(maps), t.const_data_ptr(), 0};
+    if (entry.maps) entry.version = static_cast<int64_t>(t._version());
     std::lock_guard lock(mu);
     // Offered again (a second backward through the same graph): the last wins,
     // as a held tensor would.
     for (auto& e : entries) {
       if (e.layer == layer && e.kind == kind) {
-        e.op_seq = op_seq;
-        e.fold = std::move(fold);
+        e = std::move(entry);
         return !patched;
       }
     }
-    entries.push_back({layer, op_seq, kind, std::move(fold)});
+    entries.push_back(std::move(entry));
     return !patched;
   } catch (const std::exception&) {
     return false;  // held instead, and folded at the batch's end
@@ -469,22 +478,31 @@ void StatsCollector::fold(const BatchPosition& pos, capture::TraceResult& trace)
     // What the tracer handed over ahead, by layer index, where it is still
     // the layer's final output (a module call extended later replaces it).
     const auto staged = std::exchange(staged_, nullptr);
-    std::map<std::pair<std::string, stats::Kind>, const stats::CpuFold*> ahead;
+    std::map<std::pair<std::string, stats::Kind>, const Staged::Entry*> ahead;
     if (staged) {
       std::lock_guard lock(trace.grad_mu);
       std::lock_guard staged_lock(staged->mu);
       for (const auto& e : staged->entries) {
         const auto i = static_cast<size_t>(e.layer);
         if (i < trace.final_op.size() && trace.final_op[i] == e.op_seq) {
-          ahead[{trace.layer_names[i], e.kind}] = &e.fold;
+          ahead[{trace.layer_names[i], e.kind}] = &e;
         }
       }
     }
+    // The extremes taken ahead of a held activation, while it still holds
+    // the values they were taken from.
+    const auto maps_ahead = [&](const std::string& layer, const torch::Tensor& held) -> const stats::MapExtremesTable* {
+      const auto f = ahead.find({layer, stats::Kind::kActivation});
+      if (f == ahead.end() || !f->second->maps || held.is_inference()) return nullptr;
+      const auto& e = *f->second;
+      if (held.const_data_ptr() != e.data || static_cast<int64_t>(held._version()) != e.version) return nullptr;
+      return e.maps.get();
+    };
     // Folded ahead, the tensor may still be held (a patched layer's
     // activation): the fold ahead is of that same tensor, it is not folded again.
     auto add = [&](const std::map<std::string, torch::Tensor>& tensors, const std::string& layer, stats::Kind kind) {
       if (auto f = ahead.find({layer, kind}); f != ahead.end()) {
-        store_.add(layer, pos.phase, pos.epoch, kind, *f->second);
+        store_.add(layer, pos.phase, pos.epoch, kind, f->second->fold);
         return;
       }
       auto it = tensors.find(layer);
@@ -513,7 +531,8 @@ void StatsCollector::fold(const BatchPosition& pos, capture::TraceResult& trace)
       auto act = trace.device_activations.find(layer->name);
       if (patches && act != trace.device_activations.end() && act->second.defined() &&
           act->second.is_floating_point() && layer->role != LayerInfo::Role::kInput) {
-        store_.add_gallery(layer->name, pos.phase, pos.epoch, pos.batch_idx, act->second, image);
+        store_.add_gallery(layer->name, pos.phase, pos.epoch, pos.batch_idx, act->second, image,
+                           maps_ahead(layer->name, act->second));
       }
     }
     store_.end_batch();

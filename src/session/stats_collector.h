@@ -193,6 +193,13 @@ class StatsCollector {
       int64_t op_seq = 0;
       stats::Kind kind = stats::Kind::kActivation;
       stats::CpuFold fold;
+      // A patched layer's activation (held for its galleries): its maps'
+      // extremes from the same pass, good while the held tensor is the one
+      // folded (its data and version unchanged: an in-place op after the
+      // layer moves the version, and the galleries then take their own).
+      std::shared_ptr<const stats::MapExtremesTable> maps;
+      const void* data = nullptr;
+      int64_t version = 0;
     };
     stats::Detail detail;
     std::vector<std::string> patched_layers;  // activations held whole

@@ -588,31 +588,47 @@ bool ChannelRange::zero_band() const {
 }
 
 void fold_exact_cpu(const float* values, int64_t outer, int64_t channels, int64_t inner, int64_t tracked,
-                    ChannelRange* ranges, ExactFold& into, const SampledBins* bins) {
+                    ChannelRange* ranges, ExactFold& into, const SampledBins* bins, MapExtremesTable* maps) {
   std::mutex merge_mu;
   tracked = ranges ? std::min(tracked, channels) : 0;
   const int64_t numel = outer * channels * inner;
+  if (maps) maps->samples = 0;
   if (numel <= 0) return;
+  const bool by_channel = tracked > 0 && inner >= 64;
+  // The maps' extremes ride on the channel-by-channel pass: each row of a
+  // tracked channel comes by once, whole.
+  const bool with_maps = maps && by_channel && maps->channels > 0 && maps->channels <= tracked;
+  if (with_maps) {
+    maps->len = inner;
+    maps->maps.assign(static_cast<size_t>(outer * maps->channels), MapExtreme{});
+    maps->samples = outer;
+  }
   // Each task folds its share with counts of its own, merged at its end.
   const auto task = [&](auto&& body) {
     return [&, body](int64_t begin, int64_t end) {
       ExactFold local;
       std::vector<ChannelRange> local_ranges(static_cast<size_t>(tracked));
       std::vector<int64_t> counts(bins ? static_cast<size_t>(bins->slot_count) : 0, 0);
-      std::function<void(const float*, int64_t)> binner;
-      if (bins) {
-        binner = [&](const float* row, int64_t len) {
-          bin_folded(values, numel, channels, inner, *bins, row - values, len, counts.data());
+      std::function<void(const float*, int64_t)> after;
+      if (bins || with_maps) {
+        after = [&](const float* row, int64_t len) {
+          const int64_t at = row - values;
+          if (bins) bin_folded(values, numel, channels, inner, *bins, at, len, counts.data());
+          if (!with_maps || len != inner) return;
+          const int64_t c = at / inner % channels;
+          if (c < maps->channels) {
+            maps->maps[static_cast<size_t>(at / (channels * inner) * maps->channels + c)] = map_extremes(row, inner);
+          }
         };
       }
-      body(begin, end, local, local_ranges, bins ? &binner : nullptr);
+      body(begin, end, local, local_ranges, after ? &after : nullptr);
       std::lock_guard lock(merge_mu);
       merge(into, local);
       for (int64_t c = 0; c < tracked; ++c) ranges[c].widen(local_ranges[static_cast<size_t>(c)]);
       for (size_t k = 0; k < counts.size(); ++k) bins->slots[k] += counts[k];
     };
   };
-  if (tracked > 0 && inner >= 64) {
+  if (by_channel) {
     // Channel by channel: a tracked channel's rows (one per sample) through
     // one set of vector sums for its range, then the untracked channels'
     // values, contiguous within each sample, as one more unit.

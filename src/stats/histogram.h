@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "stats/bins.h"
+#include "stats/map_extremes.h"
 
 namespace nansense::stats {
 
@@ -79,8 +80,14 @@ struct SampledBins {
   int64_t* slots = nullptr;
   int64_t slot_count = 0;
 };
+// With `maps` (its channels set, at most `tracked`), the extremes Min/Max
+// patches rank by of each map of those channels (one sample's row of one
+// channel), taken right after the row is folded, while it is in the cache,
+// instead of in a pass of their own; filled (maps->filled()) only when the
+// pass goes channel by channel (ranges given, inner >= 64), else left empty.
 void fold_exact_cpu(const float* values, int64_t outer, int64_t channels, int64_t inner, int64_t tracked,
-                    ChannelRange* ranges, ExactFold& into, const SampledBins* bins = nullptr);
+                    ChannelRange* ranges, ExactFold& into, const SampledBins* bins = nullptr,
+                    MapExtremesTable* maps = nullptr);
 // The vector path fold_exact_cpu takes: the widest the CPU has (AVX-512
 // with fused squares where present, else AVX2: the default) or the portable
 // one (SSE2 on x86-64, plain loops elsewhere), so tests can hold the two to

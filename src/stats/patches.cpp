@@ -100,11 +100,10 @@ torch::Tensor dequantise(const torch::Tensor& levels, const torch::Tensor& q) {
   return v.view(levels.sizes());
 }
 
-// Each row's largest and smallest value, their first positions and the
-// row's mean, for float32 rows of `len` contiguous values on the CPU: two
-// passes the compiler vectorises (the extremes and a NaN flag, then the
-// first position of each), instead of one torch reduction per statistic. A
-// row holding a NaN gets NaN extremes, as torch's max and min give.
+// Each row's largest and smallest value, their first positions
+// (map_extremes) and, with `with_mean`, the row's mean, for float32 rows of
+// `len` contiguous values on the CPU. A row holding a NaN gets NaN extremes,
+// as torch's max and min give.
 struct RowExtremes {
   torch::Tensor max_value, max_at, min_value, min_at, mean;
 };
@@ -126,59 +125,43 @@ RowExtremes row_extremes_cpu(const torch::Tensor& flat, bool with_mean) {
   int64_t* hi_at = out.max_at.data_ptr<int64_t>();
   int64_t* lo_at = out.min_at.data_ptr<int64_t>();
   float* mean_out = with_mean ? out.mean.data_ptr<float>() : nullptr;
-  const float nan = std::numeric_limits<float>::quiet_NaN();
   at::parallel_for(0, B * C, std::max<int64_t>(1, 32768 / std::max<int64_t>(1, len)), [&](int64_t begin, int64_t end) {
     for (int64_t row = begin; row < end; ++row) {
       const float* v = base + (row / C) * stride_b + (row % C) * stride_c;
-      // Eight lanes side by side, so the loop becomes vector max/min/compare.
-      constexpr int kLanes = 8;
-      float his[kLanes], los[kLanes];
-      int nans[kLanes];
-      for (int k = 0; k < kLanes; ++k) {
-        his[k] = -std::numeric_limits<float>::infinity();
-        los[k] = std::numeric_limits<float>::infinity();
-        nans[k] = 0;
-      }
-      int64_t j = 0;
-      for (; j + kLanes <= len; j += kLanes) {
-        for (int k = 0; k < kLanes; ++k) {
-          const float x = v[j + k];
-          his[k] = x > his[k] ? x : his[k];
-          los[k] = x < los[k] ? x : los[k];
-          nans[k] |= x != x;
-        }
-      }
-      float hi = his[0], lo = los[0];
-      int unordered = nans[0];
-      for (int k = 1; k < kLanes; ++k) {
-        hi = his[k] > hi ? his[k] : hi;
-        lo = los[k] < lo ? los[k] : lo;
-        unordered |= nans[k];
-      }
-      for (; j < len; ++j) {
-        const float x = v[j];
-        hi = x > hi ? x : hi;
-        lo = x < lo ? x : lo;
-        unordered |= x != x;
-      }
-      float sum = 0;
+      const MapExtreme e = map_extremes(v, len);
+      hi_out[row] = e.max;
+      lo_out[row] = e.min;
+      hi_at[row] = e.max_at;
+      lo_at[row] = e.min_at;
       if (mean_out) {
+        float sum = 0;
         for (int64_t i = 0; i < len; ++i) sum += v[i];
+        mean_out[row] = sum / static_cast<float>(len);
       }
-      int64_t hi_j = 0, lo_j = 0;
-      if (unordered) {
-        hi = lo = nan;
-      } else {
-        while (hi_j < len && v[hi_j] != hi) ++hi_j;
-        while (lo_j < len && v[lo_j] != lo) ++lo_j;
-      }
-      hi_out[row] = hi;
-      lo_out[row] = lo;
-      hi_at[row] = hi_j < len ? hi_j : 0;
-      lo_at[row] = lo_j < len ? lo_j : 0;
-      if (mean_out) mean_out[row] = sum / static_cast<float>(len);
     }
   });
+  return out;
+}
+
+// The same from extremes taken ahead ([B * C] of them, sample-major).
+RowExtremes row_extremes_from(const MapExtremesTable& maps) {
+  const int64_t B = maps.samples, C = maps.channels;
+  RowExtremes out;
+  out.max_value = torch::empty({B, C}, torch::kFloat);
+  out.min_value = torch::empty({B, C}, torch::kFloat);
+  out.max_at = torch::empty({B, C}, torch::kLong);
+  out.min_at = torch::empty({B, C}, torch::kLong);
+  float* hi_out = out.max_value.data_ptr<float>();
+  float* lo_out = out.min_value.data_ptr<float>();
+  int64_t* hi_at = out.max_at.data_ptr<int64_t>();
+  int64_t* lo_at = out.min_at.data_ptr<int64_t>();
+  for (size_t row = 0; row < maps.maps.size(); ++row) {
+    const MapExtreme& e = maps.maps[row];
+    hi_out[row] = e.max;
+    lo_out[row] = e.min;
+    hi_at[row] = e.max_at;
+    lo_at[row] = e.min_at;
+  }
   return out;
 }
 
@@ -198,6 +181,18 @@ std::atomic<bool> g_patch_tensor_ops{false};
 }  // namespace
 
 void set_patch_path(PatchPath path) { g_patch_tensor_ops.store(path == PatchPath::kTensorOps); }
+
+PatchSettings PatchSettings::from(const WatchPerformance& performance) {
+  PatchSettings settings;
+  settings.samples = performance.samples_per_channel();
+  settings.channel_limit = performance.channel_limit_enabled() ? performance.channel_limit() : 0;
+  settings.averages = performance.average_patches();
+  return settings;
+}
+
+int64_t PatchSettings::tracked(int64_t channels) const {
+  return std::min(channel_limit > 0 ? std::min(channels, channel_limit) : channels, kMaxPatchChannels);
+}
 
 int64_t crop_side(int64_t in, int64_t out) {
   const int64_t ratio = (in + out - 1) / std::max<int64_t>(out, 1);
@@ -221,8 +216,7 @@ bool PatchCollector::image_like(const torch::Tensor& input) {
 void PatchCollector::start(const torch::Tensor& act, const torch::Tensor& input) {
   act_shape_ = act.sizes().slice(1).vec();
   input_shape_ = input.sizes().slice(1).vec();
-  const int64_t c = act.size(1);
-  channels_ = std::min(settings_.channel_limit > 0 ? std::min(c, settings_.channel_limit) : c, kMaxPatchChannels);
+  channels_ = settings_.tracked(act.size(1));
   const int64_t H = input.size(2), W = input.size(3);
   if (act.dim() == 4) {
     crop_h_ = crop_side(H, act.size(2));
@@ -259,7 +253,8 @@ void PatchCollector::start(const torch::Tensor& act, const torch::Tensor& input)
   }
 }
 
-bool PatchCollector::add(const torch::Tensor& activation, const torch::Tensor& input, int64_t batch) {
+bool PatchCollector::add(const torch::Tensor& activation, const torch::Tensor& input, int64_t batch,
+                         const MapExtremesTable* maps) {
   if (unsupported_) return false;
   if (!activation.defined() || !input.defined() || activation.numel() == 0) return false;
   if (activation.dim() != 2 && activation.dim() != 4) {
@@ -287,15 +282,20 @@ bool PatchCollector::add(const torch::Tensor& activation, const torch::Tensor& i
   }
   const auto act = activation.narrow(1, 0, channels_).to(torch::kFloat);
   const auto in = input.to(activation.device(), torch::kFloat);
-  // One pass over the activation per statistic: each (sample, channel)'s
-  // largest and smallest value with where they are, and its mean when the
-  // average rankings are on. A map holding a NaN has a NaN extreme (max and
-  // min propagate it), and a NaN score ranks below every real value.
+  // Each (sample, channel)'s largest and smallest value with where they are,
+  // and its mean when the average rankings are on: taken ahead, or in one
+  // pass here. A map holding a NaN has a NaN extreme (max and min propagate
+  // it), and a NaN score ranks below every real value.
   const int64_t B = act.size(0);
   const auto flat = act.reshape({B, channels_, -1});
   torch::Tensor max_value, max_at, min_value, min_at, mean;
   const bool averages = rankings_.size() > 2;
-  if (flat.is_cpu() && flat.stride(2) == 1) {
+  const bool loops = flat.is_cpu() && flat.stride(2) == 1 && !g_patch_tensor_ops.load(std::memory_order_relaxed);
+  if (loops && !averages && maps && maps->filled() && maps->samples == B && maps->channels == channels_ &&
+      maps->len == flat.size(2)) {
+    auto r = row_extremes_from(*maps);
+    max_value = r.max_value, max_at = r.max_at, min_value = r.min_value, min_at = r.min_at;
+  } else if (flat.is_cpu() && flat.stride(2) == 1) {
     auto r = row_extremes_cpu(flat, averages);
     max_value = r.max_value, max_at = r.max_at, min_value = r.min_value, min_at = r.min_at, mean = r.mean;
   } else {
@@ -304,7 +304,7 @@ bool PatchCollector::add(const torch::Tensor& activation, const torch::Tensor& i
     if (averages) mean = flat.mean(-1);
   }
   const auto nowhere = torch::zeros({B, channels_}, act.options().dtype(torch::kLong));
-  if (flat.is_cpu() && flat.stride(2) == 1 && !g_patch_tensor_ops.load(std::memory_order_relaxed)) {
+  if (loops) {
     const auto image = in.contiguous();
     for (auto& r : rankings_) {
       switch (r.kind) {

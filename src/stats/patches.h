@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "nansense/stats.h"
+#include "stats/map_extremes.h"
 
 namespace nansense::stats {
 
@@ -62,6 +63,10 @@ struct PatchSettings {
   int64_t samples = 5;         // slots per channel and ranking
   int64_t channel_limit = 16;  // channels tracked (the first ones); 0 = all
   bool averages = false;       // collect max_average / min_average too
+  // What a session's statistics settings ask for.
+  static PatchSettings from(const WatchPerformance& performance);
+  // The channels a gallery of a layer with `channels` tracks (the first ones).
+  int64_t tracked(int64_t channels) const;
 };
 
 class PatchCollector {
@@ -77,7 +82,15 @@ class PatchCollector {
   // is fine: only B may change) is skipped and counted in skipped().
   // Returns false, folding nothing, when the shapes do not suit (see
   // unsupported()).
-  bool add(const torch::Tensor& activation, const torch::Tensor& input, int64_t batch);
+  //
+  // `maps`: the extremes of this very activation's maps, taken ahead where
+  // its values already passed through the cache (the statistics' fold,
+  // fold_on_cpu), for the first PatchSettings::tracked() channels; used when
+  // they fit (filled, same samples, channels and map size) and the batch
+  // takes the CPU loops with the pixel rankings alone, else the extremes are
+  // taken here. The galleries are the same either way.
+  bool add(const torch::Tensor& activation, const torch::Tensor& input, int64_t batch,
+           const MapExtremesTable* maps = nullptr);
 
   // Why nothing can be collected (an unsupported activation rank), if so.
   const std::optional<std::string>& unsupported() const { return unsupported_; }

@@ -197,7 +197,7 @@ void TensorAccumulator::add(const torch::Tensor& t) {
   at::minimum_out(s.extremes, s.extremes, batch_extremes);
 }
 
-CpuFold fold_on_cpu(const torch::Tensor& x, const Detail& detail, uint64_t seed) {
+CpuFold fold_on_cpu(const torch::Tensor& x, const Detail& detail, uint64_t seed, MapExtremesTable* maps) {
   CpuFold f;
   f.numel = x.numel();
   if (f.numel == 0) return f;
@@ -236,7 +236,8 @@ CpuFold fold_on_cpu(const torch::Tensor& x, const Detail& detail, uint64_t seed)
   bins.seed = seed;
   bins.slots = f.slots.data();
   bins.slot_count = static_cast<int64_t>(f.slots.size());
-  fold_exact_cpu(values, outer, channels, inner, f.tracked, f.tracked > 0 ? f.ranges.data() : nullptr, f.exact, &bins);
+  fold_exact_cpu(values, outer, channels, inner, f.tracked, f.tracked > 0 ? f.ranges.data() : nullptr, f.exact, &bins,
+                 maps);
   return f;
 }
 
@@ -454,7 +455,8 @@ void StatsStore::touch(const std::shared_ptr<Bucket>& bucket) {
 }
 
 void StatsStore::add_gallery(const std::string& layer, const std::string& phase, int64_t epoch, int64_t batch,
-                             const torch::Tensor& activation, const torch::Tensor& input) {
+                             const torch::Tensor& activation, const torch::Tensor& input,
+                             const MapExtremesTable* maps) {
   if (detail_.samples_per_channel() <= 0 || !activation.defined() || activation.numel() == 0) return;
   auto& bucket = bucket_for(layer, phase, epoch);
   if (bucket->collapsed || bucket->patches_note) return;
@@ -462,14 +464,8 @@ void StatsStore::add_gallery(const std::string& layer, const std::string& phase,
     bucket->patches_note = "Min/Max patches need an image-like model input ([batch, 1 or 3, height, width])";
     return;
   }
-  if (!bucket->gallery) {
-    PatchSettings settings;
-    settings.samples = detail_.samples_per_channel();
-    settings.channel_limit = detail_.channel_limit_enabled() ? detail_.channel_limit() : 0;
-    settings.averages = detail_.average_patches();
-    bucket->gallery = std::make_unique<PatchCollector>(settings);
-  }
-  bucket->gallery->add(activation, input, batch);
+  if (!bucket->gallery) bucket->gallery = std::make_unique<PatchCollector>(PatchSettings::from(detail_));
+  bucket->gallery->add(activation, input, batch, maps);
   if (bucket->gallery->unsupported()) {
     bucket->patches_note = *bucket->gallery->unsupported();
     bucket->gallery.reset();

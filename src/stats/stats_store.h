@@ -46,8 +46,10 @@ struct CpuFold {
 };
 // Folds x (float32, on the CPU, contiguous) as a TensorAccumulator with
 // `detail` folds it: every value exactly, the histogram from at most
-// detail.histogram_sample() of them drawn with `seed`.
-CpuFold fold_on_cpu(const torch::Tensor& x, const Detail& detail, uint64_t seed);
+// detail.histogram_sample() of them drawn with `seed`. With `maps`, the
+// extremes of its channels' maps in the same pass where it can
+// (fold_exact_cpu).
+CpuFold fold_on_cpu(const torch::Tensor& x, const Detail& detail, uint64_t seed, MapExtremesTable* maps = nullptr);
 
 // Running statistics of one stream of tensors, on their device.
 class TensorAccumulator {
@@ -107,8 +109,10 @@ class StatsStore {
   // image-like model input (undefined when the model has none: the bucket
   // then says why it has no patches). `batch`: the batch's index in its
   // phase. Galleries live only in the newest epoch of (layer, phase).
+  // `maps`: the activation's maps' extremes taken ahead, if they were
+  // (PatchCollector::add).
   void add_gallery(const std::string& layer, const std::string& phase, int64_t epoch, int64_t batch,
-                   const torch::Tensor& activation, const torch::Tensor& input);
+                   const torch::Tensor& activation, const torch::Tensor& input, const MapExtremesTable* maps = nullptr);
   // Counts a batch into the buckets touched since the last call.
   void end_batch();
 

@@ -7,13 +7,18 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <random>
 #include <set>
+#include <string>
 #include <tuple>
 #include <vector>
 
 #include "nansense/stats.h"
+#include "stats/map_extremes.h"
 #include "stats/patches.h"
 #include "stats/stats_store.h"
 
@@ -168,6 +173,196 @@ TEST(PatchCollector, TheCpuLoopsAndTheTensorOpsKeepTheSameGalleries) {
       if (loops.heat.defined()) EXPECT_TRUE(torch::allclose(loops.heat, ops.heat, 1e-6, 1e-6, /*equal_nan=*/true));
     }
   }
+}
+
+// The pass PatchCollector made over each map before the extremes were
+// vectorised and taken ahead (kept here as the reference): eight lanes of
+// running extremes, joined lane by lane, then the tail; the first position
+// holding each extreme; NaN extremes at position 0 for a map with a NaN.
+MapExtreme extremes_before(const float* v, int64_t len) {
+  constexpr int kLanes = 8;
+  float his[kLanes], los[kLanes];
+  int nans[kLanes];
+  for (int k = 0; k < kLanes; ++k) {
+    his[k] = -std::numeric_limits<float>::infinity();
+    los[k] = std::numeric_limits<float>::infinity();
+    nans[k] = 0;
+  }
+  int64_t j = 0;
+  for (; j + kLanes <= len; j += kLanes) {
+    for (int k = 0; k < kLanes; ++k) {
+      const float x = v[j + k];
+      his[k] = x > his[k] ? x : his[k];
+      los[k] = x < los[k] ? x : los[k];
+      nans[k] |= x != x;
+    }
+  }
+  float hi = his[0], lo = los[0];
+  int unordered = nans[0];
+  for (int k = 1; k < kLanes; ++k) {
+    hi = his[k] > hi ? his[k] : hi;
+    lo = los[k] < lo ? los[k] : lo;
+    unordered |= nans[k];
+  }
+  for (; j < len; ++j) {
+    const float x = v[j];
+    hi = x > hi ? x : hi;
+    lo = x < lo ? x : lo;
+    unordered |= x != x;
+  }
+  if (unordered) return {std::nanf(""), std::nanf(""), 0, 0};
+  int64_t hi_j = 0, lo_j = 0;
+  while (hi_j < len && v[hi_j] != hi) ++hi_j;
+  while (lo_j < len && v[lo_j] != lo) ++lo_j;
+  return {hi, lo, hi_j, lo_j};
+}
+
+uint32_t bits(float x) { return std::bit_cast<uint32_t>(x); }
+
+// Values that tie, signed zeros, infinities and (now and then) a NaN: ties
+// and the sign of a zero are what an order of comparisons could change.
+std::vector<float> awkward_map(std::mt19937& rng, int64_t len) {
+  std::uniform_int_distribution<int> kind(0, 99), level(-3, 3);
+  std::vector<float> v(static_cast<size_t>(len));
+  const bool with_nan = kind(rng) < 15;
+  for (auto& x : v) {
+    const int k = kind(rng);
+    x = k < 20   ? 0.0f
+        : k < 40 ? -0.0f
+        : k < 41 ? std::numeric_limits<float>::infinity()
+        : k < 42 ? -std::numeric_limits<float>::infinity()
+                 : static_cast<float>(level(rng));
+  }
+  if (with_nan) v[static_cast<size_t>(kind(rng) % len)] = std::nanf("");
+  return v;
+}
+
+TEST(MapExtremes, EveryPathGivesThePassBeforeBitForBit) {
+  struct Restore {
+    ~Restore() { set_extremes_path(ExtremesPath::kWidest); }
+  } restore;
+  std::mt19937 rng(5);
+  std::vector<std::vector<float>> maps;
+  for (int64_t len = 1; len <= 70; ++len) {
+    for (int rep = 0; rep < 30; ++rep) maps.push_back(awkward_map(rng, len));
+  }
+  for (int64_t len : {196, 784, 1000}) {
+    for (int rep = 0; rep < 30; ++rep) maps.push_back(awkward_map(rng, len));
+  }
+  // All one value: every position ties; all -inf; +0 and -0 alone.
+  maps.push_back(std::vector<float>(37, -std::numeric_limits<float>::infinity()));
+  maps.push_back(std::vector<float>(40, 2.0f));
+  std::vector<float> zeros(48, 0.0f);
+  for (size_t i = 0; i < zeros.size(); i += 3) zeros[i] = -0.0f;
+  maps.push_back(zeros);
+  for (auto path : {ExtremesPath::kWidest, ExtremesPath::kPortable}) {
+    set_extremes_path(path);
+    for (const auto& v : maps) {
+      const auto len = static_cast<int64_t>(v.size());
+      const MapExtreme want = extremes_before(v.data(), len);
+      const MapExtreme got = map_extremes(v.data(), len);
+      const std::string where =
+          (path == ExtremesPath::kPortable ? "portable, " : "widest, ") + std::string("len ") + std::to_string(len);
+      if (std::isnan(want.max)) {
+        EXPECT_TRUE(std::isnan(got.max) && std::isnan(got.min)) << where;
+      } else {
+        EXPECT_EQ(bits(got.max), bits(want.max)) << where;
+        EXPECT_EQ(bits(got.min), bits(want.min)) << where;
+      }
+      EXPECT_EQ(got.max_at, want.max_at) << where;
+      EXPECT_EQ(got.min_at, want.min_at) << where;
+    }
+  }
+}
+
+// Each buffer of a collector, floats by their bits.
+void expect_same_buffers(const PatchCollector& a, const PatchCollector& b, const std::string& what) {
+  const auto x = a.buffers(), y = b.buffers();
+  ASSERT_EQ(x.size(), y.size()) << what;
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(x[i].defined(), y[i].defined()) << what << " buffer " << i;
+    if (!x[i].defined()) continue;
+    const auto as_bits = [](const torch::Tensor& t) {
+      return t.scalar_type() == torch::kFloat ? t.contiguous().view(torch::kInt) : t;
+    };
+    EXPECT_TRUE(torch::equal(as_bits(x[i]), as_bits(y[i]))) << what << " buffer " << i;
+  }
+}
+
+// The extremes the statistics' fold takes ahead (fold_on_cpu with a table)
+// keep the galleries PatchCollector keeps from its own pass, bit for bit:
+// the same samples, positions, crops, maps and scores, ties and all; and the
+// fold's own figures do not change for carrying them.
+TEST(PatchCollector, ExtremesFoldedAheadKeepTheSameGalleries) {
+  const auto detail = WatchPerformance().channel_limit(5).samples_per_channel(3);
+  const auto settings = PatchSettings::from(detail);
+  ASSERT_EQ(settings.tracked(20), 5);
+  std::mt19937 rng(9);
+  std::vector<torch::Tensor> acts, inputs;
+  for (int64_t b = 0; b < 8; ++b) {
+    const int64_t batch = b == 7 ? 3 : 9;  // a ragged last batch
+    auto act = torch::randn({batch, 20, 8, 10});
+    if (b % 2 == 1) {
+      // Few levels, signed zeros, infinities, a NaN now and then: ties everywhere.
+      auto v = awkward_map(rng, act.numel());
+      act = torch::from_blob(v.data(), act.sizes(), torch::kFloat).clone();
+      act[b % batch][b % 5][3][4] = std::nanf("");
+    }
+    acts.push_back(act);
+    inputs.push_back(torch::rand({batch, 3, 24, 24}));
+  }
+  PatchCollector own(settings), ahead(settings);
+  for (size_t b = 0; b < acts.size(); ++b) {
+    const auto& act = acts[b];
+    MapExtremesTable maps;
+    maps.channels = settings.tracked(act.size(1));
+    const auto with = fold_on_cpu(act, detail, b, &maps);
+    ASSERT_TRUE(maps.filled()) << "batch " << b;
+    ASSERT_EQ(maps.samples, act.size(0));
+    ASSERT_EQ(maps.len, 80);
+    const auto without = fold_on_cpu(act, detail, b);
+    EXPECT_EQ(with.slots, without.slots);
+    EXPECT_EQ(std::tie(with.exact.n, with.exact.nan, with.exact.pos_inf, with.exact.neg_inf),
+              std::tie(without.exact.n, without.exact.nan, without.exact.pos_inf, without.exact.neg_inf));
+    EXPECT_EQ(with.exact.min, without.exact.min);
+    EXPECT_EQ(with.exact.max, without.exact.max);
+    EXPECT_NEAR(with.exact.sum, without.exact.sum, 1e-9 * std::max(1.0, std::abs(without.exact.sum)));
+    EXPECT_NEAR(with.exact.sum_sq, without.exact.sum_sq, 1e-9 * std::max(1.0, without.exact.sum_sq));
+    ASSERT_EQ(with.ranges.size(), without.ranges.size());
+    for (size_t c = 0; c < with.ranges.size(); ++c) {
+      EXPECT_EQ(
+          std::tie(with.ranges[c].seen, with.ranges[c].min, with.ranges[c].max, with.ranges[c].nonfinite),
+          std::tie(without.ranges[c].seen, without.ranges[c].min, without.ranges[c].max, without.ranges[c].nonfinite));
+    }
+    ASSERT_TRUE(own.add(act, inputs[b], static_cast<int64_t>(b)));
+    ASSERT_TRUE(ahead.add(act, inputs[b], static_cast<int64_t>(b), &maps));
+    expect_same_buffers(own, ahead, "after batch " + std::to_string(b));
+  }
+  // Somebody entered with a NaN score, a tie or an infinity, so the odd
+  // batches mattered.
+  bool odd = false;
+  for (const auto& v : ahead.view()) {
+    for (const auto& slot : v.slots) odd = odd || (slot.filled && slot.batch % 2 == 1);
+  }
+  EXPECT_TRUE(odd);
+
+  // Maps too short to fold one by one ([B, C, 7, 7]) leave the table empty:
+  // the collector takes its own extremes.
+  MapExtremesTable small;
+  small.channels = 5;
+  fold_on_cpu(torch::randn({4, 20, 7, 7}), detail, 0, &small);
+  EXPECT_FALSE(small.filled());
+  // A table for another shape is not used: the same galleries as without.
+  PatchCollector mismatched(settings), plain(settings);
+  const auto act = torch::randn({4, 20, 8, 10});
+  const auto input = torch::rand({4, 3, 24, 24});
+  MapExtremesTable other;
+  other.channels = 5;
+  fold_on_cpu(torch::randn({4, 20, 8, 9}), detail, 0, &other);
+  ASSERT_TRUE(other.filled());
+  ASSERT_TRUE(mismatched.add(act, input, 0, &other));
+  ASSERT_TRUE(plain.add(act, input, 0));
+  expect_same_buffers(mismatched, plain, "a table of another shape");
 }
 
 TEST(PatchCollector, NaNRanksBelowRealValuesAndEmptySlotsStayEmpty) {

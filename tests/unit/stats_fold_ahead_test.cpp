@@ -15,6 +15,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <tuple>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@
 #include "nansense/nansense.h"
 #include "observer/observer.h"
 #include "stats/histogram.h"
+#include "stats/patches.h"
 #include "stats/stats_store.h"
 
 namespace nansense {
@@ -309,6 +311,85 @@ TEST(StatsFoldAhead, ASessionsStatisticsEqualTheTensorsTheModelProduced) {
     expect_direct(bucket.gradient, model->gradients, "gradient (ahead)");
     EXPECT_EQ(bucket.activation->channels, 4);
     EXPECT_EQ(bucket.patches.empty(), patches == 0);
+  }
+}
+
+// conv (10x10 maps: long enough to be folded row by row) -> relu or relu_ ->
+// fc, keeping float copies of the conv's output as the model produced it.
+struct PatchedNetImpl : torch::nn::Module {
+  explicit PatchedNetImpl(bool inplace)
+      : conv(register_module("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 3, 3).padding(1)))),
+        fc(register_module("fc", torch::nn::Linear(3 * 10 * 10, 2))),
+        inplace(inplace) {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    auto h = conv(x);
+    activations.push_back(h.detach().clone());
+    if (inplace) return fc(torch::relu_(h).flatten(1));
+    return fc(torch::relu(h).flatten(1));
+  }
+  torch::nn::Conv2d conv;
+  torch::nn::Linear fc;
+  bool inplace = false;
+  std::vector<torch::Tensor> activations;
+};
+TORCH_MODULE(PatchedNet);
+
+bool same_values(const torch::Tensor& a, const torch::Tensor& b) {
+  if (a.defined() != b.defined()) return false;
+  if (!a.defined()) return true;
+  return a.sizes() == b.sizes() && ((a == b) | (torch::isnan(a) & torch::isnan(b))).all().item<bool>();
+}
+
+// A session's galleries, whose pixel rankings take the maps' extremes from
+// the statistics' fold ahead, are the galleries a PatchCollector keeps from
+// the same activations by its own pass. With an in-place ReLU after the conv
+// the held activation is no longer what was folded: the galleries then rank
+// the held (overwritten) values, as they always did.
+TEST(StatsFoldAhead, GalleriesFromExtremesFoldedAheadEqualTheCollectorsOwn) {
+  for (const bool inplace : {false, true}) {
+    SCOPED_TRACE(inplace ? "relu_" : "relu");
+    torch::manual_seed(6);
+    PatchedNet model(inplace);
+    torch::optim::SGD optimizer(model->parameters(), 0.05);
+    std::vector<std::pair<torch::Tensor, torch::Tensor>> data;
+    for (int i = 0; i < 4; ++i) data.emplace_back(torch::randn({6, 1, 10, 10}), torch::randint(2, {6}));
+    const auto performance = WatchPerformance().samples_per_channel(2);
+    auto session = start(model, StartOptions().optimizer(&optimizer).watch({"conv"}).watch_performance(performance));
+    session.detach();
+    for (auto& b : session.batches(data, "train")) {
+      optimizer.zero_grad();
+      torch::cross_entropy_loss(model->forward(b.first), b.second).backward();
+      optimizer.step();
+    }
+    session.close();
+    const auto stats = session.watch_snapshot();
+    ASSERT_TRUE(stats);
+    const auto& bucket = stats->layers.at({"conv", "train"}).at(0);
+    ASSERT_EQ(bucket.patches.size(), 2u);
+    ASSERT_EQ(model->activations.size(), data.size());
+
+    stats::PatchCollector own(stats::PatchSettings::from(performance));
+    for (size_t b = 0; b < data.size(); ++b) {
+      const auto& act = model->activations[b];
+      ASSERT_TRUE(own.add(inplace ? torch::relu(act) : act, data[b].first, static_cast<int64_t>(b)));
+    }
+    const auto want = own.view();
+    ASSERT_EQ(want.size(), bucket.patches.size());
+    for (size_t r = 0; r < want.size(); ++r) {
+      const auto &got = bucket.patches[r], &expected = want[r];
+      SCOPED_TRACE(std::string(to_string(expected.ranking)));
+      ASSERT_EQ(got.ranking, expected.ranking);
+      ASSERT_EQ(got.slots.size(), expected.slots.size());
+      for (size_t j = 0; j < got.slots.size(); ++j) {
+        const auto &a = got.slots[j], &e = expected.slots[j];
+        EXPECT_EQ(std::tie(a.filled, a.batch, a.sample, a.y, a.x, a.top, a.left),
+                  std::tie(e.filled, e.batch, e.sample, e.y, e.x, e.top, e.left))
+            << "slot " << j;
+        EXPECT_EQ(std::bit_cast<uint64_t>(a.score), std::bit_cast<uint64_t>(e.score)) << "slot " << j;
+      }
+      EXPECT_TRUE(same_values(got.crops, expected.crops));
+      EXPECT_TRUE(same_values(got.heat, expected.heat));
+    }
   }
 }
 
