@@ -8,7 +8,9 @@
 // process forked from the same state on a randomly shifted heap
 // (bench_common.h), and the median of the per-round ratios taken. Then a
 // 200-layer network trained 100 epochs with every layer collected: the bytes
-// the statistics hold on the device and on the host.
+// the statistics hold on the device and in the published view on the host
+// (where they go), and how much the training thread's heap grew (`--only
+// memory` runs this pass alone).
 
 #include <CLI/CLI.hpp>
 #include <nansense/nansense.h>
@@ -438,6 +440,49 @@ struct DeepMlpImpl : torch::nn::Module {
 };
 TORCH_MODULE(DeepMlp);
 
+// Heap bytes in use on the main arena (the training thread's), chunks and
+// mmapped blocks together.
+size_t heap_in_use() {
+  const auto info = mallinfo2();
+  return info.uordblks + info.hblkhd;
+}
+
+double mb(size_t bytes) { return static_cast<double>(bytes) / 1e6; }
+
+// Where the published view's host bytes go, by the same accounting as
+// WatchSnapshot::host_bytes() (which counts a vector by its capacity).
+void print_view_breakdown(const nansense::WatchSnapshot& stats) {
+  size_t buckets = 0, bucket_slots = 0, bins = 0, samples = 0, sample_slots = 0;
+  for (const auto& [_, list] : stats.layers) {
+    buckets += list.size();
+    bucket_slots += list.capacity();
+    for (const auto& b : list) {
+      for (const auto* t : {&b.activation, &b.gradient}) {
+        if (!*t) continue;
+        const auto& v = **t;
+        bins += v.hist.capacity() * sizeof(int64_t) + v.channel_hists.capacity() * sizeof(std::vector<int64_t>) +
+                v.dead_channels.capacity() * sizeof(int64_t);
+        for (const auto& row : v.channel_hists) bins += row.capacity() * sizeof(int64_t);
+      }
+    }
+  }
+  for (const auto& [_, list] : stats.parameters) {
+    samples += list.size();
+    sample_slots += list.capacity();
+  }
+  const size_t total = stats.host_bytes();
+  const size_t objects = buckets * sizeof(nansense::LayerStatsSnapshot);
+  const size_t slack = (bucket_slots - buckets) * sizeof(nansense::LayerStatsSnapshot);
+  const size_t params = sample_slots * sizeof(nansense::ParameterSample);
+  std::printf("  %zu buckets x %zu bytes (LayerStatsSnapshot, two optional %zu-byte TensorStatsSnapshots): %.2f MB\n",
+              buckets, sizeof(nansense::LayerStatsSnapshot), sizeof(nansense::TensorStatsSnapshot), mb(objects));
+  std::printf("  unused vector capacity behind them (%zu slots): %.2f MB\n", bucket_slots - buckets, mb(slack));
+  std::printf("  histogram bins of the newest epochs (layer and channel rows, dead channels): %.2f MB\n", mb(bins));
+  std::printf("  %zu parameter samples x %zu bytes (%zu slots): %.2f MB\n", samples, sizeof(nansense::ParameterSample),
+              sample_slots, mb(params));
+  std::printf("  map nodes, names and series: %.2f MB\n", mb(total - objects - slack - bins - params));
+}
+
 void run_memory(int64_t epochs, int64_t width) {
   torch::manual_seed(0);
   DeepMlp model(width);
@@ -447,6 +492,7 @@ void run_memory(int64_t epochs, int64_t width) {
   session.detach();
   std::vector<Batch> train = {{torch::randn({32, width}), torch::randn({32, width})}};
   std::vector<Batch> val = {{torch::randn({32, width}), torch::randn({32, width})}};
+  const size_t heap_before = heap_in_use();
   const double begin = thread_cpu_ms();
   for (int64_t e = 0; e < epochs; ++e) {
     for (auto& b : session.batches(train, "train", e)) {
@@ -470,6 +516,13 @@ void run_memory(int64_t epochs, int64_t width) {
               names.size(), static_cast<long long>(width), static_cast<long long>(epochs), ms);
   std::printf("statistics hold %.2f MB on the device and %.2f MB on the host (the published view)\n",
               static_cast<double>(stats->device_bytes) / 1e6, static_cast<double>(stats->host_bytes()) / 1e6);
+  print_view_breakdown(*stats);
+  // The store the view was published from, the session's other state and
+  // the view itself: what the process holds, not an estimate.
+  std::printf(
+      "the training thread's heap grew %.2f MB over the run (the statistics store, the published view and "
+      "the rest of the session)\n",
+      (static_cast<double>(heap_in_use()) - static_cast<double>(heap_before)) / 1e6);
 }
 
 }  // namespace
@@ -494,7 +547,9 @@ int main(int argc, char** argv) {
   app.add_option("--epochs", epochs, "Epochs of the 200-layer memory run")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  app.add_option("--only", only, "Time one variant by its row name (e.g. \"3 watched, every batch\"), for a profiler");
+  app.add_option("--only", only,
+                 "Time one variant by its row name (e.g. \"3 watched, every batch\"), for a profiler; \"memory\" runs "
+                 "the memory pass alone");
   CLI11_PARSE(app, argc, argv);
 
   torch::set_num_threads(1);
@@ -504,6 +559,10 @@ int main(int argc, char** argv) {
   std::printf(
       "torch threads: 1; times are the training thread's CPU time; ratio = median over rounds of "
       "(variant / plain loop of the same round)\n");
+  if (only == "memory") {
+    run_memory(epochs, 16);
+    return 0;
+  }
   run_ratios(batch_count, warmup, rounds, only);
   if (!only.empty()) return 0;
   run_fold_parts();

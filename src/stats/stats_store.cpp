@@ -49,7 +49,6 @@ struct TensorAccumulator::State {
   explicit State(Detail d) : detail(std::move(d)) {}
   Detail detail;
   bool started = false;  // a non-empty tensor fixed the device and channels
-  bool collapsed = false;
   bool per_channel = false;
   int64_t channels = 0;  // dim-1 size while per-channel tracking is on
   int64_t tracked = 0;   // channels with a row of their own
@@ -61,9 +60,8 @@ struct TensorAccumulator::State {
   // a single index_add_ counts every element and the rows sum to the layer.
   // Without per-channel tracking: one row, the layer.
   torch::Tensor slots;
-  torch::Tensor row_offsets;   // [channels]: each channel's row * kSlots
-  torch::Tensor one;           // [1] int64, expanded as the counts' source
-  TensorStatsSnapshot cached;  // what a collapsed accumulator reports
+  torch::Tensor row_offsets;  // [channels]: each channel's row * kSlots
+  torch::Tensor one;          // [1] int64, expanded as the counts' source
   // The CPU path's exact counts (its histogram may be sampled), and per
   // tracked channel its extremes for dead-channel detection; the device path
   // counts every value into the slots and keeps neither.
@@ -147,8 +145,8 @@ struct TensorAccumulator::State {
 TensorAccumulator::TensorAccumulator(Detail detail) : state_(std::make_shared<State>(std::move(detail))) {}
 
 void TensorAccumulator::add(const torch::Tensor& t) {
+  if (collapsed() || !t.defined() || t.numel() == 0 || t.is_complex()) return;
   auto& s = *state_;
-  if (!t.defined() || t.numel() == 0 || t.is_complex() || s.collapsed) return;
   at::DisableRecordFunctionGuard no_record;
   c10::InferenceMode no_autograd;
   auto x = t;
@@ -242,8 +240,8 @@ CpuFold fold_on_cpu(const torch::Tensor& x, const Detail& detail, uint64_t seed,
 }
 
 void TensorAccumulator::add(const CpuFold& f) {
+  if (collapsed() || f.numel == 0) return;
   auto& s = *state_;
-  if (f.numel == 0 || s.collapsed) return;
   at::DisableRecordFunctionGuard no_record;
   c10::InferenceMode no_autograd;
   if (!s.started) s.start(torch::kCPU, f.channels);
@@ -278,21 +276,20 @@ void TensorAccumulator::add(const CpuFold& f) {
 }
 
 void TensorAccumulator::collapse() {
-  if (state_->collapsed) return;
+  if (collapsed()) return;
   collapse(common::copy_to_host(buffers()));
 }
 
 void TensorAccumulator::collapse(const std::vector<torch::Tensor>& cpu_buffers) {
-  auto& s = *state_;
-  if (s.collapsed) return;
-  s.cached = describe(cpu_buffers, /*bins=*/false);
-  s.collapsed = true;
-  s.scalars = s.sums = s.extremes = s.slots = s.row_offsets = s.one = torch::Tensor();
+  if (collapsed()) return;
+  collapsed_ = CollapsedStats(describe(cpu_buffers, /*bins=*/false));
+  state_.reset();
 }
 
-bool TensorAccumulator::collapsed() const { return state_->collapsed; }
+bool TensorAccumulator::collapsed() const { return !state_; }
 
 size_t TensorAccumulator::bytes() const {
+  if (collapsed()) return 0;
   const auto& s = *state_;
   size_t total = 0;
   for (const auto* t : {&s.scalars, &s.slots, &s.row_offsets, &s.one}) {
@@ -302,18 +299,19 @@ size_t TensorAccumulator::bytes() const {
 }
 
 std::vector<torch::Tensor> TensorAccumulator::buffers() const {
+  if (collapsed()) return {};
   const auto& s = *state_;
-  if (!s.started || s.collapsed) return {};
+  if (!s.started) return {};
   return {s.scalars, s.slots};
 }
 
 TensorStatsSnapshot TensorAccumulator::view(const std::vector<torch::Tensor>& cpu_buffers) const {
+  if (collapsed()) return collapsed_.expand();
   return describe(cpu_buffers, /*bins=*/true);
 }
 
 TensorStatsSnapshot TensorAccumulator::describe(const std::vector<torch::Tensor>& cpu_buffers, bool bins) const {
   const auto& s = *state_;
-  if (s.collapsed) return s.cached;
   TensorStatsSnapshot v;
   v.dtype = s.dtype;
   if (cpu_buffers.size() < 2) return v;
@@ -748,7 +746,14 @@ std::shared_ptr<const WatchSnapshot> StatsStore::publish() {
       b->gallery.reset();
     }
     b->queued = false;
-    snapshot->layers[{view.layer, view.phase}].push_back(std::move(view));
+    auto& stream = snapshot->layers[{view.layer, view.phase}];
+    // One exact allocation per stream: grown by push_back, a vector of 100
+    // epochs would keep room for 128 (28% of the view's buckets unused).
+    if (stream.empty()) {
+      stream.reserve(static_cast<size_t>(std::distance(
+          buckets_.find(key), buckets_.upper_bound(Key{view.layer, view.phase, std::numeric_limits<int64_t>::max()}))));
+    }
+    stream.push_back(std::move(view));
   }
   collapse_queue_.clear();
   snapshot->parameters = parameters_;

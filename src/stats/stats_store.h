@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "nansense/stats.h"
+#include "stats/collapsed_stats.h"
 #include "stats/histogram.h"
 
 namespace nansense::stats {
@@ -67,7 +68,8 @@ class TensorAccumulator {
   void add(const CpuFold& fold);
   // Caches median and dead channels, then frees the bins (one sync). The
   // scalars move to the host too: a collapsed accumulator holds no device
-  // memory, and add() on it changes nothing (its epoch is over).
+  // memory and only its CollapsedStats on the host, and add() on it changes
+  // nothing (its epoch is over).
   void collapse();
   // The same from CPU copies of buffers() that the caller took in a batched
   // copy with others (no sync of its own).
@@ -85,7 +87,8 @@ class TensorAccumulator {
   TensorStatsSnapshot describe(const std::vector<torch::Tensor>& cpu_buffers, bool bins) const;
 
   struct State;
-  std::shared_ptr<State> state_;
+  std::shared_ptr<State> state_;  // null once collapsed
+  CollapsedStats collapsed_;      // what a collapsed accumulator reports
 };
 
 // Training thread only.

@@ -1,12 +1,14 @@
 // The statistics engine against direct computation on known tensors: the
 // signed-log bins and their edges, saturation, the zero band, NaN and
 // infinities, medians, dead channels, the per-channel limit, exact running
-// sums, collapsing older epochs, rewinds, parameter samples over a real
-// optimizer step, and what it holds for a large network over many epochs.
+// sums, collapsing older epochs (their compact form, bit for bit), rewinds,
+// parameter samples over a real optimizer step, and what it holds for a
+// large network over many epochs.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <iostream>
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "nansense/stats.h"
+#include "stats/collapsed_stats.h"
 #include "stats/histogram.h"
 #include "stats/stats_store.h"
 
@@ -590,6 +593,71 @@ TEST(StatsAccumulator, CollapseKeepsScalarsMedianAndDeadCountAndFreesTheDevice) 
   EXPECT_EQ(acc.view({}).n, before.n);
 }
 
+// Every field of two snapshots, doubles bit for bit (a -0.0 or a NaN sum
+// must come back as it went in).
+void expect_identical(const TensorStatsSnapshot& a, const TensorStatsSnapshot& b) {
+  auto bits = [](double v) { return std::bit_cast<uint64_t>(v); };
+  auto same = [&](const std::optional<double>& x, const std::optional<double>& y) {
+    return x.has_value() == y.has_value() && (!x || bits(*x) == bits(*y));
+  };
+  EXPECT_EQ(a.n, b.n);
+  EXPECT_EQ(bits(a.sum), bits(b.sum));
+  EXPECT_EQ(bits(a.sum_sq), bits(b.sum_sq));
+  EXPECT_TRUE(same(a.min, b.min));
+  EXPECT_TRUE(same(a.max, b.max));
+  EXPECT_EQ(a.nan, b.nan);
+  EXPECT_EQ(a.pos_inf, b.pos_inf);
+  EXPECT_EQ(a.neg_inf, b.neg_inf);
+  EXPECT_EQ(a.hist, b.hist);
+  EXPECT_EQ(a.channel_hists, b.channel_hists);
+  EXPECT_EQ(a.channels, b.channels);
+  EXPECT_EQ(a.binned, b.binned);
+  EXPECT_TRUE(same(a.median, b.median));
+  EXPECT_EQ(a.dead_count, b.dead_count);
+  EXPECT_EQ(a.dead_channels, b.dead_channels);
+  EXPECT_EQ(a.dtype, b.dtype);
+}
+
+TEST(StatsCollapsed, EveryFieldComesBackForEveryDtypeAndEveryAbsentOptional) {
+  const double awkward[] = {-0.0, std::numeric_limits<double>::denorm_min(), -kInf, kNaN, 1e308, -3.25};
+  for (int d = 0; d < static_cast<int>(c10::ScalarType::NumOptions); ++d) {
+    for (int present = 0; present < 16; ++present) {
+      TensorStatsSnapshot v;
+      v.n = (int64_t{1} << 40) + d;
+      v.sum = awkward[d % 6];
+      v.sum_sq = awkward[(d + 1) % 6];
+      if (present & 1) v.min = awkward[(d + 2) % 6];
+      if (present & 2) v.max = awkward[(d + 3) % 6];
+      if (present & 4) v.median = awkward[(d + 4) % 6];
+      if (present & 8) v.dead_count = present;
+      v.nan = 3 + d;
+      v.pos_inf = 5;
+      v.neg_inf = std::numeric_limits<int64_t>::max();
+      v.channels = 64;
+      v.dtype = static_cast<c10::ScalarType>(d);
+      SCOPED_TRACE(testing::Message() << "dtype " << d << ", present " << present);
+      expect_identical(CollapsedStats(v).expand(), v);
+    }
+  }
+}
+
+TEST(StatsCollapsed, TheBinsAreNotKept) {
+  TensorStatsSnapshot v;
+  v.n = 2;
+  v.hist.assign(kBins, 1);
+  v.channel_hists.assign(2, std::vector<int64_t>(kBins, 1));
+  v.binned = 2;
+  v.dead_channels = {1};
+  v.dead_count = 1;
+  const auto back = CollapsedStats(v).expand();
+  EXPECT_TRUE(back.hist.empty());
+  EXPECT_TRUE(back.channel_hists.empty());
+  EXPECT_TRUE(back.dead_channels.empty());
+  EXPECT_EQ(back.binned, 0);
+  EXPECT_EQ(back.dead_count, std::optional<int64_t>(1));
+  EXPECT_EQ(back.n, 2);
+}
+
 // --- the store ---------------------------------------------------------
 
 const LayerStatsSnapshot& bucket(const WatchSnapshot& s, const std::string& layer, const std::string& phase,
@@ -655,6 +723,61 @@ TEST(StatsStore, ANewerEpochCollapsesTheOlderBucketOfItsPhaseOnly) {
   // An older epoch's bucket takes no more values.
   store.add("fc", "val", 0, Kind::kActivation, x);
   EXPECT_EQ(bucket(*store.publish(), "fc", "val", 0).activation->n, 72);
+}
+
+// Store -> published snapshot across the collapse: an older epoch reports
+// what its last live view reported, bins aside, whatever the dtype and
+// whichever optional fields are absent.
+TEST(StatsStore, ACollapsedEpochPublishesWhatItsLiveViewDidButTheBins) {
+  auto per_channel = torch::randn({4, 3, 5});
+  per_channel.select(1, 1).zero_();  // one dead channel
+  auto with_nonfinite = torch::randn({6});
+  with_nonfinite[0] = kNaN;
+  with_nonfinite[1] = kInf;
+  with_nonfinite[2] = -kInf;
+  const std::map<std::string, torch::Tensor> layers = {
+      {"float", per_channel},
+      {"half", per_channel.to(torch::kHalf)},
+      {"bfloat16", per_channel.to(torch::kBFloat16)},
+      {"double", per_channel.to(torch::kDouble)},
+      {"int", torch::arange(12).view({3, 4}).to(torch::kInt)},
+      {"nonfinite", with_nonfinite},
+      {"all_nan", torch::full({2, 3}, kNaN)},  // no min, max or median
+      {"negative_zero", torch::full({2, 2}, -0.0)},
+  };
+  StatsStore store;
+  for (const auto& [name, t] : layers) {
+    store.add(name, "train", 0, Kind::kActivation, t);
+    store.add(name, "train", 0, Kind::kGradient, t * 0.5);
+  }
+  store.end_batch();
+  const auto live = store.publish();
+  for (const auto& [name, t] : layers) store.add(name, "train", 1, Kind::kActivation, t);
+  store.end_batch();
+  const auto later = store.publish();
+  for (const auto& [name, t] : layers) {
+    SCOPED_TRACE(name);
+    const auto& before = bucket(*live, name, "train", 0);
+    const auto& after = bucket(*later, name, "train", 0);
+    EXPECT_EQ(after.batches, before.batches);
+    for (const auto& [was, is] :
+         {std::pair{&before.activation, &after.activation}, {&before.gradient, &after.gradient}}) {
+      ASSERT_TRUE(*was && *is);
+      auto expected = **was;
+      EXPECT_FALSE(expected.hist.empty());
+      expected.hist.clear();
+      expected.channel_hists.clear();
+      expected.dead_channels.clear();
+      expected.binned = 0;
+      expect_identical(**is, expected);
+    }
+  }
+  const auto& all_nan = *bucket(*later, "all_nan", "train", 0).activation;
+  EXPECT_FALSE(all_nan.min || all_nan.max || all_nan.median);
+  EXPECT_EQ(all_nan.nan, 6);
+  EXPECT_EQ(bucket(*later, "half", "train", 0).activation->dtype, c10::ScalarType::Half);
+  EXPECT_EQ(bucket(*later, "int", "train", 0).activation->dtype, c10::ScalarType::Int);
+  EXPECT_EQ(bucket(*later, "float", "train", 0).activation->dead_count, std::optional<int64_t>(1));
 }
 
 TEST(StatsStore, DropFromEpochForgetsBucketsSamplesAndPoints) {
@@ -838,6 +961,8 @@ TEST(StatsStore, MemoryOfTwoHundredLayersOverAHundredEpochs) {
   EXPECT_EQ(s->layers.at({"layers.7", "val"}).size(), static_cast<size_t>(kEpochs));
   EXPECT_EQ(s->layers.at({"layers.7", "val"}).back().activation->hist.size(), 211u);
   EXPECT_EQ(s->layers.at({"layers.7", "train"}).front().gradient->n, 128);
+  // The view keeps no room it does not use (its vectors are its memory).
+  for (const auto& [key, buckets] : s->layers) EXPECT_EQ(buckets.capacity(), buckets.size()) << key.first;
 }
 
 }  // namespace
