@@ -18,7 +18,8 @@ TimeTravelSummary RunArea::time_travel_summary() const {
 
 TimeTravelReport RunArea::get_time_travel_status() const {
   const auto s = session_.time_travel_status();
-  TimeTravelReport out{time_travel_summary()};
+  TimeTravelReport out;
+  static_cast<TimeTravelSummary&>(out) = time_travel_summary();
   for (int64_t e = 0, i = 0; e < s.total_epochs; ++e) {
     while (i < static_cast<int64_t>(s.cached_epochs.size()) && s.cached_epochs[static_cast<size_t>(i)] < e) ++i;
     if (i >= static_cast<int64_t>(s.cached_epochs.size()) || s.cached_epochs[static_cast<size_t>(i)] != e) {

@@ -4,7 +4,6 @@
 
 #include "common/json_values.h"
 #include "nansense/architecture.h"
-#include "nansense/schedule.h"
 #include "nansense/snapshot.h"
 #include "server/controller/replies_views.h"
 

@@ -85,17 +85,13 @@ std::vector<std::pair<std::string, json>> sent_fields() {
 // named type of its own.
 struct Words {
   json run_state;
-  json mode;
-  json probe_mode;
   json reason;
   json check;
   json root_cause_status;
   json update;
   json debug_source;
-  json layer_role;
   json strip_kind;
   json values;
-  json scope;
   json grid;
   json strip_view;
 };
@@ -110,18 +106,18 @@ Words words(json& d) {
   // The words the replies use, each a type of its own.
   w.run_state = define("RunState", one_of({"running", "paused", "finished", "lost"}));
   // Named after the command that set it.
-  w.mode = define("Mode", one_of({"step_batch", "step_phase", "step_epoch", "run_until", "run", "detach"}));
-  w.probe_mode = define("ProbeMode", one_of({"unchanged", "eval", "train"}));
+  define("Mode", one_of({"step_batch", "step_phase", "step_epoch", "run_until", "run", "detach"}));
+  define("ProbeMode", one_of({"unchanged", "eval", "train"}));
   w.reason = define("DebugReason", one_of({"nan", "inf", "underflow", "overflow"}));
   w.check = define("DebugCheck", one_of({"nan_inf", "under_over"}));
   w.root_cause_status = define(
       "RootCauseStatus", one_of({"found", "from_outside", "not_reproduced", "pending", "not_traced", "compiled_only"}));
   w.update = define("DebugUpdate", nullable(one_of({"held", "applied", "skipped"})));
   w.debug_source = define("DebugSource", one_of({"activation", "activation_gradient", "weight_gradient", "loss"}));
-  w.layer_role = define("LayerRole", one_of({"input", "module", "op"}));
+  define("LayerRole", one_of({"input", "module", "op"}));
   w.strip_kind = define("StripKind", one_of({"activation", "gradient"}));
   w.values = define("Values", one_of({"unchanged", "abs", "square"}));
-  w.scope = define("StatsScope", one_of({"none", "watched", "all"}));
+  define("StatsScope", one_of({"none", "watched", "all"}));
   // ExperimentResult's stage (replies_lab.h).
   define("ExperimentStage", one_of({"queued", "running", "done", "stopped", "failed", "absent"}));
   w.grid = define("PatchGrid", one_of({"max_pixel", "min_pixel", "max_average", "min_average"}));
