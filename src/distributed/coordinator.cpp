@@ -161,9 +161,27 @@ Coordinator::Coordinator(Options options, Host host)
   if (leader() && options_.hold_before_step) host_.refuse_skip(kSkipRefused);
 }
 
+namespace {
+// Joins a rank's own threads but the calling one, one caller at a time
+// (close() on one of those threads and the destructor can both get here).
+void join_threads(std::thread& heartbeat, std::vector<std::thread>& feeds) {
+  static std::mutex mu;
+  std::lock_guard lock(mu);
+  const auto current = std::this_thread::get_id();
+  if (heartbeat.joinable() && heartbeat.get_id() != current) heartbeat.join();
+  for (auto& feed : feeds) {
+    if (feed.joinable() && feed.get_id() != current) feed.join();
+  }
+}
+}  // namespace
+
 Coordinator::~Coordinator() {
   if (!closed_) leave("rank " + rank_text() + "'s session ended without close()");
   close();
+  // close() may have run first on the heartbeat or a feed thread, which
+  // cannot join itself: that thread is joined here, or destroying it
+  // joinable would end the process (std::terminate).
+  join_threads(heartbeat_, feeds_);
 }
 
 Coordinator::Store Coordinator::client() const {
@@ -1044,11 +1062,7 @@ void Coordinator::close() {
     }
   }
   if (sender_) sender_->close();  // what it holds goes out before the store connections end
-  const auto current = std::this_thread::get_id();
-  if (heartbeat_.joinable() && heartbeat_.get_id() != current) heartbeat_.join();
-  for (auto& feed : feeds_) {
-    if (feed.joinable() && feed.get_id() != current) feed.join();
-  }
+  join_threads(heartbeat_, feeds_);
   // This rank's store connections end before the run's store does (a
   // TCPStore server torn down under live clients aborts the process).
   main_.reset();
