@@ -709,8 +709,14 @@ TEST(RunControl, TheReferenceNamesDriveTheSameRunControl) {
 
   // The phase by its index in the phase order ("val" is index 1 once seen).
   EXPECT_THROW(session.step_until_position(1, 0, 1), UsageError) << "val has not been seen yet";
+  // The loop is held inside the next batch while the mode is read: it could
+  // otherwise reach batch 2 and pause (back in kStep) first.
+  Gate in_batch, resume;
+  t.hold_in_body(t.bodies.load(), in_batch, resume);
   session.step_until_position(0, 0, 2);
+  ASSERT_TRUE(in_batch.wait());
   EXPECT_EQ(session.mode(), Mode::kUntilPosition);
+  resume.open();
   ASSERT_TRUE(session.wait_until_paused(1, kWait));
   expect_paused_at(session, at("train", 0, 2));
   EXPECT_EQ(session.pause_count(), 2);
@@ -737,8 +743,12 @@ TEST(RunControl, TheReferenceNamesDriveTheSameRunControl) {
   // request_snapshot() publishes the next batch without pausing; step_run()
   // then runs to the run's last batch.
   session.request_snapshot();
+  Gate running, on;
+  t.hold_in_body(t.bodies.load(), running, on);
   session.step_run();
+  ASSERT_TRUE(running.wait());
   EXPECT_EQ(session.mode(), Mode::kUntilEnd);
+  on.open();
   ASSERT_TRUE(session.wait_until_paused(before + 1, kWait));
   expect_paused_at(session, at("val", 2, 1));
   EXPECT_TRUE(session.live_position()->is_last_in_run);
