@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <atomic>
 
+#include "common/host_copy.h"
+
 namespace nansense::capture {
 
 namespace {
@@ -14,7 +16,8 @@ std::atomic<bool> recycling{true};
 
 void HostBuffers::set_recycling(bool on) { recycling = on; }
 
-torch::Tensor HostBuffers::copy(const torch::Tensor& t) {
+torch::Tensor HostBuffers::copy(const torch::Tensor& t, std::optional<double>* abs_sum) {
+  if (abs_sum) abs_sum->reset();
   at::DisableRecordFunctionGuard no_record;
   // Normal tensors, also when a caller runs in inference mode: an inference
   // tensor could not be written outside it.
@@ -64,6 +67,13 @@ torch::Tensor HostBuffers::copy(const torch::Tensor& t) {
   // tensor: nothing a holder does to it reaches the pool).
   auto out = at::empty({0}, buffer.options());
   out.set_(buffer.storage(), /*storage_offset=*/0, live.sizes(), strides);
+  // Dense, `out` has live's strides: both hold the values in the same order
+  // in one block of memory from their data pointers.
+  if (abs_sum && live.is_cpu() && live.scalar_type() == torch::kFloat && live.is_non_overlapping_and_dense()) {
+    *abs_sum = common::copy_and_abs_sum(static_cast<const float*>(live.data_ptr()), static_cast<float*>(out.data_ptr()),
+                                        live.numel());
+    return out;
+  }
   out.copy_(live);
   return out;
 }

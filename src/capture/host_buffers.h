@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -32,7 +33,10 @@ class HostBuffers {
   // `t` is dense, as t.to(kCPU, copy=true) gives) in a buffer no one else
   // holds, when the pool has one of its dtype and size, else in fresh memory
   // that joins the pool. Any thread (gradient hooks run on autograd's).
-  torch::Tensor copy(const torch::Tensor& t);
+  // With `abs_sum` given, a dense float32 CPU tensor's sum of |x| is taken
+  // as it is copied (common::copy_and_abs_sum: no second pass for the
+  // numerical checks) and written there; any other copy leaves it nullopt.
+  torch::Tensor copy(const torch::Tensor& t, std::optional<double>* abs_sum = nullptr);
 
   // Called after each capture: buffers that neither of the last two captures
   // took are let go (a model whose shapes changed, a buffer held by a frozen

@@ -117,8 +117,16 @@ void hold(TraceResult& trace, std::map<std::string, torch::Tensor>& held, std::m
     stats[name] = common::tensor_stats(live);
     live = live.narrow(0, 0, budget.kept);
   }
+  std::optional<double> abs_sum;
   auto& copy = held[name] =
-      trace.buffers ? trace.buffers->copy(live) : live.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
+      trace.buffers ? trace.buffers->copy(live, &abs_sum) : live.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
+  if (abs_sum) {
+    trace.copied_abs_sums.insert_or_assign(
+        copy.unsafeGetTensorImpl(),
+        TraceResult::CopiedSum{
+            c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>(copy.getIntrusivePtr()), copy._version(),
+            *abs_sum});
+  }
   if (!batch) return;
   budget.batch_copies.insert(copy.unsafeGetTensorImpl());
   if (!gradient) {

@@ -11,6 +11,14 @@
 
 namespace nansense::capture {
 
+std::optional<double> TraceResult::copied_abs_sum(const torch::Tensor& t) const {
+  // The entry's weak reference keeps its TensorImpl's address from being
+  // reused: a live tensor found here is that copy.
+  auto it = copied_abs_sums.find(t.unsafeGetTensorImpl());
+  if (it == copied_abs_sums.end() || t._version() != it->second.version) return std::nullopt;
+  return it->second.abs_sum;
+}
+
 namespace {
 
 // The tracer's own failures stay out of the user's ops: the first one is kept

@@ -51,6 +51,19 @@ struct TraceResult {
   std::string error;
   // Where the CPU copies are written (Tracer::copy_into); fresh memory when null.
   std::shared_ptr<HostBuffers> buffers;
+  // The |x| sums of float32 copies, taken as they were written
+  // (HostBuffers::copy), so that the numerical checks need not read the
+  // copies again. Keyed by the copy's TensorImpl, which the weak reference
+  // keeps from being reused by another tensor; a copy written since (its
+  // version moved) or replaced (trimmed to fewer samples) has no sum here.
+  struct CopiedSum {
+    c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl> copy;
+    int64_t version;
+    double abs_sum;
+  };
+  std::unordered_map<const c10::TensorImpl*, CopiedSum> copied_abs_sums;
+  // The sum taken as `t` was copied, if `t` is such a copy, unchanged.
+  std::optional<double> copied_abs_sum(const torch::Tensor& t) const;
 };
 
 // One capture batch's tracer: a consumer of the batch's observer, on the

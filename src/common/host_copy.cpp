@@ -3,6 +3,8 @@
 #include <ATen/record_function.h>
 #include <torch/torch.h>
 
+#include <cmath>
+#include <cstring>
 #include <map>
 #include <string>
 #include <tuple>
@@ -41,5 +43,41 @@ std::vector<torch::Tensor> copy_to_host(const std::vector<torch::Tensor>& tensor
 c10::ScalarType accumulator_dtype(const c10::Device& device) {
   return device.is_mps() ? torch::kFloat : torch::kDouble;
 }
+
+namespace {
+
+// One loop for both: each group of 16 values is read once, stored to the
+// copy as it was read (a 64-byte memcpy: vector moves, bit for bit) and
+// added to the lanes, so the sum adds no pass over memory to the copy.
+template <bool kCopy>
+double sum_abs(const float* v, float* dst, int64_t n) {
+  constexpr int kLanes = 16;
+  constexpr int64_t kBlock = 256;
+  double total = 0;
+  int64_t k = 0;
+  for (; k + kBlock <= n; k += kBlock) {
+    float lane[kLanes] = {};
+    for (int64_t j = 0; j < kBlock; j += kLanes) {
+      float group[kLanes];
+      std::memcpy(group, v + k + j, sizeof(group));
+      if constexpr (kCopy) std::memcpy(dst + k + j, group, sizeof(group));
+      for (int l = 0; l < kLanes; ++l) lane[l] += std::fabs(group[l]);
+    }
+    double block = 0;
+    for (float x : lane) block += x;
+    total += block;
+  }
+  if constexpr (kCopy) {
+    if (k < n) std::memcpy(dst + k, v + k, static_cast<size_t>(n - k) * sizeof(float));
+  }
+  for (; k < n; ++k) total += std::fabs(static_cast<double>(v[k]));
+  return total;
+}
+
+}  // namespace
+
+double abs_sum(const float* v, int64_t n) { return sum_abs<false>(v, nullptr, n); }
+
+double copy_and_abs_sum(const float* src, float* dst, int64_t n) { return sum_abs<true>(src, dst, n); }
 
 }  // namespace nansense::common

@@ -110,13 +110,39 @@ bool exponents_finite(const void* data, int64_t n, Bits exponent) {
   return true;
 }
 
+// Whether `n` values hold a NaN and whether an Inf: with the sign bit
+// cleared, an Inf's bits equal `inf` and a NaN's exceed it (two ORs over
+// comparisons, which vectorize); stops once both are seen.
+template <class Bits>
+NonFiniteKinds kinds_of(const void* data, int64_t n, Bits inf) {
+  const Bits* v = static_cast<const Bits*>(data);
+  const Bits magnitude = static_cast<Bits>(~(Bits(1) << (sizeof(Bits) * 8 - 1)));
+  constexpr int64_t kBlock = 4096;
+  NonFiniteKinds out;
+  for (int64_t k = 0; k < n && !(out.nan && out.inf); k += kBlock) {
+    const int64_t end = std::min(n, k + kBlock);
+    Bits nan = 0, infinite = 0;
+    for (int64_t i = k; i < end; ++i) {
+      const Bits m = v[i] & magnitude;
+      nan |= static_cast<Bits>(m > inf);
+      infinite |= static_cast<Bits>(m == inf);
+    }
+    out.nan = out.nan || nan;
+    out.inf = out.inf || infinite;
+  }
+  return out;
+}
+
+// A CPU tensor whose values fill one block of memory from its data pointer.
+bool readable_in_place(const torch::Tensor& t) {
+  return t.defined() && t.is_cpu() && t.layout() == torch::kStrided && t.has_storage() &&
+         t.is_non_overlapping_and_dense();
+}
+
 }  // namespace
 
 std::optional<bool> all_finite_in_place(const torch::Tensor& t) {
-  if (!t.defined() || !t.is_cpu() || t.layout() != torch::kStrided || !t.has_storage() ||
-      !t.is_non_overlapping_and_dense()) {
-    return std::nullopt;
-  }
+  if (!readable_in_place(t)) return std::nullopt;
   const int64_t n = t.numel();
   if (n == 0) return true;
   const void* data = t.data_ptr();
@@ -134,17 +160,34 @@ std::optional<bool> all_finite_in_place(const torch::Tensor& t) {
   }
 }
 
+std::optional<NonFiniteKinds> non_finite_kinds_in_place(const torch::Tensor& t) {
+  if (!readable_in_place(t)) return std::nullopt;
+  const int64_t n = t.numel();
+  if (n == 0) return NonFiniteKinds{};
+  const void* data = t.data_ptr();
+  switch (t.scalar_type()) {
+    case torch::kFloat:
+      return kinds_of<uint32_t>(data, n, 0x7f800000u);
+    case torch::kDouble:
+      return kinds_of<uint64_t>(data, n, 0x7ff0000000000000ull);
+    case torch::kHalf:
+      return kinds_of<uint16_t>(data, n, static_cast<uint16_t>(0x7c00));
+    case torch::kBFloat16:
+      return kinds_of<uint16_t>(data, n, static_cast<uint16_t>(0x7f80));
+    default:
+      return std::nullopt;
+  }
+}
+
 std::vector<double> abs_sums(const std::vector<torch::Tensor>& tensors) {
   at::DisableRecordFunctionGuard no_record;
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> parts;
   parts.reserve(tensors.size());
   // A float32 CPU tensor is summed in place (no |x| copy, no op per tensor:
-  // this runs after every checked backward): 16 float lanes over blocks of
-  // 256 values (the compiler vectorizes them), each block's total added in
-  // float64. Adding |x| never lowers a lane, so the sum is at least the
-  // largest |x| and the overflow test holds; a lane that overflows reads as
-  // suspicious and the exact check decides.
+  // this runs after every checked backward; common::abs_sum). The sum is at
+  // least the largest |x|, so the overflow test holds; a lane that overflows
+  // reads as suspicious and the exact check decides.
   std::vector<std::optional<double>> direct(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
     const auto& t = tensors[i];
@@ -153,23 +196,7 @@ std::vector<double> abs_sums(const std::vector<torch::Tensor>& tensors) {
     // negative), which is all a sum of |x| needs.
     if (t.is_cpu() && t.scalar_type() == torch::kFloat && t.layout() == torch::kStrided && t.has_storage() &&
         t.is_non_overlapping_and_dense()) {
-      constexpr int kLanes = 16;
-      constexpr int64_t kBlock = 256;
-      const float* v = static_cast<const float*>(t.data_ptr());
-      const int64_t n = t.numel();
-      double total = 0;
-      int64_t k = 0;
-      for (; k + kBlock <= n; k += kBlock) {
-        float lane[kLanes] = {};
-        for (int64_t j = 0; j < kBlock; j += kLanes) {
-          for (int l = 0; l < kLanes; ++l) lane[l] += std::fabs(v[k + j + l]);
-        }
-        double block = 0;
-        for (float x : lane) block += x;
-        total += block;
-      }
-      for (; k < n; ++k) total += std::fabs(static_cast<double>(v[k]));
-      direct[i] = total;
+      direct[i] = common::abs_sum(static_cast<const float*>(t.data_ptr()), t.numel());
       continue;
     }
     // float32 keeps the common case on its fast path; float64 keeps its own

@@ -53,6 +53,15 @@ std::vector<double> abs_sums(const std::vector<torch::Tensor>& tensors);
 // (the caller tests it with tensor ops).
 std::optional<bool> all_finite_in_place(const torch::Tensor& t);
 
+// Which kinds of non-finite value such a tensor holds, read in place the same
+// way (its bits: a NaN's exponent is all ones with a mantissa, an Inf's
+// without); nullopt for any other tensor.
+struct NonFiniteKinds {
+  bool nan = false;
+  bool inf = false;
+};
+std::optional<NonFiniteKinds> non_finite_kinds_in_place(const torch::Tensor& t);
+
 // Whether a tensor whose summed |x| is `abs_sum` can trip a check: it holds a
 // non-finite value (or its sum overflowed), or enough of it may lie in the
 // subnormal or overflow band to reach `threshold`.

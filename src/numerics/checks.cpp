@@ -114,7 +114,7 @@ std::vector<std::optional<BandStats>> band_stats_each(const std::vector<torch::T
 // in `failed`; the others are checked as if it were not there.
 void scan(const DebugSettings& s, Table& table, const std::vector<Named>& tensors, bool gradient, const char* source,
           std::vector<std::string>& reasons, const std::set<std::string>& unchecked,
-          std::vector<UncheckedTensor>& failed) {
+          std::vector<UncheckedTensor>& failed, const KnownAbsSums* known = nullptr) {
   // Only floating-point (and complex) tensors can hold a NaN or an Inf:
   // masks, token ids, labels and indices pass unchecked.
   std::vector<const Named*> checked;
@@ -131,7 +131,7 @@ void scan(const DebugSettings& s, Table& table, const std::vector<Named>& tensor
   for (const auto* n : checked) values.push_back(n->value);
   if (values.empty()) return;
   std::vector<std::string> errors;
-  const auto sums = abs_sums_each(values, &errors);
+  const auto sums = abs_sums_each(values, &errors, known);
   std::set<std::string> suspects;
   for (size_t i = 0; i < values.size(); ++i) {
     if (!sums[i]) {
@@ -194,20 +194,33 @@ void apply_counts(const DebugSettings& s, Table& table, const std::map<std::stri
 std::string unchecked_key(const std::string& source, const std::string& tensor) { return source + ":" + tensor; }
 
 std::vector<std::optional<double>> abs_sums_each(const std::vector<torch::Tensor>& tensors,
-                                                 std::vector<std::string>* errors) {
+                                                 std::vector<std::string>* errors, const KnownAbsSums* known) {
   if (errors) errors->assign(tensors.size(), "");
   std::vector<std::optional<double>> out(tensors.size());
+  std::vector<torch::Tensor> rest;
+  std::vector<size_t> where;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (known) {
+      if (auto it = known->find(tensors[i].unsafeGetTensorImpl()); it != known->end()) {
+        out[i] = it->second;
+        continue;
+      }
+    }
+    rest.push_back(tensors[i]);
+    where.push_back(i);
+  }
+  if (rest.empty()) return out;
   try {
-    auto all = abs_sums(tensors);
-    for (size_t i = 0; i < all.size(); ++i) out[i] = all[i];
+    auto all = abs_sums(rest);
+    for (size_t j = 0; j < all.size(); ++j) out[where[j]] = all[j];
     return out;
   } catch (const std::exception&) {
   }
-  for (size_t i = 0; i < tensors.size(); ++i) {
+  for (size_t j = 0; j < rest.size(); ++j) {
     try {
-      out[i] = abs_sums({tensors[i]}).at(0);
+      out[where[j]] = abs_sums({rest[j]}).at(0);
     } catch (const std::exception& e) {
-      if (errors) (*errors)[i] = error_text(e);
+      if (errors) (*errors)[where[j]] = error_text(e);
     }
   }
   return out;
@@ -260,11 +273,11 @@ CheckResult run_checks(const DebugSettings& s, const CheckInput& in) {
   };
   if (s.check_nan_inf()) {
     scan(s, table, named(in.activations, in.intended_activations, "activation"), /*gradient=*/false, "activation",
-         reasons, in.unchecked, out.failed);
+         reasons, in.unchecked, out.failed, in.known_abs_sums);
     apply_counts(s, table, in.activation_stats, in.intended_activations, "activation", reasons);
   }
   scan(s, table, named(in.activation_gradients, {}, "activation_gradient"), /*gradient=*/true, "activation_gradient",
-       reasons, in.unchecked, out.failed);
+       reasons, in.unchecked, out.failed, in.known_abs_sums);
   apply_counts(s, table, in.activation_gradient_stats, {}, "activation_gradient", reasons);
 
   for (const auto* r : {"nan", "inf", "underflow", "overflow"}) {

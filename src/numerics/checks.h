@@ -8,6 +8,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -19,6 +20,9 @@ namespace nansense::numerics {
 
 // The key CheckInput::unchecked holds: "<source>:<tensor>".
 std::string unchecked_key(const std::string& source, const std::string& tensor);
+
+// |x| sums by tensor (its TensorImpl).
+using KnownAbsSums = std::unordered_map<const c10::TensorImpl*, double>;
 
 struct CheckInput {
   // (layer, gradient) per parameter with a gradient; several per layer.
@@ -41,6 +45,9 @@ struct CheckInput {
   std::vector<std::string> layer_order;
   // Tensors whose checks failed before (unchecked_key): skipped.
   std::set<std::string> unchecked;
+  // The |x| sums already known of some of the tensors above (a capture's
+  // copies, summed as they were written): not summed again.
+  const KnownAbsSums* known_abs_sums = nullptr;
 };
 
 struct CheckResult {
@@ -53,8 +60,9 @@ struct CheckResult {
 
 // abs_sums (numerics/bands.h) tensor by tensor when the batched call throws:
 // a tensor whose own sum throws gets nullopt and its error.
+// The sums `known` holds are taken from it, not computed.
 std::vector<std::optional<double>> abs_sums_each(const std::vector<torch::Tensor>& tensors,
-                                                 std::vector<std::string>* errors);
+                                                 std::vector<std::string>* errors, const KnownAbsSums* known = nullptr);
 
 // Weight gradients cost one device->host copy (a |g| sum per parameter) and a
 // second only when a sum is suspicious; activations are CPU copies already.

@@ -397,10 +397,17 @@ std::optional<DebugError> Monitor::check(bool gradients) {
   std::shared_ptr<capture::TraceResult> trace = tracer_ ? tracer_->result() : nullptr;
   std::map<std::string, torch::Tensor> activations, activation_gradients;
   std::map<std::string, TensorStats> activation_stats, activation_gradient_stats;
+  KnownAbsSums known_abs_sums;
   if (trace) {
     std::lock_guard lock(trace->grad_mu);
     activations = trace->activations;
     activation_gradients = trace->gradients;
+    for (const auto* copies : {&activations, &activation_gradients}) {
+      for (const auto& [_, copy] : *copies) {
+        if (auto sum = trace->copied_abs_sum(copy)) known_abs_sums.emplace(copy.unsafeGetTensorImpl(), *sum);
+      }
+    }
+    in.known_abs_sums = &known_abs_sums;
     activation_stats = trace->activation_stats;
     activation_gradient_stats = trace->gradient_stats;
     in.activations = &activations;

@@ -310,8 +310,17 @@ void OpTracer::classify(const observer::Frame& frame, const std::vector<torch::T
   bool out_nan = false, out_inf = false;
   for (const auto& out : outputs) {
     if (!checkable(out)) continue;
-    out_nan = out_nan || torch::isnan(out).any().item<bool>();
-    out_inf = out_inf || torch::isinf(out).any().item<bool>();
+    // An attention mask's -inf comes through here on every traced batch: its
+    // bits are read in place, no op.
+    std::optional<NonFiniteKinds> kinds;
+    try {
+      kinds = non_finite_kinds_in_place(out);
+    } catch (const std::exception&) {
+      // Memory that cannot be read directly: the tensor ops below.
+    }
+    if (!kinds) kinds = NonFiniteKinds{torch::isnan(out).any().item<bool>(), torch::isinf(out).any().item<bool>()};
+    out_nan = out_nan || kinds->nan;
+    out_inf = out_inf || kinds->inf;
   }
   const Inputs in = inputs_of(frame, outputs);
   // Intended: an allowed op; an explicit ±inf fill (masked_fill, where,

@@ -3,12 +3,18 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "capture/host_buffers.h"
+#include "capture/sample_budget.h"
+#include "capture/tracer.h"
+#include "numerics/bands.h"
 #include "nansense/nansense.h"
 #include "test_models.h"
 
@@ -48,6 +54,53 @@ TEST(HostBuffers, CopiesAreExactWithTheLayoutOfACopyToTheCpu) {
   const auto copied = pool.copy(w);
   EXPECT_FALSE(copied.requires_grad());
   EXPECT_TRUE(torch::equal(copied, w.detach()));
+}
+
+// The numerical checks' |x| sum, taken as a dense float32 tensor is copied:
+// the copy is bit for bit (NaN payloads, -0) and the sum the checks' own.
+TEST(HostBuffers, ACopyCanCarryItsAbsSumTakenAsItIsWritten) {
+  HostBuffers pool;
+  auto x = torch::randn({3, 5, 7, 11});  // 1155 values: blocks of 256 and a tail
+  x.view(-1)[0] = -0.0;
+  x.view(-1)[300] = 1e30;
+  std::vector<torch::Tensor> sources = {x, x.contiguous(at::MemoryFormat::ChannelsLast), x.transpose(0, 2)};
+  auto payload = x.clone();
+  reinterpret_cast<uint32_t*>(payload.data_ptr<float>())[17] = 0x7fc12345u;    // a NaN with a payload
+  reinterpret_cast<uint32_t*>(payload.data_ptr<float>())[1000] = 0xff800000u;  // -inf
+  sources.push_back(payload);
+  for (const auto& t : sources) {
+    std::optional<double> sum;
+    const auto got = pool.copy(t, &sum);
+    ASSERT_TRUE(sum.has_value());
+    EXPECT_EQ(got.strides(), t.strides());
+    EXPECT_EQ(std::memcmp(got.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()) * sizeof(float)), 0);
+    const double want = numerics::abs_sums({t})[0];
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(*sum));
+    } else {
+      EXPECT_EQ(*sum, want);  // the same lanes in the same order: equal, not close
+    }
+  }
+  // Anything else is copied as before, with no sum.
+  for (const auto& t : {x.narrow(3, 1, 3), x.to(torch::kDouble), x.to(torch::kBFloat16)}) {
+    std::optional<double> sum = 1.0;
+    const auto got = pool.copy(t, &sum);
+    EXPECT_FALSE(sum.has_value());
+    EXPECT_TRUE(torch::equal(got, t));
+  }
+}
+
+// A capture's copy keeps its sum for the checks only while it is unchanged.
+TEST(HostBuffers, ACapturesCopyKeepsItsSumUntilItIsWritten) {
+  capture::TraceResult trace;
+  trace.buffers = std::make_shared<HostBuffers>();
+  const auto x = torch::randn({4, 8});
+  capture::hold(trace, trace.activations, trace.activation_stats, "fc", x, /*gradient_follows=*/false);
+  const auto copy = trace.activations.at("fc");
+  ASSERT_EQ(trace.copied_abs_sum(copy), std::optional<double>(numerics::abs_sums({x})[0]));
+  EXPECT_FALSE(trace.copied_abs_sum(x).has_value()) << "the original is not the copy";
+  copy.mul_(2);
+  EXPECT_FALSE(trace.copied_abs_sum(copy).has_value()) << "written since: summed again";
 }
 
 TEST(HostBuffers, AHeldCopyIsNeverWrittenAReleasedOneIsReused) {

@@ -231,6 +231,18 @@ TEST(Checks, TheFastGradientSumReadsATransposedTensorInPlace) {
   EXPECT_DOUBLE_EQ(abs_sums({base.slice(0, 0, 10, 2)})[0], 5.0);
 }
 
+// Sums already known (a capture's copies, summed as they were written) are
+// taken as given; the rest are computed.
+TEST(Checks, KnownAbsSumsAreTakenNotComputed) {
+  const auto a = torch::full({4}, 2.0);
+  const auto b = torch::full({3}, -1.0);
+  KnownAbsSums known{{a.unsafeGetTensorImpl(), 99.0}};
+  std::vector<std::string> errors;
+  const auto sums = abs_sums_each({a, b}, &errors, &known);
+  EXPECT_EQ(sums, (std::vector<std::optional<double>>{99.0, 3.0}));
+  EXPECT_EQ(abs_sums_each({a, b}, &errors), (std::vector<std::optional<double>>{8.0, 3.0}));
+}
+
 // The root-cause tracer's test of every traced op's outputs.
 TEST(Checks, AllFiniteInPlaceReadsEveryValueOfEachFloatDtype) {
   for (auto dtype : {torch::kFloat, torch::kDouble, torch::kHalf, torch::kBFloat16}) {
@@ -258,6 +270,44 @@ TEST(Checks, AllFiniteInPlaceReadsEveryValueOfEachFloatDtype) {
   EXPECT_FALSE(all_finite_in_place(torch::ones({3}).expand({4, 3})).has_value());
   EXPECT_FALSE(all_finite_in_place(torch::ones({10}, torch::kInt)).has_value());
   EXPECT_FALSE(all_finite_in_place(torch::Tensor()).has_value());
+}
+
+// The root-cause tracer's test of which kinds an op's non-finite outputs hold
+// (an attention mask's -inf on every traced batch).
+TEST(Checks, NonFiniteKindsInPlaceTellNanFromInfInEachFloatDtype) {
+  using Kinds = std::pair<bool, bool>;
+  auto kinds = [](const torch::Tensor& t) {
+    auto k = non_finite_kinds_in_place(t);
+    EXPECT_TRUE(k.has_value());
+    return k ? Kinds{k->nan, k->inf} : Kinds{};
+  };
+  for (auto dtype : {torch::kFloat, torch::kDouble, torch::kHalf, torch::kBFloat16}) {
+    auto t = torch::randn({8199}).to(dtype);
+    t[1] = dtype == torch::kDouble ? 1.0e300 : dtype == torch::kHalf ? 65504.0 : 3.0e38;  // largest: not Inf
+    t[2] = -t[1].item<double>();
+    EXPECT_EQ(kinds(t), Kinds(false, false)) << dtype;
+    for (int64_t at : {0, 4095, 4096, 8198}) {
+      auto nan = t.clone();
+      nan[at] = static_cast<double>(-NAN);  // the sign bit set too
+      EXPECT_EQ(kinds(nan), Kinds(true, false)) << dtype << " " << at;
+      for (double inf : {static_cast<double>(INFINITY), -static_cast<double>(INFINITY)}) {
+        auto infinite = t.clone();
+        infinite[at] = inf;
+        EXPECT_EQ(kinds(infinite), Kinds(false, true)) << dtype << " " << at << " " << inf;
+        // Both, in different blocks and in either order.
+        auto both = infinite.clone();
+        both[at == 0 ? 8198 : 0] = static_cast<double>(NAN);
+        EXPECT_EQ(kinds(both), Kinds(true, true)) << dtype << " " << at;
+        // Transposed: read in place all the same.
+        EXPECT_EQ(kinds(both.narrow(0, 0, 4096).reshape({64, 64}).t()), Kinds(at != 0, at < 4096))
+            << dtype << " " << at;
+      }
+    }
+  }
+  EXPECT_EQ(kinds(torch::empty({0})), Kinds(false, false));
+  EXPECT_FALSE(non_finite_kinds_in_place(torch::ones({10}).slice(0, 0, 10, 2)).has_value());
+  EXPECT_FALSE(non_finite_kinds_in_place(torch::ones({10}, torch::kInt)).has_value());
+  EXPECT_FALSE(non_finite_kinds_in_place(torch::Tensor()).has_value());
 }
 
 TEST(DebugStateTest, UncheckedTensorsAreListed) {
