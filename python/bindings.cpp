@@ -411,15 +411,9 @@ class Engine {
     return names;
   }
   std::vector<std::string> internal_errors() const { return core_->internal_errors(); }
-  py::object schedule() const {
+  ScheduleRead schedule() const {
     const auto& s = session_->schedule();
-    py::dict d;
-    d["epochs"] = s.epochs() ? py::object(py::int_(*s.epochs())) : py::none();
-    py::dict phases;
-    for (const auto& [name, count] : s.phases()) phases[py::str(name)] = count;
-    d["phases"] = phases;
-    d["phase_order"] = s.phase_order();
-    return d;
+    return {s.epochs(), s.phases(), s.phase_order()};
   }
   void set_schedule(std::optional<int64_t> epochs, std::optional<PhaseCounts> phases) {
     session_->set_schedule(epochs, std::move(phases));

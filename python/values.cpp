@@ -113,6 +113,10 @@ void bind_positions(py::module_& m) {
       .def_readonly("global_step", &TrainerStep::global_step)
       .def_readonly("micro_batches", &TrainerStep::micro_batches)
       .def_readonly("micro_batch", &TrainerStep::micro_batch);
+  py::class_<ScheduleRead>(m, "ScheduleRead")
+      .def_readonly("epochs", &ScheduleRead::epochs)
+      .def_readonly("phases", &ScheduleRead::phases)
+      .def_readonly("phase_order", &ScheduleRead::phase_order);
 }
 
 void bind_stats(py::module_& m) {

@@ -16,7 +16,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "nansense/schedule.h"
+
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,7 +27,14 @@ namespace nansense::python {
 
 namespace py = pybind11;
 
-// BatchPosition, TrainerStep.
+// A schedule as read at one moment: Session.schedule reads one per access.
+struct ScheduleRead {
+  std::optional<int64_t> epochs;
+  PhaseCounts phases;  // the phases with a known count, in order
+  std::vector<std::string> phase_order;
+};
+
+// BatchPosition, TrainerStep, ScheduleRead.
 void bind_positions(py::module_& m);
 // The statistics view (WatchSnapshot and its parts) and the instruments'
 // contexts.

@@ -26,7 +26,7 @@ from ._restorer import TrainingRestorer
 from ._session_watch import _WatchMethods
 from ._state import load_state, module_specs, optimizer_reader, save_state, state_kind, unwrap
 from ._types import (BatchPosition, BatchSnapshot, DebugError, DebugSettings, LossScaleStatus, Mode, RunState,
-                     Schedule, TimeTravelStatus)
+                     Schedule, TimeTravelStatus, _ScheduleRead)
 
 DEFAULT_CACHE_DIR = ".nansense_cache"
 
@@ -170,8 +170,7 @@ class Session(_WatchMethods, _ReferenceMethods, _ExperimentMethods):
         return self._engine.internal_errors()
 
     @property
-    @when_enabled(make=lambda: Schedule._view(lambda: {"epochs": None, "phases": {}, "phase_order": []},
-                                              lambda epochs, phases: None))
+    @when_enabled(make=lambda: Schedule._view(_ScheduleRead, lambda epochs, phases: None))
     def schedule(self) -> Schedule:
         """The run's shape as known so far: epochs (None until known), phases
         (name -> batch count, as learned) and phase_order."""

@@ -8,7 +8,7 @@ import enum
 import math
 from dataclasses import dataclass, field
 from collections.abc import Callable
-from typing import Any, Optional, overload
+from typing import Any, Optional, Protocol, overload
 
 import torch
 
@@ -383,41 +383,42 @@ class Schedule:
     front in a declared schedule; learned as each phase ends otherwise);
     phase_order lists every phase seen, counted or not."""
 
-    _read: Callable[[], dict[str, Any]]
+    _read: Callable[[], "_ScheduleValue"]
     _write: Optional[Callable[[Optional[int], Optional[dict[str, int]]], None]]
-    _own: Optional[dict[str, Any]]
+    _own: Optional["_ScheduleRead"]
 
     def __init__(self, epochs: Optional[int] = None, phases: Optional[dict[str, int]] = None):
-        own: dict[str, Any] = {"epochs": None, "phases": {}, "phase_order": []}
+        own = _ScheduleRead()
         self._read = lambda: own
         self._write = None
         self._own = own
         self.update(epochs=epochs, phases=phases)
 
     @classmethod
-    def _view(cls, read: Callable[[], dict[str, Any]],
+    def _view(cls, read: Callable[[], "_ScheduleValue"],
               write: Optional[Callable[[Optional[int], Optional[dict[str, int]]], None]] = None) -> "Schedule":
-        """A live view: read() returns the engine's schedule as a dict;
-        write(epochs, phases) re-declares it (Session.set_schedule)."""
+        """A live view: read() returns the engine's schedule as read now (the
+        native module's ScheduleRead, or a _ScheduleRead); write(epochs,
+        phases) re-declares it (Session.set_schedule)."""
         view = cls.__new__(cls)
         view._read, view._write, view._own = read, write, None
         return view
 
     @property
     def epochs(self) -> Optional[int]:
-        return self._read()["epochs"]
+        return self._read().epochs
 
     @property
     def phases(self) -> dict[str, int]:
-        return dict(self._read()["phases"])
+        return dict(self._read().phases)
 
     @property
     def phase_order(self) -> list[str]:
-        return list(self._read()["phase_order"])
+        return list(self._read().phase_order)
 
     def phase_count(self, phase: str) -> Optional[int]:
         """The batch count of `phase`, or None while it is not known."""
-        return self._read()["phases"].get(phase)
+        return dict(self._read().phases).get(phase)
 
     def set_epochs(self, n: int) -> None:
         """Set the epoch count."""
@@ -443,20 +444,42 @@ class Schedule:
             self._write(epochs, phases)
             return
         if epochs is not None:
-            self._own["epochs"] = epochs
+            self._own.epochs = epochs
         if phases is not None:
-            self._own["phases"] = dict(phases)
-            self._own["phase_order"] = list(phases)
+            self._own.phases = list(phases.items())
+            self._own.phase_order = list(phases)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Schedule):
             return NotImplemented
-        a, b = self._read(), other._read()
-        return (a["epochs"], dict(a["phases"]), list(a["phase_order"])) == \
-            (b["epochs"], dict(b["phases"]), list(b["phase_order"]))
+        return (self.epochs, self.phases, self.phase_order) == (other.epochs, other.phases, other.phase_order)
 
     __hash__ = None  # type: ignore[assignment]  # a view changes as the run goes on
 
     def __repr__(self) -> str:
-        d = self._read()
-        return f"Schedule(epochs={d['epochs']}, phases={dict(d['phases'])}, phase_order={d['phase_order']})"
+        return f"Schedule(epochs={self.epochs}, phases={self.phases}, phase_order={self.phase_order})"
+
+
+class _ScheduleValue(Protocol):
+    """What a Schedule reads: the native module's ScheduleRead or a
+    _ScheduleRead."""
+
+    @property
+    def epochs(self) -> Optional[int]: ...
+
+    @property
+    def phases(self) -> list[tuple[str, int]]: ...
+
+    @property
+    def phase_order(self) -> list[str]: ...
+
+
+class _ScheduleRead:
+    """A standalone Schedule's own value, in the shape of the native
+    module's ScheduleRead: epochs, phases as (name, count) pairs in order,
+    phase_order."""
+
+    def __init__(self) -> None:
+        self.epochs: Optional[int] = None
+        self.phases: list[tuple[str, int]] = []
+        self.phase_order: list[str] = []
