@@ -21,7 +21,7 @@ std::vector<torch::Tensor> copy_to_host(const std::vector<torch::Tensor>& tensor
 c10::ScalarType accumulator_dtype(const c10::Device& device);
 
 // The sum of |x| over `n` float32 values: 16 float lanes over blocks of 256
-// values (the compiler vectorizes them), each block's total added in
+// values (vectorized; AVX2 where the CPU has it), each block's total added in
 // float64. Adding |x| never lowers a lane, so the sum is at least the
 // largest |x|; a lane that overflows reads as infinite.
 double abs_sum(const float* v, int64_t n);

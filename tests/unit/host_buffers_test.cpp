@@ -67,6 +67,7 @@ TEST(HostBuffers, ACopyCanCarryItsAbsSumTakenAsItIsWritten) {
   auto payload = x.clone();
   reinterpret_cast<uint32_t*>(payload.data_ptr<float>())[17] = 0x7fc12345u;    // a NaN with a payload
   reinterpret_cast<uint32_t*>(payload.data_ptr<float>())[1000] = 0xff800000u;  // -inf
+  reinterpret_cast<uint32_t*>(payload.data_ptr<float>())[1100] = 0x7f812345u;  // a signalling NaN
   sources.push_back(payload);
   for (const auto& t : sources) {
     std::optional<double> sum;
