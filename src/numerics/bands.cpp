@@ -139,44 +139,36 @@ bool readable_in_place(const torch::Tensor& t) {
          t.is_non_overlapping_and_dense();
 }
 
-}  // namespace
-
-std::optional<bool> all_finite_in_place(const torch::Tensor& t) {
+// f(data, n, inf) over such a tensor's values as raw bits, `inf` being the
+// dtype's +Inf pattern (its exponent's bits all set); nullopt for a tensor
+// that cannot be read so, or a dtype other than the four float ones.
+template <class F>
+auto on_float_bits(const torch::Tensor& t, F&& f) -> std::optional<decltype(f(nullptr, int64_t{}, uint32_t{}))> {
   if (!readable_in_place(t)) return std::nullopt;
+  const void* data = t.numel() > 0 ? t.data_ptr() : nullptr;
   const int64_t n = t.numel();
-  if (n == 0) return true;
-  const void* data = t.data_ptr();
   switch (t.scalar_type()) {
     case torch::kFloat:
-      return exponents_finite<uint32_t>(data, n, 0x7f800000u);
+      return f(data, n, uint32_t{0x7f800000u});
     case torch::kDouble:
-      return exponents_finite<uint64_t>(data, n, 0x7ff0000000000000ull);
+      return f(data, n, uint64_t{0x7ff0000000000000ull});
     case torch::kHalf:
-      return exponents_finite<uint16_t>(data, n, static_cast<uint16_t>(0x7c00));
+      return f(data, n, uint16_t{0x7c00});
     case torch::kBFloat16:
-      return exponents_finite<uint16_t>(data, n, static_cast<uint16_t>(0x7f80));
+      return f(data, n, uint16_t{0x7f80});
     default:
       return std::nullopt;
   }
 }
 
+}  // namespace
+
+std::optional<bool> all_finite_in_place(const torch::Tensor& t) {
+  return on_float_bits(t, [](const void* data, int64_t n, auto inf) { return exponents_finite(data, n, inf); });
+}
+
 std::optional<NonFiniteKinds> non_finite_kinds_in_place(const torch::Tensor& t) {
-  if (!readable_in_place(t)) return std::nullopt;
-  const int64_t n = t.numel();
-  if (n == 0) return NonFiniteKinds{};
-  const void* data = t.data_ptr();
-  switch (t.scalar_type()) {
-    case torch::kFloat:
-      return kinds_of<uint32_t>(data, n, 0x7f800000u);
-    case torch::kDouble:
-      return kinds_of<uint64_t>(data, n, 0x7ff0000000000000ull);
-    case torch::kHalf:
-      return kinds_of<uint16_t>(data, n, static_cast<uint16_t>(0x7c00));
-    case torch::kBFloat16:
-      return kinds_of<uint16_t>(data, n, static_cast<uint16_t>(0x7f80));
-    default:
-      return std::nullopt;
-  }
+  return on_float_bits(t, [](const void* data, int64_t n, auto inf) { return kinds_of(data, n, inf); });
 }
 
 std::vector<double> abs_sums(const std::vector<torch::Tensor>& tensors) {
