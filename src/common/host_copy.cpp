@@ -81,6 +81,7 @@ double sum_abs_baseline(const float* v, float* dst, int64_t n) {
   return sum_abs_body<kCopy>(v, dst, n);
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
 template <bool kCopy>
 __attribute__((target("avx2"))) double sum_abs_avx2(const float* v, float* dst, int64_t n) {
   return sum_abs_body<kCopy>(v, dst, n);
@@ -91,6 +92,12 @@ double sum_abs(const float* v, float* dst, int64_t n) {
   static const bool avx2 = __builtin_cpu_supports("avx2");
   return avx2 ? sum_abs_avx2<kCopy>(v, dst, n) : sum_abs_baseline<kCopy>(v, dst, n);
 }
+#else
+template <bool kCopy>
+double sum_abs(const float* v, float* dst, int64_t n) {
+  return sum_abs_baseline<kCopy>(v, dst, n);
+}
+#endif
 
 }  // namespace
 
