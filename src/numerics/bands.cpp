@@ -186,8 +186,7 @@ std::vector<double> abs_sums(const std::vector<torch::Tensor>& tensors) {
     // Dense in any order (a transposed copy) holds the same values in one
     // block of memory from its data pointer on (torch strides are never
     // negative), which is all a sum of |x| needs.
-    if (t.is_cpu() && t.scalar_type() == torch::kFloat && t.layout() == torch::kStrided && t.has_storage() &&
-        t.is_non_overlapping_and_dense()) {
+    if (readable_in_place(t) && t.scalar_type() == torch::kFloat) {
       direct[i] = common::abs_sum(static_cast<const float*>(t.data_ptr()), t.numel());
       continue;
     }
