@@ -3,6 +3,7 @@
 #include <ATen/record_function.h>
 
 #include "capture/optimizer_state.h"
+#include "common/own_ops.h"
 
 namespace nansense::capture {
 
@@ -10,7 +11,7 @@ std::shared_ptr<BatchSnapshot> build_snapshot(const BatchPosition& position, uin
                                               const torch::nn::Module& model,
                                               const std::vector<torch::optim::Optimizer*>& optimizers,
                                               const OptimizerReader& other_optimizers) {
-  at::DisableRecordFunctionGuard no_record;
+  common::OwnOps own_ops;
   torch::NoGradGuard no_grad;
   auto snap = std::make_shared<BatchSnapshot>();
   snap->position = position;

@@ -9,10 +9,12 @@
 #include <string>
 #include <tuple>
 
+#include "common/own_ops.h"
+
 namespace nansense::common {
 
 std::vector<torch::Tensor> copy_to_host(const std::vector<torch::Tensor>& tensors) {
-  at::DisableRecordFunctionGuard no_record;
+  common::OwnOps own_ops;
   c10::InferenceMode no_autograd;
   std::map<std::tuple<std::string, int>, std::vector<size_t>> groups;
   for (size_t i = 0; i < tensors.size(); ++i) {

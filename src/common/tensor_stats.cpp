@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "common/dtype.h"
+#include "common/own_ops.h"
 
 namespace nansense::common {
 
@@ -39,7 +40,7 @@ void describe_values(const torch::Tensor& d, StatsDetail detail, TensorStats& s)
 
 TensorStats tensor_stats(const torch::Tensor& t, StatsDetail detail) {
   // Called from inside op observers: its own ops must not be observed.
-  at::DisableRecordFunctionGuard no_record;
+  common::OwnOps own_ops;
   torch::NoGradGuard no_grad;
   TensorStats s;
   if (!t.defined()) return s;

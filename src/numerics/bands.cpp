@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "common/host_copy.h"
+#include "common/own_ops.h"
 
 namespace nansense::numerics {
 
@@ -68,7 +69,7 @@ torch::Tensor band_vector(const torch::Tensor& x, const Band& band) {
 }  // namespace
 
 std::vector<BandStats> band_stats(const std::vector<torch::Tensor>& tensors) {
-  at::DisableRecordFunctionGuard no_record;
+  common::OwnOps own_ops;
   torch::NoGradGuard no_grad;
   std::vector<BandStats> out(tensors.size());
   // Stacked per device, so each device costs one copy back.
@@ -172,7 +173,7 @@ std::optional<NonFiniteKinds> non_finite_kinds_in_place(const torch::Tensor& t) 
 }
 
 std::vector<double> abs_sums(const std::vector<torch::Tensor>& tensors) {
-  at::DisableRecordFunctionGuard no_record;
+  common::OwnOps own_ops;
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> parts;
   parts.reserve(tensors.size());

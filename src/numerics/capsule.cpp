@@ -7,8 +7,9 @@
 #include <filesystem>
 
 #include "common/json_values.h"
-#include "numerics/debug_json.h"
 #include "common/json_values.h"
+#include "common/own_ops.h"
+#include "numerics/debug_json.h"
 #include "state/training_state.h"
 
 namespace nansense::numerics {
@@ -60,7 +61,7 @@ T described(const state::StateFile& capsule, const char* key) {
 }  // namespace
 
 state::StateFile make_capsule(const CapsuleInput& in) {
-  at::DisableRecordFunctionGuard no_record;
+  common::OwnOps own_ops;
   torch::NoGradGuard no_grad;
   state::StateFile capsule{std::string(state::kCapsuleKind)};
   state::save_state(in.live, capsule, {in.buffers, &in.rng});
@@ -137,7 +138,7 @@ void restore_capsule(const state::StateFile& capsule, const state::LiveState& li
   } catch (const state::StateError& e) {
     throw CapsuleError(e.what());
   }
-  at::DisableRecordFunctionGuard no_record;
+  common::OwnOps own_ops;
   torch::NoGradGuard no_grad;
   // The body's zero_grad() then meets gradients in the state it met when the
   // batch first ran: present (zeroed) or absent.

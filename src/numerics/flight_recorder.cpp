@@ -2,6 +2,8 @@
 
 #include <ATen/record_function.h>
 
+#include "common/own_ops.h"
+
 namespace nansense::numerics {
 
 FlightRecorder::FlightRecorder(const torch::nn::Module& model) {
@@ -12,7 +14,7 @@ FlightRecorder::FlightRecorder(const torch::nn::Module& model) {
 }
 
 void FlightRecorder::begin_batch() {
-  at::DisableRecordFunctionGuard no_record;
+  common::OwnOps own_ops;
   rng_ = state::RngState::capture();
   grad_defined_.resize(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) grad_defined_[i] = params_[i].grad().defined();

@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "common/dtype.h"
+#include "common/own_ops.h"
 #include "common/tensor_stats.h"
 #include "numerics/bands.h"
 
@@ -113,7 +114,8 @@ void OpTracer::op_ended(const observer::Frame& frame, const std::vector<torch::T
                         const std::vector<observer::Frame>& stack) {
   if (stopped_) return;
   try {
-    at::DisableRecordFunctionGuard no_record;
+    // Inside the observer's callback, which passes over the ops run here.
+    common::OwnOps own_ops(common::OwnOps::kFew);
     torch::NoGradGuard no_grad;
     process(frame, outputs, stack);
   } catch (const std::exception& e) {

@@ -3,8 +3,9 @@
 
 #include <cstring>
 
-#include "nansense/debug.h"
 #include "common/json_read.h"
+#include "common/own_ops.h"
+#include "nansense/debug.h"
 #include "numerics/capsule.h"
 #include "numerics/debug_json.h"
 
@@ -69,7 +70,7 @@ Capsule replay_capsule(const std::string& path, torch::nn::Module& model, torch:
 }
 
 bool Capsule::gradients_match(const torch::nn::Module& model, std::string* difference) const {
-  at::DisableRecordFunctionGuard no_record;
+  common::OwnOps own_ops;
   auto differ = [&](const std::string& why) {
     if (difference) *difference = why;
     return false;

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "common/own_ops.h"
 #include "common/torch_compat.h"
 
 namespace nansense::observer {
@@ -21,9 +22,10 @@ std::atomic<uint64_t> g_generation{0};
 
 // Each thread's stack of running ops, for the observer of one batch, and
 // the ops its callbacks skip: those the observer's consumers run while they
-// handle an op (cheaper than a DisableRecordFunctionGuard, whose every
-// toggle copies and rebuilds LibTorch's thread-local callback state), and
-// the ops a forward op runs inside itself (no consumer sees nested ops).
+// handle an op, and any nansense runs under a common::OwnOps (cheaper than a
+// DisableRecordFunctionGuard, whose every toggle copies and rebuilds
+// LibTorch's thread-local callback state), and the ops a forward op runs
+// inside itself (no consumer sees nested ops).
 // Skipped starts and ends pair up: ops nest on a thread.
 struct ThreadFrames {
   uint64_t generation = 0;
@@ -106,10 +108,12 @@ Observer::Observer() : training_thread_(std::this_thread::get_id()), generation_
     throw std::runtime_error("another session is tracing a batch in this process; this batch is not traced");
   }
   handle_ = compat::add_thread_local_observer(&on_start_callback, &on_end_callback);
+  common::OwnOps::observer_installed(true);
 }
 
 Observer::~Observer() {
   at::removeCallback(handle_);
+  common::OwnOps::observer_installed(false);
   g_active.store(nullptr, std::memory_order_release);
   std::lock_guard lock(mu_);  // a device thread's dispatch in flight ends first
   consumers_.clear();
@@ -136,7 +140,7 @@ bool Observer::wants_backward() const {
 
 void Observer::on_start(const at::RecordFunction& fn) {
   auto& state = thread_state(generation_);
-  if (state.inside > 0 || state.in_forward_op) {
+  if (state.inside > 0 || state.in_forward_op || common::OwnOps::active()) {
     ++state.skipped;
     return;
   }

@@ -10,6 +10,7 @@
 #include <iostream>
 
 #include "common/json_values.h"
+#include "common/own_ops.h"
 #include "nansense/errors.h"
 #include "nansense/moment.h"
 #include "session/session_access.h"
@@ -109,7 +110,7 @@ bool SessionCore::moment_target_ready(const BatchPosition& pos) {
 
 void SessionCore::begin_moment() {
   try {
-    at::DisableRecordFunctionGuard no_record;
+    common::OwnOps own_ops;
     torch::NoGradGuard no_grad;
     // What the batch begins with: the replay's starting weights.
     state::StateFile before{std::string(state::kMomentKind)};
@@ -161,7 +162,7 @@ void SessionCore::finish_moment() {
                                (internal_errors().empty() ? std::string("capture is off") : internal_errors().back()) +
                                ")");
     }
-    at::DisableRecordFunctionGuard no_record;
+    common::OwnOps own_ops;
     torch::NoGradGuard no_grad;
     // What the batch ended with: the weights its snapshot shows.
     state::save_state(restorer_->live(), *file);
@@ -313,7 +314,7 @@ void SessionCore::end_moment_replay() {
   const std::string& path = replay->file.origin;
   try {
     // The snapshot shows the weights the batch ended with, as the live one did.
-    at::DisableRecordFunctionGuard no_record;
+    common::OwnOps own_ops;
     state::restore_state(replay->file, restorer_->live(), {.optimizers = false, .scheduler = false});
   } catch (const state::StateError& e) {
     abandon_moment_replay();

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "common/dtype.h"
+#include "common/own_ops.h"
 #include "nansense/errors.h"
 #include "stats/patches.h"
 
@@ -473,7 +474,7 @@ void StatsCollector::fold(const BatchPosition& pos, capture::TraceResult& trace)
       gradients = trace.device_gradients;
     }
     // The batch's observer may still be listening: folding is not the model's work.
-    at::DisableRecordFunctionGuard no_record;
+    common::OwnOps own_ops;
     torch::NoGradGuard no_grad;
     // What the tracer handed over ahead, by layer index, where it is still
     // the layer's final output (a module call extended later replaces it).
@@ -611,7 +612,7 @@ void StatsCollector::run_tensor_instruments(const BatchPosition& pos, capture::T
     for (const auto& p : model_.named_parameters()) params.emplace(p.key(), p.value());
     const capture::OptimizerView optimizer =
         wants_weights && live_optimizer ? live_optimizer() : capture::OptimizerView{};
-    at::DisableRecordFunctionGuard no_record;
+    common::OwnOps own_ops;
     torch::NoGradGuard no_grad;
     const auto cpu = [](const torch::Tensor& t) { return t.detach().to(torch::kCPU, false, true); };
     const auto call = [&](TensorInstrument& instrument, const std::string& where, auto&& fn) -> torch::Tensor {

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <string>
 
+#include "common/own_ops.h"
 #include "common/torch_compat.h"
 #include "state/state_error.h"
 
@@ -25,7 +26,7 @@ int64_t cuda_generator_count() { return at::hasCUDA() ? static_cast<int64_t>(at:
 
 RngState RngState::capture() {
   // Reading a state clones a tensor: not an op of the user's batch.
-  at::DisableRecordFunctionGuard no_record;
+  common::OwnOps own_ops;
   RngState s;
   s.cpu = generator_state(default_cpu_generator());
   const int64_t devices = cuda_generator_count();
@@ -39,7 +40,7 @@ void RngState::apply() const {
     throw StateError("the state holds " + std::to_string(devices) + " CUDA generator states, this process has " +
                      std::to_string(cuda_generator_count()) + " CUDA devices");
   }
-  at::DisableRecordFunctionGuard no_record;
+  common::OwnOps own_ops;
   set_generator_state(default_cpu_generator(), cpu);
   for (int64_t i = 0; i < devices; ++i) set_generator_state(default_cuda_generator(i), cuda[static_cast<size_t>(i)]);
 }

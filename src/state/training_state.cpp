@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 
+#include "common/own_ops.h"
 #include "state/fingerprint.h"
 
 namespace nansense::state {
@@ -74,7 +75,7 @@ struct SavedOptimizer {
 
 void save_state(const LiveState& live, StateFile& file, const Recorded& recorded) {
   // The serialisation's copies are not ops of the user's batch.
-  at::DisableRecordFunctionGuard no_record;
+  common::OwnOps own_ops;
   torch::NoGradGuard no_grad;
   file.meta["fingerprint"] = fingerprint(live);
   {
@@ -118,7 +119,7 @@ void restore_state(const StateFile& file, const LiveState& live, Parts parts) {
   if (auto why = check_state(file, live, "the file", parts); !why.empty()) {
     throw StateError(origin + " was saved for another setup: " + why);
   }
-  at::DisableRecordFunctionGuard no_record;
+  common::OwnOps own_ops;
   auto params = live.model->named_parameters();
   auto buffers = live.model->named_buffers();
   std::vector<torch::Tensor> saved_params(params.size()), saved_buffers(buffers.size());

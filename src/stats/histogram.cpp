@@ -16,6 +16,8 @@
 #include <string>
 #include <tuple>
 
+#include "common/own_ops.h"
+
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -106,7 +108,7 @@ torch::Tensor key_to(bool slots, const torch::Device& device) {
 }
 
 torch::Tensor assign(const torch::Tensor& x, bool slots) {
-  at::DisableRecordFunctionGuard no_record;
+  common::OwnOps own_ops;
   c10::InferenceMode no_autograd;
   // Compared in float32 (float64 stays float64): half-precision values are
   // exact in float32, and the edges are rounded to the dtype compared in.

@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "common/host_copy.h"
+#include "common/own_ops.h"
 
 namespace nansense {
 
@@ -272,7 +273,7 @@ bool PatchCollector::add(const torch::Tensor& activation, const torch::Tensor& i
     ++skipped_;
     return false;
   }
-  at::DisableRecordFunctionGuard no_record;
+  common::OwnOps own_ops;
   c10::InferenceMode no_autograd;
   if (rankings_.empty()) start(activation, input);
   if (activation.sizes().slice(1) != c10::IntArrayRef(act_shape_) ||

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "common/host_copy.h"
+#include "common/own_ops.h"
 #include "stats/patches.h"
 
 namespace nansense::stats {
@@ -147,7 +148,7 @@ TensorAccumulator::TensorAccumulator(Detail detail) : state_(std::make_shared<St
 void TensorAccumulator::add(const torch::Tensor& t) {
   if (collapsed() || !t.defined() || t.numel() == 0 || t.is_complex()) return;
   auto& s = *state_;
-  at::DisableRecordFunctionGuard no_record;
+  common::OwnOps own_ops;
   c10::InferenceMode no_autograd;
   auto x = t;
   if (!s.started) {
@@ -242,7 +243,7 @@ CpuFold fold_on_cpu(const torch::Tensor& x, const Detail& detail, uint64_t seed,
 void TensorAccumulator::add(const CpuFold& f) {
   if (collapsed() || f.numel == 0) return;
   auto& s = *state_;
-  at::DisableRecordFunctionGuard no_record;
+  common::OwnOps own_ops;
   c10::InferenceMode no_autograd;
   if (!s.started) s.start(torch::kCPU, f.channels);
   if (!s.scalars.is_cpu()) s.move_to_cpu();
@@ -531,7 +532,7 @@ bool StatsStore::wants_parameter_sample(int64_t epoch) const {
 
 void StatsStore::begin_parameter_sample(int64_t epoch,
                                         const std::vector<std::pair<std::string, torch::Tensor>>& params) {
-  at::DisableRecordFunctionGuard no_record;
+  common::OwnOps own_ops;
   c10::InferenceMode no_autograd;
   auto pending = std::make_shared<Pending>();
   pending->epoch = epoch;
@@ -548,7 +549,7 @@ void StatsStore::finish_parameter_sample(const std::map<std::string, std::string
   if (!pending_) return;
   auto pending = std::move(pending_);
   pending_.reset();
-  at::DisableRecordFunctionGuard no_record;
+  common::OwnOps own_ops;
   c10::InferenceMode no_autograd;
   // Per parameter, on its device: [norm, mean, std, min, max] of the value,
   // the same of the gradient (zeros without one), ||w - w before||, ||w before||.
@@ -697,7 +698,7 @@ void StatsStore::forget_dropped() {
 }
 
 std::shared_ptr<const WatchSnapshot> StatsStore::publish() {
-  at::DisableRecordFunctionGuard no_record;
+  common::OwnOps own_ops;
   c10::InferenceMode no_autograd;
   std::vector<std::pair<size_t, size_t>> ranges;
   std::vector<torch::Tensor> all;
