@@ -7,6 +7,7 @@
 #include <atomic>
 
 #include "common/host_copy.h"
+#include "common/own_ops.h"
 
 namespace nansense::capture {
 
@@ -18,16 +19,18 @@ void HostBuffers::set_recycling(bool on) { recycling = on; }
 
 torch::Tensor HostBuffers::copy(const torch::Tensor& t, std::optional<double>* abs_sum) {
   if (abs_sum) abs_sum->reset();
-  at::DisableRecordFunctionGuard no_record;
+  // A recycled buffer's copy runs no op but the copy itself (none for a
+  // dense float32 tensor), so the observer's callback needs no guard.
+  common::OwnOps own_ops(common::OwnOps::kFew);
   // Normal tensors, also when a caller runs in inference mode: an inference
   // tensor could not be written outside it.
-  c10::InferenceMode normal(false);
+  std::optional<c10::InferenceMode> normal;
+  if (c10::InferenceMode::is_enabled()) normal.emplace(false);
   torch::NoGradGuard no_grad;
-  auto live = t.detach();
-  if (live.layout() != at::kStrided || live.is_quantized() || live.is_nested() || live.numel() == 0 || !recycling) {
-    return live.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
+  if (t.layout() != at::kStrided || t.is_quantized() || t.is_nested() || t.numel() == 0 || !recycling) {
+    return t.detach().to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
   }
-  const Key key{static_cast<int>(live.scalar_type()), live.numel()};
+  const Key key{static_cast<int>(t.scalar_type()), t.numel()};
   torch::Tensor buffer;
   {
     std::lock_guard lock(mu_);
@@ -46,35 +49,38 @@ torch::Tensor HostBuffers::copy(const torch::Tensor& t, std::optional<double>* a
       }
     }
     if (!buffer.defined()) {
-      buffer = at::empty({live.numel()}, at::TensorOptions().dtype(live.scalar_type()).device(torch::kCPU));
+      buffer = at::empty({t.numel()}, at::TensorOptions().dtype(t.scalar_type()).device(torch::kCPU));
       list.push_back({buffer, generation_});
     }
   }
   // The layout t.to(kCPU, copy=true) gives: t's strides where it is dense,
   // else contiguous.
-  std::vector<int64_t> strides;
-  if (live.is_non_overlapping_and_dense()) {
-    strides = live.strides().vec();
+  const bool dense = t.is_non_overlapping_and_dense();
+  c10::SmallVector<int64_t, 6> strides;
+  if (dense) {
+    strides.assign(t.strides().begin(), t.strides().end());
   } else {
-    strides.resize(static_cast<size_t>(live.dim()));
+    strides.resize(static_cast<size_t>(t.dim()));
     int64_t stride = 1;
-    for (int64_t d = live.dim() - 1; d >= 0; --d) {
+    for (int64_t d = t.dim() - 1; d >= 0; --d) {
       strides[static_cast<size_t>(d)] = stride;
-      stride *= std::max<int64_t>(live.size(d), 1);
+      stride *= std::max<int64_t>(t.size(d), 1);
     }
   }
   // A tensor of its own over the buffer's storage (not a view of the pool's
-  // tensor: nothing a holder does to it reaches the pool).
-  auto out = at::empty({0}, buffer.options());
-  out.set_(buffer.storage(), /*storage_offset=*/0, live.sizes(), strides);
-  // Dense, `out` has live's strides: both hold the values in the same order
-  // in one block of memory from their data pointers.
-  if (abs_sum && live.is_cpu() && live.scalar_type() == torch::kFloat && live.is_non_overlapping_and_dense()) {
-    *abs_sum = common::copy_and_abs_sum(static_cast<const float*>(live.data_ptr()), static_cast<float*>(out.data_ptr()),
-                                        live.numel());
+  // tensor: nothing a holder does to it reaches the pool), made as at::empty
+  // makes one, without a trip through the dispatcher for it and for set_.
+  auto out = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(buffer.storage()),
+                                                      c10::DispatchKeySet(c10::DispatchKey::CPU), buffer.dtype());
+  out.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), strides);
+  // Dense, `out` has t's strides: both hold the values in the same order in
+  // one block of memory from their data pointers.
+  if (abs_sum && dense && t.is_cpu() && t.has_storage() && t.scalar_type() == torch::kFloat) {
+    *abs_sum = common::copy_and_abs_sum(static_cast<const float*>(t.data_ptr()), static_cast<float*>(out.data_ptr()),
+                                        t.numel());
     return out;
   }
-  out.copy_(live);
+  out.copy_(t);
   return out;
 }
 

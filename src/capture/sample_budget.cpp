@@ -1,5 +1,6 @@
 #include "capture/sample_budget.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -45,17 +46,39 @@ void shrink(TraceResult& trace, int64_t kept) {
   trim(trace.gradients, trace.gradient_stats);
   budget.batch_copies = std::move(shortened);
   budget.kept = kept;
+  budget.held_total = held_bytes(trace);
+}
+
+void await_gradient(SampleBudget& budget, const std::string& name, int64_t per_sample) {
+  auto it = budget.awaiting_gradient.find(name);
+  if (it != budget.awaiting_gradient.end()) {
+    budget.awaiting_total -= it->second;
+    if (per_sample == 0) {
+      budget.awaiting_gradient.erase(it);
+    } else {
+      it->second = per_sample;
+    }
+  } else if (per_sample != 0) {
+    budget.awaiting_gradient.emplace(name, per_sample);
+  }
+  budget.awaiting_total += per_sample;
 }
 
 }  // namespace
 
 int64_t resident_bytes() {
-  std::FILE* f = std::fopen("/proc/self/statm", "r");
-  if (f == nullptr) return 0;
+  // Read once a captured batch: open/read rather than stdio's buffered
+  // stream, which cost several times the read itself.
+  const int fd = ::open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char text[128];
+  const ssize_t n = ::read(fd, text, sizeof(text) - 1);
+  ::close(fd);
+  if (n <= 0) return 0;
+  text[n] = '\0';
   long long size = 0, resident = 0;
-  const bool read = std::fscanf(f, "%lld %lld", &size, &resident) == 2;
-  std::fclose(f);
-  return read ? static_cast<int64_t>(resident) * sysconf(_SC_PAGESIZE) : 0;
+  if (std::sscanf(text, "%lld %lld", &size, &resident) != 2) return 0;
+  return static_cast<int64_t>(resident) * sysconf(_SC_PAGESIZE);
 }
 
 int64_t SampleBudget::limit() const {
@@ -105,21 +128,26 @@ void hold(TraceResult& trace, std::map<std::string, torch::Tensor>& held, std::m
   SampleBudget& budget = trace.budget;
   // A layer's later op replaces its earlier output.
   stats.erase(name);
-  if (auto old = held.find(name); old != held.end()) budget.batch_copies.erase(old->second.unsafeGetTensorImpl());
+  if (auto old = held.find(name); old != held.end()) {
+    budget.batch_copies.erase(old->second.unsafeGetTensorImpl());
+    budget.held_total -= bytes_of(old->second);
+  }
   const bool gradient = &held == &trace.gradients;
-  if (gradient) budget.awaiting_gradient.erase(name);
-  auto live = t.detach();
-  if (!gradient && live.has_storage() && budget.output_storages.insert(live.storage().unsafeGetStorageImpl()).second) {
-    budget.outputs += static_cast<int64_t>(live.storage().nbytes());
+  if (gradient) await_gradient(budget, name, 0);
+  if (!gradient && t.has_storage() && budget.output_storages.insert(t.storage().unsafeGetStorageImpl()).second) {
+    budget.outputs += static_cast<int64_t>(t.storage().nbytes());
   }
-  const bool batch = budget.bytes > 0 && budget.is_batch(live);
+  const bool batch = budget.bytes > 0 && budget.is_batch(t);
+  torch::Tensor leading;
   if (batch && budget.kept < budget.batch_size) {
-    stats[name] = common::tensor_stats(live);
-    live = live.narrow(0, 0, budget.kept);
+    stats[name] = common::tensor_stats(t);
+    leading = t.detach().narrow(0, 0, budget.kept);
   }
+  const torch::Tensor& live = leading.defined() ? leading : t;
   std::optional<double> abs_sum;
-  auto& copy = held[name] =
-      trace.buffers ? trace.buffers->copy(live, &abs_sum) : live.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
+  auto& copy = held[name] = trace.buffers ? trace.buffers->copy(live, &abs_sum)
+                                          : live.detach().to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
+  budget.held_total += bytes_of(copy);
   if (abs_sum) {
     trace.copied_abs_sums.insert_or_assign(
         copy.unsafeGetTensorImpl(),
@@ -129,17 +157,10 @@ void hold(TraceResult& trace, std::map<std::string, torch::Tensor>& held, std::m
   }
   if (!batch) return;
   budget.batch_copies.insert(copy.unsafeGetTensorImpl());
-  if (!gradient) {
-    if (gradient_follows && copy.size(0) > 0) {
-      budget.awaiting_gradient[name] = bytes_of(copy) / copy.size(0);
-    } else {
-      budget.awaiting_gradient.erase(name);
-    }
-  }
-  int64_t awaiting = 0;
-  for (const auto& [_, bytes] : budget.awaiting_gradient) awaiting += bytes;
+  if (!gradient) await_gradient(budget, name, gradient_follows && copy.size(0) > 0 ? bytes_of(copy) / copy.size(0) : 0);
+  const int64_t awaiting = budget.awaiting_total;
   const int64_t limit = budget.limit();
-  const int64_t total = held_bytes(trace) + awaiting * budget.kept;
+  const int64_t total = budget.held_total + awaiting * budget.kept;
   if (total <= limit || budget.kept <= 1) return;
   const int64_t per_sample = per_sample_bytes(trace) + awaiting;
   const int64_t fixed = total - per_sample * budget.kept;

@@ -32,6 +32,10 @@ struct SampleBudget {
   // (held too, the same size): counted before it arrives, so the forward
   // already leaves room for the backward.
   std::map<std::string, int64_t> awaiting_gradient;
+  int64_t awaiting_total = 0;  // the sum of awaiting_gradient's bytes
+  // held_bytes(trace), kept as hold() goes (each hold would otherwise walk
+  // every copy so far); taken again where the copies change otherwise.
+  int64_t held_total = 0;
   int64_t batch_size = 0;  // 0: unknown (no tensor input), nothing is trimmed
   // Samples each batch tensor keeps; starts at the last capture's fit and
   // only shrinks during a batch, so every tensor ends with the same count.

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "common/dtype.h"
+#include "common/own_ops.h"
 
 namespace nansense::capture {
 
@@ -539,6 +540,7 @@ std::shared_ptr<TraceResult> Tracer::finish() {
     rename(result_->gradients);
     rename(result_->gradient_stats);
     rename(result_->device_gradients);
+    result_->budget.held_total = held_bytes(*result_);
     for (size_t i = 0; i < layers_.size(); ++i) {
       result_->layer_names[i] = final[i];
       if (!names[i].kept) result_->final_op[i] = -2;
@@ -566,7 +568,7 @@ std::optional<std::string> Tracer::layer_of(const c10::TensorImpl* impl) const {
 }
 
 void Tracer::set_inputs(const std::vector<torch::Tensor>& inputs, bool stacked) {
-  at::DisableRecordFunctionGuard no_record;
+  common::OwnOps own_ops;
   torch::NoGradGuard no_grad;
   auto add_input = [&](const std::string& name, const torch::Tensor& shown) {
     LayerInfo info;
@@ -857,7 +859,7 @@ void Tracer::capture_activation(int layer, const torch::Tensor& out, int64_t op_
     const_cast<torch::Tensor&>(out).register_hook([weak, layer, op_seq, keep](torch::Tensor grad) {
       auto result = weak.lock();
       if (!result || !grad.defined()) return;
-      at::DisableRecordFunctionGuard no_record;
+      common::OwnOps own_ops(common::OwnOps::kFew);
       std::lock_guard lock(result->grad_mu);
       if (result->final_op[layer] != op_seq) return;
       try {

@@ -54,6 +54,21 @@ TEST(HostBuffers, CopiesAreExactWithTheLayoutOfACopyToTheCpu) {
   const auto copied = pool.copy(w);
   EXPECT_FALSE(copied.requires_grad());
   EXPECT_TRUE(torch::equal(copied, w.detach()));
+  std::optional<double> sum;
+  const auto summed = pool.copy(w, &sum);
+  EXPECT_FALSE(summed.requires_grad());
+  EXPECT_TRUE(sum.has_value());
+  // Copied in inference mode (a caller's torch.inference_mode()), a copy is
+  // a normal tensor: written outside it, it counts its versions.
+  torch::Tensor normal;
+  {
+    c10::InferenceMode inference;
+    normal = pool.copy(torch::randn({2, 3}), &sum);
+  }
+  EXPECT_FALSE(normal.is_inference());
+  const auto version = normal._version();
+  normal.add_(1);
+  EXPECT_EQ(normal._version(), version + 1);
 }
 
 // The numerical checks' |x| sum, taken as a dense float32 tensor is copied:

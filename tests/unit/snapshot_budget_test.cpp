@@ -109,6 +109,43 @@ TEST(SnapshotBudget, ATightBudgetKeepsTheLeadingSamplesAndWholeBatchStatistics) 
   for (const auto& [name, w] : whole->weights) EXPECT_TRUE(torch::equal(snap->weights.at(name), w)) << name;
 }
 
+// hold() keeps the held bytes and the bytes awaited for gradients as running
+// totals; they stay equal to a walk over the copies through replacements,
+// gradients arriving and a shrink.
+TEST(SnapshotBudget, TheRunningTotalsStayEqualToTheCopiesTheyCount) {
+  capture::TraceResult trace;
+  auto& budget = trace.budget;
+  budget.bytes = 8 * 16 * 4 * 8;  // eight whole [8, 16] float32 copies, counting those awaited
+  budget.batch_size = 8;
+  budget.kept = 8;
+  auto expect_consistent = [&](const char* step) {
+    EXPECT_EQ(budget.held_total, capture::held_bytes(trace)) << step;
+    int64_t awaiting = 0;
+    for (const auto& [_, bytes] : budget.awaiting_gradient) awaiting += bytes;
+    EXPECT_EQ(budget.awaiting_total, awaiting) << step;
+  };
+  auto act = [&](const std::string& name, bool gradient_follows) {
+    capture::hold(trace, trace.activations, trace.activation_stats, name, torch::randn({8, 16}), gradient_follows);
+  };
+  act("a", true);
+  expect_consistent("an activation awaiting its gradient");
+  act("a", true);
+  expect_consistent("the same layer's later op replaced it");
+  act("w", false);
+  capture::hold(trace, trace.activations, trace.activation_stats, "bias", torch::randn({16}));
+  expect_consistent("a tensor that is not the batch's");
+  act("b", true);
+  act("c", true);
+  expect_consistent("more awaiting");
+  EXPECT_EQ(budget.kept, 8);
+  capture::hold(trace, trace.gradients, trace.gradient_stats, "c", torch::randn({8, 16}));
+  expect_consistent("a gradient arrived");
+  act("d", true);
+  EXPECT_LT(budget.kept, 8) << "the budget was passed: the copies shrank";
+  expect_consistent("after the shrink");
+  EXPECT_LE(budget.held_total + budget.awaiting_total * budget.kept, budget.bytes);
+}
+
 TEST(SnapshotBudget, ALaterCaptureStartsAtTheFitAndStaysUnderTheBudget) {
   auto whole = first_snapshot(0, 2);
   const int64_t budget = batch_bytes(*whole) / 3;
