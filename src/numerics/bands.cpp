@@ -99,7 +99,7 @@ namespace {
 // Whether `n` values of `Bits` width, as raw bits, all have an exponent short
 // of all ones (a finite value). An OR over the comparison vectorizes.
 template <class Bits>
-bool exponents_finite(const void* data, int64_t n, Bits exponent) {
+__attribute__((always_inline)) inline bool exponents_finite_body(const void* data, int64_t n, Bits exponent) {
   const Bits* v = static_cast<const Bits*>(data);
   constexpr int64_t kBlock = 4096;
   for (int64_t k = 0; k < n; k += kBlock) {
@@ -115,7 +115,7 @@ bool exponents_finite(const void* data, int64_t n, Bits exponent) {
 // cleared, an Inf's bits equal `inf` and a NaN's exceed it (two ORs over
 // comparisons, which vectorize); stops once both are seen.
 template <class Bits>
-NonFiniteKinds kinds_of(const void* data, int64_t n, Bits inf) {
+__attribute__((always_inline)) inline NonFiniteKinds kinds_of_body(const void* data, int64_t n, Bits inf) {
   const Bits* v = static_cast<const Bits*>(data);
   const Bits magnitude = static_cast<Bits>(~(Bits(1) << (sizeof(Bits) * 8 - 1)));
   constexpr int64_t kBlock = 4096;
@@ -133,6 +133,50 @@ NonFiniteKinds kinds_of(const void* data, int64_t n, Bits inf) {
   }
   return out;
 }
+
+// Both readers run on every op of a traced batch, forward and backward: built
+// for the baseline and for AVX2 (twice the lanes; 64-bit compares at all),
+// chosen at run time.
+template <class Bits>
+bool exponents_finite_baseline(const void* data, int64_t n, Bits exponent) {
+  return exponents_finite_body(data, n, exponent);
+}
+template <class Bits>
+NonFiniteKinds kinds_of_baseline(const void* data, int64_t n, Bits inf) {
+  return kinds_of_body(data, n, inf);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+template <class Bits>
+__attribute__((target("avx2"))) bool exponents_finite_avx2(const void* data, int64_t n, Bits exponent) {
+  return exponents_finite_body(data, n, exponent);
+}
+template <class Bits>
+__attribute__((target("avx2"))) NonFiniteKinds kinds_of_avx2(const void* data, int64_t n, Bits inf) {
+  return kinds_of_body(data, n, inf);
+}
+bool have_avx2() {
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  return avx2;
+}
+template <class Bits>
+bool exponents_finite(const void* data, int64_t n, Bits exponent) {
+  return have_avx2() ? exponents_finite_avx2(data, n, exponent) : exponents_finite_baseline(data, n, exponent);
+}
+template <class Bits>
+NonFiniteKinds kinds_of(const void* data, int64_t n, Bits inf) {
+  return have_avx2() ? kinds_of_avx2(data, n, inf) : kinds_of_baseline(data, n, inf);
+}
+#else
+template <class Bits>
+bool exponents_finite(const void* data, int64_t n, Bits exponent) {
+  return exponents_finite_baseline(data, n, exponent);
+}
+template <class Bits>
+NonFiniteKinds kinds_of(const void* data, int64_t n, Bits inf) {
+  return kinds_of_baseline(data, n, inf);
+}
+#endif
 
 // A CPU tensor whose values fill one block of memory from its data pointer.
 bool readable_in_place(const torch::Tensor& t) {
