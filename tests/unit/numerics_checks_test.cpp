@@ -121,6 +121,40 @@ TEST(Checks, ActivationsCountNanInfAndAllowedLayersAreSkipped) {
   EXPECT_EQ(r.layers[0].sources, (std::vector<std::string>{"activation"}));
 }
 
+TEST(Checks, AnIntendedInfinityPassesAndANanBesideItStillTrips) {
+  // An attention mask's -inf (the op tracer marks its layer): read in place,
+  // or through a copy with the infinities cleared where it cannot be (a
+  // strided view), it trips only on a NaN, counted against all its values.
+  for (const bool strided : {false, true}) {
+    SCOPED_TRACE(strided ? "a strided view" : "dense");
+    auto shaped = [&](std::vector<float> v) {
+      auto t = torch::tensor(v);
+      return strided ? torch::stack({t, t}, 1).select(1, 0) : t;
+    };
+    std::map<std::string, torch::Tensor> acts = {{"mask", shaped({-INFINITY, 1.0f, INFINITY, 2.0f})}};
+    ASSERT_EQ(acts["mask"].is_non_overlapping_and_dense(), !strided);
+    CheckInput in;
+    in.activations = &acts;
+    in.intended_activations = {"mask"};
+    auto r = run_checks(DebugSettings(), in);
+    EXPECT_TRUE(r.reasons.empty());
+    EXPECT_TRUE(r.layers.empty());
+
+    acts["mask"] = shaped({-INFINITY, NAN, 1.0f, 2.0f});
+    r = run_checks(DebugSettings(), in);
+    ASSERT_EQ(r.reasons, (std::vector<std::string>{"nan"}));
+    ASSERT_EQ(r.layers.size(), 1u);
+    EXPECT_EQ(r.layers[0].layer, "mask");
+    EXPECT_DOUBLE_EQ(r.layers[0].nan, 0.25);
+    EXPECT_DOUBLE_EQ(r.layers[0].inf, 0.0);
+
+    // Not intended, the same infinities trip.
+    in.intended_activations.clear();
+    acts["mask"] = shaped({-INFINITY, 1.0f, 2.0f, 3.0f});
+    EXPECT_EQ(run_checks(DebugSettings(), in).reasons, (std::vector<std::string>{"inf"}));
+  }
+}
+
 TEST(Checks, MasksAndIndicesPassUncheckedBesideAFloatThatTrips) {
   // A padding mask and token ids among a traced batch's activations: they
   // cannot hold a NaN, are not scanned, and the float layer beside them is.
