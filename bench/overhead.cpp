@@ -23,6 +23,7 @@
 
 #include "bench_common.h"
 #include "capture/host_buffers.h"
+#include "numerics/bands.h"
 #include "observer/observer.h"
 #include "transformer/model.h"
 
@@ -37,8 +38,9 @@ enum class Variant {
   kCaptureEveryBatch,
   kCaptureFresh,
   kCaptureUnchecked,
-  kFloorCopies,  // the plain step, then the bytes a capture copies, into recycled memory
-  kFloorSeeOps,  // the plain step under the dispatcher callback, every forward op's tensors handed to nobody
+  kFloorCopies,   // the plain step, then the bytes a capture copies, into recycled memory
+  kFloorSeeOps,   // the plain step under the dispatcher callback, every forward op's tensors handed to nobody
+  kFloorReadOps,  // every op seen, forward and backward, each output's values read once for a NaN or Inf
 };
 
 // Every tensor a snapshot holds a copy of: what a capture copies.
@@ -59,6 +61,21 @@ struct SeesNothing : nansense::observer::Consumer {
   bool wants_backward() const override { return false; }
   void op_ended(const nansense::observer::Frame&, const std::vector<torch::Tensor>&,
                 const std::vector<nansense::observer::Frame>&) override {}
+};
+
+// Sees every op, forward and backward, and reads each floating output once
+// for a non-finite value, in place: the least a root-cause check of every
+// op can do (the op tracer does this and keeps the ops' order and owners).
+struct ReadsEveryOutput : nansense::observer::Consumer {
+  int64_t non_finite = 0;
+  bool wants_backward() const override { return true; }
+  void op_ended(const nansense::observer::Frame&, const std::vector<torch::Tensor>& outputs,
+                const std::vector<nansense::observer::Frame>&) override {
+    for (const auto& t : outputs) {
+      if (!t.is_floating_point() || t.numel() == 0) continue;
+      if (const auto finite = nansense::numerics::all_finite_in_place(t); finite && !*finite) ++non_finite;
+    }
+  }
 };
 
 // The copies of one capture of this model: one captured batch, outside any timing.
@@ -175,6 +192,17 @@ double measure(Variant variant, std::vector<Batch>& batches, double* faults = nu
       observer.detach(&nobody);
     }
     end = Clock::now();
+  } else if (variant == Variant::kFloorReadOps) {
+    ReadsEveryOutput reader;
+    usage_begin = ThreadUsage::now();
+    begin = Clock::now();
+    for (auto& batch : batches) {
+      nansense::observer::Observer observer;
+      observer.attach(&reader);
+      Bench::step(model, optimizer, batch);
+      observer.detach(&reader);
+    }
+    end = Clock::now();
   } else {
     auto options = nansense::StartOptions().optimizer(&optimizer);
     if (variant == Variant::kDisabled) options.enabled(false);
@@ -232,7 +260,8 @@ bool profile_only(const std::string& only, std::vector<Batch>& batches, int roun
                                                          {"capture-fresh", Variant::kCaptureFresh},
                                                          {"capture-unchecked", Variant::kCaptureUnchecked},
                                                          {"floor-copies", Variant::kFloorCopies},
-                                                         {"floor-see-ops", Variant::kFloorSeeOps}};
+                                                         {"floor-see-ops", Variant::kFloorSeeOps},
+                                                         {"floor-read-ops", Variant::kFloorReadOps}};
   if (only.empty()) return false;
   const Variant variant = kByName.at(only);
   std::vector<double> ms;
@@ -254,6 +283,7 @@ void run(const char* title, std::vector<Batch> batches, int rounds, const char* 
       {Variant::kCaptureUnchecked, "capture, checks off", nullptr, 0, {}, {}, {}},
       {Variant::kFloorCopies, "floor: copies alone", nullptr, 0, {}, {}, {}},
       {Variant::kFloorSeeOps, "floor: seeing the ops", nullptr, 0, {}, {}, {}},
+      {Variant::kFloorReadOps, "floor: reading each op", nullptr, 0, {}, {}, {}},
   };
   std::printf("\n%s: %d rounds of %zu synthetic batches\n", title, rounds, batches.size());
   std::fflush(stdout);
@@ -294,6 +324,8 @@ void run(const char* title, std::vector<Batch> batches, int rounds, const char* 
       verdict = "a capture's bytes copied, nothing else";
     } else if (row.variant == Variant::kFloorSeeOps) {
       verdict = "every forward op seen, nothing done";
+    } else if (row.variant == Variant::kFloorReadOps) {
+      verdict = "every op seen, backward too, its outputs read once";
     }
     std::printf("%-22s %10.3f %8.3f   [%5.3f, %5.3f] %7.0f  %s\n", row.name, median(row.ms), ratio, q1, q3,
                 median(row.faults), verdict.c_str());
@@ -319,9 +351,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"cnn", "transformer", "both"}));
   app.add_option("--only", only,
                  "Run one variant alone, no ratios (for a profiler): plain, disabled, detach, capture, capture-fresh, "
-                 "capture-unchecked, floor-copies, floor-see-ops")
+                 "capture-unchecked, floor-copies, floor-see-ops, floor-read-ops")
       ->check(CLI::IsMember({"plain", "disabled", "detach", "capture", "capture-fresh", "capture-unchecked",
-                             "floor-copies", "floor-see-ops"}));
+                             "floor-copies", "floor-see-ops", "floor-read-ops"}));
   app.add_flag("--default-malloc", default_malloc,
                "Leave glibc's malloc thresholds dynamic (by default they are fixed: bench_common.h settle_allocator)");
   CLI11_PARSE(app, argc, argv);
