@@ -177,30 +177,23 @@ double measure(Variant variant, std::vector<Batch>& batches, double* faults = nu
       std::swap(held, copies);
     }
     end = Clock::now();
-  } else if (variant == Variant::kFloorSeeOps) {
+  } else if (variant == Variant::kFloorSeeOps || variant == Variant::kFloorReadOps) {
     // What seeing the ops alone costs: the observer installed for each batch
     // as a capture installs it, every forward op's inputs and outputs handed
     // to a consumer that does nothing (backward unobserved, as the capture
-    // tracer alone leaves it).
+    // tracer alone leaves it); or, reading each op, the backward's ops too
+    // and every output read once.
     SeesNothing nobody;
-    usage_begin = ThreadUsage::now();
-    begin = Clock::now();
-    for (auto& batch : batches) {
-      nansense::observer::Observer observer;
-      observer.attach(&nobody);
-      Bench::step(model, optimizer, batch);
-      observer.detach(&nobody);
-    }
-    end = Clock::now();
-  } else if (variant == Variant::kFloorReadOps) {
     ReadsEveryOutput reader;
+    nansense::observer::Consumer* consumer =
+        variant == Variant::kFloorSeeOps ? static_cast<nansense::observer::Consumer*>(&nobody) : &reader;
     usage_begin = ThreadUsage::now();
     begin = Clock::now();
     for (auto& batch : batches) {
       nansense::observer::Observer observer;
-      observer.attach(&reader);
+      observer.attach(consumer);
       Bench::step(model, optimizer, batch);
-      observer.detach(&reader);
+      observer.detach(consumer);
     }
     end = Clock::now();
   } else {
