@@ -9,6 +9,7 @@
 #include <string>
 #include <tuple>
 
+#include "common/cpu_features.h"
 #include "common/own_ops.h"
 
 namespace nansense::common {
@@ -78,28 +79,20 @@ __attribute__((always_inline)) inline double sum_abs_body(const float* v, float*
   return total;
 }
 
-template <bool kCopy>
-double sum_abs_baseline(const float* v, float* dst, int64_t n) {
-  return sum_abs_body<kCopy>(v, dst, n);
-}
-
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(NANSENSE_AVX2_BUILDS)
 template <bool kCopy>
 __attribute__((target("avx2"))) double sum_abs_avx2(const float* v, float* dst, int64_t n) {
   return sum_abs_body<kCopy>(v, dst, n);
 }
+#endif
 
 template <bool kCopy>
 double sum_abs(const float* v, float* dst, int64_t n) {
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  return avx2 ? sum_abs_avx2<kCopy>(v, dst, n) : sum_abs_baseline<kCopy>(v, dst, n);
-}
-#else
-template <bool kCopy>
-double sum_abs(const float* v, float* dst, int64_t n) {
-  return sum_abs_baseline<kCopy>(v, dst, n);
-}
+#if defined(NANSENSE_AVX2_BUILDS)
+  if (cpu_has_avx2()) return sum_abs_avx2<kCopy>(v, dst, n);
 #endif
+  return sum_abs_body<kCopy>(v, dst, n);
+}
 
 }  // namespace
 

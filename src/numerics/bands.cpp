@@ -13,6 +13,7 @@
 #include <optional>
 #include <utility>
 
+#include "common/cpu_features.h"
 #include "common/host_copy.h"
 #include "common/own_ops.h"
 
@@ -96,87 +97,67 @@ std::vector<BandStats> band_stats(const std::vector<torch::Tensor>& tensors) {
 
 namespace {
 
+// The two readers of raw bits below run on every op of a traced batch,
+// forward and backward: read_bits<Reader> runs a reader's AVX2 build where
+// the CPU has it (twice the lanes; 64-bit compares vectorize at all), else
+// its baseline build.
+
 // Whether `n` values of `Bits` width, as raw bits, all have an exponent short
 // of all ones (a finite value). An OR over the comparison vectorizes.
-template <class Bits>
-__attribute__((always_inline)) inline bool exponents_finite_body(const void* data, int64_t n, Bits exponent) {
-  const Bits* v = static_cast<const Bits*>(data);
-  constexpr int64_t kBlock = 4096;
-  for (int64_t k = 0; k < n; k += kBlock) {
-    const int64_t end = std::min(n, k + kBlock);
-    Bits bad = 0;
-    for (int64_t i = k; i < end; ++i) bad |= static_cast<Bits>((v[i] & exponent) == exponent);
-    if (bad) return false;
+struct ExponentsFinite {
+  template <class Bits>
+  __attribute__((always_inline)) static bool run(const void* data, int64_t n, Bits exponent) {
+    const Bits* v = static_cast<const Bits*>(data);
+    constexpr int64_t kBlock = 4096;
+    for (int64_t k = 0; k < n; k += kBlock) {
+      const int64_t end = std::min(n, k + kBlock);
+      Bits bad = 0;
+      for (int64_t i = k; i < end; ++i) bad |= static_cast<Bits>((v[i] & exponent) == exponent);
+      if (bad) return false;
+    }
+    return true;
   }
-  return true;
-}
+};
 
 // Whether `n` values hold a NaN and whether an Inf: with the sign bit
 // cleared, an Inf's bits equal `inf` and a NaN's exceed it (two ORs over
 // comparisons, which vectorize); stops once both are seen.
-template <class Bits>
-__attribute__((always_inline)) inline NonFiniteKinds kinds_of_body(const void* data, int64_t n, Bits inf) {
-  const Bits* v = static_cast<const Bits*>(data);
-  const Bits magnitude = static_cast<Bits>(~(Bits(1) << (sizeof(Bits) * 8 - 1)));
-  constexpr int64_t kBlock = 4096;
-  NonFiniteKinds out;
-  for (int64_t k = 0; k < n && !(out.nan && out.inf); k += kBlock) {
-    const int64_t end = std::min(n, k + kBlock);
-    Bits nan = 0, infinite = 0;
-    for (int64_t i = k; i < end; ++i) {
-      const Bits m = v[i] & magnitude;
-      nan |= static_cast<Bits>(m > inf);
-      infinite |= static_cast<Bits>(m == inf);
+struct KindsOf {
+  template <class Bits>
+  __attribute__((always_inline)) static NonFiniteKinds run(const void* data, int64_t n, Bits inf) {
+    const Bits* v = static_cast<const Bits*>(data);
+    const Bits magnitude = static_cast<Bits>(~(Bits(1) << (sizeof(Bits) * 8 - 1)));
+    constexpr int64_t kBlock = 4096;
+    NonFiniteKinds out;
+    for (int64_t k = 0; k < n && !(out.nan && out.inf); k += kBlock) {
+      const int64_t end = std::min(n, k + kBlock);
+      Bits nan = 0, infinite = 0;
+      for (int64_t i = k; i < end; ++i) {
+        const Bits m = v[i] & magnitude;
+        nan |= static_cast<Bits>(m > inf);
+        infinite |= static_cast<Bits>(m == inf);
+      }
+      out.nan = out.nan || nan;
+      out.inf = out.inf || infinite;
     }
-    out.nan = out.nan || nan;
-    out.inf = out.inf || infinite;
+    return out;
   }
-  return out;
-}
+};
 
-// Both readers run on every op of a traced batch, forward and backward: built
-// for the baseline and for AVX2 (twice the lanes; 64-bit compares at all),
-// chosen at run time.
-template <class Bits>
-bool exponents_finite_baseline(const void* data, int64_t n, Bits exponent) {
-  return exponents_finite_body(data, n, exponent);
-}
-template <class Bits>
-NonFiniteKinds kinds_of_baseline(const void* data, int64_t n, Bits inf) {
-  return kinds_of_body(data, n, inf);
-}
-
-#if defined(__x86_64__) && defined(__GNUC__)
-template <class Bits>
-__attribute__((target("avx2"))) bool exponents_finite_avx2(const void* data, int64_t n, Bits exponent) {
-  return exponents_finite_body(data, n, exponent);
-}
-template <class Bits>
-__attribute__((target("avx2"))) NonFiniteKinds kinds_of_avx2(const void* data, int64_t n, Bits inf) {
-  return kinds_of_body(data, n, inf);
-}
-bool have_avx2() {
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  return avx2;
-}
-template <class Bits>
-bool exponents_finite(const void* data, int64_t n, Bits exponent) {
-  return have_avx2() ? exponents_finite_avx2(data, n, exponent) : exponents_finite_baseline(data, n, exponent);
-}
-template <class Bits>
-NonFiniteKinds kinds_of(const void* data, int64_t n, Bits inf) {
-  return have_avx2() ? kinds_of_avx2(data, n, inf) : kinds_of_baseline(data, n, inf);
-}
-#else
-template <class Bits>
-bool exponents_finite(const void* data, int64_t n, Bits exponent) {
-  return exponents_finite_baseline(data, n, exponent);
-}
-template <class Bits>
-NonFiniteKinds kinds_of(const void* data, int64_t n, Bits inf) {
-  return kinds_of_baseline(data, n, inf);
+#if defined(NANSENSE_AVX2_BUILDS)
+template <class Reader, class Bits>
+__attribute__((target("avx2"))) auto read_bits_avx2(const void* data, int64_t n, Bits pattern) {
+  return Reader::run(data, n, pattern);
 }
 #endif
+
+template <class Reader, class Bits>
+auto read_bits(const void* data, int64_t n, Bits pattern) {
+#if defined(NANSENSE_AVX2_BUILDS)
+  if (common::cpu_has_avx2()) return read_bits_avx2<Reader>(data, n, pattern);
+#endif
+  return Reader::run(data, n, pattern);
+}
 
 // A CPU tensor whose values fill one block of memory from its data pointer.
 bool readable_in_place(const torch::Tensor& t) {
@@ -209,11 +190,12 @@ auto on_float_bits(const torch::Tensor& t, F&& f) -> std::optional<decltype(f(nu
 }  // namespace
 
 std::optional<bool> all_finite_in_place(const torch::Tensor& t) {
-  return on_float_bits(t, [](const void* data, int64_t n, auto inf) { return exponents_finite(data, n, inf); });
+  return on_float_bits(t,
+                       [](const void* data, int64_t n, auto inf) { return read_bits<ExponentsFinite>(data, n, inf); });
 }
 
 std::optional<NonFiniteKinds> non_finite_kinds_in_place(const torch::Tensor& t) {
-  return on_float_bits(t, [](const void* data, int64_t n, auto inf) { return kinds_of(data, n, inf); });
+  return on_float_bits(t, [](const void* data, int64_t n, auto inf) { return read_bits<KindsOf>(data, n, inf); });
 }
 
 std::vector<double> abs_sums(const std::vector<torch::Tensor>& tensors) {

@@ -16,14 +16,14 @@
 #include <string>
 #include <tuple>
 
+#include "common/cpu_features.h"
 #include "common/own_ops.h"
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(NANSENSE_AVX2_BUILDS)
 #include <immintrin.h>
-#define NANSENSE_HAVE_AVX2_PATH 1
 #endif
 
 namespace nansense::stats {
@@ -304,7 +304,7 @@ bool fold_chunk_finite_portable(const float* v, int64_t n, ExactFold& f) {
   return finish_chunk(v, i, n, sum, sum_sq, mn, mx, f);
 }
 
-#if defined(NANSENSE_HAVE_AVX2_PATH)
+#if defined(NANSENSE_AVX2_BUILDS)
 // The same with AVX2 (16 values a step, four float64 lanes per register),
 // on CPUs that have it: the sums add the same widened values and squares
 // (no fused multiply-add), only in another order.
@@ -433,7 +433,7 @@ std::atomic<bool> g_portable_fold{false};
 // Whether the widest path is the AVX-512 one (the CPU has it and tests did
 // not ask for the portable path).
 bool widest_is_avx512() {
-#if defined(NANSENSE_HAVE_AVX2_PATH)
+#if defined(NANSENSE_AVX2_BUILDS)
   static const bool avx512 =
       __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("fma");
   return avx512 && !g_portable_fold.load(std::memory_order_relaxed);
@@ -443,10 +443,11 @@ bool widest_is_avx512() {
 }
 
 bool fold_chunk_finite(const float* v, int64_t n, ExactFold& f) {
-#if defined(NANSENSE_HAVE_AVX2_PATH)
+#if defined(NANSENSE_AVX2_BUILDS)
   if (widest_is_avx512()) return fold_rows_avx512(v, 1, 0, n, f, nullptr);
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (avx2 && !g_portable_fold.load(std::memory_order_relaxed)) return fold_chunk_finite_avx2(v, n, f);
+  if (common::cpu_has_avx2() && !g_portable_fold.load(std::memory_order_relaxed)) {
+    return fold_chunk_finite_avx2(v, n, f);
+  }
 #endif
   return fold_chunk_finite_portable(v, n, f);
 }
@@ -516,7 +517,7 @@ void range_of(const float* v, int64_t n, ChannelRange& r) {
 // channel they belong to); `after_row` sees each row once folded.
 void fold_rows(const float* first, int64_t rows, int64_t stride, int64_t len, ExactFold& into, ChannelRange* range,
                const std::function<void(const float*, int64_t)>* after_row) {
-#if defined(NANSENSE_HAVE_AVX2_PATH)
+#if defined(NANSENSE_AVX2_BUILDS)
   if (widest_is_avx512()) {
     ExactFold part;
     if (fold_rows_avx512(first, rows, stride, len, part, after_row)) {

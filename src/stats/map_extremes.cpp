@@ -5,9 +5,10 @@
 #include <cmath>
 #include <limits>
 
-#if defined(__x86_64__) && defined(__GNUC__)
+#include "common/cpu_features.h"
+
+#if defined(NANSENSE_AVX2_BUILDS)
 #include <immintrin.h>
-#define NANSENSE_HAVE_AVX2_EXTREMES 1
 #endif
 
 namespace nansense::stats {
@@ -45,7 +46,7 @@ void lanes_portable(const float* v, int64_t blocks_end, Lanes& l) {
   l.nan = nan;
 }
 
-#if defined(NANSENSE_HAVE_AVX2_EXTREMES)
+#if defined(NANSENSE_AVX2_BUILDS)
 // One block of eight values into one chain of lanes (lanes_avx2).
 struct Chain {
   __m256 hi, lo;
@@ -103,11 +104,6 @@ __attribute__((target("avx2"))) void lanes_avx2(const float* v, int64_t blocks_e
   }
   l.nan = _mm256_movemask_ps(nan) != 0;
 }
-
-bool have_avx2() {
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  return avx2;
-}
 #endif
 
 std::atomic<bool> g_portable{false};
@@ -119,8 +115,9 @@ void set_extremes_path(ExtremesPath path) { g_portable.store(path == ExtremesPat
 MapExtreme map_extremes(const float* v, int64_t len) {
   const int64_t blocks_end = len / kLanes * kLanes;
   Lanes l;
-#if defined(NANSENSE_HAVE_AVX2_EXTREMES)
-  if (have_avx2() && !g_portable.load(std::memory_order_relaxed) && len < std::numeric_limits<int32_t>::max()) {
+#if defined(NANSENSE_AVX2_BUILDS)
+  if (common::cpu_has_avx2() && !g_portable.load(std::memory_order_relaxed) &&
+      len < std::numeric_limits<int32_t>::max()) {
     lanes_avx2(v, blocks_end, l);
   } else {
     lanes_portable(v, blocks_end, l);
