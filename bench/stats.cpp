@@ -52,6 +52,21 @@ struct CaptureBatch {
   double ms = 0, faults = 0;
 };
 
+// A timed batch beside the training thread's CPU time (the ratio's): its
+// wall-clock time, which also counts waiting for work done off the thread,
+// and the whole process's CPU time, which counts that work. With all of
+// nansense's statistics on the training thread the three agree; a change
+// that moves work off it must show its gain in the wall clock too.
+struct PassClocks {
+  double wall_ms = 0, process_ms = 0;
+};
+
+inline double process_cpu_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+}
+
 // Which batches of a pass are timed: those after the first `warmup`, `timed` of them.
 struct Window {
   int64_t warmup = 0;
@@ -65,7 +80,7 @@ struct Window {
 // warm-up batches let the heap and the caches settle, as they have in a long
 // run. The default cadence is timed in whole periods instead (see below).
 double measure(Variant variant, std::vector<Batch>& batches, Window& window, size_t heap_shift, uint64_t* seen,
-               ThreadUsage* usage, CaptureBatch* capture = nullptr) {
+               ThreadUsage* usage, PassClocks* clocks, CaptureBatch* capture = nullptr) {
   // Shallow copies: the same tensors, as many as a pass may need.
   std::vector<Batch> loop;
   while (loop.size() < 2000) loop.insert(loop.end(), batches.begin(), batches.end());
@@ -77,17 +92,27 @@ double measure(Variant variant, std::vector<Batch>& batches, Window& window, siz
   using Clock = ThreadCpuClock;
   Clock::time_point begin, end;
   ThreadUsage usage_begin;
+  std::chrono::steady_clock::time_point wall_begin;
+  double process_begin = 0;
   int64_t timed = 0;
   const auto start_clock = [&] {
     usage_begin = ThreadUsage::now();
+    wall_begin = std::chrono::steady_clock::now();
+    process_begin = process_cpu_ms();
     begin = Clock::now();
   };
   const auto stop_clock = [&] {
     end = Clock::now();
-    if (usage && timed > 0) {
-      const auto used = ThreadUsage::now() - usage_begin;
+    const double wall =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - wall_begin).count();
+    const double process = process_cpu_ms() - process_begin;
+    if (timed > 0) {
       const auto n = static_cast<double>(timed);
-      *usage = {used.user_ms / n, used.sys_ms / n, used.faults / n};
+      if (usage) {
+        const auto used = ThreadUsage::now() - usage_begin;
+        *usage = {used.user_ms / n, used.sys_ms / n, used.faults / n};
+      }
+      if (clocks) *clocks = {wall / n, process / n};
     }
   };
   const auto per_batch = [&] {
@@ -204,12 +229,13 @@ double measure(Variant variant, std::vector<Batch>& batches, Window& window, siz
 
 // measure() in a child process (bench_common.h: in_child).
 double measure_isolated(Variant variant, std::vector<Batch>& batches, Window& window, size_t heap_shift, uint64_t* seen,
-                        ThreadUsage* usage, CaptureBatch* capture = nullptr) {
+                        ThreadUsage* usage, PassClocks* clocks, CaptureBatch* capture = nullptr) {
   const auto out = in_child([&] {
     uint64_t published = 0;
     ThreadUsage used;
+    PassClocks passed;
     CaptureBatch captured;
-    const double ms = measure(variant, batches, window, heap_shift, &published, &used, &captured);
+    const double ms = measure(variant, batches, window, heap_shift, &published, &used, &passed, &captured);
     return std::vector<double>{ms,
                                static_cast<double>(published),
                                used.user_ms,
@@ -218,13 +244,16 @@ double measure_isolated(Variant variant, std::vector<Batch>& batches, Window& wi
                                static_cast<double>(window.warmup),
                                static_cast<double>(window.timed),
                                captured.ms,
-                               captured.faults};
+                               captured.faults,
+                               passed.wall_ms,
+                               passed.process_ms};
   });
-  if (out.size() != 9) throw std::runtime_error("a benchmark pass returned no figures");
+  if (out.size() != 11) throw std::runtime_error("a benchmark pass returned no figures");
   if (seen) *seen += static_cast<uint64_t>(out[1]);
   if (usage) *usage = {out[2], out[3], out[4]};
   window = {static_cast<int64_t>(out[5]), static_cast<int64_t>(out[6])};
   if (capture) *capture = {out[7], out[8]};
+  if (clocks) *clocks = {out[9], out[10]};
   return out[0];
 }
 
@@ -239,13 +268,15 @@ struct Row {
   std::vector<double> ms;
   std::vector<double> ratios;
   std::vector<double> user_ms, sys_ms, faults;
+  std::vector<double> wall_ratios, process_ratios;
   // Cadence rows: the batch that ends the window (its capture), and the
   // page faults a batch of the window's other batches.
   std::vector<double> capture_ms, capture_faults, other_faults, window_batches;
   uint64_t seen = 0;  // snapshots published (cadence) or (layer, phase) streams collected
 };
 
-void run_ratios(int64_t batch_count, int64_t warmup, int rounds, const std::string& only) {
+void run_ratios(int64_t batch_count, int64_t warmup, int rounds, const std::string& only,
+                const std::vector<std::string>& picked) {
   auto batches = synthetic_batches(warmup + batch_count, 64);
   // The cadence rows are timed over whole update periods, later in a pass's
   // life than the others: each has its own plain loop, timed right after it
@@ -263,6 +294,39 @@ void run_ratios(int64_t batch_count, int64_t warmup, int rounds, const std::stri
       {Variant::kDefaultCadence, "default live updates", "<= 1.01", 1.01, 1},
       {Variant::kDefaultCadenceFresh, "live updates, fresh copies", nullptr, 0, 2},
   };
+  const auto row_names = [&] {
+    std::string names;
+    for (const auto& r : rows) {
+      if (r.variant != Variant::kPlain && r.variant != Variant::kPlainCadenceWindow) {
+        names += (names.empty() ? "\"" : ", \"") + std::string(r.name) + "\"";
+      }
+    }
+    return names;
+  };
+  if (!picked.empty()) {
+    // Some rows only (each with the plain loop, or the cadence window it divides by).
+    for (const auto& name : picked) {
+      if (std::none_of(rows.begin(), rows.end(), [&](const Row& r) { return name == r.name; })) {
+        throw std::invalid_argument("--rows: no variant named '" + name + "'; the variants: " + row_names());
+      }
+    }
+    std::vector<Row> kept;
+    for (const auto& r : rows) {
+      const bool wanted =
+          r.variant != Variant::kPlainCadenceWindow && std::find(picked.begin(), picked.end(), r.name) != picked.end();
+      if (r.variant == Variant::kPlain || wanted) kept.push_back(r);
+    }
+    // A cadence row keeps the window row it divides by, placed right before it.
+    for (size_t i = 0; i < kept.size(); ++i) {
+      if (kept[i].baseline == 0) continue;
+      const auto& window = rows[kept[i].baseline];
+      kept.insert(kept.begin() + static_cast<std::ptrdiff_t>(i), window);
+      kept[i].baseline = i;
+      kept[i + 1].baseline = i;
+      ++i;
+    }
+    rows = kept;
+  }
   if (!only.empty()) {
     // One variant alone, in this process, for a profiler: no ratios.
     for (auto& row : rows) {
@@ -271,14 +335,18 @@ void run_ratios(int64_t batch_count, int64_t warmup, int rounds, const std::stri
       for (int r = 0; r < rounds; ++r) {
         const size_t shift = HeapShift::draw(layouts);
         ThreadUsage used;
+        PassClocks clocks;
         Window window{warmup, batch_count};
-        const double ms = measure(row.variant, batches, window, shift, nullptr, &used);
-        std::printf("%s: %.3f ms/batch (user %.2f, sys %.2f, %.0f page faults; heap shifted %zu bytes)\n", row.name, ms,
-                    used.user_ms, used.sys_ms, used.faults, shift);
+        const double ms = measure(row.variant, batches, window, shift, nullptr, &used, &clocks);
+        std::printf(
+            "%s: %.3f ms/batch (user %.2f, sys %.2f, %.0f page faults; wall %.3f ms, process CPU %.3f ms; heap "
+            "shifted %zu bytes)\n",
+            row.name, ms, used.user_ms, used.sys_ms, used.faults, clocks.wall_ms, clocks.process_ms, shift);
       }
       return;
     }
-    throw std::invalid_argument("--only: no variant named '" + only + "'");
+    throw std::invalid_argument("--only: no variant named '" + only + "'; the variants: " + row_names() +
+                                ", or \"memory\"");
   }
   std::printf(
       "\ndemo CNN, batches of 64 [1x28x28]: %d rounds of %lld synthetic batches timed after %lld "
@@ -300,10 +368,11 @@ void run_ratios(int64_t batch_count, int64_t warmup, int rounds, const std::stri
     const size_t shift = HeapShift::draw(layouts);
     std::vector<double> ms(rows.size());
     std::vector<ThreadUsage> used(rows.size());
+    std::vector<PassClocks> clocks(rows.size());
     for (size_t i : order) {
       Window window{warmup, batch_count};
       CaptureBatch captured;
-      ms[i] = measure_isolated(rows[i].variant, batches, window, shift, &rows[i].seen, &used[i], &captured);
+      ms[i] = measure_isolated(rows[i].variant, batches, window, shift, &rows[i].seen, &used[i], &clocks[i], &captured);
       const size_t plain = rows[i].baseline;
       if (plain != 0) {
         const auto n = static_cast<double>(window.timed);
@@ -311,7 +380,8 @@ void run_ratios(int64_t batch_count, int64_t warmup, int rounds, const std::stri
         rows[i].capture_faults.push_back(captured.faults);
         rows[i].other_faults.push_back(n > 1 ? (used[i].faults * n - captured.faults) / (n - 1) : 0);
         rows[i].window_batches.push_back(n);
-        ms[plain] = measure_isolated(rows[plain].variant, batches, window, shift, &rows[plain].seen, &used[plain]);
+        ms[plain] = measure_isolated(rows[plain].variant, batches, window, shift, &rows[plain].seen, &used[plain],
+                                     &clocks[plain]);
       }
     }
     for (size_t i = 0; i < rows.size(); ++i) {
@@ -320,12 +390,16 @@ void run_ratios(int64_t batch_count, int64_t warmup, int rounds, const std::stri
       rows[i].sys_ms.push_back(used[i].sys_ms);
       rows[i].faults.push_back(used[i].faults);
       rows[i].ratios.push_back(ms[i] / ms[rows[i].baseline]);
+      const auto& plain = clocks[rows[i].baseline];
+      rows[i].wall_ratios.push_back(clocks[i].wall_ms / plain.wall_ms);
+      rows[i].process_ratios.push_back(clocks[i].process_ms / plain.process_ms);
     }
   }
-  std::printf("%-26s %10s %8s %16s  %-14s %6s %6s %7s\n", "variant", "ms/batch", "ratio", "ratio IQR", "target", "user",
-              "sys", "faults");
+  std::printf("%-26s %10s %8s %16s %6s %8s  %-14s %6s %6s %7s\n", "variant", "ms/batch", "ratio", "ratio IQR", "wall",
+              "process", "target", "user", "sys", "faults");
   for (auto& row : rows) {
     const double ratio = median(row.ratios);
+    const double wall = median(row.wall_ratios);
     std::sort(row.ratios.begin(), row.ratios.end());
     const double q1 = row.ratios[row.ratios.size() / 4];
     const double q3 = row.ratios[(row.ratios.size() * 3) / 4];
@@ -333,13 +407,18 @@ void run_ratios(int64_t batch_count, int64_t warmup, int rounds, const std::stri
         row.variant == Variant::kPlain || row.variant == Variant::kPlainCadenceWindow ? "baseline" : "reported";
     if (row.variant == Variant::kWatched3GalleriesOps) verdict = "before (issue 58)";
     if (row.variant == Variant::kDefaultCadenceFresh) verdict = "before (issue 58)";
-    if (row.target) verdict = std::string(row.target) + (ratio <= row.max_ratio ? "  met" : "  MISSED");
-    std::printf("%-26s %10.3f %8.3f   [%5.3f, %5.3f]  %-14s %6.2f %6.2f %7.0f\n", row.name, median(row.ms), ratio, q1,
-                q3, verdict.c_str(), median(row.user_ms), median(row.sys_ms), median(row.faults));
+    // Met only where neither the thread's time nor the wall clock passes it:
+    // work moved off the training thread counts wherever the loop waits for it.
+    if (row.target) verdict = std::string(row.target) + (std::max(ratio, wall) <= row.max_ratio ? "  met" : "  MISSED");
+    std::printf("%-26s %10.3f %8.3f   [%5.3f, %5.3f] %6.3f %8.3f  %-14s %6.2f %6.2f %7.0f\n", row.name, median(row.ms),
+                ratio, q1, q3, wall, median(row.process_ratios), verdict.c_str(), median(row.user_ms),
+                median(row.sys_ms), median(row.faults));
   }
   std::printf(
-      "user, sys: medians of the training thread's user and system ms a timed batch; faults: its minor page "
-      "faults a batch\n");
+      "ratio: the training thread's CPU time (it leaves out time the machine ran something else); wall: wall-clock "
+      "time, which counts waiting for work done off the thread; process: the whole process's CPU time, that work "
+      "included. A target is met when both ratio and wall are within it. user, sys: medians of the training "
+      "thread's user and system ms a timed batch; faults: its minor page faults a batch\n");
   for (const auto& row : rows) {
     if (row.baseline == 0 || is_window(static_cast<size_t>(&row - rows.data()))) continue;
     std::printf(
@@ -533,6 +612,7 @@ int main(int argc, char** argv) {
   int rounds = 25;
   int64_t epochs = 100;
   std::string only;
+  std::vector<std::string> picked;
   CLI::App app{"Statistics over time: cost on the demo CNN and memory for a 200-layer network."};
   app.add_option("--batches", batch_count,
                  "Batches per timed pass (the default-cadence row is timed over whole update periods instead)")
@@ -550,6 +630,9 @@ int main(int argc, char** argv) {
   app.add_option("--only", only,
                  "Time one variant by its row name (e.g. \"3 watched, every batch\"), for a profiler; \"memory\" runs "
                  "the memory pass alone");
+  app.add_option("--rows", picked,
+                 "Time these variants only, by row name, each beside the plain loop it divides by (a quicker A/B)")
+      ->excludes("--only");
   CLI11_PARSE(app, argc, argv);
 
   torch::set_num_threads(1);
@@ -563,8 +646,13 @@ int main(int argc, char** argv) {
     run_memory(epochs, 16);
     return 0;
   }
-  run_ratios(batch_count, warmup, rounds, only);
-  if (!only.empty()) return 0;
+  try {
+    run_ratios(batch_count, warmup, rounds, only, picked);
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  }
+  if (!only.empty() || !picked.empty()) return 0;
   run_fold_parts();
   run_memory(epochs, 16);
   return 0;
