@@ -305,39 +305,68 @@ bool fold_chunk_finite_portable(const float* v, int64_t n, ExactFold& f) {
 }
 
 #if defined(NANSENSE_AVX2_BUILDS)
-// The same with AVX2 (16 values a step, four float64 lanes per register),
-// on CPUs that have it: the sums add the same widened values and squares
-// (no fused multiply-add), only in another order.
-__attribute__((target("avx2"))) bool fold_chunk_finite_avx2(const float* v, int64_t n, ExactFold& f) {
+// Rows of `len` values, `stride` apart, through one set of AVX2 sums (16
+// values a step, four float64 lanes per register; each row's last values
+// under 16 one by one in float64), reduced once for them all, into `f`, on
+// CPUs that have AVX2. The sums add the same widened values and squares as
+// the portable path (no fused multiply-add), only in another order.
+// `after_row` sees each row once it is folded, still in the cache. A row of
+// a few hundred values costs no reduction of its own (a chunk at a time, a
+// row costs one every 512 values and one at its end). False, folding
+// nothing, when a NaN or infinity makes a sum non-finite.
+__attribute__((target("avx2"))) bool fold_rows_avx2(const float* first, int64_t rows, int64_t stride, int64_t len,
+                                                    ExactFold& f,
+                                                    const std::function<void(const float*, int64_t)>* after_row) {
   __m256d s[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
   __m256d q[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
   __m256 lo[2] = {_mm256_set1_ps(kFloatInf), _mm256_set1_ps(kFloatInf)};
   __m256 hi[2] = {_mm256_set1_ps(-kFloatInf), _mm256_set1_ps(-kFloatInf)};
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    for (int h = 0; h < 2; ++h) {
-      const __m256 x = _mm256_loadu_ps(v + i + 8 * h);
-      const __m256d a = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
-      const __m256d b = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
-      s[2 * h] = _mm256_add_pd(s[2 * h], a);
-      s[2 * h + 1] = _mm256_add_pd(s[2 * h + 1], b);
-      q[2 * h] = _mm256_add_pd(q[2 * h], _mm256_mul_pd(a, a));
-      q[2 * h + 1] = _mm256_add_pd(q[2 * h + 1], _mm256_mul_pd(b, b));
-      // As minps/maxps: a NaN yields the running value (the sums catch it).
-      lo[h] = _mm256_min_ps(x, lo[h]);
-      hi[h] = _mm256_max_ps(x, hi[h]);
+  double tail_sum = 0, tail_sq = 0;
+  float mn = kFloatInf, mx = -kFloatInf;
+  // Rows `stride` apart start where the hardware prefetcher has not been:
+  // each step asks for the line kAhead values on, into the next row.
+  constexpr int64_t kAhead = 256;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* v = first + r * stride;
+    const float* next = r + 1 < rows ? v + stride : nullptr;
+    int64_t i = 0;
+    for (; i + 16 <= len; i += 16) {
+      const int64_t ahead = i + kAhead;
+      const float* line = ahead < len ? v + ahead : next && ahead - len < len ? next + (ahead - len) : nullptr;
+      if (line) _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T0);
+      for (int h = 0; h < 2; ++h) {
+        const __m256 x = _mm256_loadu_ps(v + i + 8 * h);
+        const __m256d a = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
+        const __m256d b = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
+        s[2 * h] = _mm256_add_pd(s[2 * h], a);
+        s[2 * h + 1] = _mm256_add_pd(s[2 * h + 1], b);
+        q[2 * h] = _mm256_add_pd(q[2 * h], _mm256_mul_pd(a, a));
+        q[2 * h + 1] = _mm256_add_pd(q[2 * h + 1], _mm256_mul_pd(b, b));
+        // As minps/maxps: a NaN yields the running value (the sums catch it).
+        lo[h] = _mm256_min_ps(x, lo[h]);
+        hi[h] = _mm256_max_ps(x, hi[h]);
+      }
     }
+    for (; i < len; ++i) {
+      const float x = v[i];
+      const double d = x;
+      tail_sum += d;
+      tail_sq += d * d;
+      mn = x < mn ? x : mn;
+      mx = x > mx ? x : mx;
+    }
+    if (after_row) (*after_row)(v, len);
   }
   alignas(32) double sd[4], qd[4];
-  double sum = 0, sum_sq = 0;
+  double sum = tail_sum, sum_sq = tail_sq;
   for (int k = 0; k < 4; ++k) {
     _mm256_store_pd(sd, s[k]);
     _mm256_store_pd(qd, q[k]);
     sum += (sd[0] + sd[1]) + (sd[2] + sd[3]);
     sum_sq += (qd[0] + qd[1]) + (qd[2] + qd[3]);
   }
+  if (!std::isfinite(sum) || !std::isfinite(sum_sq)) return false;
   alignas(32) float lf[8], hf[8];
-  float mn = kFloatInf, mx = -kFloatInf;
   for (int h = 0; h < 2; ++h) {
     _mm256_store_ps(lf, lo[h]);
     _mm256_store_ps(hf, hi[h]);
@@ -346,7 +375,19 @@ __attribute__((target("avx2"))) bool fold_chunk_finite_avx2(const float* v, int6
       mx = std::max(mx, hf[k]);
     }
   }
-  return finish_chunk(v, i, n, sum, sum_sq, mn, mx, f);
+  f.n += rows * len;
+  f.sum += sum;
+  f.sum_sq += sum_sq;
+  if (rows * len > 0) {
+    f.min = std::min(f.min, static_cast<double>(mn));
+    f.max = std::max(f.max, static_cast<double>(mx));
+  }
+  return true;
+}
+
+// One chunk as a row of its own.
+__attribute__((target("avx2"))) bool fold_chunk_finite_avx2(const float* v, int64_t n, ExactFold& f) {
+  return fold_rows_avx2(v, 1, 0, n, f, nullptr);
 }
 
 // GCC 12's AVX-512 headers start some intrinsics from an "undefined"
@@ -518,9 +559,13 @@ void range_of(const float* v, int64_t n, ChannelRange& r) {
 void fold_rows(const float* first, int64_t rows, int64_t stride, int64_t len, ExactFold& into, ChannelRange* range,
                const std::function<void(const float*, int64_t)>* after_row) {
 #if defined(NANSENSE_AVX2_BUILDS)
-  if (widest_is_avx512()) {
+  // The widest vector path takes all the rows through one set of sums.
+  const auto rows_path = widest_is_avx512() ? &fold_rows_avx512
+                         : common::cpu_has_avx2() && !g_portable_fold.load(std::memory_order_relaxed) ? &fold_rows_avx2
+                                                                                                      : nullptr;
+  if (rows_path) {
     ExactFold part;
-    if (fold_rows_avx512(first, rows, stride, len, part, after_row)) {
+    if (rows_path(first, rows, stride, len, part, after_row)) {
       if (range) {
         range->seen += part.n;
         range->min = std::min(range->min, part.min);

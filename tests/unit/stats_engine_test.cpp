@@ -250,6 +250,54 @@ TEST(StatsHistogram, TheVectorPathsFoldTheSameFigures) {
   }
 }
 
+// Channel by channel ([outer, channels, inner] with inner >= 64), each
+// tracked channel's rows go through one set of vector sums: the figures and
+// every channel's range are the portable path's, with a NaN or an infinity
+// in some rows (the channel's rows are then folded again chunk by chunk)
+// and row lengths that leave a tail under 16 values.
+TEST(StatsHistogram, TheVectorPathsFoldTheSameFiguresRowByRow) {
+  torch::manual_seed(12);
+  for (const int64_t inner : {64, 100, 784}) {
+    const int64_t outer = 6, channels = 5, tracked = 3;
+    auto x = (torch::randn({outer, channels, inner}) *
+              torch::pow(10.0, torch::randint(-6, 5, {outer, channels, inner}).to(torch::kFloat)))
+                 .contiguous();
+    x[2][1][inner - 1] = std::numeric_limits<float>::quiet_NaN();  // tracked channel 1
+    x[4][4][7] = -kInf;                                            // the untracked rest
+    ExactFold widest, portable;
+    std::vector<ChannelRange> r_widest(tracked), r_portable(tracked);
+    fold_exact_cpu(x.data_ptr<float>(), outer, channels, inner, tracked, r_widest.data(), widest);
+    set_fold_path(FoldPath::kPortable);
+    fold_exact_cpu(x.data_ptr<float>(), outer, channels, inner, tracked, r_portable.data(), portable);
+    set_fold_path(FoldPath::kWidest);
+    SCOPED_TRACE(inner);
+    EXPECT_EQ(widest.n, portable.n);
+    EXPECT_EQ(widest.n, outer * channels * inner - 2);
+    EXPECT_EQ(widest.nan, 1);
+    EXPECT_EQ(widest.neg_inf, 1);
+    EXPECT_EQ(widest.nan, portable.nan);
+    EXPECT_EQ(widest.neg_inf, portable.neg_inf);
+    EXPECT_EQ(widest.min, portable.min);
+    EXPECT_EQ(widest.max, portable.max);
+    EXPECT_NEAR(widest.sum, portable.sum, 1e-12 * x.abs().nan_to_num(0, 0, 0).sum().item<double>());
+    EXPECT_NEAR(widest.sum_sq, portable.sum_sq, 1e-12 * portable.sum_sq);
+    for (int64_t c = 0; c < tracked; ++c) {
+      const auto& w = r_widest[static_cast<size_t>(c)];
+      const auto& p = r_portable[static_cast<size_t>(c)];
+      auto values = x.select(1, c);
+      auto finite = values.masked_select(torch::isfinite(values));
+      EXPECT_EQ(w.min, p.min) << c;
+      EXPECT_EQ(w.max, p.max) << c;
+      EXPECT_EQ(w.min, finite.min().item<double>()) << c;
+      EXPECT_EQ(w.max, finite.max().item<double>()) << c;
+      EXPECT_EQ(w.nonfinite, c == 1) << c;
+      EXPECT_EQ(w.nonfinite, p.nonfinite) << c;
+      EXPECT_EQ(w.seen, p.seen) << c;
+      EXPECT_EQ(w.seen, outer * inner) << c;
+    }
+  }
+}
+
 // A sampled pass bins exactly the runs run_start() places, one inside each
 // window, into their channel's row.
 TEST(StatsHistogram, TheSampledPassBinsOneRunPerWindowIntoItsChannelRow) {
