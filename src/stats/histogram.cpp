@@ -305,6 +305,15 @@ bool fold_chunk_finite_portable(const float* v, int64_t n, ExactFold& f) {
 }
 
 #if defined(NANSENSE_AVX2_BUILDS)
+// Rows `stride` apart start where the hardware prefetcher has not been: the
+// vector paths ask, at position i of row `v`, for the line 256 values on,
+// running into the next row (`next`, null after the last).
+inline const float* prefetch_line(const float* v, const float* next, int64_t i, int64_t len) {
+  constexpr int64_t kAhead = 256;
+  const int64_t ahead = i + kAhead;
+  return ahead < len ? v + ahead : next && ahead - len < len ? next + (ahead - len) : nullptr;
+}
+
 // Rows of `len` values, `stride` apart, through one set of AVX2 sums (16
 // values a step, four float64 lanes per register; each row's last values
 // under 16 one by one in float64), reduced once for them all, into `f`, on
@@ -323,17 +332,14 @@ __attribute__((target("avx2"))) bool fold_rows_avx2(const float* first, int64_t 
   __m256 hi[2] = {_mm256_set1_ps(-kFloatInf), _mm256_set1_ps(-kFloatInf)};
   double tail_sum = 0, tail_sq = 0;
   float mn = kFloatInf, mx = -kFloatInf;
-  // Rows `stride` apart start where the hardware prefetcher has not been:
-  // each step asks for the line kAhead values on, into the next row.
-  constexpr int64_t kAhead = 256;
   for (int64_t r = 0; r < rows; ++r) {
     const float* v = first + r * stride;
     const float* next = r + 1 < rows ? v + stride : nullptr;
     int64_t i = 0;
     for (; i + 16 <= len; i += 16) {
-      const int64_t ahead = i + kAhead;
-      const float* line = ahead < len ? v + ahead : next && ahead - len < len ? next + (ahead - len) : nullptr;
-      if (line) _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T0);
+      if (const float* line = prefetch_line(v, next, i, len)) {
+        _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T0);
+      }
       for (int h = 0; h < 2; ++h) {
         const __m256 x = _mm256_loadu_ps(v + i + 8 * h);
         const __m256d a = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
@@ -429,17 +435,12 @@ __attribute__((target("avx512f,avx512dq,fma"))) bool fold_rows_avx512(
   __m512d q[4] = {_mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd()};
   __m512 lo[2] = {_mm512_set1_ps(kFloatInf), _mm512_set1_ps(kFloatInf)};
   __m512 hi[2] = {_mm512_set1_ps(-kFloatInf), _mm512_set1_ps(-kFloatInf)};
-  // Rows `stride` apart start where the hardware prefetcher has not been:
-  // each step asks for the lines kAhead values on, into the next row.
-  constexpr int64_t kAhead = 256;
   for (int64_t r = 0; r < rows; ++r) {
     const float* v = first + r * stride;
     const float* next = r + 1 < rows ? v + stride : nullptr;
     int64_t i = 0;
     for (; i + 32 <= len; i += 32) {
-      const int64_t ahead = i + kAhead;
-      const float* line = ahead < len ? v + ahead : next && ahead - len < len ? next + (ahead - len) : nullptr;
-      if (line) {
+      if (const float* line = prefetch_line(v, next, i, len)) {
         _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T0);
         _mm_prefetch(reinterpret_cast<const char*>(line + 16), _MM_HINT_T0);
       }
