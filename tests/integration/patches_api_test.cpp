@@ -215,8 +215,6 @@ TEST_F(PatchesApiTest, McpToolsDrawPatchesAndBinSamples) {
   EXPECT_FALSE(names.count("get_patches"));
 }
 
-}  // namespace
-
 TEST_F(PatchesApiTest, TheCurrentBatchRanksItsOwnSamplesForAnyLayer) {
   start_cnn();
   wait_paused();
@@ -254,3 +252,5 @@ TEST_F(PatchesApiTest, TheCurrentBatchRanksItsOwnSamplesForAnyLayer) {
   EXPECT_EQ(unknown.status, 404);
   EXPECT_NE(unknown.json()["error"].get<std::string>().find("unknown layer \"nope\""), std::string::npos);
 }
+
+}  // namespace

@@ -185,9 +185,7 @@ ExperimentAutoRun ExperimentArea::set_auto_run_experiments(bool enabled) {
 
 ExperimentDefaults ExperimentArea::set_experiment_defaults(const std::string& kind, const json& params) {
   auto ignored = session_.set_experiment_defaults(kind, params);
-  ExperimentDefaults out{owner_.stats().get_settings()};
-  out.ignored_params = std::move(ignored);
-  return out;
+  return ExperimentDefaults{owner_.stats().get_settings(), std::move(ignored)};
 }
 
 AutoExperiment ExperimentArea::set_auto_experiment(const std::string& tab, const std::string& kind,

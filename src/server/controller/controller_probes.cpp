@@ -20,6 +20,15 @@ std::string input_name(const std::vector<std::string>& names, int64_t index) {
                                                                   : "input_" + std::to_string(index);
 }
 
+// A probe change of `kind` (and, for kSetMode, the mode it sets).
+detail::ProbeChange probe_change(detail::ProbeChange::Kind kind,
+                                 experiments::ProbeMode mode = experiments::ProbeMode::kUnchanged) {
+  detail::ProbeChange c;
+  c.kind = kind;
+  c.mode = mode;
+  return c;
+}
+
 }  // namespace
 
 ProbeArea::ProbeArea(detail::SessionPort& session) : session_(session) {}
@@ -109,14 +118,16 @@ ProbeStatus ProbeArea::probe_reply(uint64_t generation, Wait wait) const {
   return get_probe_status();
 }
 
-ProbeStatus ProbeArea::pin_batch(Wait wait) { return probe_reply(change({detail::ProbeChange::Kind::kPin}), wait); }
+ProbeStatus ProbeArea::pin_batch(Wait wait) {
+  return probe_reply(change(probe_change(detail::ProbeChange::Kind::kPin)), wait);
+}
 
 ProbeStatus ProbeArea::unpin_batch(Wait wait) {
   const auto refuse = [] { return Refusal(Refusal::Kind::kConflict, "no batch is pinned"); };
   // A visitor with no probe state has nothing pinned (and gets no slot for it).
   if (session_.locked() && !caller_view()) throw refuse();
   detail::ProbeChanged changed;
-  const uint64_t generation = change({detail::ProbeChange::Kind::kUnpin}, &changed);
+  const uint64_t generation = change(probe_change(detail::ProbeChange::Kind::kUnpin), &changed);
   if (!changed.unpinned) throw refuse();
   return probe_reply(generation, wait);
 }
@@ -130,7 +141,7 @@ ProbeStatus ProbeArea::set_probe_mode(const std::string& mode, Wait wait) {
   if (to == experiments::ProbeMode::kUnchanged && session_.locked() && !caller_view()) return get_probe_status();
   uint64_t generation = 0;
   try {
-    generation = change({detail::ProbeChange::Kind::kSetMode, to});
+    generation = change(probe_change(detail::ProbeChange::Kind::kSetMode, to));
   } catch (const Refusal& e) {
     throw e.about("mode");
   }
@@ -156,7 +167,7 @@ ProbeStatus ProbeArea::add_perturbation(const std::vector<int64_t>& index, const
     }
     p.input = it - names.begin();
   }
-  detail::ProbeChange add{detail::ProbeChange::Kind::kAddPerturbation};
+  auto add = probe_change(detail::ProbeChange::Kind::kAddPerturbation);
   add.perturbation = std::move(p);
   return probe_reply(change(add), wait);
 }
@@ -167,7 +178,7 @@ ProbeStatus ProbeArea::clear_perturbations(Wait wait) {
   if (session_.locked() && !caller_view()) {
     out = get_probe_status();  // nothing of its own to clear
   } else {
-    out = probe_reply(change({detail::ProbeChange::Kind::kClearPerturbations}, &changed), wait);
+    out = probe_reply(change(probe_change(detail::ProbeChange::Kind::kClearPerturbations), &changed), wait);
   }
   out.cleared = changed.cleared;
   return out;
