@@ -391,11 +391,6 @@ __attribute__((target("avx2"))) bool fold_rows_avx2(const float* first, int64_t 
   return true;
 }
 
-// One chunk as a row of its own.
-__attribute__((target("avx2"))) bool fold_chunk_finite_avx2(const float* v, int64_t n, ExactFold& f) {
-  return fold_rows_avx2(v, 1, 0, n, f, nullptr);
-}
-
 // GCC 12's AVX-512 headers start some intrinsics from an "undefined"
 // register, which its flow analysis reports as uninitialised.
 #pragma GCC diagnostic push
@@ -472,25 +467,26 @@ __attribute__((target("avx512f,avx512dq,fma"))) bool fold_rows_avx512(
 
 std::atomic<bool> g_portable_fold{false};
 
-// Whether the widest path is the AVX-512 one (the CPU has it and tests did
-// not ask for the portable path).
-bool widest_is_avx512() {
+// Rows through one set of vector sums (fold_rows_avx512, fold_rows_avx2).
+using RowsPath = bool (*)(const float* first, int64_t rows, int64_t stride, int64_t len, ExactFold& f,
+                          const std::function<void(const float*, int64_t)>* after_row);
+
+// The widest rows path the CPU runs: AVX-512 (with fused squares), else
+// AVX2; null where it has neither or tests asked for the portable path.
+RowsPath widest_rows_path() {
 #if defined(NANSENSE_AVX2_BUILDS)
   static const bool avx512 =
       __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("fma");
-  return avx512 && !g_portable_fold.load(std::memory_order_relaxed);
-#else
-  return false;
+  if (g_portable_fold.load(std::memory_order_relaxed)) return nullptr;
+  if (avx512) return &fold_rows_avx512;
+  if (common::cpu_has_avx2()) return &fold_rows_avx2;
 #endif
+  return nullptr;
 }
 
+// One chunk: a row of its own on the widest path, else the portable loop.
 bool fold_chunk_finite(const float* v, int64_t n, ExactFold& f) {
-#if defined(NANSENSE_AVX2_BUILDS)
-  if (widest_is_avx512()) return fold_rows_avx512(v, 1, 0, n, f, nullptr);
-  if (common::cpu_has_avx2() && !g_portable_fold.load(std::memory_order_relaxed)) {
-    return fold_chunk_finite_avx2(v, n, f);
-  }
-#endif
+  if (const RowsPath rows = widest_rows_path()) return rows(v, 1, 0, n, f, nullptr);
   return fold_chunk_finite_portable(v, n, f);
 }
 
@@ -559,12 +555,8 @@ void range_of(const float* v, int64_t n, ChannelRange& r) {
 // channel they belong to); `after_row` sees each row once folded.
 void fold_rows(const float* first, int64_t rows, int64_t stride, int64_t len, ExactFold& into, ChannelRange* range,
                const std::function<void(const float*, int64_t)>* after_row) {
-#if defined(NANSENSE_AVX2_BUILDS)
   // The widest vector path takes all the rows through one set of sums.
-  const auto rows_path = widest_is_avx512() ? &fold_rows_avx512
-                         : common::cpu_has_avx2() && !g_portable_fold.load(std::memory_order_relaxed) ? &fold_rows_avx2
-                                                                                                      : nullptr;
-  if (rows_path) {
+  if (const RowsPath rows_path = widest_rows_path()) {
     ExactFold part;
     if (rows_path(first, rows, stride, len, part, after_row)) {
       if (range) {
@@ -579,7 +571,6 @@ void fold_rows(const float* first, int64_t rows, int64_t stride, int64_t len, Ex
     for (int64_t r = 0; r < rows; ++r) fold_values(first + r * stride, len, into, range);
     return;
   }
-#endif
   for (int64_t r = 0; r < rows; ++r) {
     fold_values(first + r * stride, len, into, range);
     if (after_row) (*after_row)(first + r * stride, len);
