@@ -154,7 +154,8 @@ def time_loop(config, n, warmup):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--batches", type=int, default=60, help="timed batches a process")
+    ap.add_argument("--batches", type=int, default=200,
+                    help="timed batches a process (200: two or more of the default live view's 2 s periods)")
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset of " + ", ".join(CONFIGS))
     ap.add_argument("--worker", help=argparse.SUPPRESS)

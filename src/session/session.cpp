@@ -381,6 +381,10 @@ void SessionCore::pause_here(const BatchPosition& pos) {
 void SessionCore::end_phase(const std::string& phase, int64_t count) {
   schedule_.end_phase(phase, count);
   stats_->end_phase(phase, count);
+  // What the phase's batches collected since the last live update is shown
+  // at its end, not at the next update (up to 2 s or n batches later) or at
+  // close(): a loop's end leaves nothing of its statistics unpublished.
+  stats_->publish();
 }
 
 void SessionCore::log_scalar(const std::string& name, double value) {

@@ -70,6 +70,26 @@ def test_statistics_count_every_element_the_loop_produced():
     assert {k[0] for k in only.stats} == {"fc2"}
 
 
+def test_a_loops_end_shows_every_batch_it_collected_before_close():
+    # The default live view publishes every 2 s; a loop shorter than that
+    # (here a detached one, which never captures) is shown whole when it ends.
+    model, optimizer, session = detached_mlp_session()
+    session.set_stats_scope("all")
+    record = []
+    for x, y in session.batches(mlp_batches(), phase="train"):
+        out = model(x)
+        record.append(model.fc1(x).detach().clone())
+        optimizer.zero_grad()
+        F.cross_entropy(out, y).backward()
+        optimizer.step()
+        assert session.watch_snapshot().stats == {}  # no update was due
+    fc1 = session.watch_snapshot().stats[("fc1", "train", 0)]
+    assert fc1.batches == 5
+    assert fc1.activations.n == sum(o.numel() for o in record)
+    assert fc1.activations.max == pytest.approx(max(o.max().item() for o in record), abs=1e-6)
+    session.close()
+
+
 def test_watched_scope_collects_only_the_watched_layer():
     model, optimizer, session = detached_mlp_session()
     assert session.stats_scope is nansense.StatsScope.WATCHED

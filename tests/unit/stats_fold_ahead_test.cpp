@@ -314,6 +314,34 @@ TEST(StatsFoldAhead, ASessionsStatisticsEqualTheTensorsTheModelProduced) {
   }
 }
 
+TEST(StatsFoldAhead, ALoopsEndPublishesItsStatisticsBeforeClose) {
+  // The default live view publishes every 2 s; a phase shorter than that
+  // (and a detached run, which never captures) is shown when its loop ends,
+  // every batch of it, not only at close().
+  torch::manual_seed(4);
+  RecordingNet model(false);
+  torch::optim::SGD optimizer(model->parameters(), 0.05);
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> data;
+  for (int i = 0; i < 3; ++i) data.emplace_back(torch::randn({5, 1, 6, 6}), torch::randint(3, {5}));
+  auto session = start(model, StartOptions().optimizer(&optimizer).watch({"conv"}));
+  session.detach();
+  for (auto& b : session.batches(data, "train")) {
+    optimizer.zero_grad();
+    torch::cross_entropy_loss(model->forward(b.first), b.second).backward();
+    optimizer.step();
+    // Nothing of the phase is shown while it runs (no update is due).
+    EXPECT_EQ(session.watch_snapshot(), nullptr);
+  }
+  const auto stats = session.watch_snapshot();
+  ASSERT_TRUE(stats);
+  const auto it = stats->layers.find({"conv", "train"});
+  ASSERT_NE(it, stats->layers.end());
+  ASSERT_EQ(it->second.size(), 1u);
+  EXPECT_EQ(it->second[0].batches, 3);
+  expect_direct(it->second[0].activation, model->activations, "activation at the loop's end");
+  session.close();
+}
+
 // conv (10x10 maps: long enough to be folded row by row) -> relu or relu_ ->
 // fc, keeping float copies of the conv's output as the model produced it.
 struct PatchedNetImpl : torch::nn::Module {
