@@ -38,7 +38,13 @@ TEST(HostBuffers, CopiesAreExactWithTheLayoutOfACopyToTheCpu) {
       torch::arange(10, torch::kInt64),
       torch::tensor(2.5),  // 0-dim
       x.to(torch::kBFloat16),
+      x.select(0, 2),                                                  // dense, from an offset into the storage
+      x.gt(0),                                                         // bool
+      torch::randn({3, 4}, torch::kComplexFloat).conj(),               // a conjugate view: resolved
+      torch::imag(torch::randn({3, 4}, torch::kComplexFloat).conj()),  // a negative view: resolved
   };
+  ASSERT_TRUE(sources[sources.size() - 2].is_conj());
+  ASSERT_TRUE(sources.back().is_neg());
   for (const auto& t : sources) {
     const auto want = t.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
     const auto got = pool.copy(t);
@@ -48,6 +54,7 @@ TEST(HostBuffers, CopiesAreExactWithTheLayoutOfACopyToTheCpu) {
     EXPECT_EQ(got.scalar_type(), t.scalar_type());
     EXPECT_NE(got.data_ptr(), t.data_ptr());
     EXPECT_FALSE(got.requires_grad());
+    EXPECT_FALSE(got.is_conj() || got.is_neg());
   }
   // A tensor that requires grad is copied detached.
   const auto w = torch::randn({3, 3}, torch::requires_grad());
