@@ -55,9 +55,10 @@ std::vector<Command> stats_commands() {
       .description =
           "While the loop runs, capture and publish a batch without pausing every n batches (of one phase "
           "when phase is given), every n epochs (the epoch's first batch) or every n seconds of training, so "
-          "get_status, the stats tools and pictures follow the run. A detached run publishes nothing. The "
-          "default, every 2 seconds, costs about 1% on the demo; every batch costs what capture costs (about "
-          "1.5x a batch)." +
+          "get_status, the stats tools and pictures follow the run. A detached run captures nothing. The "
+          "statistics are also published when a phase's loop ends, so a loop shorter than the cadence shows "
+          "them at its end. The default, every 2 seconds, costs about 1% on the demo; every batch costs what "
+          "capture costs (about 1.5x a batch)." +
           settings_reply,
       .args = {string_arg("unit", "What n counts (default epoch, as in NaNsense 0.4.0).")
                    .one_of({"batch", "epoch", "seconds"})
