@@ -46,8 +46,28 @@ void lanes_portable(const float* v, int64_t blocks_end, Lanes& l) {
   l.nan = nan;
 }
 
+// The whole blocks' extremes across the eight lanes: the first lane's value
+// among equal ones (which of +0 and -0 is reported), the earliest position
+// holding it (`len` when there are no blocks). True when a NaN went by.
+bool blocks_portable(const float* v, int64_t blocks_end, int64_t len, MapExtreme& e) {
+  Lanes l;
+  lanes_portable(v, blocks_end, l);
+  e.max = l.hi[0];
+  e.min = l.lo[0];
+  for (int k = 1; k < kLanes; ++k) {
+    e.max = l.hi[k] > e.max ? l.hi[k] : e.max;
+    e.min = l.lo[k] < e.min ? l.lo[k] : e.min;
+  }
+  e.max_at = e.min_at = len;
+  for (int k = 0; k < kLanes; ++k) {
+    if (l.hi[k] == e.max) e.max_at = std::min(e.max_at, l.hi_at[k]);
+    if (l.lo[k] == e.min) e.min_at = std::min(e.min_at, l.lo_at[k]);
+  }
+  return l.nan;
+}
+
 #if defined(NANSENSE_AVX2_BUILDS)
-// One block of eight values into one chain of lanes (lanes_avx2).
+// One block of eight values into one chain of lanes (blocks_avx2).
 struct Chain {
   __m256 hi, lo;
   __m256i at, hi_at, lo_at;
@@ -65,12 +85,33 @@ __attribute__((target("avx2"), always_inline)) inline void chain_step(Chain& c, 
   c.at = _mm256_add_epi32(c.at, _mm256_set1_epi32(2 * kLanes));
 }
 
-// The same eight lanes with AVX2, each lane's value and position carried in
-// two chains (even and odd blocks) so the compare-and-blend latencies
-// overlap, then joined as one lane would have seen them: the larger (the
-// smaller) value, on a tie the earlier position. Positions are int32 lanes
-// (callers keep len below 2^31).
-__attribute__((target("avx2"))) void lanes_avx2(const float* v, int64_t blocks_end, Lanes& l) {
+__attribute__((target("avx2"))) inline __m256i select_at(__m256i a, __m256i b, __m256 take_b) {
+  return _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(a), _mm256_castsi256_ps(b), take_b));
+}
+
+// One extreme across the eight lanes, as blocks_portable takes it: `best`
+// holds the extreme in every lane (its sign of zero aside); the value is
+// the first lane's among those equal to it, the position the earliest of
+// theirs (`len` at most).
+__attribute__((target("avx2"))) inline void across_lanes(__m256 value, __m256i at, __m256 best, int64_t len, float& out,
+                                                         int64_t& out_at) {
+  const __m256 equal = _mm256_cmp_ps(value, best, _CMP_EQ_OQ);
+  const int first = __builtin_ctz(static_cast<unsigned>(_mm256_movemask_ps(equal)));
+  out = _mm256_cvtss_f32(_mm256_permutevar8x32_ps(value, _mm256_set1_epi32(first)));
+  __m256i m = select_at(_mm256_set1_epi32(std::numeric_limits<int32_t>::max()), at, equal);
+  m = _mm256_min_epi32(m, _mm256_permute2x128_si256(m, m, 1));
+  m = _mm256_min_epi32(m, _mm256_shuffle_epi32(m, _MM_SHUFFLE(1, 0, 3, 2)));
+  m = _mm256_min_epi32(m, _mm256_shuffle_epi32(m, _MM_SHUFFLE(2, 3, 0, 1)));
+  out_at = std::min<int64_t>(len, _mm256_cvtsi256_si32(m));
+}
+
+// blocks_portable's figures with AVX2: each lane's value and position
+// carried in two chains (even and odd blocks) so the compare-and-blend
+// latencies overlap, the chains joined as one lane would have seen them
+// (the larger (the smaller) value, on a tie the earlier position), then the
+// lanes joined, all in vector registers. Positions are int32 lanes (callers
+// keep len below 2^31).
+__attribute__((target("avx2"))) bool blocks_avx2(const float* v, int64_t blocks_end, int64_t len, MapExtreme& e) {
   Chain chains[2];
   for (int c = 0; c < 2; ++c) {
     chains[c].hi = _mm256_set1_ps(-kInf);
@@ -86,23 +127,28 @@ __attribute__((target("avx2"))) void lanes_avx2(const float* v, int64_t blocks_e
     chain_step(chains[1], v + j + kLanes, nan);
   }
   if (j < blocks_end) chain_step(chains[0], v + j, nan);
-  alignas(32) float h[2][kLanes], o[2][kLanes];
-  alignas(32) int32_t ha[2][kLanes], oa[2][kLanes];
-  for (int c = 0; c < 2; ++c) {
-    _mm256_store_ps(h[c], chains[c].hi);
-    _mm256_store_ps(o[c], chains[c].lo);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(ha[c]), chains[c].hi_at);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(oa[c]), chains[c].lo_at);
-  }
-  for (int k = 0; k < kLanes; ++k) {
-    const int odd_hi = h[1][k] > h[0][k] || (h[1][k] == h[0][k] && ha[1][k] < ha[0][k]);
-    const int odd_lo = o[1][k] < o[0][k] || (o[1][k] == o[0][k] && oa[1][k] < oa[0][k]);
-    l.hi[k] = h[odd_hi][k];
-    l.hi_at[k] = ha[odd_hi][k];
-    l.lo[k] = o[odd_lo][k];
-    l.lo_at[k] = oa[odd_lo][k];
-  }
-  l.nan = _mm256_movemask_ps(nan) != 0;
+  const Chain& even = chains[0];
+  const Chain& odd = chains[1];
+  const __m256 odd_hi = _mm256_or_ps(_mm256_cmp_ps(odd.hi, even.hi, _CMP_GT_OQ),
+                                     _mm256_and_ps(_mm256_cmp_ps(odd.hi, even.hi, _CMP_EQ_OQ),
+                                                   _mm256_castsi256_ps(_mm256_cmpgt_epi32(even.hi_at, odd.hi_at))));
+  const __m256 odd_lo = _mm256_or_ps(_mm256_cmp_ps(odd.lo, even.lo, _CMP_LT_OQ),
+                                     _mm256_and_ps(_mm256_cmp_ps(odd.lo, even.lo, _CMP_EQ_OQ),
+                                                   _mm256_castsi256_ps(_mm256_cmpgt_epi32(even.lo_at, odd.lo_at))));
+  const __m256 hi = _mm256_blendv_ps(even.hi, odd.hi, odd_hi);
+  const __m256 lo = _mm256_blendv_ps(even.lo, odd.lo, odd_lo);
+  const __m256i hi_at = select_at(even.hi_at, odd.hi_at, odd_hi);
+  const __m256i lo_at = select_at(even.lo_at, odd.lo_at, odd_lo);
+  // The extremes' magnitudes in every lane (no NaN is ever kept in a lane).
+  __m256 top = _mm256_max_ps(hi, _mm256_permute2f128_ps(hi, hi, 1));
+  top = _mm256_max_ps(top, _mm256_shuffle_ps(top, top, _MM_SHUFFLE(1, 0, 3, 2)));
+  top = _mm256_max_ps(top, _mm256_shuffle_ps(top, top, _MM_SHUFFLE(2, 3, 0, 1)));
+  __m256 bottom = _mm256_min_ps(lo, _mm256_permute2f128_ps(lo, lo, 1));
+  bottom = _mm256_min_ps(bottom, _mm256_shuffle_ps(bottom, bottom, _MM_SHUFFLE(1, 0, 3, 2)));
+  bottom = _mm256_min_ps(bottom, _mm256_shuffle_ps(bottom, bottom, _MM_SHUFFLE(2, 3, 0, 1)));
+  across_lanes(hi, hi_at, top, len, e.max, e.max_at);
+  across_lanes(lo, lo_at, bottom, len, e.min, e.min_at);
+  return _mm256_movemask_ps(nan) != 0;
 }
 #endif
 
@@ -114,32 +160,19 @@ void set_extremes_path(ExtremesPath path) { g_portable.store(path == ExtremesPat
 
 MapExtreme map_extremes(const float* v, int64_t len) {
   const int64_t blocks_end = len / kLanes * kLanes;
-  Lanes l;
+  MapExtreme e;
+  bool nan;
 #if defined(NANSENSE_AVX2_BUILDS)
   if (common::cpu_has_avx2() && !g_portable.load(std::memory_order_relaxed) &&
       len < std::numeric_limits<int32_t>::max()) {
-    lanes_avx2(v, blocks_end, l);
+    nan = blocks_avx2(v, blocks_end, len, e);
   } else {
-    lanes_portable(v, blocks_end, l);
+    nan = blocks_portable(v, blocks_end, len, e);
   }
 #else
-  lanes_portable(v, blocks_end, l);
+  nan = blocks_portable(v, blocks_end, len, e);
 #endif
-  // Across the lanes: the first lane's value among equal ones (which of +0
-  // and -0 is reported), the earliest position holding it; then the tail.
-  MapExtreme e;
-  e.max = l.hi[0];
-  e.min = l.lo[0];
-  for (int k = 1; k < kLanes; ++k) {
-    e.max = l.hi[k] > e.max ? l.hi[k] : e.max;
-    e.min = l.lo[k] < e.min ? l.lo[k] : e.min;
-  }
-  e.max_at = e.min_at = len;
-  for (int k = 0; k < kLanes; ++k) {
-    if (l.hi[k] == e.max) e.max_at = std::min(e.max_at, l.hi_at[k]);
-    if (l.lo[k] == e.min) e.min_at = std::min(e.min_at, l.lo_at[k]);
-  }
-  bool nan = l.nan;
+  // Then the tail, value by value.
   for (int64_t j = blocks_end; j < len; ++j) {
     const float x = v[j];
     if (x > e.max) e.max = x, e.max_at = j;
