@@ -272,6 +272,16 @@ def original_venv(path: Path) -> Path:
     return python
 
 
+def absolute_pythonpath(env):
+    """The environment with PYTHONPATH's entries made absolute: every
+    worker runs in an empty temporary directory, where a relative entry (the
+    PYTHONPATH=build/python this file's usage gives) would find nothing."""
+    path = env.get("PYTHONPATH")
+    if path:
+        env = {**env, "PYTHONPATH": os.pathsep.join(os.path.abspath(p) if p else p for p in path.split(os.pathsep))}
+    return env
+
+
 def clean_env():
     """The environment without PYTHONPATH, which would put our package
     ahead of the original's."""
@@ -319,7 +329,7 @@ def cell(ms, ratio):
 def driver(args):
     import torch
     theirs_python = original_venv(Path(args.venv))
-    ours_python, ours_env = sys.executable, dict(os.environ)
+    ours_python, ours_env = sys.executable, absolute_pythonpath(dict(os.environ))
     sides = {"ours": (ours_python, ours_env), "theirs": (theirs_python, clean_env())}
     times = {(side, c): [] for side in ("ours", "theirs") for c in CONFIGS}
     plain = {"plain": [], "lightning plain": []}
