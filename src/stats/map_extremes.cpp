@@ -18,137 +18,132 @@ namespace {
 constexpr int kLanes = 8;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// Eight lanes over the whole blocks of eight values (lane k sees the values
-// at k, k + 8, ...): each lane's largest and smallest value, the first one
-// of them it saw (a later equal value, +0 after -0 say, does not replace
-// it), where that was, and whether a NaN went by.
-struct Lanes {
-  float hi[kLanes], lo[kLanes];
-  int64_t hi_at[kLanes], lo_at[kLanes];
+// Two passes over a map. The first takes its extremes in eight lanes over
+// the whole blocks of eight values (lane k sees the values at k, k + 8,
+// ...), each lane keeping the first of equal values it saw (+0 after -0,
+// say, does not replace it), then joins the lanes keeping the first lane's
+// value among equal ones: which of +0 and -0 is reported. The second finds
+// the first position holding each extreme, and stops there.
+struct Blocks {
+  float hi = -kInf, lo = kInf;
   bool nan = false;
 };
 
-void lanes_portable(const float* v, int64_t blocks_end, Lanes& l) {
-  for (int k = 0; k < kLanes; ++k) {
-    l.hi[k] = -kInf;
-    l.lo[k] = kInf;
-    l.hi_at[k] = l.lo_at[k] = k;
+// Joins the lanes as the first pass takes them: the first lane's value
+// among equal ones.
+void join_lanes(const float* his, const float* los, Blocks& b) {
+  b.hi = his[0];
+  b.lo = los[0];
+  for (int k = 1; k < kLanes; ++k) {
+    b.hi = his[k] > b.hi ? his[k] : b.hi;
+    b.lo = los[k] < b.lo ? los[k] : b.lo;
   }
+}
+
+Blocks blocks_portable(const float* v, int64_t blocks_end) {
+  float his[kLanes], los[kLanes];
+  std::fill(his, his + kLanes, -kInf);
+  std::fill(los, los + kLanes, kInf);
   bool nan = false;
   for (int64_t j = 0; j < blocks_end; j += kLanes) {
     for (int k = 0; k < kLanes; ++k) {
       const float x = v[j + k];
-      if (x > l.hi[k]) l.hi[k] = x, l.hi_at[k] = j + k;
-      if (x < l.lo[k]) l.lo[k] = x, l.lo_at[k] = j + k;
+      his[k] = x > his[k] ? x : his[k];
+      los[k] = x < los[k] ? x : los[k];
       nan = nan || x != x;
     }
   }
-  l.nan = nan;
+  Blocks b;
+  join_lanes(his, los, b);
+  b.nan = nan;
+  return b;
 }
 
-// The whole blocks' extremes across the eight lanes: the first lane's value
-// among equal ones (which of +0 and -0 is reported), the earliest position
-// holding it (`len` when there are no blocks). True when a NaN went by.
-bool blocks_portable(const float* v, int64_t blocks_end, int64_t len, MapExtreme& e) {
-  Lanes l;
-  lanes_portable(v, blocks_end, l);
-  e.max = l.hi[0];
-  e.min = l.lo[0];
-  for (int k = 1; k < kLanes; ++k) {
-    e.max = l.hi[k] > e.max ? l.hi[k] : e.max;
-    e.min = l.lo[k] < e.min ? l.lo[k] : e.min;
-  }
-  e.max_at = e.min_at = len;
-  for (int k = 0; k < kLanes; ++k) {
-    if (l.hi[k] == e.max) e.max_at = std::min(e.max_at, l.hi_at[k]);
-    if (l.lo[k] == e.min) e.min_at = std::min(e.min_at, l.lo_at[k]);
-  }
-  return l.nan;
+int64_t first_equal_portable(const float* v, int64_t len, float x) {
+  int64_t j = 0;
+  while (j < len && v[j] != x) ++j;
+  return j;
 }
 
 #if defined(NANSENSE_AVX2_BUILDS)
-// One block of eight values into one chain of lanes (blocks_avx2).
-struct Chain {
-  __m256 hi, lo;
-  __m256i at, hi_at, lo_at;
-};
-
-__attribute__((target("avx2"), always_inline)) inline void chain_step(Chain& c, const float* p, __m256& nan) {
-  const __m256 x = _mm256_loadu_ps(p);
-  const __m256 gt = _mm256_cmp_ps(x, c.hi, _CMP_GT_OQ);
-  const __m256 lt = _mm256_cmp_ps(x, c.lo, _CMP_LT_OQ);
-  c.hi = _mm256_blendv_ps(c.hi, x, gt);
-  c.lo = _mm256_blendv_ps(c.lo, x, lt);
-  c.hi_at = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(c.hi_at), _mm256_castsi256_ps(c.at), gt));
-  c.lo_at = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(c.lo_at), _mm256_castsi256_ps(c.at), lt));
-  nan = _mm256_or_ps(nan, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
-  c.at = _mm256_add_epi32(c.at, _mm256_set1_epi32(2 * kLanes));
-}
-
-__attribute__((target("avx2"))) inline __m256i select_at(__m256i a, __m256i b, __m256 take_b) {
-  return _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(a), _mm256_castsi256_ps(b), take_b));
-}
-
-// One extreme across the eight lanes, as blocks_portable takes it: `best`
-// holds the extreme in every lane (its sign of zero aside); the value is
-// the first lane's among those equal to it, the position the earliest of
-// theirs (`len` at most).
-__attribute__((target("avx2"))) inline void across_lanes(__m256 value, __m256i at, __m256 best, int64_t len, float& out,
-                                                         int64_t& out_at) {
-  const __m256 equal = _mm256_cmp_ps(value, best, _CMP_EQ_OQ);
-  const int first = __builtin_ctz(static_cast<unsigned>(_mm256_movemask_ps(equal)));
-  out = _mm256_cvtss_f32(_mm256_permutevar8x32_ps(value, _mm256_set1_epi32(first)));
-  __m256i m = select_at(_mm256_set1_epi32(std::numeric_limits<int32_t>::max()), at, equal);
-  m = _mm256_min_epi32(m, _mm256_permute2x128_si256(m, m, 1));
-  m = _mm256_min_epi32(m, _mm256_shuffle_epi32(m, _MM_SHUFFLE(1, 0, 3, 2)));
-  m = _mm256_min_epi32(m, _mm256_shuffle_epi32(m, _MM_SHUFFLE(2, 3, 0, 1)));
-  out_at = std::min<int64_t>(len, _mm256_cvtsi256_si32(m));
-}
-
-// blocks_portable's figures with AVX2: each lane's value and position
-// carried in two chains (even and odd blocks) so the compare-and-blend
-// latencies overlap, the chains joined as one lane would have seen them
-// (the larger (the smaller) value, on a tie the earlier position), then the
-// lanes joined, all in vector registers. Positions are int32 lanes (callers
-// keep len below 2^31).
-__attribute__((target("avx2"))) bool blocks_avx2(const float* v, int64_t blocks_end, int64_t len, MapExtreme& e) {
-  Chain chains[2];
-  for (int c = 0; c < 2; ++c) {
-    chains[c].hi = _mm256_set1_ps(-kInf);
-    chains[c].lo = _mm256_set1_ps(kInf);
-    chains[c].at = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    if (c == 1) chains[c].at = _mm256_add_epi32(chains[c].at, _mm256_set1_epi32(kLanes));
-    chains[c].hi_at = chains[c].lo_at = chains[c].at;
+// blocks_portable's lanes in one register each: maxps(x, hi) is exactly
+// `x > hi ? x : hi` (the running value on a tie or a NaN), minps the same
+// for the smallest; a NaN is noted apart.
+__attribute__((target("avx2"))) Blocks blocks_avx2(const float* v, int64_t blocks_end) {
+  __m256 hi = _mm256_set1_ps(-kInf), lo = _mm256_set1_ps(kInf), nan = _mm256_setzero_ps();
+  for (int64_t j = 0; j < blocks_end; j += kLanes) {
+    const __m256 x = _mm256_loadu_ps(v + j);
+    hi = _mm256_max_ps(x, hi);
+    lo = _mm256_min_ps(x, lo);
+    nan = _mm256_or_ps(nan, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
   }
-  __m256 nan = _mm256_setzero_ps();
+  alignas(32) float his[kLanes], los[kLanes];
+  _mm256_store_ps(his, hi);
+  _mm256_store_ps(los, lo);
+  Blocks b;
+  join_lanes(his, los, b);
+  b.nan = _mm256_movemask_ps(nan) != 0;
+  return b;
+}
+
+// The first position holding a value equal to `x` (not a NaN), `len` when none does.
+__attribute__((target("avx2"))) int64_t first_equal_avx2(const float* v, int64_t len, float x) {
+  const __m256 want = _mm256_set1_ps(x);
   int64_t j = 0;
-  for (; j + 2 * kLanes <= blocks_end; j += 2 * kLanes) {
-    chain_step(chains[0], v + j, nan);
-    chain_step(chains[1], v + j + kLanes, nan);
+  for (; j + kLanes <= len; j += kLanes) {
+    const int hits = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(v + j), want, _CMP_EQ_OQ));
+    if (hits != 0) return j + __builtin_ctz(static_cast<unsigned>(hits));
   }
-  if (j < blocks_end) chain_step(chains[0], v + j, nan);
-  const Chain& even = chains[0];
-  const Chain& odd = chains[1];
-  const __m256 odd_hi = _mm256_or_ps(_mm256_cmp_ps(odd.hi, even.hi, _CMP_GT_OQ),
-                                     _mm256_and_ps(_mm256_cmp_ps(odd.hi, even.hi, _CMP_EQ_OQ),
-                                                   _mm256_castsi256_ps(_mm256_cmpgt_epi32(even.hi_at, odd.hi_at))));
-  const __m256 odd_lo = _mm256_or_ps(_mm256_cmp_ps(odd.lo, even.lo, _CMP_LT_OQ),
-                                     _mm256_and_ps(_mm256_cmp_ps(odd.lo, even.lo, _CMP_EQ_OQ),
-                                                   _mm256_castsi256_ps(_mm256_cmpgt_epi32(even.lo_at, odd.lo_at))));
-  const __m256 hi = _mm256_blendv_ps(even.hi, odd.hi, odd_hi);
-  const __m256 lo = _mm256_blendv_ps(even.lo, odd.lo, odd_lo);
-  const __m256i hi_at = select_at(even.hi_at, odd.hi_at, odd_hi);
-  const __m256i lo_at = select_at(even.lo_at, odd.lo_at, odd_lo);
-  // The extremes' magnitudes in every lane (no NaN is ever kept in a lane).
-  __m256 top = _mm256_max_ps(hi, _mm256_permute2f128_ps(hi, hi, 1));
-  top = _mm256_max_ps(top, _mm256_shuffle_ps(top, top, _MM_SHUFFLE(1, 0, 3, 2)));
-  top = _mm256_max_ps(top, _mm256_shuffle_ps(top, top, _MM_SHUFFLE(2, 3, 0, 1)));
-  __m256 bottom = _mm256_min_ps(lo, _mm256_permute2f128_ps(lo, lo, 1));
-  bottom = _mm256_min_ps(bottom, _mm256_shuffle_ps(bottom, bottom, _MM_SHUFFLE(1, 0, 3, 2)));
-  bottom = _mm256_min_ps(bottom, _mm256_shuffle_ps(bottom, bottom, _MM_SHUFFLE(2, 3, 0, 1)));
-  across_lanes(hi, hi_at, top, len, e.max, e.max_at);
-  across_lanes(lo, lo_at, bottom, len, e.min, e.min_at);
-  return _mm256_movemask_ps(nan) != 0;
+  return j + first_equal_portable(v + j, len - j, x);
+}
+
+// quantise_levels' finite extremes in eight lanes (a non-finite value
+// counts as +inf for the smallest, -inf for the largest); the tail apart.
+__attribute__((target("avx2"))) void finite_range_avx2(const float* x, int64_t blocks_end, float& lo, float& hi) {
+  const __m256 inf = _mm256_set1_ps(kInf), minus_inf = _mm256_set1_ps(-kInf);
+  const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 l = inf, h = minus_inf;
+  for (int64_t i = 0; i < blocks_end; i += kLanes) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    const __m256 finite = _mm256_cmp_ps(_mm256_and_ps(v, magnitude), inf, _CMP_LT_OQ);
+    l = _mm256_min_ps(_mm256_blendv_ps(inf, v, finite), l);
+    h = _mm256_max_ps(_mm256_blendv_ps(minus_inf, v, finite), h);
+  }
+  alignas(32) float ls[kLanes], hs[kLanes];
+  _mm256_store_ps(ls, l);
+  _mm256_store_ps(hs, h);
+  for (int k = 0; k < kLanes; ++k) {
+    lo = std::min(lo, ls[k]);
+    hi = std::max(hi, hs[k]);
+  }
+}
+
+// quantise_levels' levels for the whole blocks: the same float
+// subtraction, division and rounding (nearbyint's: the current mode, to
+// nearest even by default), clamped; 255 where a value is not finite.
+__attribute__((target("avx2"))) void levels_avx2(const float* x, int64_t blocks_end, float lo, float step,
+                                                 uint8_t* levels) {
+  const __m256 inf = _mm256_set1_ps(kInf);
+  const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256 offset = _mm256_set1_ps(lo), width = _mm256_set1_ps(step);
+  const __m256 zero = _mm256_setzero_ps(), top = _mm256_set1_ps(254.0f);
+  const __m256i not_finite = _mm256_set1_epi32(255);
+  const __m256i bytes = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int64_t i = 0; i < blocks_end; i += kLanes) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    const __m256 finite = _mm256_cmp_ps(_mm256_and_ps(v, magnitude), inf, _CMP_LT_OQ);
+    __m256 level =
+        _mm256_round_ps(_mm256_div_ps(_mm256_sub_ps(v, offset), width), _MM_FROUND_CUR_DIRECTION | _MM_FROUND_NO_EXC);
+    level = _mm256_min_ps(_mm256_max_ps(level, zero), top);
+    const __m256i n = _mm256_castps_si256(
+        _mm256_blendv_ps(_mm256_castsi256_ps(not_finite), _mm256_castsi256_ps(_mm256_cvttps_epi32(level)), finite));
+    // Eight int32 in 0..255 to eight bytes: packed within each 128-bit half,
+    // then the halves' first dwords side by side.
+    const __m256i words = _mm256_packus_epi32(n, n);
+    const __m256i packed = _mm256_packus_epi16(words, words);
+    const __m256i joined = _mm256_permutevar8x32_epi32(packed, bytes);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(levels + i), _mm256_castsi256_si128(joined));
+  }
 }
 #endif
 
@@ -160,30 +155,69 @@ void set_extremes_path(ExtremesPath path) { g_portable.store(path == ExtremesPat
 
 MapExtreme map_extremes(const float* v, int64_t len) {
   const int64_t blocks_end = len / kLanes * kLanes;
-  MapExtreme e;
-  bool nan;
 #if defined(NANSENSE_AVX2_BUILDS)
-  if (common::cpu_has_avx2() && !g_portable.load(std::memory_order_relaxed) &&
-      len < std::numeric_limits<int32_t>::max()) {
-    nan = blocks_avx2(v, blocks_end, len, e);
-  } else {
-    nan = blocks_portable(v, blocks_end, len, e);
-  }
+  const bool avx2 = common::cpu_has_avx2() && !g_portable.load(std::memory_order_relaxed);
+  Blocks b = avx2 ? blocks_avx2(v, blocks_end) : blocks_portable(v, blocks_end);
 #else
-  nan = blocks_portable(v, blocks_end, len, e);
+  Blocks b = blocks_portable(v, blocks_end);
 #endif
   // Then the tail, value by value.
   for (int64_t j = blocks_end; j < len; ++j) {
     const float x = v[j];
-    if (x > e.max) e.max = x, e.max_at = j;
-    if (x < e.min) e.min = x, e.min_at = j;
-    nan = nan || x != x;
+    b.hi = x > b.hi ? x : b.hi;
+    b.lo = x < b.lo ? x : b.lo;
+    b.nan = b.nan || x != x;
   }
-  if (nan) {
+  if (b.nan) {
     const float q = std::numeric_limits<float>::quiet_NaN();
     return {q, q, 0, 0};
   }
-  return e;
+#if defined(NANSENSE_AVX2_BUILDS)
+  if (avx2) return {b.hi, b.lo, first_equal_avx2(v, len, b.hi), first_equal_avx2(v, len, b.lo)};
+#endif
+  return {b.hi, b.lo, first_equal_portable(v, len, b.hi), first_equal_portable(v, len, b.lo)};
+}
+
+void quantise_levels(const float* x, int64_t n, uint8_t* levels, float* q) {
+  const int64_t blocks_end = n / kLanes * kLanes;
+  float lo = kInf, hi = -kInf;
+  int64_t i = 0;
+#if defined(NANSENSE_AVX2_BUILDS)
+  const bool avx2 = common::cpu_has_avx2() && !g_portable.load(std::memory_order_relaxed);
+  if (avx2) {
+    finite_range_avx2(x, blocks_end, lo, hi);
+    i = blocks_end;
+  }
+#endif
+  for (; i < n; ++i) {
+    if (std::isfinite(x[i])) {
+      lo = std::min(lo, x[i]);
+      hi = std::max(hi, x[i]);
+    }
+  }
+  // In order, the smallest is the first of the values equal to it: which of
+  // -0 and +0 when it is zero (the lanes may have seen another first).
+  if (lo == 0) lo = x[first_equal_portable(x, n, 0.0f)];
+  if (!std::isfinite(lo)) lo = hi = 0;
+  float step = (hi - lo) / 254.0f;
+  if (!(step > 0)) step = 1;
+  i = 0;
+#if defined(NANSENSE_AVX2_BUILDS)
+  if (avx2) {
+    levels_avx2(x, blocks_end, lo, step, levels);
+    i = blocks_end;
+  }
+#endif
+  for (; i < n; ++i) {
+    if (!std::isfinite(x[i])) {
+      levels[i] = 255;
+      continue;
+    }
+    const float level = std::nearbyint((x[i] - lo) / step);
+    levels[i] = static_cast<uint8_t>(std::clamp(level, 0.0f, 254.0f));
+  }
+  q[0] = lo;
+  q[1] = step;
 }
 
 }  // namespace nansense::stats

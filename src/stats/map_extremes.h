@@ -20,11 +20,20 @@ struct MapExtreme {
   int64_t max_at = 0, min_at = 0;
 };
 
-// The extremes of `len` (>= 1) contiguous values: one vectorised pass (AVX2
-// where the CPU has it), the same figures bit for bit on every path.
+// The extremes of `len` (>= 1) contiguous values: a vectorised pass for the
+// values (AVX2 where the CPU has it), then one for each first position that
+// stops there; the same figures bit for bit on every path.
 MapExtreme map_extremes(const float* v, int64_t len);
-// The path map_extremes takes: AVX2 where the CPU has it (the default) or
-// the portable loop, so tests can hold the two to the same figures.
+// A map (or a crop) as Min/Max patches keep it: `n` values into uint8
+// levels 0..254 between their finite minimum and maximum, 255 where a value
+// is not finite; q[0], q[1] = the offset (the minimum) and the step
+// ((max - min) / 254, 1 when that is not positive). A level is
+// round-to-nearest-even((x - offset) / step) in float arithmetic, clamped:
+// what the tensor ops of a device compute.
+void quantise_levels(const float* x, int64_t n, uint8_t* levels, float* q);
+// The path map_extremes and quantise_levels take: AVX2 where the CPU has it
+// (the default) or the portable loops, so tests can hold the two to the
+// same figures.
 enum class ExtremesPath { kWidest, kPortable };
 void set_extremes_path(ExtremesPath path);
 

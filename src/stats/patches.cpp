@@ -68,32 +68,6 @@ std::pair<torch::Tensor, torch::Tensor> quantise(const torch::Tensor& x) {
   return {levels.view(x.sizes()), torch::stack({lo, step}, -1)};
 }
 
-// quantise() for one (slot, channel) on the CPU: `n` values into uint8
-// levels and their offset and step, with the same float arithmetic.
-void quantise_into(const float* x, int64_t n, uint8_t* levels, float* q) {
-  const float inf = std::numeric_limits<float>::infinity();
-  float lo = inf, hi = -inf;
-  for (int64_t i = 0; i < n; ++i) {
-    if (std::isfinite(x[i])) {
-      lo = std::min(lo, x[i]);
-      hi = std::max(hi, x[i]);
-    }
-  }
-  if (!std::isfinite(lo)) lo = hi = 0;
-  float step = (hi - lo) / 254.0f;
-  if (!(step > 0)) step = 1;
-  for (int64_t i = 0; i < n; ++i) {
-    if (!std::isfinite(x[i])) {
-      levels[i] = 255;
-      continue;
-    }
-    const float level = std::nearbyint((x[i] - lo) / step);
-    levels[i] = static_cast<uint8_t>(std::clamp(level, 0.0f, 254.0f));
-  }
-  q[0] = lo;
-  q[1] = step;
-}
-
 torch::Tensor dequantise(const torch::Tensor& levels, const torch::Tensor& q) {
   const auto flat = levels.flatten(2).to(torch::kFloat);
   auto v = q.select(-1, 0).unsqueeze(-1) + flat * q.select(-1, 1).unsqueeze(-1);
@@ -510,8 +484,8 @@ void PatchCollector::fold_cpu(Ranking& r, const torch::Tensor& score, bool negat
           std::copy_n(src, cw, v + (i * ch + row) * cw);
         }
       }
-      quantise_into(v, crop_n, co + to * crop_n, cqo + to * 2);
-      if (spatial) quantise_into(a + b * a_b + c * a_c, heat_n, ho + to * heat_n, hqo + to * 2);
+      quantise_levels(v, crop_n, co + to * crop_n, cqo + to * 2);
+      if (spatial) quantise_levels(a + b * a_b + c * a_c, heat_n, ho + to * heat_n, hqo + to * 2);
     }
   }
   r.score = std::move(score_out);

@@ -275,6 +275,83 @@ TEST(MapExtremes, EveryPathGivesThePassBeforeBitForBit) {
   }
 }
 
+// The loop that quantised a kept map or crop before it was vectorised (kept
+// here as the reference): the finite extremes in order, then each value's
+// level.
+void quantise_before(const float* x, int64_t n, uint8_t* levels, float* q) {
+  const float inf = std::numeric_limits<float>::infinity();
+  float lo = inf, hi = -inf;
+  for (int64_t i = 0; i < n; ++i) {
+    if (std::isfinite(x[i])) {
+      lo = std::min(lo, x[i]);
+      hi = std::max(hi, x[i]);
+    }
+  }
+  if (!std::isfinite(lo)) lo = hi = 0;
+  float step = (hi - lo) / 254.0f;
+  if (!(step > 0)) step = 1;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(x[i])) {
+      levels[i] = 255;
+      continue;
+    }
+    const float level = std::nearbyint((x[i] - lo) / step);
+    levels[i] = static_cast<uint8_t>(std::clamp(level, 0.0f, 254.0f));
+  }
+  q[0] = lo;
+  q[1] = step;
+}
+
+// Every path quantises as the loop before, to the bit: signed zeros as the
+// smallest value (its sign is the offset's), ties on a half level, values
+// all alike, infinities and NaN, and maps of every length to a few blocks.
+TEST(QuantiseLevels, EveryPathGivesTheLoopBeforeBitForBit) {
+  struct Restore {
+    ~Restore() { set_extremes_path(ExtremesPath::kWidest); }
+  } restore;
+  std::mt19937 rng(7);
+  std::vector<std::vector<float>> maps;
+  for (int64_t len = 1; len <= 70; ++len) {
+    for (int rep = 0; rep < 20; ++rep) maps.push_back(awkward_map(rng, len));
+  }
+  std::normal_distribution<float> normal;
+  for (int64_t len : {100, 196, 784}) {
+    for (int rep = 0; rep < 20; ++rep) {
+      maps.push_back(awkward_map(rng, len));
+      std::vector<float> v(static_cast<size_t>(len));
+      for (auto& x : v) x = normal(rng) * (rep % 2 ? 1e-3f : 10.0f);
+      if (rep % 3 == 0) v[static_cast<size_t>(rep)] = -0.0f;
+      maps.push_back(v);
+    }
+  }
+  // Levels that fall on a half: 0..254 by halves over [0, 254].
+  std::vector<float> halves;
+  for (int k = 0; k <= 508; ++k) halves.push_back(0.5f * static_cast<float>(k));
+  maps.push_back(halves);
+  maps.push_back(std::vector<float>(24, 3.0f));
+  maps.push_back(std::vector<float>(17, std::numeric_limits<float>::infinity()));
+  // Non-negative values whose first zero is -0 in a later lane than a +0.
+  std::vector<float> zeros(40, 1.0f);
+  zeros[9] = -0.0f;
+  zeros[16] = 0.0f;
+  maps.push_back(zeros);
+  for (auto path : {ExtremesPath::kWidest, ExtremesPath::kPortable}) {
+    set_extremes_path(path);
+    for (const auto& v : maps) {
+      const auto n = static_cast<int64_t>(v.size());
+      std::vector<uint8_t> want(v.size()), got(v.size());
+      float want_q[2], got_q[2];
+      quantise_before(v.data(), n, want.data(), want_q);
+      quantise_levels(v.data(), n, got.data(), got_q);
+      const std::string where =
+          (path == ExtremesPath::kPortable ? "portable, " : "widest, ") + std::string("len ") + std::to_string(n);
+      EXPECT_EQ(got, want) << where;
+      EXPECT_EQ(bits(got_q[0]), bits(want_q[0])) << where;
+      EXPECT_EQ(bits(got_q[1]), bits(want_q[1])) << where;
+    }
+  }
+}
+
 // Each buffer of a collector, floats by their bits.
 void expect_same_buffers(const PatchCollector& a, const PatchCollector& b, const std::string& what) {
   const auto x = a.buffers(), y = b.buffers();
