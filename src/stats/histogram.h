@@ -89,9 +89,9 @@ void fold_exact_cpu(const float* values, int64_t outer, int64_t channels, int64_
                     ChannelRange* ranges, ExactFold& into, const SampledBins* bins = nullptr,
                     MapExtremesTable* maps = nullptr);
 // The vector path fold_exact_cpu takes: the widest the CPU has (AVX-512
-// with fused squares where present, else AVX2: the default) or the portable
-// one (SSE2 on x86-64, plain loops elsewhere), so tests can hold the two to
-// the same figures.
+// where present, else AVX2 with FMA; both square by fused multiply-adds:
+// the default) or the portable one (SSE2 on x86-64, plain loops elsewhere),
+// so tests can hold the two to the same figures.
 enum class FoldPath { kWidest, kPortable };
 void set_fold_path(FoldPath path);
 
