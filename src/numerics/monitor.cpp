@@ -112,7 +112,14 @@ Monitor::Trace Monitor::plan_batch(const BatchPosition& position, bool repeat) {
   stood_at_start_ = state_.has_error();
   active_ = !disabled_ && settings_.enabled();
   guard_->start_batch(false);
-  if (!active_) return Trace::kNone;
+  if (!active_) {
+    // Nothing here checks this batch, so nothing here holds its update: it
+    // is applied. Said now, so that a follower holding its own (its checks
+    // tripped) is answered before this rank's next collective, not at a
+    // boundary that collective would keep it from reaching.
+    decide(false);
+    return Trace::kNone;
+  }
   if (!recorder_off_) {
     try {
       recorder_.begin_batch();

@@ -269,6 +269,21 @@ def test_a_follower_holding_its_update_never_blocks_a_collective_rank_0_makes_be
     assert [e["update"] for e in r.events(1) if "update" in e] == ["applied"], r.events(1)
 
 
+def test_a_follower_holding_its_update_is_answered_when_rank_0s_checks_are_off(run):
+    # The same loop with rank 0's own checks off (as its UI's settings may
+    # leave them): nothing on rank 0 decides its update after backward, yet
+    # rank 1, tripped, holds its own until told. Rank 0 says "applied" when
+    # its unchecked batch begins; before, rank 1 waited for rank 0's next
+    # boundary while rank 0 waited for rank 1 in the all-reduce, until the
+    # process group's timeout ended both.
+    r = run(2, epochs=1, batches=4, nan_rank=1, nan_batch=1, unserved=True, sum_losses=True, pg_timeout=20,
+            checks_off_rank=0)
+    assert r.wait(timeout=60) == [0, 0], r.output()
+    for rank in (0, 1):
+        assert [tuple(e["done"]) for e in r.events(rank) if "done" in e] == [(0, b) for b in range(4)], r.events(rank)
+    assert [e["update"] for e in r.events(1) if "update" in e] == ["applied"], r.events(1)
+
+
 def test_a_jump_from_a_followers_trip_is_made_before_the_next_batch(run):
     # Rank 1's batch tripped: every rank holds it, and a jump asked for
     # there is made at the boundary after it, before any rank begins the
