@@ -18,6 +18,17 @@ namespace {
 constexpr int kLanes = 8;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
+std::atomic<bool> g_portable{false};
+
+// Whether map_extremes and quantise_levels take their AVX2 loops.
+bool avx2_path() {
+#if defined(NANSENSE_AVX2_BUILDS)
+  return common::cpu_has_avx2() && !g_portable.load(std::memory_order_relaxed);
+#else
+  return false;
+#endif
+}
+
 // Two passes over a map. The first takes its extremes in eight lanes over
 // the whole blocks of eight values (lane k sees the values at k, k + 8,
 // ...), each lane keeping the first of equal values it saw (+0 after -0,
@@ -97,15 +108,20 @@ __attribute__((target("avx2"))) int64_t first_equal_avx2(const float* v, int64_t
   return j + first_equal_portable(v + j, len - j, x);
 }
 
+// Which of eight values are finite (all bits set where so).
+__attribute__((target("avx2"), always_inline)) inline __m256 finite_lanes(__m256 v) {
+  const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  return _mm256_cmp_ps(_mm256_and_ps(v, magnitude), _mm256_set1_ps(kInf), _CMP_LT_OQ);
+}
+
 // quantise_levels' finite extremes in eight lanes (a non-finite value
 // counts as +inf for the smallest, -inf for the largest); the tail apart.
 __attribute__((target("avx2"))) void finite_range_avx2(const float* x, int64_t blocks_end, float& lo, float& hi) {
   const __m256 inf = _mm256_set1_ps(kInf), minus_inf = _mm256_set1_ps(-kInf);
-  const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   __m256 l = inf, h = minus_inf;
   for (int64_t i = 0; i < blocks_end; i += kLanes) {
     const __m256 v = _mm256_loadu_ps(x + i);
-    const __m256 finite = _mm256_cmp_ps(_mm256_and_ps(v, magnitude), inf, _CMP_LT_OQ);
+    const __m256 finite = finite_lanes(v);
     l = _mm256_min_ps(_mm256_blendv_ps(inf, v, finite), l);
     h = _mm256_max_ps(_mm256_blendv_ps(minus_inf, v, finite), h);
   }
@@ -123,15 +139,13 @@ __attribute__((target("avx2"))) void finite_range_avx2(const float* x, int64_t b
 // nearest even by default), clamped; 255 where a value is not finite.
 __attribute__((target("avx2"))) void levels_avx2(const float* x, int64_t blocks_end, float lo, float step,
                                                  uint8_t* levels) {
-  const __m256 inf = _mm256_set1_ps(kInf);
-  const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   const __m256 offset = _mm256_set1_ps(lo), width = _mm256_set1_ps(step);
   const __m256 zero = _mm256_setzero_ps(), top = _mm256_set1_ps(254.0f);
   const __m256i not_finite = _mm256_set1_epi32(255);
   const __m256i bytes = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   for (int64_t i = 0; i < blocks_end; i += kLanes) {
     const __m256 v = _mm256_loadu_ps(x + i);
-    const __m256 finite = _mm256_cmp_ps(_mm256_and_ps(v, magnitude), inf, _CMP_LT_OQ);
+    const __m256 finite = finite_lanes(v);
     __m256 level =
         _mm256_round_ps(_mm256_div_ps(_mm256_sub_ps(v, offset), width), _MM_FROUND_CUR_DIRECTION | _MM_FROUND_NO_EXC);
     level = _mm256_min_ps(_mm256_max_ps(level, zero), top);
@@ -147,16 +161,14 @@ __attribute__((target("avx2"))) void levels_avx2(const float* x, int64_t blocks_
 }
 #endif
 
-std::atomic<bool> g_portable{false};
-
 }  // namespace
 
 void set_extremes_path(ExtremesPath path) { g_portable.store(path == ExtremesPath::kPortable); }
 
 MapExtreme map_extremes(const float* v, int64_t len) {
   const int64_t blocks_end = len / kLanes * kLanes;
+  [[maybe_unused]] const bool avx2 = avx2_path();
 #if defined(NANSENSE_AVX2_BUILDS)
-  const bool avx2 = common::cpu_has_avx2() && !g_portable.load(std::memory_order_relaxed);
   Blocks b = avx2 ? blocks_avx2(v, blocks_end) : blocks_portable(v, blocks_end);
 #else
   Blocks b = blocks_portable(v, blocks_end);
@@ -182,8 +194,8 @@ void quantise_levels(const float* x, int64_t n, uint8_t* levels, float* q) {
   const int64_t blocks_end = n / kLanes * kLanes;
   float lo = kInf, hi = -kInf;
   int64_t i = 0;
+  [[maybe_unused]] const bool avx2 = avx2_path();
 #if defined(NANSENSE_AVX2_BUILDS)
-  const bool avx2 = common::cpu_has_avx2() && !g_portable.load(std::memory_order_relaxed);
   if (avx2) {
     finite_range_avx2(x, blocks_end, lo, hi);
     i = blocks_end;

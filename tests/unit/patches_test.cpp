@@ -237,10 +237,20 @@ std::vector<float> awkward_map(std::mt19937& rng, int64_t len) {
   return v;
 }
 
-TEST(MapExtremes, EveryPathGivesThePassBeforeBitForBit) {
+// Runs `body` on each path of map_extremes and quantise_levels (widest,
+// then portable) with its name, and leaves the widest on afterwards.
+template <class Body>
+void on_every_extremes_path(Body&& body) {
   struct Restore {
     ~Restore() { set_extremes_path(ExtremesPath::kWidest); }
   } restore;
+  for (auto path : {ExtremesPath::kWidest, ExtremesPath::kPortable}) {
+    set_extremes_path(path);
+    body(std::string(path == ExtremesPath::kPortable ? "portable, " : "widest, "));
+  }
+}
+
+TEST(MapExtremes, EveryPathGivesThePassBeforeBitForBit) {
   std::mt19937 rng(5);
   std::vector<std::vector<float>> maps;
   for (int64_t len = 1; len <= 70; ++len) {
@@ -255,14 +265,12 @@ TEST(MapExtremes, EveryPathGivesThePassBeforeBitForBit) {
   std::vector<float> zeros(48, 0.0f);
   for (size_t i = 0; i < zeros.size(); i += 3) zeros[i] = -0.0f;
   maps.push_back(zeros);
-  for (auto path : {ExtremesPath::kWidest, ExtremesPath::kPortable}) {
-    set_extremes_path(path);
+  on_every_extremes_path([&](const std::string& path) {
     for (const auto& v : maps) {
       const auto len = static_cast<int64_t>(v.size());
       const MapExtreme want = extremes_before(v.data(), len);
       const MapExtreme got = map_extremes(v.data(), len);
-      const std::string where =
-          (path == ExtremesPath::kPortable ? "portable, " : "widest, ") + std::string("len ") + std::to_string(len);
+      const std::string where = path + "len " + std::to_string(len);
       if (std::isnan(want.max)) {
         EXPECT_TRUE(std::isnan(got.max) && std::isnan(got.min)) << where;
       } else {
@@ -272,7 +280,7 @@ TEST(MapExtremes, EveryPathGivesThePassBeforeBitForBit) {
       EXPECT_EQ(got.max_at, want.max_at) << where;
       EXPECT_EQ(got.min_at, want.min_at) << where;
     }
-  }
+  });
 }
 
 // The loop that quantised a kept map or crop before it was vectorised (kept
@@ -306,9 +314,6 @@ void quantise_before(const float* x, int64_t n, uint8_t* levels, float* q) {
 // smallest value (its sign is the offset's), ties on a half level, values
 // all alike, infinities and NaN, and maps of every length to a few blocks.
 TEST(QuantiseLevels, EveryPathGivesTheLoopBeforeBitForBit) {
-  struct Restore {
-    ~Restore() { set_extremes_path(ExtremesPath::kWidest); }
-  } restore;
   std::mt19937 rng(7);
   std::vector<std::vector<float>> maps;
   for (int64_t len = 1; len <= 70; ++len) {
@@ -335,21 +340,19 @@ TEST(QuantiseLevels, EveryPathGivesTheLoopBeforeBitForBit) {
   zeros[9] = -0.0f;
   zeros[16] = 0.0f;
   maps.push_back(zeros);
-  for (auto path : {ExtremesPath::kWidest, ExtremesPath::kPortable}) {
-    set_extremes_path(path);
+  on_every_extremes_path([&](const std::string& path) {
     for (const auto& v : maps) {
       const auto n = static_cast<int64_t>(v.size());
       std::vector<uint8_t> want(v.size()), got(v.size());
       float want_q[2], got_q[2];
       quantise_before(v.data(), n, want.data(), want_q);
       quantise_levels(v.data(), n, got.data(), got_q);
-      const std::string where =
-          (path == ExtremesPath::kPortable ? "portable, " : "widest, ") + std::string("len ") + std::to_string(n);
+      const std::string where = path + "len " + std::to_string(n);
       EXPECT_EQ(got, want) << where;
       EXPECT_EQ(bits(got_q[0]), bits(want_q[0])) << where;
       EXPECT_EQ(bits(got_q[1]), bits(want_q[1])) << where;
     }
-  }
+  });
 }
 
 // Each buffer of a collector, floats by their bits.
